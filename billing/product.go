@@ -1,0 +1,99 @@
+package billing
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Billing models of a product, as sent in X-<Brand>-Billing-Model.
+const (
+	Subscription  = "SUBSCRIPTION"
+	Prepaid       = "PREPAID"
+	UsagePostpaid = "USAGE_POSTPAID"
+	UsageInstant  = "USAGE_INSTANT"
+)
+
+// Measurement types of a product, as sent in X-<Brand>-Measurement-Type.
+const (
+	PerRequest  = "PER_REQUEST"
+	PerToken    = "PER_TOKEN"
+	PerByte     = "PER_BYTE"
+	PerTimeUnit = "PER_TIME_UNIT"
+)
+
+// Product is a plan a user subscribes to: how usage is measured, what is
+// included and what it costs. Quantities are exact decimals.
+type Product struct {
+	ID string `json:"id"`
+	// BillingModel is SUBSCRIPTION, PREPAID, USAGE_POSTPAID or USAGE_INSTANT.
+	BillingModel string `json:"billing_model"`
+	// MeasurementType is PER_REQUEST, PER_TOKEN, PER_BYTE or PER_TIME_UNIT.
+	MeasurementType string `json:"measurement_type"`
+	// UnitLabel names one unit for humans: request, token, byte, second.
+	UnitLabel string `json:"unit_label,omitempty"`
+	// Quota is the number of units included per period; nil means no quota.
+	Quota *Units `json:"quota,omitempty"`
+	// Period is day, week, month (default) or year.
+	Period string `json:"period,omitempty"`
+	// CalendarPeriods aligns periods to calendar boundaries (the 1st of the
+	// month) instead of the subscription's start.
+	CalendarPeriods bool `json:"calendar_periods,omitempty"`
+	// Overage is "block" (default: 429 once the quota is used) or "allow"
+	// (further units are billed at Price, up to SpendingCap).
+	Overage string `json:"overage,omitempty"`
+	// Price is the cost of one unit in credits (PREPAID) or money (usage
+	// and overage billing).
+	Price Units `json:"price,omitempty"`
+	// SpendingCap limits the priced spend of one period; nil means none.
+	SpendingCap *Units `json:"spending_cap,omitempty"`
+	// RateLimit limits requests per key; nil means none.
+	RateLimit *RateLimit `json:"rate_limit,omitempty"`
+}
+
+// RateLimit is a token bucket: Requests per Window on average, with Burst
+// requests allowed at once.
+type RateLimit struct {
+	Requests int `json:"requests"`
+	// Window in seconds; 1 when zero.
+	WindowSeconds int `json:"window_seconds,omitempty"`
+	// Burst defaults to Requests.
+	Burst int `json:"burst,omitempty"`
+}
+
+// OverageAllowed reports whether units past the quota are billed rather
+// than refused.
+func (p Product) OverageAllowed() bool { return strings.EqualFold(p.Overage, "allow") }
+
+// Validate checks the product's enumerations and quantities.
+func (p Product) Validate() error {
+	if p.ID == "" {
+		return fmt.Errorf("product without id")
+	}
+	switch p.BillingModel {
+	case Subscription, Prepaid, UsagePostpaid, UsageInstant:
+	default:
+		return fmt.Errorf("product %s: unknown billing model %q", p.ID, p.BillingModel)
+	}
+	switch p.MeasurementType {
+	case PerRequest, PerToken, PerByte, PerTimeUnit:
+	default:
+		return fmt.Errorf("product %s: unknown measurement type %q", p.ID, p.MeasurementType)
+	}
+	switch strings.ToLower(p.Period) {
+	case "", "day", "week", "month", "year":
+	default:
+		return fmt.Errorf("product %s: unknown period %q (day, week, month or year)", p.ID, p.Period)
+	}
+	switch strings.ToLower(p.Overage) {
+	case "", "block", "allow":
+	default:
+		return fmt.Errorf("product %s: overage must be block or allow, not %q", p.ID, p.Overage)
+	}
+	if p.Price < 0 || p.Quota != nil && *p.Quota < 0 || p.SpendingCap != nil && *p.SpendingCap < 0 {
+		return fmt.Errorf("product %s: negative quantity", p.ID)
+	}
+	if p.RateLimit != nil && (p.RateLimit.Requests <= 0 || p.RateLimit.WindowSeconds < 0 || p.RateLimit.Burst < 0) {
+		return fmt.Errorf("product %s: rate limit needs a positive request count", p.ID)
+	}
+	return nil
+}

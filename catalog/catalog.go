@@ -1,0 +1,223 @@
+// Package catalog describes what the marketplace sells: services, their
+// endpoints and backends, their products (plans) and secrets. The catalog is
+// Caddy configuration, so it is plain data here; Compile checks it and builds
+// the lookup tables the handlers use on every request.
+package catalog
+
+import (
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+
+	"github.com/platformgw/gateway/billing"
+)
+
+// Service is one API sold through the gateway.
+type Service struct {
+	ID string `json:"id"`
+	// Backend is the base URL requests are forwarded to: http or https,
+	// host, optional port and optional path prefix.
+	Backend string `json:"backend"`
+	// Secrets are the HMAC secrets shared with the backend, newest first.
+	// Two are allowed during a rotation: both verify, the first signs.
+	// Caddy placeholders such as {env.SECRET} are replaced at load time.
+	Secrets []string `json:"secrets"`
+	// Owners are user ids that call the service free of charge.
+	Owners    []string           `json:"owners,omitempty"`
+	Endpoints []*Endpoint        `json:"endpoints"`
+	Products  []*billing.Product `json:"products,omitempty"`
+
+	backend  *url.URL
+	secrets  [][]byte
+	owners   map[string]bool
+	byID     map[string]*Endpoint
+	products map[string]*billing.Product
+}
+
+// Endpoint is one operation of a service.
+type Endpoint struct {
+	ID string `json:"id"`
+	// Methods allowed for the endpoint; GET, POST, PUT and DELETE when empty.
+	Methods []string `json:"methods,omitempty"`
+	// Path on the backend, appended to the service's base URL; "/" + ID when
+	// empty.
+	Path string `json:"path,omitempty"`
+	// Cost in units of one call for PER_REQUEST products, and the amount
+	// reserved up front for measured products; 1 when unset.
+	Cost *billing.Units `json:"cost,omitempty"`
+	// Async allows /invoke/async on the endpoint.
+	Async bool `json:"async,omitempty"`
+	// Streaming marks an endpoint whose responses stream (SSE and the like);
+	// PER_TIME_UNIT products may be invoked synchronously only on those.
+	Streaming bool `json:"streaming,omitempty"`
+	// AllowUpgrade lets callers send an Upgrade header (WebSocket, h2c).
+	AllowUpgrade bool `json:"allow_upgrade,omitempty"`
+
+	methods map[string]bool
+}
+
+// Catalog is the compiled set of services.
+type Catalog struct {
+	services map[string]*Service
+}
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$`)
+
+// ValidID reports whether s can be a service, endpoint or product id: URL
+// path safe, no slashes, dots only inside.
+func ValidID(s string) bool {
+	return idPattern.MatchString(s) && s != "." && s != ".." && !strings.Contains(s, "..")
+}
+
+// Compile validates the services and builds the lookup tables. resolve
+// expands placeholders in secrets (nil leaves them as written).
+func Compile(services []*Service, resolve func(string) (string, error)) (*Catalog, error) {
+	c := &Catalog{services: make(map[string]*Service, len(services))}
+	for _, s := range services {
+		if err := s.compile(resolve); err != nil {
+			return nil, err
+		}
+		if _, dup := c.services[s.ID]; dup {
+			return nil, fmt.Errorf("service %s declared twice", s.ID)
+		}
+		c.services[s.ID] = s
+	}
+	return c, nil
+}
+
+func (s *Service) compile(resolve func(string) (string, error)) error {
+	if !ValidID(s.ID) {
+		return fmt.Errorf("service id %q: letters, digits, '.', '_', '~' and '-' only", s.ID)
+	}
+	u, err := url.Parse(s.Backend)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return fmt.Errorf("service %s: backend must be an http or https URL without query, got %q", s.ID, s.Backend)
+	}
+	u.Path = strings.TrimRight(u.Path, "/")
+	u.RawPath = ""
+	s.backend = u
+	if len(s.Secrets) == 0 || len(s.Secrets) > 2 {
+		return fmt.Errorf("service %s: needs one secret, or two during a rotation", s.ID)
+	}
+	s.secrets = nil
+	for i, sec := range s.Secrets {
+		if resolve != nil {
+			if sec, err = resolve(sec); err != nil {
+				return fmt.Errorf("service %s: secret %d: %w", s.ID, i+1, err)
+			}
+		}
+		if len(sec) < 16 {
+			return fmt.Errorf("service %s: secret %d is shorter than 16 bytes", s.ID, i+1)
+		}
+		s.secrets = append(s.secrets, []byte(sec))
+	}
+	s.owners = make(map[string]bool, len(s.Owners))
+	for _, o := range s.Owners {
+		s.owners[o] = true
+	}
+	if len(s.Endpoints) == 0 {
+		return fmt.Errorf("service %s: no endpoints", s.ID)
+	}
+	s.byID = make(map[string]*Endpoint, len(s.Endpoints))
+	for _, e := range s.Endpoints {
+		if err := e.compile(); err != nil {
+			return fmt.Errorf("service %s: %w", s.ID, err)
+		}
+		if _, dup := s.byID[e.ID]; dup {
+			return fmt.Errorf("service %s: endpoint %s declared twice", s.ID, e.ID)
+		}
+		s.byID[e.ID] = e
+	}
+	s.products = make(map[string]*billing.Product, len(s.Products))
+	for _, p := range s.Products {
+		if p == nil {
+			return fmt.Errorf("service %s: empty product", s.ID)
+		}
+		if err := p.Validate(); err != nil {
+			return fmt.Errorf("service %s: %w", s.ID, err)
+		}
+		if !ValidID(p.ID) {
+			return fmt.Errorf("service %s: product id %q is not a valid id", s.ID, p.ID)
+		}
+		if _, dup := s.products[p.ID]; dup {
+			return fmt.Errorf("service %s: product %s declared twice", s.ID, p.ID)
+		}
+		s.products[p.ID] = p
+	}
+	return nil
+}
+
+func (e *Endpoint) compile() error {
+	if !ValidID(e.ID) {
+		return fmt.Errorf("endpoint id %q: letters, digits, '.', '_', '~' and '-' only", e.ID)
+	}
+	if e.Path == "" {
+		e.Path = "/" + e.ID
+	}
+	if !strings.HasPrefix(e.Path, "/") || strings.ContainsAny(e.Path, "?#") {
+		return fmt.Errorf("endpoint %s: path must start with / and hold no query, got %q", e.ID, e.Path)
+	}
+	if e.Cost != nil && *e.Cost < 0 {
+		return fmt.Errorf("endpoint %s: negative cost", e.ID)
+	}
+	e.methods = make(map[string]bool)
+	methods := e.Methods
+	if len(methods) == 0 {
+		methods = []string{"GET", "POST", "PUT", "DELETE"}
+	}
+	for _, m := range methods {
+		m = strings.ToUpper(m)
+		switch m {
+		case "GET", "POST", "PUT", "DELETE":
+			e.methods[m] = true
+		default:
+			return fmt.Errorf("endpoint %s: method %q not one of GET, POST, PUT, DELETE", e.ID, m)
+		}
+	}
+	return nil
+}
+
+// Service returns the service with the given id.
+func (c *Catalog) Service(id string) (*Service, bool) {
+	s, ok := c.services[id]
+	return s, ok
+}
+
+// Services returns the number of services.
+func (c *Catalog) Len() int { return len(c.services) }
+
+// Endpoint returns the endpoint with the given id.
+func (s *Service) Endpoint(id string) (*Endpoint, bool) {
+	e, ok := s.byID[id]
+	return e, ok
+}
+
+// Product returns the product with the given id.
+func (s *Service) Product(id string) (*billing.Product, bool) {
+	p, ok := s.products[id]
+	return p, ok
+}
+
+// BackendURL is the parsed backend base URL (path without trailing slash).
+func (s *Service) BackendURL() *url.URL { return s.backend }
+
+// SigningSecret is the secret outgoing requests are signed with.
+func (s *Service) SigningSecret() []byte { return s.secrets[0] }
+
+// VerifySecrets are the secrets incoming signatures may be made with.
+func (s *Service) VerifySecrets() [][]byte { return s.secrets }
+
+// IsOwner reports whether userID owns the service and calls it free.
+func (s *Service) IsOwner(userID string) bool { return s.owners[userID] }
+
+// Allows reports whether the endpoint accepts the HTTP method.
+func (e *Endpoint) Allows(method string) bool { return e.methods[method] }
+
+// UnitCost is the units one call costs or reserves.
+func (e *Endpoint) UnitCost() billing.Units {
+	if e.Cost == nil {
+		return billing.Scale
+	}
+	return *e.Cost
+}

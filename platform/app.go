@@ -1,0 +1,177 @@
+// Package platform is the `platform` Caddy app: it owns the catalog (from the
+// configuration) and the store (a bbolt file shared across config reloads),
+// and hands both to the platform_gateway and platform_usage handlers. It also
+// serves the admin API (admin.api.platform) and the `caddy platform` CLI.
+package platform
+
+import (
+	"fmt"
+	"net/textproto"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/platformgw/gateway/catalog"
+	"github.com/platformgw/gateway/store"
+)
+
+func init() {
+	caddy.RegisterModule(new(App))
+}
+
+// Defaults of the app's settings.
+const (
+	DefaultBrand              = "Platform"
+	DefaultTimestampTolerance = 5 * time.Minute
+	DefaultJobTTL             = 24 * time.Hour
+	DefaultResultMaxBytes     = 16 << 10
+	DefaultMaxBodyBytes       = 10 << 20
+	DefaultUsageMaxBodyBytes  = 1 << 20
+)
+
+// App is the `platform` app: global settings, the service catalog and the
+// store. Configure it in the Caddyfile's global options with a `platform`
+// block (see UnmarshalCaddyfile for the syntax).
+type App struct {
+	// HeaderBrand is the word in X-<Brand>-* headers; "Platform" by
+	// default, "Tollara" for backends written for that platform.
+	HeaderBrand string `json:"header_brand,omitempty"`
+	// Store is the path of the bbolt file; by default platform/platform.db
+	// under Caddy's data directory.
+	Store string `json:"store,omitempty"`
+	// PublicURL is the base URL (scheme://host[:port]) used to build the
+	// absolute progress and callback URLs of async jobs. When empty they
+	// are built from the scheme and Host of the invoking request.
+	PublicURL string `json:"public_url,omitempty"`
+	// Prefixes the routes are served under.
+	Prefixes *Prefixes `json:"prefixes,omitempty"`
+	// TimestampTolerance is how far a signed timestamp may be from now; 5m.
+	TimestampTolerance caddy.Duration `json:"timestamp_tolerance,omitempty"`
+	// JobTTL is how long an async job may stay unfinished; 24h.
+	JobTTL caddy.Duration `json:"job_ttl,omitempty"`
+	// ResultMaxBytes caps an inline job result; 16 KiB.
+	ResultMaxBytes int `json:"result_max_bytes,omitempty"`
+	// MaxBodyBytes caps an invoke request body; 10 MiB.
+	MaxBodyBytes int64 `json:"max_body_bytes,omitempty"`
+	// UsageMaxBodyBytes caps usage and core request bodies; 1 MiB.
+	UsageMaxBodyBytes int64 `json:"usage_max_body_bytes,omitempty"`
+	// Services is the catalog.
+	Services []*catalog.Service `json:"services,omitempty"`
+
+	catalog *catalog.Catalog
+	store   store.Store
+	poolKey string
+	headers Headers
+	logger  *zap.Logger
+	stop    chan struct{}
+}
+
+// Prefixes are the path prefixes of each group of routes. Several prefixes
+// per group may be served at once (the default and the ECS layout).
+type Prefixes struct {
+	Gateway []string `json:"gateway,omitempty"`
+	Usage   []string `json:"usage,omitempty"`
+	Core    []string `json:"core,omitempty"`
+}
+
+// DefaultPrefixes serves the default and the ECS layouts side by side.
+func DefaultPrefixes() Prefixes {
+	return Prefixes{
+		Gateway: []string{"/api", "/gateway/api/v1"},
+		Usage:   []string{"/api/usage", "/usage/api/v1"},
+		Core:    []string{"/api/v1", "/core/api/v1"},
+	}
+}
+
+// Headers are the branded header names, computed once per config.
+type Headers struct {
+	Prefix             string // "x-platform-", lower case, for stripping
+	Signature          string
+	Timestamp          string
+	SigningVersion     string
+	UserID             string
+	ServiceProductID   string
+	Roles              string
+	SubscriptionStatus string
+	BillingModel       string
+	MeasurementType    string
+	UnitLabel          string
+	RequestID          string
+	Units              string
+}
+
+// NewHeaders builds the header names for a brand, spelled as in the
+// specification (X-Platform-User-ID).
+func NewHeaders(brand string) Headers {
+	x := "X-" + brand + "-"
+	return Headers{
+		Prefix:             strings.ToLower(x),
+		Signature:          x + "Signature",
+		Timestamp:          x + "Timestamp",
+		SigningVersion:     x + "Signing-Version",
+		UserID:             x + "User-ID",
+		ServiceProductID:   x + "Service-Product-ID",
+		Roles:              x + "Roles",
+		SubscriptionStatus: x + "Subscription-Status",
+		BillingModel:       x + "Billing-Model",
+		MeasurementType:    x + "Measurement-Type",
+		UnitLabel:          x + "Unit-Label",
+		RequestID:          x + "Request-ID",
+		Units:              textproto.CanonicalMIMEHeaderKey(x + "Units"),
+	}
+}
+
+// CaddyModule returns the Caddy module information.
+func (*App) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: "platform", New: func() caddy.Module { return new(App) }}
+}
+
+func (a *App) defaults() error {
+	if a.HeaderBrand == "" {
+		a.HeaderBrand = DefaultBrand
+	}
+	for _, c := range a.HeaderBrand {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return fmt.Errorf("header_brand %q: letters and digits only", a.HeaderBrand)
+		}
+	}
+	if a.Store == "" {
+		a.Store = filepath.Join(caddy.AppDataDir(), "platform", "platform.db")
+	}
+	if a.Prefixes == nil {
+		p := DefaultPrefixes()
+		a.Prefixes = &p
+	}
+	for _, group := range [][]string{a.Prefixes.Gateway, a.Prefixes.Usage, a.Prefixes.Core} {
+		for _, p := range group {
+			if !strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") && p != "/" {
+				return fmt.Errorf("prefix %q must start with / and not end with /", p)
+			}
+		}
+	}
+	if a.TimestampTolerance <= 0 {
+		a.TimestampTolerance = caddy.Duration(DefaultTimestampTolerance)
+	}
+	if a.JobTTL <= 0 {
+		a.JobTTL = caddy.Duration(DefaultJobTTL)
+	}
+	if a.ResultMaxBytes <= 0 {
+		a.ResultMaxBytes = DefaultResultMaxBytes
+	}
+	if a.MaxBodyBytes <= 0 {
+		a.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if a.UsageMaxBodyBytes <= 0 {
+		a.UsageMaxBodyBytes = DefaultUsageMaxBodyBytes
+	}
+	if a.PublicURL != "" {
+		a.PublicURL = strings.TrimRight(a.PublicURL, "/")
+		if !strings.HasPrefix(a.PublicURL, "http://") && !strings.HasPrefix(a.PublicURL, "https://") {
+			return fmt.Errorf("public_url %q must be an http or https URL", a.PublicURL)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,159 @@
+// Package store defines what the gateway keeps durably: service keys (as
+// hashes), subscriptions with their credits, per-period usage counters, the
+// append-only usage ledger, idempotency claims and async jobs. The interface
+// lets a shared engine serve a fleet of gateways later; boltstore is the
+// embedded implementation.
+//
+// Every metering method runs the billing decision and the writes it implies
+// in one transaction, so a counter always equals the ledger it is derived
+// from and a hard limit is never crossed under any concurrency.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/platformgw/gateway/billing"
+)
+
+// Errors the store returns; callers map them to the JSON error codes.
+var (
+	ErrNotFound  = errors.New("not found")
+	ErrConflict  = errors.New("conflict")
+	ErrNoAccount = errors.New("no subscription")
+)
+
+// Store is the gateway's durable state.
+type Store interface {
+	Keys
+	Subscriptions
+	Meter
+	Jobs
+	// Close releases the store; in-flight commits finish first.
+	Close() error
+}
+
+// KeyRecord is a service key as stored: never the key, only its SHA-256.
+type KeyRecord struct {
+	ID        string    `json:"keyId"`
+	Hash      [32]byte  `json:"-"`
+	UserID    string    `json:"userId"`
+	Roles     []string  `json:"roles,omitempty"`
+	Label     string    `json:"label,omitempty"`
+	Created   time.Time `json:"createdAt"`
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
+	RevokedAt time.Time `json:"revokedAt,omitzero"`
+}
+
+// Keys stores service keys.
+type Keys interface {
+	CreateKey(ctx context.Context, k KeyRecord) error
+	// KeyByHash finds a key, revoked or expired ones included.
+	KeyByHash(ctx context.Context, hash [32]byte) (KeyRecord, error)
+	KeyByID(ctx context.Context, id string) (KeyRecord, error)
+	// ListKeys lists a user's keys, or every key when userID is empty.
+	ListKeys(ctx context.Context, userID string) ([]KeyRecord, error)
+	// RevokeKey marks the key revoked at the given time; revoking twice
+	// keeps the first time.
+	RevokeKey(ctx context.Context, id string, at time.Time) (KeyRecord, error)
+}
+
+// Subscription ties a user to a product of a service.
+type Subscription struct {
+	UserID    string `json:"userId"`
+	ServiceID string `json:"serviceId"`
+	ProductID string `json:"productId"`
+	// Status is ACTIVE, TRIAL, CANCELLING, CANCELLING_PENDING, EXPIRED,
+	// CANCELLED or SUSPENDED.
+	Status string `json:"status"`
+	// StartedAt anchors the billing periods.
+	StartedAt time.Time `json:"startedAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+	// Credits is the prepaid balance after settled charges.
+	Credits     billing.Units `json:"credits"`
+	CreditsHeld billing.Units `json:"creditsHeld"`
+}
+
+// Subscriptions stores subscriptions and credit balances.
+type Subscriptions interface {
+	// PutSubscription creates or updates the subscription of a user to a
+	// service. StartedAt and the credit balance are kept on update.
+	PutSubscription(ctx context.Context, s Subscription) (Subscription, error)
+	GetSubscription(ctx context.Context, userID, serviceID string) (Subscription, error)
+	// AddCredits adds (or, negative, removes) prepaid credits.
+	AddCredits(ctx context.Context, userID, serviceID string, amount billing.Units, at time.Time) (Subscription, error)
+}
+
+// Ledger sources.
+const (
+	SourceGateway    = "gateway"
+	SourceReport     = "report"
+	SourceCompletion = "completion"
+)
+
+// Account identifies whose usage is metered under which product.
+type Account struct {
+	UserID    string
+	ServiceID string
+	Product   billing.Product
+	// Free marks a service owner's own call: recorded in the ledger with
+	// no product, never counted against anything.
+	Free bool
+}
+
+// LedgerEntry is one metered event; the ledger is append-only.
+type LedgerEntry struct {
+	Seq            uint64        `json:"seq"`
+	ID             string        `json:"id"`
+	Time           time.Time     `json:"time"`
+	UserID         string        `json:"userId"`
+	ServiceID      string        `json:"serviceId"`
+	EndpointID     string        `json:"endpointId,omitempty"`
+	ProductID      string        `json:"productId,omitempty"`
+	RequestID      string        `json:"requestId,omitempty"`
+	Units          billing.Units `json:"units"`
+	Overage        billing.Units `json:"overage,omitempty"`
+	Cost           billing.Units `json:"cost,omitempty"`
+	Source         string        `json:"source"`
+	IdempotencyKey string        `json:"idempotencyKey,omitempty"`
+	// UnitsClaimed is what the backend stated when more than a hard limit
+	// allowed to charge; Units is what was charged.
+	UnitsClaimed billing.Units `json:"unitsClaimed,omitempty"`
+}
+
+// Reservation is a hold on units for a call in flight.
+type Reservation struct {
+	ID        string
+	Account   Account
+	Decision  billing.Decision
+	PeriodKey int64 // start of the billing period, Unix seconds
+}
+
+// Meter reserves, settles and records usage.
+type Meter interface {
+	// Reserve holds units for a call before it is forwarded. When the
+	// decision refuses, nothing is written and the reservation is empty.
+	// The returned state is after the hold.
+	Reserve(ctx context.Context, a Account, units billing.Units, now time.Time) (Reservation, billing.Decision, billing.State, error)
+	// Settle releases the hold and charges units (at most what the hard
+	// limits allow), appending the ledger entry. Units zero only releases.
+	Settle(ctx context.Context, r Reservation, units billing.Units, e LedgerEntry) (LedgerEntry, error)
+	// Record charges usage reported after the fact (reports), even past a
+	// limit, returning the entry and the state after it. With a non-empty
+	// e.IdempotencyKey the key is claimed in the same transaction; a
+	// duplicate returns ErrConflict with the first call's stored response.
+	Record(ctx context.Context, a Account, e LedgerEntry, response func(LedgerEntry, billing.State) ([]byte, error)) (stored []byte, err error)
+	// State returns the subscription's current period state.
+	State(ctx context.Context, a Account, now time.Time) (billing.State, error)
+	// ScanLedger calls fn for each entry with from <= Time < to (zero
+	// bounds are open) in time order, stopping at fn's first error.
+	ScanLedger(ctx context.Context, f LedgerFilter, fn func(LedgerEntry) error) error
+}
+
+// LedgerFilter narrows a ledger scan.
+type LedgerFilter struct {
+	UserID    string
+	ServiceID string
+	From, To  time.Time
+}
