@@ -30,6 +30,8 @@ type Store interface {
 	Subscriptions
 	Meter
 	Jobs
+	// PruneIdempotency forgets idempotency keys claimed before cutoff.
+	PruneIdempotency(ctx context.Context, cutoff time.Time) (int, error)
 	// Close releases the store; in-flight commits finish first.
 	Close() error
 }
@@ -104,14 +106,17 @@ type Account struct {
 
 // LedgerEntry is one metered event; the ledger is append-only.
 type LedgerEntry struct {
-	Seq            uint64        `json:"seq"`
-	ID             string        `json:"id"`
-	Time           time.Time     `json:"time"`
-	UserID         string        `json:"userId"`
-	ServiceID      string        `json:"serviceId"`
-	EndpointID     string        `json:"endpointId,omitempty"`
-	ProductID      string        `json:"productId,omitempty"`
-	RequestID      string        `json:"requestId,omitempty"`
+	Seq        uint64    `json:"seq"`
+	ID         string    `json:"id"`
+	Time       time.Time `json:"time"`
+	UserID     string    `json:"userId"`
+	ServiceID  string    `json:"serviceId"`
+	EndpointID string    `json:"endpointId,omitempty"`
+	ProductID  string    `json:"productId,omitempty"`
+	RequestID  string    `json:"requestId,omitempty"`
+	// OccurredAt is when the usage happened as its reporter says (a
+	// report's timestamp); Time is when the gateway recorded it.
+	OccurredAt     time.Time     `json:"occurredAt,omitzero"`
 	Units          billing.Units `json:"units"`
 	Overage        billing.Units `json:"overage,omitempty"`
 	Cost           billing.Units `json:"cost,omitempty"`

@@ -1,0 +1,257 @@
+// Package boltstore is the embedded implementation of store.Store on a bbolt
+// file. All writes go through one commit loop that takes whatever queued up
+// during the previous commit and writes it in a single fsync'd transaction
+// (group commit with no fixed delay), so durability costs one fsync per batch
+// rather than per request and throughput does not collapse under load.
+package boltstore
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/platformgw/gateway/store"
+)
+
+// Top-level buckets. Keys are fixed layouts so scans come out ordered.
+var (
+	bucketKeys         = []byte("keys")          // sha256(key) -> keyRecord
+	bucketKeyIDs       = []byte("key_ids")       // key id -> sha256(key)
+	bucketKeyUsers     = []byte("key_users")     // user \0 key id -> sha256(key)
+	bucketSubs         = []byte("subscriptions") // user \0 service -> Subscription
+	bucketCounters     = []byte("counters")      // user \0 service \0 period(8) -> counter
+	bucketLedger       = []byte("ledger")        // time(8) seq(8) -> LedgerEntry
+	bucketReservations = []byte("reservations")  // reservation id -> reservation
+	bucketIdempotency  = []byte("idempotency")   // service \0 key -> idemRecord
+	bucketJobs         = []byte("jobs")          // job id -> Job
+	bucketOpenJobs     = []byte("jobs_open")     // expires(8) id -> nil
+)
+
+var allBuckets = [][]byte{
+	bucketKeys, bucketKeyIDs, bucketKeyUsers, bucketSubs, bucketCounters, bucketLedger,
+	bucketReservations, bucketIdempotency, bucketJobs, bucketOpenJobs,
+}
+
+// ErrClosed is returned for writes after Close.
+var ErrClosed = errors.New("store closed")
+
+// maxBatch bounds how many queued writes share one transaction.
+const maxBatch = 2048
+
+// Store is a bbolt-backed store.Store.
+type Store struct {
+	db   *bolt.DB
+	path string
+
+	ops       chan *op
+	closing   chan struct{}
+	loopDone  chan struct{}
+	closeOnce sync.Once
+
+	// commitObserver, when set, is told how long each group commit took
+	// and how many writes it carried (for metrics).
+	commitObserver func(d time.Duration, writes int)
+
+	lastLedgerTime int64 // only touched inside the commit loop
+}
+
+type op struct {
+	fn   func(tx *bolt.Tx) error
+	done chan error
+}
+
+// Open opens (creating if needed) the store file at path, releases any
+// reservation a crash left behind, and starts the commit loop.
+func Open(path string) (*Store, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("create store directory: %w", err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	s := &Store{
+		db:       db,
+		path:     path,
+		ops:      make(chan *op, maxBatch),
+		closing:  make(chan struct{}),
+		loopDone: make(chan struct{}),
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		if k, _ := tx.Bucket(bucketLedger).Cursor().Last(); k != nil {
+			s.lastLedgerTime = int64(binary.BigEndian.Uint64(k))
+		}
+		return releaseAbandoned(tx)
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("initialise store %s: %w", path, err)
+	}
+	go s.loop()
+	return s, nil
+}
+
+// Path is the file the store lives in.
+func (s *Store) Path() string { return s.path }
+
+// ObserveCommits sets a function told about every group commit.
+func (s *Store) ObserveCommits(fn func(d time.Duration, writes int)) { s.commitObserver = fn }
+
+// Close waits for queued writes to commit, then closes the file.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() { close(s.closing) })
+	<-s.loopDone
+	return s.db.Close()
+}
+
+// update queues fn for the next group commit and waits until it is durable.
+// fn may run more than once (when another write in its batch fails), so it
+// must set its results afresh on each run.
+func (s *Store) update(fn func(tx *bolt.Tx) error) error {
+	o := &op{fn: fn, done: make(chan error, 1)}
+	select {
+	case s.ops <- o:
+	case <-s.closing:
+		return ErrClosed
+	}
+	return <-o.done
+}
+
+func (s *Store) loop() {
+	defer close(s.loopDone)
+	batch := make([]*op, 0, maxBatch)
+	for {
+		var first *op
+		select {
+		case first = <-s.ops:
+		case <-s.closing:
+			// Drain what was queued before Close so no caller hangs.
+			for {
+				select {
+				case o := <-s.ops:
+					s.commit([]*op{o})
+				default:
+					return
+				}
+			}
+		}
+		batch = append(batch[:0], first)
+	fill:
+		for len(batch) < maxBatch {
+			select {
+			case o := <-s.ops:
+				batch = append(batch, o)
+			default:
+				break fill
+			}
+		}
+		s.commit(batch)
+	}
+}
+
+// commit writes a batch in one transaction. When one write fails, the
+// transaction is rolled back and every write of the batch is retried in a
+// transaction of its own, so one bad write never takes others down with it.
+func (s *Store) commit(batch []*op) {
+	start := time.Now()
+	last := s.lastLedgerTime
+	failed := false
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		for _, o := range batch {
+			if err := o.fn(tx); err != nil {
+				failed = true
+				return err
+			}
+		}
+		return nil
+	})
+	if failed {
+		s.lastLedgerTime = last
+		for _, o := range batch {
+			keep := s.lastLedgerTime
+			err := s.db.Update(o.fn)
+			if err != nil {
+				s.lastLedgerTime = keep
+			}
+			o.done <- err
+		}
+		return
+	}
+	if err != nil {
+		s.lastLedgerTime = last
+	}
+	if s.commitObserver != nil {
+		s.commitObserver(time.Since(start), len(batch))
+	}
+	for _, o := range batch {
+		o.done <- err
+	}
+}
+
+// view runs a read-only transaction.
+func (s *Store) view(fn func(tx *bolt.Tx) error) error { return s.db.View(fn) }
+
+func getJSON(b *bolt.Bucket, key []byte, v any) error {
+	raw := b.Get(key)
+	if raw == nil {
+		return store.ErrNotFound
+	}
+	return json.Unmarshal(raw, v)
+}
+
+func putJSON(b *bolt.Bucket, key []byte, v any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return b.Put(key, raw)
+}
+
+// joinKey builds a composite key of parts separated by NUL bytes. Ids never
+// contain NUL (the catalog and the handlers refuse it), so the layout is
+// unambiguous and prefix scans by user work.
+func joinKey(parts ...string) []byte {
+	n := 0
+	for _, p := range parts {
+		n += len(p) + 1
+	}
+	k := make([]byte, 0, n)
+	for i, p := range parts {
+		if i > 0 {
+			k = append(k, 0)
+		}
+		k = append(k, p...)
+	}
+	return k
+}
+
+func u64(v uint64) []byte {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], v)
+	return b[:]
+}
+
+var _ store.Store = (*Store)(nil)
+
+// ctxErr lets callers give up waiting before a write is queued; once queued,
+// a write is always waited for, because its effect is unknown until it
+// commits.
+func ctxErr(ctx context.Context) error {
+	if ctx == nil {
+		return nil
+	}
+	return ctx.Err()
+}

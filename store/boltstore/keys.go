@@ -1,0 +1,192 @@
+package boltstore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/platformgw/gateway/billing"
+	"github.com/platformgw/gateway/store"
+)
+
+// CreateKey stores a new key under its hash.
+func (s *Store) CreateKey(ctx context.Context, k store.KeyRecord) error {
+	if err := ctxErr(ctx); err != nil {
+		return err
+	}
+	return s.update(func(tx *bolt.Tx) error {
+		keys := tx.Bucket(bucketKeys)
+		if keys.Get(k.Hash[:]) != nil || tx.Bucket(bucketKeyIDs).Get([]byte(k.ID)) != nil {
+			return fmt.Errorf("key %s: %w", k.ID, store.ErrConflict)
+		}
+		if err := putJSON(keys, k.Hash[:], k); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketKeyIDs).Put([]byte(k.ID), k.Hash[:]); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketKeyUsers).Put(joinKey(k.UserID, k.ID), k.Hash[:])
+	})
+}
+
+func readKey(tx *bolt.Tx, hash []byte) (store.KeyRecord, error) {
+	var k store.KeyRecord
+	if err := getJSON(tx.Bucket(bucketKeys), hash, &k); err != nil {
+		return k, err
+	}
+	copy(k.Hash[:], hash)
+	return k, nil
+}
+
+// KeyByHash finds a key by the SHA-256 of its text.
+func (s *Store) KeyByHash(_ context.Context, hash [32]byte) (store.KeyRecord, error) {
+	var k store.KeyRecord
+	err := s.view(func(tx *bolt.Tx) (err error) {
+		k, err = readKey(tx, hash[:])
+		return err
+	})
+	return k, err
+}
+
+// KeyByID finds a key by its id.
+func (s *Store) KeyByID(_ context.Context, id string) (store.KeyRecord, error) {
+	var k store.KeyRecord
+	err := s.view(func(tx *bolt.Tx) (err error) {
+		h := tx.Bucket(bucketKeyIDs).Get([]byte(id))
+		if h == nil {
+			return store.ErrNotFound
+		}
+		k, err = readKey(tx, h)
+		return err
+	})
+	return k, err
+}
+
+// ListKeys lists a user's keys (every key when userID is empty) in id order.
+func (s *Store) ListKeys(_ context.Context, userID string) ([]store.KeyRecord, error) {
+	var out []store.KeyRecord
+	err := s.view(func(tx *bolt.Tx) error {
+		if userID == "" {
+			return tx.Bucket(bucketKeyIDs).ForEach(func(_, h []byte) error {
+				k, err := readKey(tx, h)
+				out = append(out, k)
+				return err
+			})
+		}
+		prefix := append([]byte(userID), 0)
+		c := tx.Bucket(bucketKeyUsers).Cursor()
+		for key, h := c.Seek(prefix); key != nil && bytes.HasPrefix(key, prefix); key, h = c.Next() {
+			k, err := readKey(tx, h)
+			if err != nil {
+				return err
+			}
+			out = append(out, k)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// RevokeKey marks a key revoked; a second revocation keeps the first time.
+func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) (store.KeyRecord, error) {
+	if err := ctxErr(ctx); err != nil {
+		return store.KeyRecord{}, err
+	}
+	var out store.KeyRecord
+	err := s.update(func(tx *bolt.Tx) error {
+		h := tx.Bucket(bucketKeyIDs).Get([]byte(id))
+		if h == nil {
+			return store.ErrNotFound
+		}
+		k, err := readKey(tx, h)
+		if err != nil {
+			return err
+		}
+		if k.RevokedAt.IsZero() {
+			k.RevokedAt = at.UTC()
+			if err := putJSON(tx.Bucket(bucketKeys), h, k); err != nil {
+				return err
+			}
+		}
+		out = k
+		return nil
+	})
+	return out, err
+}
+
+func subKey(userID, serviceID string) []byte { return joinKey(userID, serviceID) }
+
+func readSub(tx *bolt.Tx, userID, serviceID string) (store.Subscription, error) {
+	var sub store.Subscription
+	err := getJSON(tx.Bucket(bucketSubs), subKey(userID, serviceID), &sub)
+	if err == store.ErrNotFound {
+		err = store.ErrNoAccount
+	}
+	return sub, err
+}
+
+func writeSub(tx *bolt.Tx, sub store.Subscription) error {
+	return putJSON(tx.Bucket(bucketSubs), subKey(sub.UserID, sub.ServiceID), sub)
+}
+
+// PutSubscription creates or updates a subscription, keeping its start
+// (the period anchor) and credit balance.
+func (s *Store) PutSubscription(ctx context.Context, sub store.Subscription) (store.Subscription, error) {
+	if err := ctxErr(ctx); err != nil {
+		return sub, err
+	}
+	var out store.Subscription
+	err := s.update(func(tx *bolt.Tx) error {
+		next := sub
+		if cur, err := readSub(tx, sub.UserID, sub.ServiceID); err == nil {
+			next.StartedAt = cur.StartedAt
+			next.Credits = cur.Credits
+			next.CreditsHeld = cur.CreditsHeld
+		} else if err != store.ErrNoAccount {
+			return err
+		} else if next.StartedAt.IsZero() {
+			next.StartedAt = sub.UpdatedAt
+		}
+		if err := writeSub(tx, next); err != nil {
+			return err
+		}
+		out = next
+		return nil
+	})
+	return out, err
+}
+
+// GetSubscription reads a subscription; store.ErrNoAccount when none.
+func (s *Store) GetSubscription(_ context.Context, userID, serviceID string) (store.Subscription, error) {
+	var sub store.Subscription
+	err := s.view(func(tx *bolt.Tx) (err error) {
+		sub, err = readSub(tx, userID, serviceID)
+		return err
+	})
+	return sub, err
+}
+
+// AddCredits changes a prepaid balance by amount.
+func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount billing.Units, at time.Time) (store.Subscription, error) {
+	if err := ctxErr(ctx); err != nil {
+		return store.Subscription{}, err
+	}
+	var out store.Subscription
+	err := s.update(func(tx *bolt.Tx) error {
+		sub, err := readSub(tx, userID, serviceID)
+		if err != nil {
+			return err
+		}
+		sub.Credits += amount
+		sub.UpdatedAt = at.UTC()
+		if err := writeSub(tx, sub); err != nil {
+			return err
+		}
+		out = sub
+		return nil
+	})
+	return out, err
+}

@@ -1,0 +1,376 @@
+package boltstore
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"strconv"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/platformgw/gateway/billing"
+	"github.com/platformgw/gateway/store"
+)
+
+// counter is one subscription's usage in one billing period.
+type counter struct {
+	Used          billing.Units `json:"used"`
+	Reserved      billing.Units `json:"reserved,omitempty"`
+	Spend         billing.Units `json:"spend,omitempty"`
+	ReservedSpend billing.Units `json:"reservedSpend,omitempty"`
+}
+
+// reservation is a hold as stored, so that a crash between reserving and
+// settling releases it at the next start instead of leaking quota.
+type reservation struct {
+	UserID    string           `json:"userId"`
+	ServiceID string           `json:"serviceId"`
+	Product   billing.Product  `json:"product"`
+	Decision  billing.Decision `json:"decision"`
+	PeriodKey int64            `json:"period"`
+}
+
+type idemRecord struct {
+	Created  time.Time `json:"created"`
+	Response []byte    `json:"response"`
+}
+
+func counterKey(userID, serviceID string, period int64) []byte {
+	return append(joinKey(userID, serviceID, ""), u64(uint64(period))...)
+}
+
+// account is a subscription's state in one period, loaded in a write
+// transaction and written back after a change.
+type account struct {
+	sub    store.Subscription
+	key    []byte
+	period int64
+	state  billing.State
+}
+
+func loadAccount(tx *bolt.Tx, userID, serviceID string, p billing.Product, period int64, now time.Time) (*account, error) {
+	sub, err := readSub(tx, userID, serviceID)
+	if err != nil {
+		return nil, err
+	}
+	if period == 0 {
+		start, _ := billing.PeriodBounds(p.Period, p.CalendarPeriods, sub.StartedAt, now)
+		period = start.Unix()
+	}
+	acc := &account{sub: sub, key: counterKey(userID, serviceID, period), period: period}
+	var c counter
+	if err := getJSON(tx.Bucket(bucketCounters), acc.key, &c); err != nil && err != store.ErrNotFound {
+		return nil, err
+	}
+	acc.state = billing.State{
+		Used: c.Used, Reserved: c.Reserved, Spend: c.Spend, ReservedSpend: c.ReservedSpend,
+		Credits: sub.Credits, CreditsHeld: sub.CreditsHeld,
+	}
+	return acc, nil
+}
+
+func (acc *account) save(tx *bolt.Tx, p billing.Product) error {
+	c := counter{Used: acc.state.Used, Reserved: acc.state.Reserved, Spend: acc.state.Spend, ReservedSpend: acc.state.ReservedSpend}
+	if err := putJSON(tx.Bucket(bucketCounters), acc.key, c); err != nil {
+		return err
+	}
+	if p.BillingModel == billing.Prepaid {
+		acc.sub.Credits, acc.sub.CreditsHeld = acc.state.Credits, acc.state.CreditsHeld
+		return writeSub(tx, acc.sub)
+	}
+	return nil
+}
+
+// appendLedger writes e under a key of its time and a sequence number, so
+// the ledger scans in time order. Times never go backwards in the file.
+func (s *Store) appendLedger(tx *bolt.Tx, e *store.LedgerEntry) error {
+	b := tx.Bucket(bucketLedger)
+	seq, err := b.NextSequence()
+	if err != nil {
+		return err
+	}
+	t := e.Time.UnixNano()
+	if t < s.lastLedgerTime {
+		t = s.lastLedgerTime
+	}
+	s.lastLedgerTime = t
+	e.Seq = seq
+	e.ID = "led_" + strconv.FormatUint(seq, 10)
+	e.Time = time.Unix(0, t).UTC()
+	return putJSON(b, append(u64(uint64(t)), u64(seq)...), e)
+}
+
+// Reserve holds units for a call in flight.
+func (s *Store) Reserve(ctx context.Context, a store.Account, units billing.Units, now time.Time) (store.Reservation, billing.Decision, billing.State, error) {
+	if a.Free {
+		return store.Reservation{Account: a}, billing.Decision{Allowed: true, Units: units}, billing.State{}, nil
+	}
+	if err := ctxErr(ctx); err != nil {
+		return store.Reservation{}, billing.Decision{}, billing.State{}, err
+	}
+	var (
+		res   store.Reservation
+		dec   billing.Decision
+		state billing.State
+	)
+	err := s.update(func(tx *bolt.Tx) error {
+		res = store.Reservation{}
+		acc, err := loadAccount(tx, a.UserID, a.ServiceID, a.Product, 0, now)
+		if err != nil {
+			return err
+		}
+		dec = billing.Decide(a.Product, acc.state, units)
+		state = acc.state
+		if !dec.Allowed {
+			return nil
+		}
+		acc.state.Hold(a.Product, dec)
+		if err := acc.save(tx, a.Product); err != nil {
+			return err
+		}
+		b := tx.Bucket(bucketReservations)
+		seq, err := b.NextSequence()
+		if err != nil {
+			return err
+		}
+		rec := reservation{UserID: a.UserID, ServiceID: a.ServiceID, Product: a.Product, Decision: dec, PeriodKey: acc.period}
+		if err := putJSON(b, u64(seq), rec); err != nil {
+			return err
+		}
+		state = acc.state
+		res = store.Reservation{ID: strconv.FormatUint(seq, 10), Account: a, Decision: dec, PeriodKey: acc.period}
+		return nil
+	})
+	return res, dec, state, err
+}
+
+// Settle releases a reservation and charges units, capped at what the hard
+// limits allow; e is appended to the ledger when anything is charged.
+func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.Units, e store.LedgerEntry) (store.LedgerEntry, error) {
+	if r.ID == "" && (!r.Account.Free || units <= 0) {
+		return e, nil // nothing was held, nothing to record
+	}
+	var out store.LedgerEntry
+	err := s.update(func(tx *bolt.Tx) error {
+		entry := e
+		entry.Units = units
+		if r.Account.Free {
+			entry.ProductID = ""
+			out = entry
+			return s.appendLedger(tx, &out)
+		}
+		seq, err := strconv.ParseUint(r.ID, 10, 64)
+		if err != nil {
+			return err
+		}
+		rb := tx.Bucket(bucketReservations)
+		if rb.Get(u64(seq)) == nil {
+			return store.ErrNotFound // already settled
+		}
+		if err := rb.Delete(u64(seq)); err != nil {
+			return err
+		}
+		p := r.Account.Product
+		acc, err := loadAccount(tx, r.Account.UserID, r.Account.ServiceID, p, r.PeriodKey, entry.Time)
+		if err != nil {
+			return err
+		}
+		acc.state.Unhold(p, r.Decision)
+		out = store.LedgerEntry{}
+		if units > 0 {
+			dec := billing.Decide(p, acc.state, units)
+			if !dec.Allowed {
+				entry.UnitsClaimed = units
+				entry.Units = billing.Fit(p, acc.state, units)
+				dec = billing.Decide(p, acc.state, entry.Units)
+			}
+			acc.state.Charge(p, dec)
+			entry.Overage, entry.Cost = dec.Overage, dec.Cost
+			if entry.Units > 0 || entry.UnitsClaimed > 0 {
+				if err := s.appendLedger(tx, &entry); err != nil {
+					return err
+				}
+				out = entry
+			}
+		}
+		return acc.save(tx, p)
+	})
+	return out, err
+}
+
+// Record charges usage reported after the fact; see store.Meter.
+func (s *Store) Record(ctx context.Context, a store.Account, e store.LedgerEntry, response func(store.LedgerEntry, billing.State) ([]byte, error)) ([]byte, error) {
+	if err := ctxErr(ctx); err != nil {
+		return nil, err
+	}
+	var (
+		stored []byte
+		dup    bool
+	)
+	err := s.update(func(tx *bolt.Tx) error {
+		stored, dup = nil, false
+		var idemKey []byte
+		if e.IdempotencyKey != "" {
+			idemKey = joinKey(a.ServiceID, e.IdempotencyKey)
+			var rec idemRecord
+			if err := getJSON(tx.Bucket(bucketIdempotency), idemKey, &rec); err == nil {
+				stored, dup = rec.Response, true
+				return nil
+			} else if err != store.ErrNotFound {
+				return err
+			}
+		}
+		entry := e
+		state, err := s.charge(tx, a, &entry)
+		if err != nil {
+			return err
+		}
+		body, err := response(entry, state)
+		if err != nil {
+			return err
+		}
+		if idemKey != nil {
+			if err := putJSON(tx.Bucket(bucketIdempotency), idemKey, idemRecord{Created: entry.Time, Response: body}); err != nil {
+				return err
+			}
+		}
+		stored = body
+		return nil
+	})
+	if err == nil && dup {
+		err = store.ErrConflict
+	}
+	return stored, err
+}
+
+// charge meters entry.Units to a without enforcing limits (the work is
+// done) and appends the entry; the state after is returned.
+func (s *Store) charge(tx *bolt.Tx, a store.Account, entry *store.LedgerEntry) (billing.State, error) {
+	if a.Free {
+		entry.ProductID = ""
+		return billing.State{}, s.appendLedger(tx, entry)
+	}
+	acc, err := loadAccount(tx, a.UserID, a.ServiceID, a.Product, 0, entry.Time)
+	if err != nil {
+		return billing.State{}, err
+	}
+	dec := billing.Decide(a.Product, acc.state, entry.Units)
+	acc.state.Charge(a.Product, dec)
+	entry.Overage, entry.Cost = dec.Overage, dec.Cost
+	if err := acc.save(tx, a.Product); err != nil {
+		return billing.State{}, err
+	}
+	return acc.state, s.appendLedger(tx, entry)
+}
+
+// State returns the subscription's state in the period containing now.
+func (s *Store) State(_ context.Context, a store.Account, now time.Time) (billing.State, error) {
+	var st billing.State
+	if a.Free {
+		return st, nil
+	}
+	err := s.view(func(tx *bolt.Tx) error {
+		acc, err := loadAccount(tx, a.UserID, a.ServiceID, a.Product, 0, now)
+		if err != nil {
+			return err
+		}
+		st = acc.state
+		return nil
+	})
+	return st, err
+}
+
+// scanChunk is how many ledger entries one read transaction copies out, so
+// an export streams a ledger of any size in bounded memory without holding
+// a transaction open while the caller writes.
+const scanChunk = 512
+
+// ScanLedger streams matching entries in time order.
+func (s *Store) ScanLedger(ctx context.Context, f store.LedgerFilter, fn func(store.LedgerEntry) error) error {
+	var seek []byte
+	if !f.From.IsZero() {
+		seek = u64(uint64(f.From.UnixNano()))
+	}
+	var end uint64
+	if !f.To.IsZero() {
+		end = uint64(f.To.UnixNano())
+	}
+	for {
+		if err := ctxErr(ctx); err != nil {
+			return err
+		}
+		var chunk []store.LedgerEntry
+		var resume []byte
+		err := s.view(func(tx *bolt.Tx) error {
+			c := tx.Bucket(bucketLedger).Cursor()
+			k, v := c.First()
+			if seek != nil {
+				k, v = c.Seek(seek)
+			}
+			for scanned := 0; k != nil; k, v = c.Next() {
+				if end != 0 && binary.BigEndian.Uint64(k) >= end {
+					return nil
+				}
+				if len(chunk) == scanChunk || scanned == 8*scanChunk {
+					resume = append([]byte(nil), k...)
+					return nil
+				}
+				scanned++
+				var e store.LedgerEntry
+				if err := json.Unmarshal(v, &e); err != nil {
+					return err
+				}
+				if (f.UserID == "" || e.UserID == f.UserID) && (f.ServiceID == "" || e.ServiceID == f.ServiceID) {
+					chunk = append(chunk, e)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, e := range chunk {
+			if err := fn(e); err != nil {
+				return err
+			}
+		}
+		if resume == nil {
+			return nil
+		}
+		seek = resume
+	}
+}
+
+// releaseAbandoned returns every hold a crash left behind: a call that was
+// in flight when the process died never answered its caller, so it is not
+// charged.
+func releaseAbandoned(tx *bolt.Tx) error {
+	rb := tx.Bucket(bucketReservations)
+	var keys [][]byte
+	err := rb.ForEach(func(k, v []byte) error {
+		var r reservation
+		if err := json.Unmarshal(v, &r); err != nil {
+			return err
+		}
+		keys = append(keys, append([]byte(nil), k...))
+		acc, err := loadAccount(tx, r.UserID, r.ServiceID, r.Product, r.PeriodKey, time.Now())
+		if err == store.ErrNoAccount {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		acc.state.Unhold(r.Product, r.Decision)
+		return acc.save(tx, r.Product)
+	})
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := rb.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
