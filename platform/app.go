@@ -16,6 +16,7 @@ import (
 
 	"github.com/platformgw/gateway/catalog"
 	"github.com/platformgw/gateway/store"
+	"github.com/platformgw/gateway/store/boltstore"
 )
 
 func init() {
@@ -61,12 +62,15 @@ type App struct {
 	// Services is the catalog.
 	Services []*catalog.Service `json:"services,omitempty"`
 
-	catalog *catalog.Catalog
-	store   store.Store
-	poolKey string
-	headers Headers
-	logger  *zap.Logger
-	stop    chan struct{}
+	catalog  *catalog.Catalog
+	store    store.Store
+	bolt     *boltstore.Store
+	poolKey  string
+	headers  Headers
+	logger   *zap.Logger
+	metrics  *metrics
+	limiters *limiterSet
+	stop     chan struct{}
 }
 
 // Prefixes are the path prefixes of each group of routes. Several prefixes

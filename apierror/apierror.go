@@ -1,0 +1,125 @@
+// Package apierror builds the one JSON error body of the wire contract:
+// {"code","message","retryAfter"?,"requestId"?,"field"?} with the status
+// that belongs to the code. Every handler refuses through it.
+package apierror
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Codes of the wire contract.
+const (
+	MissingKey                   = "missing_key"
+	InvalidKey                   = "invalid_key"
+	KeyRevoked                   = "key_revoked"
+	KeyExpired                   = "key_expired"
+	InvalidSignature             = "invalid_signature"
+	StaleTimestamp               = "stale_timestamp"
+	NoSubscription               = "no_subscription"
+	SubscriptionInactive         = "subscription_inactive"
+	InsufficientCredits          = "insufficient_credits"
+	Forbidden                    = "forbidden"
+	ServiceNotFound              = "service_not_found"
+	EndpointNotFound             = "endpoint_not_found"
+	RequestNotFound              = "request_not_found"
+	NotFound                     = "not_found"
+	MethodNotAllowed             = "method_not_allowed"
+	RequestAlreadyCompleted      = "request_already_completed"
+	PayloadTooLarge              = "payload_too_large"
+	InvalidRequest               = "invalid_request"
+	UnsupportedMediaType         = "unsupported_media_type"
+	TimeUnitInvocationNotAllowed = "time_unit_invocation_not_allowed"
+	QuotaExceeded                = "quota_exceeded"
+	RateLimited                  = "rate_limited"
+	ServiceError                 = "service_error"
+	ServiceTimeout               = "service_timeout"
+	InternalError                = "internal_error"
+)
+
+var statuses = map[string]int{
+	MissingKey:                   http.StatusUnauthorized,
+	InvalidKey:                   http.StatusUnauthorized,
+	KeyRevoked:                   http.StatusUnauthorized,
+	KeyExpired:                   http.StatusUnauthorized,
+	InvalidSignature:             http.StatusUnauthorized,
+	StaleTimestamp:               http.StatusUnauthorized,
+	NoSubscription:               http.StatusForbidden,
+	SubscriptionInactive:         http.StatusForbidden,
+	InsufficientCredits:          http.StatusForbidden,
+	Forbidden:                    http.StatusForbidden,
+	ServiceNotFound:              http.StatusNotFound,
+	EndpointNotFound:             http.StatusNotFound,
+	RequestNotFound:              http.StatusNotFound,
+	NotFound:                     http.StatusNotFound,
+	MethodNotAllowed:             http.StatusMethodNotAllowed,
+	RequestAlreadyCompleted:      http.StatusConflict,
+	PayloadTooLarge:              http.StatusRequestEntityTooLarge,
+	InvalidRequest:               http.StatusBadRequest,
+	UnsupportedMediaType:         http.StatusUnsupportedMediaType,
+	TimeUnitInvocationNotAllowed: http.StatusBadRequest,
+	QuotaExceeded:                http.StatusTooManyRequests,
+	RateLimited:                  http.StatusTooManyRequests,
+	ServiceError:                 http.StatusBadGateway,
+	ServiceTimeout:               http.StatusGatewayTimeout,
+	InternalError:                http.StatusInternalServerError,
+}
+
+// Status returns the HTTP status of a code (500 for an unknown code).
+func Status(code string) int {
+	if s, ok := statuses[code]; ok {
+		return s
+	}
+	return http.StatusInternalServerError
+}
+
+// Error is a refusal on its way to the caller; it is also a Go error so
+// deep code can return it and the handler write it.
+type Error struct {
+	Code       string `json:"code"`
+	Message    string `json:"message"`
+	RetryAfter int    `json:"retryAfter,omitempty"`
+	RequestID  string `json:"requestId,omitempty"`
+	Field      string `json:"field,omitempty"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// New makes an error with a code and message.
+func New(code, message string) *Error { return &Error{Code: code, Message: message} }
+
+// Invalid makes an invalid_request error naming the offending field.
+func Invalid(field, message string) *Error {
+	return &Error{Code: InvalidRequest, Message: message, Field: field}
+}
+
+// WithRetry sets the seconds after which a retry may succeed (rounded up,
+// at least 1), sent in the body and the Retry-After header.
+func (e *Error) WithRetry(d time.Duration) *Error {
+	s := int((d + time.Second - 1) / time.Second)
+	e.RetryAfter = max(s, 1)
+	return e
+}
+
+// WithRequestID names the request the error belongs to.
+func (e *Error) WithRequestID(id string) *Error {
+	e.RequestID = id
+	return e
+}
+
+// Write sends the error as JSON with its status.
+func Write(w http.ResponseWriter, e *Error) {
+	body, _ := json.Marshal(e)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Length", strconv.Itoa(len(body)+1))
+	if e.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
+	w.WriteHeader(Status(e.Code))
+	w.Write(append(body, '\n'))
+}

@@ -1,0 +1,64 @@
+package platform
+
+import (
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/platformgw/gateway/billing"
+)
+
+// limiterSet holds one token bucket per key and service. It is shared by
+// every config so a reload does not hand every key a fresh burst.
+type limiterSet struct {
+	mu sync.Mutex
+	m  map[limiterKey]*rate.Limiter
+}
+
+type limiterKey struct {
+	keyID, serviceID string
+	limit            billing.RateLimit
+}
+
+var sharedLimiters = &limiterSet{m: make(map[limiterKey]*rate.Limiter)}
+
+func newLimiterSet() *limiterSet { return sharedLimiters }
+
+// maxLimiters bounds memory: past it, idle buckets (full again) are dropped.
+const maxLimiters = 1 << 20
+
+// Allow takes one token from the bucket of a key on a service; when none is
+// left it says how long until one is.
+func (a *App) Allow(keyID, serviceID string, rl *billing.RateLimit, t time.Time) (ok bool, retryAfter time.Duration, remaining int) {
+	if rl == nil {
+		return true, 0, -1
+	}
+	window := time.Duration(max(rl.WindowSeconds, 1)) * time.Second
+	burst := rl.Burst
+	if burst <= 0 {
+		burst = rl.Requests
+	}
+	k := limiterKey{keyID: keyID, serviceID: serviceID, limit: *rl}
+	s := a.limiters
+	s.mu.Lock()
+	lim := s.m[k]
+	if lim == nil {
+		if len(s.m) >= maxLimiters {
+			for key, l := range s.m {
+				if l.TokensAt(t) >= float64(l.Burst()) {
+					delete(s.m, key)
+				}
+			}
+		}
+		lim = rate.NewLimiter(rate.Limit(float64(rl.Requests)/window.Seconds()), burst)
+		s.m[k] = lim
+	}
+	s.mu.Unlock()
+	r := lim.ReserveN(t, 1)
+	if d := r.DelayFrom(t); d > 0 {
+		r.CancelAt(t)
+		return false, d, 0
+	}
+	return true, 0, int(lim.TokensAt(t))
+}

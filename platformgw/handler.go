@@ -1,0 +1,88 @@
+// Package platformgw is the platform_gateway HTTP handler. It answers the
+// invoke routes: it checks the caller's service key, subscription, credits,
+// quota and rate limit, reserves the call's units, signs the request for the
+// backend (signing version 3) and hands it to the reverse_proxy handler that
+// follows it in the route, then meters what the backend answered.
+//
+// It also provides the two small modules that let one reverse_proxy serve
+// every service of the catalog: the `platform` dynamic upstream source and
+// the `platform` transport, which pick the backend chosen by the gateway.
+package platformgw
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/platformgw/gateway/apierror"
+	"github.com/platformgw/gateway/platform"
+)
+
+func init() {
+	caddy.RegisterModule(new(Handler))
+}
+
+// Handler is the platform_gateway handler. It has no settings of its own:
+// everything comes from the `platform` app.
+type Handler struct {
+	app    *platform.App
+	logger *zap.Logger
+}
+
+// CaddyModule returns the Caddy module information.
+func (*Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.platform_gateway",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}
+
+// Provision takes the catalog and store from the platform app.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	appIface, err := ctx.App("platform")
+	if err != nil {
+		return fmt.Errorf("platform_gateway needs the platform app: %w", err)
+	}
+	h.app = appIface.(*platform.App)
+	h.logger = ctx.Logger()
+	return nil
+}
+
+// ServeHTTP answers invoke routes under the gateway prefixes, refuses
+// anything else under .../service/, and passes other paths on untouched.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	route, ok := parseInvokePath(h.app.Prefixes.Gateway, r.URL.Path)
+	if !ok {
+		return next.ServeHTTP(w, r)
+	}
+	if route.bad {
+		h.refuse(w, r, "", apierror.New(apierror.NotFound, "no such route; invoke paths are {prefix}/service/{serviceId}/endpoint/{endpointId}/invoke[/async]"))
+		return nil
+	}
+	return h.invoke(w, r, route, next)
+}
+
+// refuse writes a JSON error, counts and logs it (never a key or secret).
+func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, requestID string, e *apierror.Error) {
+	if requestID != "" {
+		e.RequestID = requestID
+		w.Header().Set(h.app.Headers().RequestID, requestID)
+	}
+	h.app.CountRejection(e.Code)
+	h.logger.Info("invoke refused",
+		zap.String("code", e.Code),
+		zap.String("request_id", requestID),
+		zap.String("method", r.Method),
+		zap.String("path", r.URL.Path),
+		zap.String("remote", r.RemoteAddr))
+	apierror.Write(w, e)
+}
+
+// Interface guards.
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+)

@@ -1,0 +1,297 @@
+package platformgw
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	"github.com/platformgw/gateway/apierror"
+	"github.com/platformgw/gateway/billing"
+	"github.com/platformgw/gateway/catalog"
+	"github.com/platformgw/gateway/servicekey"
+	"github.com/platformgw/gateway/signing"
+	"github.com/platformgw/gateway/store"
+)
+
+// call is one invocation as it passes the checks.
+type call struct {
+	route     invokeRoute
+	requestID string
+	started   time.Time
+	key       store.KeyRecord
+	svc       *catalog.Service
+	ep        *catalog.Endpoint
+	product   *billing.Product // nil for a service owner
+	account   store.Account
+	user      signing.UserContext
+	body      []byte
+	allowance allowance
+}
+
+// grantsAccess lists the subscription statuses that may invoke.
+var grantsAccess = map[string]bool{
+	"ACTIVE": true, "TRIAL": true, "CANCELLING": true, "CANCELLING_PENDING": true,
+}
+
+// GrantsAccess reports whether a subscription status may invoke.
+func GrantsAccess(status string) bool { return grantsAccess[strings.ToUpper(status)] }
+
+func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, route invokeRoute, next caddyhttp.Handler) error {
+	hd := h.app.Headers()
+	c := &call{route: route, requestID: uuid.NewString(), started: h.app.Now()}
+	w.Header().Set(hd.RequestID, c.requestID)
+	if e := h.admit(r, c); e != nil {
+		h.app.CountInvoke(route.serviceID, route.endpointID, mode(route), "rejected")
+		if c.allowance.set {
+			c.allowance.write(w.Header())
+		}
+		h.refuse(w, r, c.requestID, e)
+		return nil
+	}
+	if route.async {
+		return h.invokeAsync(w, r, c, next)
+	}
+	return h.invokeSync(w, r, c, next)
+}
+
+func mode(r invokeRoute) string {
+	if r.async {
+		return "async"
+	}
+	return "sync"
+}
+
+// admit runs every check that may refuse the call, in the order a caller
+// can fix them: credentials, route, subscription, limits, body.
+func (h *Handler) admit(r *http.Request, c *call) *apierror.Error {
+	key, e := h.authenticate(r)
+	if e != nil {
+		return e
+	}
+	c.key = key
+	svc, ok := h.app.Catalog().Service(c.route.serviceID)
+	if !ok {
+		return apierror.New(apierror.ServiceNotFound, "no service "+quote(c.route.serviceID))
+	}
+	ep, ok := svc.Endpoint(c.route.endpointID)
+	if !ok {
+		return apierror.New(apierror.EndpointNotFound, "service "+svc.ID+" has no endpoint "+quote(c.route.endpointID))
+	}
+	c.svc, c.ep = svc, ep
+	if !ep.Allows(r.Method) {
+		return apierror.New(apierror.MethodNotAllowed, "endpoint "+ep.ID+" does not accept "+r.Method)
+	}
+	if c.route.async && !ep.Async {
+		return apierror.New(apierror.EndpointNotFound, "endpoint "+ep.ID+" is not asynchronous; use /invoke")
+	}
+	if r.Header.Get("Upgrade") != "" && !ep.AllowUpgrade {
+		return apierror.Invalid("Upgrade", "endpoint "+ep.ID+" does not allow protocol upgrades")
+	}
+	if e := h.subscription(r.Context(), c); e != nil {
+		return e
+	}
+	if p := c.product; p != nil {
+		if p.MeasurementType == billing.PerTimeUnit && !c.route.async && !ep.Streaming {
+			return apierror.New(apierror.TimeUnitInvocationNotAllowed,
+				"a PER_TIME_UNIT product is invoked asynchronously, or synchronously only on a streaming endpoint")
+		}
+		ok, wait, remaining := h.app.Allow(key.ID, svc.ID, p.RateLimit, c.started)
+		c.allowance.rate(p.RateLimit, remaining, wait)
+		if !ok {
+			return apierror.New(apierror.RateLimited, "rate limit of this key reached").WithRetry(wait)
+		}
+	}
+	body, e := h.readBody(r)
+	if e != nil {
+		return e
+	}
+	c.body = body
+	return nil
+}
+
+// authenticate resolves the Bearer service key. Malformed keys are refused
+// before any store lookup, by format and checksum.
+func (h *Handler) authenticate(r *http.Request) (store.KeyRecord, *apierror.Error) {
+	auth := r.Header.Get("Authorization")
+	if auth == "" {
+		return store.KeyRecord{}, apierror.New(apierror.MissingKey, "send the service key as Authorization: Bearer <key>")
+	}
+	scheme, token, _ := strings.Cut(auth, " ")
+	token = strings.TrimSpace(token)
+	if !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return store.KeyRecord{}, apierror.New(apierror.MissingKey, "send the service key as Authorization: Bearer <key>")
+	}
+	if !servicekey.WellFormed(token) {
+		return store.KeyRecord{}, apierror.New(apierror.InvalidKey, "the service key is not valid")
+	}
+	key, err := h.app.DataStore().KeyByHash(r.Context(), servicekey.Hash(token))
+	if err != nil {
+		if !errors.Is(err, store.ErrNotFound) {
+			h.logger.Error("key lookup", zap.Error(err))
+			return key, apierror.New(apierror.InternalError, "key lookup failed")
+		}
+		return key, apierror.New(apierror.InvalidKey, "the service key is not valid")
+	}
+	now := h.app.Now()
+	if !key.RevokedAt.IsZero() {
+		return key, apierror.New(apierror.KeyRevoked, "the service key was revoked")
+	}
+	if !key.ExpiresAt.IsZero() && !now.Before(key.ExpiresAt) {
+		return key, apierror.New(apierror.KeyExpired, "the service key expired")
+	}
+	return key, nil
+}
+
+// subscription fills the user context: a service owner calls free, anyone
+// else needs a subscription whose status grants access to a product the
+// service still offers.
+func (h *Handler) subscription(ctx context.Context, c *call) *apierror.Error {
+	c.user = signing.UserContext{UserID: c.key.UserID, Roles: c.key.Roles}
+	if c.svc.IsOwner(c.key.UserID) {
+		c.user.SubscriptionStatus = "ACTIVE"
+		c.account = store.Account{UserID: c.key.UserID, ServiceID: c.svc.ID, Free: true}
+		return nil
+	}
+	sub, err := h.app.DataStore().GetSubscription(ctx, c.key.UserID, c.svc.ID)
+	if errors.Is(err, store.ErrNoAccount) {
+		return apierror.New(apierror.NoSubscription, "no subscription to service "+c.svc.ID)
+	}
+	if err != nil {
+		h.logger.Error("subscription lookup", zap.Error(err))
+		return apierror.New(apierror.InternalError, "subscription lookup failed")
+	}
+	if !GrantsAccess(sub.Status) {
+		return apierror.New(apierror.SubscriptionInactive, "subscription is "+sub.Status)
+	}
+	p, ok := c.svc.Product(sub.ProductID)
+	if !ok {
+		return apierror.New(apierror.SubscriptionInactive, "product "+quote(sub.ProductID)+" is no longer offered")
+	}
+	c.product = p
+	c.account = store.Account{UserID: sub.UserID, ServiceID: c.svc.ID, Product: *p}
+	c.user.ServiceProductID = p.ID
+	c.user.SubscriptionStatus = strings.ToUpper(sub.Status)
+	c.user.BillingModel = p.BillingModel
+	c.user.MeasurementType = p.MeasurementType
+	c.user.UnitLabel = p.UnitLabel
+	return nil
+}
+
+// readBody reads the whole request body (the v3 signature covers it),
+// refusing one over the configured size with 413.
+func (h *Handler) readBody(r *http.Request) ([]byte, *apierror.Error) {
+	limit := h.app.MaxBodyBytes
+	if r.ContentLength > limit {
+		return nil, apierror.New(apierror.PayloadTooLarge, "request body is larger than the limit")
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength))
+	}
+	n, err := buf.ReadFrom(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, apierror.Invalid("body", "could not read the request body")
+	}
+	if n > limit {
+		return nil, apierror.New(apierror.PayloadTooLarge, "request body is larger than the limit")
+	}
+	return buf.Bytes(), nil
+}
+
+// prepareForward strips what the caller may not send to a backend, signs
+// the payload and sets the context headers, and routes the request to the
+// service's backend for the reverse proxy that follows.
+func (h *Handler) prepareForward(r *http.Request, c *call, payload []byte, backendPath string) {
+	hd := h.app.Headers()
+	stripCallerHeaders(r.Header, hd.Prefix)
+	ts := signing.Timestamp(h.app.Now())
+	sig := signing.SignV3(c.svc.SigningSecret(), payload, ts, c.user)
+	set := func(name, value string) { r.Header[name] = []string{value} }
+	set(hd.Signature, sig)
+	set(hd.Timestamp, ts)
+	set(hd.SigningVersion, signing.Version)
+	set(hd.UserID, c.user.UserID)
+	set(hd.ServiceProductID, c.user.ServiceProductID)
+	set(hd.SubscriptionStatus, c.user.SubscriptionStatus)
+	if len(c.user.Roles) > 0 {
+		set(hd.Roles, strings.Join(c.user.Roles, ","))
+	}
+	if c.product != nil {
+		set(hd.BillingModel, c.user.BillingModel)
+		set(hd.MeasurementType, c.user.MeasurementType)
+		set(hd.UnitLabel, c.user.UnitLabel)
+	}
+	set(hd.RequestID, c.requestID)
+
+	r.URL.Path = c.svc.BackendURL().Path + backendPath
+	r.URL.RawPath = ""
+	caddyhttp.SetVar(r.Context(), backendVar, c.svc)
+}
+
+// stripCallerHeaders removes every X-<Brand>-* header a caller sent (also
+// spelled with '_', which CGI-style backends read as the same variable),
+// the Authorization header (the service key never reaches a backend), and
+// Connection tokens naming such headers, which would otherwise make the
+// proxy drop the headers the gateway adds.
+func stripCallerHeaders(h http.Header, prefix string) {
+	for name := range h {
+		if hasBrandPrefix(name, prefix) || strings.EqualFold(name, "Authorization") {
+			delete(h, name)
+		}
+	}
+	conn := h.Values("Connection")
+	if len(conn) == 0 {
+		return
+	}
+	var keep []string
+	for _, v := range conn {
+		for _, tok := range strings.Split(v, ",") {
+			tok = strings.TrimSpace(tok)
+			if tok != "" && !hasBrandPrefix(tok, prefix) {
+				keep = append(keep, tok)
+			}
+		}
+	}
+	if len(keep) == 0 {
+		h.Del("Connection")
+		return
+	}
+	h.Set("Connection", strings.Join(keep, ", "))
+}
+
+// hasBrandPrefix compares case-insensitively, treating '_' as '-'.
+func hasBrandPrefix(name, prefix string) bool {
+	if len(name) < len(prefix) {
+		return false
+	}
+	for i := 0; i < len(prefix); i++ {
+		c := name[i]
+		if c == '_' {
+			c = '-'
+		} else if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != prefix[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func quote(s string) string {
+	if len(s) > 64 {
+		s = s[:64] + "…"
+	}
+	return "\"" + strings.ToValidUTF8(s, "?") + "\""
+}

@@ -1,0 +1,248 @@
+package platformgw
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/platformgw/gateway/apierror"
+	"github.com/platformgw/gateway/billing"
+	"github.com/platformgw/gateway/store"
+)
+
+// reserve holds the call's units before it is forwarded and fills the
+// allowance the caller is shown.
+func (h *Handler) reserve(r *http.Request, c *call) (store.Reservation, *apierror.Error) {
+	res, dec, st, err := h.app.DataStore().Reserve(r.Context(), c.account, c.ep.UnitCost(), c.started)
+	if errors.Is(err, store.ErrNoAccount) {
+		return res, apierror.New(apierror.NoSubscription, "no subscription to service "+c.svc.ID)
+	}
+	if err != nil {
+		h.logger.Error("reserve", zap.Error(err))
+		return res, apierror.New(apierror.InternalError, "could not reserve usage")
+	}
+	if c.product != nil && c.product.Quota != nil {
+		sub, err := h.app.DataStore().GetSubscription(r.Context(), c.account.UserID, c.svc.ID)
+		if err == nil {
+			start, end := billing.PeriodBounds(c.product.Period, c.product.CalendarPeriods, sub.StartedAt, c.started)
+			c.allowance.setQuota(c.product, st, start, end, c.started)
+		}
+	}
+	if !dec.Allowed {
+		e := apierror.New(dec.Code, dec.Reason)
+		if dec.Code == billing.CodeQuotaExceeded {
+			wait := c.allowance.resetAfter()
+			if wait <= 0 { // a spending cap with no quota: it resets with the period
+				wait = time.Hour
+			}
+			e.WithRetry(wait)
+		}
+		return res, e
+	}
+	return res, nil
+}
+
+func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, next caddyhttp.Handler) error {
+	res, e := h.reserve(r, c)
+	if e != nil {
+		h.app.CountInvoke(c.svc.ID, c.ep.ID, "sync", "rejected")
+		c.allowance.write(w.Header())
+		h.refuse(w, r, c.requestID, e)
+		return nil
+	}
+	h.prepareForward(r, c, c.body, c.ep.Path)
+	setBody(r, c.body)
+
+	m := &meterWriter{w: w, r: r, h: h, c: c, res: res}
+	err := next.ServeHTTP(m, r)
+	if !m.wroteHeader {
+		// Nothing reached the caller: the backend was not reached or did
+		// not answer. Not charged.
+		h.release(c, res)
+		h.app.CountInvoke(c.svc.ID, c.ep.ID, "sync", "backend_error")
+		code, msg := apierror.ServiceError, "the service backend could not be reached"
+		var he caddyhttp.HandlerError
+		if errors.As(err, &he) && he.StatusCode == http.StatusGatewayTimeout {
+			code, msg = apierror.ServiceTimeout, "the service backend did not answer in time"
+		}
+		if err != nil {
+			h.logger.Warn("backend unreachable", zap.String("request_id", c.requestID),
+				zap.String("service", c.svc.ID), zap.Error(err))
+		}
+		c.allowance.write(w.Header())
+		h.refuse(w, r, c.requestID, apierror.New(code, msg))
+		return nil
+	}
+	if m.deferred && !m.settled && m.status < 500 {
+		m.settleNow(m.deferredUnits())
+	}
+	if err != nil {
+		h.logger.Debug("response ended early", zap.String("request_id", c.requestID), zap.Error(err))
+	}
+	return nil
+}
+
+// setBody puts the buffered body back for the proxy, with a known length.
+func setBody(r *http.Request, body []byte) {
+	r.Header.Del("Expect")
+	r.TransferEncoding = nil
+	r.ContentLength = int64(len(body))
+	if len(body) == 0 {
+		r.Body = http.NoBody
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+}
+
+// release returns a reservation unused. Like settling, it runs to the end
+// even when the caller has gone away: the hold must not leak.
+func (h *Handler) release(c *call, res store.Reservation) {
+	if res.ID == "" {
+		return
+	}
+	if _, err := h.app.DataStore().Settle(context.Background(), res, 0, store.LedgerEntry{}); err != nil {
+		h.logger.Error("release reservation", zap.String("request_id", c.requestID), zap.Error(err))
+	}
+}
+
+// meterWriter watches the backend's response on its way to the caller: it
+// takes the X-<Brand>-Units header out, settles the call durably before the
+// status line goes out (or, for byte and time measured products, once the
+// body is done), and adds the allowance headers.
+type meterWriter struct {
+	w   http.ResponseWriter
+	r   *http.Request
+	h   *Handler
+	c   *call
+	res store.Reservation
+
+	wroteHeader bool
+	status      int
+	written     int64
+	deferred    bool // settle after the body: PER_BYTE, PER_TIME_UNIT
+	settled     bool
+	failed      bool // settling failed: the backend's answer is withheld
+}
+
+func (m *meterWriter) Header() http.Header { return m.w.Header() }
+
+// Unwrap lets http.ResponseController reach Flush and Hijack (streaming,
+// WebSocket upgrades).
+func (m *meterWriter) Unwrap() http.ResponseWriter { return m.w }
+
+func (m *meterWriter) WriteHeader(status int) {
+	if m.wroteHeader {
+		return
+	}
+	if status >= 100 && status < 200 && status != http.StatusSwitchingProtocols {
+		m.w.WriteHeader(status) // informational, e.g. 103 Early Hints
+		return
+	}
+	m.wroteHeader, m.status = true, status
+	hdr := m.w.Header()
+	unitsName := m.h.app.Headers().Units
+	claimed, claimedOK := m.claimedUnits(hdr.Get(unitsName))
+	hdr.Del(unitsName)
+	m.c.allowance.write(hdr)
+	if status >= 500 {
+		m.h.release(m.c, m.res)
+		m.settled = true
+		m.h.app.CountInvoke(m.c.svc.ID, m.c.ep.ID, "sync", "backend_error")
+		m.w.WriteHeader(status)
+		return
+	}
+	units := m.c.ep.UnitCost()
+	if claimedOK {
+		units = claimed
+	} else if p := m.c.product; p != nil && (p.MeasurementType == billing.PerByte || p.MeasurementType == billing.PerTimeUnit) {
+		m.deferred = true
+	} else if m.c.account.Free && status == http.StatusSwitchingProtocols {
+		m.deferred = true
+	}
+	if !m.deferred {
+		if !m.settleNow(units) {
+			m.failed = true
+			m.c.allowance = allowance{}
+			hdr.Del("Content-Length")
+			hdr.Del("Content-Type")
+			hdr.Del("Content-Encoding")
+			m.h.refuse(m.w, m.r, m.c.requestID,
+				apierror.New(apierror.InternalError, "the call could not be metered; it was not charged"))
+			return
+		}
+	}
+	m.w.WriteHeader(status)
+}
+
+func (m *meterWriter) Write(b []byte) (int, error) {
+	if !m.wroteHeader {
+		m.WriteHeader(http.StatusOK)
+	}
+	if m.failed {
+		return len(b), nil
+	}
+	n, err := m.w.Write(b)
+	m.written += int64(n)
+	return n, err
+}
+
+// ReadFrom keeps byte counting when the proxy copies with io.Copy.
+func (m *meterWriter) ReadFrom(r io.Reader) (int64, error) {
+	return io.Copy(writerOnly{m}, r)
+}
+
+type writerOnly struct{ io.Writer }
+
+func (m *meterWriter) claimedUnits(v string) (billing.Units, bool) {
+	if v == "" {
+		return 0, false
+	}
+	u, err := billing.ParseUnits(v)
+	if err != nil {
+		m.h.logger.Warn("ignoring malformed units header from backend",
+			zap.String("service", m.c.svc.ID), zap.String("request_id", m.c.requestID))
+		return 0, false
+	}
+	return u, true
+}
+
+// deferredUnits measures a finished response: bytes for PER_BYTE, whole
+// seconds (rounded up) from the call's start for PER_TIME_UNIT.
+func (m *meterWriter) deferredUnits() billing.Units {
+	if p := m.c.product; p != nil && p.MeasurementType == billing.PerTimeUnit {
+		return billing.Whole(ceilSeconds(m.h.app.Now().Sub(m.c.started)))
+	}
+	return billing.Whole(m.written)
+}
+
+// settleNow charges units durably; false when the store failed.
+func (m *meterWriter) settleNow(units billing.Units) bool {
+	m.settled = true
+	c := m.c
+	entry := store.LedgerEntry{
+		Time:       m.h.app.Now(),
+		UserID:     c.account.UserID,
+		ServiceID:  c.svc.ID,
+		EndpointID: c.ep.ID,
+		RequestID:  c.requestID,
+		Source:     store.SourceGateway,
+	}
+	if c.product != nil {
+		entry.ProductID = c.product.ID
+	}
+	e, err := m.h.app.DataStore().Settle(context.Background(), m.res, units, entry)
+	if err != nil {
+		m.h.logger.Error("settle", zap.String("request_id", c.requestID), zap.Error(err))
+		m.h.release(c, m.res)
+		return false
+	}
+	m.h.app.CountInvoke(c.svc.ID, c.ep.ID, "sync", "ok")
+	m.h.app.CountUnits(c.svc.ID, store.SourceGateway, int64(e.Units))
+	return true
+}

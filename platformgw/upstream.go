@@ -1,0 +1,141 @@
+package platformgw
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+
+	"github.com/platformgw/gateway/catalog"
+)
+
+func init() {
+	caddy.RegisterModule(Upstreams{})
+	caddy.RegisterModule(new(Transport))
+}
+
+// backendVar is the request variable through which the gateway tells the
+// upstream source and transport which service's backend a request is for.
+const backendVar = "platform.backend"
+
+func backendOf(r *http.Request) (*catalog.Service, bool) {
+	svc, ok := caddyhttp.GetVar(r.Context(), backendVar).(*catalog.Service)
+	return svc, ok
+}
+
+// Upstreams is the `platform` dynamic upstream source: the backend of the
+// service the gateway admitted the request for. A request that did not pass
+// platform_gateway gets no upstream, so the proxy answers 502 rather than
+// forwarding it anywhere.
+//
+//	reverse_proxy {
+//		dynamic platform
+//		transport platform
+//	}
+type Upstreams struct{}
+
+// CaddyModule returns the Caddy module information.
+func (Upstreams) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.reverse_proxy.upstreams.platform",
+		New: func() caddy.Module { return Upstreams{} },
+	}
+}
+
+// upstreamCache keeps one Upstream value per dial address so the proxy's
+// per-host state (in-flight counts, health) is shared between requests.
+var upstreamCache sync.Map // dial address -> []*reverseproxy.Upstream
+
+// GetUpstreams returns the admitted service's backend.
+func (Upstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream, error) {
+	svc, ok := backendOf(r)
+	if !ok {
+		return nil, fmt.Errorf("request was not admitted by platform_gateway")
+	}
+	dial := dialAddress(svc)
+	if ups, ok := upstreamCache.Load(dial); ok {
+		return ups.([]*reverseproxy.Upstream), nil
+	}
+	ups, _ := upstreamCache.LoadOrStore(dial, []*reverseproxy.Upstream{{Dial: dial}})
+	return ups.([]*reverseproxy.Upstream), nil
+}
+
+func dialAddress(svc *catalog.Service) string {
+	u := svc.BackendURL()
+	if u.Port() != "" {
+		return u.Host
+	}
+	if u.Scheme == "https" {
+		return net.JoinHostPort(u.Hostname(), "443")
+	}
+	return net.JoinHostPort(u.Hostname(), "80")
+}
+
+// UnmarshalCaddyfile sets up the source; it takes no options:
+//
+//	dynamic platform
+func (Upstreams) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next()
+	if d.NextArg() || d.NextBlock(0) {
+		return d.Err("dynamic platform takes no options")
+	}
+	return nil
+}
+
+// Transport is the `platform` transport: Caddy's HTTP transport (all its
+// options apply) with TLS available, speaking http or https per request as
+// the admitted service's backend URL says, and sending the backend's own
+// host as Host.
+//
+//	transport platform {
+//		<options of the http transport>
+//	}
+type Transport struct {
+	reverseproxy.HTTPTransport
+}
+
+// CaddyModule returns the Caddy module information.
+func (*Transport) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.reverse_proxy.transport.platform",
+		New: func() caddy.Module { return new(Transport) },
+	}
+}
+
+// Provision enables TLS (used only for https backends) and builds the
+// underlying transport.
+func (t *Transport) Provision(ctx caddy.Context) error {
+	if t.TLS == nil {
+		t.TLS = new(reverseproxy.TLSConfig)
+	}
+	return t.HTTPTransport.Provision(ctx)
+}
+
+// RoundTrip sends the request with the scheme and Host of its backend.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if svc, ok := backendOf(req); ok {
+		u := svc.BackendURL()
+		req.URL.Scheme = u.Scheme
+		req.Host = u.Host
+	}
+	return t.HTTPTransport.RoundTrip(req)
+}
+
+// UnmarshalCaddyfile accepts the options of the http transport.
+func (t *Transport) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	return t.HTTPTransport.UnmarshalCaddyfile(d)
+}
+
+// Interface guards.
+var (
+	_ reverseproxy.UpstreamSource = Upstreams{}
+	_ caddyfile.Unmarshaler       = Upstreams{}
+	_ http.RoundTripper           = (*Transport)(nil)
+	_ caddy.Provisioner           = (*Transport)(nil)
+	_ caddyfile.Unmarshaler       = (*Transport)(nil)
+)
