@@ -16,7 +16,6 @@ import (
 	"github.com/platformgw/gateway/apierror"
 	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/catalog"
-	"github.com/platformgw/gateway/servicekey"
 	"github.com/platformgw/gateway/signing"
 	"github.com/platformgw/gateway/store"
 )
@@ -72,7 +71,7 @@ func mode(r invokeRoute) string {
 // admit runs every check that may refuse the call, in the order a caller
 // can fix them: credentials, route, subscription, limits, body.
 func (h *Handler) admit(r *http.Request, c *call) *apierror.Error {
-	key, e := h.authenticate(r)
+	key, e := h.app.AuthenticateKey(r)
 	if e != nil {
 		return e
 	}
@@ -115,39 +114,6 @@ func (h *Handler) admit(r *http.Request, c *call) *apierror.Error {
 	}
 	c.body = body
 	return nil
-}
-
-// authenticate resolves the Bearer service key. Malformed keys are refused
-// before any store lookup, by format and checksum.
-func (h *Handler) authenticate(r *http.Request) (store.KeyRecord, *apierror.Error) {
-	auth := r.Header.Get("Authorization")
-	if auth == "" {
-		return store.KeyRecord{}, apierror.New(apierror.MissingKey, "send the service key as Authorization: Bearer <key>")
-	}
-	scheme, token, _ := strings.Cut(auth, " ")
-	token = strings.TrimSpace(token)
-	if !strings.EqualFold(scheme, "Bearer") || token == "" {
-		return store.KeyRecord{}, apierror.New(apierror.MissingKey, "send the service key as Authorization: Bearer <key>")
-	}
-	if !servicekey.WellFormed(token) {
-		return store.KeyRecord{}, apierror.New(apierror.InvalidKey, "the service key is not valid")
-	}
-	key, err := h.app.DataStore().KeyByHash(r.Context(), servicekey.Hash(token))
-	if err != nil {
-		if !errors.Is(err, store.ErrNotFound) {
-			h.logger.Error("key lookup", zap.Error(err))
-			return key, apierror.New(apierror.InternalError, "key lookup failed")
-		}
-		return key, apierror.New(apierror.InvalidKey, "the service key is not valid")
-	}
-	now := h.app.Now()
-	if !key.RevokedAt.IsZero() {
-		return key, apierror.New(apierror.KeyRevoked, "the service key was revoked")
-	}
-	if !key.ExpiresAt.IsZero() && !now.Before(key.ExpiresAt) {
-		return key, apierror.New(apierror.KeyExpired, "the service key expired")
-	}
-	return key, nil
 }
 
 // subscription fills the user context: a service owner calls free, anyone

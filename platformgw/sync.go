@@ -27,8 +27,16 @@ func (h *Handler) reserve(r *http.Request, c *call) (store.Reservation, *apierro
 		h.logger.Error("reserve", zap.Error(err))
 		return res, apierror.New(apierror.InternalError, "could not reserve usage")
 	}
+	return res, h.judge(r.Context(), c, dec, st)
+}
+
+// judge fills the quota allowance the caller is shown from the
+// subscription's state and turns a refused decision into the caller's
+// error (with Retry-After for a quota or cap). Sync calls judge their
+// reservation, async calls a decision taken without holding.
+func (h *Handler) judge(ctx context.Context, c *call, dec billing.Decision, st billing.State) *apierror.Error {
 	if c.product != nil && c.product.Quota != nil {
-		sub, err := h.app.DataStore().GetSubscription(r.Context(), c.account.UserID, c.svc.ID)
+		sub, err := h.app.DataStore().GetSubscription(ctx, c.account.UserID, c.svc.ID)
 		if err == nil {
 			start, end := billing.PeriodBounds(c.product.Period, c.product.CalendarPeriods, sub.StartedAt, c.started)
 			c.allowance.setQuota(c.product, st, start, end, c.started)
@@ -43,9 +51,9 @@ func (h *Handler) reserve(r *http.Request, c *call) (store.Reservation, *apierro
 			}
 			e.WithRetry(wait)
 		}
-		return res, e
+		return e
 	}
-	return res, nil
+	return nil
 }
 
 func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, next caddyhttp.Handler) error {
@@ -66,17 +74,8 @@ func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, ne
 		// not answer. Not charged.
 		h.release(c, res)
 		h.app.CountInvoke(c.svc.ID, c.ep.ID, "sync", "backend_error")
-		code, msg := apierror.ServiceError, "the service backend could not be reached"
-		var he caddyhttp.HandlerError
-		if errors.As(err, &he) && he.StatusCode == http.StatusGatewayTimeout {
-			code, msg = apierror.ServiceTimeout, "the service backend did not answer in time"
-		}
-		if err != nil {
-			h.logger.Warn("backend unreachable", zap.String("request_id", c.requestID),
-				zap.String("service", c.svc.ID), zap.Error(err))
-		}
 		c.allowance.write(w.Header())
-		h.refuse(w, r, c.requestID, apierror.New(code, msg))
+		h.refuse(w, r, c.requestID, h.unreachable(c, err))
 		return nil
 	}
 	if m.deferred && !m.settled && m.status < 500 {
@@ -86,6 +85,20 @@ func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, ne
 		h.logger.Debug("response ended early", zap.String("request_id", c.requestID), zap.Error(err))
 	}
 	return nil
+}
+
+// unreachable is the caller's error for a backend that was not reached or
+// did not answer (err is what the reverse proxy returned).
+func (h *Handler) unreachable(c *call, err error) *apierror.Error {
+	if err != nil {
+		h.logger.Warn("backend unreachable", zap.String("request_id", c.requestID),
+			zap.String("service", c.svc.ID), zap.Error(err))
+	}
+	var he caddyhttp.HandlerError
+	if errors.As(err, &he) && he.StatusCode == http.StatusGatewayTimeout {
+		return apierror.New(apierror.ServiceTimeout, "the service backend did not answer in time")
+	}
+	return apierror.New(apierror.ServiceError, "the service backend could not be reached")
 }
 
 // setBody puts the buffered body back for the proxy, with a known length.

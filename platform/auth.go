@@ -1,0 +1,48 @@
+package platform
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/platformgw/gateway/apierror"
+	"github.com/platformgw/gateway/servicekey"
+	"github.com/platformgw/gateway/store"
+)
+
+// AuthenticateKey resolves the Bearer service key of a request. Both
+// handlers use it (invoke, job status and result), so a key is refused the
+// same way everywhere. Malformed keys are refused before any store lookup,
+// by format and checksum.
+func (a *App) AuthenticateKey(r *http.Request) (store.KeyRecord, *apierror.Error) {
+	auth := r.Header.Get("Authorization")
+	if auth == "" {
+		return store.KeyRecord{}, apierror.New(apierror.MissingKey, "send the service key as Authorization: Bearer <key>")
+	}
+	scheme, token, _ := strings.Cut(auth, " ")
+	token = strings.TrimSpace(token)
+	if !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return store.KeyRecord{}, apierror.New(apierror.MissingKey, "send the service key as Authorization: Bearer <key>")
+	}
+	if !servicekey.WellFormed(token) {
+		return store.KeyRecord{}, apierror.New(apierror.InvalidKey, "the service key is not valid")
+	}
+	key, err := a.store.KeyByHash(r.Context(), servicekey.Hash(token))
+	if err != nil {
+		if !errors.Is(err, store.ErrNotFound) {
+			a.logger.Error("key lookup", zap.Error(err))
+			return key, apierror.New(apierror.InternalError, "key lookup failed")
+		}
+		return key, apierror.New(apierror.InvalidKey, "the service key is not valid")
+	}
+	t := now()
+	if !key.RevokedAt.IsZero() {
+		return key, apierror.New(apierror.KeyRevoked, "the service key was revoked")
+	}
+	if !key.ExpiresAt.IsZero() && !t.Before(key.ExpiresAt) {
+		return key, apierror.New(apierror.KeyExpired, "the service key expired")
+	}
+	return key, nil
+}
