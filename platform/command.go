@@ -3,6 +3,7 @@ package platform
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,6 +15,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
+
+	"github.com/platformgw/gateway/apierror"
 )
 
 func init() {
@@ -53,7 +56,8 @@ func buildPlatformCommand(cmd *cobra.Command) {
 		Long: `
 Creates a service key for a user and prints it. The key is shown only this
 once: the gateway keeps only its hash. --expires takes an RFC 3339 time
-(2027-01-01T00:00:00Z) or a duration from now (720h, 90d).
+(2027-01-01T00:00:00Z), a date (2027-01-01, midnight UTC) or a duration
+from now (720h, 90d).
 
 For scripts, --json prints {"keyId", "key", ...}:
 
@@ -64,7 +68,7 @@ For scripts, --json prints {"keyId", "key", ...}:
 	create.Flags().String("user", "", "User id the key belongs to (required)")
 	create.Flags().StringSlice("roles", nil, "Roles of the key, comma-separated")
 	create.Flags().String("label", "", "A note to recognise the key by")
-	create.Flags().String("expires", "", "Expiry: an RFC 3339 time or a duration from now such as 720h or 90d")
+	create.Flags().String("expires", "", "Expiry: an RFC 3339 time, a date, or a duration from now such as 720h or 90d")
 	list := &cobra.Command{
 		Use:   "list [--user <id>]",
 		Short: "Lists service keys (never the keys themselves)",
@@ -169,8 +173,8 @@ func runCommand(f cliFunc) func(*cobra.Command, []string) error {
 	}
 }
 
-// request sends a request to the admin API. The error of a refused
-// request carries the API's JSON error body.
+// request sends a request to the admin API; the error of a refused request
+// names the API's error code, message and field.
 func (c cli) request(method, uri string, body any) (*http.Response, error) {
 	addr, err := caddycmd.DetermineAdminAPIAddress(c.fl.String("address"), nil, c.fl.String("config"), c.fl.String("adapter"))
 	if err != nil {
@@ -184,7 +188,33 @@ func (c cli) request(method, uri string, body any) (*http.Response, error) {
 		}
 		rd = bytes.NewReader(b)
 	}
-	return caddycmd.AdminAPIRequest(addr, method, uri, make(http.Header), rd)
+	resp, err := caddycmd.AdminAPIRequest(addr, method, uri, make(http.Header), rd)
+	if err != nil {
+		return nil, readableError(err)
+	}
+	return resp, nil
+}
+
+// readableError turns AdminAPIRequest's error for a refused request, which
+// embeds the response body, into the API's code, message and field. Any
+// other error is returned as it is.
+func readableError(err error) error {
+	var status int
+	msg := err.Error()
+	if _, scanErr := fmt.Sscanf(msg, "caddy responded with error: HTTP %d:", &status); scanErr != nil {
+		return err
+	}
+	_, body, _ := strings.Cut(msg, ": HTTP ")
+	_, body, _ = strings.Cut(body, ": ")
+	var e apierror.Error
+	if json.Unmarshal([]byte(body), &e) != nil || e.Code == "" {
+		return err
+	}
+	text := fmt.Sprintf("HTTP %d %s: %s", status, e.Code, e.Message)
+	if e.Field != "" {
+		text += " (field " + e.Field + ")"
+	}
+	return errors.New(text)
 }
 
 // call sends a request and decodes the JSON response into v; with --json
@@ -259,15 +289,18 @@ func cmdKeyCreate(c cli, _ []string) error {
 	return err
 }
 
-// parseExpiry reads an RFC 3339 time or a duration from now (Caddy's
-// duration syntax, which adds days: 90d).
+// parseExpiry reads an RFC 3339 time, a date (midnight UTC starting it),
+// or a duration from now (Caddy's duration syntax, which adds days: 90d).
 func parseExpiry(s string, now time.Time) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339, s); err == nil {
 		return t, nil
 	}
+	if t, err := time.Parse(time.DateOnly, s); err == nil {
+		return t, nil
+	}
 	d, err := caddy.ParseDuration(s)
 	if err != nil || d <= 0 {
-		return time.Time{}, fmt.Errorf("--expires %q: want an RFC 3339 time such as 2027-01-01T00:00:00Z or a positive duration such as 720h or 90d", s)
+		return time.Time{}, fmt.Errorf("--expires %q: want an RFC 3339 time such as 2027-01-01T00:00:00Z, a date, or a positive duration such as 720h or 90d", s)
 	}
 	return now.Add(d).UTC().Truncate(time.Second), nil
 }
