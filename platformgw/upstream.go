@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"sync"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -15,7 +14,7 @@ import (
 )
 
 func init() {
-	caddy.RegisterModule(Upstreams{})
+	caddy.RegisterModule(new(Upstreams))
 	caddy.RegisterModule(new(Transport))
 }
 
@@ -40,29 +39,22 @@ func backendOf(r *http.Request) (*catalog.Service, bool) {
 type Upstreams struct{}
 
 // CaddyModule returns the Caddy module information.
-func (Upstreams) CaddyModule() caddy.ModuleInfo {
+func (*Upstreams) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{
 		ID:  "http.reverse_proxy.upstreams.platform",
-		New: func() caddy.Module { return Upstreams{} },
+		New: func() caddy.Module { return new(Upstreams) },
 	}
 }
 
-// upstreamCache keeps one Upstream value per dial address so the proxy's
-// per-host state (in-flight counts, health) is shared between requests.
-var upstreamCache sync.Map // dial address -> []*reverseproxy.Upstream
-
-// GetUpstreams returns the admitted service's backend.
-func (Upstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream, error) {
+// GetUpstreams returns the admitted service's backend. The proxy fills in
+// each returned Upstream, so it is new on every call; the proxy keeps the
+// per-host state (in-flight counts, health) by address across requests.
+func (*Upstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream, error) {
 	svc, ok := backendOf(r)
 	if !ok {
 		return nil, fmt.Errorf("request was not admitted by platform_gateway")
 	}
-	dial := dialAddress(svc)
-	if ups, ok := upstreamCache.Load(dial); ok {
-		return ups.([]*reverseproxy.Upstream), nil
-	}
-	ups, _ := upstreamCache.LoadOrStore(dial, []*reverseproxy.Upstream{{Dial: dial}})
-	return ups.([]*reverseproxy.Upstream), nil
+	return []*reverseproxy.Upstream{{Dial: dialAddress(svc)}}, nil
 }
 
 func dialAddress(svc *catalog.Service) string {
@@ -79,7 +71,7 @@ func dialAddress(svc *catalog.Service) string {
 // UnmarshalCaddyfile sets up the source; it takes no options:
 //
 //	dynamic platform
-func (Upstreams) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+func (*Upstreams) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next()
 	if d.NextArg() || d.NextBlock(0) {
 		return d.Err("dynamic platform takes no options")
@@ -133,8 +125,8 @@ func (t *Transport) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 
 // Interface guards.
 var (
-	_ reverseproxy.UpstreamSource = Upstreams{}
-	_ caddyfile.Unmarshaler       = Upstreams{}
+	_ reverseproxy.UpstreamSource = (*Upstreams)(nil)
+	_ caddyfile.Unmarshaler       = (*Upstreams)(nil)
 	_ http.RoundTripper           = (*Transport)(nil)
 	_ caddy.Provisioner           = (*Transport)(nil)
 	_ caddyfile.Unmarshaler       = (*Transport)(nil)

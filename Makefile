@@ -1,0 +1,45 @@
+# The platform gateway: a custom Caddy build with the platform modules.
+#
+#   make run     build, start the gateway with Caddyfile.example, an example
+#                backend and a demo key, and print a curl line to try it
+#   make test    every test, race detector on (what CI runs)
+#   make bench   the benchmark against plain Caddy reverse_proxy
+#   make build   just the binary (bin/caddy)
+#   make xcaddy  the same binary built the xcaddy way
+
+GO      ?= go
+BIN     := bin
+CADDY   := $(BIN)/caddy
+
+.PHONY: build run test test-short fuzz bench xcaddy vet clean
+
+build:
+	$(GO) build -o $(CADDY) ./caddy
+
+run: build
+	$(GO) build -o $(BIN)/example-backend ./examples/backend
+	./scripts/run-demo.sh
+
+# -p 1: the in-process Caddy servers of different packages share the admin
+# port 2999 (caddytest), so packages run one after another.
+test:
+	$(GO) vet ./...
+	$(GO) test -race -p 1 -count=1 -timeout 30m ./...
+
+test-short:
+	$(GO) test -p 1 -count=1 ./...
+
+vet:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l .)" || (gofmt -l . && false)
+
+xcaddy:
+	$(GO) install github.com/caddyserver/xcaddy/cmd/xcaddy@v0.4.5
+	XCADDY_SKIP_CLEANUP=0 $$($(GO) env GOPATH)/bin/xcaddy build v2.11.9 \
+		--output $(CADDY) --with github.com/platformgw/gateway=.
+
+bench: build
+	./scripts/bench.sh
+
+clean:
+	rm -rf $(BIN) tmp
