@@ -59,7 +59,10 @@ func Decide(p Product, s State, units Units) Decision {
 		d.Allowed, d.Code, d.Reason = false, CodeQuotaExceeded, "quota for this period is used up"
 	case p.BillingModel == Prepaid && cost > s.Credits-s.CreditsHeld:
 		d.Allowed, d.Code, d.Reason = false, CodeInsufficientCredits, "not enough credits"
-	case p.SpendingCap != nil && cost > 0 && s.Spend+s.ReservedSpend+cost > *p.SpendingCap:
+	// Compare cost with what is left under the cap rather than adding it to
+	// the spend: Mul saturates at MaxInt64 for huge quantities, and
+	// spend+cost then wrapped negative and let the call through.
+	case p.SpendingCap != nil && cost > 0 && cost > *p.SpendingCap-sat(s.Spend+s.ReservedSpend):
 		d.Allowed, d.Code, d.Reason = false, CodeQuotaExceeded, "spending cap for this period is reached"
 	}
 	return d
@@ -108,7 +111,14 @@ func (s *State) Charge(p Product, d Decision) {
 	s.Used = sat(s.Used + d.Units)
 	s.Spend = sat(s.Spend + d.Cost)
 	if p.BillingModel == Prepaid {
-		s.Credits -= d.Cost
+		// Saturate: reports are charged past the balance, and a huge one
+		// (cost saturated at MaxInt64) wrapped an overdrawn balance round
+		// to a large positive one.
+		if c := s.Credits - d.Cost; c > s.Credits && d.Cost > 0 {
+			s.Credits = math.MinInt64
+		} else {
+			s.Credits = c
+		}
 	}
 }
 

@@ -123,6 +123,12 @@ func (u Units) MarshalJSON() ([]byte, error) { return []byte(u.String()), nil }
 // UnmarshalJSON accepts a JSON number or a string holding one.
 func (u *Units) UnmarshalJSON(b []byte) error {
 	s := string(b)
+	if s == "null" {
+		// encoding/json's convention: null leaves the value as it was
+		// (it would otherwise fail as "invalid decimal quantity", so an
+		// optional field sent as null broke the whole document).
+		return nil
+	}
 	if len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' {
 		s = s[1 : len(s)-1]
 	}

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -57,8 +58,10 @@ type Store struct {
 	closeOnce sync.Once
 
 	// commitObserver, when set, is told how long each group commit took
-	// and how many writes it carried (for metrics).
-	commitObserver func(d time.Duration, writes int)
+	// and how many writes it carried (for metrics). Atomic: the platform
+	// app sets it in every Provision, on a store that outlives reloads and
+	// is committing for the previous config meanwhile.
+	commitObserver atomic.Pointer[func(d time.Duration, writes int)]
 
 	lastLedgerTime int64 // only touched inside the commit loop
 }
@@ -108,7 +111,13 @@ func Open(path string) (*Store, error) {
 func (s *Store) Path() string { return s.path }
 
 // ObserveCommits sets a function told about every group commit.
-func (s *Store) ObserveCommits(fn func(d time.Duration, writes int)) { s.commitObserver = fn }
+func (s *Store) ObserveCommits(fn func(d time.Duration, writes int)) {
+	if fn == nil {
+		s.commitObserver.Store(nil)
+		return
+	}
+	s.commitObserver.Store(&fn)
+}
 
 // Close waits for queued writes to commit, then closes the file.
 func (s *Store) Close() error {
@@ -127,7 +136,22 @@ func (s *Store) update(fn func(tx *bolt.Tx) error) error {
 	case <-s.closing:
 		return ErrClosed
 	}
-	return <-o.done
+	// With Close under way both cases above can be ready, and select may
+	// queue the write after the loop has drained the queue and exited:
+	// waiting on done alone then hung forever. The loop answers every write
+	// it takes before it exits, so once it is gone an unanswered write was
+	// never run.
+	select {
+	case err := <-o.done:
+		return err
+	case <-s.loopDone:
+		select {
+		case err := <-o.done:
+			return err
+		default:
+			return ErrClosed
+		}
+	}
 }
 
 func (s *Store) loop() {
@@ -193,8 +217,8 @@ func (s *Store) commit(batch []*op) {
 	if err != nil {
 		s.lastLedgerTime = last
 	}
-	if s.commitObserver != nil {
-		s.commitObserver(time.Since(start), len(batch))
+	if observe := s.commitObserver.Load(); observe != nil {
+		(*observe)(time.Since(start), len(batch))
 	}
 	for _, o := range batch {
 		o.done <- err

@@ -25,7 +25,7 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job) error {
 		if jobs.Get([]byte(j.ID)) != nil {
 			return store.ErrConflict
 		}
-		if err := putJSON(jobs, []byte(j.ID), j); err != nil {
+		if err := putJSON(jobs, []byte(j.ID), toJobRecord(j)); err != nil {
 			return err
 		}
 		if j.Terminal() {
@@ -37,11 +37,11 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job) error {
 
 // GetJob reads a job.
 func (s *Store) GetJob(_ context.Context, id string) (store.Job, error) {
-	var j store.Job
+	var rec jobRecord
 	err := s.view(func(tx *bolt.Tx) error {
-		return getJSON(tx.Bucket(bucketJobs), []byte(id), &j)
+		return getJSON(tx.Bucket(bucketJobs), []byte(id), &rec)
 	})
-	return j, err
+	return rec.job(), err
 }
 
 // UpdateJob changes a job through fn in one transaction.
@@ -52,16 +52,20 @@ func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*store.Job) er
 // CompleteJob changes a job through fn and meters e to a in the same
 // transaction, so a completion's units are charged exactly once.
 func (s *Store) CompleteJob(ctx context.Context, id string, a store.Account, e store.LedgerEntry, fn func(*store.Job) error) (store.Job, error) {
+	if err := checkUnits(e.Units); err != nil {
+		return store.Job{}, err
+	}
 	if err := ctxErr(ctx); err != nil {
 		return store.Job{}, err
 	}
 	var out store.Job
 	err := s.update(func(tx *bolt.Tx) error {
 		jobs := tx.Bucket(bucketJobs)
-		var j store.Job
-		if err := getJSON(jobs, []byte(id), &j); err != nil {
+		var rec jobRecord
+		if err := getJSON(jobs, []byte(id), &rec); err != nil {
 			return err
 		}
+		j := rec.job()
 		wasOpen := !j.Terminal()
 		before := j
 		if err := fn(&j); err != nil {
@@ -74,7 +78,7 @@ func (s *Store) CompleteJob(ctx context.Context, id string, a store.Account, e s
 			}
 			j.Units, j.Cost = entry.Units, entry.Cost
 		}
-		if err := putJSON(jobs, []byte(id), j); err != nil {
+		if err := putJSON(jobs, []byte(id), toJobRecord(j)); err != nil {
 			return err
 		}
 		if wasOpen && (j.Terminal() || !j.ExpiresAt.Equal(before.ExpiresAt)) {
@@ -108,13 +112,14 @@ func (s *Store) ExpireJobs(ctx context.Context, now time.Time, message string) (
 		for k, _ := c.First(); k != nil && int64(binary.BigEndian.Uint64(k)) < now.UnixNano(); k, _ = c.Next() {
 			done = append(done, append([]byte(nil), k...))
 			id := k[8:]
-			var j store.Job
-			if err := getJSON(jobs, id, &j); err != nil {
+			var rec jobRecord
+			if err := getJSON(jobs, id, &rec); err != nil {
 				if err == store.ErrNotFound {
 					continue
 				}
 				return err
 			}
+			j := rec.job()
 			if j.Terminal() {
 				continue
 			}
@@ -122,7 +127,7 @@ func (s *Store) ExpireJobs(ctx context.Context, now time.Time, message string) (
 			j.ErrorMessage = message
 			j.UpdatedAt = now.UTC()
 			j.CompletedAt = now.UTC()
-			if err := putJSON(jobs, id, j); err != nil {
+			if err := putJSON(jobs, id, toJobRecord(j)); err != nil {
 				return err
 			}
 			n++

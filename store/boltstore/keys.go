@@ -120,16 +120,16 @@ func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) (store.K
 func subKey(userID, serviceID string) []byte { return joinKey(userID, serviceID) }
 
 func readSub(tx *bolt.Tx, userID, serviceID string) (store.Subscription, error) {
-	var sub store.Subscription
-	err := getJSON(tx.Bucket(bucketSubs), subKey(userID, serviceID), &sub)
+	var rec subRecord
+	err := getJSON(tx.Bucket(bucketSubs), subKey(userID, serviceID), &rec)
 	if err == store.ErrNotFound {
 		err = store.ErrNoAccount
 	}
-	return sub, err
+	return rec.subscription(), err
 }
 
 func writeSub(tx *bolt.Tx, sub store.Subscription) error {
-	return putJSON(tx.Bucket(bucketSubs), subKey(sub.UserID, sub.ServiceID), sub)
+	return putJSON(tx.Bucket(bucketSubs), subKey(sub.UserID, sub.ServiceID), toSubRecord(sub))
 }
 
 // PutSubscription creates or updates a subscription, keeping its start

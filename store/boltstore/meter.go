@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -14,21 +15,22 @@ import (
 )
 
 // counter is one subscription's usage in one billing period.
+// Its fields are amounts: a period's sums may pass billing.MaxUnits.
 type counter struct {
-	Used          billing.Units `json:"used"`
-	Reserved      billing.Units `json:"reserved,omitempty"`
-	Spend         billing.Units `json:"spend,omitempty"`
-	ReservedSpend billing.Units `json:"reservedSpend,omitempty"`
+	Used          amount `json:"used"`
+	Reserved      amount `json:"reserved,omitempty"`
+	Spend         amount `json:"spend,omitempty"`
+	ReservedSpend amount `json:"reservedSpend,omitempty"`
 }
 
 // reservation is a hold as stored, so that a crash between reserving and
 // settling releases it at the next start instead of leaking quota.
 type reservation struct {
-	UserID    string           `json:"userId"`
-	ServiceID string           `json:"serviceId"`
-	Product   billing.Product  `json:"product"`
-	Decision  billing.Decision `json:"decision"`
-	PeriodKey int64            `json:"period"`
+	UserID    string          `json:"userId"`
+	ServiceID string          `json:"serviceId"`
+	Product   billing.Product `json:"product"`
+	Decision  decisionRecord  `json:"decision"`
+	PeriodKey int64           `json:"period"`
 }
 
 type idemRecord struct {
@@ -64,14 +66,16 @@ func loadAccount(tx *bolt.Tx, userID, serviceID string, p billing.Product, perio
 		return nil, err
 	}
 	acc.state = billing.State{
-		Used: c.Used, Reserved: c.Reserved, Spend: c.Spend, ReservedSpend: c.ReservedSpend,
+		Used: billing.Units(c.Used), Reserved: billing.Units(c.Reserved),
+		Spend: billing.Units(c.Spend), ReservedSpend: billing.Units(c.ReservedSpend),
 		Credits: sub.Credits, CreditsHeld: sub.CreditsHeld,
 	}
 	return acc, nil
 }
 
 func (acc *account) save(tx *bolt.Tx, p billing.Product) error {
-	c := counter{Used: acc.state.Used, Reserved: acc.state.Reserved, Spend: acc.state.Spend, ReservedSpend: acc.state.ReservedSpend}
+	c := counter{Used: amount(acc.state.Used), Reserved: amount(acc.state.Reserved),
+		Spend: amount(acc.state.Spend), ReservedSpend: amount(acc.state.ReservedSpend)}
 	if err := putJSON(tx.Bucket(bucketCounters), acc.key, c); err != nil {
 		return err
 	}
@@ -98,11 +102,24 @@ func (s *Store) appendLedger(tx *bolt.Tx, e *store.LedgerEntry) error {
 	e.Seq = seq
 	e.ID = "led_" + strconv.FormatUint(seq, 10)
 	e.Time = time.Unix(0, t).UTC()
-	return putJSON(b, append(u64(uint64(t)), u64(seq)...), e)
+	return putJSON(b, append(u64(uint64(t)), u64(seq)...), toLedgerRecord(*e))
+}
+
+// checkUnits refuses a negative quantity before it reaches a counter: billing
+// arithmetic takes it at face value, so a negative hold or charge widened the
+// quota (and refunded credits) for every other call.
+func checkUnits(u billing.Units) error {
+	if u < 0 {
+		return fmt.Errorf("negative quantity %s: %w", u, billing.ErrInvalidUnits)
+	}
+	return nil
 }
 
 // Reserve holds units for a call in flight.
 func (s *Store) Reserve(ctx context.Context, a store.Account, units billing.Units, now time.Time) (store.Reservation, billing.Decision, billing.State, error) {
+	if err := checkUnits(units); err != nil {
+		return store.Reservation{}, billing.Decision{}, billing.State{}, err
+	}
 	if a.Free {
 		return store.Reservation{Account: a}, billing.Decision{Allowed: true, Units: units}, billing.State{}, nil
 	}
@@ -134,7 +151,7 @@ func (s *Store) Reserve(ctx context.Context, a store.Account, units billing.Unit
 		if err != nil {
 			return err
 		}
-		rec := reservation{UserID: a.UserID, ServiceID: a.ServiceID, Product: a.Product, Decision: dec, PeriodKey: acc.period}
+		rec := reservation{UserID: a.UserID, ServiceID: a.ServiceID, Product: a.Product, Decision: toDecisionRecord(dec), PeriodKey: acc.period}
 		if err := putJSON(b, u64(seq), rec); err != nil {
 			return err
 		}
@@ -148,6 +165,9 @@ func (s *Store) Reserve(ctx context.Context, a store.Account, units billing.Unit
 // Settle releases a reservation and charges units, capped at what the hard
 // limits allow; e is appended to the ledger when anything is charged.
 func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.Units, e store.LedgerEntry) (store.LedgerEntry, error) {
+	if err := checkUnits(units); err != nil {
+		return store.LedgerEntry{}, err
+	}
 	if r.ID == "" && (!r.Account.Free || units <= 0) {
 		return e, nil // nothing was held, nothing to record
 	}
@@ -179,11 +199,12 @@ func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.U
 		acc.state.Unhold(p, r.Decision)
 		out = store.LedgerEntry{}
 		if units > 0 {
-			dec := billing.Decide(p, acc.state, units)
+			priced := pricingState(p, acc.state, true)
+			dec := billing.Decide(p, priced, units)
 			if !dec.Allowed {
 				entry.UnitsClaimed = units
-				entry.Units = billing.Fit(p, acc.state, units)
-				dec = billing.Decide(p, acc.state, entry.Units)
+				entry.Units = billing.Fit(p, priced, units)
+				dec = billing.Decide(p, priced, entry.Units)
 			}
 			acc.state.Charge(p, dec)
 			entry.Overage, entry.Cost = dec.Overage, dec.Cost
@@ -199,8 +220,28 @@ func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.U
 	return out, err
 }
 
+// pricingState is the state that units being charged are decided against.
+// A reservation counts the holds of every call in flight, so that together
+// they never promise more than a limit allows. Charged units, though, are
+// priced against the quota actually consumed: priced behind the holds too,
+// units within the included quota were billed as overage whenever other
+// calls were in flight (and then cut by the spending cap, leaving served
+// calls unbilled), and a report arriving during calls was billed overage
+// that those calls were billed for again when they settled. A blocked quota
+// still counts the holds when enforced, since they are promises; its units
+// are never priced by the quota, so that changes no price.
+func pricingState(p billing.Product, s billing.State, enforced bool) billing.State {
+	if !enforced || p.OverageAllowed() {
+		s.Reserved = 0
+	}
+	return s
+}
+
 // Record charges usage reported after the fact; see store.Meter.
 func (s *Store) Record(ctx context.Context, a store.Account, e store.LedgerEntry, response func(store.LedgerEntry, billing.State) ([]byte, error)) ([]byte, error) {
+	if err := checkUnits(e.Units); err != nil {
+		return nil, err
+	}
 	if err := ctxErr(ctx); err != nil {
 		return nil, err
 	}
@@ -255,7 +296,7 @@ func (s *Store) charge(tx *bolt.Tx, a store.Account, entry *store.LedgerEntry) (
 	if err != nil {
 		return billing.State{}, err
 	}
-	dec := billing.Decide(a.Product, acc.state, entry.Units)
+	dec := billing.Decide(a.Product, pricingState(a.Product, acc.state, false), entry.Units)
 	acc.state.Charge(a.Product, dec)
 	entry.Overage, entry.Cost = dec.Overage, dec.Cost
 	if err := acc.save(tx, a.Product); err != nil {
@@ -317,10 +358,11 @@ func (s *Store) ScanLedger(ctx context.Context, f store.LedgerFilter, fn func(st
 					return nil
 				}
 				scanned++
-				var e store.LedgerEntry
-				if err := json.Unmarshal(v, &e); err != nil {
+				var rec ledgerRecord
+				if err := json.Unmarshal(v, &rec); err != nil {
 					return err
 				}
+				e := rec.entry()
 				if (f.UserID == "" || e.UserID == f.UserID) && (f.ServiceID == "" || e.ServiceID == f.ServiceID) {
 					chunk = append(chunk, e)
 				}
@@ -361,7 +403,7 @@ func releaseAbandoned(tx *bolt.Tx) error {
 		if err != nil {
 			return err
 		}
-		acc.state.Unhold(r.Product, r.Decision)
+		acc.state.Unhold(r.Product, r.Decision.decision())
 		return acc.save(tx, r.Product)
 	})
 	if err != nil {

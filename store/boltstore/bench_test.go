@@ -1,0 +1,88 @@
+package boltstore
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/platformgw/gateway/store"
+)
+
+// BenchmarkReserveSettle is the metering cost of one sync invoke: a hold
+// committed before forwarding, a settlement committed after, by parallel
+// callers sharing group commits.
+func BenchmarkReserveSettle(b *testing.B) {
+	s := openTemp(b)
+	const users = 64
+	accounts := make([]store.Account, users)
+	for i := range accounts {
+		accounts[i] = subscribe(b, s, fmt.Sprintf("u%d", i), "svc", quotaAllow, 0)
+		accounts[i].Product.SpendingCap = nil
+	}
+	var next atomic.Int64
+	b.SetParallelism(32) // a gateway has many calls in flight per CPU
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		a := accounts[next.Add(1)%users]
+		for pb.Next() {
+			res, dec, _, err := s.Reserve(ctx, a, whole(1), t0)
+			if err != nil || !dec.Allowed {
+				b.Errorf("Reserve: %+v, %v", dec, err)
+				return
+			}
+			if _, err := s.Settle(ctx, res, whole(1), entryFor(a, 0, t0)); err != nil {
+				b.Errorf("Settle: %v", err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkKeyByHash is the key lookup of every invoke, in a store of 100k
+// keys.
+func BenchmarkKeyByHash(b *testing.B) {
+	const n = 100_000
+	s := openTemp(b)
+	hashes := make([][32]byte, n)
+	var wg sync.WaitGroup
+	for w := range 64 { // parallel, so group commit fills the store quickly
+		wg.Go(func() {
+			for i := w; i < n; i += 64 {
+				hashes[i] = keyHash(fmt.Sprintf("sk_%d", i))
+				if err := s.CreateKey(ctx, store.KeyRecord{ID: fmt.Sprintf("key_%06d", i), Hash: hashes[i],
+					UserID: fmt.Sprintf("u%d", i%1000), Created: t0}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if _, err := s.KeyByHash(ctx, hashes[(i*7919)%n]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRecord is a usage report: one durable write per call, shared
+// commits across parallel callers.
+func BenchmarkRecord(b *testing.B) {
+	s := openTemp(b)
+	a := subscribe(b, s, "u1", "svc", unlimited, 0)
+	b.SetParallelism(32)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := s.Record(ctx, a, entryFor(a, whole(1), t0), okResponse); err != nil {
+				b.Errorf("Record: %v", err)
+				return
+			}
+		}
+	})
+}
