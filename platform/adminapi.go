@@ -44,10 +44,7 @@ const codeNotConfigured = "platform_not_configured"
 
 // adminAPI is the admin.api.platform module: the operator's routes for
 // service keys, subscriptions, credits, the usage ledger and async jobs.
-// Caddy builds a new one with every config it loads, so it always serves the
-// app of the running config.
 type adminAPI struct {
-	app    *App
 	logger *zap.Logger
 }
 
@@ -59,20 +56,30 @@ func (adminAPI) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Provision takes the platform app of the config being loaded, if it has
-// one. Admin routers are provisioned before the apps, so this is what
-// loads the app; an app that fails to load fails the config by itself, and
-// without an app the routes answer 503.
+// Provision sets up the logger.
 func (a *adminAPI) Provision(ctx caddy.Context) error {
 	// Passing the module is how an admin router gets a logger named after
 	// it (the admin API is not yet an ordinary module tree; see caddypki).
 	a.logger = ctx.Logger(a)
-	app, err := ctx.AppIfConfigured("platform")
+	return nil
+}
+
+// runningApp is the platform app of the config Caddy is running, or nil.
+//
+// It is looked up per request instead of being taken from the context
+// this module was provisioned with, because Caddy swaps in the admin
+// handler of a config before that config's apps start, and keeps it when
+// the config then fails to load: the app of that context may not have
+// started yet, or may have failed and been cleaned up while the previous
+// config, and its app, keep running. The running config's apps are all
+// provisioned before it becomes the running one, so this only reads.
+func runningApp() *App {
+	app, err := caddy.ActiveContext().AppIfConfigured("platform")
 	if err != nil {
 		return nil
 	}
-	a.app = app.(*App)
-	return nil
+	a, _ := app.(*App)
+	return a
 }
 
 // Routes returns the admin routes of the platform.
@@ -85,7 +92,7 @@ func (a *adminAPI) Routes() []caddy.AdminRoute {
 
 // adminHandler answers one route; args are the unescaped path parameters.
 // A returned *apierror.Error is written as is, any other error as a 500.
-type adminHandler func(w http.ResponseWriter, r *http.Request, args []string) error
+type adminHandler func(app *App, w http.ResponseWriter, r *http.Request, args []string) error
 
 // route finds the handlers of a path (split below /platform/) by method, and
 // the path parameters.
@@ -111,7 +118,8 @@ func (a *adminAPI) route(p []string) (map[string]adminHandler, []string) {
 // the gateway's JSON error (Caddy's admin error body has another shape), so
 // nil goes back to Caddy.
 func (a *adminAPI) serve(w http.ResponseWriter, r *http.Request) error {
-	if a.app == nil {
+	app := runningApp()
+	if app == nil {
 		writeErrorStatus(w, http.StatusServiceUnavailable, apierror.New(codeNotConfigured,
 			"the running config has no platform app; add a platform block (or apps.platform) and reload"))
 		return nil
@@ -133,7 +141,7 @@ func (a *adminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 		apierror.Write(w, apierror.New(apierror.MethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path))
 		return nil
 	}
-	if err := h(w, r, args); err != nil {
+	if err := h(app, w, r, args); err != nil {
 		a.writeError(w, r, err)
 	}
 	return nil
@@ -372,7 +380,7 @@ func viewKey(k store.KeyRecord, now time.Time) keyView {
 }
 
 // createKey: POST /platform/keys {userId, roles?, label?, expiresAt?}.
-func (a *adminAPI) createKey(w http.ResponseWriter, r *http.Request, _ []string) error {
+func (a *adminAPI) createKey(app *App, w http.ResponseWriter, r *http.Request, _ []string) error {
 	var req struct {
 		UserID    string   `json:"userId"`
 		Roles     []string `json:"roles"`
@@ -392,7 +400,7 @@ func (a *adminAPI) createKey(w http.ResponseWriter, r *http.Request, _ []string)
 	if err := checkLabel(req.Label); err != nil {
 		return err
 	}
-	now := a.app.Now().UTC()
+	now := app.Now().UTC()
 	var expires time.Time
 	if req.ExpiresAt != "" {
 		expires, err = time.Parse(time.RFC3339Nano, req.ExpiresAt)
@@ -412,7 +420,7 @@ func (a *adminAPI) createKey(w http.ResponseWriter, r *http.Request, _ []string)
 		ID: servicekey.NewID(), Hash: hash, UserID: req.UserID, Roles: roles,
 		Label: req.Label, Created: now, ExpiresAt: expires,
 	}
-	if err := a.app.DataStore().CreateKey(r.Context(), rec); err != nil {
+	if err := app.DataStore().CreateKey(r.Context(), rec); err != nil {
 		return fmt.Errorf("create key for user %s: %w", rec.UserID, err)
 	}
 	a.logger.Info("service key created",
@@ -427,7 +435,7 @@ func (a *adminAPI) createKey(w http.ResponseWriter, r *http.Request, _ []string)
 }
 
 // listKeys: GET /platform/keys[?userId=], oldest first.
-func (a *adminAPI) listKeys(w http.ResponseWriter, r *http.Request, _ []string) error {
+func (a *adminAPI) listKeys(app *App, w http.ResponseWriter, r *http.Request, _ []string) error {
 	q := r.URL.Query()
 	if err := checkQuery(q, "userId"); err != nil {
 		return err
@@ -438,7 +446,7 @@ func (a *adminAPI) listKeys(w http.ResponseWriter, r *http.Request, _ []string) 
 			return err
 		}
 	}
-	recs, err := a.app.DataStore().ListKeys(r.Context(), userID)
+	recs, err := app.DataStore().ListKeys(r.Context(), userID)
 	if err != nil {
 		return fmt.Errorf("list keys: %w", err)
 	}
@@ -448,7 +456,7 @@ func (a *adminAPI) listKeys(w http.ResponseWriter, r *http.Request, _ []string) 
 		}
 		return strings.Compare(x.ID, y.ID)
 	})
-	now := a.app.Now()
+	now := app.Now()
 	out := struct {
 		Keys []keyView `json:"keys"`
 	}{Keys: make([]keyView, 0, len(recs))}
@@ -463,22 +471,22 @@ func keyNotFound(id string) error {
 }
 
 // getKey: GET /platform/keys/{keyId}.
-func (a *adminAPI) getKey(w http.ResponseWriter, r *http.Request, args []string) error {
-	k, err := a.app.DataStore().KeyByID(r.Context(), args[0])
+func (a *adminAPI) getKey(app *App, w http.ResponseWriter, r *http.Request, args []string) error {
+	k, err := app.DataStore().KeyByID(r.Context(), args[0])
 	if errors.Is(err, store.ErrNotFound) {
 		return keyNotFound(args[0])
 	}
 	if err != nil {
 		return fmt.Errorf("read key %s: %w", args[0], err)
 	}
-	return writeJSON(w, http.StatusOK, viewKey(k, a.app.Now()))
+	return writeJSON(w, http.StatusOK, viewKey(k, app.Now()))
 }
 
 // revokeKey: DELETE /platform/keys/{keyId}. Revoking again answers the
 // same record with the first revocation time.
-func (a *adminAPI) revokeKey(w http.ResponseWriter, r *http.Request, args []string) error {
-	now := a.app.Now().UTC()
-	k, err := a.app.DataStore().RevokeKey(r.Context(), args[0], now)
+func (a *adminAPI) revokeKey(app *App, w http.ResponseWriter, r *http.Request, args []string) error {
+	now := app.Now().UTC()
+	k, err := app.DataStore().RevokeKey(r.Context(), args[0], now)
 	if errors.Is(err, store.ErrNotFound) {
 		return keyNotFound(args[0])
 	}
@@ -516,7 +524,7 @@ func subscriptionNotFound(userID, serviceID string) error {
 // putSubscription: PUT /platform/subscriptions/{userId}/{serviceId}
 // {productId, status?}. It creates or replaces the subscription; the start
 // (the anchor of its billing periods) and the credit balance are kept.
-func (a *adminAPI) putSubscription(w http.ResponseWriter, r *http.Request, args []string) error {
+func (a *adminAPI) putSubscription(app *App, w http.ResponseWriter, r *http.Request, args []string) error {
 	userID, serviceID, err := subscriptionIDs(args)
 	if err != nil {
 		return err
@@ -528,7 +536,7 @@ func (a *adminAPI) putSubscription(w http.ResponseWriter, r *http.Request, args 
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
 	}
-	svc, ok := a.app.Catalog().Service(serviceID)
+	svc, ok := app.Catalog().Service(serviceID)
 	if !ok {
 		return apierror.Invalid("serviceId", "no service "+serviceID+" in the catalog")
 	}
@@ -548,9 +556,9 @@ func (a *adminAPI) putSubscription(w http.ResponseWriter, r *http.Request, args 
 	if !slices.Contains(subscriptionStatuses, status) {
 		return apierror.Invalid("status", "status must be one of "+strings.Join(subscriptionStatuses, ", "))
 	}
-	sub, err := a.app.DataStore().PutSubscription(r.Context(), store.Subscription{
+	sub, err := app.DataStore().PutSubscription(r.Context(), store.Subscription{
 		UserID: userID, ServiceID: serviceID, ProductID: req.ProductID,
-		Status: status, UpdatedAt: a.app.Now().UTC(),
+		Status: status, UpdatedAt: app.Now().UTC(),
 	})
 	if err != nil {
 		return fmt.Errorf("put subscription of %s to %s: %w", userID, serviceID, err)
@@ -564,12 +572,12 @@ func (a *adminAPI) putSubscription(w http.ResponseWriter, r *http.Request, args 
 }
 
 // getSubscription: GET /platform/subscriptions/{userId}/{serviceId}.
-func (a *adminAPI) getSubscription(w http.ResponseWriter, r *http.Request, args []string) error {
+func (a *adminAPI) getSubscription(app *App, w http.ResponseWriter, r *http.Request, args []string) error {
 	userID, serviceID, err := subscriptionIDs(args)
 	if err != nil {
 		return err
 	}
-	sub, err := a.app.DataStore().GetSubscription(r.Context(), userID, serviceID)
+	sub, err := app.DataStore().GetSubscription(r.Context(), userID, serviceID)
 	if errors.Is(err, store.ErrNoAccount) || errors.Is(err, store.ErrNotFound) {
 		return subscriptionNotFound(userID, serviceID)
 	}
@@ -582,7 +590,7 @@ func (a *adminAPI) getSubscription(w http.ResponseWriter, r *http.Request, args 
 // addCredits: POST /platform/subscriptions/{userId}/{serviceId}/credits
 // {amount}. A negative amount corrects an earlier top-up; the balance may
 // go below zero, which records what the user owes.
-func (a *adminAPI) addCredits(w http.ResponseWriter, r *http.Request, args []string) error {
+func (a *adminAPI) addCredits(app *App, w http.ResponseWriter, r *http.Request, args []string) error {
 	userID, serviceID, err := subscriptionIDs(args)
 	if err != nil {
 		return err
@@ -603,7 +611,7 @@ func (a *adminAPI) addCredits(w http.ResponseWriter, r *http.Request, args []str
 	if amount == 0 {
 		return apierror.Invalid("amount", "amount must not be zero")
 	}
-	sub, err := a.app.DataStore().AddCredits(r.Context(), userID, serviceID, amount, a.app.Now())
+	sub, err := app.DataStore().AddCredits(r.Context(), userID, serviceID, amount, app.Now())
 	if errors.Is(err, store.ErrNoAccount) || errors.Is(err, store.ErrNotFound) {
 		return subscriptionNotFound(userID, serviceID)
 	}
@@ -643,8 +651,8 @@ func parseSignedUnits(raw json.RawMessage) (billing.Units, error) {
 }
 
 // getJob: GET /platform/jobs/{requestId}, the whole stored job.
-func (a *adminAPI) getJob(w http.ResponseWriter, r *http.Request, args []string) error {
-	j, err := a.app.DataStore().GetJob(r.Context(), args[0])
+func (a *adminAPI) getJob(app *App, w http.ResponseWriter, r *http.Request, args []string) error {
+	j, err := app.DataStore().GetJob(r.Context(), args[0])
 	if errors.Is(err, store.ErrNotFound) {
 		return apierror.New(apierror.RequestNotFound, "no job "+quoteID(args[0]))
 	}
@@ -686,7 +694,7 @@ var usageColumns = []string{
 // exportUsage: GET /platform/usage?userId=&serviceId=&from=&to=&format=.
 // It streams the ledger in time order straight from the store's chunked
 // scan to the client, so a ledger of any size is exported in bounded memory.
-func (a *adminAPI) exportUsage(w http.ResponseWriter, r *http.Request, _ []string) error {
+func (a *adminAPI) exportUsage(app *App, w http.ResponseWriter, r *http.Request, _ []string) error {
 	q := r.URL.Query()
 	if err := checkQuery(q, "userId", "serviceId", "from", "to", "format"); err != nil {
 		return err
@@ -740,7 +748,7 @@ func (a *adminAPI) exportUsage(w http.ResponseWriter, r *http.Request, _ []strin
 	}}
 	buf := newFlushWriter(out)
 	count := 0
-	err = a.app.DataStore().ScanLedger(r.Context(), f, func(e store.LedgerEntry) error {
+	err = app.DataStore().ScanLedger(r.Context(), f, func(e store.LedgerEntry) error {
 		if count == 0 {
 			if err := enc.begin(buf); err != nil {
 				return err

@@ -40,9 +40,34 @@ type admEnv struct {
 // Caddy of caddytest.
 func admStart(t *testing.T) *admEnv {
 	t.Helper()
-	dir := t.TempDir()
+	env := &admEnv{t: t}
+	config := env.config(t.TempDir(), "")
+	tester := caddytest.NewTester(t)
+	tester.InitServer(config, "json")
+	if t.Failed() {
+		t.FailNow()
+	}
+	env.app = admActiveApp(t)
+	t.Cleanup(env.stop)
+	return env
+}
+
+func admActiveApp(t *testing.T) *App {
+	t.Helper()
+	appIface, err := caddy.ActiveContext().App("platform")
+	if err != nil {
+		t.Fatalf("platform app: %v", err)
+	}
+	return appIface.(*App)
+}
+
+// config returns the JSON config of the test server with its files under
+// dir and extraProducts appended to the service's products.
+func (e *admEnv) config(dir, extraProducts string) string {
+	t := e.t
 	dbPath := filepath.Join(dir, "platform.db")
 	logPath := filepath.Join(dir, "caddy.log")
+	e.dbPath, e.logPath = dbPath, logPath
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +89,7 @@ func admStart(t *testing.T) *admEnv {
 					"endpoints": [{"id": "forecast"}],
 					"products": [
 						{"id": "basic", "billing_model": "PREPAID", "measurement_type": "PER_REQUEST", "unit_label": "request", "price": 0.5},
-						{"id": "pro", "billing_model": "SUBSCRIPTION", "measurement_type": "PER_REQUEST", "quota": 1000}
+						{"id": "pro", "billing_model": "SUBSCRIPTION", "measurement_type": "PER_REQUEST", "quota": 1000}%s
 					]
 				}]
 			},
@@ -73,34 +98,28 @@ func admStart(t *testing.T) *admEnv {
 				"routes": [{"handle": [{"handler": "static_response", "body": "ok"}]}]
 			}}}
 		}
-	}`, admAddr, logJSON, dbJSON, port)
-	tester := caddytest.NewTester(t)
-	tester.InitServer(config, "json")
-	if t.Failed() {
-		t.FailNow()
-	}
-	appIface, err := caddy.ActiveContext().App("platform")
+	}`, admAddr, logJSON, dbJSON, extraProducts, port)
+	return config
+}
+
+// load posts a config to /load and returns the status and body.
+func admLoad(t *testing.T, config string) (int, string) {
+	t.Helper()
+	resp, err := http.Post("http://"+admAddr+"/load", "application/json", strings.NewReader(config))
 	if err != nil {
-		t.Fatalf("platform app: %v", err)
+		t.Fatalf("loading a config: %v", err)
 	}
-	env := &admEnv{t: t, dbPath: dbPath, logPath: logPath, app: appIface.(*App)}
-	t.Cleanup(env.stop)
-	return env
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }
 
 // stop loads a config without the platform app, which releases and closes
 // the store file.
 func (e *admEnv) stop() {
 	e.t.Helper()
-	resp, err := http.Post("http://"+admAddr+"/load", "application/json",
-		strings.NewReader(fmt.Sprintf(`{"admin": {"listen": %q}}`, admAddr)))
-	if err != nil {
-		e.t.Fatalf("loading the empty config: %v", err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		e.t.Fatalf("loading the empty config: %d %s", resp.StatusCode, body)
+	if status, body := admLoad(e.t, fmt.Sprintf(`{"admin": {"listen": %q}}`, admAddr)); status != http.StatusOK {
+		e.t.Fatalf("loading the empty config: %d %s", status, body)
 	}
 }
 
@@ -726,6 +745,44 @@ func TestAdminJobs(t *testing.T) {
 	admExpectError(t, r, 405, "method_not_allowed", "")
 	if r.header.Get("Allow") != "GET" {
 		t.Errorf("Allow %q", r.header.Get("Allow"))
+	}
+}
+
+// TestAdminFollowsReload: after a reload the admin API serves the new
+// catalog and the same store; a config that fails to load leaves the
+// running one, admin API included, in service.
+func TestAdminFollowsReload(t *testing.T) {
+	env := admStart(t)
+	dir := filepath.Dir(env.dbPath)
+	r := admJSON(t, "POST", "/platform/keys", `{"userId": "alice"}`)
+	if r.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+	admExpectError(t, admJSON(t, "PUT", "/platform/subscriptions/alice/weather", `{"productId": "gold"}`), 400, "invalid_request", "productId")
+
+	gold := `, {"id": "gold", "billing_model": "USAGE_POSTPAID", "measurement_type": "PER_TOKEN", "price": 0.001}`
+	if status, body := admLoad(t, env.config(dir, gold)); status != http.StatusOK {
+		t.Fatalf("reload: %d %s", status, body)
+	}
+	if r := admJSON(t, "PUT", "/platform/subscriptions/alice/weather", `{"productId": "gold"}`); r.status != http.StatusOK {
+		t.Fatalf("subscribing to the product added by the reload: %d %s", r.status, r.body)
+	}
+	var list struct{ Keys []keyView }
+	admJSON(t, "GET", "/platform/keys", "").decode(t, &list)
+	if len(list.Keys) != 1 {
+		t.Fatalf("keys after reload: %+v", list.Keys)
+	}
+
+	broken := `, {"id": "bad", "billing_model": "FREE", "measurement_type": "PER_REQUEST"}`
+	if status, body := admLoad(t, env.config(dir, gold+broken)); status == http.StatusOK {
+		t.Fatalf("a config with an unknown billing model loaded: %s", body)
+	}
+	admJSON(t, "GET", "/platform/keys", "").decode(t, &list)
+	if r := admJSON(t, "GET", "/platform/subscriptions/alice/weather", ""); r.status != http.StatusOK || len(list.Keys) != 1 {
+		t.Fatalf("after a failed load: %d %s, keys %+v", r.status, r.body, list.Keys)
+	}
+	if r := admJSON(t, "POST", "/platform/keys", `{"userId": "bob"}`); r.status != http.StatusCreated {
+		t.Fatalf("create after a failed load: %d %s", r.status, r.body)
 	}
 }
 
