@@ -1,15 +1,283 @@
 package platformgw
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/apierror"
+	"github.com/platformgw/gateway/billing"
+	"github.com/platformgw/gateway/signing"
+	"github.com/platformgw/gateway/store"
 )
 
-// invokeAsync is filled in by the async issue.
+// invokeAsync starts an async job: the caller's allowance is checked
+// without a hold (the job's units are charged at its completion), the job
+// is stored before anything reaches the backend, and the backend gets the
+// signed JSON envelope with the progress and callback URLs. The backend's
+// own answer never reaches the caller: a 2xx becomes the gateway's 202,
+// anything else fails the job.
 func (h *Handler) invokeAsync(w http.ResponseWriter, r *http.Request, c *call, next caddyhttp.Handler) error {
-	h.refuse(w, r, c.requestID, apierror.New(apierror.EndpointNotFound, "async invocation is not available yet"))
+	if e := h.checkAllowance(r.Context(), c); e != nil {
+		h.app.CountInvoke(c.svc.ID, c.ep.ID, "async", "rejected")
+		c.allowance.write(w.Header())
+		h.refuse(w, r, c.requestID, e)
+		return nil
+	}
+	urls, e := h.jobURLs(r, c)
+	if e != nil {
+		h.refuse(w, r, c.requestID, e)
+		return nil
+	}
+	job := store.Job{
+		ID:         c.requestID,
+		UserID:     c.account.UserID,
+		KeyID:      c.key.ID,
+		ServiceID:  c.svc.ID,
+		EndpointID: c.ep.ID,
+		Free:       c.account.Free,
+		Status:     store.JobPending,
+		CreatedAt:  c.started.UTC(),
+		UpdatedAt:  c.started.UTC(),
+		ExpiresAt:  c.started.Add(time.Duration(h.app.JobTTL)).UTC(),
+	}
+	if c.product != nil {
+		job.ProductID = c.product.ID
+	}
+	if err := h.app.DataStore().CreateJob(r.Context(), job); err != nil {
+		h.logger.Error("create job", zap.String("request_id", c.requestID), zap.Error(err))
+		h.refuse(w, r, c.requestID, apierror.New(apierror.InternalError, "could not create the job"))
+		return nil
+	}
+	h.app.CountJobState(store.JobPending)
+
+	// The payload travels as a JSON string: written with the same escaping
+	// as the canonical string, so the backend rebuilds exactly the signed
+	// bytes from what it parses.
+	payload := string(c.body)
+	h.prepareForward(r, c, signing.AsyncCanonical(payload, c.requestID), c.ep.Path)
+	hd := h.app.Headers()
+	query := "?" + url.Values{
+		"signature": {r.Header.Get(hd.Signature)},
+		"timestamp": {r.Header.Get(hd.Timestamp)},
+	}.Encode()
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Del("Content-Encoding") // the envelope is plain JSON, whatever the caller's body was
+	r.Header.Del("Upgrade")          // an async job is never a protocol switch
+	setBody(r, asyncEnvelope(c.requestID, payload, urls.progress+query, urls.callback+query))
+
+	ans := &backendAnswer{header: make(http.Header)}
+	err := serveCaptured(next, ans, r)
+	if ans.status >= 200 && ans.status < 300 {
+		h.accept(w, c, urls)
+		return nil
+	}
+	var refusal *apierror.Error
+	var reason string
+	if ans.status != 0 {
+		reason = "the service backend refused the job (HTTP " + strconv.Itoa(ans.status) + ")"
+		refusal = apierror.New(apierror.ServiceError, reason)
+		h.logger.Warn("backend refused async job", zap.String("request_id", c.requestID),
+			zap.String("service", c.svc.ID), zap.Int("status", ans.status))
+	} else {
+		refusal = h.unreachable(c, err)
+		reason = refusal.Message
+	}
+	h.failJob(c.requestID, reason)
+	h.app.CountInvoke(c.svc.ID, c.ep.ID, "async", "backend_error")
+	c.allowance.write(w.Header())
+	h.refuse(w, r, c.requestID, refusal)
 	return nil
+}
+
+// checkAllowance refuses a job the subscription could not pay for now
+// (quota used up, credits short, cap reached) with the codes a sync call
+// gets. Nothing is held: a job runs for up to its TTL, and holding units
+// that long would starve the caller's sync calls.
+func (h *Handler) checkAllowance(ctx context.Context, c *call) *apierror.Error {
+	if c.product == nil {
+		return nil // a service owner calls free
+	}
+	st, err := h.app.DataStore().State(ctx, c.account, c.started)
+	if errors.Is(err, store.ErrNoAccount) {
+		return apierror.New(apierror.NoSubscription, "no subscription to service "+c.svc.ID)
+	}
+	if err != nil {
+		h.logger.Error("usage state", zap.Error(err))
+		return apierror.New(apierror.InternalError, "could not read usage")
+	}
+	return h.judge(ctx, c, billing.Decide(*c.product, st, c.ep.UnitCost()), st)
+}
+
+// jobURLs are the absolute URLs of a job, without query strings.
+type jobURLs struct {
+	status   string // {gw}/requests/{id}/status, what the caller polls
+	progress string // {usage}/progress/{id}, what the backend posts progress to
+	callback string // {usage}/complete/{id}, what the backend posts completion to
+}
+
+// jobURLs builds a job's URLs on the configured public URL, else on the
+// scheme and Host the caller used. The gateway prefix is the one the caller
+// used; the usage prefix is the one in the same position of the prefix
+// lists (so the ECS gateway prefix pairs with the ECS usage prefix), or
+// the first.
+func (h *Handler) jobURLs(r *http.Request, c *call) (jobURLs, *apierror.Error) {
+	p := h.app.Prefixes
+	if len(p.Usage) == 0 {
+		h.logger.Error("async invoke needs a usage prefix for the callback URLs")
+		return jobURLs{}, apierror.New(apierror.InternalError, "async jobs are not configured: no usage prefix")
+	}
+	usage := p.Usage[0]
+	if i := slices.Index(p.Gateway, c.route.prefix); i >= 0 && i < len(p.Usage) {
+		usage = p.Usage[i]
+	}
+	base := h.app.PublicURL
+	if base == "" {
+		scheme := "http"
+		if r.TLS != nil {
+			scheme = "https"
+		}
+		base = scheme + "://" + r.Host
+	}
+	gw := base + strings.TrimSuffix(c.route.prefix, "/")
+	us := base + strings.TrimSuffix(usage, "/")
+	id := url.PathEscape(c.requestID)
+	return jobURLs{
+		status:   gw + "/requests/" + id + "/status",
+		progress: us + "/progress/" + id,
+		callback: us + "/complete/" + id,
+	}, nil
+}
+
+// asyncEnvelope is the body forwarded to the backend of an async endpoint:
+//
+//	{"request_id":…,"payload":…,"progress_url":…,"callback_url":…}
+//
+// Strings are escaped as JavaScript's JSON.stringify escapes them, the
+// escaping of the signed canonical string.
+func asyncEnvelope(id, payload, progressURL, callbackURL string) []byte {
+	b := make([]byte, 0, len(payload)+len(payload)/8+len(id)+len(progressURL)+len(callbackURL)+80)
+	b = append(b, `{"request_id":`...)
+	b = signing.AppendJSString(b, id)
+	b = append(b, `,"payload":`...)
+	b = signing.AppendJSString(b, payload)
+	b = append(b, `,"progress_url":`...)
+	b = signing.AppendJSString(b, progressURL)
+	b = append(b, `,"callback_url":`...)
+	b = signing.AppendJSString(b, callbackURL)
+	return append(b, '}')
+}
+
+// accepted is the caller's answer to an async invoke.
+type accepted struct {
+	Status      string `json:"status"`
+	RequestID   string `json:"requestId"`
+	ProgressURL string `json:"progressUrl"`
+	CallbackURL string `json:"callbackUrl"`
+}
+
+func (h *Handler) accept(w http.ResponseWriter, c *call, urls jobURLs) {
+	body, _ := json.Marshal(accepted{
+		Status:      "ACCEPTED",
+		RequestID:   c.requestID,
+		ProgressURL: urls.status,
+		CallbackURL: urls.callback,
+	})
+	hdr := w.Header()
+	c.allowance.write(hdr)
+	hdr.Set("Content-Type", "application/json")
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Set("Location", urls.status)
+	hdr.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusAccepted)
+	w.Write(body)
+	h.app.CountInvoke(c.svc.ID, c.ep.ID, "async", "ok")
+}
+
+// errJobDone stops a job update that found the job already finished.
+var errJobDone = errors.New("job already finished")
+
+// failJob marks a job the backend did not take as FAILED, unless the
+// backend already finished it (a backend may post its completion before
+// answering the forward). It runs to the end even when the caller has gone.
+func (h *Handler) failJob(id, reason string) {
+	_, err := h.app.DataStore().UpdateJob(context.Background(), id, func(j *store.Job) error {
+		if j.Terminal() {
+			return errJobDone
+		}
+		t := h.app.Now().UTC()
+		j.Status = store.JobFailed
+		j.ErrorMessage = reason
+		j.UpdatedAt, j.CompletedAt = t, t
+		return nil
+	})
+	switch {
+	case err == nil:
+		h.app.CountJobState(store.JobFailed)
+	case !errors.Is(err, errJobDone):
+		h.logger.Error("fail job", zap.String("request_id", id), zap.Error(err))
+	}
+}
+
+// maxBackendAnswer is how much of a backend's answer to an async forward
+// is read before the gateway stops listening: the answer is discarded, and
+// an acknowledgement is short.
+const maxBackendAnswer = 64 << 10
+
+var errAnswerTooLong = errors.New("backend answer to an async forward is longer than expected")
+
+// backendAnswer stands in for the caller's ResponseWriter while the
+// reverse proxy forwards an async job: it keeps the backend's status and
+// discards its headers and body.
+type backendAnswer struct {
+	header http.Header
+	status int
+	read   int
+}
+
+func (b *backendAnswer) Header() http.Header { return b.header }
+
+func (b *backendAnswer) WriteHeader(status int) {
+	if b.status == 0 && status >= 200 { // 1xx are interim
+		b.status = status
+	}
+}
+
+func (b *backendAnswer) Write(p []byte) (int, error) {
+	if b.status == 0 {
+		b.status = http.StatusOK
+	}
+	b.read += len(p)
+	if b.read > maxBackendAnswer {
+		return 0, errAnswerTooLong
+	}
+	return len(p), nil
+}
+
+// errAborted stands for the reverse proxy aborting a response it had
+// started (it panics with http.ErrAbortHandler, as net/http's proxy does).
+var errAborted = errors.New("backend response aborted")
+
+// serveCaptured runs the proxy into w. An abort after the status line only
+// cuts the discarded body short, so it is turned into an error here rather
+// than tearing down the caller's connection.
+func serveCaptured(next caddyhttp.Handler, w http.ResponseWriter, r *http.Request) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v != http.ErrAbortHandler {
+				panic(v)
+			}
+			err = errAborted
+		}
+	}()
+	return next.ServeHTTP(w, r)
 }
