@@ -1,16 +1,22 @@
 // Package usagehandler is the platform_usage HTTP handler: usage reports,
 // async job progress and completion, job status and result, and the core
 // pre-flight routes (key validation and usage estimates).
+//
+// Backends sign what they send here with their service secret
+// (Base64 HMAC-SHA256 of the raw body followed by the timestamp header);
+// callers read their jobs with their service key.
 package usagehandler
 
 import (
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/platformgw/gateway/apierror"
 	"github.com/platformgw/gateway/platform"
 )
 
@@ -41,12 +47,153 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.app = appIface.(*platform.App)
 	h.logger = ctx.Logger()
+	if h.app.PublicURL == "" {
+		h.logger.Warn("public_url is not set: async progress and callback URLs are built from each request's Host header; set public_url when the server answers any Host")
+	}
 	return nil
 }
 
-// ServeHTTP passes everything on until the usage routes are written.
+// ServeHTTP answers the usage routes, job status and result, and passes
+// every other path on.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	return next.ServeHTTP(w, r)
+	rt, ok := matchRoute(*h.app.Prefixes, r.URL.Path)
+	if !ok {
+		return next.ServeHTTP(w, r)
+	}
+	method := r.Method
+	if method == http.MethodHead {
+		method = http.MethodGet // net/http drops the body
+	}
+	switch rt.kind {
+	case routeCore:
+		// The core pre-flight routes ({core}/service-keys/…,
+		// {core}/billing/…) are dispatched here once they exist.
+		return next.ServeHTTP(w, r)
+	case routeUnknown:
+		h.refuse(w, r, apierror.New(apierror.NotFound, "no such route"))
+	case routeReport:
+		if method != http.MethodPost {
+			h.methodNotAllowed(w, r, "POST")
+			return nil
+		}
+		h.report(w, r)
+	case routeProgress, routeStatus:
+		// The spec's progress URL is both polled by callers and posted to
+		// by backends, so both routes answer both.
+		switch method {
+		case http.MethodGet:
+			h.status(w, r, rt.id)
+		case http.MethodPost:
+			h.progress(w, r, rt.id)
+		default:
+			h.methodNotAllowed(w, r, "GET, HEAD, POST")
+		}
+	case routeComplete:
+		if method != http.MethodPost {
+			h.methodNotAllowed(w, r, "POST")
+			return nil
+		}
+		h.complete(w, r, rt.id)
+	case routeResult:
+		if method != http.MethodGet {
+			h.methodNotAllowed(w, r, "GET, HEAD")
+			return nil
+		}
+		h.result(w, r, rt.id)
+	}
+	return nil
+}
+
+func (h *Handler) methodNotAllowed(w http.ResponseWriter, r *http.Request, allow string) {
+	w.Header().Set("Allow", allow)
+	h.refuse(w, r, apierror.New(apierror.MethodNotAllowed, r.Method+" is not allowed here; use "+allow))
+}
+
+// refuse writes a JSON error, counts and logs it (never a key, secret or
+// signature).
+func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, e *apierror.Error) {
+	h.app.CountRejection(e.Code)
+	h.logger.Info("usage request refused",
+		zap.String("code", e.Code),
+		zap.String("field", e.Field),
+		zap.String("method", r.Method),
+		zap.String("path", r.URL.Path),
+		zap.String("remote", r.RemoteAddr))
+	apierror.Write(w, e)
+}
+
+// routeKind names what a path under one of the prefixes is.
+type routeKind int
+
+const (
+	routeUnknown  routeKind = iota // under a prefix this handler owns, but no route
+	routeReport                    // POST {usage}/report
+	routeProgress                  // {usage}/progress/{id}
+	routeComplete                  // {usage}/complete/{id}
+	routeStatus                    // {gw}/requests/{id}/status
+	routeResult                    // {gw}/requests/{id}/result
+	routeCore                      // {core}/…, not answered here yet
+)
+
+type route struct {
+	kind routeKind
+	id   string // the job's request id
+}
+
+// matchRoute finds the route of a path. The handler owns everything under
+// the usage prefixes and under {gw}/requests/; core paths are recognised so
+// they can be dispatched; ok is false for any other path. The longest
+// matching prefix wins, because the default usage and core prefixes lie
+// inside the default gateway prefix (/api/usage, /api/v1 in /api).
+func matchRoute(p platform.Prefixes, path string) (route, bool) {
+	const (
+		gw = iota
+		usage
+		core
+	)
+	group, rest, best := -1, "", -1
+	for g, list := range [][]string{gw: p.Gateway, usage: p.Usage, core: p.Core} {
+		for _, prefix := range list {
+			r, ok := strings.CutPrefix(path, strings.TrimSuffix(prefix, "/")+"/")
+			if ok && len(prefix) > best {
+				group, rest, best = g, r, len(prefix)
+			}
+		}
+	}
+	switch group {
+	case usage:
+		if rest == "report" {
+			return route{kind: routeReport}, true
+		}
+		if id, ok := strings.CutPrefix(rest, "progress/"); ok && validID(id) {
+			return route{kind: routeProgress, id: id}, true
+		}
+		if id, ok := strings.CutPrefix(rest, "complete/"); ok && validID(id) {
+			return route{kind: routeComplete, id: id}, true
+		}
+		return route{kind: routeUnknown}, true
+	case gw:
+		tail, ok := strings.CutPrefix(rest, "requests/")
+		if !ok {
+			return route{}, false // invoke routes belong to platform_gateway
+		}
+		if id, ok := strings.CutSuffix(tail, "/status"); ok && validID(id) {
+			return route{kind: routeStatus, id: id}, true
+		}
+		if id, ok := strings.CutSuffix(tail, "/result"); ok && validID(id) {
+			return route{kind: routeResult, id: id}, true
+		}
+		return route{kind: routeUnknown}, true
+	case core:
+		return route{kind: routeCore}, true
+	}
+	return route{}, false
+}
+
+// validID accepts one non-empty path segment as a request id; whether a
+// job has it is for the store to say.
+func validID(id string) bool {
+	return id != "" && len(id) <= 128 && !strings.ContainsAny(id, "/\x00")
 }
 
 // Interface guards.
