@@ -184,7 +184,7 @@ func (c *Catalog) Service(id string) (*Service, bool) {
 	return s, ok
 }
 
-// Services returns the number of services.
+// Len returns the number of services.
 func (c *Catalog) Len() int { return len(c.services) }
 
 // Endpoint returns the endpoint with the given id.

@@ -145,15 +145,30 @@ func (a *App) defaults() error {
 	if a.Store == "" {
 		a.Store = filepath.Join(caddy.AppDataDir(), "platform", "platform.db")
 	}
+	// A group left out keeps its defaults, as in the Caddyfile.
+	def := DefaultPrefixes()
 	if a.Prefixes == nil {
-		p := DefaultPrefixes()
-		a.Prefixes = &p
+		a.Prefixes = new(Prefixes)
 	}
+	if len(a.Prefixes.Gateway) == 0 {
+		a.Prefixes.Gateway = def.Gateway
+	}
+	if len(a.Prefixes.Usage) == 0 {
+		a.Prefixes.Usage = def.Usage
+	}
+	if len(a.Prefixes.Core) == 0 {
+		a.Prefixes.Core = def.Core
+	}
+	seen := map[string]bool{}
 	for _, group := range [][]string{a.Prefixes.Gateway, a.Prefixes.Usage, a.Prefixes.Core} {
 		for _, p := range group {
 			if !strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") && p != "/" {
 				return fmt.Errorf("prefix %q must start with / and not end with /", p)
 			}
+			if seen[p] {
+				return fmt.Errorf("prefix %q is used twice; each group needs prefixes of its own", p)
+			}
+			seen[p] = true
 		}
 	}
 	if a.TimestampTolerance <= 0 {
