@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,10 +20,12 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddytest"
+	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/servicekey"
 	"github.com/platformgw/gateway/store"
+	"github.com/platformgw/gateway/store/boltstore"
 )
 
 // admAddr is the admin endpoint every caddytest config listens on.
@@ -866,6 +870,77 @@ func TestCSVText(t *testing.T) {
 	} {
 		if got := csvText(in); got != want {
 			t.Errorf("csvText(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// admFailingLedger is the real store with a ledger scan that fails after a
+// number of entries, as a disk error would.
+type admFailingLedger struct {
+	store.Store
+	after int
+}
+
+func (s admFailingLedger) ScanLedger(ctx context.Context, f store.LedgerFilter, fn func(store.LedgerEntry) error) error {
+	n := 0
+	return s.Store.ScanLedger(ctx, f, func(e store.LedgerEntry) error {
+		if n == s.after {
+			return errors.New("disk on fire")
+		}
+		n++
+		return fn(e)
+	})
+}
+
+// TestAdminUsageExportStoreFailure: a store failure before anything is
+// sent is an ordinary 500; after part of the export is out, the connection
+// is cut so the client cannot mistake a short export for a whole one.
+func TestAdminUsageExportStoreFailure(t *testing.T) {
+	bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "platform.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bolt.Close()
+	app := &App{store: bolt, logger: zap.NewNop()}
+	start := time.Date(2026, 4, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 700 {
+		admRecord(t, app, store.LedgerEntry{Time: start.Add(time.Duration(i) * time.Second), UserID: "owner",
+			ServiceID: "weather", RequestID: fmt.Sprintf("req-%05d", i), Units: billing.Whole(1), Source: store.SourceGateway})
+	}
+	api := &adminAPI{logger: zap.NewNop()}
+	serve := func(after int) *httptest.Server {
+		failing := &App{store: admFailingLedger{Store: bolt, after: after}, logger: zap.NewNop()}
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if err := api.exportUsage(failing, w, r, nil); err != nil {
+				api.writeError(w, r, err)
+			}
+		}))
+	}
+
+	early := serve(0)
+	defer early.Close()
+	resp, err := http.Get(early.URL + "?format=csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	admExpectError(t, admResponse{status: resp.StatusCode, header: resp.Header, body: body}, 500, "internal_error", "")
+	if bytes.Contains(body, []byte("disk on fire")) {
+		t.Errorf("the 500 shows the internal error: %s", body)
+	}
+
+	for _, format := range []string{"json", "ndjson", "csv"} {
+		late := serve(600)
+		resp, err := http.Get(late.URL + "?format=" + format)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		late.Close()
+		if resp.StatusCode != 200 || !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Errorf("%s: status %d, read error %v; want 200 and a cut transfer", format, resp.StatusCode, err)
 		}
 	}
 }
