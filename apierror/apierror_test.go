@@ -1,0 +1,56 @@
+package apierror
+
+import (
+	"encoding/json"
+	"net/http/httptest"
+	"testing"
+	"time"
+)
+
+func TestWrite(t *testing.T) {
+	w := httptest.NewRecorder()
+	Write(w, New(QuotaExceeded, "quota used up").WithRetry(1500*time.Millisecond).WithRequestID("r-1"))
+	if w.Code != 429 || w.Header().Get("Content-Type") != "application/json" || w.Header().Get("Retry-After") != "2" {
+		t.Fatalf("status %d headers %v", w.Code, w.Header())
+	}
+	var got map[string]any
+	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"code": "quota_exceeded", "message": "quota used up", "retryAfter": 2.0, "requestId": "r-1"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+	if _, ok := got["field"]; ok {
+		t.Error("field only on invalid_request")
+	}
+}
+
+func TestStatuses(t *testing.T) {
+	// The table of DESIGN.md, section 3 "Errors".
+	want := map[string]int{
+		MissingKey: 401, InvalidKey: 401, KeyRevoked: 401, KeyExpired: 401, InvalidSignature: 401, StaleTimestamp: 401,
+		NoSubscription: 403, SubscriptionInactive: 403, InsufficientCredits: 403,
+		ServiceNotFound: 404, EndpointNotFound: 404, RequestNotFound: 404, MethodNotAllowed: 405,
+		RequestAlreadyCompleted: 409, PayloadTooLarge: 413, InvalidRequest: 400, TimeUnitInvocationNotAllowed: 400,
+		QuotaExceeded: 429, RateLimited: 429, ServiceError: 502, ServiceTimeout: 504, InternalError: 500,
+		"no_such_code": 500,
+	}
+	for code, status := range want {
+		if got := Status(code); got != status {
+			t.Errorf("%s: %d, want %d", code, got, status)
+		}
+	}
+	w := httptest.NewRecorder()
+	Write(w, Invalid("unitsUsed", "must be positive"))
+	if w.Code != 400 || !json.Valid(w.Body.Bytes()) {
+		t.Fatal(w.Code)
+	}
+	var e Error
+	json.Unmarshal(w.Body.Bytes(), &e)
+	if e.Field != "unitsUsed" || e.Code != InvalidRequest {
+		t.Errorf("%+v", e)
+	}
+}
