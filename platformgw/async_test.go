@@ -1,0 +1,115 @@
+package platformgw
+
+import (
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/platformgw/gateway/platform"
+	"github.com/platformgw/gateway/signing"
+)
+
+func TestAsyncEnvelope(t *testing.T) {
+	payload := "{\"q\":\"<b> & \\\"x\\\"\"}\n\u2028é\x01"
+	env := asyncEnvelope("id-1", payload, "http://h/p?signature=a%2Bb&timestamp=1", "http://h/c?x=1&y=2")
+	var got struct {
+		RequestID   string `json:"request_id"`
+		Payload     string `json:"payload"`
+		ProgressURL string `json:"progress_url"`
+		CallbackURL string `json:"callback_url"`
+	}
+	if err := json.Unmarshal(env, &got); err != nil {
+		t.Fatalf("envelope is not JSON: %v\n%s", err, env)
+	}
+	if got.RequestID != "id-1" || got.Payload != payload || got.ProgressURL != "http://h/p?signature=a%2Bb&timestamp=1" || got.CallbackURL != "http://h/c?x=1&y=2" {
+		t.Errorf("round trip %+v", got)
+	}
+	// The payload is written with the canonical string's escaping, so the
+	// bytes a backend signs over can be cut straight out of the envelope.
+	canonical := string(signing.AsyncCanonical(payload, "id-1"))
+	inner := strings.TrimSuffix(strings.TrimPrefix(canonical, `{"payload":`), `,"request_id":"id-1"}`)
+	if !strings.Contains(string(env), `"payload":`+inner+`,`) {
+		t.Errorf("payload escaped differently from the canonical string:\n%s\n%s", env, canonical)
+	}
+	if !strings.HasPrefix(string(env), `{"request_id":"id-1","payload":`) {
+		t.Errorf("key order: %s", env)
+	}
+}
+
+func TestJobURLs(t *testing.T) {
+	p := platform.DefaultPrefixes()
+	tests := []struct {
+		public, prefix, host string
+		tls                  bool
+		status, callback     string
+	}{
+		{"", "/api", "gw.example:8080", false,
+			"http://gw.example:8080/api/requests/r1/status", "http://gw.example:8080/api/usage/complete/r1"},
+		{"", "/gateway/api/v1", "gw.example", true,
+			"https://gw.example/gateway/api/v1/requests/r1/status", "https://gw.example/usage/api/v1/complete/r1"},
+		{"https://public.example/base", "/api", "internal:80", false,
+			"https://public.example/base/api/requests/r1/status", "https://public.example/base/api/usage/complete/r1"},
+	}
+	for _, tt := range tests {
+		h := &Handler{app: &platform.App{PublicURL: tt.public, Prefixes: &p}, logger: zap.NewNop()}
+		r := httptest.NewRequest("POST", "/x", nil)
+		r.Host = tt.host
+		if tt.tls {
+			r.TLS = &tls.ConnectionState{}
+		}
+		urls, e := h.jobURLs(r, &call{requestID: "r1", route: invokeRoute{prefix: tt.prefix}})
+		if e != nil || urls.status != tt.status || urls.callback != tt.callback ||
+			urls.progress != strings.Replace(tt.callback, "/complete/", "/progress/", 1) {
+			t.Errorf("%+v: %+v %v", tt, urls, e)
+		}
+	}
+	h := &Handler{app: &platform.App{Prefixes: &platform.Prefixes{Gateway: []string{"/api"}}}, logger: zap.NewNop()}
+	if _, e := h.jobURLs(httptest.NewRequest("POST", "/x", nil), &call{route: invokeRoute{prefix: "/api"}}); e == nil {
+		t.Error("no usage prefix: want an error")
+	}
+}
+
+func TestBackendAnswer(t *testing.T) {
+	b := &backendAnswer{header: make(http.Header)}
+	b.WriteHeader(http.StatusEarlyHints)
+	b.WriteHeader(http.StatusAccepted)
+	b.WriteHeader(http.StatusInternalServerError)
+	if b.status != http.StatusAccepted {
+		t.Errorf("status %d", b.status)
+	}
+	if _, err := b.Write(make([]byte, maxBackendAnswer)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Write([]byte("x")); !errors.Is(err, errAnswerTooLong) {
+		t.Errorf("past the cap: %v", err)
+	}
+	implicit := &backendAnswer{header: make(http.Header)}
+	implicit.Write([]byte("ok"))
+	if implicit.status != http.StatusOK {
+		t.Errorf("implicit status %d", implicit.status)
+	}
+}
+
+func TestServeCaptured(t *testing.T) {
+	aborting := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		w.WriteHeader(http.StatusOK)
+		panic(http.ErrAbortHandler)
+	})
+	b := &backendAnswer{header: make(http.Header)}
+	if err := serveCaptured(aborting, b, httptest.NewRequest("POST", "/", nil)); !errors.Is(err, errAborted) || b.status != 200 {
+		t.Errorf("abort after the status: %v, status %d", err, b.status)
+	}
+	defer func() {
+		if v := recover(); v != "boom" {
+			t.Errorf("other panics must propagate, got %v", v)
+		}
+	}()
+	serveCaptured(caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error { panic("boom") }), b, httptest.NewRequest("POST", "/", nil))
+}
