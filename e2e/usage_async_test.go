@@ -291,6 +291,13 @@ func TestUsageJobExpiry(t *testing.T) {
 	if st := usageJSON(t, body); st["status"] != "FAILED" || st["errorMessage"] != platform.JobExpiredMessage {
 		t.Fatalf("overdue job before the sweep: %d %s", resp.StatusCode, body)
 	}
+	ts := usageURLTimestamp(t, env.CallbackURL)
+	before := usageSnapshot(t, g, acc.RequestID, "u-exp", "svc")
+	resp, body = usagePost(t, usageSigned{URL: env.ProgressURL, Body: `{"stage":"late","percentageComplete":99,"timestamp":` + ts + `}`, Secret: usageSecret, Timestamp: ts})
+	if resp.StatusCode != 409 || errorCode(t, resp, body) != "request_already_completed" {
+		t.Fatalf("progress on an overdue job: %d %s", resp.StatusCode, body)
+	}
+	usageUnchanged(t, "progress on an overdue job", before, usageSnapshot(t, g, acc.RequestID, "u-exp", "svc"))
 	g.app().RunMaintenance(context.Background())
 	for _, id := range []string{acc.RequestID, fresh.RequestID} {
 		j, err := g.store().GetJob(context.Background(), id)
@@ -302,8 +309,7 @@ func TestUsageJobExpiry(t *testing.T) {
 	if st := usageJSON(t, body); resp.StatusCode != 500 || st["status"] != "FAILED" {
 		t.Fatalf("expired result: %d %s", resp.StatusCode, body)
 	}
-	ts := usageURLTimestamp(t, env.CallbackURL)
-	before := usageSnapshot(t, g, acc.RequestID, "u-exp", "svc")
+	before = usageSnapshot(t, g, acc.RequestID, "u-exp", "svc")
 	resp, body = usagePost(t, usageSigned{URL: acc.CallbackURL, Body: `{"status":"COMPLETED","timestamp":` + ts + `}`, Secret: usageSecret, Timestamp: ts})
 	if resp.StatusCode != 409 || errorCode(t, resp, body) != "request_already_completed" {
 		t.Fatalf("late completion: %d %s", resp.StatusCode, body)
