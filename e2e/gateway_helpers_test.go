@@ -169,7 +169,7 @@ func startGateway(t *testing.T, dir, platformBlock string) *gateway {
 	admin localhost:%d
 	http_port %d
 	https_port 9443
-	grace_period 1ns
+	grace_period 10s
 	platform {
 		store %s/platform.db
 %s
