@@ -1,6 +1,7 @@
 package platform
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -26,10 +27,18 @@ func (a *App) AuthenticateKey(r *http.Request) (store.KeyRecord, *apierror.Error
 	if !strings.EqualFold(scheme, "Bearer") || token == "" {
 		return store.KeyRecord{}, apierror.New(apierror.MissingKey, "send the service key as Authorization: Bearer <key>")
 	}
+	return a.AuthenticateServiceKey(r.Context(), token)
+}
+
+// AuthenticateServiceKey resolves a service key given as text: the Bearer
+// token of a call, or the serviceKey a backend asks the core routes to
+// validate. A key that exists but is revoked or expired is returned with
+// the error, so callers can tell whose it was.
+func (a *App) AuthenticateServiceKey(ctx context.Context, token string) (store.KeyRecord, *apierror.Error) {
 	if !servicekey.WellFormed(token) {
 		return store.KeyRecord{}, apierror.New(apierror.InvalidKey, "the service key is not valid")
 	}
-	key, err := a.store.KeyByHash(r.Context(), servicekey.Hash(token))
+	key, err := a.store.KeyByHash(ctx, servicekey.Hash(token))
 	if err != nil {
 		if !errors.Is(err, store.ErrNotFound) {
 			a.logger.Error("key lookup", zap.Error(err))
