@@ -16,6 +16,7 @@ type metrics struct {
 	units           *prometheus.CounterVec
 	signatureFails  *prometheus.CounterVec
 	jobStates       *prometheus.CounterVec
+	preflights      *prometheus.CounterVec
 	commitSeconds   prometheus.Histogram
 	commitBatchSize prometheus.Histogram
 }
@@ -41,6 +42,10 @@ var sharedMetrics = &metrics{
 		Namespace: "platform", Name: "job_transitions_total",
 		Help: "Async job state transitions, by the state entered.",
 	}, []string{"state"}),
+	preflights: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "platform", Name: "preflights_total",
+		Help: "Core pre-flight requests (validate, estimate_usage, billing_estimate) by the service that asked and outcome (ok, or the refusal or denial code).",
+	}, []string{"route", "service", "outcome"}),
 	commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: "platform", Name: "store_commit_seconds",
 		Help:    "Duration of one durable group commit of the store.",
@@ -58,7 +63,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	if reg == nil {
 		return m
 	}
-	for _, c := range []prometheus.Collector{m.invokes, m.rejections, m.units, m.signatureFails, m.jobStates, m.commitSeconds, m.commitBatchSize} {
+	for _, c := range []prometheus.Collector{m.invokes, m.rejections, m.units, m.signatureFails, m.jobStates, m.preflights, m.commitSeconds, m.commitBatchSize} {
 		if err := reg.Register(c); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
 			panic(err) // a programming error: two collectors with one name
 		}
@@ -71,9 +76,33 @@ func (m *metrics) observeCommit(d time.Duration, writes int) {
 	m.commitBatchSize.Observe(float64(writes))
 }
 
-// CountInvoke counts an invocation outcome.
+// CountInvoke counts an invocation outcome. Ids the catalog does not
+// know are counted as "" (callers choose the path, and one series per
+// made-up id would grow the registry without bound).
 func (a *App) CountInvoke(service, endpoint, mode, outcome string) {
+	service, endpoint = a.knownLabels(service, endpoint)
 	a.metrics.invokes.WithLabelValues(service, endpoint, mode, outcome).Inc()
+}
+
+// knownLabels keeps a service and endpoint id only if the catalog has it.
+func (a *App) knownLabels(service, endpoint string) (string, string) {
+	svc, ok := a.catalog.Service(service)
+	if !ok {
+		return "", ""
+	}
+	if _, ok := svc.Endpoint(endpoint); !ok {
+		endpoint = ""
+	}
+	return service, endpoint
+}
+
+// CountPreflight counts a core pre-flight request: route is validate,
+// estimate_usage or billing_estimate; service the authenticated caller's
+// or the estimated service ("" before one is known); outcome "ok" or the
+// code of the refusal or denial.
+func (a *App) CountPreflight(route, service, outcome string) {
+	service, _ = a.knownLabels(service, "")
+	a.metrics.preflights.WithLabelValues(route, service, outcome).Inc()
 }
 
 // CountRejection counts a refused request by its error code.

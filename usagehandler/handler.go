@@ -66,9 +66,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	switch rt.kind {
 	case routeCore:
-		// The core pre-flight routes ({core}/service-keys/…,
-		// {core}/billing/…) are dispatched here once they exist.
-		return next.ServeHTTP(w, r)
+		h.serveCore(w, r, rt.core)
 	case routeUnknown:
 		h.refuse(w, r, apierror.New(apierror.NotFound, "no such route"))
 	case routeReport:
@@ -110,12 +108,14 @@ func (h *Handler) methodNotAllowed(w http.ResponseWriter, r *http.Request, allow
 }
 
 // refuse writes a JSON error, counts and logs it (never a key, secret or
-// signature).
+// signature, so the path without its query: a progress or callback URL
+// carries a signature there).
 func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, e *apierror.Error) {
 	h.app.CountRejection(e.Code)
 	h.logger.Info("usage request refused",
 		zap.String("code", e.Code),
 		zap.String("field", e.Field),
+		zap.String("request_id", requestID(r)),
 		zap.String("method", r.Method),
 		zap.String("path", r.URL.Path),
 		zap.String("remote", r.RemoteAddr))
@@ -132,12 +132,13 @@ const (
 	routeComplete                  // {usage}/complete/{id}
 	routeStatus                    // {gw}/requests/{id}/status
 	routeResult                    // {gw}/requests/{id}/result
-	routeCore                      // {core}/…, not answered here yet
+	routeCore                      // {core}/…: see core.go
 )
 
 type route struct {
 	kind routeKind
-	id   string // the job's request id
+	id   string   // the job's request id
+	core coreKind // which core route
 }
 
 // matchRoute finds the route of a path. The handler owns everything under
@@ -185,7 +186,7 @@ func matchRoute(p platform.Prefixes, path string) (route, bool) {
 		}
 		return route{kind: routeUnknown}, true
 	case core:
-		return route{kind: routeCore}, true
+		return route{kind: routeCore, core: coreKindOf(rest)}, true
 	}
 	return route{}, false
 }
