@@ -133,16 +133,22 @@ type Reservation struct {
 	Account   Account
 	Decision  billing.Decision
 	PeriodKey int64 // start of the billing period, Unix seconds
+	// JobID is set on the hold of an async job (CreateJobReserved): it
+	// outlives the process and ends with the job, never through Settle.
+	JobID string
 }
 
 // Meter reserves, settles and records usage.
 type Meter interface {
 	// Reserve holds units for a call before it is forwarded. When the
 	// decision refuses, nothing is written and the reservation is empty.
-	// The returned state is after the hold.
+	// The returned state is after the hold. The hold belongs to the
+	// process: if it dies before Settle, the next Open releases it.
 	Reserve(ctx context.Context, a Account, units billing.Units, now time.Time) (Reservation, billing.Decision, billing.State, error)
 	// Settle releases the hold and charges units (at most what the hard
 	// limits allow), appending the ledger entry. Units zero only releases.
+	// A hold that is already gone is ErrNotFound; a job's hold (JobID set)
+	// is ErrConflict, since it settles with its job.
 	Settle(ctx context.Context, r Reservation, units billing.Units, e LedgerEntry) (LedgerEntry, error)
 	// Record charges usage reported after the fact (reports), even past a
 	// limit, returning the entry and the state after it. With a non-empty

@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
+	"strconv"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/store"
 )
 
@@ -15,24 +18,68 @@ func openJobKey(j store.Job) []byte {
 	return append(u64(uint64(j.ExpiresAt.UnixNano())), j.ID...)
 }
 
-// CreateJob stores a new job and indexes it for expiry.
+// CreateJob stores a new job that holds nothing and indexes it for expiry.
 func (s *Store) CreateJob(ctx context.Context, j store.Job) error {
 	if err := ctxErr(ctx); err != nil {
 		return err
 	}
+	j.ReservationID = "" // only CreateJobReserved ties a hold to a job
 	return s.update(func(tx *bolt.Tx) error {
-		jobs := tx.Bucket(bucketJobs)
-		if jobs.Get([]byte(j.ID)) != nil {
+		if tx.Bucket(bucketJobs).Get([]byte(j.ID)) != nil {
 			return store.ErrConflict
 		}
-		if err := putJSON(jobs, []byte(j.ID), toJobRecord(j)); err != nil {
-			return err
-		}
-		if j.Terminal() {
-			return nil
-		}
-		return tx.Bucket(bucketOpenJobs).Put(openJobKey(j), nil)
+		return putNewJob(tx, j)
 	})
+}
+
+// CreateJobReserved holds units for a and stores the job in the same
+// transaction, the hold and the job naming each other; see store.Jobs.
+func (s *Store) CreateJobReserved(ctx context.Context, j store.Job, a store.Account, units billing.Units, now time.Time) (store.Reservation, billing.Decision, billing.State, error) {
+	if err := checkUnits(units); err != nil {
+		return store.Reservation{}, billing.Decision{}, billing.State{}, err
+	}
+	if j.Terminal() {
+		return store.Reservation{}, billing.Decision{}, billing.State{},
+			fmt.Errorf("create job %s: a job holding units must start open, not %s", j.ID, j.Status)
+	}
+	if err := ctxErr(ctx); err != nil {
+		return store.Reservation{}, billing.Decision{}, billing.State{}, err
+	}
+	var (
+		res   store.Reservation
+		dec   billing.Decision
+		state billing.State
+	)
+	err := s.update(func(tx *bolt.Tx) error {
+		res, dec, state = store.Reservation{}, billing.Decision{}, billing.State{}
+		if tx.Bucket(bucketJobs).Get([]byte(j.ID)) != nil {
+			return store.ErrConflict
+		}
+		job := j
+		job.ReservationID = ""
+		if a.Free {
+			res, dec = store.Reservation{Account: a, JobID: j.ID}, billing.Decision{Allowed: true, Units: units}
+		} else {
+			var err error
+			if res, dec, state, err = s.hold(tx, a, units, now, j.ID); err != nil || !dec.Allowed {
+				return err // refused: nothing was written
+			}
+			job.ReservationID = res.ID
+		}
+		return putNewJob(tx, job)
+	})
+	return res, dec, state, err
+}
+
+// putNewJob writes a job that is not yet stored and indexes it for expiry.
+func putNewJob(tx *bolt.Tx, j store.Job) error {
+	if err := putJSON(tx.Bucket(bucketJobs), []byte(j.ID), toJobRecord(j)); err != nil {
+		return err
+	}
+	if j.Terminal() {
+		return nil
+	}
+	return tx.Bucket(bucketOpenJobs).Put(openJobKey(j), nil)
 }
 
 // GetJob reads a job.
@@ -49,8 +96,9 @@ func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*store.Job) er
 	return s.CompleteJob(ctx, id, store.Account{}, store.LedgerEntry{}, fn)
 }
 
-// CompleteJob changes a job through fn and meters e to a in the same
-// transaction, so a completion's units are charged exactly once.
+// CompleteJob changes a job through fn and, when fn ends it, settles the
+// job's hold and meters e to a in the same transaction, so a completion's
+// units are charged exactly once; see store.Jobs.
 func (s *Store) CompleteJob(ctx context.Context, id string, a store.Account, e store.LedgerEntry, fn func(*store.Job) error) (store.Job, error) {
 	if err := checkUnits(e.Units); err != nil {
 		return store.Job{}, err
@@ -71,12 +119,11 @@ func (s *Store) CompleteJob(ctx context.Context, id string, a store.Account, e s
 		if err := fn(&j); err != nil {
 			return err
 		}
-		if e.Units > 0 && wasOpen && j.Terminal() {
-			entry := e
-			if _, err := s.charge(tx, a, &entry); err != nil {
+		j.ReservationID = before.ReservationID // the store's, whatever fn did
+		if wasOpen && j.Terminal() {
+			if err := s.endJob(tx, &j, a, e); err != nil {
 				return err
 			}
-			j.Units, j.Cost = entry.Units, entry.Cost
 		}
 		if err := putJSON(jobs, []byte(id), toJobRecord(j)); err != nil {
 			return err
@@ -127,6 +174,9 @@ func (s *Store) ExpireJobs(ctx context.Context, now time.Time, message string) (
 			j.ErrorMessage = message
 			j.UpdatedAt = now.UTC()
 			j.CompletedAt = now.UTC()
+			if err := s.endJob(tx, &j, store.Account{}, store.LedgerEntry{}); err != nil {
+				return err
+			}
 			if err := putJSON(jobs, id, toJobRecord(j)); err != nil {
 				return err
 			}
@@ -140,6 +190,86 @@ func (s *Store) ExpireJobs(ctx context.Context, now time.Time, message string) (
 		return nil
 	})
 	return n, err
+}
+
+// endJob ends the hold of a job that has just become terminal, in the
+// transaction that stores it: a COMPLETED job's units (e.Units) are
+// settled against the hold and charged to a, capped at the hard limits; a
+// FAILED job, or one without units, only gives the hold back. A job with
+// no hold (an owner's, or one created by CreateJob) is charged the same
+// way, from nothing held. j gets the units and cost charged.
+func (s *Store) endJob(tx *bolt.Tx, j *store.Job, a store.Account, e store.LedgerEntry) error {
+	h, err := takeHold(tx, j.ReservationID)
+	if err != nil {
+		return err
+	}
+	units := e.Units
+	if j.Status != store.JobCompleted {
+		units = 0
+	}
+	if units == 0 || a.Free {
+		if h != nil {
+			if err := releaseHold(tx, h); err != nil {
+				return err
+			}
+		}
+		if units == 0 {
+			return nil
+		}
+		entry := e
+		entry.ProductID = ""
+		if err := s.appendLedger(tx, &entry); err != nil {
+			return err
+		}
+		j.Units, j.Cost = entry.Units, 0
+		return nil
+	}
+	userID, serviceID := a.UserID, a.ServiceID
+	if h != nil {
+		userID, serviceID = h.UserID, h.ServiceID
+	}
+	entry, err := s.settle(tx, userID, serviceID, h, a.Product, units, e)
+	if err != nil {
+		return err
+	}
+	j.Units, j.Cost = entry.Units, entry.Cost
+	return nil
+}
+
+// takeHold reads and deletes the hold named id; nil when there is none
+// (no id, or the hold already ended).
+func takeHold(tx *bolt.Tx, id string) (*reservation, error) {
+	if id == "" {
+		return nil, nil
+	}
+	seq, err := strconv.ParseUint(id, 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("job's reservation id %q: %w", id, err)
+	}
+	rb := tx.Bucket(bucketReservations)
+	raw := rb.Get(u64(seq))
+	if raw == nil {
+		return nil, nil
+	}
+	var h reservation
+	if err := json.Unmarshal(raw, &h); err != nil {
+		return nil, fmt.Errorf("reservation %s: %w", id, err)
+	}
+	return &h, rb.Delete(u64(seq))
+}
+
+// jobHolds reports whether the hold stored under key still belongs to an
+// open job: the job exists, is not terminal, and names this hold.
+func jobHolds(tx *bolt.Tx, jobID string, key []byte) (bool, error) {
+	var rec jobRecord
+	if err := getJSON(tx.Bucket(bucketJobs), []byte(jobID), &rec); err != nil {
+		if err == store.ErrNotFound {
+			return false, nil
+		}
+		return false, err
+	}
+	j := rec.job()
+	return !j.Terminal() && j.ReservationID == strconv.FormatUint(binary.BigEndian.Uint64(key), 10), nil
 }
 
 // PruneIdempotency forgets idempotency keys claimed before cutoff.

@@ -24,13 +24,15 @@ type counter struct {
 }
 
 // reservation is a hold as stored, so that a crash between reserving and
-// settling releases it at the next start instead of leaking quota.
+// settling releases it at the next start instead of leaking quota. A job's
+// hold names its job: it outlives the process and ends with the job.
 type reservation struct {
 	UserID    string          `json:"userId"`
 	ServiceID string          `json:"serviceId"`
 	Product   billing.Product `json:"product"`
 	Decision  decisionRecord  `json:"decision"`
 	PeriodKey int64           `json:"period"`
+	JobID     string          `json:"jobId,omitempty"`
 }
 
 type idemRecord struct {
@@ -132,41 +134,55 @@ func (s *Store) Reserve(ctx context.Context, a store.Account, units billing.Unit
 		state billing.State
 	)
 	err := s.update(func(tx *bolt.Tx) error {
-		res = store.Reservation{}
-		acc, err := loadAccount(tx, a.UserID, a.ServiceID, a.Product, 0, now)
-		if err != nil {
-			return err
-		}
-		dec = billing.Decide(a.Product, acc.state, units)
-		state = acc.state
-		if !dec.Allowed {
-			return nil
-		}
-		acc.state.Hold(a.Product, dec)
-		if err := acc.save(tx, a.Product); err != nil {
-			return err
-		}
-		b := tx.Bucket(bucketReservations)
-		seq, err := b.NextSequence()
-		if err != nil {
-			return err
-		}
-		rec := reservation{UserID: a.UserID, ServiceID: a.ServiceID, Product: a.Product, Decision: toDecisionRecord(dec), PeriodKey: acc.period}
-		if err := putJSON(b, u64(seq), rec); err != nil {
-			return err
-		}
-		state = acc.state
-		res = store.Reservation{ID: strconv.FormatUint(seq, 10), Account: a, Decision: dec, PeriodKey: acc.period}
-		return nil
+		var err error
+		res, dec, state, err = s.hold(tx, a, units, now, "")
+		return err
 	})
 	return res, dec, state, err
 }
+
+// hold decides units for a in the period containing now and, when the
+// decision allows, holds them and stores the reservation (tied to jobID
+// when not empty). A refusal writes nothing; the state returned is after
+// the hold.
+func (s *Store) hold(tx *bolt.Tx, a store.Account, units billing.Units, now time.Time, jobID string) (store.Reservation, billing.Decision, billing.State, error) {
+	acc, err := loadAccount(tx, a.UserID, a.ServiceID, a.Product, 0, now)
+	if err != nil {
+		return store.Reservation{}, billing.Decision{}, billing.State{}, err
+	}
+	dec := billing.Decide(a.Product, acc.state, units)
+	if !dec.Allowed {
+		return store.Reservation{}, dec, acc.state, nil
+	}
+	acc.state.Hold(a.Product, dec)
+	if err := acc.save(tx, a.Product); err != nil {
+		return store.Reservation{}, billing.Decision{}, billing.State{}, err
+	}
+	b := tx.Bucket(bucketReservations)
+	seq, err := b.NextSequence()
+	if err != nil {
+		return store.Reservation{}, billing.Decision{}, billing.State{}, err
+	}
+	rec := reservation{UserID: a.UserID, ServiceID: a.ServiceID, Product: a.Product, Decision: toDecisionRecord(dec),
+		PeriodKey: acc.period, JobID: jobID}
+	if err := putJSON(b, u64(seq), rec); err != nil {
+		return store.Reservation{}, billing.Decision{}, billing.State{}, err
+	}
+	res := store.Reservation{ID: strconv.FormatUint(seq, 10), Account: a, Decision: dec, PeriodKey: acc.period, JobID: jobID}
+	return res, dec, acc.state, nil
+}
+
+// errJobHold refuses to settle a job's hold as if it were a sync call's.
+var errJobHold = fmt.Errorf("a job's hold settles with its job: %w", store.ErrConflict)
 
 // Settle releases a reservation and charges units, capped at what the hard
 // limits allow; e is appended to the ledger when anything is charged.
 func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.Units, e store.LedgerEntry) (store.LedgerEntry, error) {
 	if err := checkUnits(units); err != nil {
 		return store.LedgerEntry{}, err
+	}
+	if r.JobID != "" {
+		return store.LedgerEntry{}, errJobHold
 	}
 	if r.ID == "" && (!r.Account.Free || units <= 0) {
 		return e, nil // nothing was held, nothing to record
@@ -192,32 +208,70 @@ func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.U
 			return err
 		}
 		p := r.Account.Product
-		acc, err := loadAccount(tx, r.Account.UserID, r.Account.ServiceID, p, r.PeriodKey, entry.Time)
-		if err != nil {
-			return err
-		}
-		acc.state.Unhold(p, r.Decision)
-		out = store.LedgerEntry{}
-		if units > 0 {
-			priced := pricingState(p, acc.state, true)
-			dec := billing.Decide(p, priced, units)
-			if !dec.Allowed {
-				entry.UnitsClaimed = units
-				entry.Units = billing.Fit(p, priced, units)
-				dec = billing.Decide(p, priced, entry.Units)
-			}
-			acc.state.Charge(p, dec)
-			entry.Overage, entry.Cost = dec.Overage, dec.Cost
-			if entry.Units > 0 || entry.UnitsClaimed > 0 {
-				if err := s.appendLedger(tx, &entry); err != nil {
-					return err
-				}
-				out = entry
-			}
-		}
-		return acc.save(tx, p)
+		held := reservation{UserID: r.Account.UserID, ServiceID: r.Account.ServiceID, Product: p,
+			Decision: toDecisionRecord(r.Decision), PeriodKey: r.PeriodKey}
+		out, err = s.settle(tx, r.Account.UserID, r.Account.ServiceID, &held, p, units, entry)
+		return err
 	})
 	return out, err
+}
+
+// settle releases the hold h (nil when nothing was held) and charges units
+// under p, at most what the hard limits allow, into the billing period of
+// the hold, else the one containing entry.Time. The entry is appended to
+// the ledger, and returned, when anything is charged or claimed; the
+// zero entry is returned otherwise. The hold's own product undoes it, so a
+// job whose product changed while it ran releases exactly what it held.
+func (s *Store) settle(tx *bolt.Tx, userID, serviceID string, h *reservation, p billing.Product, units billing.Units, entry store.LedgerEntry) (store.LedgerEntry, error) {
+	var period int64
+	if h != nil {
+		period = h.PeriodKey
+	}
+	acc, err := loadAccount(tx, userID, serviceID, p, period, entry.Time)
+	if err != nil {
+		return store.LedgerEntry{}, err
+	}
+	saveAs := p // whichever is prepaid, so its balance is written back
+	if h != nil {
+		acc.state.Unhold(h.Product, h.Decision.decision())
+		if p.BillingModel != billing.Prepaid {
+			saveAs = h.Product
+		}
+	}
+	var out store.LedgerEntry
+	if units > 0 {
+		entry.Units = units
+		priced := pricingState(p, acc.state, true)
+		dec := billing.Decide(p, priced, units)
+		if !dec.Allowed {
+			entry.UnitsClaimed = units
+			entry.Units = billing.Fit(p, priced, units)
+			dec = billing.Decide(p, priced, entry.Units)
+		}
+		acc.state.Charge(p, dec)
+		entry.Overage, entry.Cost = dec.Overage, dec.Cost
+		if entry.Units > 0 || entry.UnitsClaimed > 0 {
+			if err := s.appendLedger(tx, &entry); err != nil {
+				return store.LedgerEntry{}, err
+			}
+			out = entry
+		}
+	}
+	return out, acc.save(tx, saveAs)
+}
+
+// releaseHold gives back what a stored hold took, charging nothing. A
+// subscription that is gone has nothing left to give back to.
+func releaseHold(tx *bolt.Tx, h *reservation) error {
+	acc, err := loadAccount(tx, h.UserID, h.ServiceID, h.Product, h.PeriodKey, time.Now())
+	if err == store.ErrNoAccount {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	acc.state.Unhold(h.Product, h.Decision.decision())
+	return acc.save(tx, h.Product)
 }
 
 // pricingState is the state that units being charged are decided against.
@@ -386,7 +440,9 @@ func (s *Store) ScanLedger(ctx context.Context, f store.LedgerFilter, fn func(st
 
 // releaseAbandoned returns every hold a crash left behind: a call that was
 // in flight when the process died never answered its caller, so it is not
-// charged.
+// charged. The hold of a job that is still open is kept: the job survives
+// the restart, its backend may still complete it, and the hold ends with
+// the job (completion, failure or expiry).
 func releaseAbandoned(tx *bolt.Tx) error {
 	rb := tx.Bucket(bucketReservations)
 	var keys [][]byte
@@ -395,16 +451,14 @@ func releaseAbandoned(tx *bolt.Tx) error {
 		if err := json.Unmarshal(v, &r); err != nil {
 			return err
 		}
+		if r.JobID != "" {
+			open, err := jobHolds(tx, r.JobID, k)
+			if err != nil || open {
+				return err
+			}
+		}
 		keys = append(keys, append([]byte(nil), k...))
-		acc, err := loadAccount(tx, r.UserID, r.ServiceID, r.Product, r.PeriodKey, time.Now())
-		if err == store.ErrNoAccount {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		acc.state.Unhold(r.Product, r.Decision.decision())
-		return acc.save(tx, r.Product)
+		return releaseHold(tx, &r)
 	})
 	if err != nil {
 		return err

@@ -98,23 +98,27 @@ func (r ledgerRecord) entry() store.LedgerEntry {
 	return e
 }
 
-// jobRecord is a job as stored. CompletionDigest is `json:"-"` on
-// store.Job, to keep it out of API responses, so without this field the
-// store dropped it and a repeated completion could never be recognised.
+// jobRecord is a job as stored. CompletionDigest and ReservationID are
+// `json:"-"` on store.Job, to keep them out of API responses, so without
+// these fields the store dropped them: a repeated completion could never be
+// recognised, and a job's hold could not be found to settle.
 type jobRecord struct {
 	store.Job
 	Units            amount `json:"units,omitempty"`
 	Cost             amount `json:"cost,omitempty"`
 	CompletionDigest string `json:"completionDigest,omitempty"`
+	ReservationID    string `json:"reservationId,omitempty"`
 }
 
 func toJobRecord(j store.Job) jobRecord {
-	return jobRecord{Job: j, Units: amount(j.Units), Cost: amount(j.Cost), CompletionDigest: j.CompletionDigest}
+	return jobRecord{Job: j, Units: amount(j.Units), Cost: amount(j.Cost), CompletionDigest: j.CompletionDigest,
+		ReservationID: j.ReservationID}
 }
 
 func (r jobRecord) job() store.Job {
 	j := r.Job
 	j.Units, j.Cost, j.CompletionDigest = billing.Units(r.Units), billing.Units(r.Cost), r.CompletionDigest
+	j.ReservationID = r.ReservationID
 	return j
 }
 
