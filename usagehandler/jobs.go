@@ -316,7 +316,10 @@ func chargedUnits(c completion, p *billing.Product, ep *catalog.Endpoint) billin
 	return 0
 }
 
-// complete records a job's completion and meters its units, once.
+// complete records a job's completion and meters its units, once: the
+// store settles them against the job's hold in the same transaction,
+// charging at most what the hard limits allow, and a FAILED job only
+// releases its hold.
 func (h *Handler) complete(w http.ResponseWriter, r *http.Request, id string) {
 	s, job, svc, e := h.signedJob(r, id, "complete")
 	if e != nil {
@@ -380,8 +383,8 @@ func (h *Handler) complete(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	h.app.CountJobState(done.Status)
-	if entry.Units > 0 {
-		h.app.CountUnits(job.ServiceID, store.SourceCompletion, int64(entry.Units))
+	if done.Units > 0 { // what was charged, which a hard limit may have cut
+		h.app.CountUnits(job.ServiceID, store.SourceCompletion, int64(done.Units))
 	}
 	body, _ := json.Marshal(jobAck{RequestID: done.ID, Status: done.Status})
 	writeJSON(w, http.StatusOK, body)
