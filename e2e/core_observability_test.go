@@ -182,6 +182,9 @@ func TestCoreMetricsAndLogs(t *testing.T) {
 	call(t, "POST", invokeURL("obs", "call"), "sk_live_notakey", "{}")
 	call(t, "POST", invokeURL("made-up-service", "whatever"), key, "{}")
 	call(t, "POST", invokeURL("obs", "made-up-endpoint"), key, "{}")
+	if resp, body := call(t, "GET", gwBase+"/api/service/obs/not-an-invoke-path", key, ""); resp.StatusCode != 404 || resp.Header.Get("X-Platform-Request-ID") == "" {
+		t.Errorf("bad invoke path: %d %v %s", resp.StatusCode, resp.Header, body)
+	}
 
 	// An async job: progress through the progress URL (signature in its
 	// query), completion with units.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/google/uuid"
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/apierror"
@@ -59,7 +60,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return next.ServeHTTP(w, r)
 	}
 	if route.bad {
-		h.refuse(w, r, "", apierror.New(apierror.NotFound, "no such route; invoke paths are {prefix}/service/{serviceId}/endpoint/{endpointId}/invoke[/async]"))
+		// A request id like any refused call's, so the log line can be
+		// found from what the caller was told.
+		h.refuse(w, r, uuid.NewString(), apierror.New(apierror.NotFound, "no such route; invoke paths are {prefix}/service/{serviceId}/endpoint/{endpointId}/invoke[/async]"))
 		return nil
 	}
 	return h.invoke(w, r, route, next)
