@@ -1,0 +1,339 @@
+#!/usr/bin/env bash
+# The gateway against plain Caddy reverse_proxy, in the same binary and the
+# same run (make bench; docs/performance.md explains the method).
+#
+# One Caddy process serves two sites on loopback: the gateway
+# (platform_usage, platform_gateway, reverse_proxy) and a plain
+# reverse_proxy, both to the same loopback backend (scripts/bench/backend:
+# /instant answers at once, /slow after 5 ms, /job accepts async jobs).
+# A service key and a subscription with a quota nobody reaches are created
+# through the `caddy platform` CLI. Then rounds alternate every scenario:
+#
+#   proxy       plain reverse_proxy, instant backend, 64 connections (wrk)
+#   sync        sync invoke, same backend and load: key, subscription, rate
+#               limit, quota reservation, v3 signing, durable metering
+#   async       async invoke (202): the job stored durably, the envelope
+#               forwarded
+#   status      GET {gw}/requests/{id}/status with the caller's key
+#   report      POST {usage}/report, signed, each durable before its 200
+#   proxy-5ms   plain reverse_proxy, 5 ms backend, constant rate of half the
+#               round's proxy peak (scripts/bench/loadgen, latency from each
+#               request's due time)
+#   sync-5ms    sync invoke at that same rate
+#
+# and a table gives the median of the rounds: requests/s, p50, p99, the
+# ratio to plain reverse_proxy (peak rows) and the latency the gateway adds
+# (5 ms rows). Everything runs on loopback and is stopped at the end.
+#
+# Settings (environment): BENCH_ROUNDS (3), BENCH_DURATION (8s per run),
+# BENCH_CONNS (64), BENCH_PROFILE=<dir> to also save CPU profiles of the
+# gateway under sync and report load, BENCH_PORT_BASE (8410: admin +0,
+# gateway +1, proxy +2, backend +3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ROUNDS=${BENCH_ROUNDS:-3}
+DURATION=${BENCH_DURATION:-8s}
+CONNS=${BENCH_CONNS:-64}
+PROFILE_DIR=${BENCH_PROFILE:-}
+PORT_BASE=${BENCH_PORT_BASE:-8410}
+ADMIN=127.0.0.1:$((PORT_BASE + 0))
+GW=http://127.0.0.1:$((PORT_BASE + 1))
+PROXY=http://127.0.0.1:$((PORT_BASE + 2))
+BACKEND=127.0.0.1:$((PORT_BASE + 3))
+SECRET=bench-secret-0123456789abcdef0123456789
+
+log() { printf '%s\n' "$*" >&2; }
+
+# --- tools -----------------------------------------------------------------
+if ! command -v wrk > /dev/null; then
+	log "installing wrk (Debian package)"
+	if [ "$(id -u)" = 0 ]; then
+		apt-get update -qq > /dev/null && apt-get install -y -qq wrk > /dev/null
+	else
+		sudo apt-get update -qq > /dev/null && sudo apt-get install -y -qq wrk > /dev/null
+	fi
+fi
+mkdir -p bin/bench
+go build -o bin/caddy ./caddy
+go build -o bin/bench/backend ./scripts/bench/backend
+go build -o bin/bench/loadgen ./scripts/bench/loadgen
+
+# --- processes ---------------------------------------------------------------
+work=$(mktemp -d "${TMPDIR:-/tmp}/platform-bench.XXXXXX")
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2> /dev/null || true; done
+	wait 2> /dev/null || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+bin/bench/backend -addr "$BACKEND" -delay 5ms > "$work/backend.log" 2>&1 &
+pids+=($!)
+
+cat > "$work/Caddyfile" << EOF
+{
+	admin $ADMIN
+	http_port $((PORT_BASE + 1))
+	auto_https off
+	grace_period 1s
+	log {
+		level WARN
+	}
+	platform {
+		store $work/platform.db
+		service bench {
+			backend http://$BACKEND
+			secret $SECRET
+			endpoint instant {
+				methods GET POST
+				path /instant
+			}
+			endpoint slow {
+				methods GET POST
+				path /slow
+			}
+			endpoint job {
+				methods POST
+				path /job
+				async
+			}
+			# A quota and a rate limit that are checked on every call but
+			# never reached.
+			product bench {
+				billing SUBSCRIPTION
+				measurement PER_REQUEST
+				unit request
+				quota 1000000000000 per month
+				overage block
+				rate_limit 10000000/s burst 10000000
+			}
+		}
+	}
+}
+
+http://127.0.0.1:$((PORT_BASE + 1)) {
+	platform_usage
+	platform_gateway
+	reverse_proxy {
+		dynamic platform
+		transport platform
+	}
+}
+
+http://127.0.0.1:$((PORT_BASE + 2)) {
+	reverse_proxy $BACKEND
+}
+EOF
+
+bin/caddy run --config "$work/Caddyfile" --adapter caddyfile > "$work/caddy.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 100); do
+	curl -fsS -o /dev/null "http://$ADMIN/config/" 2> /dev/null && break
+	sleep 0.1
+done
+if ! curl -fsS -o /dev/null "http://$ADMIN/config/"; then
+	log "the gateway did not start:"
+	tail -20 "$work/caddy.log" >&2
+	exit 1
+fi
+
+# --- seed ---------------------------------------------------------------------
+key=$(bin/caddy platform key create --address "$ADMIN" --user bench-user --label bench --json |
+	sed -n 's/.*"key": *"\([^"]*\)".*/\1/p')
+bin/caddy platform subscribe --address "$ADMIN" --user bench-user --service bench --product bench > /dev/null
+[ -n "$key" ] || { log "could not create a service key"; exit 1; }
+AUTH="Authorization: Bearer $key"
+SYNC_URL=$GW/api/service/bench/endpoint/instant/invoke
+SLOW_URL=$GW/api/service/bench/endpoint/slow/invoke
+ASYNC_URL=$GW/api/service/bench/endpoint/job/invoke/async
+REPORT_URL=$GW/api/usage/report
+
+expect() { # expect <status> <curl args...>: one request must answer <status>
+	local want=$1
+	shift
+	local got
+	got=$(curl -sS -o "$work/last" -w '%{http_code}' "$@")
+	if [ "$got" != "$want" ]; then
+		log "$* answered $got, not $want: $(head -c 300 "$work/last")"
+		return 1
+	fi
+}
+expect 200 "$PROXY/instant"
+expect 200 -H "$AUTH" "$SYNC_URL"
+expect 200 -H "$AUTH" "$SLOW_URL"
+expect 202 -H "$AUTH" -X POST -d '{"q":1}' "$ASYNC_URL"
+job=$(sed -n 's/.*"requestId": *"\([^"]*\)".*/\1/p' "$work/last")
+STATUS_URL=$GW/api/requests/$job/status
+expect 200 -H "$AUTH" "$STATUS_URL"
+
+# A signed report, made afresh for each run (timestamps must be recent).
+sign_report() {
+	local ts body
+	ts=$(date +%s)
+	body="{\"userId\":\"bench-user\",\"serviceId\":\"bench\",\"unitsUsed\":1,\"timestamp\":$ts}"
+	REPORT_BODY=$body
+	REPORT_SIG=$(bin/bench/loadgen sign -secret "$SECRET" -body "$body" -timestamp "$ts")
+	REPORT_TS=$ts
+}
+sign_report
+have_report=1
+if ! expect 200 -X POST -H "X-Platform-Signature: $REPORT_SIG" -H "X-Platform-Timestamp: $REPORT_TS" \
+	-H 'Content-Type: application/json' -d "$REPORT_BODY" "$REPORT_URL"; then
+	log "usage reports are not served: the report row is left out"
+	have_report=0
+fi
+
+# --- load -----------------------------------------------------------------------
+cat > "$work/post.lua" << 'EOF'
+wrk.method = "POST"
+wrk.body = os.getenv("BENCH_BODY")
+EOF
+
+# to_ms <wrk duration>: 812.00us, 1.20ms, 2.01s -> milliseconds
+to_ms() {
+	awk -v v="$1" 'BEGIN {
+		n = v + 0; u = v; sub(/^[0-9.]+/, "", u)
+		if (u == "us") n /= 1000; else if (u == "s") n *= 1000; else if (u == "m") n *= 60000
+		printf "%.3f", n }'
+}
+
+# peak <name> <url> [wrk args...]: 64 connections, closed loop; appends
+# "rps p50 p99" to results/<name>.
+peak() {
+	local name=$1 url=$2
+	shift 2
+	local out
+	out=$(wrk -t2 -c"$CONNS" -d"$DURATION" --latency "$@" "$url")
+	local rps p50 p99 non2xx
+	rps=$(awk '/^Requests\/sec:/ {printf "%.0f", $2}' <<< "$out")
+	p50=$(to_ms "$(awk '$1 == "50%" {print $2}' <<< "$out")")
+	p99=$(to_ms "$(awk '$1 == "99%" {print $2}' <<< "$out")")
+	non2xx=$(awk '/Non-2xx or 3xx responses:/ {print $NF}' <<< "$out")
+	if [ -n "$non2xx" ] || grep -q 'Socket errors' <<< "$out"; then
+		log "$name: errors during the run:"
+		log "$out"
+		exit 1
+	fi
+	echo "$rps $p50 $p99" >> "$work/results/$name"
+	log "  $(printf '%-10s' "$name") $rps req/s  p50 ${p50} ms  p99 ${p99} ms"
+}
+
+# steady <name> <url> <rate> [loadgen args...]: open loop at a fixed rate.
+steady() {
+	local name=$1 url=$2 rate=$3
+	shift 3
+	local out
+	out=$(bin/bench/loadgen rate -url "$url" -rate "$rate" -duration "$DURATION" -warmup 2s -conns 128 "$@")
+	local rps p50 p99 errors late
+	rps=$(sed -n 's/.* rps=\([^ ]*\).*/\1/p' <<< "$out")
+	p50=$(sed -n 's/.* p50_ms=\([^ ]*\).*/\1/p' <<< "$out")
+	p99=$(sed -n 's/.* p99_ms=\([^ ]*\).*/\1/p' <<< "$out")
+	errors=$(sed -n 's/.* errors=\([^ ]*\).*/\1/p' <<< "$out")
+	late=$(sed -n 's/.* late=\([^ ]*\).*/\1/p' <<< "$out")
+	if [ "$errors" != 0 ]; then
+		log "$name: $errors requests failed: $out"
+		exit 1
+	fi
+	if [ "$late" != 0 ]; then
+		log "  $name: could not keep up with $rate req/s; $late requests were never sent (counted at their wait)"
+	fi
+	echo "$rps $p50 $p99" >> "$work/results/$name"
+	log "  $(printf '%-10s' "$name") $rps req/s  p50 ${p50} ms  p99 ${p99} ms  (constant rate $rate/s)"
+}
+
+mkdir -p "$work/results"
+log "warming up"
+wrk -t2 -c"$CONNS" -d3s "$PROXY/instant" > /dev/null
+wrk -t2 -c"$CONNS" -d3s -H "$AUTH" "$SYNC_URL" > /dev/null
+
+for round in $(seq 1 "$ROUNDS"); do
+	log "round $round of $ROUNDS"
+	peak proxy "$PROXY/instant"
+	# Half of this round's peak: the machine's speed drifts between rounds,
+	# and a rate fixed from the first would be more than half in a slow one.
+	half=$(tail -1 "$work/results/proxy" | awk '{printf "%d", $1 / 2}')
+	echo "$half" >> "$work/results/rates"
+	peak sync "$SYNC_URL" -H "$AUTH"
+	BENCH_BODY='{"q":1}' peak async "$ASYNC_URL" -H "$AUTH" -H 'Content-Type: application/json' -s "$work/post.lua"
+	peak status "$STATUS_URL" -H "$AUTH"
+	if [ "$have_report" = 1 ]; then
+		sign_report
+		BENCH_BODY=$REPORT_BODY peak report "$REPORT_URL" -s "$work/post.lua" -H 'Content-Type: application/json' \
+			-H "X-Platform-Signature: $REPORT_SIG" -H "X-Platform-Timestamp: $REPORT_TS"
+	fi
+	steady proxy-5ms "$PROXY/slow" "$half"
+	steady sync-5ms "$SLOW_URL" "$half" -H "$AUTH"
+done
+
+if [ -n "$PROFILE_DIR" ]; then
+	mkdir -p "$PROFILE_DIR"
+	log "profiling the gateway (CPU, 6 s each) into $PROFILE_DIR"
+	wrk -t2 -c"$CONNS" -d8s -H "$AUTH" "$SYNC_URL" > /dev/null &
+	sleep 1
+	curl -sS -o "$PROFILE_DIR/sync.pprof" "http://$ADMIN/debug/pprof/profile?seconds=6"
+	wait $!
+	if [ "$have_report" = 1 ]; then
+		sign_report
+		BENCH_BODY=$REPORT_BODY wrk -t2 -c"$CONNS" -d8s -s "$work/post.lua" -H 'Content-Type: application/json' \
+			-H "X-Platform-Signature: $REPORT_SIG" -H "X-Platform-Timestamp: $REPORT_TS" "$REPORT_URL" > /dev/null &
+		sleep 1
+		curl -sS -o "$PROFILE_DIR/report.pprof" "http://$ADMIN/debug/pprof/profile?seconds=6"
+		wait $!
+	fi
+	cp bin/caddy "$PROFILE_DIR/caddy"
+fi
+
+# --- table ----------------------------------------------------------------------
+# median <file> <column>
+median() {
+	awk -v c="$2" '{print $c}' "$1" | sort -g | awk '{v[NR] = $1} END {
+		if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+# paired <file a> <file b> <awk expr>: the median over rounds of the
+# expression of a's and b's columns ($1-$3 and $4-$6); the two runs of a
+# round ran back to back, so pairing them cancels the machine's drift.
+paired() {
+	paste -d' ' "$1" "$2" | awk "{ printf \"%.3f\\n\", $3 }" | sort -g | awk '{v[NR] = $1} END {
+		if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+r=$work/results
+sync_ratio=$(paired "$r/sync" "$r/proxy" '$1 / $4')
+added_p50=$(paired "$r/sync-5ms" "$r/proxy-5ms" '$2 - $5')
+added_p99=$(paired "$r/sync-5ms" "$r/proxy-5ms" '$3 - $6')
+echo
+echo "Median of $ROUNDS rounds, $DURATION each, $(nproc) cores; peak rows: $CONNS connections, instant backend;"
+echo "5 ms rows: a constant rate of half the round's plain reverse_proxy peak (median $(median "$r/rates" 1) req/s),"
+echo "latency from each request's due time."
+echo
+row() { # row <label> <file> <comparison>
+	printf '| %-34s | %9s | %9s | %9s | %-34s |\n' "$1" "$(median "$2" 1)" "$(median "$2" 2)" "$(median "$2" 3)" "$3"
+}
+printf '| %-34s | %9s | %9s | %9s | %-34s |\n' scenario "req/s" "p50 ms" "p99 ms" "vs. plain reverse_proxy"
+printf '|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..36})" "-----------" "-----------" "-----------" "$(printf -- '-%.0s' {1..36})"
+row "plain reverse_proxy" "$r/proxy" "1.00x (baseline)"
+row "sync invoke" "$r/sync" "${sync_ratio}x throughput"
+row "async invoke (202)" "$r/async" "$(paired "$r/async" "$r/proxy" '$1 / $4')x throughput"
+row "job status poll" "$r/status" "$(paired "$r/status" "$r/proxy" '$1 / $4')x throughput"
+if [ "$have_report" = 1 ]; then
+	row "usage report (signed, durable)" "$r/report" "$(paired "$r/report" "$r/proxy" '$1 / $4')x throughput"
+fi
+row "plain reverse_proxy, 5 ms backend" "$r/proxy-5ms" "baseline at half the peak rate"
+row "sync invoke, 5 ms backend" "$r/sync-5ms" "$(printf '%+.3f ms p50, %+.3f ms p99' "$added_p50" "$added_p99")"
+
+# The targets of issue 6.
+verdict() { if awk "BEGIN { exit !($1) }"; then echo met; else echo MISSED; fi; }
+echo
+echo "Targets:"
+echo "  sync invoke >= 0.85x plain reverse_proxy at peak:    ${sync_ratio}x   $(verdict "$sync_ratio >= 0.85")"
+echo "  added latency, 5 ms backend at half load: p50 <= 0.5 ms: ${added_p50} ms   $(verdict "$added_p50 <= 0.5")"
+echo "                                            p99 <= 2 ms:   ${added_p99} ms   $(verdict "$added_p99 <= 2")"
+if [ "$have_report" = 1 ]; then
+	reports=$(median "$r/report" 1)
+	echo "  usage reports >= 10000/s:                             ${reports}/s   $(verdict "$reports >= 10000")"
+fi
+polls=$(median "$r/status" 1)
+echo "  status polls >= 30000/s:                              ${polls}/s   $(verdict "$polls >= 30000")"
