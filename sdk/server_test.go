@@ -57,13 +57,13 @@ type usageServer struct {
 	preflightSignedAt time.Time
 
 	mu       sync.Mutex
-	requests map[string]int                  // requests per route
-	reports  map[string][]byte               // Idempotency-Key → first answer
-	units    map[string]sdk.Units            // user → units counted
-	jobs     map[string]string               // request id → digest of its completion
-	jobUnits map[string]sdk.Units            // request id → units charged
-	seen     map[string][]*http.Request      // route → requests (headers, URL)
-	bodies   map[string][][]byte             // route → raw bodies
+	requests map[string]int             // requests per route
+	reports  map[string][]byte          // Idempotency-Key → first answer
+	units    map[string]sdk.Units       // user → units counted
+	jobs     map[string]string          // request id → digest of its completion
+	jobUnits map[string]sdk.Units       // request id → units charged
+	seen     map[string][]*http.Request // route → requests (headers, URL)
+	bodies   map[string][][]byte        // route → raw bodies
 
 	srv *httptest.Server
 }
