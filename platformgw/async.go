@@ -15,24 +15,17 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/apierror"
-	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/signing"
 	"github.com/platformgw/gateway/store"
 )
 
-// invokeAsync starts an async job: the caller's allowance is checked
-// without a hold (the job's units are charged at its completion), the job
-// is stored before anything reaches the backend, and the backend gets the
-// signed JSON envelope with the progress and callback URLs. The backend's
-// own answer never reaches the caller: a 2xx becomes the gateway's 202,
-// anything else fails the job.
+// invokeAsync starts an async job: the endpoint's cost is reserved and the
+// job stored in one store transaction before anything reaches the backend,
+// and the backend gets the signed JSON envelope with the progress and
+// callback URLs. The backend's own answer never reaches the caller: a 2xx
+// becomes the gateway's 202, anything else fails the job, which releases
+// its reservation.
 func (h *Handler) invokeAsync(w http.ResponseWriter, r *http.Request, c *call, next caddyhttp.Handler) error {
-	if e := h.checkAllowance(r.Context(), c); e != nil {
-		h.app.CountInvoke(c.svc.ID, c.ep.ID, "async", "rejected")
-		c.allowance.write(w.Header())
-		h.refuse(w, r, c.requestID, e)
-		return nil
-	}
 	urls, e := h.jobURLs(r, c)
 	if e != nil {
 		h.refuse(w, r, c.requestID, e)
@@ -53,9 +46,10 @@ func (h *Handler) invokeAsync(w http.ResponseWriter, r *http.Request, c *call, n
 	if c.product != nil {
 		job.ProductID = c.product.ID
 	}
-	if err := h.app.DataStore().CreateJob(r.Context(), job); err != nil {
-		h.logger.Error("create job", zap.String("request_id", c.requestID), zap.Error(err))
-		h.refuse(w, r, c.requestID, apierror.New(apierror.InternalError, "could not create the job"))
+	if e := h.createJob(r.Context(), c, job); e != nil {
+		h.app.CountInvoke(c.svc.ID, c.ep.ID, "async", "rejected")
+		c.allowance.write(w.Header())
+		h.refuse(w, r, c.requestID, e)
 		return nil
 	}
 	h.app.CountJobState(store.JobPending)
@@ -99,23 +93,22 @@ func (h *Handler) invokeAsync(w http.ResponseWriter, r *http.Request, c *call, n
 	return nil
 }
 
-// checkAllowance refuses a job the subscription could not pay for now
-// (quota used up, credits short, cap reached) with the codes a sync call
-// gets. Nothing is held: a job runs for up to its TTL, and holding units
-// that long would starve the caller's sync calls.
-func (h *Handler) checkAllowance(ctx context.Context, c *call) *apierror.Error {
-	if c.product == nil {
-		return nil // a service owner calls free
-	}
-	st, err := h.app.DataStore().State(ctx, c.account, c.started)
+// createJob reserves the endpoint's cost for the job and stores the job in
+// the same store transaction, as a sync call reserves before it is
+// forwarded: jobs started at once never hold more than a hard limit allows.
+// The reservation belongs to the job and ends with it (completion, failure,
+// expiry), surviving restarts. A refusal stores nothing and becomes the
+// caller's error, with the codes a sync call gets.
+func (h *Handler) createJob(ctx context.Context, c *call, job store.Job) *apierror.Error {
+	_, dec, st, err := h.app.DataStore().CreateJobReserved(ctx, job, c.account, c.ep.UnitCost(), c.started)
 	if errors.Is(err, store.ErrNoAccount) {
 		return apierror.New(apierror.NoSubscription, "no subscription to service "+c.svc.ID)
 	}
 	if err != nil {
-		h.logger.Error("usage state", zap.Error(err))
-		return apierror.New(apierror.InternalError, "could not read usage")
+		h.logger.Error("create job", zap.String("request_id", c.requestID), zap.Error(err))
+		return apierror.New(apierror.InternalError, "could not create the job")
 	}
-	return h.judge(ctx, c, billing.Decide(*c.product, st, c.ep.UnitCost()), st)
+	return h.judge(ctx, c, dec, st)
 }
 
 // jobURLs are the absolute URLs of a job, without query strings.

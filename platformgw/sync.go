@@ -32,8 +32,8 @@ func (h *Handler) reserve(r *http.Request, c *call) (store.Reservation, *apierro
 
 // judge fills the quota allowance the caller is shown from the
 // subscription's state and turns a refused decision into the caller's
-// error (with Retry-After for a quota or cap). Sync calls judge their
-// reservation, async calls a decision taken without holding.
+// error (with Retry-After for a quota or cap). Sync calls and async jobs
+// both judge the reservation they took.
 func (h *Handler) judge(ctx context.Context, c *call, dec billing.Decision, st billing.State) *apierror.Error {
 	if c.product != nil && c.product.Quota != nil {
 		sub, err := h.app.DataStore().GetSubscription(ctx, c.account.UserID, c.svc.ID)
