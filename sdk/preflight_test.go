@@ -73,14 +73,18 @@ func TestValidateKeyVerdicts(t *testing.T) {
 				}
 			}},
 		{name: "tampered answer",
-			setup: func(s *usageServer) { s.preflightStatus, s.preflightBody, s.preflightTamper = http.StatusOK, validBody, true },
+			setup: func(s *usageServer) {
+				s.preflightStatus, s.preflightBody, s.preflightTamper = http.StatusOK, validBody, true
+			},
 			check: func(t *testing.T, v *sdk.KeyValidation, err error) {
 				if !errors.Is(err, sdk.ErrResponseSignature) || v != nil {
 					t.Fatalf("validation %+v, err %v; want ErrResponseSignature", v, err)
 				}
 			}},
 		{name: "unsigned answer",
-			setup: func(s *usageServer) { s.preflightStatus, s.preflightBody, s.preflightUnsigned = http.StatusOK, validBody, true },
+			setup: func(s *usageServer) {
+				s.preflightStatus, s.preflightBody, s.preflightUnsigned = http.StatusOK, validBody, true
+			},
 			check: func(t *testing.T, v *sdk.KeyValidation, err error) {
 				if !errors.Is(err, sdk.ErrResponseSignature) {
 					t.Fatalf("err %v; want ErrResponseSignature", err)
