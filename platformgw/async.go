@@ -108,7 +108,7 @@ func (h *Handler) createJob(ctx context.Context, c *call, job store.Job) *apierr
 		h.logger.Error("create job", zap.String("request_id", c.requestID), zap.Error(err))
 		return apierror.New(apierror.InternalError, "could not create the job")
 	}
-	return h.judge(ctx, c, dec, st)
+	return h.judge(c, dec, st)
 }
 
 // jobURLs are the absolute URLs of a job, without query strings.

@@ -30,9 +30,12 @@ type call struct {
 	ep        *catalog.Endpoint
 	product   *billing.Product // nil for a service owner
 	account   store.Account
-	user      signing.UserContext
-	body      []byte
-	allowance allowance
+	// subStarted anchors the subscription's billing periods (zero for a
+	// service owner); the allowance headers are computed from it.
+	subStarted time.Time
+	user       signing.UserContext
+	body       []byte
+	allowance  allowance
 }
 
 // grantsAccess lists the subscription statuses that may invoke.
@@ -142,6 +145,7 @@ func (h *Handler) subscription(ctx context.Context, c *call) *apierror.Error {
 		return apierror.New(apierror.SubscriptionInactive, "product "+quote(sub.ProductID)+" is no longer offered")
 	}
 	c.product = p
+	c.subStarted = sub.StartedAt
 	c.account = store.Account{UserID: sub.UserID, ServiceID: c.svc.ID, Product: *p}
 	c.user.ServiceProductID = p.ID
 	c.user.SubscriptionStatus = strings.ToUpper(sub.Status)

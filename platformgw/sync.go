@@ -27,20 +27,19 @@ func (h *Handler) reserve(r *http.Request, c *call) (store.Reservation, *apierro
 		h.logger.Error("reserve", zap.Error(err))
 		return res, apierror.New(apierror.InternalError, "could not reserve usage")
 	}
-	return res, h.judge(r.Context(), c, dec, st)
+	return res, h.judge(c, dec, st)
 }
 
 // judge fills the quota allowance the caller is shown from the
 // subscription's state and turns a refused decision into the caller's
 // error (with Retry-After for a quota or cap). Sync calls and async jobs
 // both judge the reservation they took.
-func (h *Handler) judge(ctx context.Context, c *call, dec billing.Decision, st billing.State) *apierror.Error {
+func (h *Handler) judge(c *call, dec billing.Decision, st billing.State) *apierror.Error {
 	if c.product != nil && c.product.Quota != nil {
-		sub, err := h.app.DataStore().GetSubscription(ctx, c.account.UserID, c.svc.ID)
-		if err == nil {
-			start, end := billing.PeriodBounds(c.product.Period, c.product.CalendarPeriods, sub.StartedAt, c.started)
-			c.allowance.setQuota(c.product, st, start, end, c.started)
-		}
+		// The subscription was read when the call was admitted; reading it
+		// again here cost a second store lookup on every call.
+		start, end := billing.PeriodBounds(c.product.Period, c.product.CalendarPeriods, c.subStarted, c.started)
+		c.allowance.setQuota(c.product, st, start, end, c.started)
 	}
 	if !dec.Allowed {
 		e := apierror.New(dec.Code, dec.Reason)
