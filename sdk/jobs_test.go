@@ -34,7 +34,7 @@ func TestReportProgressWithHandedOutURL(t *testing.T) {
 	if ack.RequestID != jobID || ack.Status != "RUNNING" || ack.Attempts != 1 {
 		t.Errorf("ack = %+v", ack)
 	}
-	req := s.seen["progress"][0]
+	req := s.sent("progress")[0]
 	if got := req.Header.Get("X-Platform-Timestamp"); got != ts {
 		t.Errorf("header timestamp %s, want the query's %s", got, ts)
 	}
@@ -43,7 +43,7 @@ func TestReportProgressWithHandedOutURL(t *testing.T) {
 	}
 	// The server checked the signature over body + that timestamp; check
 	// it here too, by hand.
-	body := string(s.bodies["progress"][0])
+	body := s.body("progress", 0)
 	if req.Header.Get("X-Platform-Signature") != hmacBase64(secret, body+ts) {
 		t.Error("signature is not HMAC(body + query timestamp)")
 	}
@@ -76,19 +76,19 @@ func TestReportCompletionWithHandedOutURL(t *testing.T) {
 	if ack.Status != "COMPLETED" || s.count("complete") != 2 || len(sl.recorded()) != 1 {
 		t.Errorf("ack %+v after %d requests, waits %v", ack, s.count("complete"), sl.recorded())
 	}
-	if s.jobUnits[jobID] != u {
-		t.Errorf("charged %s, want 1.5 once", s.jobUnits[jobID])
+	if s.charged(jobID) != u {
+		t.Errorf("charged %s, want 1.5 once", s.charged(jobID))
 	}
-	for i, req := range s.seen["complete"] {
+	for i, req := range s.sent("complete") {
 		if req.Header.Get("X-Platform-Timestamp") != ts || req.URL.RawQuery != "" {
 			t.Errorf("attempt %d: timestamp %s, query %q", i+1, req.Header.Get("X-Platform-Timestamp"), req.URL.RawQuery)
 		}
 	}
-	if a, b := s.bodies["complete"][0], s.bodies["complete"][1]; string(a) != string(b) {
+	if a, b := []byte(s.body("complete", 0)), []byte(s.body("complete", 1)); string(a) != string(b) {
 		t.Errorf("a retry changed the body:\n%s\n%s", a, b)
 	}
 	want := `{"status":"COMPLETED","result":"42 words","resultUrl":"https://files.example/out/1","contentType":"text/plain","units":1.5,"timestamp":"2026-01-01T00:00:00.000Z"}`
-	if got := string(s.bodies["complete"][0]); got != want {
+	if got := s.body("complete", 0); got != want {
 		t.Errorf("body = %s\nwant   %s", got, want)
 	}
 }
@@ -103,7 +103,7 @@ func TestReportCompletionByRequestID(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ReportCompletion: %v", err)
 	}
-	req := s.seen["complete"][0]
+	req := s.sent("complete")[0]
 	if req.URL.EscapedPath() != "/api/usage/complete/"+url.PathEscape(id) {
 		t.Errorf("path = %s", req.URL.EscapedPath())
 	}
@@ -111,9 +111,9 @@ func TestReportCompletionByRequestID(t *testing.T) {
 		t.Errorf("a built URL is signed with the current time, got %s", req.Header.Get("X-Platform-Timestamp"))
 	}
 	var body map[string]json.RawMessage
-	json.Unmarshal(s.bodies["complete"][0], &body)
+	json.Unmarshal([]byte(s.body("complete", 0)), &body)
 	if string(body["status"]) != `"FAILED"` || string(body["result"]) != `{"retry":true}` || body["units"] != nil {
-		t.Errorf("body = %s", s.bodies["complete"][0])
+		t.Errorf("body = %s", []byte(s.body("complete", 0)))
 	}
 }
 
@@ -143,7 +143,7 @@ func TestCallbacksViaBaseURL(t *testing.T) {
 		t.Fatalf("ReportProgress(status URL): %v", err)
 	}
 	for i, want := range []string{ts, strconv.Itoa(nowUnix)} {
-		req := s.seen["progress"][i]
+		req := s.sent("progress")[i]
 		if req.URL.Path != "/api/usage/progress/"+jobID || req.Header.Get("X-Platform-Timestamp") != want {
 			t.Errorf("request %d: %s at %s, want timestamp %s", i+1, req.URL, req.Header.Get("X-Platform-Timestamp"), want)
 		}

@@ -50,9 +50,9 @@ func TestValidateKey(t *testing.T) {
 	// The request: {serviceKey, serviceId}, signed like a report (the
 	// server verified it).
 	var req map[string]string
-	json.Unmarshal(s.bodies["validate"][0], &req)
+	json.Unmarshal([]byte(s.body("validate", 0)), &req)
 	if len(req) != 2 || req["serviceKey"] != serviceKey || req["serviceId"] != "svc-1" {
-		t.Errorf("request body = %s", s.bodies["validate"][0])
+		t.Errorf("request body = %s", []byte(s.body("validate", 0)))
 	}
 }
 
@@ -239,9 +239,9 @@ func TestEstimateUsage(t *testing.T) {
 				t.Errorf("%d requests, waits %v", s.count("estimate"), sl.recorded())
 			}
 			var req map[string]json.RawMessage
-			json.Unmarshal(s.bodies["estimate"][0], &req)
+			json.Unmarshal([]byte(s.body("estimate", 0)), &req)
 			if string(req["estimatedUnits"]) != "10" || string(req["serviceId"]) != `"svc-1"` || string(req["serviceKey"]) != `"`+serviceKey+`"` {
-				t.Errorf("request body = %s", s.bodies["estimate"][0])
+				t.Errorf("request body = %s", []byte(s.body("estimate", 0)))
 			}
 		})
 	}

@@ -54,12 +54,12 @@ func TestReportUsage(t *testing.T) {
 	}
 	// The body is exact decimal JSON, with the platform request id, and
 	// the signature headers are the server's to check (it did).
-	body := string(s.bodies["report"][0])
+	body := s.body("report", 0)
 	want := `{"userId":"user-1","serviceId":"svc-1","unitsUsed":12.5,"timestamp":"2026-01-01T00:00:00.000Z","requestId":"gw-req-9"}`
 	if body != want {
 		t.Errorf("body = %s\nwant   %s", body, want)
 	}
-	req := s.seen["report"][0]
+	req := s.sent("report")[0]
 	if req.Header.Get("X-Platform-Timestamp") != strconv.Itoa(nowUnix) || req.Header.Get("Content-Type") != "application/json" {
 		t.Errorf("headers = %v", req.Header)
 	}
@@ -243,8 +243,8 @@ func TestReportUsageHonoursRetryAfter(t *testing.T) {
 	}
 	// Each attempt is signed at the time it is sent: the retry after the
 	// wait carries the later timestamp.
-	ts1 := s.seen["report"][0].Header.Get("X-Platform-Timestamp")
-	ts2 := s.seen["report"][1].Header.Get("X-Platform-Timestamp")
+	ts1 := s.sent("report")[0].Header.Get("X-Platform-Timestamp")
+	ts2 := s.sent("report")[1].Header.Get("X-Platform-Timestamp")
 	if ts1 != strconv.Itoa(nowUnix) || ts2 != strconv.FormatInt(sl.now().Unix(), 10) || ts1 == ts2 {
 		t.Errorf("timestamps %s then %s", ts1, ts2)
 	}
@@ -376,7 +376,7 @@ func TestReportUsageOwnIdempotencyKeyAndPrefix(t *testing.T) {
 	if first.Replayed || !again.Replayed || again.IdempotencyKey != "order-42" || s.unitsOf("user-1") != sdk.WholeUnits(2) {
 		t.Errorf("first %+v, again %+v, counted %s", first, again, s.unitsOf("user-1"))
 	}
-	if p := s.seen["report"][0].URL.Path; p != "/usage/api/v1/report" {
+	if p := s.sent("report")[0].URL.Path; p != "/usage/api/v1/report" {
 		t.Errorf("path = %s", p)
 	}
 }

@@ -342,3 +342,39 @@ func (s *sleeps) recorded() []time.Duration {
 	defer s.mu.Unlock()
 	return append([]time.Duration(nil), s.waits...)
 }
+
+// sent returns the requests received on a route, in order.
+func (s *usageServer) sent(route string) []*http.Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*http.Request(nil), s.seen[route]...)
+}
+
+// body returns the raw body of the i-th request (0-based) on a route.
+func (s *usageServer) body(route string, i int) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return string(s.bodies[route][i])
+}
+
+// charged returns the units charged to a job.
+func (s *usageServer) charged(id string) sdk.Units {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.jobUnits[id]
+}
+
+// signatures returns every request signature the server received.
+func (s *usageServer) signatures() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, reqs := range s.seen {
+		for _, r := range reqs {
+			if sig := r.Header.Get(s.h("Signature")); sig != "" {
+				out = append(out, sig)
+			}
+		}
+	}
+	return out
+}
