@@ -209,7 +209,8 @@ func TestCoreMetricsAndLogs(t *testing.T) {
 	if resp, body := signed(usageSigned{URL: usageReportURL, Secret: coreSecret, Body: report, Header: []string{"Idempotency-Key", "obs-1"}}); resp.StatusCode != 200 {
 		t.Fatalf("report: %d %s", resp.StatusCode, body)
 	}
-	signed(usageSigned{URL: usageReportURL, Secret: "forged-forged-forged-forged-0001", Body: report})
+	resp, _ := signed(usageSigned{URL: usageReportURL, Secret: "forged-forged-forged-forged-0001", Body: report})
+	forgedID := resp.Header.Get("X-Platform-Request-ID")
 
 	// Core routes: validate good and refused, estimates allowed and denied,
 	// a wrong serviceSecret in a body.
@@ -330,6 +331,9 @@ func TestCoreMetricsAndLogs(t *testing.T) {
 		refusals[msg]++
 	}
 	t.Logf("logs: caddy.log %d bytes, access.log %d bytes; refusals %v; %d secrets checked", len(logs["caddy.log"]), len(logs["access.log"]), refusals, len(secrets))
+	if forgedID == "" || !bytes.Contains(logs["caddy.log"], []byte(`"request_id":"`+forgedID+`"`)) {
+		t.Errorf("the refused report's X-Platform-Request-ID %q is not in the log", forgedID)
+	}
 	for _, msg := range []string{"invoke refused", "usage request refused", "core request refused"} {
 		if refusals[msg] == 0 {
 			t.Errorf("no %q line in the log; saw %v", msg, refusals)

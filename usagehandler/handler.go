@@ -111,11 +111,14 @@ func (h *Handler) methodNotAllowed(w http.ResponseWriter, r *http.Request, allow
 // signature, so the path without its query: a progress or callback URL
 // carries a signature there).
 func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, e *apierror.Error) {
+	// The id goes in a header, not the body, where requestId names a job.
+	id := requestID(r)
+	w.Header().Set(h.app.Headers().RequestID, id)
 	h.app.CountRejection(e.Code)
 	h.logger.Info("usage request refused",
 		zap.String("code", e.Code),
 		zap.String("field", e.Field),
-		zap.String("request_id", requestID(r)),
+		zap.String("request_id", id),
 		zap.String("method", r.Method),
 		zap.String("path", r.URL.Path),
 		zap.String("remote", r.RemoteAddr))
