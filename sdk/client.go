@@ -47,6 +47,16 @@ type Breakdown = billing.Breakdown
 // digits ("12", "0.5", "1e3") exactly, never through a float.
 func ParseUnits(s string) (Units, error) { return billing.ParseUnits(s) }
 
+// MustUnits is ParseUnits for a constant: it panics on an invalid
+// decimal, as regexp.MustCompile does on an invalid pattern.
+func MustUnits(s string) Units {
+	u, err := billing.ParseUnits(s)
+	if err != nil {
+		panic("sdk.MustUnits: " + err.Error())
+	}
+	return u
+}
+
 // WholeUnits returns n whole units.
 func WholeUnits(n int64) Units { return billing.Whole(n) }
 
@@ -100,6 +110,12 @@ func WithUsagePrefix(prefix string) Option { return func(s *settings) { s.usageP
 // WithCorePrefix sets the path prefix of the core routes (key validation,
 // estimates): /api/v1 by default, /core/api/v1 under the ECS layout.
 func WithCorePrefix(prefix string) Option { return func(s *settings) { s.corePrefix = prefix } }
+
+// WithECSPrefixes selects the prefixes of the ECS deployment layout:
+// /usage/api/v1 for the usage service and /core/api/v1 for the core routes.
+func WithECSPrefixes() Option {
+	return func(s *settings) { s.usagePrefix, s.corePrefix = "/usage/api/v1", "/core/api/v1" }
+}
 
 // WithCoreBaseURL serves the core routes from another address than the
 // usage service (the base URL given to NewClient by default).

@@ -70,9 +70,10 @@ func (e *APIError) Error() string {
 	return b.String()
 }
 
-// Temporary reports whether the same request may succeed later: a rate
-// limit or an unavailable server, the answers the Client retries.
-func (e *APIError) Temporary() bool { return transientStatus(e.Status) }
+// Retryable reports whether the same request may succeed later: a rate
+// limit or an unavailable server (429, 502, 503, 504), the answers the
+// Client retries itself before returning them.
+func (e *APIError) Retryable() bool { return transientStatus(e.Status) }
 
 // IsCode reports whether err is, or wraps, an *APIError with that code.
 func IsCode(err error, code string) bool {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -214,7 +215,7 @@ func TestReportUsageRefusedSignature(t *testing.T) {
 		t.Fatalf("err = %v, want invalid_signature", err)
 	}
 	var ae *sdk.APIError
-	if errors.As(err, &ae); ae.RequestID != "srv-req-1" || ae.Temporary() {
+	if errors.As(err, &ae); ae.RequestID != "srv-req-1" || ae.Retryable() {
 		t.Errorf("APIError = %+v", ae)
 	}
 }
@@ -277,7 +278,7 @@ func TestReportUsageLongRetryAfterIsReturned(t *testing.T) {
 	c := newClient(t, s, sl)
 	_, err := c.ReportUsage(context.Background(), sdk.Report{UserID: "user-1", UnitsUsed: sdk.WholeUnits(1)})
 	var ae *sdk.APIError
-	if !errors.As(err, &ae) || ae.Status != http.StatusTooManyRequests || ae.RetryAfter != time.Hour || !ae.Temporary() {
+	if !errors.As(err, &ae) || ae.Status != http.StatusTooManyRequests || ae.RetryAfter != time.Hour || !ae.Retryable() {
 		t.Fatalf("err = %v, want a 429 APIError with RetryAfter 1h", err)
 	}
 	if s.count("report") != 1 || len(sl.recorded()) != 0 {
@@ -397,4 +398,31 @@ func TestNewClientRefusesBadSettings(t *testing.T) {
 			t.Errorf("NewClient(%q, %q, %q) succeeded", tt.base, tt.service, tt.secret)
 		}
 	}
+}
+
+func TestECSPrefixes(t *testing.T) {
+	s := newUsageServer(t)
+	s.preflightStatus, s.preflightBody = http.StatusOK, validBody
+	c := newClient(t, s, newSleeps(), sdk.WithECSPrefixes())
+	if _, err := c.ReportUsage(context.Background(), sdk.Report{UserID: "user-1", UnitsUsed: sdk.MustUnits("0.000001")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ValidateKey(context.Background(), serviceKey); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := s.sent("report")[0].URL.Path, s.sent("validate")[0].URL.Path; a != "/usage/api/v1/report" || b != "/core/api/v1/service-keys/validate" {
+		t.Errorf("paths %s, %s", a, b)
+	}
+	if got := s.body("report", 0); !strings.Contains(got, `"unitsUsed":0.000001,`) {
+		t.Errorf("body = %s", got)
+	}
+}
+
+func TestMustUnitsPanicsOnInvalidDecimal(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("MustUnits(\"1.2345678\") did not panic")
+		}
+	}()
+	sdk.MustUnits("1.2345678")
 }

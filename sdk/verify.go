@@ -205,6 +205,9 @@ func (v *Verifier) Verify(h http.Header, body []byte) (*CallerContext, error) {
 	ctx := signing.AppendContext(nil, uc)
 	tsb := []byte(ts)
 
+	if !hasSecret(v.Secrets) {
+		return nil, fmt.Errorf("%w: the Verifier has no secret", ErrInvalidSignature)
+	}
 	var job *AsyncJob
 	if !signing.Verify(v.Secrets, sig, body, tsb, ctx) {
 		env, ok := parseEnvelope(body)
@@ -238,6 +241,15 @@ func (v *Verifier) Verify(h http.Header, body []byte) (*CallerContext, error) {
 		cc.RequestID = job.RequestID
 	}
 	return cc, nil
+}
+
+func hasSecret(secrets [][]byte) bool {
+	for _, s := range secrets {
+		if len(s) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // single returns a header's value when it is sent exactly once.
