@@ -324,13 +324,9 @@ func (c *Client) do(ctx context.Context, x exchange) outcome {
 	for attempt := 1; ; attempt++ {
 		last = c.attempt(ctx, x)
 		last.attempts = attempt
-		if ctx.Err() != nil {
-			if last.err == nil {
-				last.err = ctx.Err()
-			}
-			return last
-		}
-		if !c.shouldRetry(x, last) || attempt >= c.retry.MaxAttempts {
+		// An answer that arrived is kept even if ctx ends now: a report
+		// answered 200 was counted, whatever happens to the caller.
+		if !c.shouldRetry(x, last) || attempt >= c.retry.MaxAttempts || ctx.Err() != nil {
 			return last
 		}
 		wait := c.retry.backoff(attempt)
@@ -347,9 +343,6 @@ func (c *Client) do(ctx context.Context, x exchange) outcome {
 			return last // the next attempt could not finish in time
 		}
 		if err := c.sleep(ctx, wait); err != nil {
-			if last.err == nil && last.status == 0 {
-				last.err = err
-			}
 			return last
 		}
 	}

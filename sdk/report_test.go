@@ -1,9 +1,11 @@
 package sdk_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -425,4 +427,39 @@ func TestMustUnitsPanicsOnInvalidDecimal(t *testing.T) {
 		}
 	}()
 	sdk.MustUnits("1.2345678")
+}
+
+// A report answered 200 was counted: a context that ends right after the
+// answer arrived must not turn it into a failure.
+func TestReportUsageAnswerSurvivesContextEnd(t *testing.T) {
+	s := newUsageServer(t)
+	sl := newSleeps()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var buf syncBuffer
+	c := newClient(t, s, sl, sdk.WithReconciliationLog(sdk.NewJSONLinesLog(&buf)),
+		sdk.WithHTTPClient(&http.Client{Transport: cancelAfter{http.DefaultTransport, cancel}}))
+	if _, err := c.ReportUsage(ctx, sdk.Report{UserID: "user-1", UnitsUsed: sdk.WholeUnits(1)}); err != nil {
+		t.Fatalf("ReportUsage: %v", err)
+	}
+	if ls := lines(t, buf.String()); len(ls) != 1 || ls[0].str("status") != sdk.OutcomeRecorded {
+		t.Errorf("log = %s", buf.String())
+	}
+}
+
+// cancelAfter ends the context as soon as an answer's body is read.
+type cancelAfter struct {
+	rt     http.RoundTripper
+	cancel context.CancelFunc
+}
+
+func (c cancelAfter) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := c.rt.RoundTrip(r)
+	if err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		resp.Body = io.NopCloser(bytes.NewReader(b))
+		c.cancel()
+	}
+	return resp, err
 }
