@@ -160,3 +160,14 @@ var (
 	_ caddy.Provisioner  = (*App)(nil)
 	_ caddy.CleanerUpper = (*App)(nil)
 )
+
+// FromContext returns the platform app of the config being provisioned,
+// for the handlers that serve from it; who names the asking module in the
+// error.
+func FromContext(ctx caddy.Context, who string) (*App, error) {
+	a, err := ctx.App("platform")
+	if err != nil {
+		return nil, fmt.Errorf("%s needs the platform app: %w", who, err)
+	}
+	return a.(*App), nil
+}

@@ -10,7 +10,6 @@
 package platformgw
 
 import (
-	"fmt"
 	"net/http"
 
 	"github.com/caddyserver/caddy/v2"
@@ -43,11 +42,11 @@ func (*Handler) CaddyModule() caddy.ModuleInfo {
 
 // Provision takes the catalog and store from the platform app.
 func (h *Handler) Provision(ctx caddy.Context) error {
-	appIface, err := ctx.App("platform")
+	app, err := platform.FromContext(ctx, "platform_gateway")
 	if err != nil {
-		return fmt.Errorf("platform_gateway needs the platform app: %w", err)
+		return err
 	}
-	h.app = appIface.(*platform.App)
+	h.app = app
 	h.logger = ctx.Logger()
 	return nil
 }

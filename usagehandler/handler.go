@@ -8,7 +8,6 @@
 package usagehandler
 
 import (
-	"fmt"
 	"net/http"
 	"strings"
 
@@ -41,11 +40,11 @@ func (*Handler) CaddyModule() caddy.ModuleInfo {
 
 // Provision takes the catalog and store from the platform app.
 func (h *Handler) Provision(ctx caddy.Context) error {
-	appIface, err := ctx.App("platform")
+	app, err := platform.FromContext(ctx, "platform_usage")
 	if err != nil {
-		return fmt.Errorf("platform_usage needs the platform app: %w", err)
+		return err
 	}
-	h.app = appIface.(*platform.App)
+	h.app = app
 	h.logger = ctx.Logger()
 	if h.app.PublicURL == "" {
 		h.logger.Warn("public_url is not set: async progress and callback URLs are built from each request's Host header; set public_url when the server answers any Host")
