@@ -26,7 +26,8 @@
 # (5 ms rows). Everything runs on loopback and is stopped at the end.
 #
 # Settings (environment): BENCH_ROUNDS (3), BENCH_DURATION (8s per run),
-# BENCH_CONNS (64), BENCH_PROFILE=<dir> to also save CPU profiles of the
+# BENCH_CONNS (64), BENCH_ONLY="sync report ..." to run only some scenarios
+# (proxy always runs: everything is compared with it), BENCH_PROFILE=<dir> to also save CPU profiles of the
 # gateway under sync and report load, BENCH_PORT_BASE (8410: admin +0,
 # gateway +1, proxy +2, backend +3).
 set -euo pipefail
@@ -36,6 +37,7 @@ ROUNDS=${BENCH_ROUNDS:-3}
 DURATION=${BENCH_DURATION:-8s}
 CONNS=${BENCH_CONNS:-64}
 PROFILE_DIR=${BENCH_PROFILE:-}
+ONLY=${BENCH_ONLY:-sync async status report 5ms}
 PORT_BASE=${BENCH_PORT_BASE:-8410}
 ADMIN=127.0.0.1:$((PORT_BASE + 0))
 GW=http://127.0.0.1:$((PORT_BASE + 1))
@@ -44,6 +46,7 @@ BACKEND=127.0.0.1:$((PORT_BASE + 3))
 SECRET=bench-secret-0123456789abcdef0123456789
 
 log() { printf '%s\n' "$*" >&2; }
+wanted() { [[ " $ONLY " == *" $1 "* ]]; }
 
 # --- tools -----------------------------------------------------------------
 if ! command -v wrk > /dev/null; then
@@ -256,16 +259,20 @@ for round in $(seq 1 "$ROUNDS"); do
 	# and a rate fixed from the first would be more than half in a slow one.
 	half=$(tail -1 "$work/results/proxy" | awk '{printf "%d", $1 / 2}')
 	echo "$half" >> "$work/results/rates"
-	peak sync "$SYNC_URL" -H "$AUTH"
-	BENCH_BODY='{"q":1}' peak async "$ASYNC_URL" -H "$AUTH" -H 'Content-Type: application/json' -s "$work/post.lua"
-	peak status "$STATUS_URL" -H "$AUTH"
-	if [ "$have_report" = 1 ]; then
+	if wanted sync; then peak sync "$SYNC_URL" -H "$AUTH"; fi
+	if wanted async; then
+		BENCH_BODY='{"q":1}' peak async "$ASYNC_URL" -H "$AUTH" -H 'Content-Type: application/json' -s "$work/post.lua"
+	fi
+	if wanted status; then peak status "$STATUS_URL" -H "$AUTH"; fi
+	if wanted report && [ "$have_report" = 1 ]; then
 		sign_report
 		BENCH_BODY=$REPORT_BODY peak report "$REPORT_URL" -s "$work/post.lua" -H 'Content-Type: application/json' \
 			-H "X-Platform-Signature: $REPORT_SIG" -H "X-Platform-Timestamp: $REPORT_TS"
 	fi
-	steady proxy-5ms "$PROXY/slow" "$half"
-	steady sync-5ms "$SLOW_URL" "$half" -H "$AUTH"
+	if wanted 5ms; then
+		steady proxy-5ms "$PROXY/slow" "$half"
+		steady sync-5ms "$SLOW_URL" "$half" -H "$AUTH"
+	fi
 done
 
 if [ -n "$PROFILE_DIR" ]; then
@@ -284,6 +291,13 @@ if [ -n "$PROFILE_DIR" ]; then
 		wait $!
 	fi
 	cp bin/caddy "$PROFILE_DIR/caddy"
+	# The store's group commits over the whole run: how long one took and
+	# how many writes it carried.
+	curl -sS "http://$ADMIN/metrics" | grep '^platform_store_commit' > "$PROFILE_DIR/commits.txt" || true
+	awk '/^platform_store_commit_seconds_sum/ {s = $2} /^platform_store_commit_seconds_count/ {n = $2}
+		/^platform_store_commit_writes_sum/ {w = $2}
+		END { if (n) printf "group commits: %d, mean %.3f ms, mean %.1f writes each\n", n, 1000 * s / n, w / n }' \
+		"$PROFILE_DIR/commits.txt" >&2
 fi
 
 # --- table ----------------------------------------------------------------------
@@ -301,6 +315,7 @@ paired() {
 }
 
 r=$work/results
+for f in sync async status report proxy-5ms sync-5ms; do touch "$r/$f"; done
 sync_ratio=$(paired "$r/sync" "$r/proxy" '$1 / $4')
 added_p50=$(paired "$r/sync-5ms" "$r/proxy-5ms" '$2 - $5')
 added_p99=$(paired "$r/sync-5ms" "$r/proxy-5ms" '$3 - $6')
@@ -310,6 +325,7 @@ echo "5 ms rows: a constant rate of half the round's plain reverse_proxy peak (m
 echo "latency from each request's due time."
 echo
 row() { # row <label> <file> <comparison>
+	[ -s "$2" ] || return 0
 	printf '| %-34s | %9s | %9s | %9s | %-34s |\n' "$1" "$(median "$2" 1)" "$(median "$2" 2)" "$(median "$2" 3)" "$3"
 }
 printf '| %-34s | %9s | %9s | %9s | %-34s |\n' scenario "req/s" "p50 ms" "p99 ms" "vs. plain reverse_proxy"
@@ -328,12 +344,18 @@ row "sync invoke, 5 ms backend" "$r/sync-5ms" "$(printf '%+.3f ms p50, %+.3f ms 
 verdict() { if awk "BEGIN { exit !($1) }"; then echo met; else echo MISSED; fi; }
 echo
 echo "Targets:"
-echo "  sync invoke >= 0.85x plain reverse_proxy at peak:    ${sync_ratio}x   $(verdict "$sync_ratio >= 0.85")"
-echo "  added latency, 5 ms backend at half load: p50 <= 0.5 ms: ${added_p50} ms   $(verdict "$added_p50 <= 0.5")"
-echo "                                            p99 <= 2 ms:   ${added_p99} ms   $(verdict "$added_p99 <= 2")"
-if [ "$have_report" = 1 ]; then
-	reports=$(median "$r/report" 1)
-	echo "  usage reports >= 10000/s:                             ${reports}/s   $(verdict "$reports >= 10000")"
+if [ -s "$r/sync" ]; then
+	echo "  sync invoke >= 0.85x plain reverse_proxy at peak:      ${sync_ratio}x   $(verdict "$sync_ratio >= 0.85")"
 fi
-polls=$(median "$r/status" 1)
-echo "  status polls >= 30000/s:                              ${polls}/s   $(verdict "$polls >= 30000")"
+if [ -s "$r/sync-5ms" ]; then
+	echo "  added latency, 5 ms backend, half load: p50 <= 0.5 ms:  ${added_p50} ms   $(verdict "$added_p50 <= 0.5")"
+	echo "                                          p99 <= 2 ms:    ${added_p99} ms   $(verdict "$added_p99 <= 2")"
+fi
+if [ -s "$r/report" ]; then
+	reports=$(median "$r/report" 1)
+	echo "  usage reports >= 10000/s:                               ${reports}/s   $(verdict "$reports >= 10000")"
+fi
+if [ -s "$r/status" ]; then
+	polls=$(median "$r/status" 1)
+	echo "  status polls >= 30000/s:                                ${polls}/s   $(verdict "$polls >= 30000")"
+fi
