@@ -86,3 +86,42 @@ func BenchmarkRecord(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkGetSubscription is the subscription lookup of every invoke and
+// report, in a store of 10k subscriptions.
+func BenchmarkGetSubscription(b *testing.B) {
+	const n = 10_000
+	s := openTemp(b)
+	var wg sync.WaitGroup
+	for w := range 64 {
+		wg.Go(func() {
+			for i := w; i < n; i += 64 {
+				subscribe(b, s, fmt.Sprintf("u%d", i), "svc", quotaBlock, 0)
+			}
+		})
+	}
+	wg.Wait()
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for i := 0; pb.Next(); i++ {
+			if _, err := s.GetSubscription(ctx, fmt.Sprintf("u%d", (i*7919)%n), "svc"); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkLedgerCommit is one durable ledger write with no one to share
+// the commit with: the floor of a write's latency, set by fsync.
+func BenchmarkLedgerCommit(b *testing.B) {
+	s := openTemp(b)
+	a := subscribe(b, s, "u1", "svc", unlimited, 0)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Record(ctx, a, entryFor(a, whole(1), t0), okResponse); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -64,6 +64,12 @@ type Store struct {
 	commitObserver atomic.Pointer[func(d time.Duration, writes int)]
 
 	lastLedgerTime int64 // only touched inside the commit loop
+
+	// cache serves the key and subscription lookups of every call;
+	// written collects what the current commit changed in it (commit
+	// loop only), dropped from the cache once the commit is over.
+	cache   *readCache
+	written written
 }
 
 type op struct {
@@ -87,6 +93,7 @@ func Open(path string) (*Store, error) {
 		ops:      make(chan *op, maxBatch),
 		closing:  make(chan struct{}),
 		loopDone: make(chan struct{}),
+		cache:    newReadCache(),
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, b := range allBuckets {
@@ -97,8 +104,9 @@ func Open(path string) (*Store, error) {
 		if k, _ := tx.Bucket(bucketLedger).Cursor().Last(); k != nil {
 			s.lastLedgerTime = int64(binary.BigEndian.Uint64(k))
 		}
-		return releaseAbandoned(tx)
+		return s.releaseAbandoned(tx)
 	})
+	s.written.flush(s.cache)
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("initialise store %s: %w", path, err)
@@ -202,11 +210,15 @@ func (s *Store) commit(batch []*op) {
 		}
 		return nil
 	})
+	// Committed or rolled back, what the transaction wrote leaves the
+	// read cache before any writer hears back.
+	s.written.flush(s.cache)
 	if failed {
 		s.lastLedgerTime = last
 		for _, o := range batch {
 			keep := s.lastLedgerTime
 			err := s.db.Update(o.fn)
+			s.written.flush(s.cache)
 			if err != nil {
 				s.lastLedgerTime = keep
 			}

@@ -209,7 +209,7 @@ func (s *Store) endJob(tx *bolt.Tx, j *store.Job, a store.Account, e store.Ledge
 	}
 	if units == 0 || a.Free {
 		if h != nil {
-			if err := releaseHold(tx, h); err != nil {
+			if err := s.releaseHold(tx, h); err != nil {
 				return err
 			}
 		}

@@ -25,6 +25,7 @@ func (s *Store) CreateKey(ctx context.Context, k store.KeyRecord) error {
 		if err := putJSON(keys, k.Hash[:], k); err != nil {
 			return err
 		}
+		s.written.key(k.Hash)
 		if err := tx.Bucket(bucketKeyIDs).Put([]byte(k.ID), k.Hash[:]); err != nil {
 			return err
 		}
@@ -41,13 +42,20 @@ func readKey(tx *bolt.Tx, hash []byte) (store.KeyRecord, error) {
 	return k, nil
 }
 
-// KeyByHash finds a key by the SHA-256 of its text.
+// KeyByHash finds a key by the SHA-256 of its text. Every call looks its
+// key up, so found keys are served from the read cache.
 func (s *Store) KeyByHash(_ context.Context, hash [32]byte) (store.KeyRecord, error) {
-	var k store.KeyRecord
+	k, ok, gen := s.cache.key(hash)
+	if ok {
+		return k, nil
+	}
 	err := s.view(func(tx *bolt.Tx) (err error) {
 		k, err = readKey(tx, hash[:])
 		return err
 	})
+	if err == nil {
+		s.cache.fillKey(k, gen)
+	}
 	return k, err
 }
 
@@ -110,6 +118,7 @@ func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) (store.K
 			if err := putJSON(tx.Bucket(bucketKeys), h, k); err != nil {
 				return err
 			}
+			s.written.key(k.Hash)
 		}
 		out = k
 		return nil
@@ -119,17 +128,41 @@ func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) (store.K
 
 func subKey(userID, serviceID string) []byte { return joinKey(userID, serviceID) }
 
-func readSub(tx *bolt.Tx, userID, serviceID string) (store.Subscription, error) {
-	var rec subRecord
-	err := getJSON(tx.Bucket(bucketSubs), subKey(userID, serviceID), &rec)
-	if err == store.ErrNotFound {
-		err = store.ErrNoAccount
+// readSub reads a subscription in tx. The commit loop's transactions take
+// it from the read cache when no write of the current commit changed it
+// (what the cache holds is then what tx sees); read-only transactions
+// always read the file, as they cannot tell whether the cache is newer
+// than their snapshot.
+func (s *Store) readSub(tx *bolt.Tx, userID, serviceID string) (store.Subscription, error) {
+	key := subKey(userID, serviceID)
+	cacheable := tx.Writable() && !s.written.hasSub(key)
+	var gen uint64
+	if cacheable {
+		var sub store.Subscription
+		var ok bool
+		if sub, ok, gen = s.cache.sub(key); ok {
+			return sub, nil
+		}
 	}
-	return rec.subscription(), err
+	var rec subRecord
+	err := getJSON(tx.Bucket(bucketSubs), key, &rec)
+	if err == store.ErrNotFound {
+		return store.Subscription{}, store.ErrNoAccount
+	}
+	if err != nil {
+		return store.Subscription{}, err
+	}
+	sub := rec.subscription()
+	if cacheable {
+		s.cache.fillSub(key, sub, gen)
+	}
+	return sub, nil
 }
 
-func writeSub(tx *bolt.Tx, sub store.Subscription) error {
-	return putJSON(tx.Bucket(bucketSubs), subKey(sub.UserID, sub.ServiceID), toSubRecord(sub))
+func (s *Store) writeSub(tx *bolt.Tx, sub store.Subscription) error {
+	key := subKey(sub.UserID, sub.ServiceID)
+	s.written.sub(key)
+	return putJSON(tx.Bucket(bucketSubs), key, toSubRecord(sub))
 }
 
 // PutSubscription creates or updates a subscription, keeping its start
@@ -141,7 +174,7 @@ func (s *Store) PutSubscription(ctx context.Context, sub store.Subscription) (st
 	var out store.Subscription
 	err := s.update(func(tx *bolt.Tx) error {
 		next := sub
-		if cur, err := readSub(tx, sub.UserID, sub.ServiceID); err == nil {
+		if cur, err := s.readSub(tx, sub.UserID, sub.ServiceID); err == nil {
 			next.StartedAt = cur.StartedAt
 			next.Credits = cur.Credits
 			next.CreditsHeld = cur.CreditsHeld
@@ -150,7 +183,7 @@ func (s *Store) PutSubscription(ctx context.Context, sub store.Subscription) (st
 		} else if next.StartedAt.IsZero() {
 			next.StartedAt = sub.UpdatedAt
 		}
-		if err := writeSub(tx, next); err != nil {
+		if err := s.writeSub(tx, next); err != nil {
 			return err
 		}
 		out = next
@@ -160,12 +193,20 @@ func (s *Store) PutSubscription(ctx context.Context, sub store.Subscription) (st
 }
 
 // GetSubscription reads a subscription; store.ErrNoAccount when none.
+// Every call reads its subscription, so it is served from the read cache.
 func (s *Store) GetSubscription(_ context.Context, userID, serviceID string) (store.Subscription, error) {
-	var sub store.Subscription
+	key := subKey(userID, serviceID)
+	sub, ok, gen := s.cache.sub(key)
+	if ok {
+		return sub, nil
+	}
 	err := s.view(func(tx *bolt.Tx) (err error) {
-		sub, err = readSub(tx, userID, serviceID)
+		sub, err = s.readSub(tx, userID, serviceID)
 		return err
 	})
+	if err == nil {
+		s.cache.fillSub(key, sub, gen)
+	}
 	return sub, err
 }
 
@@ -176,13 +217,13 @@ func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount
 	}
 	var out store.Subscription
 	err := s.update(func(tx *bolt.Tx) error {
-		sub, err := readSub(tx, userID, serviceID)
+		sub, err := s.readSub(tx, userID, serviceID)
 		if err != nil {
 			return err
 		}
 		sub.Credits += amount
 		sub.UpdatedAt = at.UTC()
-		if err := writeSub(tx, sub); err != nil {
+		if err := s.writeSub(tx, sub); err != nil {
 			return err
 		}
 		out = sub

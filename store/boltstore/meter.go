@@ -47,14 +47,15 @@ func counterKey(userID, serviceID string, period int64) []byte {
 // account is a subscription's state in one period, loaded in a write
 // transaction and written back after a change.
 type account struct {
+	s      *Store
 	sub    store.Subscription
 	key    []byte
 	period int64
 	state  billing.State
 }
 
-func loadAccount(tx *bolt.Tx, userID, serviceID string, p billing.Product, period int64, now time.Time) (*account, error) {
-	sub, err := readSub(tx, userID, serviceID)
+func (s *Store) loadAccount(tx *bolt.Tx, userID, serviceID string, p billing.Product, period int64, now time.Time) (*account, error) {
+	sub, err := s.readSub(tx, userID, serviceID)
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +63,7 @@ func loadAccount(tx *bolt.Tx, userID, serviceID string, p billing.Product, perio
 		start, _ := billing.PeriodBounds(p.Period, p.CalendarPeriods, sub.StartedAt, now)
 		period = start.Unix()
 	}
-	acc := &account{sub: sub, key: counterKey(userID, serviceID, period), period: period}
+	acc := &account{s: s, sub: sub, key: counterKey(userID, serviceID, period), period: period}
 	var c counter
 	if err := getJSON(tx.Bucket(bucketCounters), acc.key, &c); err != nil && err != store.ErrNotFound {
 		return nil, err
@@ -83,7 +84,7 @@ func (acc *account) save(tx *bolt.Tx, p billing.Product) error {
 	}
 	if p.BillingModel == billing.Prepaid {
 		acc.sub.Credits, acc.sub.CreditsHeld = acc.state.Credits, acc.state.CreditsHeld
-		return writeSub(tx, acc.sub)
+		return acc.s.writeSub(tx, acc.sub)
 	}
 	return nil
 }
@@ -146,7 +147,7 @@ func (s *Store) Reserve(ctx context.Context, a store.Account, units billing.Unit
 // when not empty). A refusal writes nothing; the state returned is after
 // the hold.
 func (s *Store) hold(tx *bolt.Tx, a store.Account, units billing.Units, now time.Time, jobID string) (store.Reservation, billing.Decision, billing.State, error) {
-	acc, err := loadAccount(tx, a.UserID, a.ServiceID, a.Product, 0, now)
+	acc, err := s.loadAccount(tx, a.UserID, a.ServiceID, a.Product, 0, now)
 	if err != nil {
 		return store.Reservation{}, billing.Decision{}, billing.State{}, err
 	}
@@ -227,7 +228,7 @@ func (s *Store) settle(tx *bolt.Tx, userID, serviceID string, h *reservation, p 
 	if h != nil {
 		period = h.PeriodKey
 	}
-	acc, err := loadAccount(tx, userID, serviceID, p, period, entry.Time)
+	acc, err := s.loadAccount(tx, userID, serviceID, p, period, entry.Time)
 	if err != nil {
 		return store.LedgerEntry{}, err
 	}
@@ -262,8 +263,8 @@ func (s *Store) settle(tx *bolt.Tx, userID, serviceID string, h *reservation, p 
 
 // releaseHold gives back what a stored hold took, charging nothing. A
 // subscription that is gone has nothing left to give back to.
-func releaseHold(tx *bolt.Tx, h *reservation) error {
-	acc, err := loadAccount(tx, h.UserID, h.ServiceID, h.Product, h.PeriodKey, time.Now())
+func (s *Store) releaseHold(tx *bolt.Tx, h *reservation) error {
+	acc, err := s.loadAccount(tx, h.UserID, h.ServiceID, h.Product, h.PeriodKey, time.Now())
 	if err == store.ErrNoAccount {
 		return nil
 	}
@@ -346,7 +347,7 @@ func (s *Store) charge(tx *bolt.Tx, a store.Account, entry *store.LedgerEntry) (
 		entry.ProductID = ""
 		return billing.State{}, s.appendLedger(tx, entry)
 	}
-	acc, err := loadAccount(tx, a.UserID, a.ServiceID, a.Product, 0, entry.Time)
+	acc, err := s.loadAccount(tx, a.UserID, a.ServiceID, a.Product, 0, entry.Time)
 	if err != nil {
 		return billing.State{}, err
 	}
@@ -366,7 +367,7 @@ func (s *Store) State(_ context.Context, a store.Account, now time.Time) (billin
 		return st, nil
 	}
 	err := s.view(func(tx *bolt.Tx) error {
-		acc, err := loadAccount(tx, a.UserID, a.ServiceID, a.Product, 0, now)
+		acc, err := s.loadAccount(tx, a.UserID, a.ServiceID, a.Product, 0, now)
 		if err != nil {
 			return err
 		}
@@ -443,7 +444,7 @@ func (s *Store) ScanLedger(ctx context.Context, f store.LedgerFilter, fn func(st
 // charged. The hold of a job that is still open is kept: the job survives
 // the restart, its backend may still complete it, and the hold ends with
 // the job (completion, failure or expiry).
-func releaseAbandoned(tx *bolt.Tx) error {
+func (s *Store) releaseAbandoned(tx *bolt.Tx) error {
 	rb := tx.Bucket(bucketReservations)
 	var keys [][]byte
 	err := rb.ForEach(func(k, v []byte) error {
@@ -458,7 +459,7 @@ func releaseAbandoned(tx *bolt.Tx) error {
 			}
 		}
 		keys = append(keys, append([]byte(nil), k...))
-		return releaseHold(tx, &r)
+		return s.releaseHold(tx, &r)
 	})
 	if err != nil {
 		return err

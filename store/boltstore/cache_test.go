@@ -1,0 +1,210 @@
+package boltstore
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/platformgw/gateway/billing"
+	"github.com/platformgw/gateway/store"
+)
+
+// A key revoked while callers hammer it is refused by the first lookup
+// that starts after RevokeKey returns, however the lookups interleave
+// with the commit: a lookup that read the old record from an older
+// snapshot must not put it back in the cache.
+func TestCacheRevokedKeyRefusedAtOnce(t *testing.T) {
+	s := openTemp(t)
+	for round := range 20 {
+		k := store.KeyRecord{ID: fmt.Sprintf("key_%d", round), Hash: keyHash(fmt.Sprintf("sk_%d", round)), UserID: "u1", Created: t0}
+		if err := s.CreateKey(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+		var revoked atomic.Bool
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					after := revoked.Load() // read before the lookup starts
+					got, err := s.KeyByHash(ctx, k.Hash)
+					if err != nil {
+						t.Errorf("KeyByHash: %v", err)
+						return
+					}
+					if after && got.RevokedAt.IsZero() {
+						t.Errorf("round %d: a lookup started after RevokeKey returned saw the key unrevoked", round)
+						return
+					}
+				}
+			})
+		}
+		time.Sleep(2 * time.Millisecond)
+		if _, err := s.RevokeKey(ctx, k.ID, t0); err != nil {
+			t.Fatal(err)
+		}
+		revoked.Store(true)
+		time.Sleep(2 * time.Millisecond)
+		close(stop)
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+	}
+}
+
+// A subscription change is seen by the next read, by the next Reserve in
+// the commit loop, and by a Reserve committed in the same batch as the
+// change.
+func TestCacheSubscriptionChanges(t *testing.T) {
+	s := openTemp(t)
+	a := subscribe(t, s, "u1", "svc", prepaid, whole(10))
+	if sub, err := s.GetSubscription(ctx, "u1", "svc"); err != nil || sub.Credits != whole(10) {
+		t.Fatalf("GetSubscription = %+v, %v", sub, err)
+	}
+	// Settled charges change the prepaid balance: the cache must not keep
+	// the old one.
+	res, dec, _, err := s.Reserve(ctx, a, whole(4), t0)
+	if err != nil || !dec.Allowed {
+		t.Fatalf("Reserve: %+v, %v", dec, err)
+	}
+	if _, err := s.Settle(ctx, res, whole(4), entryFor(a, 0, t0)); err != nil {
+		t.Fatal(err)
+	}
+	if sub, _ := s.GetSubscription(ctx, "u1", "svc"); sub.Credits != whole(9) { // 4 units at 0.25
+		t.Errorf("credits after a settled charge = %s, want 9", sub.Credits)
+	}
+	if _, err := s.AddCredits(ctx, "u1", "svc", whole(-9), t0); err != nil {
+		t.Fatal(err)
+	}
+	if sub, _ := s.GetSubscription(ctx, "u1", "svc"); sub.Credits != 0 {
+		t.Errorf("credits after AddCredits = %s, want 0", sub.Credits)
+	}
+	if _, dec, _, _ := s.Reserve(ctx, a, whole(1), t0); dec.Allowed {
+		t.Error("Reserve with no credits left was allowed: the commit loop read a stale balance")
+	}
+
+	// Credits added and a reservation made concurrently share commits; the
+	// reservation must see the balance of the write before it.
+	var wg sync.WaitGroup
+	var allowed atomic.Int64
+	for i := range 40 {
+		wg.Go(func() {
+			if i%2 == 0 {
+				if _, err := s.AddCredits(ctx, "u1", "svc", billing.Units(250_000), t0); err != nil {
+					t.Error(err)
+				}
+				return
+			}
+			res, dec, _, err := s.Reserve(ctx, a, whole(1), t0)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if dec.Allowed {
+				allowed.Add(1)
+				if _, err := s.Settle(ctx, res, whole(1), entryFor(a, 0, t0)); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	sub, _ := s.GetSubscription(ctx, "u1", "svc")
+	want := billing.Units(20*250_000) - billing.Units(allowed.Load()*250_000)
+	if sub.Credits != want || sub.CreditsHeld != 0 {
+		t.Errorf("after %d charged calls: credits %s held %s, want %s held 0", allowed.Load(), sub.Credits, sub.CreditsHeld, want)
+	}
+
+	// A changed status is seen at once.
+	if _, err := s.PutSubscription(ctx, store.Subscription{UserID: "u1", ServiceID: "svc", ProductID: "prepaid",
+		Status: "SUSPENDED", UpdatedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if sub, _ := s.GetSubscription(ctx, "u1", "svc"); sub.Status != "SUSPENDED" {
+		t.Errorf("status after PutSubscription = %s", sub.Status)
+	}
+}
+
+// A failed write rolls its batch back; the cache must not keep what the
+// rolled-back transaction wrote.
+func TestCacheRolledBackWrite(t *testing.T) {
+	s := openTemp(t)
+	subscribe(t, s, "u1", "svc", prepaid, whole(10))
+	if _, err := s.GetSubscription(ctx, "u1", "svc"); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	err := s.update(func(tx *bolt.Tx) error {
+		sub, err := s.readSub(tx, "u1", "svc")
+		if err != nil {
+			return err
+		}
+		sub.Credits = whole(1000)
+		if err := s.writeSub(tx, sub); err != nil {
+			return err
+		}
+		// Read back inside the transaction: the write, not the cache.
+		if got, _ := s.readSub(tx, "u1", "svc"); got.Credits != whole(1000) {
+			t.Errorf("read in the writing transaction = %s, want its own write", got.Credits)
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("update = %v", err)
+	}
+	if sub, _ := s.GetSubscription(ctx, "u1", "svc"); sub.Credits != whole(10) {
+		t.Errorf("credits after a rolled back write = %s, want 10", sub.Credits)
+	}
+}
+
+// The interleaving the generations guard against, step by step: a lookup
+// misses, reads the key from a snapshot taken before the revocation
+// commits, and only then fills the cache.
+func TestCacheStaleFillRefused(t *testing.T) {
+	s := openTemp(t)
+	k := store.KeyRecord{ID: "key_1", Hash: keyHash("sk_1"), UserID: "u1", Created: t0}
+	if err := s.CreateKey(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	_, cached, gen := s.cache.key(k.Hash)
+	if cached {
+		t.Fatal("a key nobody looked up is cached")
+	}
+	stale, err := s.KeyByID(ctx, k.ID) // the read from the old snapshot
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RevokeKey(ctx, k.ID, t0); err != nil {
+		t.Fatal(err)
+	}
+	s.cache.fillKey(stale, gen)
+	if got, _ := s.KeyByHash(ctx, k.Hash); got.RevokedAt.IsZero() {
+		t.Error("a record read before the revocation was cached after it")
+	}
+
+	// The same for a subscription.
+	subscribe(t, s, "u1", "svc", quotaBlock, 0)
+	key := subKey("u1", "svc")
+	_, _, sgen := s.cache.sub(key)
+	old, _ := s.GetSubscription(ctx, "u1", "svc")
+	s.cache.drop(nil, map[string]struct{}{string(key): {}}) // as after the next commit
+	if _, err := s.PutSubscription(ctx, store.Subscription{UserID: "u1", ServiceID: "svc", ProductID: "quota-block",
+		Status: "CANCELLED", UpdatedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	s.cache.fillSub(key, old, sgen)
+	if got, _ := s.GetSubscription(ctx, "u1", "svc"); got.Status != "CANCELLED" {
+		t.Errorf("status %s: a subscription read before a change was cached after it", got.Status)
+	}
+}
