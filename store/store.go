@@ -144,6 +144,10 @@ type Meter interface {
 	// decision refuses, nothing is written and the reservation is empty.
 	// The returned state is after the hold. The hold belongs to the
 	// process: if it dies before Settle, the next Open releases it.
+	// Reserve may return once its decision is final, before the hold is
+	// durable, so the commit overlaps the call: the hold is durable before
+	// the Settle that follows it is, and if it could not be written that
+	// Settle fails with ErrNotFound, charging nothing.
 	Reserve(ctx context.Context, a Account, units billing.Units, now time.Time) (Reservation, billing.Decision, billing.State, error)
 	// Settle releases the hold and charges units (at most what the hard
 	// limits allow), appending the ledger entry. Units zero only releases.

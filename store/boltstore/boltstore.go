@@ -64,6 +64,11 @@ type Store struct {
 	commitObserver atomic.Pointer[func(d time.Duration, writes int)]
 
 	lastLedgerTime int64 // only touched inside the commit loop
+	// lastHold numbers reservations (commit loop only). It never goes
+	// back, not even when a commit fails: a caller holds its reservation
+	// before it is durable, and a number handed out by a commit that then
+	// failed must not name a later caller's hold.
+	lastHold uint64
 
 	// cache serves the key and subscription lookups of every call;
 	// written collects what the current commit changed in it (commit
@@ -75,6 +80,19 @@ type Store struct {
 type op struct {
 	fn   func(tx *bolt.Tx) error
 	done chan error
+	// decided, when not nil, is closed once fn has run in a transaction
+	// that is about to commit: every write of its batch succeeded, and
+	// only the commit itself (the fsync) is left.
+	decided   chan struct{}
+	toldEarly bool // decided is closed (commit loop only)
+}
+
+// decide tells an early waiter that fn's results are final.
+func (o *op) decide() {
+	if o.decided != nil && !o.toldEarly {
+		o.toldEarly = true
+		close(o.decided)
+	}
 }
 
 // Open opens (creating if needed) the store file at path, releases any
@@ -104,6 +122,7 @@ func Open(path string) (*Store, error) {
 		if k, _ := tx.Bucket(bucketLedger).Cursor().Last(); k != nil {
 			s.lastLedgerTime = int64(binary.BigEndian.Uint64(k))
 		}
+		s.lastHold = tx.Bucket(bucketReservations).Sequence()
 		return s.releaseAbandoned(tx)
 	})
 	s.written.flush(s.cache)
@@ -138,7 +157,21 @@ func (s *Store) Close() error {
 // fn may run more than once (when another write in its batch fails), so it
 // must set its results afresh on each run.
 func (s *Store) update(fn func(tx *bolt.Tx) error) error {
-	o := &op{fn: fn, done: make(chan error, 1)}
+	return s.wait(&op{fn: fn, done: make(chan error, 1)})
+}
+
+// updateDecided queues fn like update but returns as soon as fn's results
+// are final: fn ran in a transaction all of whose writes succeeded, which
+// is committing. It does not wait for that commit's fsync, so a caller can
+// overlap it with other work (a sync call's hold commits while the backend
+// works). Writes commit in the order they run, so any write the caller
+// makes afterwards commits after this one; if this commit fails, so does
+// every write that depends on it finding fn's records.
+func (s *Store) updateDecided(fn func(tx *bolt.Tx) error) error {
+	return s.wait(&op{fn: fn, done: make(chan error, 1), decided: make(chan struct{})})
+}
+
+func (s *Store) wait(o *op) error {
 	select {
 	case s.ops <- o:
 	case <-s.closing:
@@ -150,6 +183,8 @@ func (s *Store) update(fn func(tx *bolt.Tx) error) error {
 	// it takes before it exits, so once it is gone an unanswered write was
 	// never run.
 	select {
+	case <-o.decided: // nil unless updateDecided: never ready
+		return nil
 	case err := <-o.done:
 		return err
 	case <-s.loopDone:
@@ -208,6 +243,9 @@ func (s *Store) commit(batch []*op) {
 				return err
 			}
 		}
+		for _, o := range batch {
+			o.decide()
+		}
 		return nil
 	})
 	// Committed or rolled back, what the transaction wrote leaves the
@@ -217,7 +255,13 @@ func (s *Store) commit(batch []*op) {
 		s.lastLedgerTime = last
 		for _, o := range batch {
 			keep := s.lastLedgerTime
-			err := s.db.Update(o.fn)
+			err := s.db.Update(func(tx *bolt.Tx) error {
+				if err := o.fn(tx); err != nil {
+					return err
+				}
+				o.decide()
+				return nil
+			})
 			s.written.flush(s.cache)
 			if err != nil {
 				s.lastLedgerTime = keep

@@ -134,7 +134,10 @@ func (s *Store) Reserve(ctx context.Context, a store.Account, units billing.Unit
 		dec   billing.Decision
 		state billing.State
 	)
-	err := s.update(func(tx *bolt.Tx) error {
+	// The decision is final once the hold's transaction is committing;
+	// its fsync overlaps the call's trip to the backend (DESIGN.md,
+	// Durability). The Settle that follows commits after it.
+	err := s.updateDecided(func(tx *bolt.Tx) error {
 		var err error
 		res, dec, state, err = s.hold(tx, a, units, now, "")
 		return err
@@ -160,8 +163,9 @@ func (s *Store) hold(tx *bolt.Tx, a store.Account, units billing.Units, now time
 		return store.Reservation{}, billing.Decision{}, billing.State{}, err
 	}
 	b := tx.Bucket(bucketReservations)
-	seq, err := b.NextSequence()
-	if err != nil {
+	s.lastHold++
+	seq := s.lastHold
+	if err := b.SetSequence(seq); err != nil {
 		return store.Reservation{}, billing.Decision{}, billing.State{}, err
 	}
 	rec := reservation{UserID: a.UserID, ServiceID: a.ServiceID, Product: a.Product, Decision: toDecisionRecord(dec),
