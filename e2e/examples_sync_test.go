@@ -68,6 +68,18 @@ func TestExampleBackendSync(t *testing.T) {
 		t.Errorf("ledger of the completion: %+v", charged)
 	}
 
+	// A product that counts requests pays the endpoint's cost, whatever
+	// the prompt's length.
+	g.subscribe("ex-sync", "echo", "free", "ACTIVE")
+	resp, body = call(t, "POST", invokeURL("echo", "complete"), key, "a b c d e")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("complete on free: %d %s", resp.StatusCode, body)
+	}
+	es := g.ledger("ex-sync")
+	if last := es[len(es)-1]; last.Units != billing.Whole(1) || last.ProductID != "free" || last.EndpointID != "complete" {
+		t.Errorf("complete on a PER_REQUEST product charged %+v", last)
+	}
+
 	// The service's owner calls free: no product, no billing context.
 	owner, _ := g.newKey("echo-owner")
 	resp, body = call(t, "GET", invokeURL("echo", "hello"), owner, "")

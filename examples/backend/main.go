@@ -4,8 +4,8 @@
 // context it was given, so an operator can see the whole path work:
 //
 //	GET|POST /hello     echo of the trusted caller context
-//	POST     /complete  pretends to generate text and states the tokens it
-//	                    used in X-<Brand>-Units (PER_TOKEN metering)
+//	POST     /complete  pretends to generate text and, for a PER_TOKEN
+//	                    product, states the tokens it used in X-<Brand>-Units
 //
 // The handler is in package app. Configuration, from the environment:
 //

@@ -7,8 +7,9 @@
 //
 //	GET|POST /hello     echo of the trusted caller context
 //	POST     /complete  pretends to generate text, one token per word of the
-//	                    prompt, and states the tokens in X-<Brand>-Units so a
-//	                    PER_TOKEN product is charged what the call used
+//	                    prompt; to a PER_TOKEN subscriber it states the tokens
+//	                    in X-<Brand>-Units, so the call is charged what it
+//	                    used (other products pay the endpoint's cost)
 package app
 
 import (
@@ -92,9 +93,11 @@ func (b *backend) hello(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// complete "generates" the prompt in upper case, one token per word, and
-// states the tokens before writing the status: the gateway reads and
-// removes the header and meters those units.
+// complete "generates" the prompt in upper case, one token per word. For a
+// product measured in tokens it states them before writing the status: the
+// gateway reads and removes the header and meters those units. A stated
+// count replaces the endpoint's cost whatever the product, so it is left
+// out for products that count requests.
 func (b *backend) complete(w http.ResponseWriter, r *http.Request) {
 	cc, ok := caller(w, r)
 	if !ok {
@@ -103,7 +106,9 @@ func (b *backend) complete(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	prompt := string(body)
 	tokens := len(strings.Fields(prompt))
-	sdk.SetUnits(w.Header(), b.brand, sdk.WholeUnits(int64(tokens)))
+	if cc.MeasurementType == "PER_TOKEN" {
+		sdk.SetUnits(w.Header(), b.brand, sdk.WholeUnits(int64(tokens)))
+	}
 	writeJSON(w, http.StatusOK, Completion{Completion: strings.ToUpper(prompt), Tokens: tokens, Caller: echo(cc)})
 }
 
