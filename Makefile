@@ -1,7 +1,7 @@
 # The platform gateway: a custom Caddy build with the platform modules.
 #
-#   make run     build, start the gateway with Caddyfile.example, an example
-#                backend and a demo key, and print a curl line to try it
+#   make run     build, start the gateway with Caddyfile.example, the example
+#                backends and a demo key, and print curl lines to try it
 #   make test    every test, race detector on (what CI runs)
 #   make bench   the benchmark against plain Caddy reverse_proxy
 #   make build   just the binary (bin/caddy)
@@ -18,6 +18,8 @@ build:
 
 run: build
 	$(GO) build -o $(BIN)/example-backend ./examples/backend
+	$(GO) build -o $(BIN)/example-asyncbackend ./examples/asyncbackend
+	$(GO) build -o $(BIN)/example-reporter ./examples/reporter
 	./scripts/run-demo.sh
 
 # -p 1: the in-process Caddy servers of different packages share the admin
