@@ -89,10 +89,17 @@ func (acc *account) save(tx *bolt.Tx, p billing.Product) error {
 	return nil
 }
 
+// ledgerFillPercent is how full the append-only ledger's pages are left.
+const ledgerFillPercent = 0.95
+
 // appendLedger writes e under a key of its time and a sequence number, so
 // the ledger scans in time order. Times never go backwards in the file.
 func (s *Store) appendLedger(tx *bolt.Tx, e *store.LedgerEntry) error {
 	b := tx.Bucket(bucketLedger)
+	// Keys only grow, so every split is at the right edge: bbolt's default
+	// of splitting at half full left every ledger page half empty, the
+	// file twice the size of its rows.
+	b.FillPercent = ledgerFillPercent
 	seq, err := b.NextSequence()
 	if err != nil {
 		return err
