@@ -98,7 +98,8 @@ func exampleClient(t *testing.T, service, secret string, log *exampleLog, opts .
 	return c
 }
 
-// exampleLog is a reconciliation log kept in memory.
+// exampleLog is a reconciliation log, or a process's output, kept in
+// memory.
 type exampleLog struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
