@@ -102,3 +102,27 @@ func TestExampleBackendSync(t *testing.T) {
 		}
 	}
 }
+
+// Under header_brand Tollara the example works unchanged but for its
+// HEADER_BRAND: the signature and the units header carry the brand.
+func TestExampleBackendTollaraBrand(t *testing.T) {
+	v := sdk.NewVerifier(exampleEchoSecret)
+	v.Brand = "Tollara"
+	be := httptest.NewServer(backendapp.New(v))
+	t.Cleanup(be.Close)
+	g := startGateway(t, t.TempDir(), "header_brand Tollara\n"+examplesCatalog(be.URL, "http://127.0.0.1:1", "http://127.0.0.1:1"))
+	key, _ := g.newKey("ex-tollara")
+	g.subscribe("ex-tollara", "echo", "tokens", "ACTIVE")
+
+	resp, body := call(t, "POST", invokeURL("echo", "complete"), key, "one two three")
+	var done backendapp.Completion
+	if err := json.Unmarshal(body, &done); resp.StatusCode != http.StatusOK || err != nil || done.Caller.UserID != "ex-tollara" {
+		t.Fatalf("complete: %d %s", resp.StatusCode, body)
+	}
+	if resp.Header.Get("X-Tollara-Units") != "" {
+		t.Errorf("the units header reached the caller")
+	}
+	if es := g.ledger("ex-tollara"); len(es) != 1 || es[0].Units != billing.Whole(3) {
+		t.Errorf("ledger %+v", es)
+	}
+}
