@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -171,18 +172,30 @@ func isHex(s string) bool {
 }
 
 // JSONLinesLog writes each record as one line of JSON to a writer. It is
-// safe for concurrent use. When the writer has a Sync method (an
-// *os.File), each line is synced before Record returns, so a record is
-// durable once the report call returns.
+// safe for concurrent use. When the writer is a regular file, each line is
+// synced before Record returns, so a record is durable once the report call
+// returns; pipes and terminals (stderr) cannot be synced and are not.
 type JSONLinesLog struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu   sync.Mutex
+	w    io.Writer
+	sync interface{ Sync() error } // nil when w cannot be synced
 }
 
 // NewJSONLinesLog returns a log writing to w: typically a file opened with
 // os.O_APPEND|os.O_CREATE|os.O_WRONLY, rotated and archived by your usual
 // tooling for the retention period.
-func NewJSONLinesLog(w io.Writer) *JSONLinesLog { return &JSONLinesLog{w: w} }
+func NewJSONLinesLog(w io.Writer) *JSONLinesLog {
+	l := &JSONLinesLog{w: w}
+	if s, ok := w.(interface{ Sync() error }); ok {
+		l.sync = s
+		if f, ok := w.(*os.File); ok {
+			if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+				l.sync = nil
+			}
+		}
+	}
+	return l
+}
 
 // Record writes rec as one line, in a single Write.
 func (l *JSONLinesLog) Record(rec ReconciliationRecord) error {
@@ -197,8 +210,8 @@ func (l *JSONLinesLog) Record(rec ReconciliationRecord) error {
 	if _, err := l.w.Write(line); err != nil {
 		return fmt.Errorf("write reconciliation record: %w", err)
 	}
-	if s, ok := l.w.(interface{ Sync() error }); ok {
-		if err := s.Sync(); err != nil {
+	if l.sync != nil {
+		if err := l.sync.Sync(); err != nil {
 			return fmt.Errorf("sync reconciliation log: %w", err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -245,5 +246,19 @@ func TestKeyReferences(t *testing.T) {
 	}
 	if r := sdk.KeyReference(serviceKey); len(r) != len("sha256:")+16 {
 		t.Errorf("KeyReference = %q", r)
+	}
+}
+
+func TestJSONLinesLogToAPipe(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	go io.Copy(io.Discard, r)
+	l := sdk.NewJSONLinesLog(w)
+	if err := l.Record(sdk.ReconciliationRecord{Status: "recorded"}); err != nil {
+		t.Fatalf("a pipe (stderr under a supervisor) must take records: %v", err)
 	}
 }
