@@ -11,9 +11,16 @@ import (
 // keys keeps a bounded working set in memory and not the whole bucket.
 const cacheMax = 1 << 16
 
-// readCache holds service keys and subscriptions as last committed, so the
-// lookups every call makes (its key, its subscription) skip a read
-// transaction and a JSON decode.
+// Jobs are cached for their callers' status polls: fewer of them, and only
+// those whose inline result is small, so the cache stays a few MiB.
+const (
+	jobCacheMax       = 1 << 13
+	jobCacheMaxResult = 1 << 10
+)
+
+// readCache holds service keys, subscriptions and async jobs as last
+// committed, so the lookups every call makes (its key, its subscription,
+// a caller polling its job) skip a read transaction and a JSON decode.
 //
 // The commit loop is the only writer of both. Whatever a commit wrote is
 // dropped from the cache after the commit and before any of its writers is
@@ -26,12 +33,43 @@ type readCache struct {
 	mu     sync.RWMutex
 	keyGen uint64
 	subGen uint64
+	jobGen uint64
 	keys   map[[32]byte]store.KeyRecord
 	subs   map[string]store.Subscription // subKey(user, service)
+	jobs   map[string]store.Job
 }
 
 func newReadCache() *readCache {
-	return &readCache{keys: make(map[[32]byte]store.KeyRecord), subs: make(map[string]store.Subscription)}
+	return &readCache{keys: make(map[[32]byte]store.KeyRecord), subs: make(map[string]store.Subscription),
+		jobs: make(map[string]store.Job)}
+}
+
+// job returns a cached job, or the generation to fill it with.
+func (c *readCache) job(id string) (store.Job, bool, uint64) {
+	c.mu.RLock()
+	j, ok := c.jobs[id]
+	gen := c.jobGen
+	c.mu.RUnlock()
+	return j, ok, gen
+}
+
+// fillJob caches a job read in a transaction opened after job returned
+// gen, unless its inline result is large.
+func (c *readCache) fillJob(j store.Job, gen uint64) {
+	if len(j.Result) > jobCacheMaxResult {
+		return
+	}
+	c.mu.Lock()
+	if c.jobGen == gen {
+		if len(c.jobs) >= jobCacheMax {
+			for id := range c.jobs {
+				delete(c.jobs, id)
+				break
+			}
+		}
+		c.jobs[j.ID] = j
+	}
+	c.mu.Unlock()
 }
 
 // key returns a cached key record, or the generation to fill it with.
@@ -87,11 +125,17 @@ func (c *readCache) fillSub(key []byte, s store.Subscription, gen uint64) {
 }
 
 // drop forgets what a commit wrote.
-func (c *readCache) drop(keys [][32]byte, subs map[string]struct{}) {
-	if len(keys) == 0 && len(subs) == 0 {
+func (c *readCache) drop(keys [][32]byte, subs map[string]struct{}, jobs []string) {
+	if len(keys) == 0 && len(subs) == 0 && len(jobs) == 0 {
 		return
 	}
 	c.mu.Lock()
+	if len(jobs) > 0 {
+		c.jobGen++
+		for _, id := range jobs {
+			delete(c.jobs, id)
+		}
+	}
 	if len(keys) > 0 {
 		c.keyGen++
 		for _, h := range keys {
@@ -112,7 +156,10 @@ func (c *readCache) drop(keys [][32]byte, subs map[string]struct{}) {
 type written struct {
 	keys [][32]byte
 	subs map[string]struct{}
+	jobs []string
 }
+
+func (w *written) job(id string) { w.jobs = append(w.jobs, id) }
 
 func (w *written) key(hash [32]byte) { w.keys = append(w.keys, hash) }
 
@@ -130,7 +177,8 @@ func (w *written) hasSub(key []byte) bool {
 
 // flush drops what was written from the cache and starts afresh.
 func (w *written) flush(c *readCache) {
-	c.drop(w.keys, w.subs)
+	c.drop(w.keys, w.subs, w.jobs)
 	w.keys = w.keys[:0]
+	w.jobs = w.jobs[:0]
 	clear(w.subs)
 }

@@ -3,6 +3,7 @@ package boltstore
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -198,7 +199,7 @@ func TestCacheStaleFillRefused(t *testing.T) {
 	key := subKey("u1", "svc")
 	_, _, sgen := s.cache.sub(key)
 	old, _ := s.GetSubscription(ctx, "u1", "svc")
-	s.cache.drop(nil, map[string]struct{}{string(key): {}}) // as after the next commit
+	s.cache.drop(nil, map[string]struct{}{string(key): {}}, nil) // as after the next commit
 	if _, err := s.PutSubscription(ctx, store.Subscription{UserID: "u1", ServiceID: "svc", ProductID: "quota-block",
 		Status: "CANCELLED", UpdatedAt: t0}); err != nil {
 		t.Fatal(err)
@@ -206,5 +207,54 @@ func TestCacheStaleFillRefused(t *testing.T) {
 	s.cache.fillSub(key, old, sgen)
 	if got, _ := s.GetSubscription(ctx, "u1", "svc"); got.Status != "CANCELLED" {
 		t.Errorf("status %s: a subscription read before a change was cached after it", got.Status)
+	}
+}
+
+// A polled job shows each change at once: progress, completion, expiry.
+func TestCacheJobChanges(t *testing.T) {
+	s := openTemp(t)
+	j := store.Job{ID: "job-1", UserID: "u1", ServiceID: "svc", EndpointID: "e", Status: store.JobPending,
+		CreatedAt: t0, UpdatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+	if err := s.CreateJob(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	status := func() store.Job {
+		t.Helper()
+		got, err := s.GetJob(ctx, j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := status(); got.Status != store.JobPending {
+		t.Fatalf("status %s", got.Status)
+	}
+	if _, err := s.UpdateJob(ctx, j.ID, func(j *store.Job) error {
+		j.Status, j.PercentageComplete = store.JobRunning, 40
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := status(); got.Status != store.JobRunning || got.PercentageComplete != 40 {
+		t.Errorf("after progress: %s %v%%", got.Status, got.PercentageComplete)
+	}
+	if n, err := s.ExpireJobs(ctx, t0.Add(2*time.Hour), "expired"); err != nil || n != 1 {
+		t.Fatalf("ExpireJobs = %d, %v", n, err)
+	}
+	if got := status(); got.Status != store.JobFailed || got.ErrorMessage != "expired" {
+		t.Errorf("after expiry: %s %q", got.Status, got.ErrorMessage)
+	}
+
+	// A large inline result is served, just not kept in the cache.
+	big := store.Job{ID: "job-2", UserID: "u1", ServiceID: "svc", EndpointID: "e", Status: store.JobCompleted,
+		Result: strings.Repeat("r", 2*jobCacheMaxResult), CreatedAt: t0, UpdatedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+	if err := s.CreateJob(ctx, big); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.GetJob(ctx, big.ID); err != nil || got.Result != big.Result {
+		t.Fatalf("GetJob(large) = %d bytes, %v", len(got.Result), err)
+	}
+	if _, cached, _ := s.cache.job(big.ID); cached {
+		t.Error("a job with a large result was cached")
 	}
 }

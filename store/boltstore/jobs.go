@@ -82,13 +82,23 @@ func putNewJob(tx *bolt.Tx, j store.Job) error {
 	return tx.Bucket(bucketOpenJobs).Put(openJobKey(j), nil)
 }
 
-// GetJob reads a job.
+// GetJob reads a job. Callers poll their jobs' status, so jobs are served
+// from the read cache.
 func (s *Store) GetJob(_ context.Context, id string) (store.Job, error) {
+	j, ok, gen := s.cache.job(id)
+	if ok {
+		return j, nil
+	}
 	var rec jobRecord
 	err := s.view(func(tx *bolt.Tx) error {
 		return getJSON(tx.Bucket(bucketJobs), []byte(id), &rec)
 	})
-	return rec.job(), err
+	if err != nil {
+		return rec.job(), err
+	}
+	j = rec.job()
+	s.cache.fillJob(j, gen) // a job not yet stored is never cached, so creating one drops nothing
+	return j, nil
 }
 
 // UpdateJob changes a job through fn in one transaction.
@@ -128,6 +138,7 @@ func (s *Store) CompleteJob(ctx context.Context, id string, a store.Account, e s
 		if err := putJSON(jobs, []byte(id), toJobRecord(j)); err != nil {
 			return err
 		}
+		s.written.job(id)
 		if wasOpen && (j.Terminal() || !j.ExpiresAt.Equal(before.ExpiresAt)) {
 			if err := tx.Bucket(bucketOpenJobs).Delete(openJobKey(before)); err != nil {
 				return err
@@ -180,6 +191,7 @@ func (s *Store) ExpireJobs(ctx context.Context, now time.Time, message string) (
 			if err := putJSON(jobs, id, toJobRecord(j)); err != nil {
 				return err
 			}
+			s.written.job(string(id))
 			n++
 		}
 		for _, k := range done {
