@@ -4,6 +4,9 @@
 #                backends and a demo key, and print curl lines to try it
 #   make test    every test, race detector on (what CI runs)
 #   make bench   the benchmark against plain Caddy reverse_proxy
+#   make bench-scale  the store with 1M keys and 10M ledger rows against an
+#                empty one (minutes, several GB in a temp dir)
+#   make bench-micro  the go test micro-benchmarks (benchstat-friendly)
 #   make build   just the binary (bin/caddy)
 #   make xcaddy  the same binary built the xcaddy way
 
@@ -11,7 +14,7 @@ GO      ?= go
 BIN     := bin
 CADDY   := $(BIN)/caddy
 
-.PHONY: build run test test-short fuzz bench xcaddy vet clean
+.PHONY: build run test test-short fuzz bench bench-scale bench-micro xcaddy vet clean
 
 build:
 	$(GO) build -o $(CADDY) ./caddy
@@ -42,6 +45,14 @@ xcaddy:
 
 bench: build
 	./scripts/bench.sh
+
+bench-scale:
+	$(GO) test -tags scale -run '^TestScale$$' -v -count=1 -timeout 60m ./store/boltstore
+
+# -count 6 gives benchstat enough samples: make bench-micro > new.txt,
+# then benchstat old.txt new.txt.
+bench-micro:
+	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./signing ./servicekey ./store/boltstore
 
 clean:
 	rm -rf $(BIN) tmp

@@ -277,10 +277,15 @@ done
 
 if [ -n "$PROFILE_DIR" ]; then
 	mkdir -p "$PROFILE_DIR"
-	log "profiling the gateway (CPU, 6 s each) into $PROFILE_DIR"
+	log "profiling the gateway (CPU, 6 s each: sync, status, report) into $PROFILE_DIR"
 	wrk -t2 -c"$CONNS" -d8s -H "$AUTH" "$SYNC_URL" > /dev/null &
 	sleep 1
 	curl -sS -o "$PROFILE_DIR/sync.pprof" "http://$ADMIN/debug/pprof/profile?seconds=6"
+	wait $!
+	curl -sS -o "$PROFILE_DIR/allocs.pprof" "http://$ADMIN/debug/pprof/allocs"
+	wrk -t2 -c"$CONNS" -d8s -H "$AUTH" "$STATUS_URL" > /dev/null &
+	sleep 1
+	curl -sS -o "$PROFILE_DIR/status.pprof" "http://$ADMIN/debug/pprof/profile?seconds=6"
 	wait $!
 	if [ "$have_report" = 1 ]; then
 		sign_report

@@ -69,6 +69,31 @@ func BenchmarkKeyByHash(b *testing.B) {
 	}
 }
 
+// BenchmarkKeyByHashHot is the key lookup of callers that call again and
+// again (64 keys, parallel): served by the read cache.
+func BenchmarkKeyByHashHot(b *testing.B) {
+	s := openTemp(b)
+	hashes := make([][32]byte, 64)
+	for i := range hashes {
+		hashes[i] = keyHash(fmt.Sprintf("sk_%d", i))
+		if err := s.CreateKey(ctx, store.KeyRecord{ID: fmt.Sprintf("key_%d", i), Hash: hashes[i],
+			UserID: "u1", Roles: []string{"a", "b"}, Created: t0}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for i := next.Add(1); pb.Next(); i++ {
+			if _, err := s.KeyByHash(ctx, hashes[i%64]); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
 // BenchmarkRecord is a usage report: one durable write per call, shared
 // commits across parallel callers.
 func BenchmarkRecord(b *testing.B) {
