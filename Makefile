@@ -3,6 +3,7 @@
 #   make run     build, start the gateway with Caddyfile.example, the example
 #                backends and a demo key, and print curl lines to try it
 #   make test    every test, race detector on (what CI runs)
+#   make fuzz    every fuzz target for FUZZTIME (10s) each (CI runs it too)
 #   make bench   the benchmark against plain Caddy reverse_proxy
 #   make bench-scale  the store with 1M keys and 10M ledger rows against an
 #                empty one (minutes, several GB in a temp dir)
@@ -42,6 +43,11 @@ xcaddy:
 	$(GO) install github.com/caddyserver/xcaddy/cmd/xcaddy@v0.4.5
 	XCADDY_SKIP_CLEANUP=0 $$($(GO) env GOPATH)/bin/xcaddy build v2.11.9 \
 		--output $(CADDY) --with github.com/platformgw/gateway=.
+
+# The seed corpora (*/testdata/fuzz/) already run as tests in make test;
+# this fuzzes each target for new inputs (scripts/fuzz.sh lists them).
+fuzz:
+	./scripts/fuzz.sh
 
 bench: build
 	./scripts/bench.sh
