@@ -2,6 +2,7 @@ package platform
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -210,10 +211,18 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 // refusing unknown fields and trailing data, so a typo in a field name is
 // an error instead of a silently ignored setting.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
-	body := http.MaxBytesReader(w, r.Body, maxAdminBody)
-	dec := json.NewDecoder(body)
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAdminBody))
+	// encoding/json turns bytes that are not UTF-8 into U+FFFD, so "u\xff"
+	// and "u\xfe" both became the user "u\uFFFD": a key or subscription
+	// silently made for an id nobody sent, and shared by both.
+	if err == nil && !utf8.Valid(raw) {
+		return apierror.Invalid("body", "the body must be UTF-8 JSON")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
+	if err == nil {
+		err = dec.Decode(v)
+	}
 	if err == nil {
 		if dec.Decode(new(json.RawMessage)) != io.EOF {
 			return apierror.Invalid("body", "the body must hold exactly one JSON object")
@@ -284,7 +293,9 @@ const (
 // API), and without leading or trailing spaces (they travel in a header,
 // which would lose them, and in the signed context, which would not).
 func ValidUserID(s string) bool {
-	if s == "" || len(s) > maxUserIDLen || !utf8.ValidString(s) || strings.ContainsRune(s, '/') {
+	// U+FFFD is what a JSON decoder makes of bytes that were not text (or
+	// of a lone surrogate escape): an id holding it names nobody for sure.
+	if s == "" || len(s) > maxUserIDLen || !utf8.ValidString(s) || strings.ContainsAny(s, "/\uFFFD") {
 		return false
 	}
 	if s[0] == ' ' || s[len(s)-1] == ' ' {
