@@ -53,7 +53,10 @@ func (f fields) id(name string) (string, *apierror.Error) {
 	if !ok || s == "" {
 		return "", apierror.Invalid(name, name+" is required")
 	}
-	if len(s) > 256 || strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+	// U+FFFD is what encoding/json makes of bytes that are not UTF-8 (or of
+	// a lone surrogate escape): "u\xff" and "u\xfe" were both recorded for
+	// the user "u\uFFFD", so such an id is refused, as the admin API does.
+	if len(s) > 256 || strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f || r == utf8.RuneError }) {
 		return "", apierror.Invalid(name, name+" must be at most 256 printable characters")
 	}
 	return s, nil
