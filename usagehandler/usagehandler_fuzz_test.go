@@ -69,7 +69,7 @@ func FuzzParseReport(f *testing.F) {
 			t.Fatalf("accepted %s units", rep.Units)
 		}
 		for _, id := range []string{rep.UserID, rep.ServiceID} {
-			if id == "" || len(id) > 256 || strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			if id == "" || len(id) > 256 || strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f || r == utf8.RuneError }) {
 				t.Fatalf("accepted id %q", id)
 			}
 		}
