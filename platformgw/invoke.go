@@ -185,6 +185,11 @@ func (h *Handler) readBody(r *http.Request) ([]byte, *apierror.Error) {
 func (h *Handler) prepareForward(r *http.Request, c *call, payload []byte, backendPath string) {
 	hd := h.app.Headers()
 	stripCallerHeaders(r.Header, hd.Prefix)
+	// The proxy forwards request trailers too: a chunked body ending in
+	// "X-Platform-User-ID: admin" or "Authorization: Bearer <key>" reached
+	// the backend as trailers, unsigned, past the header stripping. The
+	// body is read in full by now, so the trailers are too.
+	stripCallerHeaders(r.Trailer, hd.Prefix)
 	ts := signing.Timestamp(h.app.Now())
 	sig := signing.SignV3(c.svc.SigningSecret(), payload, ts, c.user)
 	set := func(name, value string) { r.Header[name] = []string{value} }
