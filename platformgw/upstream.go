@@ -2,8 +2,11 @@ package platformgw
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"sync"
+	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -89,6 +92,11 @@ func (*Upstreams) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 //	}
 type Transport struct {
 	reverseproxy.HTTPTransport
+
+	// inFlight counts responses whose body is not closed yet; cleanedUp is
+	// set once the config this transport belongs to was replaced.
+	inFlight  atomic.Int64
+	cleanedUp atomic.Bool
 }
 
 // CaddyModule returns the Caddy module information.
@@ -115,7 +123,48 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		req.URL.Scheme = u.Scheme
 		req.Host = u.Host
 	}
-	return t.HTTPTransport.RoundTrip(req)
+	t.inFlight.Add(1)
+	resp, err := t.HTTPTransport.RoundTrip(req)
+	if err != nil || resp.Body == nil {
+		t.done()
+		return resp, err
+	}
+	resp.Body = &trackedBody{ReadCloser: resp.Body, t: t}
+	return resp, nil
+}
+
+// Cleanup closes the idle backend connections of a replaced config. A
+// reload cleans the old config up without waiting for its last requests
+// (Caddy lets them finish within the grace period), and their connections
+// went back to this transport's pool afterwards, where they stayed open
+// until the idle timeout (2 minutes): under reloads every second, sockets
+// and goroutines piled up (found by TestReloadUnderLoad). Now the pool is
+// emptied again whenever one of those requests finishes.
+func (t *Transport) Cleanup() error {
+	t.cleanedUp.Store(true)
+	return t.HTTPTransport.Cleanup()
+}
+
+// done ends one response; after Cleanup, the connection it gave back to
+// the pool is closed.
+func (t *Transport) done() {
+	t.inFlight.Add(-1)
+	if t.cleanedUp.Load() && t.HTTPTransport.Transport != nil {
+		t.HTTPTransport.Transport.CloseIdleConnections()
+	}
+}
+
+// trackedBody tells its transport when the proxy is done with a response.
+type trackedBody struct {
+	io.ReadCloser
+	t    *Transport
+	once sync.Once
+}
+
+func (b *trackedBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.t.done)
+	return err
 }
 
 // UnmarshalCaddyfile accepts the options of the http transport.
@@ -129,5 +178,6 @@ var (
 	_ caddyfile.Unmarshaler       = (*Upstreams)(nil)
 	_ http.RoundTripper           = (*Transport)(nil)
 	_ caddy.Provisioner           = (*Transport)(nil)
+	_ caddy.CleanerUpper          = (*Transport)(nil)
 	_ caddyfile.Unmarshaler       = (*Transport)(nil)
 )
