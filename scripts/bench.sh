@@ -60,7 +60,10 @@ if ! command -v wrk > /dev/null; then
 	fi
 fi
 mkdir -p bin/bench
-go build -o bin/caddy ./caddy
+CADDY=${BENCH_CADDY:-bin/caddy}
+if [ -z "${BENCH_CADDY:-}" ]; then
+	go build -o bin/caddy ./caddy
+fi
 go build -o bin/bench/backend ./scripts/bench/backend
 go build -o bin/bench/loadgen ./scripts/bench/loadgen
 
@@ -133,7 +136,7 @@ http://127.0.0.1:$((PORT_BASE + 2)) {
 }
 EOF
 
-bin/caddy run --config "$work/Caddyfile" --adapter caddyfile > "$work/caddy.log" 2>&1 &
+"$CADDY" run --config "$work/Caddyfile" --adapter caddyfile > "$work/caddy.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 100); do
 	curl -fsS -o /dev/null "http://$ADMIN/config/" 2> /dev/null && break
@@ -146,9 +149,9 @@ if ! curl -fsS -o /dev/null "http://$ADMIN/config/"; then
 fi
 
 # --- seed ---------------------------------------------------------------------
-key=$(bin/caddy platform key create --address "$ADMIN" --user bench-user --label bench --json |
+key=$("$CADDY" platform key create --address "$ADMIN" --user bench-user --label bench --json |
 	sed -n 's/.*"key": *"\([^"]*\)".*/\1/p')
-bin/caddy platform subscribe --address "$ADMIN" --user bench-user --service bench --product bench > /dev/null
+"$CADDY" platform subscribe --address "$ADMIN" --user bench-user --service bench --product bench > /dev/null
 [ -n "$key" ] || { log "could not create a service key"; exit 1; }
 AUTH="Authorization: Bearer $key"
 SYNC_URL=$GW/api/service/bench/endpoint/instant/invoke
@@ -306,7 +309,7 @@ if [ -n "$PROFILE_DIR" ]; then
 		curl -sS -o "$PROFILE_DIR/report.pprof" "http://$ADMIN/debug/pprof/profile?seconds=6"
 		wait $!
 	fi
-	cp bin/caddy "$PROFILE_DIR/caddy"
+	cp "$CADDY" "$PROFILE_DIR/caddy"
 	# The store's group commits over the whole run: how long one took and
 	# how many writes it carried.
 	curl -sS "http://$ADMIN/metrics" | grep '^platform_store_commit' > "$PROFILE_DIR/commits.txt" || true
