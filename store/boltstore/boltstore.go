@@ -19,6 +19,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/store"
 )
 
@@ -75,6 +76,12 @@ type Store struct {
 	// loop only), dropped from the cache once the commit is over.
 	cache   *readCache
 	written written
+	// latest is each account's state (by counter key) after the writes of
+	// the batch being committed, and the holds decided since (commit loop
+	// only); predecide decides against it.
+	latest map[string]billing.State
+	// predecided counts holds decided that way (for tests).
+	predecided atomic.Int64
 }
 
 type op struct {
@@ -85,6 +92,9 @@ type op struct {
 	// only the commit itself (the fsync) is left.
 	decided   chan struct{}
 	toldEarly bool // decided is closed (commit loop only)
+	// hold, when not nil, is a sync call's hold, which the loop may decide
+	// while the previous commit is still in flight (predecide).
+	hold *holdRequest
 }
 
 // decide tells an early waiter that fn's results are final.
@@ -112,6 +122,7 @@ func Open(path string) (*Store, error) {
 		closing:  make(chan struct{}),
 		loopDone: make(chan struct{}),
 		cache:    newReadCache(),
+		latest:   make(map[string]billing.State),
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, b := range allBuckets {
@@ -199,23 +210,27 @@ func (s *Store) wait(o *op) error {
 
 func (s *Store) loop() {
 	defer close(s.loopDone)
-	batch := make([]*op, 0, maxBatch)
+	var carried []*op
 	for {
-		var first *op
-		select {
-		case first = <-s.ops:
-		case <-s.closing:
-			// Drain what was queued before Close so no caller hangs.
-			for {
-				select {
-				case o := <-s.ops:
-					s.commit([]*op{o})
-				default:
-					return
+		batch := carried
+		if len(batch) == 0 {
+			select {
+			case o := <-s.ops:
+				batch = append(batch, o)
+			case <-s.closing:
+				// Drain what was queued before Close so no caller hangs.
+				for {
+					select {
+					case o := <-s.ops:
+						for pending := []*op{o}; len(pending) > 0; {
+							pending = s.commit(pending)
+						}
+					default:
+						return
+					}
 				}
 			}
 		}
-		batch = append(batch[:0], first)
 	fill:
 		for len(batch) < maxBatch {
 			select {
@@ -225,51 +240,69 @@ func (s *Store) loop() {
 				break fill
 			}
 		}
-		s.commit(batch)
+		carried = s.commit(batch)
 	}
 }
 
-// commit writes a batch in one transaction. When one write fails, the
-// transaction is rolled back and every write of the batch is retried in a
-// transaction of its own, so one bad write never takes others down with it.
-func (s *Store) commit(batch []*op) {
+// commit writes a batch in one transaction and returns the writes that
+// arrived while it was being made durable, to start the next batch with.
+// When one write fails, the transaction is rolled back and every write of
+// the batch is retried in a transaction of its own, so one bad write never
+// takes others down with it.
+//
+// The fsync takes most of a commit. While it runs, the loop takes the next
+// writes, and decides a sync call's hold at once against the state this
+// batch leaves (predecide); the hold is written first thing in the next
+// batch. A call thus waits for the commit of its settlement only, not also
+// for the one in flight when it asked for its hold.
+func (s *Store) commit(batch []*op) (carried []*op) {
 	start := time.Now()
 	last := s.lastLedgerTime
-	failed := false
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	clear(s.latest)
+	tx, err := s.db.Begin(true)
+	if err != nil {
 		for _, o := range batch {
-			if err := o.fn(tx); err != nil {
-				failed = true
-				return err
-			}
-		}
-		for _, o := range batch {
-			o.decide()
-		}
-		return nil
-	})
-	// Committed or rolled back, what the transaction wrote leaves the
-	// read cache before any writer hears back.
-	s.written.flush(s.cache)
-	if failed {
-		s.lastLedgerTime = last
-		for _, o := range batch {
-			keep := s.lastLedgerTime
-			err := s.db.Update(func(tx *bolt.Tx) error {
-				if err := o.fn(tx); err != nil {
-					return err
-				}
-				o.decide()
-				return nil
-			})
-			s.written.flush(s.cache)
-			if err != nil {
-				s.lastLedgerTime = keep
-			}
 			o.done <- err
 		}
-		return
+		return nil
 	}
+	for _, o := range batch {
+		if err := o.fn(tx); err != nil {
+			tx.Rollback()
+			// What the transaction wrote leaves the read cache before any
+			// writer hears back.
+			s.written.flush(s.cache)
+			s.lastLedgerTime = last
+			s.retryAlone(batch)
+			return nil
+		}
+	}
+	for _, o := range batch {
+		o.decide()
+	}
+	result := make(chan error, 1)
+	go func() { result <- tx.Commit() }()
+	var first, rest []*op
+	ops := s.ops
+	for {
+		select {
+		case err = <-result:
+		case o := <-ops:
+			switch s.predecide(o) {
+			case answered:
+			case held:
+				first = append(first, o)
+			default:
+				rest = append(rest, o)
+			}
+			if len(first)+len(rest) == maxBatch {
+				ops = nil // take no more; the next batch is full
+			}
+			continue
+		}
+		break
+	}
+	s.written.flush(s.cache)
 	if err != nil {
 		s.lastLedgerTime = last
 	}
@@ -277,6 +310,27 @@ func (s *Store) commit(batch []*op) {
 		(*observe)(time.Since(start), len(batch))
 	}
 	for _, o := range batch {
+		o.done <- err
+	}
+	return append(first, rest...)
+}
+
+// retryAlone runs each write of a failed batch in a transaction of its own.
+func (s *Store) retryAlone(batch []*op) {
+	clear(s.latest)
+	for _, o := range batch {
+		keep := s.lastLedgerTime
+		err := s.db.Update(func(tx *bolt.Tx) error {
+			if err := o.fn(tx); err != nil {
+				return err
+			}
+			o.decide()
+			return nil
+		})
+		s.written.flush(s.cache)
+		if err != nil {
+			s.lastLedgerTime = keep
+		}
 		o.done <- err
 	}
 }

@@ -61,7 +61,7 @@ func (s *Store) CreateJobReserved(ctx context.Context, j store.Job, a store.Acco
 			res, dec = store.Reservation{Account: a, JobID: j.ID}, billing.Decision{Allowed: true, Units: units}
 		} else {
 			var err error
-			if res, dec, state, err = s.hold(tx, a, units, now, j.ID); err != nil || !dec.Allowed {
+			if res, dec, state, err = s.hold(tx, a, units, now, j.ID, nil); err != nil || !dec.Allowed {
 				return err // refused: nothing was written
 			}
 			job.ReservationID = res.ID

@@ -82,6 +82,7 @@ func (acc *account) save(tx *bolt.Tx, p billing.Product) error {
 	if err := putJSON(tx.Bucket(bucketCounters), acc.key, c); err != nil {
 		return err
 	}
+	acc.s.latest[string(acc.key)] = acc.state
 	if p.BillingModel == billing.Prepaid {
 		acc.sub.Credits, acc.sub.CreditsHeld = acc.state.Credits, acc.state.CreditsHeld
 		return acc.s.writeSub(tx, acc.sub)
@@ -136,33 +137,68 @@ func (s *Store) Reserve(ctx context.Context, a store.Account, units billing.Unit
 	if err := ctxErr(ctx); err != nil {
 		return store.Reservation{}, billing.Decision{}, billing.State{}, err
 	}
-	var (
-		res   store.Reservation
-		dec   billing.Decision
-		state billing.State
-	)
-	// The decision is final once the hold's transaction is committing;
-	// its fsync overlaps the call's trip to the backend (DESIGN.md,
-	// Durability). The Settle that follows commits after it.
-	err := s.updateDecided(func(tx *bolt.Tx) error {
+	// The decision is final once the hold's transaction is committing,
+	// or once the loop decided it while the previous commit was in flight
+	// (predecide); the fsync overlaps the call's trip to the backend
+	// (DESIGN.md, Durability). The Settle that follows commits after it.
+	r := &holdRequest{a: a, units: units, now: now}
+	o := &op{done: make(chan error, 1), decided: make(chan struct{}), hold: r}
+	o.fn = func(tx *bolt.Tx) error {
+		if r.pre != nil { // decided already, and told: only write it
+			_, _, _, err := s.hold(tx, a, units, now, "", r.pre)
+			return err
+		}
 		var err error
-		res, dec, state, err = s.hold(tx, a, units, now, "")
+		r.res, r.dec, r.state, err = s.hold(tx, a, units, now, "", nil)
 		return err
-	})
-	return res, dec, state, err
+	}
+	err := s.wait(o)
+	return r.res, r.dec, r.state, err
+}
+
+// holdRequest is a sync call's Reserve as the commit loop sees it.
+type holdRequest struct {
+	a     store.Account
+	units billing.Units
+	now   time.Time
+	// pre is set when the loop decided the hold ahead of its transaction.
+	pre *preHold
+	// The results, set by the loop before the caller is told.
+	res   store.Reservation
+	dec   billing.Decision
+	state billing.State
+}
+
+// preHold is a hold decided ahead of its transaction: the transaction
+// writes exactly this, under this number.
+type preHold struct {
+	dec    billing.Decision
+	seq    uint64
+	period int64
 }
 
 // hold decides units for a in the period containing now and, when the
 // decision allows, holds them and stores the reservation (tied to jobID
 // when not empty). A refusal writes nothing; the state returned is after
 // the hold.
-func (s *Store) hold(tx *bolt.Tx, a store.Account, units billing.Units, now time.Time, jobID string) (store.Reservation, billing.Decision, billing.State, error) {
-	acc, err := s.loadAccount(tx, a.UserID, a.ServiceID, a.Product, 0, now)
+//
+// A hold decided ahead (pre) is written as decided, under its number: its
+// caller has been told. It is decided against the state its transaction
+// starts from (it comes first in the batch after the one it was decided
+// during), so deciding again would give the same answer.
+func (s *Store) hold(tx *bolt.Tx, a store.Account, units billing.Units, now time.Time, jobID string, pre *preHold) (store.Reservation, billing.Decision, billing.State, error) {
+	var period int64
+	if pre != nil {
+		period = pre.period
+	}
+	acc, err := s.loadAccount(tx, a.UserID, a.ServiceID, a.Product, period, now)
 	if err != nil {
 		return store.Reservation{}, billing.Decision{}, billing.State{}, err
 	}
-	dec := billing.Decide(a.Product, acc.state, units)
-	if !dec.Allowed {
+	var dec billing.Decision
+	if pre != nil {
+		dec = pre.dec
+	} else if dec = billing.Decide(a.Product, acc.state, units); !dec.Allowed {
 		return store.Reservation{}, dec, acc.state, nil
 	}
 	acc.state.Hold(a.Product, dec)
@@ -170,10 +206,17 @@ func (s *Store) hold(tx *bolt.Tx, a store.Account, units billing.Units, now time
 		return store.Reservation{}, billing.Decision{}, billing.State{}, err
 	}
 	b := tx.Bucket(bucketReservations)
-	s.lastHold++
-	seq := s.lastHold
-	if err := b.SetSequence(seq); err != nil {
-		return store.Reservation{}, billing.Decision{}, billing.State{}, err
+	var seq uint64
+	if pre != nil {
+		seq = pre.seq
+	} else {
+		s.lastHold++
+		seq = s.lastHold
+	}
+	if seq > b.Sequence() {
+		if err := b.SetSequence(seq); err != nil {
+			return store.Reservation{}, billing.Decision{}, billing.State{}, err
+		}
 	}
 	rec := reservation{UserID: a.UserID, ServiceID: a.ServiceID, Product: a.Product, Decision: toDecisionRecord(dec),
 		PeriodKey: acc.period, JobID: jobID}
