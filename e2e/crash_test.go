@@ -243,7 +243,7 @@ func TestCrashKill9(t *testing.T) {
 	if s, err := strconv.ParseUint(os.Getenv("CRASH_SEED"), 10, 64); err == nil {
 		seed = s
 	}
-	rounds := envInt("CRASH_ROUNDS", 5)
+	rounds := envInt("CRASH_ROUNDS", 6)
 	rng := rand.New(rand.NewPCG(seed, seed>>1))
 	t.Logf("seed %d (CRASH_SEED reproduces the kill points), %d rounds", seed, rounds)
 
@@ -306,7 +306,7 @@ func TestCrashKill9(t *testing.T) {
 			adminJSON(t, "POST", p.admin+"/platform/subscriptions/u-prepaid/"+crashService+"/credits",
 				map[string]any{"amount": topUp}, 200, nil)
 		}
-		killAfter := time.Duration(50+rng.IntN(1950)) * time.Millisecond
+		killAfter := time.Duration(300+rng.IntN(2200)) * time.Millisecond
 		before := acks.snapshotCounts()
 		loadStart := time.Now()
 		runCrashLoad(t, p, acks, keys, users, jobs, killAfter, round, &signatures, &sigMu)
