@@ -219,3 +219,17 @@ func (l *JSONLinesLog) Record(rec ReconciliationRecord) error {
 }
 
 var _ ReconciliationLog = (*JSONLinesLog)(nil)
+
+// OpenJSONLinesLog opens a reconciliation log appending to the file at path
+// (created with mode 0600), or writing to standard error when path is
+// empty. close releases the file.
+func OpenJSONLinesLog(path string) (l *JSONLinesLog, close func() error, err error) {
+	if path == "" {
+		return NewJSONLinesLog(os.Stderr), func() error { return nil }, nil
+	}
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open reconciliation log: %w", err)
+	}
+	return NewJSONLinesLog(f), f.Close, nil
+}

@@ -28,7 +28,6 @@ package main
 
 import (
 	"context"
-	"io"
 	"log"
 	"net/http"
 	"os"
@@ -51,7 +50,7 @@ func main() {
 	if err != nil {
 		log.Fatalf("JOB_STEP: %v", err)
 	}
-	recon, closeLog, err := openLog(os.Getenv("RECONCILIATION_LOG"))
+	recon, closeLog, err := sdk.OpenJSONLinesLog(os.Getenv("RECONCILIATION_LOG"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -87,21 +86,6 @@ func main() {
 		log.Printf("shutdown: jobs still running were completed as FAILED: %v", err)
 	}
 	log.Print("example async backend stopped")
-}
-
-// openLog opens the reconciliation log: appended to path, or written to
-// standard error when path is empty.
-func openLog(path string) (*sdk.JSONLinesLog, func(), error) {
-	if path == "" {
-		// Hidden behind a plain io.Writer: the log syncs an *os.File after
-		// each line, which fails on a terminal or a pipe.
-		return sdk.NewJSONLinesLog(struct{ io.Writer }{os.Stderr}), func() {}, nil
-	}
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
-	if err != nil {
-		return nil, nil, err
-	}
-	return sdk.NewJSONLinesLog(f), func() { f.Close() }, nil
 }
 
 func envOr(name, def string) string {
