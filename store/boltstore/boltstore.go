@@ -82,6 +82,9 @@ type Store struct {
 	latest map[string]billing.State
 	// predecided counts holds decided that way (for tests).
 	predecided atomic.Int64
+	// productJSON is each product's JSON, for hold records (commit loop
+	// only).
+	productJSON map[billing.Product][]byte
 }
 
 type op struct {
@@ -123,6 +126,8 @@ func Open(path string) (*Store, error) {
 		loopDone: make(chan struct{}),
 		cache:    newReadCache(),
 		latest:   make(map[string]billing.State),
+
+		productJSON: make(map[billing.Product][]byte),
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, b := range allBuckets {

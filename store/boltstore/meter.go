@@ -220,7 +220,11 @@ func (s *Store) hold(tx *bolt.Tx, a store.Account, units billing.Units, now time
 	}
 	rec := reservation{UserID: a.UserID, ServiceID: a.ServiceID, Product: a.Product, Decision: toDecisionRecord(dec),
 		PeriodKey: acc.period, JobID: jobID}
-	if err := putJSON(b, u64(seq), rec); err != nil {
+	raw, err := s.encodeReservation(rec)
+	if err != nil {
+		return store.Reservation{}, billing.Decision{}, billing.State{}, err
+	}
+	if err := b.Put(u64(seq), raw); err != nil {
 		return store.Reservation{}, billing.Decision{}, billing.State{}, err
 	}
 	res := store.Reservation{ID: strconv.FormatUint(seq, 10), Account: a, Decision: dec, PeriodKey: acc.period, JobID: jobID}
