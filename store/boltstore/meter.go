@@ -79,7 +79,7 @@ func (s *Store) loadAccount(tx *bolt.Tx, userID, serviceID string, p billing.Pro
 func (acc *account) save(tx *bolt.Tx, p billing.Product) error {
 	c := counter{Used: amount(acc.state.Used), Reserved: amount(acc.state.Reserved),
 		Spend: amount(acc.state.Spend), ReservedSpend: amount(acc.state.ReservedSpend)}
-	if err := putJSON(tx.Bucket(bucketCounters), acc.key, c); err != nil {
+	if err := tx.Bucket(bucketCounters).Put(acc.key, encodeCounter(c)); err != nil {
 		return err
 	}
 	acc.s.latest[string(acc.key)] = acc.state
@@ -113,7 +113,11 @@ func (s *Store) appendLedger(tx *bolt.Tx, e *store.LedgerEntry) error {
 	e.Seq = seq
 	e.ID = "led_" + strconv.FormatUint(seq, 10)
 	e.Time = time.Unix(0, t).UTC()
-	return putJSON(b, append(u64(uint64(t)), u64(seq)...), toLedgerRecord(*e))
+	raw, err := encodeLedger(*e)
+	if err != nil {
+		return err
+	}
+	return b.Put(append(u64(uint64(t)), u64(seq)...), raw)
 }
 
 // checkUnits refuses a negative quantity before it reaches a counter: billing
