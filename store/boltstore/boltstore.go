@@ -176,17 +176,15 @@ func (s *Store) update(fn func(tx *bolt.Tx) error) error {
 	return s.wait(&op{fn: fn, done: make(chan error, 1)})
 }
 
-// updateDecided queues fn like update but returns as soon as fn's results
-// are final: fn ran in a transaction all of whose writes succeeded, which
-// is committing. It does not wait for that commit's fsync, so a caller can
-// overlap it with other work (a sync call's hold commits while the backend
-// works). Writes commit in the order they run, so any write the caller
-// makes afterwards commits after this one; if this commit fails, so does
-// every write that depends on it finding fn's records.
-func (s *Store) updateDecided(fn func(tx *bolt.Tx) error) error {
-	return s.wait(&op{fn: fn, done: make(chan error, 1), decided: make(chan struct{})})
-}
-
+// wait queues o for the next group commit and waits until it is durable,
+// or, for a write with decided (a sync call's hold), until its results are
+// final: it ran in a transaction all of whose writes succeeded, which is
+// committing, or the loop decided it while the previous commit was in
+// flight (predecide). Such a caller does not wait for the fsync and
+// overlaps it with other work (the call's trip to its backend). Writes
+// commit in the order they run, so any write the caller makes afterwards
+// commits after this one; if this commit fails, so does every write that
+// depends on finding its records.
 func (s *Store) wait(o *op) error {
 	select {
 	case s.ops <- o:
@@ -199,7 +197,7 @@ func (s *Store) wait(o *op) error {
 	// it takes before it exits, so once it is gone an unanswered write was
 	// never run.
 	select {
-	case <-o.decided: // nil unless updateDecided: never ready
+	case <-o.decided: // nil for other writes: never ready
 		return nil
 	case err := <-o.done:
 		return err
