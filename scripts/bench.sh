@@ -293,11 +293,13 @@ if [ -n "$PROFILE_DIR" ]; then
 	mkdir -p "$PROFILE_DIR"
 	log "profiling the gateway (CPU, 6 s each: sync, status, report) into $PROFILE_DIR"
 	wrk -t2 -c"$CONNS" -d8s -H "$AUTH" "$SYNC_URL" > /dev/null &
+	pids+=($!)
 	sleep 1
 	curl -sS -o "$PROFILE_DIR/sync.pprof" "http://$ADMIN/debug/pprof/profile?seconds=6"
 	wait $!
 	curl -sS -o "$PROFILE_DIR/allocs.pprof" "http://$ADMIN/debug/pprof/allocs"
 	wrk -t2 -c"$CONNS" -d8s -H "$AUTH" "$STATUS_URL" > /dev/null &
+	pids+=($!)
 	sleep 1
 	curl -sS -o "$PROFILE_DIR/status.pprof" "http://$ADMIN/debug/pprof/profile?seconds=6"
 	wait $!
@@ -305,6 +307,7 @@ if [ -n "$PROFILE_DIR" ]; then
 		sign_report
 		BENCH_BODY=$REPORT_BODY wrk -t2 -c"$CONNS" -d8s -s "$work/post.lua" -H 'Content-Type: application/json' \
 			-H "X-Platform-Signature: $REPORT_SIG" -H "X-Platform-Timestamp: $REPORT_TS" "$REPORT_URL" > /dev/null &
+		pids+=($!)
 		sleep 1
 		curl -sS -o "$PROFILE_DIR/report.pprof" "http://$ADMIN/debug/pprof/profile?seconds=6"
 		wait $!
