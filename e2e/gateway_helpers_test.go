@@ -165,6 +165,13 @@ type gateway struct {
 // and the standard site: platform_usage, platform_gateway, reverse_proxy.
 func startGateway(t *testing.T, dir, platformBlock string) *gateway {
 	t.Helper()
+	return startGatewayWithTransport(t, dir, platformBlock, "")
+}
+
+// startGatewayWithTransport is startGateway with options for the platform
+// transport (timeouts, say), one per line.
+func startGatewayWithTransport(t *testing.T, dir, platformBlock, transportOptions string) *gateway {
+	t.Helper()
 	cfg := fmt.Sprintf(`{
 	admin localhost:%d
 	http_port %d
@@ -181,10 +188,12 @@ func startGateway(t *testing.T, dir, platformBlock string) *gateway {
 	platform_gateway
 	reverse_proxy {
 		dynamic platform
-		transport platform
+		transport platform {
+%s
+		}
 	}
 }
-`, adminPort, gwPort, dir, platformBlock, gwPort)
+`, adminPort, gwPort, dir, platformBlock, gwPort, transportOptions)
 	tester := newTester(t)
 	tester.InitServer(cfg, "caddyfile")
 	return &gateway{t: t, tester: tester, dir: dir}

@@ -615,3 +615,53 @@ func TestBrand(t *testing.T) {
 		t.Errorf("ledger %+v", es)
 	}
 }
+
+// TestBackendTimeout: a backend that does not answer within the proxy's
+// response_header_timeout gives the caller service_timeout (504) with the
+// request id, and the call is not charged.
+func TestBackendTimeout(t *testing.T) {
+	be := newTestBackend(t, testSecret, "Platform")
+	block := catalogBlock(be.URL) + fmt.Sprintf(`
+		service slow {
+			backend %s
+			secret %s
+			endpoint slow {
+				methods GET
+				path /slow
+			}
+			product p {
+				billing SUBSCRIPTION
+				measurement PER_REQUEST
+				unit request
+				quota 10
+			}
+		}`, be.URL, testSecret)
+	g := startGatewayWithTransport(t, t.TempDir(), block, "\t\t\tresponse_header_timeout 100ms")
+	key, _ := g.newKey("u-slow")
+	g.subscribe("u-slow", "slow", "p", "ACTIVE")
+	resp, body := call(t, "GET", invokeURL("slow", "slow"), key, "")
+	if resp.StatusCode != 504 || errorCode(t, resp, body) != "service_timeout" ||
+		!strings.Contains(string(body), resp.Header.Get("X-Platform-Request-ID")) {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	if es := g.ledger("u-slow"); len(es) != 0 {
+		t.Errorf("a timed-out call was charged: %+v", es)
+	}
+	st, err := g.store().State(context.Background(), store.Account{UserID: "u-slow", ServiceID: "slow", Product: productOfService(t, g, "slow", "p")}, time.Now())
+	if err != nil || st.Reserved != 0 || st.Used != 0 {
+		t.Errorf("state after a timeout %+v %v", st, err)
+	}
+}
+
+func productOfService(t *testing.T, g *gateway, service, id string) billing.Product {
+	t.Helper()
+	svc, ok := g.app().Catalog().Service(service)
+	if !ok {
+		t.Fatalf("no service %s", service)
+	}
+	p, ok := svc.Product(id)
+	if !ok {
+		t.Fatalf("no product %s", id)
+	}
+	return *p
+}
