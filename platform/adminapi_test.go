@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -28,8 +29,22 @@ import (
 	"github.com/platformgw/gateway/store/boltstore"
 )
 
+// admPort is the admin port of the in-process server: caddytest's 2999,
+// or E2E_ADMIN_PORT, so two test processes on one machine (two worktrees,
+// say) do not talk to each other's server.
+var admPort = func() int {
+	if v, err := strconv.Atoi(os.Getenv("E2E_ADMIN_PORT")); err == nil && v > 0 {
+		return v
+	}
+	return 2999
+}()
+
 // admAddr is the admin endpoint every caddytest config listens on.
-const admAddr = "localhost:2999"
+var admAddr = fmt.Sprintf("localhost:%d", admPort)
+
+func admTester(t *testing.T) *caddytest.Tester {
+	return caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: admPort})
+}
 
 // admEnv is a running server with the platform app on a fresh bbolt file.
 type admEnv struct {
@@ -46,7 +61,7 @@ func admStart(t *testing.T) *admEnv {
 	t.Helper()
 	env := &admEnv{t: t}
 	config := env.config(t.TempDir(), "")
-	tester := caddytest.NewTester(t)
+	tester := admTester(t)
 	tester.InitServer(config, "json")
 	if t.Failed() {
 		t.FailNow()
@@ -793,7 +808,7 @@ func TestAdminFollowsReload(t *testing.T) {
 // TestAdminWithoutPlatformApp: with no platform app in the running config,
 // every route says so with a 503 rather than failing obscurely.
 func TestAdminWithoutPlatformApp(t *testing.T) {
-	tester := caddytest.NewTester(t)
+	tester := admTester(t)
 	tester.InitServer(fmt.Sprintf(`{"admin": {"listen": %q}}`, admAddr), "json")
 	for _, path := range []string{"/platform/keys", "/platform/usage", "/platform/nothing"} {
 		admExpectError(t, admJSON(t, "GET", path, ""), 503, codeNotConfigured, "")
