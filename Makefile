@@ -10,12 +10,13 @@
 #   make bench-micro  the go test micro-benchmarks (benchstat-friendly)
 #   make build   just the binary (bin/caddy)
 #   make xcaddy  the same binary built the xcaddy way
+#   make lint    go vet, gofmt and staticcheck (CI runs it too)
 
 GO      ?= go
 BIN     := bin
 CADDY   := $(BIN)/caddy
 
-.PHONY: build run test test-short fuzz bench bench-scale bench-micro xcaddy vet clean
+.PHONY: build run test test-short fuzz bench bench-scale bench-micro xcaddy vet lint clean
 
 build:
 	$(GO) build -o $(CADDY) ./caddy
@@ -38,6 +39,11 @@ test-short:
 vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l .)" || (gofmt -l . && false)
+
+# staticcheck, built from the pinned tools module (tools/staticcheck).
+lint: vet
+	cd tools/staticcheck && $(GO) build -o ../../$(BIN)/staticcheck honnef.co/go/tools/cmd/staticcheck
+	$(BIN)/staticcheck ./...
 
 xcaddy:
 	$(GO) install github.com/caddyserver/xcaddy/cmd/xcaddy@v0.4.5
