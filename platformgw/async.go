@@ -58,12 +58,8 @@ func (h *Handler) invokeAsync(w http.ResponseWriter, r *http.Request, c *call, n
 	// as the canonical string, so the backend rebuilds exactly the signed
 	// bytes from what it parses.
 	payload := string(c.body)
-	h.prepareForward(r, c, signing.AsyncCanonical(payload, c.requestID), c.ep.Path)
-	hd := h.app.Headers()
-	query := "?" + url.Values{
-		"signature": {r.Header.Get(hd.Signature)},
-		"timestamp": {r.Header.Get(hd.Timestamp)},
-	}.Encode()
+	sig, ts := h.prepareForward(r, c, signing.AsyncCanonical(payload, c.requestID), c.ep.Path)
+	query := "?" + url.Values{"signature": {sig}, "timestamp": {ts}}.Encode()
 	r.Header.Set("Content-Type", "application/json")
 	r.Header.Del("Content-Encoding") // the envelope is plain JSON, whatever the caller's body was
 	r.Header.Del("Upgrade")          // an async job is never a protocol switch

@@ -180,9 +180,17 @@ func (h *Handler) readBody(r *http.Request) ([]byte, *apierror.Error) {
 }
 
 // prepareForward strips what the caller may not send to a backend, signs
-// the payload and sets the context headers, and routes the request to the
-// service's backend for the reverse proxy that follows.
-func (h *Handler) prepareForward(r *http.Request, c *call, payload []byte, backendPath string) {
+// the payload, and routes the request to the service's backend for the
+// reverse proxy that follows. It returns the signature and timestamp.
+//
+// The signature and context headers are not set on r: Caddy's loggers
+// record the request the proxy hands its transport (reverse_proxy's
+// "upstream roundtrip" at DEBUG, "aborting with incomplete response" at
+// WARN when a caller hangs up or a backend cuts its body short), headers
+// and all, and only Authorization and cookies are redacted there. They
+// travel in a request variable and the `platform` transport adds them to
+// its own copy of the request as it sends it (Transport.RoundTrip).
+func (h *Handler) prepareForward(r *http.Request, c *call, payload []byte, backendPath string) (sig, ts string) {
 	hd := h.app.Headers()
 	stripCallerHeaders(r.Header, hd.Prefix)
 	// The proxy forwards request trailers too: a chunked body ending in
@@ -190,9 +198,10 @@ func (h *Handler) prepareForward(r *http.Request, c *call, payload []byte, backe
 	// the backend as trailers, unsigned, past the header stripping. The
 	// body is read in full by now, so the trailers are too.
 	stripCallerHeaders(r.Trailer, hd.Prefix)
-	ts := signing.Timestamp(h.app.Now())
-	sig := signing.SignV3(c.svc.SigningSecret(), payload, ts, c.user)
-	set := func(name, value string) { r.Header[name] = []string{value} }
+	ts = signing.Timestamp(h.app.Now())
+	sig = signing.SignV3(c.svc.SigningSecret(), payload, ts, c.user)
+	fwd := make(http.Header, 11)
+	set := func(name, value string) { fwd[name] = []string{value} }
 	set(hd.Signature, sig)
 	set(hd.Timestamp, ts)
 	set(hd.SigningVersion, signing.Version)
@@ -212,6 +221,8 @@ func (h *Handler) prepareForward(r *http.Request, c *call, payload []byte, backe
 	r.URL.Path = c.svc.BackendURL().Path + backendPath
 	r.URL.RawPath = ""
 	caddyhttp.SetVar(r.Context(), backendVar, c.svc)
+	caddyhttp.SetVar(r.Context(), forwardVar, fwd)
+	return sig, ts
 }
 
 // stripCallerHeaders removes every X-<Brand>-* header a caller sent (also

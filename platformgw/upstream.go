@@ -25,6 +25,11 @@ func init() {
 // upstream source and transport which service's backend a request is for.
 const backendVar = "platform.backend"
 
+// forwardVar holds the headers the gateway adds to an admitted request
+// (signature, timestamp, caller context, request id); the transport sets
+// them on the request it sends, so no logger sees them.
+const forwardVar = "platform.forward"
+
 func backendOf(r *http.Request) (*catalog.Service, bool) {
 	svc, ok := caddyhttp.GetVar(r.Context(), backendVar).(*catalog.Service)
 	return svc, ok
@@ -116,12 +121,26 @@ func (t *Transport) Provision(ctx caddy.Context) error {
 	return t.HTTPTransport.Provision(ctx)
 }
 
-// RoundTrip sends the request with the scheme and Host of its backend.
+// RoundTrip sends the request with the scheme and Host of its backend and
+// the gateway's signed headers. Those are set on a copy of the request:
+// reverse_proxy logs the request it passed here (with its headers, at DEBUG
+// and when a response is aborted), and that one never holds a signature.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if svc, ok := backendOf(req); ok {
 		u := svc.BackendURL()
 		req.URL.Scheme = u.Scheme
 		req.Host = u.Host
+	}
+	if fwd, ok := caddyhttp.GetVar(req.Context(), forwardVar).(http.Header); ok {
+		out := *req
+		out.Header = make(http.Header, len(req.Header)+len(fwd))
+		for k, v := range req.Header {
+			out.Header[k] = v
+		}
+		for k, v := range fwd {
+			out.Header[k] = v
+		}
+		req = &out
 	}
 	t.inFlight.Add(1)
 	resp, err := t.HTTPTransport.RoundTrip(req)

@@ -1,0 +1,281 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/hmac"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The wire hardening tests: what an attack run and callers using other
+// platforms' SDKs found at the edges of the wire contract (logs, async
+// URLs, slow clients, paths outside the API, h2c offers, rate-limit
+// headers, async-only endpoints).
+
+// startWireGateway loads a Caddyfile whose global options get extra lines
+// (log, servers) and whose one site has the given address(es) ("" for
+// ":<port>") and the standard handlers.
+func startWireGateway(t *testing.T, dir, global, platformBlock, site string) *gateway {
+	t.Helper()
+	if site == "" {
+		site = fmt.Sprintf(":%d", gwPort)
+	}
+	cfg := fmt.Sprintf(`{
+	admin localhost:%d
+	http_port %d
+	https_port 9443
+	grace_period 10s
+%s
+	platform {
+		store %s/platform.db
+%s
+	}
+}
+%s {
+	bind 127.0.0.1
+	platform_usage
+	platform_gateway
+	reverse_proxy {
+		dynamic platform
+		transport platform
+	}
+}
+`, adminPort, gwPort, global, dir, platformBlock, site)
+	tester := newTester(t)
+	tester.InitServer(cfg, "caddyfile")
+	return &gateway{t: t, tester: tester, dir: dir}
+}
+
+// stopServer loads an empty config, which flushes and closes the log file.
+func stopServer(g *gateway) {
+	g.tester.InitServer(fmt.Sprintf("{\n\tadmin localhost:%d\n}\n", adminPort), "caddyfile")
+}
+
+// abortBackend verifies each call's v3 signature with its own code,
+// records every signature it was sent, and can end its answers badly:
+// /cut promises 1000 bytes and sends 10, /trickle sends one chunk and then
+// waits for the caller to go away.
+type abortBackend struct {
+	*httptest.Server
+	secret string
+
+	mu    sync.Mutex
+	sigs  []string
+	bad   int
+	saw   []http.Header
+	calls int
+}
+
+func newAbortBackend(t *testing.T, secret string) *abortBackend {
+	b := &abortBackend{secret: secret}
+	tb := &testBackend{secret: secret, brand: "Platform"}
+	b.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		want := v3Signature(secret, body, r.Header.Get("X-Platform-Timestamp"), tb.contextString(r.Header))
+		got := r.Header.Get("X-Platform-Signature")
+		b.mu.Lock()
+		b.calls++
+		b.sigs = append(b.sigs, got)
+		b.saw = append(b.saw, r.Header.Clone())
+		if got == "" || !hmac.Equal([]byte(want), []byte(got)) {
+			b.bad++
+		}
+		b.mu.Unlock()
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/cut"):
+			w.Header().Set("Content-Length", "1000")
+			w.WriteHeader(200)
+			w.Write([]byte("0123456789"))
+			w.(http.Flusher).Flush()
+			panic(http.ErrAbortHandler) // the connection is closed mid-body
+		case strings.HasSuffix(r.URL.Path, "/trickle"):
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "data: first\n\n")
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+			case <-time.After(5 * time.Second):
+			}
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"ok":true}`)
+		}
+	}))
+	t.Cleanup(b.Close)
+	return b
+}
+
+func (b *abortBackend) signatures() (sigs []string, bad, calls int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.sigs...), b.bad, b.calls
+}
+
+func (b *abortBackend) lastHeader(t *testing.T) http.Header {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.saw) == 0 {
+		t.Fatal("backend saw no request")
+	}
+	return b.saw[len(b.saw)-1]
+}
+
+const wireSecret = "wire-secret-wire-secret-0001"
+
+func wireCatalog(backend, asyncBackend string) string {
+	return fmt.Sprintf(`
+		service wire {
+			backend %s
+			secret %s
+			endpoint echo {
+				path /echo
+			}
+			endpoint cut {
+				path /cut
+			}
+			endpoint trickle {
+				path /trickle
+				streaming
+			}
+			product basic {
+				billing SUBSCRIPTION
+				measurement PER_REQUEST
+				unit request
+			}
+		}
+		service wirejob {
+			backend %s
+			secret %s
+			endpoint job {
+				async
+				path /job
+			}
+			product basic {
+				billing SUBSCRIPTION
+				measurement PER_REQUEST
+				unit request
+			}
+		}`, backend, wireSecret, asyncBackend, usageSecret)
+}
+
+// rawRequest writes a request on a fresh TCP connection and returns the
+// connection and a reader on it.
+func rawRequest(t *testing.T, req string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", gwPort), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(conn, req); err != nil {
+		t.Fatal(err)
+	}
+	return conn, bufio.NewReader(conn)
+}
+
+// TestWireNoSignatureInDebugOrAbortLogs runs the gateway with Caddy's log at
+// DEBUG and without filters, forwards calls that end normally, that the
+// backend cuts short and that the caller hangs up on, and an async job,
+// then greps every log line for the signatures the backends received, the
+// service key and the secrets. reverse_proxy logs the request it hands its
+// transport, headers included, at DEBUG ("upstream roundtrip") and on an
+// abort ("aborting with incomplete response", WARN): the signed headers
+// used to be on it.
+func TestWireNoSignatureInDebugOrAbortLogs(t *testing.T) {
+	be := newAbortBackend(t, wireSecret)
+	jobs := newUsageBackend(t, usageSecret)
+	dir := t.TempDir()
+	g := startWireGateway(t, dir, fmt.Sprintf("\tlog {\n\t\toutput file %s/caddy.log\n\t\tlevel DEBUG\n\t}", dir),
+		wireCatalog(be.URL, jobs.URL), "")
+	key, _ := g.newKey("u-wire")
+	g.subscribe("u-wire", "wire", "basic", "ACTIVE")
+	g.subscribe("u-wire", "wirejob", "basic", "ACTIVE")
+
+	// A normal call.
+	if resp, body := call(t, "POST", invokeURL("wire", "echo"), key, `{"a":1}`); resp.StatusCode != 200 {
+		t.Fatalf("echo: %d %s", resp.StatusCode, body)
+	}
+	// The backend cuts its body short.
+	func() {
+		conn, rd := rawRequest(t, "GET /api/service/wire/endpoint/cut/invoke HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "+key+"\r\n\r\n")
+		defer conn.Close()
+		resp, err := http.ReadResponse(rd, nil)
+		if err != nil {
+			t.Fatalf("cut: %v", err)
+		}
+		io.Copy(io.Discard, resp.Body) // ends early: the gateway aborts the response
+		resp.Body.Close()
+	}()
+	// The caller hangs up in the middle of a stream.
+	func() {
+		conn, rd := rawRequest(t, "GET /api/service/wire/endpoint/trickle/invoke HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "+key+"\r\n\r\n")
+		resp, err := http.ReadResponse(rd, nil)
+		if err != nil {
+			t.Fatalf("trickle: %v", err)
+		}
+		line, _ := bufio.NewReader(resp.Body).ReadString('\n')
+		if !strings.HasPrefix(line, "data: first") {
+			t.Errorf("trickle: first line %q", line)
+		}
+		conn.Close()
+	}()
+	// An async job: its signature is in the forwarded headers and the
+	// envelope's URLs.
+	_, env := usageStart(t, jobs, asyncURL("/api", "wirejob", "job"), key, "x")
+	if !env.SigOK {
+		t.Error("async envelope signature")
+	}
+
+	// Every forward reached the backend signed, and the log gets its abort
+	// lines before it is closed.
+	sigs, bad, calls := be.signatures()
+	if calls != 3 || bad != 0 {
+		t.Errorf("backend saw %d calls, %d badly signed", calls, bad)
+	}
+	logPath := filepath.Join(dir, "caddy.log")
+	waitForLog(t, logPath, "aborting with incomplete response", 2)
+	stopServer(g)
+
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"upstream roundtrip"`, `"aborting with incomplete response"`} {
+		if !bytes.Contains(data, []byte(want)) {
+			t.Errorf("the log has no %s line: the paths under test were not logged", want)
+		}
+	}
+	var needles secrets
+	needles.add(sigs...)
+	needles.add(env.Header.Get("X-Platform-Signature"), key, wireSecret, usageSecret)
+	if found := secretsIn(t, logPath, needles.list); len(found) > 0 {
+		t.Errorf("the log holds %d keys, secrets or signatures, e.g. %q", len(found), found[0])
+	}
+	t.Logf("%d log lines checked for %d needles", bytes.Count(data, []byte("\n")), len(needles.list))
+}
+
+// waitForLog waits (bounded) until the log has n lines containing s: an
+// abort is logged by the request's goroutine after the caller saw the
+// connection end.
+func waitForLog(t *testing.T, path, s string, n int) {
+	t.Helper()
+	for range 100 {
+		data, _ := os.ReadFile(path)
+		if bytes.Count(data, []byte(s)) >= n {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Errorf("the log never got %d lines with %q", n, s)
+}
