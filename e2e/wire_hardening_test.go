@@ -279,3 +279,59 @@ func waitForLog(t *testing.T, path, s string, n int) {
 	}
 	t.Errorf("the log never got %d lines with %q", n, s)
 }
+
+// TestWireAsyncOnlyEndpointRefusesSync: a sync invoke of an endpoint
+// declared `async only` is refused by the gateway (400 invalid_request)
+// before anything is reserved or forwarded; it used to reach the backend,
+// which refused it with a 4xx the caller was charged for.
+func TestWireAsyncOnlyEndpointRefusesSync(t *testing.T) {
+	jobs := newUsageBackend(t, usageSecret)
+	dir := t.TempDir()
+	g := startWireGateway(t, dir, "", fmt.Sprintf(`
+		service batch {
+			backend %s
+			secret %s
+			endpoint job {
+				path /job
+				async only
+			}
+			endpoint both {
+				path /job
+				async
+			}
+			product basic {
+				billing SUBSCRIPTION
+				measurement PER_REQUEST
+				unit request
+				quota 100
+				rate_limit 1/m
+			}
+		}`, jobs.URL, usageSecret), "")
+	key, _ := g.newKey("u-batch")
+	g.subscribe("u-batch", "batch", "basic", "ACTIVE")
+
+	for _, method := range []string{"POST", "GET"} {
+		resp, body := call(t, method, invokeURL("batch", "job"), key, "")
+		if resp.StatusCode != 400 || errorCode(t, resp, body) != "invalid_request" ||
+			!strings.Contains(string(body), "/invoke/async") || resp.Header.Get("X-Platform-Request-ID") == "" {
+			t.Errorf("sync %s on an async-only endpoint: %d %s", method, resp.StatusCode, body)
+		}
+	}
+	select {
+	case env := <-jobs.jobs:
+		t.Errorf("the refused call reached the backend: %s", env.Path)
+	default:
+	}
+	if es := g.ledger("u-batch"); len(es) != 0 {
+		t.Errorf("the refused calls were charged: %+v", es)
+	}
+	if st := usageSnapshot(t, g, "", "u-batch", "batch").Usage; st.Used != 0 || st.Reserved != 0 {
+		t.Errorf("after refusals: used %v, reserved %v", st.Used, st.Reserved)
+	}
+	// The refusals took no rate-limit token: the one call a minute is
+	// still there, asynchronously.
+	acc, env := usageStart(t, jobs, asyncURL("/api", "batch", "job"), key, "x")
+	if acc.Status != "ACCEPTED" || !env.SigOK {
+		t.Errorf("async invoke of the async-only endpoint: %+v, signature ok %v", acc, env.SigOK)
+	}
+}

@@ -94,6 +94,10 @@ func (h *Handler) admit(r *http.Request, c *call) *apierror.Error {
 	if c.route.async && !ep.Async {
 		return apierror.New(apierror.EndpointNotFound, "endpoint "+ep.ID+" is not asynchronous; use /invoke")
 	}
+	if !c.route.async && ep.AsyncOnly {
+		// Refused here, not by the backend: a backend's 4xx is charged.
+		return apierror.Invalid("path", "endpoint "+ep.ID+" is asynchronous only; use /invoke/async")
+	}
 	if r.Header.Get("Upgrade") != "" && !ep.AllowUpgrade {
 		return apierror.Invalid("Upgrade", "endpoint "+ep.ID+" does not allow protocol upgrades")
 	}
