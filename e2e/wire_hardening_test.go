@@ -335,3 +335,71 @@ func TestWireAsyncOnlyEndpointRefusesSync(t *testing.T) {
 		t.Errorf("async invoke of the async-only endpoint: %+v, signature ok %v", acc, env.SigOK)
 	}
 }
+
+// TestWireStrayPathsGetJSON404: paths outside the API end at the platform
+// proxy with no backend to go to. They used to get an empty 503 and two
+// ERROR log lines each; now a JSON 404 not_found, nothing forwarded, and no
+// ERROR line.
+func TestWireStrayPathsGetJSON404(t *testing.T) {
+	be := newAbortBackend(t, wireSecret)
+	jobs := newUsageBackend(t, usageSecret)
+	dir := t.TempDir()
+	g := startWireGateway(t, dir, fmt.Sprintf("\tlog {\n\t\toutput file %s/caddy.log\n\t}", dir),
+		wireCatalog(be.URL, jobs.URL), "")
+	key, _ := g.newKey("u-wire")
+	g.subscribe("u-wire", "wire", "basic", "ACTIVE")
+
+	paths := []string{
+		"/", "/favicon.ico", "/API/service/wire/endpoint/echo/invoke",
+		"//api/service/wire/endpoint/echo/invoke", "/api", "/api/",
+		"/api/servce/wire/endpoint/echo/invoke", "/gateway/api/v2/service/wire/endpoint/echo/invoke",
+	}
+	for _, p := range paths {
+		for _, k := range []string{"", key} {
+			for _, method := range []string{"GET", "POST"} {
+				resp, body := call(t, method, gwBase+p, k, "")
+				if resp.StatusCode != 404 || errorCode(t, resp, body) != "not_found" || resp.Header.Get("X-Platform-Request-ID") == "" {
+					t.Errorf("%s %s (key %v): %d %q", method, p, k != "", resp.StatusCode, body)
+				}
+			}
+		}
+	}
+	// A raw request line the Go client would clean up.
+	conn, rd := rawRequest(t, "GET //api/service/wire/endpoint/echo/invoke HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "+key+"\r\nConnection: close\r\n\r\n")
+	resp, err := http.ReadResponse(rd, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	conn.Close()
+	if resp.StatusCode != 404 || !strings.Contains(string(body), `"not_found"`) {
+		t.Errorf("raw //api: %d %s", resp.StatusCode, body)
+	}
+	if _, _, calls := be.signatures(); calls != 0 {
+		t.Errorf("%d stray requests reached the backend", calls)
+	}
+	// The API itself still works next to it.
+	if resp, body := call(t, "GET", invokeURL("wire", "echo"), key, ""); resp.StatusCode != 200 {
+		t.Errorf("echo: %d %s", resp.StatusCode, body)
+	}
+	stopServer(g)
+	data, err := os.ReadFile(filepath.Join(dir, "caddy.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(data, []byte(`"level":"error"`)); n > 0 {
+		t.Errorf("%d ERROR log lines for stray paths, e.g. %s", n, firstLineWith(data, `"level":"error"`))
+	}
+	if n := bytes.Count(data, []byte(`"msg":"invoke refused"`)); n < len(paths)*4 {
+		t.Errorf("%d refusal lines for %d stray requests: the log was not captured", n, len(paths)*4)
+	}
+}
+
+func firstLineWith(data []byte, s string) string {
+	for _, l := range bytes.Split(data, []byte("\n")) {
+		if bytes.Contains(l, []byte(s)) {
+			return string(l)
+		}
+	}
+	return ""
+}

@@ -1,7 +1,6 @@
 package platformgw
 
 import (
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -25,6 +24,12 @@ func init() {
 // upstream source and transport which service's backend a request is for.
 const backendVar = "platform.backend"
 
+// unroutedVar marks a request that reached the `platform` upstream source
+// without being admitted: a path outside the API (`/`, `/API/...`,
+// `//api/...`, typos). The proxy then has no upstream, and the gateway
+// answers the caller with a JSON 404 instead of the proxy's empty 503.
+const unroutedVar = "platform.unrouted"
+
 // forwardVar holds the headers the gateway adds to an admitted request
 // (signature, timestamp, caller context, request id); the transport sets
 // them on the request it sends, so no logger sees them.
@@ -37,8 +42,8 @@ func backendOf(r *http.Request) (*catalog.Service, bool) {
 
 // Upstreams is the `platform` dynamic upstream source: the backend of the
 // service the gateway admitted the request for. A request that did not pass
-// platform_gateway gets no upstream, so the proxy answers 502 rather than
-// forwarding it anywhere.
+// platform_gateway's checks gets no upstream, so it is never forwarded
+// anywhere; platform_gateway answers it with 404 not_found.
 //
 //	reverse_proxy {
 //		dynamic platform
@@ -60,7 +65,10 @@ func (*Upstreams) CaddyModule() caddy.ModuleInfo {
 func (*Upstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream, error) {
 	svc, ok := backendOf(r)
 	if !ok {
-		return nil, fmt.Errorf("request was not admitted by platform_gateway")
+		// No upstream, and no error for the proxy to log at ERROR: the
+		// gateway answers the caller (see unroutedVar).
+		caddyhttp.SetVar(r.Context(), unroutedVar, true)
+		return nil, nil
 	}
 	return []*reverseproxy.Upstream{{Dial: dialAddress(svc)}}, nil
 }
