@@ -55,7 +55,8 @@ type Endpoint struct {
 	// Streaming marks an endpoint whose responses stream (SSE and the like);
 	// PER_TIME_UNIT products may be invoked synchronously only on those.
 	Streaming bool `json:"streaming,omitempty"`
-	// AllowUpgrade lets callers send an Upgrade header (WebSocket, h2c).
+	// AllowUpgrade lets callers send an Upgrade header (WebSocket); an h2c
+	// offer is ignored by the gateway, not an upgrade.
 	AllowUpgrade bool `json:"allow_upgrade,omitempty"`
 
 	methods map[string]bool

@@ -403,3 +403,100 @@ func firstLineWith(data []byte, s string) string {
 	}
 	return ""
 }
+
+// javaH2CHeaders are what java.net.http.HttpClient (HTTP/2 by default)
+// adds to every plain-http request.
+const javaH2CHeaders = "Connection: Upgrade, HTTP2-Settings\r\nHTTP2-Settings: AAEAAEAAAAIAAAABAAMAAABkAAQBAAAAAAUAAEAA\r\nUpgrade: h2c\r\nUser-Agent: Java-http-client/21.0.5\r\n"
+
+// TestWireH2COfferIsIgnored: an offer to upgrade to h2c is ignored (RFC
+// 9110 section 7.8), sync and async, over raw TCP with exactly Java's
+// headers and with Go's client: the call is answered over HTTP/1.1 and the
+// backend sees no Upgrade, HTTP2-Settings or Connection option for them. A
+// WebSocket upgrade is still refused on an endpoint without allow_upgrade.
+// Every such invoke used to be 400 invalid_request.
+func TestWireH2COfferIsIgnored(t *testing.T) {
+	be := newAbortBackend(t, wireSecret)
+	jobs := newUsageBackend(t, usageSecret)
+	g := startWireGateway(t, t.TempDir(), "", wireCatalog(be.URL, jobs.URL), "")
+	key, _ := g.newKey("u-wire")
+	g.subscribe("u-wire", "wire", "basic", "ACTIVE")
+	g.subscribe("u-wire", "wirejob", "basic", "ACTIVE")
+	host := fmt.Sprintf("127.0.0.1:%d", gwPort)
+	noUpgrade := func(what string, h http.Header) {
+		t.Helper()
+		for _, name := range []string{"Upgrade", "Http2-Settings"} {
+			if v := h.Values(name); len(v) > 0 {
+				t.Errorf("%s: the backend received %s: %q", what, name, v)
+			}
+		}
+		for _, v := range h.Values("Connection") {
+			if l := strings.ToLower(v); strings.Contains(l, "upgrade") || strings.Contains(l, "http2-settings") {
+				t.Errorf("%s: the backend received Connection: %q", what, v)
+			}
+		}
+	}
+
+	// Sync, raw TCP, Java's headers.
+	conn, rd := rawRequest(t, "POST /api/service/wire/endpoint/echo/invoke HTTP/1.1\r\n"+javaH2CHeaders+
+		"Host: "+host+"\r\nAuthorization: Bearer "+key+"\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n{\"a\":1}")
+	resp, err := http.ReadResponse(rd, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	conn.Close()
+	if resp.StatusCode != 200 || resp.Proto != "HTTP/1.1" || string(body) != `{"ok":true}` {
+		t.Errorf("sync with Java's h2c offer: %s %d %s", resp.Proto, resp.StatusCode, body)
+	}
+	if _, bad, calls := be.signatures(); calls != 1 || bad != 0 {
+		t.Errorf("backend: %d calls, %d badly signed", calls, bad)
+	}
+	noUpgrade("sync raw", be.lastHeader(t))
+
+	// Async, raw TCP, Java's headers.
+	conn, rd = rawRequest(t, "POST /api/service/wirejob/endpoint/job/invoke/async HTTP/1.1\r\n"+javaH2CHeaders+
+		"Host: "+host+"\r\nAuthorization: Bearer "+key+"\r\nContent-Length: 5\r\n\r\nhello")
+	resp, err = http.ReadResponse(rd, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	conn.Close()
+	if resp.StatusCode != 202 || resp.Proto != "HTTP/1.1" {
+		t.Fatalf("async with Java's h2c offer: %s %d %s", resp.Proto, resp.StatusCode, body)
+	}
+	env := jobs.next(t)
+	if !env.SigOK || env.Payload != "hello" {
+		t.Errorf("async envelope: signature ok %v, payload %q", env.SigOK, env.Payload)
+	}
+	noUpgrade("async raw", env.Header)
+
+	// Go's client with the same headers, sync and async.
+	h2c := []string{"Connection", "Upgrade, HTTP2-Settings", "Upgrade", "h2c", "HTTP2-Settings", "AAEAAEAAAAIAAAABAAMAAABkAAQBAAAAAAUAAEAA"}
+	if resp, body := call(t, "GET", invokeURL("wire", "echo"), key, "", h2c...); resp.StatusCode != 200 {
+		t.Errorf("Go client, sync: %d %s", resp.StatusCode, body)
+	}
+	noUpgrade("sync Go", be.lastHeader(t))
+	_, env = usageStart(t, jobs, asyncURL("/api", "wirejob", "job"), key, "x")
+	noUpgrade("async Go (headers of usageStart)", env.Header)
+	resp, body = call(t, "POST", asyncURL("/api", "wirejob", "job"), key, "x", h2c...)
+	if resp.StatusCode != 202 {
+		t.Errorf("Go client, async: %d %s", resp.StatusCode, body)
+	}
+	noUpgrade("async Go", jobs.next(t).Header)
+
+	// A real protocol switch is still refused, also when offered with h2c.
+	_, _, before := be.signatures()
+	for _, hdr := range [][]string{
+		{"Connection", "Upgrade", "Upgrade", "websocket"},
+		{"Connection", "Upgrade, HTTP2-Settings", "Upgrade", "h2c, websocket", "HTTP2-Settings", "AAEA"},
+	} {
+		resp, body := call(t, "GET", invokeURL("wire", "echo"), key, "", hdr...)
+		if resp.StatusCode != 400 || errorCode(t, resp, body) != "invalid_request" {
+			t.Errorf("%v: %d %s", hdr, resp.StatusCode, body)
+		}
+	}
+	if _, _, after := be.signatures(); after != before {
+		t.Error("a refused WebSocket upgrade reached the backend")
+	}
+}

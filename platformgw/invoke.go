@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -98,6 +99,7 @@ func (h *Handler) admit(r *http.Request, c *call) *apierror.Error {
 		// Refused here, not by the backend: a backend's 4xx is charged.
 		return apierror.Invalid("path", "endpoint "+ep.ID+" is asynchronous only; use /invoke/async")
 	}
+	ignoreH2COffer(r.Header)
 	if r.Header.Get("Upgrade") != "" && !ep.AllowUpgrade {
 		return apierror.Invalid("Upgrade", "endpoint "+ep.ID+" does not allow protocol upgrades")
 	}
@@ -249,6 +251,67 @@ func stripCallerHeaders(h http.Header, prefix string) {
 		for _, tok := range strings.Split(v, ",") {
 			tok = strings.TrimSpace(tok)
 			if tok != "" && !hasBrandPrefix(tok, prefix) {
+				keep = append(keep, tok)
+			}
+		}
+	}
+	if len(keep) == 0 {
+		h.Del("Connection")
+		return
+	}
+	h.Set("Connection", strings.Join(keep, ", "))
+}
+
+// ignoreH2COffer drops an offer to switch to cleartext HTTP/2: `h2c` from
+// Upgrade, the HTTP2-Settings header, and their Connection tokens. Java's
+// default HttpClient makes that offer on every plain-http request, and a
+// server may ignore an upgrade offer and answer in the protocol asked in
+// (RFC 9110 section 7.8), which the gateway does: the call is then an
+// ordinary HTTP/1.1 invoke. Any other protocol in Upgrade (WebSocket) is a
+// real switch and stays, for the endpoint's allow_upgrade to decide.
+func ignoreH2COffer(h http.Header) {
+	offers := h.Values("Upgrade")
+	if len(offers) == 0 {
+		return
+	}
+	var keep []string
+	h2c := false
+	for _, v := range offers {
+		for _, tok := range strings.Split(v, ",") {
+			tok = strings.TrimSpace(tok)
+			switch {
+			case strings.EqualFold(tok, "h2c"):
+				h2c = true
+			case tok != "":
+				keep = append(keep, tok)
+			}
+		}
+	}
+	if !h2c {
+		return
+	}
+	h.Del("HTTP2-Settings")
+	drop := []string{"HTTP2-Settings"}
+	if len(keep) == 0 {
+		h.Del("Upgrade")
+		drop = append(drop, "Upgrade")
+	} else {
+		h.Set("Upgrade", strings.Join(keep, ", "))
+	}
+	dropConnectionTokens(h, drop...)
+}
+
+// dropConnectionTokens removes the named options from Connection.
+func dropConnectionTokens(h http.Header, names ...string) {
+	conn := h.Values("Connection")
+	if len(conn) == 0 {
+		return
+	}
+	var keep []string
+	for _, v := range conn {
+		for _, tok := range strings.Split(v, ",") {
+			tok = strings.TrimSpace(tok)
+			if tok != "" && !slices.ContainsFunc(names, func(n string) bool { return strings.EqualFold(n, tok) }) {
 				keep = append(keep, tok)
 			}
 		}
