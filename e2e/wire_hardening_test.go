@@ -500,3 +500,54 @@ func TestWireH2COfferIsIgnored(t *testing.T) {
 		t.Error("a refused WebSocket upgrade reached the backend")
 	}
 }
+
+// TestWireRateLimitHeadersWithBurst: with `rate_limit 1/m burst 2` the
+// headers describe the bucket: q=2 (the burst) over w=120 (its refill
+// time), remaining never above the limit, t until the next token. The
+// gateway used to say X-RateLimit-Remaining 1 with X-RateLimit-Limit 1
+// and Reset 0. Exact t values are in platform's TestAllowBurstSequence,
+// on an injected clock; here they are only bounded.
+func TestWireRateLimitHeadersWithBurst(t *testing.T) {
+	be := newAbortBackend(t, wireSecret)
+	g := startWireGateway(t, t.TempDir(), "", fmt.Sprintf(`
+		service burst {
+			backend %s
+			secret %s
+			endpoint echo {
+				path /echo
+			}
+			product basic {
+				billing SUBSCRIPTION
+				measurement PER_REQUEST
+				unit request
+				rate_limit 1/m burst 2
+			}
+		}`, be.URL, wireSecret), "")
+	key, _ := g.newKey("u-burst")
+	g.subscribe("u-burst", "burst", "basic", "ACTIVE")
+
+	for i, want := range []struct {
+		status int
+		left   string
+	}{{200, "1"}, {200, "0"}, {429, "0"}} {
+		resp, body := call(t, "GET", invokeURL("burst", "echo"), key, "")
+		h := resp.Header
+		if resp.StatusCode != want.status {
+			t.Fatalf("call %d: %d %s", i+1, resp.StatusCode, body)
+		}
+		if h.Get("RateLimit-Policy") != `"rate";q=2;w=120` || h.Get("X-RateLimit-Limit") != "2" || h.Get("X-RateLimit-Remaining") != want.left {
+			t.Errorf("call %d: RateLimit-Policy %q, X-RateLimit-Limit %q, X-RateLimit-Remaining %q (want %s)",
+				i+1, h.Get("RateLimit-Policy"), h.Get("X-RateLimit-Limit"), h.Get("X-RateLimit-Remaining"), want.left)
+		}
+		var r, tt int
+		if _, err := fmt.Sscanf(h.Get("RateLimit"), `"rate";r=%d;t=%d`, &r, &tt); err != nil || fmt.Sprint(r) != want.left || tt < 1 || tt > 60 {
+			t.Errorf("call %d: RateLimit %q", i+1, h.Get("RateLimit"))
+		}
+		if h.Get("X-RateLimit-Reset") != fmt.Sprint(tt) {
+			t.Errorf("call %d: X-RateLimit-Reset %q, t=%d", i+1, h.Get("X-RateLimit-Reset"), tt)
+		}
+		if want.status == 429 && (errorCode(t, resp, body) != "rate_limited" || h.Get("Retry-After") != fmt.Sprint(tt)) {
+			t.Errorf("call %d: Retry-After %q, t=%d, %s", i+1, h.Get("Retry-After"), tt, body)
+		}
+	}
+}
