@@ -551,3 +551,107 @@ func TestWireRateLimitHeadersWithBurst(t *testing.T) {
 		}
 	}
 }
+
+// invokeWithHost sends an async invoke to the loopback listener with the
+// given Host header.
+func invokeWithHost(t *testing.T, host, key, body string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest("POST", asyncURL("/api", "wirejob", "job"), strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, b
+}
+
+// TestWireAsyncURLsNeverFollowACallersHost: without public_url, a caller's
+// Host decided where the backend posted its signed completion
+// (callback_url=http://attacker.example:9999/...). Now async URLs are
+// built on public_url, else only on a Host the server is configured for
+// (a site address, or the address the connection arrived on); any other
+// Host is refused with 400 before anything is reserved, rate-limited,
+// stored or forwarded.
+func TestWireAsyncURLsNeverFollowACallersHost(t *testing.T) {
+	be := newAbortBackend(t, wireSecret)
+	jobs := newUsageBackend(t, usageSecret)
+	catalog := strings.Replace(wireCatalog(be.URL, jobs.URL), "unit request\n\t\t\t}\n\t\t}", "unit request\n\t\t\t\trate_limit 1/h\n\t\t\t}\n\t\t}", 1)
+	if !strings.Contains(catalog, "rate_limit 1/h") {
+		t.Fatal("catalog edit failed")
+	}
+	local := fmt.Sprintf("127.0.0.1:%d", gwPort)
+	noJob := func(g *gateway, what string) {
+		t.Helper()
+		select {
+		case env := <-jobs.jobs:
+			t.Errorf("%s: the backend got a job with callback %s", what, env.CallbackURL)
+		default:
+		}
+		if st := usageSnapshot(t, g, "", "u-wire", "wirejob"); st.Usage.Reserved != 0 || st.Usage.Used != 0 || len(st.Ledger) != 0 {
+			t.Errorf("%s: the refusal took something: %+v", what, st.Usage)
+		}
+	}
+
+	t.Run("catch-all site without public_url", func(t *testing.T) {
+		g := startWireGateway(t, t.TempDir(), "", catalog, "")
+		key, _ := g.newKey("u-wire")
+		g.subscribe("u-wire", "wirejob", "basic", "ACTIVE")
+		for _, host := range []string{"attacker.example:9999", "attacker.example", "127.0.0.2:" + fmt.Sprint(gwPort), "127.0.0.1:1", "localhost:" + fmt.Sprint(gwPort)} {
+			resp, body := invokeWithHost(t, host, key, "x")
+			if resp.StatusCode != 400 || errorCode(t, resp, body) != "invalid_request" || !strings.Contains(string(body), `"field":"Host"`) {
+				t.Errorf("Host %s: %d %s", host, resp.StatusCode, body)
+			}
+			if strings.Contains(resp.Header.Get("RateLimit"), "r=0") {
+				t.Errorf("Host %s: the refusal took the rate-limit token: %s", host, resp.Header.Get("RateLimit"))
+			}
+		}
+		noJob(g, "foreign Host")
+		// The address the caller connected to is this server: accepted,
+		// and the one call an hour is still there.
+		resp, body := invokeWithHost(t, local, key, "x")
+		if resp.StatusCode != 202 {
+			t.Fatalf("Host %s: %d %s", local, resp.StatusCode, body)
+		}
+		env := jobs.next(t)
+		if !strings.HasPrefix(env.CallbackURL, "http://"+local+"/api/usage/complete/") {
+			t.Errorf("callback %s", env.CallbackURL)
+		}
+	})
+
+	t.Run("site with a host name, without public_url", func(t *testing.T) {
+		site := fmt.Sprintf("http://localhost:%d", gwPort)
+		g := startWireGateway(t, t.TempDir(), "", catalog, site)
+		key, _ := g.newKey("u-wire")
+		g.subscribe("u-wire", "wirejob", "basic", "ACTIVE")
+		resp, body := invokeWithHost(t, fmt.Sprintf("localhost:%d", gwPort), key, "x")
+		if resp.StatusCode != 202 {
+			t.Fatalf("Host localhost: %d %s", resp.StatusCode, body)
+		}
+		env := jobs.next(t)
+		if !strings.HasPrefix(env.CallbackURL, site+"/api/usage/complete/") || !strings.Contains(string(body), site+"/api/requests/") {
+			t.Errorf("callback %s, answer %s", env.CallbackURL, body)
+		}
+	})
+
+	t.Run("public_url set", func(t *testing.T) {
+		public := "https://gw.example.test"
+		g := startWireGateway(t, t.TempDir(), "", "\t\tpublic_url "+public+"/\n"+catalog, "")
+		key, _ := g.newKey("u-wire")
+		g.subscribe("u-wire", "wirejob", "basic", "ACTIVE")
+		resp, body := invokeWithHost(t, "attacker.example:9999", key, "x")
+		if resp.StatusCode != 202 {
+			t.Fatalf("public_url: %d %s", resp.StatusCode, body)
+		}
+		env := jobs.next(t)
+		if !strings.HasPrefix(env.CallbackURL, public+"/api/usage/complete/") || !strings.HasPrefix(env.ProgressURL, public+"/api/usage/progress/") ||
+			strings.Contains(string(body), "attacker") || !strings.HasPrefix(resp.Header.Get("Location"), public+"/api/requests/") {
+			t.Errorf("callback %s, progress %s, answer %s", env.CallbackURL, env.ProgressURL, body)
+		}
+	})
+}

@@ -37,6 +37,7 @@ type call struct {
 	user       signing.UserContext
 	body       []byte
 	allowance  allowance
+	urls       jobURLs // an async job's, built before anything is taken
 }
 
 // grantsAccess lists the subscription statuses that may invoke.
@@ -102,6 +103,16 @@ func (h *Handler) admit(r *http.Request, c *call) *apierror.Error {
 	ignoreH2COffer(r.Header)
 	if r.Header.Get("Upgrade") != "" && !ep.AllowUpgrade {
 		return apierror.Invalid("Upgrade", "endpoint "+ep.ID+" does not allow protocol upgrades")
+	}
+	if c.route.async {
+		// Before the subscription, rate limit and reservation: a Host the
+		// job's URLs cannot be built on refuses the call having taken
+		// nothing.
+		urls, e := h.jobURLs(r, c)
+		if e != nil {
+			return e
+		}
+		c.urls = urls
 	}
 	if e := h.subscription(r.Context(), c); e != nil {
 		return e
