@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/hmac"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 )
 
 // The wire hardening tests: what an attack run and callers using other
@@ -98,6 +102,16 @@ func newAbortBackend(t *testing.T, secret string) *abortBackend {
 			w.Write([]byte("0123456789"))
 			w.(http.Flusher).Flush()
 			panic(http.ErrAbortHandler) // the connection is closed mid-body
+		case strings.HasSuffix(r.URL.Path, "/slowstream"):
+			// Five events half a second apart: longer than the test
+			// server's read_header and idle timeouts.
+			w.Header().Set("Content-Type", "text/event-stream")
+			for i := range 5 {
+				fmt.Fprintf(w, "data: %d\n\n", i)
+				w.(http.Flusher).Flush()
+				time.Sleep(500 * time.Millisecond)
+			}
+			io.WriteString(w, "data: end\n\n")
 		case strings.HasSuffix(r.URL.Path, "/trickle"):
 			w.Header().Set("Content-Type", "text/event-stream")
 			io.WriteString(w, "data: first\n\n")
@@ -146,6 +160,10 @@ func wireCatalog(backend, asyncBackend string) string {
 			}
 			endpoint trickle {
 				path /trickle
+				streaming
+			}
+			endpoint slowstream {
+				path /slowstream
 				streaming
 			}
 			product basic {
@@ -652,6 +670,133 @@ func TestWireAsyncURLsNeverFollowACallersHost(t *testing.T) {
 		if !strings.HasPrefix(env.CallbackURL, public+"/api/usage/complete/") || !strings.HasPrefix(env.ProgressURL, public+"/api/usage/progress/") ||
 			strings.Contains(string(body), "attacker") || !strings.HasPrefix(resp.Header.Get("Location"), public+"/api/requests/") {
 			t.Errorf("callback %s, progress %s, answer %s", env.CallbackURL, env.ProgressURL, body)
+		}
+	})
+}
+
+// TestWireCaddyfileExampleTimeouts: Caddyfile.example cuts off slow and
+// idle clients (1,000 slowloris connections and 1,000 idle keep-alives held
+// for 20 s were never cut off under Caddy's defaults of 1m and 5m), and
+// sets no timeout that would cut a long streaming response.
+func TestWireCaddyfileExampleTimeouts(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "Caddyfile.example"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	adapted, _, err := caddyconfig.GetAdapter("caddyfile").Adapt(src, map[string]any{"filename": "Caddyfile.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Apps struct {
+			HTTP struct {
+				Servers map[string]map[string]any `json:"servers"`
+			} `json:"http"`
+		} `json:"apps"`
+	}
+	if err := json.Unmarshal(adapted, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Apps.HTTP.Servers) == 0 {
+		t.Fatal("no servers in the adapted Caddyfile.example")
+	}
+	for name, srv := range cfg.Apps.HTTP.Servers {
+		dur := func(k string) time.Duration {
+			v, _ := srv[k].(float64)
+			return time.Duration(v)
+		}
+		if d := dur("read_header_timeout"); d <= 0 || d > 10*time.Second {
+			t.Errorf("%s: read_header_timeout %v, want at most 10s", name, d)
+		}
+		if d := dur("idle_timeout"); d <= 0 || d > 2*time.Minute {
+			t.Errorf("%s: idle_timeout %v, want at most 2m", name, d)
+		}
+		for _, k := range []string{"read_timeout", "write_timeout"} {
+			if _, ok := srv[k]; ok {
+				t.Errorf("%s: %s is set: it would cut long streaming responses", name, k)
+			}
+		}
+	}
+}
+
+// TestWireSlowClientsAreCutOff runs the server with the timeouts of
+// Caddyfile.example scaled down (read_header 1s, idle 1s): a client
+// trickling its headers a byte at a time is disconnected before it
+// finishes, an idle keep-alive connection is closed, and a streaming
+// response longer than both timeouts still arrives whole.
+func TestWireSlowClientsAreCutOff(t *testing.T) {
+	be := newAbortBackend(t, wireSecret)
+	jobs := newUsageBackend(t, usageSecret)
+	g := startWireGateway(t, t.TempDir(), "\tservers {\n\t\ttimeouts {\n\t\t\tread_header 1s\n\t\t\tidle 1s\n\t\t}\n\t}",
+		wireCatalog(be.URL, jobs.URL), "")
+	key, _ := g.newKey("u-wire")
+	g.subscribe("u-wire", "wire", "basic", "ACTIVE")
+	addr := fmt.Sprintf("127.0.0.1:%d", gwPort)
+
+	// closedBy reads from conn until it ends; the channel says whether
+	// the server closed it (EOF or reset) rather than the test's deadline.
+	closedBy := func(conn net.Conn) <-chan bool {
+		done := make(chan bool, 1)
+		go func() {
+			_, err := io.Copy(io.Discard, conn)
+			var ne net.Error
+			done <- !(errors.As(err, &ne) && ne.Timeout())
+		}()
+		return done
+	}
+
+	t.Run("headers trickled a byte at a time", func(t *testing.T) {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		closed := closedBy(conn)
+		// 200 bytes at one per 100 ms would take 20 s; the server gives 1 s.
+		req := "GET /api/service/wire/endpoint/echo/invoke HTTP/1.1\r\nHost: " + addr + "\r\nAuthorization: Bearer " + key + "\r\nX-Padding: " + strings.Repeat("a", 200) + "\r\n\r\n"
+		for i := 0; i < len(req); i++ {
+			select {
+			case byServer := <-closed:
+				if !byServer {
+					t.Fatal("the test's own deadline ended the read")
+				}
+				t.Logf("cut off after %d of %d header bytes", i, len(req))
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			if _, err := conn.Write([]byte{req[i]}); err != nil {
+				t.Logf("cut off after %d of %d header bytes (write: %v)", i, len(req), err)
+				return
+			}
+		}
+		t.Error("the server read a whole request header trickled over many seconds")
+	})
+
+	t.Run("idle keep-alive connection", func(t *testing.T) {
+		conn, rd := rawRequest(t, "GET /api/service/wire/endpoint/echo/invoke HTTP/1.1\r\nHost: "+addr+"\r\nAuthorization: Bearer "+key+"\r\n\r\n")
+		defer conn.Close()
+		resp, err := http.ReadResponse(rd, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Close {
+			t.Fatalf("first request: %d, close %v", resp.StatusCode, resp.Close)
+		}
+		conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		if _, err := rd.ReadByte(); err == nil {
+			t.Error("the server sent bytes on an idle connection")
+		} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Error("the idle keep-alive connection was never closed")
+		}
+	})
+
+	t.Run("a stream longer than the timeouts arrives whole", func(t *testing.T) {
+		resp, body := call(t, "GET", invokeURL("wire", "slowstream"), key, "")
+		if resp.StatusCode != 200 || !strings.HasSuffix(string(body), "data: end\n\n") || strings.Count(string(body), "data: ") != 6 {
+			t.Errorf("stream: %d %q", resp.StatusCode, body)
 		}
 	})
 }
