@@ -254,6 +254,14 @@ func TestWireNoSignatureInDebugOrAbortLogs(t *testing.T) {
 	if !env.SigOK {
 		t.Error("async envelope signature")
 	}
+	// The backend completes it through its callback URL, whose query
+	// carries the forward's signature, signing its own body.
+	ts := usageURLTimestamp(t, env.CallbackURL)
+	complete := fmt.Sprintf(`{"status":"completed","result":"X","timestamp":%d}`, time.Now().UnixMilli())
+	if resp, body := usagePost(t, usageSigned{URL: env.CallbackURL, Body: complete, Secret: usageSecret, Timestamp: ts}); resp.StatusCode != 200 {
+		t.Errorf("complete: %d %s", resp.StatusCode, body)
+	}
+	completionSig := usageSign(usageSecret, []byte(complete), ts)
 
 	// Every forward reached the backend signed, and the log gets its abort
 	// lines before it is closed.
@@ -276,7 +284,7 @@ func TestWireNoSignatureInDebugOrAbortLogs(t *testing.T) {
 	}
 	var needles secrets
 	needles.add(sigs...)
-	needles.add(env.Header.Get("X-Platform-Signature"), key, wireSecret, usageSecret)
+	needles.add(env.Header.Get("X-Platform-Signature"), completionSig, key, wireSecret, usageSecret)
 	if found := secretsIn(t, logPath, needles.list); len(found) > 0 {
 		t.Errorf("the log holds %d keys, secrets or signatures, e.g. %q", len(found), found[0])
 	}

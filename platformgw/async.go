@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
@@ -160,7 +161,9 @@ func knownHost(r *http.Request) bool {
 	if r.Host == "" {
 		return false
 	}
-	if srv, ok := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok {
+	srv, ok := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	// MatchHost needs the request's replacer, which Caddy always sets.
+	if _, hasRepl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok && hasRepl {
 		for _, route := range srv.Routes {
 			for _, set := range route.MatcherSets {
 				for _, m := range set {
