@@ -296,7 +296,7 @@ func TestWireNoSignatureInDebugOrAbortLogs(t *testing.T) {
 // connection end.
 func waitForLog(t *testing.T, path, s string, n int) {
 	t.Helper()
-	for range 100 {
+	for range 200 {
 		data, _ := os.ReadFile(path)
 		if bytes.Count(data, []byte(s)) >= n {
 			return
