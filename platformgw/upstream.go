@@ -2,6 +2,7 @@ package platformgw
 
 import (
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"sync"
@@ -142,12 +143,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if fwd, ok := caddyhttp.GetVar(req.Context(), forwardVar).(http.Header); ok {
 		out := *req
 		out.Header = make(http.Header, len(req.Header)+len(fwd))
-		for k, v := range req.Header {
-			out.Header[k] = v
-		}
-		for k, v := range fwd {
-			out.Header[k] = v
-		}
+		maps.Copy(out.Header, req.Header)
+		maps.Copy(out.Header, fwd)
 		req = &out
 	}
 	t.inFlight.Add(1)
