@@ -48,10 +48,15 @@ type Endpoint struct {
 	Cost *billing.Units `json:"cost,omitempty"`
 	// Async allows /invoke/async on the endpoint.
 	Async bool `json:"async,omitempty"`
+	// AsyncOnly refuses the sync /invoke on an async endpoint (Caddyfile
+	// `async only`): the gateway answers it without charging or
+	// forwarding it, rather than the backend refusing a paid call.
+	AsyncOnly bool `json:"async_only,omitempty"`
 	// Streaming marks an endpoint whose responses stream (SSE and the like);
 	// PER_TIME_UNIT products may be invoked synchronously only on those.
 	Streaming bool `json:"streaming,omitempty"`
-	// AllowUpgrade lets callers send an Upgrade header (WebSocket, h2c).
+	// AllowUpgrade lets callers send an Upgrade header (WebSocket); an h2c
+	// offer is ignored by the gateway, not an upgrade.
 	AllowUpgrade bool `json:"allow_upgrade,omitempty"`
 
 	methods map[string]bool
@@ -160,6 +165,9 @@ func (e *Endpoint) compile() error {
 	}
 	if e.Cost != nil && *e.Cost < 0 {
 		return fmt.Errorf("endpoint %s: negative cost", e.ID)
+	}
+	if e.AsyncOnly && !e.Async {
+		return fmt.Errorf("endpoint %s: async_only needs async", e.ID)
 	}
 	e.methods = make(map[string]bool)
 	methods := e.Methods

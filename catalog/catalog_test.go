@@ -85,6 +85,7 @@ func TestCompileRefuses(t *testing.T) {
 		{"relative path", func(s *Service) { s.Endpoints[0].Path = "x" }, "path must start"},
 		{"path with query", func(s *Service) { s.Endpoints[0].Path = "/x?y" }, "path must start"},
 		{"negative cost", func(s *Service) { c := billing.Units(-1); s.Endpoints[0].Cost = &c }, "negative cost"},
+		{"async_only without async", func(s *Service) { s.Endpoints[0].AsyncOnly = true }, "async_only needs async"},
 		{"bad product", func(s *Service) { s.Products[0].BillingModel = "FREE" }, "billing model"},
 		{"duplicate product", func(s *Service) { s.Products = append(s.Products, s.Products[0]) }, "declared twice"},
 		{"nil product", func(s *Service) { s.Products = append(s.Products, nil) }, "empty product"},

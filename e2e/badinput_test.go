@@ -350,7 +350,7 @@ func badCases(key, otherKey, nosubKey, revoked, job string) []badCase {
 		{name: "invoke/DELETE not allowed", method: "DELETE", url: invoke, key: key, status: 405, code: "method_not_allowed"},
 		{name: "invoke/PATCH not allowed", method: "PATCH", url: invoke, key: key, body: "x", status: 405, code: "method_not_allowed"},
 		{name: "invoke/unknown method", method: "BREW", url: invoke, key: key, status: 405, code: "method_not_allowed"},
-		{name: "invoke/Upgrade h2c", method: "GET", url: invoke, key: key, header: []string{"Upgrade", "h2c", "Connection", "Upgrade, HTTP2-Settings", "HTTP2-Settings", "AAMAAABkAARAAAAAAAIAAAAA"}, status: 400, code: "invalid_request", field: "Upgrade"},
+		{name: "invoke/Upgrade websocket beside h2c", method: "GET", url: invoke, key: key, header: []string{"Upgrade", "h2c, websocket", "Connection", "Upgrade, HTTP2-Settings", "HTTP2-Settings", "AAMAAABkAARAAAAAAAIAAAAA"}, status: 400, code: "invalid_request", field: "Upgrade"},
 		{name: "invoke/Upgrade websocket", method: "GET", url: invoke, key: key, header: []string{"Upgrade", "websocket", "Connection", "Upgrade"}, status: 400, code: "invalid_request", field: "Upgrade"},
 		{name: "invoke/body over the limit", method: "POST", url: invoke, key: key, body: big, status: 413, code: "payload_too_large"},
 		{name: "invoke/chunked body over the limit", method: "POST", url: invoke, key: key, body: big, chunked: true, status: 413, code: "payload_too_large"},

@@ -401,7 +401,7 @@ func TestSyncInvoke(t *testing.T) {
 			{"method not allowed", "POST", invokeURL("svc", "getonly"), good, "x", nil, 405, "method_not_allowed"},
 			{"too large", "POST", invokeURL("svc", "echo"), good, big, nil, 413, "payload_too_large"},
 			{"not an invoke path", "GET", gwBase + "/api/service/svc/endpoint/echo/call", good, "", nil, 404, "not_found"},
-			{"upgrade refused", "GET", invokeURL("svc", "echo"), good, "", []string{"Upgrade", "h2c", "Connection", "Upgrade"}, 400, "invalid_request"},
+			{"upgrade refused", "GET", invokeURL("svc", "echo"), good, "", []string{"Upgrade", "websocket", "Connection", "Upgrade"}, 400, "invalid_request"},
 			{"async on a sync endpoint", "POST", invokeURL("svc", "echo") + "/async", good, "x", nil, 404, "endpoint_not_found"},
 		}
 		for _, tc := range cases {

@@ -314,12 +314,12 @@ func TestSecurity(t *testing.T) {
 		}
 	})
 
-	t.Run("Upgrade and h2c are refused unless the endpoint allows them", func(t *testing.T) {
+	t.Run("Upgrade is refused unless the endpoint allows it", func(t *testing.T) {
+		// h2c offers are ignored, not refused: TestWireH2COfferIsIgnored.
 		before := be.count()
 		for _, hdr := range [][]string{
-			{"Upgrade", "h2c", "Connection", "Upgrade, HTTP2-Settings", "HTTP2-Settings", "AAMAAABkAARAAAAAAAIAAAAA"},
 			{"Upgrade", "websocket", "Connection", "Upgrade"},
-			{"Upgrade", "h2c"},
+			{"Upgrade", "h2c, websocket", "Connection", "Upgrade, HTTP2-Settings", "HTTP2-Settings", "AAMAAABkAARAAAAAAAIAAAAA"},
 		} {
 			resp, body := call(t, "GET", invokeURL("sec", "echo"), key, "", hdr...)
 			if resp.StatusCode != 400 || errorCode(t, resp, body) != "invalid_request" {

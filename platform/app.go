@@ -45,7 +45,8 @@ type App struct {
 	Store string `json:"store,omitempty"`
 	// PublicURL is the base URL (scheme://host[:port]) used to build the
 	// absolute progress and callback URLs of async jobs. When empty they
-	// are built from the scheme and Host of the invoking request.
+	// are built from the scheme and Host of the invoking request, if that
+	// Host is one the server is configured for (platformgw's knownHost).
 	PublicURL string `json:"public_url,omitempty"`
 	// Prefixes the routes are served under.
 	Prefixes *Prefixes `json:"prefixes,omitempty"`

@@ -65,7 +65,7 @@ func parsePlatform(d *caddyfile.Dispenser, existing any) (any, error) {
 //				methods <GET|POST|PUT|DELETE>...
 //				path    <path>
 //				cost    <decimal>
-//				async
+//				async [only]
 //				streaming
 //				allow_upgrade
 //			}]
@@ -352,7 +352,18 @@ func parseEndpoint(d *caddyfile.Dispenser, service string) (*catalog.Endpoint, e
 			cost, err = decimalArg(d)
 			e.Cost = &cost
 		case "async":
-			e.Async, err = flagArg(d)
+			// `async` allows /invoke/async beside /invoke; `async only`
+			// allows nothing else.
+			var args []string
+			if args, err = lineArgs(d, 0, 1); err == nil {
+				e.Async = true
+				if len(args) == 1 {
+					if args[0] != "only" {
+						err = d.Errf("async: unexpected '%s' (want nothing or 'only')", args[0])
+					}
+					e.AsyncOnly = true
+				}
+			}
 		case "streaming":
 			e.Streaming, err = flagArg(d)
 		case "allow_upgrade":

@@ -170,7 +170,8 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"service without id", "platform {\n\tservice {\n" + svc + "\t}\n}", []string{"service: missing id"}, 3},
 		{"service two ids", "platform {\n\tservice a b {\n" + svc + "\t}\n}", []string{"service 'a'", "unexpected 'b'"}, 3},
 		{"endpoint without id", "platform {\n\tservice s {\n" + svc + "\t\tendpoint\n\t}\n}", []string{"endpoint: missing id"}, 7},
-		{"async with argument", "platform {\n\tservice s {\n" + svc + "\t\tendpoint f {\n\t\t\tasync true\n\t\t}\n\t}\n}", []string{"async", "too many", "'true'"}, 8},
+		{"async with argument", "platform {\n\tservice s {\n" + svc + "\t\tendpoint f {\n\t\t\tasync true\n\t\t}\n\t}\n}", []string{"async", "'true'", "'only'"}, 8},
+		{"async with two arguments", "platform {\n\tservice s {\n" + svc + "\t\tendpoint f {\n\t\t\tasync only now\n\t\t}\n\t}\n}", []string{"async", "too many", "'now'"}, 8},
 		{"quota missing", "platform {\n\tservice s {\n" + svc + "\t\tproduct p {\n\t\t\tquota\n\t\t}\n\t}\n}", []string{"quota", "missing argument"}, 8},
 		{"quota without per", "platform {\n\tservice s {\n" + svc + "\t\tproduct p {\n\t\t\tquota 10 day\n\t\t}\n\t}\n}", []string{"quota takes", "'10 day'"}, 8},
 

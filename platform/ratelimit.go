@@ -28,9 +28,12 @@ func newLimiterSet() *limiterSet { return sharedLimiters }
 // maxLimiters bounds memory: past it, idle buckets (full again) are dropped.
 const maxLimiters = 1 << 20
 
-// Allow takes one token from the bucket of a key on a service; when none is
-// left it says how long until one is.
-func (a *App) Allow(keyID, serviceID string, rl *billing.RateLimit, t time.Time) (ok bool, retryAfter time.Duration, remaining int) {
+// Allow takes one token from the bucket of a key on a service. Refused, it
+// says how long until a token is back. Allowed, it says how many whole
+// tokens are left (never more than the burst) and how long until the next
+// one is added (0 when the bucket is full): what the RateLimit header's r
+// and t report.
+func (a *App) Allow(keyID, serviceID string, rl *billing.RateLimit, t time.Time) (ok bool, wait time.Duration, remaining int) {
 	if rl == nil {
 		return true, 0, -1
 	}
@@ -60,5 +63,13 @@ func (a *App) Allow(keyID, serviceID string, rl *billing.RateLimit, t time.Time)
 		r.CancelAt(t)
 		return false, d, 0
 	}
-	return true, 0, int(lim.TokensAt(t))
+	// Whole tokens, with a little slack for the float arithmetic of the
+	// bucket (0.9999999 after a refill is one token).
+	tokens := lim.TokensAt(t)
+	remaining = min(int(tokens+1e-6), burst)
+	if remaining >= burst || lim.Limit() <= 0 {
+		return true, 0, remaining
+	}
+	need := float64(remaining+1) - tokens
+	return true, time.Duration(need / float64(lim.Limit()) * float64(time.Second)), remaining
 }

@@ -24,18 +24,32 @@ type allowance struct {
 	rateResetSec             int64
 }
 
+// rate describes the token bucket of a rate limit in the draft's terms
+// (docs/wire-contract.md has a worked example): the quota q is the bucket's
+// capacity (the burst), the window w the seconds the bucket takes to refill
+// from empty (burst × window / requests, rounded up, so q/w never promises
+// more than the sustained rate), r the whole tokens left and t the seconds
+// until the next token is added (0 when the bucket is full). r never
+// exceeds q; with the default burst (= requests) q and w are the
+// configured requests and window.
 func (a *allowance) rate(rl *billing.RateLimit, remaining int, wait time.Duration) {
 	if rl == nil {
 		return
 	}
 	a.set, a.hasRate = true, true
-	a.rateQ = int64(rl.Requests)
-	a.rateWin = int64(max(rl.WindowSeconds, 1))
-	a.rateLeft = int64(max(remaining, 0))
-	a.rateResetSec = ceilSeconds(wait)
-	if a.rateResetSec == 0 && a.rateLeft < a.rateQ {
-		a.rateResetSec = a.rateWin
+	window := int64(max(rl.WindowSeconds, 1))
+	burst := int64(rl.Burst)
+	if burst <= 0 {
+		burst = int64(rl.Requests)
 	}
+	a.rateQ = burst
+	a.rateWin = window
+	if rl.Requests > 0 {
+		req := int64(rl.Requests)
+		a.rateWin = max((burst*window+req-1)/req, 1)
+	}
+	a.rateLeft = min(int64(max(remaining, 0)), burst)
+	a.rateResetSec = ceilSeconds(wait)
 }
 
 func (a *allowance) setQuota(p *billing.Product, st billing.State, start, end, now time.Time) {

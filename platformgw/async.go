@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
@@ -26,11 +28,7 @@ import (
 // becomes the gateway's 202, anything else fails the job, which releases
 // its reservation.
 func (h *Handler) invokeAsync(w http.ResponseWriter, r *http.Request, c *call, next caddyhttp.Handler) error {
-	urls, e := h.jobURLs(r, c)
-	if e != nil {
-		h.refuse(w, r, c.requestID, e)
-		return nil
-	}
+	urls := c.urls // built by admit, before anything was taken
 	job := store.Job{
 		ID:         c.requestID,
 		UserID:     c.account.UserID,
@@ -58,12 +56,8 @@ func (h *Handler) invokeAsync(w http.ResponseWriter, r *http.Request, c *call, n
 	// as the canonical string, so the backend rebuilds exactly the signed
 	// bytes from what it parses.
 	payload := string(c.body)
-	h.prepareForward(r, c, signing.AsyncCanonical(payload, c.requestID), c.ep.Path)
-	hd := h.app.Headers()
-	query := "?" + url.Values{
-		"signature": {r.Header.Get(hd.Signature)},
-		"timestamp": {r.Header.Get(hd.Timestamp)},
-	}.Encode()
+	sig, ts := h.prepareForward(r, c, signing.AsyncCanonical(payload, c.requestID), c.ep.Path)
+	query := "?" + url.Values{"signature": {sig}, "timestamp": {ts}}.Encode()
 	r.Header.Set("Content-Type", "application/json")
 	r.Header.Del("Content-Encoding") // the envelope is plain JSON, whatever the caller's body was
 	r.Header.Del("Upgrade")          // an async job is never a protocol switch
@@ -119,10 +113,12 @@ type jobURLs struct {
 }
 
 // jobURLs builds a job's URLs on the configured public URL, else on the
-// scheme and Host the caller used. The gateway prefix is the one the caller
-// used; the usage prefix is the one in the same position of the prefix
-// lists (so the ECS gateway prefix pairs with the ECS usage prefix), or
-// the first.
+// scheme and Host the caller used, if that Host is one the server is
+// configured for (knownHost): a backend posts its signed completion to the
+// callback URL, so the caller's Host must not choose where it goes. The
+// gateway prefix is the one the caller used; the usage prefix is the one
+// in the same position of the prefix lists (so the ECS gateway prefix
+// pairs with the ECS usage prefix), or the first.
 func (h *Handler) jobURLs(r *http.Request, c *call) (jobURLs, *apierror.Error) {
 	p := h.app.Prefixes
 	if len(p.Usage) == 0 {
@@ -135,6 +131,10 @@ func (h *Handler) jobURLs(r *http.Request, c *call) (jobURLs, *apierror.Error) {
 	}
 	base := h.app.PublicURL
 	if base == "" {
+		if !knownHost(r) {
+			return jobURLs{}, apierror.Invalid("Host", "async jobs are started only through a host name this gateway is configured for ("+
+				quote(r.Host)+" is not one); the operator sets public_url or the site's host names")
+		}
 		scheme := "http"
 		if r.TLS != nil {
 			scheme = "https"
@@ -149,6 +149,63 @@ func (h *Handler) jobURLs(r *http.Request, c *call) (jobURLs, *apierror.Error) {
 		progress: us + "/progress/" + id,
 		callback: us + "/complete/" + id,
 	}, nil
+}
+
+// knownHost reports whether the request's Host names this server: one of
+// the host names its routes match (the site addresses of a Caddyfile;
+// wildcards such as *.example.com included), or the IP address and port
+// the connection was accepted on (a caller that dialled 127.0.0.1:8080
+// and says so). A catch-all site (":8080") has no host names, so only the
+// latter passes there; any other Host is the caller's free choice.
+func knownHost(r *http.Request) bool {
+	if r.Host == "" {
+		return false
+	}
+	srv, ok := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	// MatchHost needs the request's replacer, which Caddy always sets.
+	if _, hasRepl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok && hasRepl {
+		for _, route := range srv.Routes {
+			for _, set := range route.MatcherSets {
+				for _, m := range set {
+					var hosts caddyhttp.MatchHost
+					switch v := m.(type) {
+					case caddyhttp.MatchHost:
+						hosts = v
+					case *caddyhttp.MatchHost:
+						hosts = *v
+					default:
+						continue
+					}
+					if hosts.Match(r) {
+						return true
+					}
+				}
+			}
+		}
+	}
+	return isLocalAddress(r)
+}
+
+// isLocalAddress reports whether the Host is the literal IP address and
+// port the connection was accepted on.
+func isLocalAddress(r *http.Request) bool {
+	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok {
+		return false
+	}
+	lhost, lport, err := net.SplitHostPort(local.String())
+	if err != nil {
+		return false
+	}
+	host, port, err := net.SplitHostPort(r.Host)
+	if err != nil {
+		host, port = strings.Trim(r.Host, "[]"), "80"
+		if r.TLS != nil {
+			port = "443"
+		}
+	}
+	ip, lip := net.ParseIP(host), net.ParseIP(lhost)
+	return ip != nil && lip != nil && ip.Equal(lip) && port == lport
 }
 
 // asyncEnvelope is the body forwarded to the backend of an async endpoint:

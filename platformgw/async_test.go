@@ -1,14 +1,17 @@
 package platformgw
 
 import (
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
@@ -57,18 +60,44 @@ func TestJobURLs(t *testing.T) {
 		{"https://public.example/base", "/api", "internal:80", false,
 			"https://public.example/base/api/requests/r1/status", "https://public.example/base/api/usage/complete/r1"},
 	}
-	for _, tt := range tests {
-		h := &Handler{app: &platform.App{PublicURL: tt.public, Prefixes: &p}, logger: zap.NewNop()}
+	// The server's sites answer gw.example (and *.wild.example); without
+	// public_url only those Hosts, or the address the connection arrived
+	// on, get URLs.
+	srv := &caddyhttp.Server{Routes: caddyhttp.RouteList{
+		{MatcherSets: caddyhttp.MatcherSets{{caddyhttp.MatchPath{"/x"}, caddyhttp.MatchHost{"gw.example", "*.wild.example"}}}},
+	}}
+	request := func(host string, secure bool) *http.Request {
 		r := httptest.NewRequest("POST", "/x", nil)
-		r.Host = tt.host
-		if tt.tls {
+		r.Host = host
+		if secure {
 			r.TLS = &tls.ConnectionState{}
 		}
-		urls, e := h.jobURLs(r, &call{requestID: "r1", route: invokeRoute{prefix: tt.prefix}})
+		ctx := context.WithValue(r.Context(), caddyhttp.ServerCtxKey, srv)
+		ctx = context.WithValue(ctx, caddy.ReplacerCtxKey, caddy.NewReplacer())
+		ctx = context.WithValue(ctx, http.LocalAddrContextKey, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080})
+		return r.WithContext(ctx)
+	}
+	for _, tt := range tests {
+		h := &Handler{app: &platform.App{PublicURL: tt.public, Prefixes: &p}, logger: zap.NewNop()}
+		urls, e := h.jobURLs(request(tt.host, tt.tls), &call{requestID: "r1", route: invokeRoute{prefix: tt.prefix}})
 		if e != nil || urls.status != tt.status || urls.callback != tt.callback ||
 			urls.progress != strings.Replace(tt.callback, "/complete/", "/progress/", 1) {
 			t.Errorf("%+v: %+v %v", tt, urls, e)
 		}
+	}
+	h0 := &Handler{app: &platform.App{Prefixes: &p}, logger: zap.NewNop()}
+	for host, ok := range map[string]bool{
+		"a.wild.example": true, "127.0.0.1:8080": true, "GW.EXAMPLE:9999": true,
+		"attacker.example:9999": false, "127.0.0.1:8081": false, "127.0.0.1": false, "localhost:8080": false, "wild.example": false, "": false,
+	} {
+		_, e := h0.jobURLs(request(host, false), &call{requestID: "r1", route: invokeRoute{prefix: "/api"}})
+		if (e == nil) != ok || (e != nil && (e.Code != "invalid_request" || e.Field != "Host")) {
+			t.Errorf("Host %q without public_url: %v, want accepted %v", host, e, ok)
+		}
+	}
+	// No server in the context (not a Caddy request): only public_url.
+	if _, e := h0.jobURLs(httptest.NewRequest("POST", "/x", nil), &call{requestID: "r1", route: invokeRoute{prefix: "/api"}}); e == nil {
+		t.Error("a request without a server: want a refusal")
 	}
 	h := &Handler{app: &platform.App{Prefixes: &platform.Prefixes{Gateway: []string{"/api"}}}, logger: zap.NewNop()}
 	if _, e := h.jobURLs(httptest.NewRequest("POST", "/x", nil), &call{route: invokeRoute{prefix: "/api"}}); e == nil {

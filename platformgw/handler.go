@@ -52,11 +52,20 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 }
 
 // ServeHTTP answers invoke routes under the gateway prefixes, refuses
-// anything else under .../service/, and passes other paths on untouched.
+// anything else under .../service/, and passes other paths on untouched; if
+// one of them ends up at the platform proxy, it answers 404 not_found.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	route, ok := parseInvokePath(h.app.Prefixes.Gateway, r.URL.Path)
 	if !ok {
-		return next.ServeHTTP(w, r)
+		err := next.ServeHTTP(w, r)
+		if unrouted, _ := caddyhttp.GetVar(r.Context(), unroutedVar).(bool); unrouted && err != nil {
+			// The path is served by nothing before the platform proxy,
+			// which has no backend for it: a JSON 404 rather than an
+			// empty 503 and two ERROR lines per stray request.
+			h.refuse(w, r, uuid.NewString(), apierror.New(apierror.NotFound, "no such route; invoke paths are {prefix}/service/{serviceId}/endpoint/{endpointId}/invoke[/async]"))
+			return nil
+		}
+		return err
 	}
 	if route.bad {
 		// A request id like any refused call's, so the log line can be

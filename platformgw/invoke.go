@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,6 +37,7 @@ type call struct {
 	user       signing.UserContext
 	body       []byte
 	allowance  allowance
+	urls       jobURLs // an async job's, built before anything is taken
 }
 
 // grantsAccess lists the subscription statuses that may invoke.
@@ -94,8 +96,23 @@ func (h *Handler) admit(r *http.Request, c *call) *apierror.Error {
 	if c.route.async && !ep.Async {
 		return apierror.New(apierror.EndpointNotFound, "endpoint "+ep.ID+" is not asynchronous; use /invoke")
 	}
+	if !c.route.async && ep.AsyncOnly {
+		// Refused here, not by the backend: a backend's 4xx is charged.
+		return apierror.Invalid("path", "endpoint "+ep.ID+" is asynchronous only; use /invoke/async")
+	}
+	ignoreH2COffer(r.Header)
 	if r.Header.Get("Upgrade") != "" && !ep.AllowUpgrade {
 		return apierror.Invalid("Upgrade", "endpoint "+ep.ID+" does not allow protocol upgrades")
+	}
+	if c.route.async {
+		// Before the subscription, rate limit and reservation: a Host the
+		// job's URLs cannot be built on refuses the call having taken
+		// nothing.
+		urls, e := h.jobURLs(r, c)
+		if e != nil {
+			return e
+		}
+		c.urls = urls
 	}
 	if e := h.subscription(r.Context(), c); e != nil {
 		return e
@@ -180,9 +197,17 @@ func (h *Handler) readBody(r *http.Request) ([]byte, *apierror.Error) {
 }
 
 // prepareForward strips what the caller may not send to a backend, signs
-// the payload and sets the context headers, and routes the request to the
-// service's backend for the reverse proxy that follows.
-func (h *Handler) prepareForward(r *http.Request, c *call, payload []byte, backendPath string) {
+// the payload, and routes the request to the service's backend for the
+// reverse proxy that follows. It returns the signature and timestamp.
+//
+// The signature and context headers are not set on r: Caddy's loggers
+// record the request the proxy hands its transport (reverse_proxy's
+// "upstream roundtrip" at DEBUG, "aborting with incomplete response" at
+// WARN when a caller hangs up or a backend cuts its body short), headers
+// and all, and only Authorization and cookies are redacted there. They
+// travel in a request variable and the `platform` transport adds them to
+// its own copy of the request as it sends it (Transport.RoundTrip).
+func (h *Handler) prepareForward(r *http.Request, c *call, payload []byte, backendPath string) (sig, ts string) {
 	hd := h.app.Headers()
 	stripCallerHeaders(r.Header, hd.Prefix)
 	// The proxy forwards request trailers too: a chunked body ending in
@@ -190,9 +215,10 @@ func (h *Handler) prepareForward(r *http.Request, c *call, payload []byte, backe
 	// the backend as trailers, unsigned, past the header stripping. The
 	// body is read in full by now, so the trailers are too.
 	stripCallerHeaders(r.Trailer, hd.Prefix)
-	ts := signing.Timestamp(h.app.Now())
-	sig := signing.SignV3(c.svc.SigningSecret(), payload, ts, c.user)
-	set := func(name, value string) { r.Header[name] = []string{value} }
+	ts = signing.Timestamp(h.app.Now())
+	sig = signing.SignV3(c.svc.SigningSecret(), payload, ts, c.user)
+	fwd := make(http.Header, 11)
+	set := func(name, value string) { fwd[name] = []string{value} }
 	set(hd.Signature, sig)
 	set(hd.Timestamp, ts)
 	set(hd.SigningVersion, signing.Version)
@@ -212,6 +238,8 @@ func (h *Handler) prepareForward(r *http.Request, c *call, payload []byte, backe
 	r.URL.Path = c.svc.BackendURL().Path + backendPath
 	r.URL.RawPath = ""
 	caddyhttp.SetVar(r.Context(), backendVar, c.svc)
+	caddyhttp.SetVar(r.Context(), forwardVar, fwd)
+	return sig, ts
 }
 
 // stripCallerHeaders removes every X-<Brand>-* header a caller sent (also
@@ -234,6 +262,67 @@ func stripCallerHeaders(h http.Header, prefix string) {
 		for _, tok := range strings.Split(v, ",") {
 			tok = strings.TrimSpace(tok)
 			if tok != "" && !hasBrandPrefix(tok, prefix) {
+				keep = append(keep, tok)
+			}
+		}
+	}
+	if len(keep) == 0 {
+		h.Del("Connection")
+		return
+	}
+	h.Set("Connection", strings.Join(keep, ", "))
+}
+
+// ignoreH2COffer drops an offer to switch to cleartext HTTP/2: `h2c` from
+// Upgrade, the HTTP2-Settings header, and their Connection tokens. Java's
+// default HttpClient makes that offer on every plain-http request, and a
+// server may ignore an upgrade offer and answer in the protocol asked in
+// (RFC 9110 section 7.8), which the gateway does: the call is then an
+// ordinary HTTP/1.1 invoke. Any other protocol in Upgrade (WebSocket) is a
+// real switch and stays, for the endpoint's allow_upgrade to decide.
+func ignoreH2COffer(h http.Header) {
+	offers := h.Values("Upgrade")
+	if len(offers) == 0 {
+		return
+	}
+	var keep []string
+	h2c := false
+	for _, v := range offers {
+		for _, tok := range strings.Split(v, ",") {
+			tok = strings.TrimSpace(tok)
+			switch {
+			case strings.EqualFold(tok, "h2c"):
+				h2c = true
+			case tok != "":
+				keep = append(keep, tok)
+			}
+		}
+	}
+	if !h2c {
+		return
+	}
+	h.Del("HTTP2-Settings")
+	drop := []string{"HTTP2-Settings"}
+	if len(keep) == 0 {
+		h.Del("Upgrade")
+		drop = append(drop, "Upgrade")
+	} else {
+		h.Set("Upgrade", strings.Join(keep, ", "))
+	}
+	dropConnectionTokens(h, drop...)
+}
+
+// dropConnectionTokens removes the named options from Connection.
+func dropConnectionTokens(h http.Header, names ...string) {
+	conn := h.Values("Connection")
+	if len(conn) == 0 {
+		return
+	}
+	var keep []string
+	for _, v := range conn {
+		for _, tok := range strings.Split(v, ",") {
+			tok = strings.TrimSpace(tok)
+			if tok != "" && !slices.ContainsFunc(names, func(n string) bool { return strings.EqualFold(n, tok) }) {
 				keep = append(keep, tok)
 			}
 		}

@@ -76,7 +76,7 @@ func TestAllowanceHeaders(t *testing.T) {
 	now := end.Add(-90 * time.Second)
 	var a allowance
 	a.setQuota(p, billing.State{Used: billing.Whole(2), Reserved: 1_500_000}, start, end, now)
-	a.rate(&billing.RateLimit{Requests: 20, WindowSeconds: 1}, 19, 0)
+	a.rate(&billing.RateLimit{Requests: 20, WindowSeconds: 1}, 19, 50*time.Millisecond) // the next token in 50 ms
 	h := http.Header{}
 	a.write(h)
 	want := map[string]string{

@@ -1,8 +1,8 @@
 package platformgw
 
 import (
-	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"sync"
@@ -25,6 +25,17 @@ func init() {
 // upstream source and transport which service's backend a request is for.
 const backendVar = "platform.backend"
 
+// unroutedVar marks a request that reached the `platform` upstream source
+// without being admitted: a path outside the API (`/`, `/API/...`,
+// `//api/...`, typos). The proxy then has no upstream, and the gateway
+// answers the caller with a JSON 404 instead of the proxy's empty 503.
+const unroutedVar = "platform.unrouted"
+
+// forwardVar holds the headers the gateway adds to an admitted request
+// (signature, timestamp, caller context, request id); the transport sets
+// them on the request it sends, so no logger sees them.
+const forwardVar = "platform.forward"
+
 func backendOf(r *http.Request) (*catalog.Service, bool) {
 	svc, ok := caddyhttp.GetVar(r.Context(), backendVar).(*catalog.Service)
 	return svc, ok
@@ -32,8 +43,8 @@ func backendOf(r *http.Request) (*catalog.Service, bool) {
 
 // Upstreams is the `platform` dynamic upstream source: the backend of the
 // service the gateway admitted the request for. A request that did not pass
-// platform_gateway gets no upstream, so the proxy answers 502 rather than
-// forwarding it anywhere.
+// platform_gateway's checks gets no upstream, so it is never forwarded
+// anywhere; platform_gateway answers it with 404 not_found.
 //
 //	reverse_proxy {
 //		dynamic platform
@@ -55,7 +66,10 @@ func (*Upstreams) CaddyModule() caddy.ModuleInfo {
 func (*Upstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream, error) {
 	svc, ok := backendOf(r)
 	if !ok {
-		return nil, fmt.Errorf("request was not admitted by platform_gateway")
+		// No upstream, and no error for the proxy to log at ERROR: the
+		// gateway answers the caller (see unroutedVar).
+		caddyhttp.SetVar(r.Context(), unroutedVar, true)
+		return nil, nil
 	}
 	return []*reverseproxy.Upstream{{Dial: dialAddress(svc)}}, nil
 }
@@ -116,12 +130,22 @@ func (t *Transport) Provision(ctx caddy.Context) error {
 	return t.HTTPTransport.Provision(ctx)
 }
 
-// RoundTrip sends the request with the scheme and Host of its backend.
+// RoundTrip sends the request with the scheme and Host of its backend and
+// the gateway's signed headers. Those are set on a copy of the request:
+// reverse_proxy logs the request it passed here (with its headers, at DEBUG
+// and when a response is aborted), and that one never holds a signature.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if svc, ok := backendOf(req); ok {
 		u := svc.BackendURL()
 		req.URL.Scheme = u.Scheme
 		req.Host = u.Host
+	}
+	if fwd, ok := caddyhttp.GetVar(req.Context(), forwardVar).(http.Header); ok {
+		out := *req
+		out.Header = make(http.Header, len(req.Header)+len(fwd))
+		maps.Copy(out.Header, req.Header)
+		maps.Copy(out.Header, fwd)
+		req = &out
 	}
 	t.inFlight.Add(1)
 	resp, err := t.HTTPTransport.RoundTrip(req)

@@ -47,7 +47,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.app = app
 	h.logger = ctx.Logger()
 	if h.app.PublicURL == "" {
-		h.logger.Warn("public_url is not set: async progress and callback URLs are built from each request's Host header; set public_url when the server answers any Host")
+		h.logger.Warn("public_url is not set: async jobs are accepted only when the caller's Host is one of the site's host names or the address it connected to; set public_url to the URL backends reach the gateway at")
 	}
 	return nil
 }
