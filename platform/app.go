@@ -68,11 +68,12 @@ type App struct {
 	catalog *catalog.Catalog
 	// storePath is the store file (Store resolved); bolt is that store
 	// once open, and poolKey is set while this config holds a reference
-	// to it in stores (both under storeMu).
+	// to it in stores; cleanedUp once Cleanup ran (all under storeMu).
 	storePath string
 	storeMu   sync.Mutex
 	bolt      atomic.Pointer[boltstore.Store]
 	poolKey   string
+	cleanedUp bool
 	// store, when set, is served instead (unit tests build an App around
 	// a store of their own).
 	store store.Store

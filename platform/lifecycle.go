@@ -77,6 +77,10 @@ func (a *App) openStore() (*boltstore.Store, error) {
 	if s := a.bolt.Load(); s != nil {
 		return s, nil
 	}
+	if a.cleanedUp {
+		// A reference taken now would never be dropped.
+		return nil, fmt.Errorf("platform store %s: this config has been unloaded", a.storePath)
+	}
 	path := a.storePath
 	val, _, err := stores.LoadOrNew(path, func() (caddy.Destructor, error) {
 		s, err := boltstore.Open(path)
@@ -130,6 +134,7 @@ func (a *App) Stop() error {
 func (a *App) Cleanup() error {
 	a.storeMu.Lock()
 	defer a.storeMu.Unlock()
+	a.cleanedUp = true
 	if a.poolKey == "" {
 		return nil
 	}

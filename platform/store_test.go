@@ -122,7 +122,7 @@ var storeDamages = []struct {
 				t.Fatal(err)
 			}
 		}
-	}, "damaged page"},
+	}, "store file is damaged"}, // which page bbolt meets first varies
 	{"zero bytes", func(t *testing.T, path string) {
 		if err := os.Truncate(path, 0); err != nil {
 			t.Fatal(err)
@@ -371,5 +371,44 @@ func TestStoreCLI(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "missing.db")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("store check created the missing file")
+	}
+}
+
+// TestDamageWhileServingAdmin breaks the store file under the running
+// server: the admin API answers 500 internal_error (the process lives on),
+// every later call fails the same way, and a reload onto the unusable
+// store is refused until a restart.
+func TestDamageWhileServingAdmin(t *testing.T) {
+	env := admStart(t)
+	for i := range 300 {
+		_, hash, _ := servicekey.Generate()
+		rec := store.KeyRecord{ID: fmt.Sprintf("key_%04d", i), Hash: hash, UserID: fmt.Sprintf("user-%d", i%7),
+			Label: strings.Repeat("x", 200), Created: time.Now().UTC()}
+		if err := env.app.DataStore().CreateKey(context.Background(), rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := admDo(t, http.MethodGet, "/platform/keys", nil); r.status != http.StatusOK {
+		t.Fatalf("keys before the damage: %d %s", r.status, r.body)
+	}
+	f, err := os.OpenFile(env.dbPath, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := f.Stat()
+	if _, err := f.WriteAt(bytes.Repeat([]byte{0xEE}, int(st.Size())-2*4096), 2*4096); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	for range 2 {
+		r := admDo(t, http.MethodGet, "/platform/keys", nil)
+		admExpectError(t, r, http.StatusInternalServerError, "internal_error", "")
+	}
+	if r := admDo(t, http.MethodGet, "/platform/store/backup", nil); r.status != http.StatusInternalServerError {
+		t.Errorf("backup of the damaged store: %d", r.status)
+	}
+	status, body := admLoad(t, env.config(filepath.Dir(env.dbPath), ""))
+	if status == http.StatusOK || !strings.Contains(body, "unusable") {
+		t.Errorf("reload onto the damaged store: %d %s", status, body)
 	}
 }
