@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,7 +53,25 @@ func envInt(name string, def int) int {
 	return def
 }
 
-func newTester(t *testing.T) *caddytest.Tester {
+// newTester is a caddytest tester on this package's admin port, for a
+// config on a store of its own.
+func newTester(t *testing.T) *caddytest.Tester { return testerFor(t, "") }
+
+// testerFor is a caddytest tester for a config on the store at path. It
+// first unloads the config a previous test left running if that serves
+// another store, as a restart would: a reload never switches stores
+// (docs/operations.md, "The store path"), and a test reloading its own
+// gateway keeps it.
+func testerFor(t *testing.T, path string) *caddytest.Tester {
+	if a, err := caddy.ActiveContext().AppIfConfigured("platform"); err == nil {
+		if app, ok := a.(*platform.App); ok && app.StorePath() != filepath.Clean(path) {
+			admin := fmt.Sprintf("localhost:%d", adminPort)
+			if resp, err := http.Post("http://"+admin+"/load", "application/json",
+				strings.NewReader(fmt.Sprintf(`{"admin": {"listen": %q}}`, admin))); err == nil {
+				resp.Body.Close()
+			}
+		}
+	}
 	return caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: adminPort})
 }
 
@@ -194,7 +213,7 @@ func startGatewayWithTransport(t *testing.T, dir, platformBlock, transportOption
 	}
 }
 `, adminPort, gwPort, dir, platformBlock, gwPort, transportOptions)
-	tester := newTester(t)
+	tester := testerFor(t, filepath.Join(dir, "platform.db"))
 	tester.InitServer(cfg, "caddyfile")
 	return &gateway{t: t, tester: tester, dir: dir}
 }

@@ -9,6 +9,8 @@ import (
 	"net/textproto"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -41,7 +43,8 @@ type App struct {
 	// default, "Tollara" for backends written for that platform.
 	HeaderBrand string `json:"header_brand,omitempty"`
 	// Store is the path of the bbolt file; by default platform/platform.db
-	// under Caddy's data directory.
+	// under Caddy's data directory, and a relative path is under that
+	// directory too. A reload cannot change it (see Provision).
 	Store string `json:"store,omitempty"`
 	// PublicURL is the base URL (scheme://host[:port]) used to build the
 	// absolute progress and callback URLs of async jobs. When empty they
@@ -63,10 +66,19 @@ type App struct {
 	// Services is the catalog.
 	Services []*catalog.Service `json:"services,omitempty"`
 
-	catalog  *catalog.Catalog
-	store    store.Store
-	bolt     *boltstore.Store
-	poolKey  string
+	catalog *catalog.Catalog
+	// storePath is the store file (Store resolved); bolt is that store
+	// once open, and poolKey is set while this config holds a reference
+	// to it in stores; cleanedUp once Cleanup ran (all under storeMu).
+	storePath string
+	storeMu   sync.Mutex
+	bolt      atomic.Pointer[boltstore.Store]
+	poolKey   string
+	cleanedUp bool
+	// store, when set, is served instead (unit tests build an App around
+	// a store of their own).
+	store store.Store
+
 	headers  Headers
 	logger   *zap.Logger
 	metrics  *metrics

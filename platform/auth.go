@@ -38,7 +38,7 @@ func (a *App) AuthenticateServiceKey(ctx context.Context, token string) (store.K
 	if !servicekey.WellFormed(token) {
 		return store.KeyRecord{}, apierror.New(apierror.InvalidKey, "the service key is not valid")
 	}
-	key, err := a.store.KeyByHash(ctx, servicekey.Hash(token))
+	key, err := a.DataStore().KeyByHash(ctx, servicekey.Hash(token))
 	if err != nil {
 		if !errors.Is(err, store.ErrNotFound) {
 			a.logger.Error("key lookup", zap.Error(err))

@@ -26,7 +26,10 @@ func (p pooledStore) Destruct() error { return p.Store.Close() }
 // now is the clock of the app; tests replace it.
 var now = time.Now
 
-// Provision compiles the catalog and opens (or shares) the store.
+// Provision compiles the catalog and settles which store file this config
+// serves, without opening it: `caddy validate` provisions too, and must
+// neither wait for the running server's lock nor create a file. The store
+// is opened (or shared with the running config) in Start.
 func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger()
 	if err := a.defaults(); err != nil {
@@ -42,11 +45,43 @@ func (a *App) Provision(ctx caddy.Context) error {
 	}
 	a.catalog = cat
 
-	path, err := filepath.Abs(a.Store)
-	if err != nil {
-		return fmt.Errorf("store path %s: %w", a.Store, err)
+	a.storePath = ResolveStorePath(a.Store)
+	if running := runningApp(); running != nil && running.storePath != a.storePath {
+		return fmt.Errorf("platform store %s: the running config serves store %s, and a reload never switches stores "+
+			"(every key, subscription and credit lives in the store); restart the gateway to change stores, or keep "+
+			"store %s (a {$VAR} placeholder takes the environment of whoever adapts the config; see docs/operations.md)",
+			a.storePath, running.storePath, running.storePath)
 	}
-	path = filepath.Clean(path)
+	a.metrics = newMetrics(ctx.GetMetricsRegistry())
+	a.limiters = newLimiterSet()
+	a.stop = make(chan struct{})
+	return nil
+}
+
+// ResolveStorePath is the file a store setting names: a relative path is
+// under Caddy's data directory (of the server, not of whoever runs a
+// command), so the same config always names the same file.
+func ResolveStorePath(p string) string {
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(caddy.AppDataDir(), p)
+	}
+	return filepath.Clean(p)
+}
+
+// openStore opens the store file, or shares the one the running config
+// has open. Start calls it; so does DataStore when a request comes in
+// before this app has started (Caddy starts apps in no set order).
+func (a *App) openStore() (*boltstore.Store, error) {
+	a.storeMu.Lock()
+	defer a.storeMu.Unlock()
+	if s := a.bolt.Load(); s != nil {
+		return s, nil
+	}
+	if a.cleanedUp {
+		// A reference taken now would never be dropped.
+		return nil, fmt.Errorf("platform store %s: this config has been unloaded", a.storePath)
+	}
+	path := a.storePath
 	val, _, err := stores.LoadOrNew(path, func() (caddy.Destructor, error) {
 		s, err := boltstore.Open(path)
 		if err != nil {
@@ -55,25 +90,32 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return pooledStore{s}, nil
 	})
 	if err != nil {
-		return err
+		return nil, err
+	}
+	s := val.(pooledStore).Store
+	if err := s.Err(); err != nil {
+		// Shared with the running config, which found it damaged: only a
+		// restart (and the checks of a fresh open) may serve it again.
+		stores.Delete(path)
+		return nil, err
 	}
 	a.poolKey = path
-	a.bolt = val.(pooledStore).Store
-	a.store = a.bolt
-	a.metrics = newMetrics(ctx.GetMetricsRegistry())
-	a.bolt.ObserveCommits(a.metrics.observeCommit)
-	a.limiters = newLimiterSet()
-	a.stop = make(chan struct{})
+	s.ObserveCommits(a.metrics.observeCommit)
+	a.bolt.Store(s)
 	a.logger.Info("platform ready",
 		zap.String("store", path),
-		zap.Int("services", cat.Len()),
+		zap.Int("services", a.catalog.Len()),
 		zap.String("header_brand", a.HeaderBrand))
-	return nil
+	return s, nil
 }
 
-// Start launches the background maintenance: expiring overdue jobs and
-// forgetting old idempotency keys.
+// Start opens the store and launches the background maintenance:
+// expiring overdue jobs and forgetting old idempotency keys. A store that
+// cannot be opened (damaged, locked by another process) fails the start.
 func (a *App) Start() error {
+	if _, err := a.openStore(); err != nil {
+		return err
+	}
 	go a.maintain(a.stop)
 	return nil
 }
@@ -90,6 +132,9 @@ func (a *App) Stop() error {
 // Cleanup drops this config's reference to the store; the file closes when
 // no config uses it any more.
 func (a *App) Cleanup() error {
+	a.storeMu.Lock()
+	defer a.storeMu.Unlock()
+	a.cleanedUp = true
 	if a.poolKey == "" {
 		return nil
 	}
@@ -125,13 +170,13 @@ const JobExpiredMessage = "job expired: no completion within its time limit"
 // RunMaintenance expires overdue jobs and prunes idempotency keys once.
 func (a *App) RunMaintenance(ctx context.Context) {
 	t := now()
-	if n, err := a.store.ExpireJobs(ctx, t, JobExpiredMessage); err != nil {
+	if n, err := a.DataStore().ExpireJobs(ctx, t, JobExpiredMessage); err != nil {
 		a.logger.Error("expiring jobs", zap.Error(err))
 	} else if n > 0 {
 		a.logger.Info("expired jobs", zap.Int("count", n))
 		a.metrics.jobStates.WithLabelValues(store.JobFailed).Add(float64(n))
 	}
-	if _, err := a.store.PruneIdempotency(ctx, t.Add(-IdempotencyRetention)); err != nil {
+	if _, err := a.DataStore().PruneIdempotency(ctx, t.Add(-IdempotencyRetention)); err != nil {
 		a.logger.Error("pruning idempotency keys", zap.Error(err))
 	}
 }
@@ -139,8 +184,25 @@ func (a *App) RunMaintenance(ctx context.Context) {
 // Catalog is the compiled service catalog of this config.
 func (a *App) Catalog() *catalog.Catalog { return a.catalog }
 
-// DataStore is the shared store of keys, subscriptions, usage and jobs.
-func (a *App) DataStore() store.Store { return a.store }
+// DataStore is the shared store of keys, subscriptions, usage and jobs. It
+// is open once the app has started; asked before, it opens the store, and
+// a store that cannot be opened answers every call with why.
+func (a *App) DataStore() store.Store {
+	if a.store != nil {
+		return a.store
+	}
+	if s := a.bolt.Load(); s != nil {
+		return s
+	}
+	s, err := a.openStore()
+	if err != nil {
+		return boltstore.Unusable(a.storePath, err)
+	}
+	return s
+}
+
+// StorePath is the file of the store this config serves.
+func (a *App) StorePath() string { return a.storePath }
 
 // Headers are the branded header names.
 func (a *App) Headers() Headers { return a.headers }

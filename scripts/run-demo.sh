@@ -99,6 +99,8 @@ echo "First call:"
 curl -sS -H "$auth" "$url"
 echo
 echo "Usage so far:  bin/caddy platform usage --user demo-user"
+echo "Reload after editing Caddyfile.example (the store path must stay the same):"
+echo "  PLATFORM_STORE=$PLATFORM_STORE bin/caddy reload --config Caddyfile.example --adapter caddyfile"
 echo "Logs: tmp/caddy.log, tmp/backend.log, tmp/asyncbackend.log, tmp/reporter.log;"
 echo "reconciliation logs: tmp/jobs-reconciliation.jsonl, tmp/wordcount-reconciliation.jsonl."
 echo "Ctrl-C stops everything."

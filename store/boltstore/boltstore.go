@@ -13,11 +13,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/store"
@@ -85,6 +87,12 @@ type Store struct {
 	// productJSON is each product's JSON, for hold records (commit loop
 	// only).
 	productJSON map[billing.Product][]byte
+
+	// failure, once set, is why the store is unusable: bbolt failed on a
+	// damaged page while serving. Every later read and write gets it
+	// without touching the file, and Close leaves the file alone (bbolt
+	// may still hold its locks from the transaction that failed).
+	failure atomic.Pointer[error]
 }
 
 type op struct {
@@ -108,15 +116,60 @@ func (o *op) decide() {
 	}
 }
 
-// Open opens (creating if needed) the store file at path, releases any
-// reservation a crash left behind, and starts the commit loop.
+// lockWait is how long Open waits for another process to let go of the
+// file.
+var lockWait = 5 * time.Second
+
+// Open opens the store file at path, or creates it if the path does not
+// exist, releases any reservation a crash left behind, and starts the
+// commit loop. An existing file must be a sound platform store (see
+// inspect and verify): a damaged, empty or foreign file is refused with
+// ErrDamaged, never started afresh, and one another process holds is
+// ErrLocked.
 func Open(path string) (*Store, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("create store directory: %w", err)
+	_, exists, err := inspect(path)
+	if err != nil {
+		return nil, err
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	// file is what bbolt opened, to let go of it (and of its lock) if bbolt
+	// panics on a damaged page before Open returns a handle to close.
+	var file *os.File
+	opts := &bolt.Options{Timeout: lockWait, OpenFile: func(name string, flag int, perm os.FileMode) (f *os.File, err error) {
+		if exists {
+			// It was there when inspected: open that file, never create
+			// one anew if it went away meanwhile.
+			flag &^= os.O_CREATE
+		}
+		file, err = os.OpenFile(name, flag, perm)
+		return file, err
+	}}
+	if !exists {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, fmt.Errorf("create store directory: %w", err)
+		}
+	}
+	var db *bolt.DB
+	err = guard(func() (err error) {
+		db, err = bolt.Open(path, 0o600, opts)
+		return err
+	})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return nil, fmt.Errorf("open store %s: %w: still locked after %s (a running gateway holds it?)", path, ErrLocked, lockWait)
+	}
+	if isFault(err) {
+		if file != nil {
+			file.Close()
+		}
+		return nil, damaged(path, "%v", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	if exists {
+		if err := verify(db, path); err != nil {
+			db.Close()
+			return nil, err
+		}
 	}
 	s := &Store{
 		db:       db,
@@ -130,8 +183,16 @@ func Open(path string) (*Store, error) {
 		productJSON: make(map[billing.Product][]byte),
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range allBuckets {
+		if _, err := layout(tx, path); err != nil {
+			return err
+		}
+		for _, b := range append(slices.Clip(allBuckets), bucketMarker) {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		if m := tx.Bucket(bucketMarker); string(m.Get(keyFormat)) != string(storeFormat) {
+			if err := m.Put(keyFormat, storeFormat); err != nil {
 				return err
 			}
 		}
@@ -144,6 +205,9 @@ func Open(path string) (*Store, error) {
 	s.written.flush(s.cache)
 	if err != nil {
 		db.Close()
+		if errors.Is(err, ErrDamaged) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("initialise store %s: %w", path, err)
 	}
 	go s.loop()
@@ -166,7 +230,27 @@ func (s *Store) ObserveCommits(fn func(d time.Duration, writes int)) {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() { close(s.closing) })
 	<-s.loopDone
+	if err := s.Err(); err != nil {
+		return err
+	}
 	return s.db.Close()
+}
+
+// Err is why the store is unusable, or nil while it is sound.
+func (s *Store) Err() error {
+	if p := s.failure.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// broke marks the store unusable after bbolt failed on a damaged page
+// (fault, from guard) and returns the error every caller gets from now on.
+func (s *Store) broke(fault error) error {
+	err := fmt.Errorf("store %s is unusable: %v; restart the gateway, which checks the file (or restore a backup): %w",
+		s.path, fault, ErrDamaged)
+	s.failure.CompareAndSwap(nil, &err)
+	return s.Err()
 }
 
 // update queues fn for the next group commit and waits until it is durable.
@@ -186,6 +270,9 @@ func (s *Store) update(fn func(tx *bolt.Tx) error) error {
 // commits after this one; if this commit fails, so does every write that
 // depends on finding its records.
 func (s *Store) wait(o *op) error {
+	if err := s.Err(); err != nil {
+		return err
+	}
 	select {
 	case s.ops <- o:
 	case <-s.closing:
@@ -262,15 +349,35 @@ func (s *Store) commit(batch []*op) (carried []*op) {
 	start := time.Now()
 	last := s.lastLedgerTime
 	clear(s.latest)
-	tx, err := s.db.Begin(true)
-	if err != nil {
+	fail := func(err error) []*op {
 		for _, o := range batch {
 			o.done <- err
 		}
 		return nil
 	}
+	if err := s.Err(); err != nil {
+		return fail(err)
+	}
+	var tx *bolt.Tx
+	err := guard(func() (err error) {
+		tx, err = s.db.Begin(true)
+		return err
+	})
+	if isFault(err) {
+		return fail(s.broke(err))
+	}
+	if err != nil {
+		return fail(err)
+	}
 	for _, o := range batch {
-		if err := o.fn(tx); err != nil {
+		err := guard(func() error { return o.fn(tx) })
+		if isFault(err) {
+			guard(tx.Rollback)
+			s.written.flush(s.cache)
+			s.lastLedgerTime = last
+			return fail(s.broke(err))
+		}
+		if err != nil {
 			tx.Rollback()
 			// What the transaction wrote leaves the read cache before any
 			// writer hears back.
@@ -284,7 +391,7 @@ func (s *Store) commit(batch []*op) (carried []*op) {
 		o.decide()
 	}
 	result := make(chan error, 1)
-	go func() { result <- tx.Commit() }()
+	go func() { result <- guard(tx.Commit) }()
 	var first, rest []*op
 	ops := s.ops
 	for {
@@ -306,6 +413,9 @@ func (s *Store) commit(batch []*op) (carried []*op) {
 		break
 	}
 	s.written.flush(s.cache)
+	if isFault(err) {
+		err = s.broke(err)
+	}
 	if err != nil {
 		s.lastLedgerTime = last
 	}
@@ -322,15 +432,24 @@ func (s *Store) commit(batch []*op) (carried []*op) {
 func (s *Store) retryAlone(batch []*op) {
 	clear(s.latest)
 	for _, o := range batch {
+		if err := s.Err(); err != nil {
+			o.done <- err
+			continue
+		}
 		keep := s.lastLedgerTime
-		err := s.db.Update(func(tx *bolt.Tx) error {
-			if err := o.fn(tx); err != nil {
-				return err
-			}
-			o.decide()
-			return nil
+		err := guard(func() error {
+			return s.db.Update(func(tx *bolt.Tx) error {
+				if err := o.fn(tx); err != nil {
+					return err
+				}
+				o.decide()
+				return nil
+			})
 		})
 		s.written.flush(s.cache)
+		if isFault(err) {
+			err = s.broke(err)
+		}
 		if err != nil {
 			s.lastLedgerTime = keep
 		}
@@ -339,7 +458,16 @@ func (s *Store) retryAlone(batch []*op) {
 }
 
 // view runs a read-only transaction.
-func (s *Store) view(fn func(tx *bolt.Tx) error) error { return s.db.View(fn) }
+func (s *Store) view(fn func(tx *bolt.Tx) error) error {
+	if err := s.Err(); err != nil {
+		return err
+	}
+	err := guard(func() error { return s.db.View(fn) })
+	if isFault(err) {
+		return s.broke(err)
+	}
+	return err
+}
 
 func getJSON(b *bolt.Bucket, key []byte, v any) error {
 	raw := b.Get(key)

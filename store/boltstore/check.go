@@ -1,0 +1,421 @@
+package boltstore
+
+import (
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// ErrDamaged marks a store file that is not a sound platform store: cut
+// short, overwritten, empty, not a bbolt file, or another application's.
+// The gateway refuses to open such a file rather than serve from it or
+// start afresh over it.
+var ErrDamaged = errors.New("store file is damaged or not a platform store")
+
+// ErrLocked is returned when another process holds the store file: a
+// running gateway, most likely.
+var ErrLocked = errors.New("store file is locked by another process")
+
+// The marker every platform store carries, written when the store is
+// created (or first opened by a gateway that knows it): the bucket
+// platformgw holds format = storeFormat. A bbolt file of another
+// application has other buckets and no marker, and is never mistaken for
+// an empty store.
+var (
+	bucketMarker = []byte("platformgw")
+	keyFormat    = []byte("format")
+	storeFormat  = []byte("1")
+)
+
+// The on-disk layout of bbolt's meta pages (go.etcd.io/bbolt
+// internal/common: page.go and meta.go), read here before bbolt maps the
+// file: bbolt trusts the meta page's high-water page id and faults
+// (SIGBUS) on a file cut short, and panics on a garbage page. The header
+// of a page is id(8) flags(2) count(2) overflow(4); the meta that follows
+// is magic(4) version(4) pageSize(4) flags(4) root(8) sequence(8)
+// freelist(8) pgid(8) txid(8) checksum(8), in the machine's byte order,
+// the checksum being FNV-64a of the meta before it.
+const (
+	pageHeaderSize = 16
+	metaSize       = 64
+	boltMagic      = 0xED0CDAED
+	boltVersion    = 2
+	noFreelist     = ^uint64(0)
+)
+
+// metaPage is one of the two meta pages of a bbolt file.
+type metaPage struct {
+	magic, version, pageSize uint32
+	root, freelist, pgid     uint64
+	txid                     uint64
+	checksum, sum            uint64
+}
+
+func readMeta(b []byte) metaPage {
+	m := b[pageHeaderSize : pageHeaderSize+metaSize]
+	e := binary.NativeEndian
+	h := fnv.New64a()
+	h.Write(m[:56])
+	return metaPage{
+		magic:    e.Uint32(m[0:]),
+		version:  e.Uint32(m[4:]),
+		pageSize: e.Uint32(m[8:]),
+		root:     e.Uint64(m[16:]),
+		freelist: e.Uint64(m[32:]),
+		pgid:     e.Uint64(m[40:]),
+		txid:     e.Uint64(m[48:]),
+		checksum: e.Uint64(m[56:]),
+		sum:      h.Sum64(),
+	}
+}
+
+// problem says what is wrong with a meta page, or "" if it is sound.
+func (m metaPage) problem() string {
+	switch {
+	case m.magic != boltMagic:
+		return "no bbolt magic number"
+	case m.version != boltVersion:
+		return fmt.Sprintf("bbolt format version %d, not %d", m.version, boltVersion)
+	case m.checksum != m.sum:
+		return "checksum mismatch"
+	case m.pageSize < 512 || m.pageSize > 1<<20 || m.pageSize&(m.pageSize-1) != 0:
+		return fmt.Sprintf("implausible page size %d", m.pageSize)
+	case m.pgid < 4 || m.root >= m.pgid || m.freelist >= m.pgid && m.freelist != noFreelist:
+		return fmt.Sprintf("root page %d or freelist page %d above the high-water page %d", m.root, m.freelist, m.pgid)
+	}
+	return ""
+}
+
+// FileInfo is what the meta page in use says about a store file.
+type FileInfo struct {
+	Size      int64  // bytes
+	PageSize  int    // bytes
+	HighWater uint64 // pages in use, the meta page's pgid
+	TxID      uint64 // last committed transaction
+}
+
+// damaged builds the error for a file that must not be opened.
+func damaged(path, format string, args ...any) error {
+	return fmt.Errorf("store %s: %s: %w", path, fmt.Sprintf(format, args...), ErrDamaged)
+}
+
+// inspect reads the meta pages of the store file at path, the way bbolt
+// picks the one in use (the valid one with the highest transaction id),
+// and checks that the file holds every page that meta page counts. A path
+// that does not exist is a new store (exists false); an existing file,
+// even an empty one, must be a sound bbolt file.
+func inspect(path string) (info FileInfo, exists bool, err error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return info, false, nil
+	}
+	if err != nil {
+		return info, false, fmt.Errorf("store %s: %w", path, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return info, true, fmt.Errorf("store %s: %w", path, err)
+	}
+	if !st.Mode().IsRegular() {
+		return info, true, damaged(path, "not a regular file")
+	}
+	info.Size = st.Size()
+	if info.Size == 0 {
+		return info, true, damaged(path, "the file is empty (0 bytes); an existing file is never started afresh, only a path that does not exist is; restore the store from a backup (or delete the file to start an empty store on purpose)")
+	}
+	// The first meta page tells the page size; a torn first page leaves
+	// the second at bbolt's default (the OS page size) or another power of
+	// two, which is where bbolt looks for it too.
+	head := make([]byte, pageHeaderSize+metaSize)
+	var metas []metaPage
+	var problems []string
+	if n, _ := f.ReadAt(head, 0); n < len(head) {
+		return info, true, damaged(path, "only %d bytes, shorter than a bbolt meta page: not a bbolt file", info.Size)
+	}
+	m0 := readMeta(head)
+	if p := m0.problem(); p == "" {
+		metas = append(metas, m0)
+	} else {
+		problems = append(problems, "meta page 0: "+p)
+	}
+	sizes := []int64{int64(os.Getpagesize()), 4096}
+	if len(metas) == 1 {
+		sizes = []int64{int64(m0.pageSize)}
+	} else {
+		for s := int64(512); s <= 1<<16; s *= 2 {
+			sizes = append(sizes, s)
+		}
+	}
+	for _, ps := range sizes {
+		if n, _ := f.ReadAt(head, ps); n < len(head) {
+			continue
+		}
+		m1 := readMeta(head)
+		if m1.problem() == "" && int64(m1.pageSize) == ps {
+			metas = append(metas, m1)
+			break
+		} else if len(metas) == 1 {
+			problems = append(problems, "meta page 1: "+m1.problem())
+		}
+	}
+	if len(metas) == 0 {
+		if m0.magic != boltMagic {
+			return info, true, damaged(path, "not a bbolt file (no bbolt magic number in its meta pages)")
+		}
+		if len(problems) == 1 {
+			problems = append(problems, "meta page 1: not found or invalid")
+		}
+		return info, true, damaged(path, "both bbolt meta pages are invalid (%s)", strings.Join(problems, "; "))
+	}
+	m := slices.MaxFunc(metas, func(a, b metaPage) int { return cmp.Compare(a.txid, b.txid) })
+	info.PageSize = int(m.pageSize)
+	info.HighWater = m.pgid
+	info.TxID = m.txid
+	if need := int64(m.pgid) * int64(m.pageSize); info.Size < need {
+		return info, true, damaged(path, "cut short: %d bytes, but its meta page (transaction %d) counts %d pages of %d bytes (%d bytes)",
+			info.Size, m.txid, m.pgid, m.pageSize, need)
+	}
+	if m.freelist != noFreelist {
+		if p := freelistProblem(f, m); p != "" {
+			return info, true, damaged(path, "freelist page %d: %s", m.freelist, p)
+		}
+	}
+	return info, true, nil
+}
+
+// freelistProblem says what is wrong with the freelist page of m, or "".
+// bbolt reads that page while it opens the file, before any check can run,
+// and a panic there would leave the file mapped and locked.
+func freelistProblem(f *os.File, m metaPage) string {
+	hdr := make([]byte, pageHeaderSize+8)
+	if n, _ := f.ReadAt(hdr, int64(m.freelist)*int64(m.pageSize)); n < len(hdr) {
+		return "cannot be read"
+	}
+	e := binary.NativeEndian
+	id, flags, count, overflow := e.Uint64(hdr), e.Uint16(hdr[8:]), uint64(e.Uint16(hdr[10:])), uint64(e.Uint32(hdr[12:]))
+	const freelistPageFlag, bigCount = 0x10, 0xFFFF
+	switch {
+	case id != m.freelist:
+		return fmt.Sprintf("identifies as page %d", id)
+	case flags != freelistPageFlag:
+		return fmt.Sprintf("flags %#x, not a freelist page", flags)
+	case m.freelist+overflow >= m.pgid:
+		return fmt.Sprintf("%d overflow pages run past the high-water page %d", overflow, m.pgid)
+	}
+	if count == bigCount {
+		count = e.Uint64(hdr[pageHeaderSize:]) + 1 // the count is the first element
+	}
+	if room := (overflow+1)*uint64(m.pageSize) - pageHeaderSize; count > room/8 {
+		return fmt.Sprintf("%d free page ids do not fit in %d pages", count, overflow+1)
+	}
+	return ""
+}
+
+// pageFault is a panic or memory fault bbolt had on a damaged page.
+type pageFault struct{ cause any }
+
+func (f *pageFault) Error() string { return fmt.Sprintf("bbolt failed on a damaged page: %v", f.cause) }
+
+// isFault tells whether err is (or wraps) a pageFault from guard.
+func isFault(err error) bool {
+	var f *pageFault
+	return errors.As(err, &f)
+}
+
+// guard runs fn with a fault on the mapped file (SIGBUS past its end,
+// SIGSEGV on a wild page id) turned into a panic, and a panic (bbolt's
+// assertions on a garbage page) into an error. Only fn's goroutine is
+// guarded: what fn starts must guard itself.
+func guard(fn func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = &pageFault{r}
+		}
+	}()
+	return fn()
+}
+
+// verify checks the open file: every bucket and key is read (guarded, so a
+// wild page pointer is an error here, before bbolt's own check reads the
+// same pages unguarded), then bbolt's consistency check (tx.Check), then
+// the layout: the marker, or for a file from before it, only the
+// platform's buckets.
+func verify(db *bolt.DB, path string) error {
+	return db.View(func(tx *bolt.Tx) error {
+		err := guard(func() error {
+			return tx.ForEach(func(name []byte, b *bolt.Bucket) error { return walk(b) })
+		})
+		if err != nil {
+			return damaged(path, "%v", err)
+		}
+		var problems []string
+		for err := range tx.Check() {
+			if len(problems) < 5 {
+				problems = append(problems, err.Error())
+			}
+		}
+		if len(problems) > 0 {
+			return damaged(path, "bbolt's consistency check failed: %s", strings.Join(problems, "; "))
+		}
+		if _, err := layout(tx, path); err != nil {
+			return err
+		}
+		return nil
+	})
+}
+
+// walk reads every key and value of b and its nested buckets.
+func walk(b *bolt.Bucket) error {
+	return b.ForEach(func(k, v []byte) error {
+		if v == nil {
+			if nb := b.Bucket(k); nb != nil {
+				return walk(nb)
+			}
+		}
+		return nil
+	})
+}
+
+// layout tells whether tx's file is a platform store: it carries the
+// marker (fresh false), or is a store from before the marker (only the
+// platform's buckets, among them keys and ledger; fresh false, the marker
+// is added on open), or has no bucket at all (fresh true: a file bbolt
+// created but no gateway filled yet).
+func layout(tx *bolt.Tx, path string) (fresh bool, err error) {
+	if m := tx.Bucket(bucketMarker); m != nil {
+		if v := m.Get(keyFormat); string(v) != string(storeFormat) {
+			return false, damaged(path, "store format %q, but this gateway reads format %q", v, storeFormat)
+		}
+		return false, nil
+	}
+	var names, foreign []string
+	err = tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+		names = append(names, string(name))
+		if !slices.ContainsFunc(allBuckets, func(b []byte) bool { return string(b) == string(name) }) {
+			foreign = append(foreign, string(name))
+		}
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	if len(names) == 0 {
+		return true, nil
+	}
+	if len(foreign) > 0 || !slices.Contains(names, string(bucketKeys)) || !slices.Contains(names, string(bucketLedger)) {
+		return false, damaged(path, "a bbolt file of another application (buckets %s, no platform store marker)", strings.Join(names, ", "))
+	}
+	return false, nil
+}
+
+// CheckLockWait is how long CheckFile waits for a lock another process
+// holds before it says the file is in use.
+var CheckLockWait = time.Second
+
+// Report is what CheckFile found in a sound store file.
+type Report struct {
+	FileInfo
+	// Buckets counts the entries of each top-level bucket.
+	Buckets map[string]int
+}
+
+// CheckFile verifies the store file at path without a running gateway:
+// its meta pages and size, every page it references, bbolt's consistency
+// check and the platform layout. It opens the file read-only and never
+// creates or changes it; a file a running gateway holds is ErrLocked.
+func CheckFile(path string) (Report, error) {
+	info, exists, err := inspect(path)
+	if err != nil {
+		return Report{}, err
+	}
+	if !exists {
+		return Report{}, fmt.Errorf("store %s: %w", path, os.ErrNotExist)
+	}
+	rep := Report{FileInfo: info, Buckets: map[string]int{}}
+	var db *bolt.DB
+	var file *os.File
+	err = guard(func() (err error) {
+		db, err = bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: CheckLockWait,
+			OpenFile: func(name string, flag int, perm os.FileMode) (f *os.File, err error) {
+				file, err = os.OpenFile(name, flag&^os.O_CREATE, perm)
+				return file, err
+			}})
+		return err
+	})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return rep, fmt.Errorf("store %s: %w (a running gateway?); check a backup instead: caddy platform store backup --output copy.db", path, ErrLocked)
+	}
+	if isFault(err) && file != nil {
+		file.Close()
+	}
+	if err != nil {
+		return rep, damaged(path, "bbolt cannot open it: %v", err)
+	}
+	defer db.Close()
+	if err := verify(db, path); err != nil {
+		return rep, err
+	}
+	err = db.View(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+			rep.Buckets[string(name)] = b.Stats().KeyN
+			return nil
+		})
+	})
+	return rep, err
+}
+
+// Backup writes a consistent copy of the store to w while it serves: the
+// file as of one read transaction (bbolt's Tx.WriteTo). The copy is made
+// to a temporary file next to the store first, so a slow reader of w never
+// holds the transaction open (a long read transaction stalls the commits
+// that must grow the file). It returns the bytes written to w.
+func (s *Store) Backup(w io.Writer, size func(int64)) (int64, error) {
+	tmp, err := os.CreateTemp(filepath.Dir(s.path), ".platform-backup-*")
+	if err != nil {
+		return 0, fmt.Errorf("backup of store %s: %w", s.path, err)
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	err = s.view(func(tx *bolt.Tx) error {
+		_, err := tx.WriteTo(tmp)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("backup of store %s: %w", s.path, err)
+	}
+	n, err := tmp.Seek(0, io.SeekEnd)
+	if err == nil {
+		_, err = tmp.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("backup of store %s: %w", s.path, err)
+	}
+	if size != nil {
+		size(n)
+	}
+	return io.Copy(w, tmp)
+}
+
+// Unusable is a store that answers every call with err: what a gateway
+// serves from when its store file could not be opened.
+func Unusable(path string, err error) *Store {
+	s := &Store{path: path, closing: make(chan struct{}), loopDone: make(chan struct{}), cache: newReadCache()}
+	s.closeOnce.Do(func() { close(s.closing) })
+	close(s.loopDone)
+	s.failure.Store(&err)
+	return s
+}
