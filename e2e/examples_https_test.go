@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -38,7 +39,7 @@ func TestExampleAsyncOverLocalHTTPS(t *testing.T) {
 	https_port %d
 	auto_https disable_redirects
 	skip_install_trust
-	storage file_system %s/caddy
+	storage file_system %s
 	platform {
 		store %s/platform.db
 		public_url %s
@@ -55,14 +56,14 @@ localhost:%d {
 		transport platform
 	}
 }
-`, adminPort, gwPort, dir, dir, base, examplesCatalog("http://127.0.0.1:1", be.URL, "http://127.0.0.1:1"), gwPort)
+`, adminPort, gwPort, caddyStorage(t), dir, base, examplesCatalog("http://127.0.0.1:1", be.URL, "http://127.0.0.1:1"), gwPort)
 	tester := newTester(t)
 	tester.InitServer(cfg, "caddyfile")
 	g := &gateway{t: t, tester: tester, dir: dir}
 	key, _ := g.newKey("ex-https")
 	g.subscribe("ex-https", "jobs", "words", "ACTIVE")
 
-	rootFile := filepath.Join(dir, "caddy", "pki", "authorities", "local", "root.crt")
+	rootFile := filepath.Join(caddyStorage(t), "pki", "authorities", "local", "root.crt")
 	rootPEM, err := os.ReadFile(rootFile)
 	if err != nil {
 		t.Fatalf("Caddy's local root: %v", err)
@@ -188,3 +189,20 @@ func dialLoopback4(ctx context.Context, network, addr string) (net.Conn, error) 
 	var d net.Dialer
 	return d.DialContext(ctx, "tcp4", net.JoinHostPort("127.0.0.1", port))
 }
+
+// caddyStorage is Caddy's storage (its local CA, certificates) for the
+// whole test process: Caddy keeps certificates in a process-wide cache, so
+// a second run (-count) with a new CA would be served the first run's
+// certificate. It is left in the temp directory.
+var caddyStorage = func() func(t *testing.T) string {
+	var once sync.Once
+	var dir string
+	var err error
+	return func(t *testing.T) string {
+		once.Do(func() { dir, err = os.MkdirTemp("", "platform-e2e-caddy-storage-") })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+}()
