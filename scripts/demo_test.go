@@ -4,14 +4,19 @@
 package scripts_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -119,5 +124,81 @@ func TestRunDemoReportsDeadBackend(t *testing.T) {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr)
 		}
+	}
+}
+
+// Each run revokes the demo key of the run before, so only the key it
+// prints works. The stand-in caddy creates numbered keys and records the
+// revocations it is asked for.
+func TestRunDemoRevokesPreviousKey(t *testing.T) {
+	state := t.TempDir()
+	caddy := `#!/bin/sh
+state=` + state + `
+case "$1 $2 $3" in
+"run "*) exec sleep 30 ;;
+"platform key create")
+	n=$(cat "$state/n" 2>/dev/null || echo 0); n=$((n + 1)); echo "$n" > "$state/n"
+	printf '{"keyId":"key_demo%s","key":"psk_demo%s","userId":"demo-user"}\n' "$n" "$n" ;;
+"platform key revoke") echo "$4" >> "$state/revoked" ;;
+"platform subscribe"*) ;;
+*) echo "unexpected: $*" >&2; exit 1 ;;
+esac
+`
+	sleeper := "#!/bin/sh\nexec sleep 30\n"
+	root := demoRoot(t, map[string]string{
+		"caddy": caddy, "example-backend": sleeper, "example-asyncbackend": sleeper, "example-reporter": sleeper,
+	})
+	// Every readiness check and the first call land here.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "{}") }))
+	defer srv.Close()
+
+	// run starts the demo, waits for its closing line, stops it as Ctrl-C
+	// would, and returns what it printed.
+	run := func() string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "scripts", "run-demo.sh"))
+		cmd.Env = append(os.Environ(), "DEMO_PORTS=", "DEMO_CHECK_URL="+srv.URL)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var out strings.Builder
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			out.WriteString(sc.Text() + "\n")
+			if strings.Contains(sc.Text(), "Ctrl-C stops everything.") {
+				break
+			}
+		}
+		cmd.Process.Signal(syscall.SIGTERM)
+		go io.Copy(io.Discard, stdout)
+		cmd.Wait()
+		if !strings.Contains(out.String(), "Ctrl-C stops everything.") {
+			t.Fatalf("the demo did not come up; stdout:\n%s\nstderr:\n%s", out.String(), stderr.String())
+		}
+		return out.String()
+	}
+
+	first := run()
+	if !strings.Contains(first, "psk_demo1") || strings.Contains(first, "Revoked") {
+		t.Errorf("first run printed:\n%s", first)
+	}
+	if _, err := os.Stat(filepath.Join(state, "revoked")); err == nil {
+		t.Error("the first run revoked a key")
+	}
+	second := run()
+	if !strings.Contains(second, "Revoked the previous demo key key_demo1.") || !strings.Contains(second, "psk_demo2") {
+		t.Errorf("second run printed:\n%s", second)
+	}
+	revoked, _ := os.ReadFile(filepath.Join(state, "revoked"))
+	if string(revoked) != "key_demo1\n" {
+		t.Errorf("revoked %q, want key_demo1 only", revoked)
 	}
 }

@@ -30,8 +30,11 @@ WORDCOUNT_SECRET=$(secret wordcount)
 export PLATFORM_STORE="$PWD/tmp/platform.db"
 
 # The ports the demo listens on (Caddyfile.example and the examples).
-# DEMO_PORTS overrides the list checked below, for scripts/demo_test.go.
+# Test hooks, for scripts/demo_test.go, which runs this script with
+# stand-in binaries: DEMO_PORTS replaces the list of ports checked below,
+# DEMO_CHECK_URL the address of every readiness check and of the first call.
 ports=${DEMO_PORTS-2019 8080 9001 9002 9003}
+at() { printf '%s' "${DEMO_CHECK_URL:-$1}"; }
 
 # fail prints its message and the last lines of a log on stderr and stops.
 fail() {
@@ -106,7 +109,7 @@ start "the gateway (bin/caddy)" tmp/caddy.log \
 # Wait (bounded, 10 s) for the admin endpoint and every backend, checking
 # on each round that every process is still running: an answer on a port
 # is ours only while our process lives.
-up() { curl -sS -o /dev/null "$1" 2>/dev/null; }
+up() { curl -sS -o /dev/null "$(at "$1")" 2>/dev/null; }
 all_up() {
 	up http://localhost:2019/config/ && up http://127.0.0.1:9001/ && up http://127.0.0.1:9002/ && up http://127.0.0.1:9003/
 }
@@ -167,7 +170,7 @@ echo "usage (examples/reporter):"
 echo "  curl -H '$auth' -d 'count these words please' http://127.0.0.1:9003/count"
 echo
 echo "First call:"
-curl -sS -H "$auth" "$url"
+curl -sS -H "$auth" "$(at "$url")" || fail "the first call through the gateway failed; see tmp/caddy.log" tmp/caddy.log
 echo
 echo "Usage so far:  bin/caddy platform usage --user demo-user"
 echo "Logs: tmp/caddy.log, tmp/backend.log, tmp/asyncbackend.log, tmp/reporter.log;"
