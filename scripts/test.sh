@@ -28,7 +28,7 @@ for pkg in $pkgs; do
 	fi
 done
 if [ ${#failed[@]} -gt 0 ]; then
-	echo "FAIL: ${#failed[@]} of $total packages: ${failed[*]}"
+	echo "make test: ${#failed[@]} of $total packages failed: ${failed[*]}"
 	exit 1
 fi
 echo "all $total packages passed in $((SECONDS - start))s"
