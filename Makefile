@@ -2,7 +2,7 @@
 #
 #   make run     build, start the gateway with Caddyfile.example, the example
 #                backends and a demo key, and print curl lines to try it
-#   make test    every test, race detector on (what CI runs)
+#   make test    every test, race detector on, package by package (what CI runs)
 #   make fuzz    every fuzz target for FUZZTIME (10s) each (CI runs it too)
 #   make bench   the benchmark against plain Caddy reverse_proxy
 #   make bench-scale  the store with 1M keys and 10M ledger rows against an
@@ -16,7 +16,7 @@ GO      ?= go
 BIN     := bin
 CADDY   := $(BIN)/caddy
 
-.PHONY: build run test test-short fuzz bench bench-scale bench-micro xcaddy vet lint clean
+.PHONY: build run test verify-systemd test-short fuzz bench bench-scale bench-micro xcaddy vet lint clean
 
 build:
 	$(GO) build -o $(CADDY) ./caddy
@@ -27,11 +27,17 @@ run: build
 	$(GO) build -o $(BIN)/example-reporter ./examples/reporter
 	./scripts/run-demo.sh
 
-# -p 1: the in-process Caddy servers of different packages share the admin
-# port 2999 (caddytest), so packages run one after another.
+# One package after another (the in-process Caddy servers of different
+# packages share caddytest's admin port), each announced as it starts so a
+# long end-to-end package is not minutes of silence; scripts/test.sh.
 test:
 	$(GO) vet ./...
-	$(GO) test -race -p 1 -count=1 -timeout 30m ./...
+	GO=$(GO) ./scripts/test.sh
+
+# The systemd unit in contrib/systemd, checked with systemd-analyze verify
+# (CI runs it; it installs systemd when missing and it can).
+verify-systemd:
+	./scripts/verify-systemd.sh
 
 test-short:
 	$(GO) test -p 1 -count=1 ./...

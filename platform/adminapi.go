@@ -103,6 +103,14 @@ func (a *adminAPI) route(p []string) (map[string]adminHandler, []string) {
 		return map[string]adminHandler{http.MethodPost: a.createKey, http.MethodGet: a.listKeys}, nil
 	case len(p) == 2 && p[0] == "keys":
 		return map[string]adminHandler{http.MethodGet: a.getKey, http.MethodDelete: a.revokeKey}, p[1:]
+	case len(p) == 1 && p[0] == "subscriptions":
+		return map[string]adminHandler{http.MethodGet: a.listSubscriptions}, nil
+	case len(p) == 2 && p[0] == "subscriptions":
+		return map[string]adminHandler{http.MethodGet: a.listUserSubscriptions}, p[1:]
+	case len(p) == 3 && p[0] == "users" && p[2] == "summary":
+		return map[string]adminHandler{http.MethodGet: a.getUserSummary}, p[1:2]
+	case len(p) == 1 && p[0] == "jobs":
+		return map[string]adminHandler{http.MethodGet: a.listJobs}, nil
 	case len(p) == 3 && p[0] == "subscriptions":
 		return map[string]adminHandler{http.MethodGet: a.getSubscription, http.MethodPut: a.putSubscription}, p[1:]
 	case len(p) == 4 && p[0] == "subscriptions" && p[3] == "credits":
@@ -434,11 +442,16 @@ func (a *adminAPI) createKey(app *App, w http.ResponseWriter, r *http.Request, _
 	if err := app.DataStore().CreateKey(r.Context(), rec); err != nil {
 		return fmt.Errorf("create key for user %s: %w", rec.UserID, err)
 	}
-	a.logger.Info("service key created",
+	fields := []zap.Field{
 		zap.String("key_id", rec.ID),
 		zap.String("user_id", rec.UserID),
 		zap.Strings("roles", roles),
-		zap.Time("expires_at", expires))
+	}
+	// A key that never expires has no expires_at, rather than year 1.
+	if !expires.IsZero() {
+		fields = append(fields, zap.Time("expires_at", expires))
+	}
+	a.logger.Info("service key created", fields...)
 	v := viewKey(rec, now)
 	v.Key = key
 	w.Header().Set("Location", adminAPIBase+"keys/"+url.PathEscape(rec.ID))
@@ -567,6 +580,10 @@ func (a *adminAPI) putSubscription(app *App, w http.ResponseWriter, r *http.Requ
 	if !slices.Contains(subscriptionStatuses, status) {
 		return apierror.Invalid("status", "status must be one of "+strings.Join(subscriptionStatuses, ", "))
 	}
+	var prevProduct string
+	if prev, err := app.DataStore().GetSubscription(r.Context(), userID, serviceID); err == nil {
+		prevProduct = prev.ProductID
+	}
 	sub, err := app.DataStore().PutSubscription(r.Context(), store.Subscription{
 		UserID: userID, ServiceID: serviceID, ProductID: req.ProductID,
 		Status: status, UpdatedAt: app.Now().UTC(),
@@ -579,7 +596,7 @@ func (a *adminAPI) putSubscription(app *App, w http.ResponseWriter, r *http.Requ
 		zap.String("service_id", serviceID),
 		zap.String("product_id", sub.ProductID),
 		zap.String("status", sub.Status))
-	return writeJSON(w, http.StatusOK, sub)
+	return writeJSON(w, http.StatusOK, a.describeChange(r.Context(), app, prevProduct, sub))
 }
 
 // getSubscription: GET /platform/subscriptions/{userId}/{serviceId}.

@@ -22,7 +22,7 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "platform",
-		Usage: "<key|subscribe|credits|usage|job> [flags]",
+		Usage: "<key|subscribe|subscription|summary|credits|usage|job|jobs> [flags]",
 		Short: "Manages service keys, subscriptions, credits, usage and jobs of the platform gateway",
 		Long: `
 Manages the platform gateway of a running Caddy through its admin API:
@@ -149,6 +149,7 @@ dates; a date in --to includes that whole day (UTC).
 
 	cmd.AddCommand(key, subscribe, credits, usage, job)
 	cmd.AddCommand(storeCommand()) // command_store.go
+	addViewCommands(cmd)
 }
 
 // cliFunc runs one `caddy platform` subcommand, writing its result to out.
@@ -161,16 +162,19 @@ type cli struct {
 	out io.Writer
 }
 
-// runCommand adapts a cliFunc to cobra through caddycmd, so that errors are
-// logged and exit codes set the way every caddy command does.
+// runCommand adapts a cliFunc to cobra. A failure is printed as one plain
+// line on standard error, the way docs/operations.md shows it ("HTTP 400
+// invalid_request: ..."), not as a JSON log line (caddycmd's wrapper logs
+// it through Caddy's logger), and the command exits with status 1.
 func runCommand(f cliFunc) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
-		return caddycmd.WrapCommandFuncForCobra(func(fl caddycmd.Flags) (int, error) {
-			if err := f(cli{fl: fl, out: cmd.OutOrStdout()}, args); err != nil {
-				return caddy.ExitCodeFailedStartup, err
-			}
-			return caddy.ExitCodeSuccess, nil
-		})(cmd, args)
+		err := f(cli{fl: caddycmd.Flags{FlagSet: cmd.Flags()}, out: cmd.OutOrStdout()}, args)
+		if err != nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "Error: %v\n", err)
+			cmd.SilenceErrors = true
+			cmd.SilenceUsage = true
+		}
+		return err
 	}
 }
 
@@ -191,7 +195,7 @@ func (c cli) request(method, uri string, body any) (*http.Response, error) {
 	}
 	resp, err := caddycmd.AdminAPIRequest(addr, method, uri, make(http.Header), rd)
 	if err != nil {
-		return nil, readableError(err)
+		return nil, unreachableHint(addr, readableError(err))
 	}
 	return resp, nil
 }
@@ -216,6 +220,18 @@ func readableError(err error) error {
 		text += " (field " + e.Field + ")"
 	}
 	return errors.New(text)
+}
+
+// unreachableHint explains an admin endpoint that did not answer at all
+// (AdminAPIRequest's "performing request: dial tcp ...: connection
+// refused"), the first thing a new operator meets.
+func unreachableHint(addr string, err error) error {
+	if !strings.HasPrefix(err.Error(), "performing request:") {
+		return err
+	}
+	return fmt.Errorf("cannot reach the admin endpoint %s: is the server running? "+
+		"Start it with 'caddy run' (or 'caddy start'); if its admin endpoint is elsewhere, "+
+		"pass --address or --config (%v)", addr, err)
 }
 
 // call sends a request and decodes the JSON response into v; with --json
@@ -381,6 +397,9 @@ type subscriptionView struct {
 	StartedAt   time.Time   `json:"startedAt"`
 	Credits     json.Number `json:"credits"`
 	CreditsHeld json.Number `json:"creditsHeld"`
+	// The answer to a change (PUT) also has these.
+	PreviousProductID string     `json:"previousProductId"`
+	CurrentPeriod     *cliPeriod `json:"currentPeriod"`
 }
 
 func cmdSubscribe(c cli, _ []string) error {
@@ -399,6 +418,15 @@ func cmdSubscribe(c cli, _ []string) error {
 	}
 	_, err = fmt.Fprintf(c.out, "User %s is subscribed to service %s, product %s, status %s (since %s, credits %s)\n",
 		s.UserID, s.ServiceID, s.ProductID, s.Status, timeOr(s.StartedAt, "-"), s.Credits)
+	if err != nil || s.CurrentPeriod == nil || s.CurrentPeriod.ProductMissing {
+		return err
+	}
+	p := s.CurrentPeriod
+	if s.PreviousProductID != "" {
+		fmt.Fprintf(c.out, "Product changed from %s to %s, effective at once; the usage already counted in the period below stays.\n",
+			s.PreviousProductID, s.ProductID)
+	}
+	_, err = fmt.Fprintf(c.out, "Current period %s to %s: %s\n", timeOr(p.PeriodStart, "-"), timeOr(p.PeriodEnd, "-"), p.usedLine())
 	return err
 }
 

@@ -29,7 +29,41 @@ JOBS_SECRET=$(secret jobs)
 WORDCOUNT_SECRET=$(secret wordcount)
 export PLATFORM_STORE="$PWD/tmp/platform.db"
 
+# The ports the demo listens on (Caddyfile.example and the examples).
+# Test hooks, for scripts/demo_test.go, which runs this script with
+# stand-in binaries: DEMO_PORTS replaces the list of ports checked below,
+# DEMO_CHECK_URL the address of every readiness check and of the first call.
+ports=${DEMO_PORTS-2019 8080 9001 9002 9003}
+at() { printf '%s' "${DEMO_CHECK_URL:-$1}"; }
+
+# fail prints its message and the last lines of a log on stderr and stops.
+fail() {
+	echo "run-demo: $1" >&2
+	if [ -n "${2:-}" ] && [ -s "$2" ]; then
+		echo "--- last lines of $2:" >&2
+		tail -n 20 "$2" >&2
+		echo "---" >&2
+	fi
+	exit 1
+}
+
+# Any of our ports taken means another server (an earlier demo, a foreign
+# service) would answer instead of ours: the demo would look fine while
+# proxying to something else. Refuse before starting anything.
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+busy=()
+for p in $ports; do
+	if listening "$p"; then busy+=("$p"); fi
+done
+if [ ${#busy[@]} -gt 0 ]; then
+	msg="port(s) ${busy[*]} on 127.0.0.1 already in use; the demo needs ${ports// /, } free."
+	msg+=" Stop what listens there (an earlier 'make run'?); see: ss -ltnp | grep -E ':(${ports// /|})\b'"
+	fail "$msg"
+fi
+
 pids=()
+names=()
+logs=()
 cleanup() {
 	# SIGTERM: the examples finish what they are doing and stop.
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -37,40 +71,80 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-BACKEND_SECRET=$ECHO_SECRET BACKEND_ADDR=127.0.0.1:9001 \
-	bin/example-backend > tmp/backend.log 2>&1 &
-pids+=($!)
-BACKEND_SECRET=$JOBS_SECRET BACKEND_ADDR=127.0.0.1:9002 RECONCILIATION_LOG=tmp/jobs-reconciliation.jsonl \
-	bin/example-asyncbackend > tmp/asyncbackend.log 2>&1 &
-pids+=($!)
-BACKEND_SECRET=$WORDCOUNT_SECRET BACKEND_ADDR=127.0.0.1:9003 RECONCILIATION_LOG=tmp/wordcount-reconciliation.jsonl \
-	bin/example-reporter > tmp/reporter.log 2>&1 &
-pids+=($!)
-bin/caddy run --config Caddyfile.example --adapter caddyfile > tmp/caddy.log 2>&1 &
-pids+=($!)
+# start NAME LOG CMD...: runs CMD in the background, output to LOG.
+start() {
+	local name=$1 log=$2
+	shift 2
+	"$@" > "$log" 2>&1 &
+	pids+=($!)
+	names+=("$name")
+	logs+=("$log")
+}
 
-# Wait (bounded) for the admin endpoint and every backend: any HTTP answer
-# means it is listening.
-up() { curl -sS -o /dev/null "$1" 2>/dev/null; }
+# alive fails loudly when a started process has exited (it could not
+# listen, a bad secret, a crash): its port may be answered by nobody, or by
+# someone else.
+alive() {
+	local i
+	for i in "${!pids[@]}"; do
+		if ! kill -0 "${pids[$i]}" 2>/dev/null; then
+			local rc=0
+			wait "${pids[$i]}" 2>/dev/null || rc=$?
+			fail "${names[$i]} exited (status $rc) right after starting." "${logs[$i]}"
+		fi
+	done
+}
+
+start examples/backend tmp/backend.log \
+	env BACKEND_SECRET="$ECHO_SECRET" BACKEND_ADDR=127.0.0.1:9001 bin/example-backend
+start examples/asyncbackend tmp/asyncbackend.log \
+	env BACKEND_SECRET="$JOBS_SECRET" BACKEND_ADDR=127.0.0.1:9002 RECONCILIATION_LOG=tmp/jobs-reconciliation.jsonl \
+	bin/example-asyncbackend
+start examples/reporter tmp/reporter.log \
+	env BACKEND_SECRET="$WORDCOUNT_SECRET" BACKEND_ADDR=127.0.0.1:9003 RECONCILIATION_LOG=tmp/wordcount-reconciliation.jsonl \
+	bin/example-reporter
+start "the gateway (bin/caddy)" tmp/caddy.log \
+	bin/caddy run --config Caddyfile.example --adapter caddyfile
+
+# Wait (bounded, 10 s) for the admin endpoint and every backend, checking
+# on each round that every process is still running: an answer on a port
+# is ours only while our process lives.
+up() { curl -sS -o /dev/null "$(at "$1")" 2>/dev/null; }
+all_up() {
+	up http://localhost:2019/config/ && up http://127.0.0.1:9001/ && up http://127.0.0.1:9002/ && up http://127.0.0.1:9003/
+}
 for _ in $(seq 1 50); do
-	if up http://localhost:2019/config/ && up http://127.0.0.1:9001/ && up http://127.0.0.1:9002/ && up http://127.0.0.1:9003/; then break; fi
+	alive
+	if all_up; then break; fi
 	sleep 0.2
 done
+alive
 if ! up http://localhost:2019/config/; then
-	echo "the gateway did not start; see tmp/caddy.log" >&2
-	tail -20 tmp/caddy.log >&2
-	exit 1
+	fail "the gateway did not answer on its admin endpoint localhost:2019 within 10 s." tmp/caddy.log
 fi
 for b in backend:9001 asyncbackend:9002 reporter:9003; do
 	if ! up "http://127.0.0.1:${b#*:}/"; then
-		echo "examples/${b%:*} did not start; see tmp/${b%:*}.log" >&2
-		tail -20 "tmp/${b%:*}.log" >&2
-		exit 1
+		fail "examples/${b%:*} did not answer on 127.0.0.1:${b#*:} within 10 s." "tmp/${b%:*}.log"
 	fi
 done
 
+# The previous run's demo key still works (the store is kept across runs):
+# revoke it, so only the key printed below is live.
+if [ -s tmp/demo-key-id ]; then
+	old=$(cat tmp/demo-key-id)
+	if bin/caddy platform key revoke "$old" > /dev/null 2> tmp/revoke.err; then
+		echo "Revoked the previous demo key $old."
+	elif ! grep -q 'HTTP 404' tmp/revoke.err; then
+		fail "could not revoke the previous demo key $old:" tmp/revoke.err
+	fi
+	rm -f tmp/demo-key-id tmp/revoke.err
+fi
+
 key_json=$(bin/caddy platform key create --user demo-user --roles demo --label "make run" --json)
 key=$(printf '%s' "$key_json" | sed -n 's/.*"key": *"\([^"]*\)".*/\1/p')
+key_id=$(printf '%s' "$key_json" | sed -n 's/.*"keyId": *"\([^"]*\)".*/\1/p')
+[ -n "$key" ] && [ -n "$key_id" ] || fail "could not create the demo key: $key_json"
+printf '%s\n' "$key_id" > tmp/demo-key-id
 bin/caddy platform subscribe --user demo-user --service echo --product free --status ACTIVE > /dev/null
 bin/caddy platform subscribe --user demo-user --service jobs --product words --status ACTIVE > /dev/null
 bin/caddy platform subscribe --user demo-user --service wordcount --product words --status ACTIVE > /dev/null
@@ -96,7 +170,7 @@ echo "usage (examples/reporter):"
 echo "  curl -H '$auth' -d 'count these words please' http://127.0.0.1:9003/count"
 echo
 echo "First call:"
-curl -sS -H "$auth" "$url"
+curl -sS -H "$auth" "$(at "$url")" || fail "the first call through the gateway failed; see tmp/caddy.log" tmp/caddy.log
 echo
 echo "Usage so far:  bin/caddy platform usage --user demo-user"
 echo "Reload after editing Caddyfile.example (the store path must stay the same):"

@@ -3,6 +3,7 @@ package sdk
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -101,6 +102,9 @@ type settings struct {
 	responseSecrets         []string
 	rebase                  bool
 	userAgent               string
+	rootCAs                 *x509.CertPool
+	// err collects what options found wrong, for NewClient to return.
+	err error
 }
 
 // WithUsagePrefix sets the path prefix of the usage service: /api/usage by
@@ -190,6 +194,15 @@ func NewClient(baseURL, serviceID, secret string, opts ...Option) (*Client, erro
 	}
 	for _, opt := range opts {
 		opt(&s)
+	}
+	if s.err != nil {
+		return nil, fmt.Errorf("sdk: NewClient: %w", s.err)
+	}
+	if s.rootCAs != nil && s.httpClient != nil {
+		return nil, errors.New("sdk: NewClient: WithRootCAs/WithCAFile and WithHTTPClient both given; set RootCAs in the TLS config of your client's transport instead")
+	}
+	if s.rootCAs != nil {
+		s.httpClient = httpClientWithRoots(s.rootCAs)
 	}
 	if serviceID == "" {
 		return nil, errors.New("sdk: NewClient: empty service id")
@@ -350,20 +363,23 @@ func (c *Client) do(ctx context.Context, x exchange) outcome {
 
 func (c *Client) shouldRetry(x exchange, o outcome) bool {
 	if o.err != nil {
-		return !errors.Is(o.err, errNotRetryable)
+		var nr notRetryable
+		return !errors.As(o.err, &nr)
 	}
 	return transientStatus(o.status) && !x.answers[o.status]
 }
 
-// errNotRetryable marks a failure that happens before anything is sent
-// and would happen again (a malformed URL).
-var errNotRetryable = errors.New("not retryable")
+// notRetryable marks a failure that would happen again: a malformed URL,
+// a certificate this host does not trust.
+type notRetryable struct{ error }
+
+func (n notRetryable) Unwrap() error { return n.error }
 
 // attempt sends the exchange once and reads the whole answer.
 func (c *Client) attempt(ctx context.Context, x exchange) outcome {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, x.url, nil)
 	if err != nil {
-		return outcome{err: fmt.Errorf("%w: %w", errNotRetryable, err)}
+		return outcome{err: notRetryable{err}}
 	}
 	body := x.body
 	req.Body = io.NopCloser(bytes.NewReader(body))
@@ -384,6 +400,11 @@ func (c *Client) attempt(ctx context.Context, x exchange) outcome {
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
+		// A certificate this host does not trust will not be trusted on
+		// the next attempt either: say so, and what to do, at once.
+		if hint := certificateHint(err); hint != nil {
+			return outcome{err: notRetryable{hint}}
+		}
 		return outcome{err: err}
 	}
 	defer resp.Body.Close()

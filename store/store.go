@@ -30,6 +30,7 @@ type Store interface {
 	Subscriptions
 	Meter
 	Jobs
+	Views
 	// PruneIdempotency forgets idempotency keys claimed before cutoff.
 	PruneIdempotency(ctx context.Context, cutoff time.Time) (int, error)
 	// Close releases the store; in-flight commits finish first.

@@ -15,6 +15,10 @@
 //	GATEWAY_URL         base URL of the gateway's usage routes (default
 //	                    http://127.0.0.1:8080); progress and completion go
 //	                    to the URLs the gateway hands out with each job
+//	GATEWAY_CA_FILE     PEM file of an extra CA to trust for an https GATEWAY_URL:
+//	                    Caddy's local root for an https://localhost site
+//	                    (~/.local/share/caddy/pki/authorities/local/root.crt);
+//	                    SSL_CERT_FILE works too (it replaces the system roots)
 //	SERVICE_ID          the service's id in the catalog (default jobs)
 //	JOB_STEP            how long each half of a job takes (default 2s), so a
 //	                    caller polling sees it RUNNING
@@ -56,7 +60,7 @@ func main() {
 	}
 	defer closeLog()
 	client, err := sdk.NewClient(envOr("GATEWAY_URL", "http://127.0.0.1:8080"), envOr("SERVICE_ID", "jobs"), secret,
-		sdk.WithBrand(brand), sdk.WithReconciliationLog(recon))
+		sdk.WithBrand(brand), sdk.WithCAFile(os.Getenv("GATEWAY_CA_FILE")), sdk.WithReconciliationLog(recon))
 	if err != nil {
 		log.Fatal(err)
 	}

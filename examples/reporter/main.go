@@ -16,6 +16,10 @@
 //	BACKEND_ADDR        where to listen (default 127.0.0.1:9003)
 //	GATEWAY_URL         base URL of the gateway's usage and core routes
 //	                    (default http://127.0.0.1:8080)
+//	GATEWAY_CA_FILE     PEM file of an extra CA to trust for an https GATEWAY_URL:
+//	                    Caddy's local root for an https://localhost site
+//	                    (~/.local/share/caddy/pki/authorities/local/root.crt);
+//	                    SSL_CERT_FILE works too (it replaces the system roots)
 //	SERVICE_ID          the service's id in the catalog (default wordcount)
 //	RECONCILIATION_LOG  file the JSON-lines reconciliation log is appended to,
 //	                    one line per report (default: standard error); keep
@@ -51,7 +55,7 @@ func main() {
 	}
 	defer closeLog()
 	client, err := sdk.NewClient(envOr("GATEWAY_URL", "http://127.0.0.1:8080"), envOr("SERVICE_ID", "wordcount"), secret,
-		sdk.WithBrand(brand), sdk.WithReconciliationLog(recon))
+		sdk.WithBrand(brand), sdk.WithCAFile(os.Getenv("GATEWAY_CA_FILE")), sdk.WithReconciliationLog(recon))
 	if err != nil {
 		log.Fatal(err)
 	}

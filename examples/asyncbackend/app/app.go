@@ -189,7 +189,7 @@ func (b *Backend) progress(cc *sdk.CallerContext, p sdk.Progress) {
 	ctx, cancel := context.WithTimeout(b.work, reportTimeout)
 	defer cancel()
 	if _, err := b.cfg.Client.ReportProgress(ctx, cc.Job.ProgressURL, p); err != nil {
-		b.log.Printf("job %s: progress %s: %v", cc.Job.RequestID, p.Stage, err)
+		b.log.Printf("ERROR job %s: progress %q not reported (the job goes on): %v", cc.Job.RequestID, p.Stage, err)
 	}
 }
 
@@ -213,7 +213,10 @@ func (b *Backend) complete(cc *sdk.CallerContext, c sdk.Completion) {
 	c.Endpoint = "POST /upper"
 	ack, err := b.cfg.Client.ReportCompletion(ctx, cc.Job.CallbackURL, c)
 	if err != nil {
-		b.log.Printf("job %s: completion: %v", cc.Job.RequestID, err)
+		// The caller sees the job PENDING or RUNNING until it expires
+		// (job_ttl, 24 h by default): this line is how anyone learns why.
+		b.log.Printf("ERROR job %s of %s: completion NOT reported, the job stays open on the gateway until it expires: %v",
+			cc.Job.RequestID, cc.UserID, err)
 		return
 	}
 	b.log.Printf("job %s of %s: %s", cc.Job.RequestID, cc.UserID, ack.Status)

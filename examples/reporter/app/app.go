@@ -199,7 +199,7 @@ func (rp *reporter) count(w http.ResponseWriter, r *http.Request) {
 		// Refused: nothing was counted, so nothing is handed over. A
 		// subscription that ended since the estimate is the caller's
 		// matter; anything else is this backend's.
-		rp.cfg.Logger.Printf("count %s: usage refused: %v", answer.RequestID, err)
+		rp.cfg.Logger.Printf("ERROR count %s: usage refused: %v", answer.RequestID, err)
 		if apiErr.Status == http.StatusForbidden {
 			writeError(w, http.StatusForbidden, apiErr.Code, apiErr.Message)
 		} else {
@@ -210,7 +210,7 @@ func (rp *reporter) count(w http.ResponseWriter, r *http.Request) {
 		// No definitive answer: the usage may or may not be counted. The
 		// reconciliation log holds the report and its idempotency key, to
 		// be sent again later; the caller gets the work it was promised.
-		rp.cfg.Logger.Printf("count %s: usage outcome unknown, resend it from the reconciliation log: %v", answer.RequestID, err)
+		rp.cfg.Logger.Printf("ERROR count %s: usage outcome unknown, resend it from the reconciliation log: %v", answer.RequestID, err)
 	default:
 		answer.UnitLabel = res.UnitLabel
 		answer.UnitsRemaining = res.Breakdown.UnitsRemaining

@@ -1,0 +1,204 @@
+// Package scripts_test runs the checks of scripts/run-demo.sh (what `make
+// run` runs) against a copy of the script in a temp directory, with stand-in
+// binaries, so it never touches the demo's real ports.
+package scripts_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// demoRoot lays out a temp repository root with scripts/run-demo.sh and
+// the given stand-in executables under bin/, and returns it.
+func demoRoot(t *testing.T, bins map[string]string) string {
+	t.Helper()
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("bash is not installed")
+	}
+	root := t.TempDir()
+	script, err := os.ReadFile("run-demo.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for dir, files := range map[string]map[string]string{
+		"scripts": {"run-demo.sh": string(script)},
+		"bin":     bins,
+	} {
+		if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for name, body := range files {
+			if err := os.WriteFile(filepath.Join(root, dir, name), []byte(body), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return root
+}
+
+// runDemo runs the script with the extra environment, bounded to 40 s, and
+// returns its exit error and standard error.
+func runDemo(t *testing.T, root string, env ...string) (error, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "scripts", "run-demo.sh"))
+	cmd.Env = append(os.Environ(), env...)
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &bytes.Buffer{}, &stderr
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("run-demo.sh did not stop within 40 s; stderr:\n%s", stderr.String())
+	}
+	return err, stderr.String()
+}
+
+// A port of the demo already taken (here by this test; in the report, by a
+// foreign server on 9001 that the demo then proxied to) stops the script
+// before it starts anything, naming the port.
+func TestRunDemoRefusesBusyPort(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	marker := filepath.Join(t.TempDir(), "started")
+	stub := "#!/bin/sh\ntouch " + marker + "\nexec sleep 30\n"
+	root := demoRoot(t, map[string]string{
+		"caddy": stub, "example-backend": stub, "example-asyncbackend": stub, "example-reporter": stub,
+	})
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	freePort := strconv.Itoa(free.Addr().(*net.TCPAddr).Port)
+	free.Close()
+
+	err, stderr := runDemo(t, root, "DEMO_PORTS="+freePort+" "+port)
+	if err == nil {
+		t.Fatalf("run-demo.sh succeeded with port %s taken; stderr:\n%s", port, stderr)
+	}
+	want := "port(s) " + port + " on 127.0.0.1 already in use"
+	if !strings.Contains(stderr, want) || strings.Contains(stderr, "port(s) "+freePort) {
+		t.Errorf("stderr does not say %q (and only that port):\n%s", want, stderr)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("run-demo.sh started a process although a port was taken")
+	}
+}
+
+// A backend that exits right after starting (here: it could not bind)
+// fails the script at once with its name and the last lines of its log,
+// instead of the demo claiming success.
+func TestRunDemoReportsDeadBackend(t *testing.T) {
+	sleeper := "#!/bin/sh\nexec sleep 30\n"
+	root := demoRoot(t, map[string]string{
+		"caddy":                sleeper,
+		"example-backend":      "#!/bin/sh\necho 'listen tcp 127.0.0.1:9001: bind: address already in use' >&2\nexit 1\n",
+		"example-asyncbackend": sleeper,
+		"example-reporter":     sleeper,
+	})
+	err, stderr := runDemo(t, root, "DEMO_PORTS=")
+	if err == nil {
+		t.Fatalf("run-demo.sh succeeded with a dead backend; stderr:\n%s", stderr)
+	}
+	for _, want := range []string{
+		"run-demo: examples/backend exited (status 1) right after starting.",
+		"--- last lines of tmp/backend.log:",
+		"bind: address already in use",
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+}
+
+// Each run revokes the demo key of the run before, so only the key it
+// prints works. The stand-in caddy creates numbered keys and records the
+// revocations it is asked for.
+func TestRunDemoRevokesPreviousKey(t *testing.T) {
+	state := t.TempDir()
+	caddy := `#!/bin/sh
+state=` + state + `
+case "$1 $2 $3" in
+"run "*) exec sleep 30 ;;
+"platform key create")
+	n=$(cat "$state/n" 2>/dev/null || echo 0); n=$((n + 1)); echo "$n" > "$state/n"
+	printf '{"keyId":"key_demo%s","key":"psk_demo%s","userId":"demo-user"}\n' "$n" "$n" ;;
+"platform key revoke") echo "$4" >> "$state/revoked" ;;
+"platform subscribe"*) ;;
+*) echo "unexpected: $*" >&2; exit 1 ;;
+esac
+`
+	sleeper := "#!/bin/sh\nexec sleep 30\n"
+	root := demoRoot(t, map[string]string{
+		"caddy": caddy, "example-backend": sleeper, "example-asyncbackend": sleeper, "example-reporter": sleeper,
+	})
+	// Every readiness check and the first call land here.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "{}") }))
+	defer srv.Close()
+
+	// run starts the demo, waits for its closing line, stops it as Ctrl-C
+	// would, and returns what it printed.
+	run := func() string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "scripts", "run-demo.sh"))
+		cmd.Env = append(os.Environ(), "DEMO_PORTS=", "DEMO_CHECK_URL="+srv.URL)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var out strings.Builder
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			out.WriteString(sc.Text() + "\n")
+			if strings.Contains(sc.Text(), "Ctrl-C stops everything.") {
+				break
+			}
+		}
+		cmd.Process.Signal(syscall.SIGTERM)
+		go io.Copy(io.Discard, stdout)
+		cmd.Wait()
+		if !strings.Contains(out.String(), "Ctrl-C stops everything.") {
+			t.Fatalf("the demo did not come up; stdout:\n%s\nstderr:\n%s", out.String(), stderr.String())
+		}
+		return out.String()
+	}
+
+	first := run()
+	if !strings.Contains(first, "psk_demo1") || strings.Contains(first, "Revoked") {
+		t.Errorf("first run printed:\n%s", first)
+	}
+	if _, err := os.Stat(filepath.Join(state, "revoked")); err == nil {
+		t.Error("the first run revoked a key")
+	}
+	second := run()
+	if !strings.Contains(second, "Revoked the previous demo key key_demo1.") || !strings.Contains(second, "psk_demo2") {
+		t.Errorf("second run printed:\n%s", second)
+	}
+	revoked, _ := os.ReadFile(filepath.Join(state, "revoked"))
+	if string(revoked) != "key_demo1\n" {
+		t.Errorf("revoked %q, want key_demo1 only", revoked)
+	}
+}
