@@ -82,20 +82,24 @@ type coreCall struct {
 	svc *catalog.Service
 }
 
-// validation is the 200 body of validate.
+// validation is the 200 body of validate: the fields, their order and
+// "error": null of the upstream contract's fixture (validate-success-v3),
+// so SDKs that compare against it, or read error to tell success, see the
+// same body.
 type validation struct {
 	Valid                   bool     `json:"valid"`
+	ServiceKeyID            string   `json:"serviceKeyId"`
 	UserID                  string   `json:"userId"`
 	ServiceID               string   `json:"serviceId"`
-	ServiceKeyID            string   `json:"serviceKeyId"`
 	ServiceProductID        string   `json:"serviceProductId"`
 	Roles                   []string `json:"roles"`
-	ValidationSchemaVersion int      `json:"validationSchemaVersion"`
 	SubscriptionStatus      string   `json:"subscriptionStatus"`
 	BillingModelType        *string  `json:"billingModelType"`
 	MeasurementType         *string  `json:"measurementType"`
 	UnitLabel               *string  `json:"unitLabel"`
 	Timestamp               int64    `json:"timestamp"`
+	Error                   *string  `json:"error"` // always null: a success
+	ValidationSchemaVersion int      `json:"validationSchemaVersion"`
 }
 
 // validationFailure is the 401 body of validate: the validation shape
