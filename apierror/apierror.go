@@ -110,7 +110,11 @@ func (e *Error) WithRequestID(id string) *Error {
 }
 
 // Write sends the error as JSON with its status.
-func Write(w http.ResponseWriter, e *Error) {
+func Write(w http.ResponseWriter, e *Error) { WriteStatus(w, Status(e.Code), e) }
+
+// WriteStatus sends the error as JSON with the given status instead of its
+// code's: a service_error that mirrors the status a backend answered.
+func WriteStatus(w http.ResponseWriter, status int, e *Error) {
 	body, _ := json.Marshal(e)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
@@ -120,6 +124,6 @@ func Write(w http.ResponseWriter, e *Error) {
 	if e.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(e.RetryAfter))
 	}
-	w.WriteHeader(Status(e.Code))
+	w.WriteHeader(status)
 	w.Write(append(body, '\n'))
 }

@@ -61,6 +61,7 @@ func parsePlatform(d *caddyfile.Dispenser, existing any) (any, error) {
 //			backend <http(s)://host[:port][/path]>
 //			secret  <secret> [<previous secret>]
 //			owners  <user id>...
+//			sync_response raw|wrapped                # raw
 //			endpoint <id> [{
 //				methods <GET|POST|PUT|DELETE>...
 //				path    <path>
@@ -68,6 +69,7 @@ func parsePlatform(d *caddyfile.Dispenser, existing any) (any, error) {
 //				async
 //				streaming
 //				allow_upgrade
+//				sync_response raw|wrapped        # the service's
 //			}]
 //			product <id> {
 //				billing      SUBSCRIPTION|PREPAID|USAGE_POSTPAID|USAGE_INSTANT
@@ -267,6 +269,8 @@ func parseService(d *caddyfile.Dispenser) (*catalog.Service, error) {
 			if err == nil && len(s.Secrets) == 2 && s.Secrets[0] == s.Secrets[1] {
 				err = d.Errf("secret '%s' given twice; the second secret is the previous one during a rotation", s.Secrets[0])
 			}
+		case "sync_response":
+			s.SyncResponse, err = enumArg(d, strings.ToLower, syncResponses)
 		case "owners":
 			var owners []string
 			if owners, err = lineArgs(d, 1, -1); err == nil {
@@ -357,6 +361,8 @@ func parseEndpoint(d *caddyfile.Dispenser, service string) (*catalog.Endpoint, e
 			e.Streaming, err = flagArg(d)
 		case "allow_upgrade":
 			e.AllowUpgrade, err = flagArg(d)
+		case "sync_response":
+			e.SyncResponse, err = enumArg(d, strings.ToLower, syncResponses)
 		default:
 			err = seen.unknown(d)
 		}
@@ -372,6 +378,7 @@ var (
 	measurementTypes = []string{billing.PerRequest, billing.PerToken, billing.PerByte, billing.PerTimeUnit}
 	periods          = []string{"day", "week", "month", "year"}
 	overages         = []string{"block", "allow"}
+	syncResponses    = []string{catalog.SyncRaw, catalog.SyncWrapped}
 )
 
 // parseProduct reads `product <id> { … }` and checks it as the catalog will.

@@ -156,6 +156,8 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"duplicate path", "platform {\n\tservice s {\n" + svc + "\t\tendpoint f {\n\t\t\tpath /a\n\t\t\tpath /b\n\t\t}\n\t}\n}", []string{"duplicate", "'path'", "endpoint 'f'"}, 9},
 		{"duplicate price", "platform {\n\tservice s {\n" + svc + "\t\tproduct p {\n\t\t\tprice 1\n\t\t\tprice 2\n\t\t}\n\t}\n}", []string{"duplicate", "'price'", "product 'p'"}, 9},
 		{"second platform block", "platform {\n}\nplatform {\n}", []string{"'platform' given twice"}, 4},
+		{"bad sync_response", "platform {\n\tservice s {\n" + svc + "\t\tsync_response json\n\t}\n}", []string{"sync_response 'json' is not one of raw, wrapped"}, 7},
+		{"duplicate endpoint sync_response", "platform {\n\tservice s {\n" + svc + "\t\tendpoint f {\n\t\t\tsync_response raw\n\t\t\tsync_response wrapped\n\t\t}\n\t}\n}", []string{"duplicate", "'sync_response'", "endpoint 'f'"}, 9},
 
 		// argument counts
 		{"platform argument", "platform x {\n}", []string{"'x'", "no arguments"}, 2},
