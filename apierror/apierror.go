@@ -18,6 +18,7 @@ const (
 	KeyExpired                   = "key_expired"
 	InvalidSignature             = "invalid_signature"
 	StaleTimestamp               = "stale_timestamp"
+	InvalidToken                 = "invalid_token"
 	NoSubscription               = "no_subscription"
 	SubscriptionInactive         = "subscription_inactive"
 	InsufficientCredits          = "insufficient_credits"
@@ -46,6 +47,7 @@ var statuses = map[string]int{
 	KeyExpired:                   http.StatusUnauthorized,
 	InvalidSignature:             http.StatusUnauthorized,
 	StaleTimestamp:               http.StatusUnauthorized,
+	InvalidToken:                 http.StatusUnauthorized,
 	NoSubscription:               http.StatusForbidden,
 	SubscriptionInactive:         http.StatusForbidden,
 	InsufficientCredits:          http.StatusForbidden,

@@ -41,6 +41,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("platform catalog: %w", err)
 	}
 	a.catalog = cat
+	if a.jwt, err = a.JWT.verifier(repl); err != nil {
+		return fmt.Errorf("platform jwt: %w", err)
+	}
 
 	path, err := filepath.Abs(a.Store)
 	if err != nil {
