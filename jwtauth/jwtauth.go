@@ -175,7 +175,7 @@ func (v *Verifier) UserID(token string) (string, error) {
 		return "", fmt.Errorf("%w: longer than %d bytes", ErrInvalid, MaxTokenBytes)
 	}
 	claims := jwt.MapClaims{}
-	if _, err := v.parser.ParseWithClaims(token, claims, v.key); err != nil {
+	if _, err := v.parser.ParseWithClaims(token, claims, v.keysFor); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	user, ok := claims[v.claim].(string)
@@ -185,11 +185,11 @@ func (v *Verifier) UserID(token string) (string, error) {
 	return user, nil
 }
 
-// key picks the verification keys for a token whose algorithm the parser
-// has already checked against the allowed ones.
-func (v *Verifier) key(t *jwt.Token) (any, error) {
+// keysFor picks the verification keys for a token whose algorithm the
+// parser has already checked against the allowed ones.
+func (v *Verifier) keysFor(t *jwt.Token) (any, error) {
 	alg := t.Method.Alg()
-	if alg == jwt.SigningMethodHS256.Alg() {
+	if alg == "HS256" {
 		return v.hs, nil
 	}
 	if kid, ok := t.Header["kid"].(string); ok {
@@ -198,9 +198,9 @@ func (v *Verifier) key(t *jwt.Token) (any, error) {
 		}
 	}
 	switch alg {
-	case jwt.SigningMethodRS256.Alg():
+	case "RS256":
 		return jwt.VerificationKeySet{Keys: v.rsa}, nil
-	case jwt.SigningMethodES256.Alg():
+	case "ES256":
 		return jwt.VerificationKeySet{Keys: v.ec}, nil
 	}
 	return nil, fmt.Errorf("algorithm %s not allowed", alg)
