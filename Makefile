@@ -9,7 +9,7 @@
 #                empty one (minutes, several GB in a temp dir)
 #   make bench-micro  the go test micro-benchmarks (benchstat-friendly)
 #   make build   just the binary (bin/caddy)
-#   make xcaddy  the same binary built the xcaddy way
+#   make xcaddy  the same binary built the xcaddy way (bin/caddy-xcaddy)
 #   make lint    go vet, gofmt and staticcheck (CI runs it too)
 
 GO      ?= go
@@ -51,10 +51,21 @@ lint: vet
 	cd tools/staticcheck && $(GO) build -o ../../$(BIN)/staticcheck honnef.co/go/tools/cmd/staticcheck
 	$(BIN)/staticcheck ./...
 
-xcaddy:
-	$(GO) install github.com/caddyserver/xcaddy/cmd/xcaddy@v0.4.5
-	XCADDY_SKIP_CLEANUP=0 $$($(GO) env GOPATH)/bin/xcaddy build v2.11.9 \
-		--output $(CADDY) --with github.com/platformgw/gateway=.
+# xcaddy itself is built from the tools module (tools/xcaddy/go.mod pins
+# its version), as `go install …@version` is not available everywhere; the
+# Caddy version is the one go.mod requires, so both builds are the same
+# Caddy. The root package imports every module package, which is what
+# xcaddy's generated main imports.
+XCADDY        := $(BIN)/xcaddy
+CADDY_XCADDY  := $(BIN)/caddy-xcaddy
+CADDY_VERSION  = $(shell $(GO) list -m -f '{{.Version}}' github.com/caddyserver/caddy/v2)
+
+$(XCADDY): tools/xcaddy/go.mod tools/xcaddy/go.sum
+	cd tools/xcaddy && $(GO) build -o ../../$(XCADDY) github.com/caddyserver/xcaddy/cmd/xcaddy
+
+xcaddy: $(XCADDY)
+	XCADDY_SKIP_CLEANUP=0 $(XCADDY) build $(CADDY_VERSION) \
+		--output $(CADDY_XCADDY) --with github.com/platformgw/gateway@v0.0.0=.
 
 # The seed corpora (*/testdata/fuzz/) already run as tests in make test;
 # this fuzzes each target for new inputs (scripts/fuzz.sh lists them).

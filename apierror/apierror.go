@@ -18,6 +18,7 @@ const (
 	KeyExpired                   = "key_expired"
 	InvalidSignature             = "invalid_signature"
 	StaleTimestamp               = "stale_timestamp"
+	InvalidToken                 = "invalid_token"
 	NoSubscription               = "no_subscription"
 	SubscriptionInactive         = "subscription_inactive"
 	InsufficientCredits          = "insufficient_credits"
@@ -46,6 +47,7 @@ var statuses = map[string]int{
 	KeyExpired:                   http.StatusUnauthorized,
 	InvalidSignature:             http.StatusUnauthorized,
 	StaleTimestamp:               http.StatusUnauthorized,
+	InvalidToken:                 http.StatusUnauthorized,
 	NoSubscription:               http.StatusForbidden,
 	SubscriptionInactive:         http.StatusForbidden,
 	InsufficientCredits:          http.StatusForbidden,
@@ -110,7 +112,11 @@ func (e *Error) WithRequestID(id string) *Error {
 }
 
 // Write sends the error as JSON with its status.
-func Write(w http.ResponseWriter, e *Error) {
+func Write(w http.ResponseWriter, e *Error) { WriteStatus(w, Status(e.Code), e) }
+
+// WriteStatus sends the error as JSON with the given status instead of its
+// code's: a service_error that mirrors the status a backend answered.
+func WriteStatus(w http.ResponseWriter, status int, e *Error) {
 	body, _ := json.Marshal(e)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
@@ -120,6 +126,6 @@ func Write(w http.ResponseWriter, e *Error) {
 	if e.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(e.RetryAfter))
 	}
-	w.WriteHeader(Status(e.Code))
+	w.WriteHeader(status)
 	w.Write(append(body, '\n'))
 }

@@ -31,7 +31,7 @@ func TestWrite(t *testing.T) {
 func TestStatuses(t *testing.T) {
 	// The table of DESIGN.md, section 3 "Errors".
 	want := map[string]int{
-		MissingKey: 401, InvalidKey: 401, KeyRevoked: 401, KeyExpired: 401, InvalidSignature: 401, StaleTimestamp: 401,
+		MissingKey: 401, InvalidKey: 401, KeyRevoked: 401, KeyExpired: 401, InvalidSignature: 401, StaleTimestamp: 401, InvalidToken: 401,
 		NoSubscription: 403, SubscriptionInactive: 403, InsufficientCredits: 403,
 		ServiceNotFound: 404, EndpointNotFound: 404, RequestNotFound: 404, MethodNotAllowed: 405,
 		RequestAlreadyCompleted: 409, PayloadTooLarge: 413, InvalidRequest: 400, TimeUnitInvocationNotAllowed: 400,

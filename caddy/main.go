@@ -9,10 +9,9 @@ import (
 	// Caddy's standard modules: the HTTP server, reverse_proxy, TLS, metrics.
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
-	// The platform gateway: app, handlers, admin API and CLI.
-	_ "github.com/platformgw/gateway/platform"
-	_ "github.com/platformgw/gateway/platformgw"
-	_ "github.com/platformgw/gateway/usagehandler"
+	// The platform gateway: app, handlers, admin API and CLI (the root
+	// package imports each module package, as xcaddy's main does).
+	_ "github.com/platformgw/gateway"
 )
 
 func main() {

@@ -27,6 +27,11 @@ type Service struct {
 	Owners    []string           `json:"owners,omitempty"`
 	Endpoints []*Endpoint        `json:"endpoints"`
 	Products  []*billing.Product `json:"products,omitempty"`
+	// SyncResponse is how a sync invoke answers the caller: SyncRaw (the
+	// default) passes the backend's response through, SyncWrapped puts a
+	// 2xx body into the result object of the upstream platform's default
+	// mode. Endpoints may override it.
+	SyncResponse string `json:"sync_response,omitempty"`
 
 	backend  *url.URL
 	secrets  [][]byte
@@ -58,9 +63,21 @@ type Endpoint struct {
 	// AllowUpgrade lets callers send an Upgrade header (WebSocket); an h2c
 	// offer is ignored by the gateway, not an upgrade.
 	AllowUpgrade bool `json:"allow_upgrade,omitempty"`
+	// SyncResponse overrides the service's sync_response for this
+	// endpoint; empty inherits it.
+	SyncResponse string `json:"sync_response,omitempty"`
 
 	methods map[string]bool
+	wrapped bool
 }
+
+// The values of sync_response.
+const (
+	SyncRaw     = "raw"
+	SyncWrapped = "wrapped"
+)
+
+func validSyncResponse(v string) bool { return v == "" || v == SyncRaw || v == SyncWrapped }
 
 // Catalog is the compiled set of services.
 type Catalog struct {
@@ -117,6 +134,9 @@ func (s *Service) compile(resolve func(string) (string, error)) error {
 		}
 		s.secrets = append(s.secrets, []byte(sec))
 	}
+	if !validSyncResponse(s.SyncResponse) {
+		return fmt.Errorf("service %s: sync_response %q is not raw or wrapped", s.ID, s.SyncResponse)
+	}
 	s.owners = make(map[string]bool, len(s.Owners))
 	for _, o := range s.Owners {
 		s.owners[o] = true
@@ -126,7 +146,7 @@ func (s *Service) compile(resolve func(string) (string, error)) error {
 	}
 	s.byID = make(map[string]*Endpoint, len(s.Endpoints))
 	for _, e := range s.Endpoints {
-		if err := e.compile(); err != nil {
+		if err := e.compile(s.SyncResponse); err != nil {
 			return fmt.Errorf("service %s: %w", s.ID, err)
 		}
 		if _, dup := s.byID[e.ID]; dup {
@@ -153,10 +173,15 @@ func (s *Service) compile(resolve func(string) (string, error)) error {
 	return nil
 }
 
-func (e *Endpoint) compile() error {
+// compile checks the endpoint; serviceSync is the service's sync_response.
+func (e *Endpoint) compile(serviceSync string) error {
 	if !ValidID(e.ID) {
 		return fmt.Errorf("endpoint id %q: letters, digits, '.', '_', '~' and '-' only", e.ID)
 	}
+	if !validSyncResponse(e.SyncResponse) {
+		return fmt.Errorf("endpoint %s: sync_response %q is not raw or wrapped", e.ID, e.SyncResponse)
+	}
+	e.wrapped = e.SyncResponse == SyncWrapped || e.SyncResponse == "" && serviceSync == SyncWrapped
 	if e.Path == "" {
 		e.Path = "/" + e.ID
 	}
@@ -221,6 +246,11 @@ func (s *Service) IsOwner(userID string) bool { return s.owners[userID] }
 
 // Allows reports whether the endpoint accepts the HTTP method.
 func (e *Endpoint) Allows(method string) bool { return e.methods[method] }
+
+// WrapsSyncResponse reports whether a sync invoke of the endpoint answers
+// with the wrapped result object (sync_response wrapped, set on the
+// endpoint or inherited from its service).
+func (e *Endpoint) WrapsSyncResponse() bool { return e.wrapped }
 
 // UnitCost is the units one call costs or reserves.
 func (e *Endpoint) UnitCost() billing.Units {

@@ -89,6 +89,8 @@ func TestCompileRefuses(t *testing.T) {
 		{"bad product", func(s *Service) { s.Products[0].BillingModel = "FREE" }, "billing model"},
 		{"duplicate product", func(s *Service) { s.Products = append(s.Products, s.Products[0]) }, "declared twice"},
 		{"nil product", func(s *Service) { s.Products = append(s.Products, nil) }, "empty product"},
+		{"bad service sync_response", func(s *Service) { s.SyncResponse = "json" }, "sync_response"},
+		{"bad endpoint sync_response", func(s *Service) { s.Endpoints[0].SyncResponse = "Wrapped" }, "sync_response"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -112,6 +114,29 @@ func TestValidID(t *testing.T) {
 	} {
 		if ValidID(id) != ok {
 			t.Errorf("ValidID(%q) = %v", id, !ok)
+		}
+	}
+}
+
+func TestSyncResponse(t *testing.T) {
+	for _, tc := range []struct {
+		service, endpoint string
+		want              bool
+	}{
+		{"", "", false},
+		{SyncRaw, "", false},
+		{SyncWrapped, "", true},
+		{SyncWrapped, SyncRaw, false},
+		{"", SyncWrapped, true},
+		{SyncRaw, SyncWrapped, true},
+	} {
+		s := service()
+		s.SyncResponse, s.Endpoints[0].SyncResponse = tc.service, tc.endpoint
+		if _, err := Compile([]*Service{s}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Endpoints[0].WrapsSyncResponse(); got != tc.want {
+			t.Errorf("service %q, endpoint %q: wrapped %v, want %v", tc.service, tc.endpoint, got, tc.want)
 		}
 	}
 }

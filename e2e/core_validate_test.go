@@ -35,9 +35,13 @@ func TestCoreValidate(t *testing.T) {
 		a := corePost(t, usageSigned{URL: coreValidateURL, Secret: coreSecret, Body: body}, coreSecret)
 		a.expect(t, 200, "")
 		a.mustSigned(t)
-		want := fmt.Sprintf(`{"valid":true,"userId":"u-val","serviceId":"pre","serviceKeyId":%q,"serviceProductId":"basic",`+
-			`"roles":["roleA","roleB"],"validationSchemaVersion":3,"subscriptionStatus":"TRIAL","billingModelType":"SUBSCRIPTION",`+
-			`"measurementType":"PER_REQUEST","unitLabel":"request","timestamp":%s}`, rec.ID, a.Timestamp)
+		// The upstream fixture's fields in its order, "error": null included.
+		want := fmt.Sprintf(`{"valid":true,"serviceKeyId":%q,"userId":"u-val","serviceId":"pre","serviceProductId":"basic",`+
+			`"roles":["roleA","roleB"],"subscriptionStatus":"TRIAL","billingModelType":"SUBSCRIPTION",`+
+			`"measurementType":"PER_REQUEST","unitLabel":"request","timestamp":%s,"error":null,"validationSchemaVersion":3}`, rec.ID, a.Timestamp)
+		if !isUUID(rec.ID) {
+			t.Errorf("serviceKeyId %q is not a UUID", rec.ID)
+		}
 		if string(a.Body) != want {
 			t.Errorf("body\n got %s\nwant %s", a.Body, want)
 		}
@@ -65,9 +69,9 @@ func TestCoreValidate(t *testing.T) {
 		a := corePost(t, usageSigned{URL: coreValidateURL, Secret: coreSecret, Body: body}, coreSecret)
 		a.expect(t, 200, "")
 		a.mustSigned(t)
-		want := fmt.Sprintf(`{"valid":true,"userId":"owner-1","serviceId":"pre","serviceKeyId":%q,"serviceProductId":"",`+
-			`"roles":[],"validationSchemaVersion":3,"subscriptionStatus":"ACTIVE","billingModelType":null,`+
-			`"measurementType":null,"unitLabel":null,"timestamp":%s}`, ownerRec.ID, a.Timestamp)
+		want := fmt.Sprintf(`{"valid":true,"serviceKeyId":%q,"userId":"owner-1","serviceId":"pre","serviceProductId":"",`+
+			`"roles":[],"subscriptionStatus":"ACTIVE","billingModelType":null,`+
+			`"measurementType":null,"unitLabel":null,"timestamp":%s,"error":null,"validationSchemaVersion":3}`, ownerRec.ID, a.Timestamp)
 		if string(a.Body) != want {
 			t.Errorf("body\n got %s\nwant %s", a.Body, want)
 		}

@@ -227,7 +227,7 @@ func TestAdminKeys(t *testing.T) {
 	if !servicekey.WellFormed(alice.Key) {
 		t.Fatalf("key %q is not well formed", alice.Key)
 	}
-	if !strings.HasPrefix(alice.ID, "key_") || alice.UserID != "alice" || alice.Label != "laptop" ||
+	if !isUUID(alice.ID) || alice.UserID != "alice" || alice.Label != "laptop" ||
 		!slices.Equal(alice.Roles, []string{"reader", "writer"}) || !alice.ExpiresAt.Equal(expires) ||
 		alice.Status != keyActive || alice.CreatedAt.IsZero() {
 		t.Errorf("created key %+v", alice)

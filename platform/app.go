@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/catalog"
+	"github.com/platformgw/gateway/jwtauth"
 	"github.com/platformgw/gateway/store"
 	"github.com/platformgw/gateway/store/boltstore"
 )
@@ -65,7 +66,10 @@ type App struct {
 	UsageMaxBodyBytes int64 `json:"usage_max_body_bytes,omitempty"`
 	// Services is the catalog.
 	Services []*catalog.Service `json:"services,omitempty"`
+	// JWT lets end users' JWTs authenticate the billing estimate (jwt.go).
+	JWT *JWTConfig `json:"jwt,omitempty"`
 
+	jwt     *jwtauth.Verifier
 	catalog *catalog.Catalog
 	// storePath is the store file (Store resolved); bolt is that store
 	// once open, and poolKey is set while this config holds a reference

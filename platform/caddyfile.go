@@ -57,10 +57,20 @@ func parsePlatform(d *caddyfile.Dispenser, existing any) (any, error) {
 //		result_max_bytes     <size>              # 16KiB
 //		max_body_bytes       <size>              # 10MiB
 //		usage_max_body_bytes <size>              # 1MiB
+//		jwt {                                    # end users' JWTs on the billing estimate
+//			hs256_secret <secret>                # 32 bytes or more
+//			public_key   <PEM file>...           # RS256 / ES256 keys; may repeat
+//			jwks_file    <JWKS file>
+//			issuer       <iss>
+//			audience     <aud>
+//			user_claim   <claim>                 # sub
+//			leeway       <duration>              # 30s
+//		}
 //		service <id> {
 //			backend <http(s)://host[:port][/path]>
 //			secret  <secret> [<previous secret>]
 //			owners  <user id>...
+//			sync_response raw|wrapped                # raw
 //			endpoint <id> [{
 //				methods <GET|POST|PUT|DELETE>...
 //				path    <path>
@@ -68,6 +78,7 @@ func parsePlatform(d *caddyfile.Dispenser, existing any) (any, error) {
 //				async [only]
 //				streaming
 //				allow_upgrade
+//				sync_response raw|wrapped        # the service's
 //			}]
 //			product <id> {
 //				billing      SUBSCRIPTION|PREPAID|USAGE_POSTPAID|USAGE_INSTANT
@@ -133,6 +144,8 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			a.MaxBodyBytes, err = sizeArg(d, math.MaxInt64)
 		case "usage_max_body_bytes":
 			a.UsageMaxBodyBytes, err = sizeArg(d, math.MaxInt64)
+		case "jwt":
+			a.JWT, err = parseJWT(d)
 		case "service":
 			var s *catalog.Service
 			at := d.Token()
@@ -153,6 +166,56 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 	}
 	return nil
+}
+
+// parseJWT reads the `jwt { … }` block; it needs at least one key.
+func parseJWT(d *caddyfile.Dispenser) (*JWTConfig, error) {
+	at := d.Token()
+	if d.NextArg() {
+		return nil, d.Errf("'jwt' takes no arguments, got '%s'; settings go in its block", d.Val())
+	}
+	c := &JWTConfig{}
+	seen := settings{block: "jwt"}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		name := d.Val()
+		if name != "public_key" {
+			if err := seen.once(d); err != nil {
+				return nil, err
+			}
+		}
+		var err error
+		switch name {
+		case "hs256_secret":
+			c.HS256Secret, err = oneArg(d)
+		case "public_key":
+			var files []string
+			if files, err = lineArgs(d, 1, -1); err == nil {
+				c.PublicKeyFiles = append(c.PublicKeyFiles, files...)
+			}
+		case "jwks_file":
+			c.JWKSFile, err = oneArg(d)
+		case "issuer":
+			c.Issuer, err = oneArg(d)
+		case "audience":
+			c.Audience, err = oneArg(d)
+		case "user_claim":
+			c.UserClaim, err = oneArg(d)
+		case "leeway":
+			c.Leeway, err = durationArg(d)
+			if err == nil && (c.Leeway < 0 || time.Duration(c.Leeway) > 5*time.Minute) {
+				err = d.Errf("leeway %s: between 0 and 5m", time.Duration(c.Leeway))
+			}
+		default:
+			err = seen.unknown(d)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if c.HS256Secret == "" && len(c.PublicKeyFiles) == 0 && c.JWKSFile == "" {
+		return nil, errAt(at, "jwt needs a key: hs256_secret, public_key or jwks_file")
+	}
+	return c, nil
 }
 
 // settings tracks the subdirectives of one block, so that a repeated
@@ -267,6 +330,8 @@ func parseService(d *caddyfile.Dispenser) (*catalog.Service, error) {
 			if err == nil && len(s.Secrets) == 2 && s.Secrets[0] == s.Secrets[1] {
 				err = d.Errf("secret '%s' given twice; the second secret is the previous one during a rotation", s.Secrets[0])
 			}
+		case "sync_response":
+			s.SyncResponse, err = enumArg(d, strings.ToLower, syncResponses)
 		case "owners":
 			var owners []string
 			if owners, err = lineArgs(d, 1, -1); err == nil {
@@ -368,6 +433,8 @@ func parseEndpoint(d *caddyfile.Dispenser, service string) (*catalog.Endpoint, e
 			e.Streaming, err = flagArg(d)
 		case "allow_upgrade":
 			e.AllowUpgrade, err = flagArg(d)
+		case "sync_response":
+			e.SyncResponse, err = enumArg(d, strings.ToLower, syncResponses)
 		default:
 			err = seen.unknown(d)
 		}
@@ -383,6 +450,7 @@ var (
 	measurementTypes = []string{billing.PerRequest, billing.PerToken, billing.PerByte, billing.PerTimeUnit}
 	periods          = []string{"day", "week", "month", "year"}
 	overages         = []string{"block", "allow"}
+	syncResponses    = []string{catalog.SyncRaw, catalog.SyncWrapped}
 )
 
 // parseProduct reads `product <id> { … }` and checks it as the catalog will.

@@ -156,6 +156,12 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"duplicate path", "platform {\n\tservice s {\n" + svc + "\t\tendpoint f {\n\t\t\tpath /a\n\t\t\tpath /b\n\t\t}\n\t}\n}", []string{"duplicate", "'path'", "endpoint 'f'"}, 9},
 		{"duplicate price", "platform {\n\tservice s {\n" + svc + "\t\tproduct p {\n\t\t\tprice 1\n\t\t\tprice 2\n\t\t}\n\t}\n}", []string{"duplicate", "'price'", "product 'p'"}, 9},
 		{"second platform block", "platform {\n}\nplatform {\n}", []string{"'platform' given twice"}, 4},
+		{"jwt without a key", "platform {\n\tjwt {\n\t\tissuer https://idp\n\t}\n}", []string{"jwt needs a key"}, 3},
+		{"jwt with an argument", "platform {\n\tjwt x {\n\t}\n}", []string{"'jwt' takes no arguments"}, 3},
+		{"unknown in jwt", "platform {\n\tjwt {\n\t\ths256_secret s\n\t\tissuers x\n\t}\n}", []string{"'issuers'", "jwt"}, 5},
+		{"jwt leeway too long", "platform {\n\tjwt {\n\t\ths256_secret s\n\t\tleeway 1h\n\t}\n}", []string{"leeway"}, 5},
+		{"bad sync_response", "platform {\n\tservice s {\n" + svc + "\t\tsync_response json\n\t}\n}", []string{"sync_response 'json' is not one of raw, wrapped"}, 7},
+		{"duplicate endpoint sync_response", "platform {\n\tservice s {\n" + svc + "\t\tendpoint f {\n\t\t\tsync_response raw\n\t\t\tsync_response wrapped\n\t\t}\n\t}\n}", []string{"duplicate", "'sync_response'", "endpoint 'f'"}, 9},
 
 		// argument counts
 		{"platform argument", "platform x {\n}", []string{"'x'", "no arguments"}, 2},

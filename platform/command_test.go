@@ -53,7 +53,7 @@ func cliMust(t *testing.T, args ...string) string {
 }
 
 var cliKeyLine = regexp.MustCompile(`(?m)^Key:\s+(\S+)$`)
-var cliKeyIDLine = regexp.MustCompile(`(?m)^Key ID:\s+(key_\S+)$`)
+var cliKeyIDLine = regexp.MustCompile(`(?m)^Key ID:\s+([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$`)
 
 func TestCLIKeys(t *testing.T) {
 	env := admStart(t)

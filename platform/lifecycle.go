@@ -44,6 +44,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("platform catalog: %w", err)
 	}
 	a.catalog = cat
+	if a.jwt, err = a.JWT.verifier(repl); err != nil {
+		return fmt.Errorf("platform jwt: %w", err)
+	}
 
 	a.storePath = ResolveStorePath(a.Store)
 	if running := runningApp(); running != nil && running.storePath != a.storePath {

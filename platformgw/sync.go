@@ -66,7 +66,8 @@ func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, ne
 	h.prepareForward(r, c, c.body, c.ep.Path)
 	setBody(r, c.body)
 
-	m := &meterWriter{w: w, r: r, h: h, c: c, res: res}
+	out, wrapped := h.syncOutput(w, r, c) // wrapped.go: sync_response wrapped
+	m := &meterWriter{w: out, r: r, h: h, c: c, res: res}
 	err := next.ServeHTTP(m, r)
 	if !m.wroteHeader {
 		// Nothing reached the caller: the backend was not reached or did
@@ -80,6 +81,7 @@ func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, ne
 	if m.deferred && !m.settled && m.status < 500 {
 		m.settleNow(m.deferredUnits())
 	}
+	wrapped.finish(m.failed, err)
 	if err != nil {
 		h.logger.Debug("response ended early", zap.String("request_id", c.requestID), zap.Error(err))
 	}

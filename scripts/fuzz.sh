@@ -18,7 +18,7 @@ FUZZTIME=${FUZZTIME:-10s}
 FUZZ_MINIMIZE=${FUZZ_MINIMIZE:-2s}
 GO=${GO:-go}
 
-# package target, one per line: the signature verifiers, the body parsers
+# package target, one per line: the signature verifiers, the JWT reader, the body parsers
 # of the usage service, the path parsers, the Caddyfile and the quantities.
 targets="
 ./signing FuzzVerify
@@ -28,6 +28,7 @@ targets="
 ./signing FuzzAsyncCanonical
 ./sdk FuzzVerifierVerify
 ./servicekey FuzzWellFormed
+./jwtauth FuzzUserID
 ./usagehandler FuzzParseReport
 ./usagehandler FuzzParseProgress
 ./usagehandler FuzzParseCompletion

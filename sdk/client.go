@@ -316,6 +316,10 @@ type exchange struct {
 	// time, so a retry after a long Retry-After is not stale.
 	timestamp      string
 	idempotencyKey string
+	// bearer, when set, is sent as Authorization: Bearer and the request
+	// is not signed: the bearer (an end user's JWT) is the credential, and
+	// a signature would take precedence over it.
+	bearer string
 	// answers lists statuses that are answers to return, not failures to
 	// retry (the estimate's 429 says the quota would be exceeded).
 	answers map[int]bool
@@ -393,8 +397,12 @@ func (c *Client) attempt(ctx context.Context, x exchange) outcome {
 	h.Set("Content-Type", "application/json")
 	h.Set("Accept", "application/json")
 	h.Set("User-Agent", c.userAgent)
-	h.Set(c.headers.signature, signBody(c.secret, body, ts))
-	h.Set(c.headers.timestamp, ts)
+	if x.bearer != "" {
+		h.Set("Authorization", "Bearer "+x.bearer)
+	} else {
+		h.Set(c.headers.signature, signBody(c.secret, body, ts))
+		h.Set(c.headers.timestamp, ts)
+	}
 	if x.idempotencyKey != "" {
 		h.Set("Idempotency-Key", x.idempotencyKey)
 	}

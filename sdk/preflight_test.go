@@ -13,7 +13,7 @@ import (
 
 const (
 	serviceKey = "psk_0123456789abcdefghijABCDEFGHIJ0123456"
-	validBody  = `{"valid":true,"userId":"user-1","serviceId":"svc-1","serviceKeyId":"key_AbCdEfGhIjKlMnOpQrSt","serviceProductId":"prod-1","roles":["reader"],"validationSchemaVersion":3,"subscriptionStatus":"ACTIVE","billingModelType":"PREPAID","measurementType":"PER_TOKEN","unitLabel":"token","timestamp":$TS}`
+	validBody  = `{"valid":true,"serviceKeyId":"019aa8d2-3c1f-7b4e-9a2d-5f60c1e8b7a4","userId":"user-1","serviceId":"svc-1","serviceProductId":"prod-1","roles":["reader"],"subscriptionStatus":"ACTIVE","billingModelType":"PREPAID","measurementType":"PER_TOKEN","unitLabel":"token","timestamp":$TS,"error":null,"validationSchemaVersion":3}`
 	badKeyBody = `{"valid":false,"error":"key_revoked","code":"key_revoked","message":"the service key was revoked","requestId":"srv-9","validationSchemaVersion":3,"timestamp":$TS}`
 )
 
@@ -42,7 +42,7 @@ func TestValidateKey(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ValidateKey: %v", err)
 	}
-	if !v.Valid || v.UserID != "user-1" || v.ServiceKeyID != "key_AbCdEfGhIjKlMnOpQrSt" || v.ServiceProductID != "prod-1" ||
+	if !v.Valid || v.UserID != "user-1" || v.ServiceKeyID != "019aa8d2-3c1f-7b4e-9a2d-5f60c1e8b7a4" || v.ServiceProductID != "prod-1" ||
 		len(v.Roles) != 1 || v.ValidationSchemaVersion != 3 || v.SubscriptionStatus != "ACTIVE" ||
 		v.BillingModelType != "PREPAID" || v.UnitLabel != "token" || !v.IsSubscriber() || !v.Timestamp.Equal(now) {
 		t.Errorf("validation = %+v", v)

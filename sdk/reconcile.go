@@ -137,12 +137,15 @@ func KeyReference(serviceKey string) string {
 }
 
 // safeKeyRef lets through only what is recognisably not a key: a key id
-// ("key_" and base62) or a KeyReference. Anything else, a key passed by
-// mistake above all, is logged as its KeyReference.
+// (a UUID, or "key_" and base62 as gateways issued before ids were UUIDs)
+// or a KeyReference. Anything else, a key passed by mistake above all, is
+// logged as its KeyReference.
 func safeKeyRef(ref string) string {
 	switch {
 	case ref == "":
 		return ""
+	case isUUID(ref):
+		return ref
 	case strings.HasPrefix(ref, "key_") && len(ref) <= 64 && isAlnum(ref[len("key_"):]):
 		return ref
 	case strings.HasPrefix(ref, "sha256:") && len(ref) == len("sha256:")+16 && isHex(ref[len("sha256:"):]):
@@ -159,6 +162,24 @@ func isAlnum(s string) bool {
 		}
 	}
 	return s != ""
+}
+
+// isUUID reports whether s is a UUID in its 36-character form, any case.
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if i == 8 || i == 13 || i == 18 || i == 23 {
+			if c != '-' {
+				return false
+			}
+		} else if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }
 
 func isHex(s string) bool {

@@ -235,7 +235,7 @@ func TestKeyReferences(t *testing.T) {
 	}
 	ls := lines(t, buf.String())
 	want := []string{sdk.KeyReference(serviceKey), "key_AbC123", sdk.KeyReference("x"),
-		sdk.KeyReference("550e8400-e29b-41d4-a716-446655440000"), sdk.KeyReference("key_not/an id")}
+		"550e8400-e29b-41d4-a716-446655440000", sdk.KeyReference("key_not/an id")}
 	for i, l := range ls {
 		if got := l.str("keyRef"); got != want[i] {
 			t.Errorf("keyRef %d = %q, want %q", i, got, want[i])

@@ -12,7 +12,9 @@
 // characters carry 196 bits of entropy, so keys cannot be guessed.
 //
 // Only Hash(key) is ever stored; the plaintext is shown once, at creation.
-// A key also has a public id (NewID) that names it in URLs and listings.
+// A key also has a public id (NewID), a UUID, that names it in URLs and
+// listings; stores made before ids were UUIDs hold "key_…" ids, which stay
+// valid (IsID accepts both).
 package servicekey
 
 import (
@@ -20,20 +22,23 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"hash/crc32"
+	"strings"
+
+	"github.com/google/uuid"
 )
 
 // Prefix identifies a service key; it is followed by "_". A distinct prefix
 // per credential type tells a scanner (and a human) what leaked.
 const Prefix = "psk"
 
-// idPrefix marks a key id, which is not secret and must never be mistaken
-// for a key.
-const idPrefix = "key_"
+// legacyIDPrefix marks the key ids issued before ids were UUIDs: "key_"
+// and 20 base62 characters. They are still looked up, never issued.
+const legacyIDPrefix = "key_"
 
 const (
 	randomLen   = 33 // 33·log2(62) ≈ 196.5 bits
 	checksumLen = 6  // 62^6 > 2^32, enough for any CRC32
-	idRandomLen = 20 // ≈ 119 bits: ids only need to be unique, not secret
+	legacyIDMax = 64 // the longest "key_…" id IsID accepts
 
 	head = Prefix + "_"
 	// keyLen is the length of every well-formed key: 43.
@@ -114,18 +119,51 @@ func WellFormed(key string) bool {
 	return bad == 0
 }
 
-// NewID returns a key id: "key_" and 20 random base62 characters. Ids name
+// NewID returns a new key id: a UUID (version 7, lower case), the type the
+// SDKs of the platform this gateway replaces declare for serviceKeyId (the
+// Java SDK parses it as java.util.UUID). Version 7 ids begin with their
+// creation time, so listings in id order are in creation order. Ids name
 // keys in the admin API and in logs, where the key itself must never appear.
 func NewID() string {
-	var b [len(idPrefix) + idRandomLen]byte
-	copy(b[:], idPrefix)
-	if err := fillBase62(b[len(idPrefix):]); err != nil {
-		// crypto/rand.Read has not returned errors since Go 1.24 (it
-		// crashes the program instead); this is unreachable in practice
-		// and no caller could do anything useful with an error.
-		panic(fmt.Sprintf("servicekey: read random bytes: %v", err))
+	id, err := uuid.NewV7()
+	if err != nil {
+		// uuid reads crypto/rand, which has not returned errors since Go
+		// 1.24 (it crashes the program instead); no caller could do
+		// anything useful with an error.
+		panic(fmt.Sprintf("servicekey: new key id: %v", err))
 	}
-	return string(b[:])
+	return id.String()
+}
+
+// IsID reports whether s has the shape of a key id: a UUID in its 36
+// character form (any case), or a legacy "key_" id of base62 characters.
+// A service key never passes.
+func IsID(s string) bool {
+	if len(s) == 36 {
+		_, err := uuid.Parse(s)
+		return err == nil
+	}
+	if !strings.HasPrefix(s, legacyIDPrefix) || len(s) == len(legacyIDPrefix) || len(s) > legacyIDMax {
+		return false
+	}
+	for i := len(legacyIDPrefix); i < len(s); i++ {
+		if digit[s[i]] == 0xFF {
+			return false
+		}
+	}
+	return true
+}
+
+// CanonicalID returns the form in which a key id is stored: a UUID in lower
+// case (callers may send it in upper case, as some UUID libraries print
+// it); anything else unchanged, legacy ids included.
+func CanonicalID(id string) string {
+	if len(id) == 36 {
+		if u, err := uuid.Parse(id); err == nil {
+			return u.String()
+		}
+	}
+	return id
 }
 
 // fillBase62 fills dst with uniformly random base62 characters. A random

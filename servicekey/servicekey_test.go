@@ -192,20 +192,63 @@ func TestWellFormedAllocs(t *testing.T) {
 }
 
 func TestNewID(t *testing.T) {
-	idPattern := regexp.MustCompile(`^key_[0-9A-Za-z]{20}$`)
+	idPattern := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 	seen := make(map[string]bool)
+	prev := ""
 	for i := 0; i < 10000; i++ {
 		id := NewID()
 		if !idPattern.MatchString(id) {
 			t.Fatalf("id %q does not match %v", id, idPattern)
 		}
-		if WellFormed(id) {
-			t.Fatalf("id %q passes as a key", id)
+		if WellFormed(id) || !IsID(id) || CanonicalID(id) != id {
+			t.Fatalf("id %q: WellFormed %v, IsID %v, CanonicalID %q", id, WellFormed(id), IsID(id), CanonicalID(id))
 		}
 		if seen[id] {
 			t.Fatalf("duplicate id after %d", i)
 		}
-		seen[id] = true
+		// Version 7 ids sort in creation order, so listings do.
+		if id <= prev {
+			t.Fatalf("id %q sorts before the previous %q", id, prev)
+		}
+		seen[id], prev = true, id
+	}
+}
+
+func TestIsID(t *testing.T) {
+	key, _, err := Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		id   string
+		want bool
+	}{
+		{"6ba7b810-9dad-11d1-80b4-00c04fd430c8", true},
+		{"6BA7B810-9DAD-11D1-80B4-00C04FD430C8", true},
+		{"key_AbCdEfGhIjKlMnOpQrSt", true}, // issued before ids were UUIDs
+		{"key_x", true},
+		{"key_", false},
+		{"key_not/an id", false},
+		{"key_" + strings.Repeat("a", 61), false},
+		{"6ba7b810-9dad-11d1-80b4-00c04fd430cz", false},
+		{"{6ba7b810-9dad-11d1-80b4-00c04fd430c8}", false},
+		{"6ba7b8109dad11d180b400c04fd430c8", false},
+		{key, false},
+		{"", false},
+	}
+	for _, tt := range tests {
+		if got := IsID(tt.id); got != tt.want {
+			t.Errorf("IsID(%q) = %v, want %v", tt.id, got, tt.want)
+		}
+	}
+	for in, want := range map[string]string{
+		"6BA7B810-9DAD-11D1-80B4-00C04FD430C8": "6ba7b810-9dad-11d1-80b4-00c04fd430c8",
+		"key_AbCdEfGhIjKlMnOpQrSt":             "key_AbCdEfGhIjKlMnOpQrSt",
+		"whatever":                             "whatever",
+	} {
+		if got := CanonicalID(in); got != want {
+			t.Errorf("CanonicalID(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/platformgw/gateway/apierror"
 	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/catalog"
+	"github.com/platformgw/gateway/jwtauth"
 	"github.com/platformgw/gateway/platformgw"
 	"github.com/platformgw/gateway/signing"
 	"github.com/platformgw/gateway/store"
@@ -82,20 +83,24 @@ type coreCall struct {
 	svc *catalog.Service
 }
 
-// validation is the 200 body of validate.
+// validation is the 200 body of validate: the fields, their order and
+// "error": null of the upstream contract's fixture (validate-success-v3),
+// so SDKs that compare against it, or read error to tell success, see the
+// same body.
 type validation struct {
 	Valid                   bool     `json:"valid"`
+	ServiceKeyID            string   `json:"serviceKeyId"`
 	UserID                  string   `json:"userId"`
 	ServiceID               string   `json:"serviceId"`
-	ServiceKeyID            string   `json:"serviceKeyId"`
 	ServiceProductID        string   `json:"serviceProductId"`
 	Roles                   []string `json:"roles"`
-	ValidationSchemaVersion int      `json:"validationSchemaVersion"`
 	SubscriptionStatus      string   `json:"subscriptionStatus"`
 	BillingModelType        *string  `json:"billingModelType"`
 	MeasurementType         *string  `json:"measurementType"`
 	UnitLabel               *string  `json:"unitLabel"`
 	Timestamp               int64    `json:"timestamp"`
+	Error                   *string  `json:"error"` // always null: a success
+	ValidationSchemaVersion int      `json:"validationSchemaVersion"`
 }
 
 // validationFailure is the 401 body of validate: the validation shape
@@ -266,12 +271,10 @@ func (h *Handler) estimateForUser(w http.ResponseWriter, r *http.Request, c *cor
 			return
 		}
 	} else {
-		key, e := h.app.AuthenticateKey(r)
-		if e != nil {
+		if keyUser, e = h.bearerUser(r, c); e != nil {
 			h.coreRefuse(w, r, c, e)
 			return
 		}
-		keyUser = key.UserID
 	}
 	userID, e := f.id("userId")
 	if e != nil {
@@ -279,7 +282,7 @@ func (h *Handler) estimateForUser(w http.ResponseWriter, r *http.Request, c *cor
 		return
 	}
 	if svc == nil && keyUser != userID {
-		h.coreRefuse(w, r, c, apierror.New(apierror.Forbidden, "a service key may only estimate its own user's usage"))
+		h.coreRefuse(w, r, c, apierror.New(apierror.Forbidden, "a service key or JWT may only estimate its own user's usage"))
 		return
 	}
 	units, e := f.estimatedUnits()
@@ -296,6 +299,30 @@ func (h *Handler) estimateForUser(w http.ResponseWriter, r *http.Request, c *cor
 		}
 	}
 	h.estimate(w, r, c, svc, userID, units)
+}
+
+// bearerUser is the user the Authorization header of a billing estimate
+// speaks for: the holder of a service key (psk_…), or, when the platform
+// block configures jwt, the end user of a JWT (what the upstream SDKs'
+// estimateUsageWithJwt sends). A JWT that does not verify is 401
+// invalid_token, whatever the reason; the reason is logged, never the token.
+func (h *Handler) bearerUser(r *http.Request, c *coreCall) (string, *apierror.Error) {
+	if v := h.app.JWTVerifier(); v != nil {
+		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		if token = strings.TrimSpace(token); strings.EqualFold(scheme, "Bearer") && jwtauth.LooksLikeJWT(token) {
+			user, err := v.UserID(token)
+			if err != nil {
+				h.logger.Info("jwt refused", zap.String("request_id", c.requestID), zap.String("reason", err.Error()))
+				return "", apierror.New(apierror.InvalidToken, "the bearer token is not a valid JWT of this platform's identity provider")
+			}
+			return user, nil
+		}
+	}
+	key, e := h.app.AuthenticateKey(r)
+	if e != nil {
+		return "", e
+	}
+	return key.UserID, nil
 }
 
 // estimate answers whether the user could consume units of svc now: the

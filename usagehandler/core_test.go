@@ -239,3 +239,26 @@ func TestRequestIDOutsideCaddy(t *testing.T) {
 		t.Errorf("request ids %q %q", a, b)
 	}
 }
+
+// TestValidationMatchesUpstreamFixture: a successful validation has the
+// fields of the upstream contract's fixture validate-success-v3, in its
+// order, "error": null included.
+func TestValidationMatchesUpstreamFixture(t *testing.T) {
+	pm, mt, ul := "SUBSCRIPTION", "PER_REQUEST", "request"
+	b, err := json.Marshal(validation{
+		Valid: true, ServiceKeyID: "6ba7b810-9dad-11d1-80b4-00c04fd430c8", UserID: "user-123",
+		ServiceID: "550e8400-e29b-41d4-a716-446655440000", ServiceProductID: "7c9e6679-7425-40de-944b-e07fc1f90ae7",
+		Roles: []string{"user"}, SubscriptionStatus: "ACTIVE", BillingModelType: &pm, MeasurementType: &mt,
+		UnitLabel: &ul, Timestamp: 1700000000, ValidationSchemaVersion: 3,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"valid":true,"serviceKeyId":"6ba7b810-9dad-11d1-80b4-00c04fd430c8","userId":"user-123",` +
+		`"serviceId":"550e8400-e29b-41d4-a716-446655440000","serviceProductId":"7c9e6679-7425-40de-944b-e07fc1f90ae7",` +
+		`"roles":["user"],"subscriptionStatus":"ACTIVE","billingModelType":"SUBSCRIPTION","measurementType":"PER_REQUEST",` +
+		`"unitLabel":"request","timestamp":1700000000,"error":null,"validationSchemaVersion":3}`
+	if string(b) != want {
+		t.Errorf("validation\n got %s\nwant %s", b, want)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/platformgw/gateway/billing"
+	"github.com/platformgw/gateway/servicekey"
 	"github.com/platformgw/gateway/store"
 )
 
@@ -59,11 +60,12 @@ func (s *Store) KeyByHash(_ context.Context, hash [32]byte) (store.KeyRecord, er
 	return k, err
 }
 
-// KeyByID finds a key by its id.
+// KeyByID finds a key by its id: a UUID in any case, or an id of the
+// older "key_…" form, which stores made before ids were UUIDs still hold.
 func (s *Store) KeyByID(_ context.Context, id string) (store.KeyRecord, error) {
 	var k store.KeyRecord
 	err := s.view(func(tx *bolt.Tx) (err error) {
-		h := tx.Bucket(bucketKeyIDs).Get([]byte(id))
+		h := tx.Bucket(bucketKeyIDs).Get([]byte(servicekey.CanonicalID(id)))
 		if h == nil {
 			return store.ErrNotFound
 		}
@@ -99,13 +101,14 @@ func (s *Store) ListKeys(_ context.Context, userID string) ([]store.KeyRecord, e
 }
 
 // RevokeKey marks a key revoked; a second revocation keeps the first time.
+// The id is read as KeyByID reads it.
 func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) (store.KeyRecord, error) {
 	if err := ctxErr(ctx); err != nil {
 		return store.KeyRecord{}, err
 	}
 	var out store.KeyRecord
 	err := s.update(func(tx *bolt.Tx) error {
-		h := tx.Bucket(bucketKeyIDs).Get([]byte(id))
+		h := tx.Bucket(bucketKeyIDs).Get([]byte(servicekey.CanonicalID(id)))
 		if h == nil {
 			return store.ErrNotFound
 		}

@@ -3,9 +3,11 @@ package boltstore
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/platformgw/gateway/servicekey"
 	"github.com/platformgw/gateway/store"
 )
 
@@ -198,5 +200,42 @@ func TestNegativeBalance(t *testing.T) {
 	// Credits added bring it back.
 	if sub, err := s.AddCredits(ctx, "u1", "svc", whole(3), t0); err != nil || sub.Credits != whole(1) {
 		t.Errorf("AddCredits(+3) = %+v, %v", sub, err)
+	}
+}
+
+// TestKeyIDsOldAndNew: a store written before key ids were UUIDs keeps its
+// "key_…" ids working after a restart next to the UUIDs issued since, and a
+// UUID is found in any case.
+func TestKeyIDsOldAndNew(t *testing.T) {
+	path := storePath(t)
+	s := openAt(t, path)
+	old := store.KeyRecord{ID: "key_AbCdEfGhIjKlMnOpQrSt", Hash: keyHash("sk_old"), UserID: "u1", Created: t0}
+	if err := s.CreateKey(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = openAt(t, path)
+	fresh := store.KeyRecord{ID: servicekey.NewID(), Hash: keyHash("sk_new"), UserID: "u1", Created: t0.Add(time.Minute)}
+	if err := s.CreateKey(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.KeyByID(ctx, strings.ToUpper(fresh.ID)); err != nil || !sameKey(got, fresh) {
+		t.Errorf("KeyByID(upper case UUID) = %+v, %v", got, err)
+	}
+	if got, err := s.ListKeys(ctx, "u1"); err != nil || len(got) != 2 {
+		t.Errorf("ListKeys = %+v, %v; want both keys", got, err)
+	}
+	k, err := s.RevokeKey(ctx, old.ID, t0.Add(time.Hour))
+	if err != nil || k.ID != old.ID || !k.RevokedAt.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("RevokeKey(old id) = %+v, %v", k, err)
+	}
+	if k, err := s.KeyByHash(ctx, old.Hash); err != nil || k.RevokedAt.IsZero() {
+		t.Errorf("the old key is not revoked: %+v, %v", k, err)
+	}
+	if k, err := s.KeyByID(ctx, fresh.ID); err != nil || !k.RevokedAt.IsZero() {
+		t.Errorf("revoking the old key touched the new one: %+v, %v", k, err)
 	}
 }

@@ -1,0 +1,27 @@
+// Package gateway is the platform gateway as Caddy modules: importing it
+// registers all of them, so that
+//
+//	xcaddy build --with github.com/platformgw/gateway=.
+//
+// (whose generated main imports this package) builds Caddy with the
+// gateway, as `go build ./caddy` does. The modules:
+//
+//   - platform (package platform): the app holding the catalog, store and
+//     settings, its admin API (admin.api.platform) and the
+//     `caddy platform` command;
+//   - http.handlers.platform_gateway, http.reverse_proxy.upstreams.platform
+//     and http.reverse_proxy.transport.platform (package platformgw): the
+//     invoke handler and the upstream source and transport it hands
+//     reverse_proxy;
+//   - http.handlers.platform_usage (package usagehandler): usage reports,
+//     async progress and completion, job status and result, pre-flight
+//     routes.
+//
+// docs/configuration.md describes their Caddyfile directives.
+package gateway
+
+import (
+	_ "github.com/platformgw/gateway/platform"
+	_ "github.com/platformgw/gateway/platformgw"
+	_ "github.com/platformgw/gateway/usagehandler"
+)
