@@ -304,12 +304,11 @@ func (s *Store) settle(tx *bolt.Tx, userID, serviceID string, h *reservation, p 
 	var out store.LedgerEntry
 	if units > 0 {
 		entry.Units = units
-		priced := pricingState(p, acc.state, true)
-		dec := billing.Decide(p, priced, units)
+		dec := billing.DecideCharge(p, acc.state, units)
 		if !dec.Allowed {
 			entry.UnitsClaimed = units
-			entry.Units = billing.Fit(p, priced, units)
-			dec = billing.Decide(p, priced, entry.Units)
+			entry.Units = billing.FitCharge(p, acc.state, units)
+			dec = billing.DecideCharge(p, acc.state, entry.Units)
 		}
 		acc.state.Charge(p, dec)
 		entry.Overage, entry.Cost = dec.Overage, dec.Cost
@@ -337,20 +336,12 @@ func (s *Store) releaseHold(tx *bolt.Tx, h *reservation) error {
 	return acc.save(tx, h.Product)
 }
 
-// pricingState is the state that units being charged are decided against.
-// A reservation counts the holds of every call in flight, so that together
-// they never promise more than a limit allows. Charged units, though, are
-// priced against the quota actually consumed: priced behind the holds too,
-// units within the included quota were billed as overage whenever other
-// calls were in flight (and then cut by the spending cap, leaving served
-// calls unbilled), and a report arriving during calls was billed overage
-// that those calls were billed for again when they settled. A blocked quota
-// still counts the holds when enforced, since they are promises; its units
-// are never priced by the quota, so that changes no price.
-func pricingState(p billing.Product, s billing.State, enforced bool) billing.State {
-	if !enforced || p.OverageAllowed() {
-		s.Reserved = 0
-	}
+// pricingState is the state that usage reported after the fact is priced
+// against: the quota actually consumed, not the holds of the calls in
+// flight (billing.DecideCharge says why). Such usage is charged past the
+// limits, so the holds need not be counted.
+func pricingState(s billing.State) billing.State {
+	s.Reserved = 0
 	return s
 }
 
@@ -413,7 +404,7 @@ func (s *Store) charge(tx *bolt.Tx, a store.Account, entry *store.LedgerEntry) (
 	if err != nil {
 		return billing.State{}, err
 	}
-	dec := billing.Decide(a.Product, pricingState(a.Product, acc.state, false), entry.Units)
+	dec := billing.Decide(a.Product, pricingState(acc.state), entry.Units)
 	acc.state.Charge(a.Product, dec)
 	entry.Overage, entry.Cost = dec.Overage, dec.Cost
 	if err := acc.save(tx, a.Product); err != nil {
