@@ -1,15 +1,21 @@
 package e2e
 
 import (
+	"bytes"
+	"crypto/hmac"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/platformgw/gateway/billing"
+	"github.com/platformgw/gateway/store"
 )
 
 // The billing holes an outside attack run found against the built binary,
@@ -150,4 +156,246 @@ func raceInvokeResp(url, key string) (*http.Response, []byte, error) {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	return resp, body, err
+}
+
+const cutSecret = "cut-secret-cut-secret-cut-000001"
+
+// cutBackend is a backend that verifies each call's signature with the
+// test's own code, then answers by the query's mode: "cut" declares a
+// Content-Length of 100000, sends 1,000 bytes and closes the connection;
+// "drip" streams 64 KiB chunks until the connection fails (at most 64 MiB);
+// "hints" sends 103 Early Hints carrying X-Platform-* headers, then a
+// normal answer. With units=N it states N units on the final response.
+func cutBackend(t *testing.T) *testBackend {
+	b := &testBackend{secret: cutSecret, brand: "Platform"}
+	b.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		want := v3Signature(b.secret, body, r.Header.Get("X-Platform-Timestamp"), b.contextString(r.Header))
+		if !hmac.Equal([]byte(want), []byte(r.Header.Get("X-Platform-Signature"))) {
+			http.Error(w, "bad signature", http.StatusUnauthorized)
+			return
+		}
+		b.mu.Lock()
+		b.seen = append(b.seen, seenRequest{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), SigOK: true})
+		b.mu.Unlock()
+		q := r.URL.Query()
+		if n := q.Get("units"); n != "" {
+			w.Header().Set("X-Platform-Units", n)
+		}
+		switch q.Get("mode") {
+		case "cut":
+			w.Header().Set("Content-Length", "100000")
+			w.Write(bytes.Repeat([]byte("c"), 1000))
+			w.(http.Flusher).Flush()
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+		case "drip":
+			chunk := bytes.Repeat([]byte("d"), 64<<10)
+			for range 1024 {
+				if _, err := w.Write(chunk); err != nil {
+					return
+				}
+				w.(http.Flusher).Flush()
+			}
+		case "hints":
+			h := w.Header()
+			h.Set("Link", "</style.css>; rel=preload; as=style")
+			h.Set("X-Platform-Units", "999")
+			h.Set("X-Platform-User-ID", "someone-else")
+			w.WriteHeader(http.StatusEarlyHints)
+			h.Del("Link")
+			h.Del("X-Platform-Units")
+			h.Del("X-Platform-User-ID")
+			io.WriteString(w, "hinted")
+		}
+	}))
+	t.Cleanup(b.Close)
+	return b
+}
+
+func cutCatalog(backend string) string {
+	return fmt.Sprintf(`
+		service cut {
+			backend %s
+			secret %s
+			endpoint body {
+				path /body
+				streaming
+			}
+			product request {
+				billing USAGE_POSTPAID
+				measurement PER_REQUEST
+				unit request
+				price 1
+			}
+			product token {
+				billing USAGE_POSTPAID
+				measurement PER_TOKEN
+				unit token
+				price 0.001
+			}
+			product byte {
+				billing USAGE_POSTPAID
+				measurement PER_BYTE
+				unit byte
+				price 0.000001
+			}
+			product second {
+				billing USAGE_POSTPAID
+				measurement PER_TIME_UNIT
+				unit second
+				price 0.01
+			}
+			product tenbytes {
+				billing SUBSCRIPTION
+				measurement PER_BYTE
+				unit byte
+				quota 10
+			}
+		}`, backend, cutSecret)
+}
+
+// waitEntry waits (bounded) for the ledger row of a request: a call cut
+// off is settled as the gateway's handler unwinds, which may be just after
+// the caller saw the connection end.
+func waitEntry(t *testing.T, g *gateway, user, requestID string) (store.LedgerEntry, bool) {
+	t.Helper()
+	for range 200 {
+		for _, e := range g.ledger(user) {
+			if e.RequestID == requestID {
+				return e, true
+			}
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	return store.LedgerEntry{}, false
+}
+
+// waitNoHold waits (bounded) until the subscription holds nothing.
+func waitNoHold(t *testing.T, g *gateway, user string) billing.State {
+	t.Helper()
+	var st billing.State
+	for range 200 {
+		if st = raceState(t, g, user, "cut"); st.Reserved == 0 && st.ReservedSpend == 0 && st.CreditsHeld == 0 {
+			return st
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	return st
+}
+
+// TestCutOffCallsAreSettled: a body cut off, by the backend (it closes
+// after 1,000 of a declared 100,000 bytes) or by the caller (it hangs up
+// mid-download), still ends in one ledger row for every measurement type,
+// and the hold is released: PER_BYTE is charged the bytes that reached the
+// caller, PER_TIME_UNIT the seconds the call took, PER_REQUEST and
+// PER_TOKEN what their status line settled. Before, the reverse proxy's
+// abort panic skipped the settlement: nothing was charged and the hold
+// stayed until a restart.
+func TestCutOffCallsAreSettled(t *testing.T) {
+	be := cutBackend(t)
+	g := startGateway(t, t.TempDir(), cutCatalog(be.URL))
+	base := invokeURL("cut", "body")
+	types := []struct {
+		product, query string
+		check          func(t *testing.T, e store.LedgerEntry, read, mode string)
+	}{
+		{"request", "", func(t *testing.T, e store.LedgerEntry, _, _ string) {
+			if e.Units != billing.Whole(1) {
+				t.Errorf("charged %s, want 1 request", e.Units)
+			}
+		}},
+		{"token", "&units=7", func(t *testing.T, e store.LedgerEntry, _, _ string) {
+			if e.Units != billing.Whole(7) {
+				t.Errorf("charged %s, want the 7 tokens stated", e.Units)
+			}
+		}},
+		{"byte", "", func(t *testing.T, e store.LedgerEntry, read, mode string) {
+			n, _ := strconv.Atoi(read)
+			if mode == "cut" && e.Units != billing.Whole(1000) {
+				t.Errorf("charged %s, want the 1000 bytes delivered", e.Units)
+			}
+			if mode == "drip" && (e.Units < billing.Whole(int64(n)) || e.Units > billing.Whole(64<<20)) {
+				t.Errorf("charged %s, the caller read %d bytes", e.Units, n)
+			}
+		}},
+		{"second", "", func(t *testing.T, e store.LedgerEntry, _, _ string) {
+			if e.Units < billing.Whole(1) || e.Units%billing.Scale != 0 {
+				t.Errorf("charged %s, want whole seconds, at least 1", e.Units)
+			}
+		}},
+	}
+	for _, mode := range []string{"cut", "drip"} {
+		for _, tc := range types {
+			name := map[string]string{"cut": "backend cuts off", "drip": "caller hangs up"}[mode]
+			t.Run(tc.product+": "+name, func(t *testing.T) {
+				user := "cut-" + tc.product + "-" + mode
+				key, _ := g.newKey(user)
+				g.subscribe(user, "cut", tc.product, "ACTIVE")
+				req, _ := http.NewRequest("GET", base+"?mode="+mode+tc.query, nil)
+				req.Header.Set("Authorization", "Bearer "+key)
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.StatusCode != 200 {
+					b, _ := io.ReadAll(resp.Body)
+					t.Fatalf("status %d: %s", resp.StatusCode, b)
+				}
+				var read int64
+				if mode == "cut" {
+					read, err = io.Copy(io.Discard, resp.Body)
+					if err == nil {
+						t.Errorf("the cut-off body ended without an error after %d bytes", read)
+					}
+				} else {
+					read, err = io.CopyN(io.Discard, resp.Body, 64<<10)
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				resp.Body.Close() // the caller hangs up
+				id := resp.Header.Get("X-Platform-Request-ID")
+				e, ok := waitEntry(t, g, user, id)
+				if !ok {
+					t.Fatalf("no ledger row for the %s call %s", name, id)
+				}
+				tc.check(t, e, strconv.FormatInt(read, 10), mode)
+				if e.UnitsClaimed > e.Units {
+					t.Errorf("row %+v charged below its claim", e)
+				}
+				if st := waitNoHold(t, g, user); st.Reserved != 0 || st.ReservedSpend != 0 {
+					t.Errorf("hold left after the call: %+v", st)
+				}
+			})
+		}
+	}
+
+	t.Run("cut-off calls leave no hold behind a small quota", func(t *testing.T) {
+		// Before, each of ten such calls left its hold of 1 on a quota of
+		// 10 bytes, and the next normal call was refused with 429.
+		user := "cut-ten"
+		key, _ := g.newKey(user)
+		g.subscribe(user, "cut", "tenbytes", "ACTIVE")
+		for range 10 {
+			req, _ := http.NewRequest("GET", base+"?mode=cut", nil)
+			req.Header.Set("Authorization", "Bearer "+key)
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				break // the quota is charged up: 10 bytes of the first call
+			}
+			waitNoHold(t, g, user)
+		}
+		st := waitNoHold(t, g, user)
+		if st.Reserved != 0 || st.Used != billing.Whole(10) {
+			t.Errorf("state %+v, want the 10 bytes delivered charged and nothing held", st)
+		}
+	})
 }

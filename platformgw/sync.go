@@ -67,6 +67,19 @@ func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, ne
 	setBody(r, c.body)
 
 	m := &meterWriter{w: w, r: r, h: h, c: c, res: res}
+	defer func() {
+		// The reverse proxy panics with http.ErrAbortHandler when a body
+		// is cut off, by the backend (it closed before its Content-Length)
+		// or by the caller (it hung up mid-download), so that the server
+		// aborts the connection. The call still ends here: a PER_BYTE or
+		// PER_TIME_UNIT call is charged what was delivered (nothing was
+		// settled at its status line), and a hold is never left behind.
+		// Then the panic goes on, and the connection is aborted as before.
+		if v := recover(); v != nil {
+			m.end()
+			panic(v)
+		}
+	}()
 	err := next.ServeHTTP(m, r)
 	if !m.wroteHeader {
 		// Nothing reached the caller: the backend was not reached or did
@@ -77,13 +90,30 @@ func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, ne
 		h.refuse(w, r, c.requestID, h.unreachable(c, err))
 		return nil
 	}
-	if m.deferred && !m.settled && m.status < 500 {
-		m.settleNow(m.deferredUnits())
-	}
+	m.end()
 	if err != nil {
 		h.logger.Debug("response ended early", zap.String("request_id", c.requestID), zap.Error(err))
 	}
 	return nil
+}
+
+// end settles a call that is over, however it ended: the measured units of
+// a deferred call (the bytes that reached the caller, the time it took), or
+// the hold's release when nothing reached the caller. A call settled at its
+// status line is left as it is.
+func (m *meterWriter) end() {
+	switch {
+	case m.settled:
+	case !m.wroteHeader:
+		m.settled = true
+		m.h.release(m.c, m.res)
+		m.h.app.CountInvoke(m.c.svc.ID, m.c.ep.ID, "sync", "backend_error")
+	case m.deferred && m.status < 500:
+		m.settleNow(m.deferredUnits())
+	default:
+		m.settled = true
+		m.h.release(m.c, m.res)
+	}
 }
 
 // unreachable is the caller's error for a backend that was not reached or
