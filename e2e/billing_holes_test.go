@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
 	"strconv"
 	"strings"
 	"sync"
@@ -398,4 +400,51 @@ func TestCutOffCallsAreSettled(t *testing.T) {
 			t.Errorf("state %+v, want the 10 bytes delivered charged and nothing held", st)
 		}
 	})
+}
+
+// TestEarlyHintsCarryNoBrandHeaders: a backend's 103 Early Hints reach the
+// caller with its Link header but without any X-Platform-* header (an
+// X-Platform-Units on a 103 went through as it was); the units charged are
+// those of the final response.
+func TestEarlyHintsCarryNoBrandHeaders(t *testing.T) {
+	be := cutBackend(t)
+	g := startGateway(t, t.TempDir(), cutCatalog(be.URL))
+	user := "hints"
+	key, _ := g.newKey(user)
+	g.subscribe(user, "cut", "request", "ACTIVE")
+	var hints []http.Header
+	trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+		if code == http.StatusEarlyHints {
+			hints = append(hints, http.Header(h).Clone())
+		}
+		return nil
+	}}
+	req, _ := http.NewRequest("GET", invokeURL("cut", "body")+"?mode=hints", nil)
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "hinted" {
+		t.Fatalf("final answer %d %q", resp.StatusCode, body)
+	}
+	if len(hints) != 1 || hints[0].Get("Link") == "" {
+		t.Fatalf("103 responses seen: %v, want one with its Link", hints)
+	}
+	for name := range hints[0] {
+		if strings.HasPrefix(strings.ToLower(name), "x-platform-") {
+			t.Errorf("the 103 carried %s: %q", name, hints[0].Values(name))
+		}
+	}
+	for name := range resp.Header {
+		if strings.EqualFold(name, "X-Platform-Units") || strings.EqualFold(name, "X-Platform-User-ID") {
+			t.Errorf("the final response carried %s", name)
+		}
+	}
+	if got := ledgerSum(g.ledger(user)); got != billing.Whole(1) {
+		t.Errorf("charged %s, want the 1 request of the final response", got)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"time"
 
@@ -183,7 +184,7 @@ func (m *meterWriter) WriteHeader(status int) {
 		return
 	}
 	if status >= 100 && status < 200 && status != http.StatusSwitchingProtocols {
-		m.w.WriteHeader(status) // informational, e.g. 103 Early Hints
+		m.writeInformational(status)
 		return
 	}
 	m.wroteHeader, m.status = true, status
@@ -220,6 +221,31 @@ func (m *meterWriter) WriteHeader(status int) {
 		}
 	}
 	m.w.WriteHeader(status)
+}
+
+// writeInformational sends a 1xx response (e.g. 103 Early Hints) without
+// any X-<Brand>-* header. net/http writes the header map as it is for a
+// 1xx, and the reverse proxy puts the backend's 1xx headers into that map
+// just before: an X-<Brand>-Units (or any header of ours) a backend sent
+// on a 103 reached the caller, where only the final response was cleaned.
+// They are put back afterwards: the map is also the final response's
+// (the proxy then replaces it with its own headers, and the final
+// WriteHeader cleans what is left).
+func (m *meterWriter) writeInformational(status int) {
+	hdr := m.w.Header()
+	prefix := m.h.app.Headers().Prefix
+	var removed http.Header
+	for name, v := range hdr {
+		if hasBrandPrefix(name, prefix) {
+			if removed == nil {
+				removed = http.Header{}
+			}
+			removed[name] = v
+			delete(hdr, name)
+		}
+	}
+	m.w.WriteHeader(status)
+	maps.Copy(hdr, removed)
 }
 
 func (m *meterWriter) Write(b []byte) (int, error) {
