@@ -37,6 +37,7 @@ const (
 	ServiceError                 = "service_error"
 	ServiceTimeout               = "service_timeout"
 	InternalError                = "internal_error"
+	StoreUnavailable             = "store_unavailable"
 )
 
 var statuses = map[string]int{
@@ -65,6 +66,7 @@ var statuses = map[string]int{
 	ServiceError:                 http.StatusBadGateway,
 	ServiceTimeout:               http.StatusGatewayTimeout,
 	InternalError:                http.StatusInternalServerError,
+	StoreUnavailable:             http.StatusServiceUnavailable,
 }
 
 // Status returns the HTTP status of a code (500 for an unknown code).
@@ -101,6 +103,13 @@ func (e *Error) WithRetry(d time.Duration) *Error {
 	s := int((d + time.Second - 1) / time.Second)
 	e.RetryAfter = max(s, 1)
 	return e
+}
+
+// Unavailable is the refusal of a call whose charge the store cannot
+// record now (a full disk): refused before it is forwarded, retried later.
+func Unavailable() *Error {
+	return New(StoreUnavailable, "usage cannot be recorded right now; the call was not forwarded and not charged").
+		WithRetry(time.Second)
 }
 
 // WithRequestID names the request the error belongs to.

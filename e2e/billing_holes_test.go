@@ -10,6 +10,9 @@ import (
 	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -446,5 +449,110 @@ func TestEarlyHintsCarryNoBrandHeaders(t *testing.T) {
 	}
 	if got := ledgerSum(g.ledger(user)); got != billing.Whole(1) {
 		t.Errorf("charged %s, want the 1 request of the final response", got)
+	}
+}
+
+// smallDisk mounts a tmpfs of size on a temp dir: a real file system that
+// really fills up. Mounting needs root (CI runs as root); elsewhere the
+// test is skipped. The mount is lazily detached when the test ends.
+func smallDisk(t *testing.T, size string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("a full disk is simulated with a small tmpfs, which needs root")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
+	return dir
+}
+
+// TestFullDiskGivesNoWorkAway: the gateway's store on a real file system
+// that fills up. Once a write has failed, every call is refused with 503
+// store_unavailable and Retry-After before it is forwarded: the backend
+// sees none of them (before, each reached the backend and then failed to
+// settle: work done unpaid). At most the call in flight when the disk
+// filled reached the backend unsettled, and its answer was withheld. Once
+// the disk has room the gateway serves and charges calls again by itself.
+func TestFullDiskGivesNoWorkAway(t *testing.T) {
+	dir := smallDisk(t, "2m")
+	be := newTestBackend(t, cutSecret, "Platform")
+	g := startGateway(t, dir, cutCatalog(be.URL))
+	user := "full-disk"
+	key, _ := g.newKey(user)
+	g.subscribe(user, "cut", "request", "ACTIVE")
+	url := invokeURL("cut", "body")
+
+	filler := filepath.Join(dir, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := bytes.Repeat([]byte{1}, 4096)
+	for range 1 << 20 {
+		if _, err := f.Write(chunk); err != nil {
+			break
+		}
+	}
+	f.Close()
+
+	served, failed := 0, 0
+	for range 20_000 {
+		resp, body := call(t, "GET", url, key, "")
+		if resp.StatusCode == 200 {
+			served++
+			continue
+		}
+		if resp.StatusCode == 503 {
+			if code := errorCode(t, resp, body); code != "store_unavailable" || resp.Header.Get("Retry-After") == "" {
+				t.Fatalf("503 %s, Retry-After %q", body, resp.Header.Get("Retry-After"))
+			}
+			break
+		}
+		failed++ // the call in flight when the disk filled: not charged, answer withheld
+		if failed > 1 {
+			t.Fatalf("a second call failed (%d %s): calls are still forwarded", resp.StatusCode, body)
+		}
+	}
+	t.Logf("the disk filled after %d calls; %d failed to settle", served, failed)
+	seen := be.count()
+	if seen != served+failed {
+		t.Fatalf("the backend served %d calls, callers got %d answers and %d failures", seen, served, failed)
+	}
+	for range 50 {
+		resp, body := call(t, "GET", url, key, "")
+		if resp.StatusCode != 503 || errorCode(t, resp, body) != "store_unavailable" {
+			t.Fatalf("on a full disk: %d %s, want 503 store_unavailable", resp.StatusCode, body)
+		}
+	}
+	if be.count() != seen {
+		t.Fatalf("the backend served %d calls while the disk was full", be.count()-seen)
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	recovered := false
+	for range 100 { // the store probes once a second
+		resp, _ := call(t, "GET", url, key, "")
+		if resp.StatusCode == 200 {
+			served++
+			recovered = true
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !recovered {
+		t.Fatal("the gateway did not serve calls again once the disk had room")
+	}
+	for range 5 {
+		if resp, body := call(t, "GET", url, key, ""); resp.StatusCode != 200 {
+			t.Fatalf("after recovery: %d %s", resp.StatusCode, body)
+		}
+		served++
+	}
+	if got := ledgerSum(g.ledger(user)); got != billing.Whole(int64(served)) {
+		t.Errorf("ledger holds %s units for %d calls served", got, served)
 	}
 }

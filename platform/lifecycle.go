@@ -62,6 +62,8 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.store = a.bolt
 	a.metrics = newMetrics(ctx.GetMetricsRegistry())
 	a.bolt.ObserveCommits(a.metrics.observeCommit)
+	a.bolt.SetLogger(a.logger.Named("store"))
+	a.bolt.ObserveWriteFailures(a.metrics.observeWriteFailures)
 	a.limiters = newLimiterSet()
 	a.stop = make(chan struct{})
 	a.logger.Info("platform ready",

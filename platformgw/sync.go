@@ -24,6 +24,9 @@ func (h *Handler) reserve(r *http.Request, c *call) (store.Reservation, *apierro
 	if errors.Is(err, store.ErrNoAccount) {
 		return res, apierror.New(apierror.NoSubscription, "no subscription to service "+c.svc.ID)
 	}
+	if errors.Is(err, store.ErrUnavailable) {
+		return res, apierror.Unavailable() // the store logs its failures, once per burst
+	}
 	if err != nil {
 		h.logger.Error("reserve", zap.Error(err))
 		return res, apierror.New(apierror.InternalError, "could not reserve usage")

@@ -85,6 +85,10 @@ type Store struct {
 	// productJSON is each product's JSON, for hold records (commit loop
 	// only).
 	productJSON map[billing.Product][]byte
+
+	// health says whether commits succeed; holds are refused while they
+	// fail (health.go).
+	health health
 }
 
 type op struct {
@@ -264,6 +268,7 @@ func (s *Store) commit(batch []*op) (carried []*op) {
 	clear(s.latest)
 	tx, err := s.db.Begin(true)
 	if err != nil {
+		err = s.health.commitFailed(len(batch), err)
 		for _, o := range batch {
 			o.done <- err
 		}
@@ -280,8 +285,12 @@ func (s *Store) commit(batch []*op) (carried []*op) {
 			return nil
 		}
 	}
-	for _, o := range batch {
-		o.decide()
+	if s.Healthy() {
+		// While commits fail, a hold's caller waits for the commit, so
+		// that a hold that is not recorded is refused, not forwarded.
+		for _, o := range batch {
+			o.decide()
+		}
 	}
 	result := make(chan error, 1)
 	go func() { result <- tx.Commit() }()
@@ -308,6 +317,7 @@ func (s *Store) commit(batch []*op) (carried []*op) {
 	s.written.flush(s.cache)
 	if err != nil {
 		s.lastLedgerTime = last
+		err = s.health.commitFailed(len(batch), err)
 	}
 	if observe := s.commitObserver.Load(); observe != nil {
 		(*observe)(time.Since(start), len(batch))
@@ -323,16 +333,23 @@ func (s *Store) retryAlone(batch []*op) {
 	clear(s.latest)
 	for _, o := range batch {
 		keep := s.lastLedgerTime
+		ran := false
 		err := s.db.Update(func(tx *bolt.Tx) error {
 			if err := o.fn(tx); err != nil {
 				return err
 			}
-			o.decide()
+			ran = true
+			if s.Healthy() {
+				o.decide()
+			}
 			return nil
 		})
 		s.written.flush(s.cache)
 		if err != nil {
 			s.lastLedgerTime = keep
+		}
+		if err != nil && ran { // the write was fine; the commit failed
+			err = s.health.commitFailed(1, err)
 		}
 		o.done <- err
 	}

@@ -145,8 +145,16 @@ func (s *Store) Reserve(ctx context.Context, a store.Account, units billing.Unit
 	// or once the loop decided it while the previous commit was in flight
 	// (predecide); the fsync overlaps the call's trip to the backend
 	// (DESIGN.md, Durability). The Settle that follows commits after it.
+	ok, probe := s.admitHold()
+	if !ok {
+		return store.Reservation{}, billing.Decision{}, billing.State{}, store.ErrUnavailable
+	}
 	r := &holdRequest{a: a, units: units, now: now}
 	o := &op{done: make(chan error, 1), decided: make(chan struct{}), hold: r}
+	if probe {
+		// Testing a store whose commits failed: told only once durable.
+		o.decided, o.hold = nil, nil
+	}
 	o.fn = func(tx *bolt.Tx) error {
 		if r.pre != nil { // decided already, and told: only write it
 			_, _, _, err := s.hold(tx, a, units, now, "", r.pre)
@@ -157,6 +165,9 @@ func (s *Store) Reserve(ctx context.Context, a store.Account, units billing.Unit
 		return err
 	}
 	err := s.wait(o)
+	if probe && err == nil {
+		s.health.recovered()
+	}
 	return r.res, r.dec, r.state, err
 }
 
