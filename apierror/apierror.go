@@ -4,6 +4,7 @@
 package apierror
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -120,15 +121,27 @@ func (e *Error) WithRequestID(id string) *Error {
 
 // Write sends the error as JSON with its status.
 func Write(w http.ResponseWriter, e *Error) {
-	body, _ := json.Marshal(e)
+	body := Encode(e)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Content-Length", strconv.Itoa(len(body)+1))
+	h.Set("Content-Length", strconv.Itoa(len(body)))
 	if e.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(e.RetryAfter))
 	}
 	w.WriteHeader(Status(e.Code))
-	w.Write(append(body, '\n'))
+	w.Write(body)
+}
+
+// Encode is the error's JSON body, ending in a newline. '<', '>' and '&'
+// are written as they are: json.Marshal's \u003c escapes are for JSON put
+// into HTML, and made messages such as "no service \u003cx\u003e" hard
+// to read. The body is served as application/json with nosniff.
+func Encode(e *Error) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.Encode(e) // a struct of strings and an int: never fails
+	return b.Bytes()
 }

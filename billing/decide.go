@@ -1,6 +1,10 @@
 package billing
 
-import "math"
+import (
+	"fmt"
+	"math"
+	"time"
+)
 
 // Denial codes, the same strings as the JSON error codes of the wire contract.
 const (
@@ -76,13 +80,30 @@ func DecideCharge(p Product, s State, units Units) Decision {
 	return judge(p, s, units, overage, Mul(overage, p.Price))
 }
 
+// insufficientCredits says what the balance is and what the call costs, so
+// a caller knows how much to top up.
+func insufficientCredits(p Product, s State, cost Units) string {
+	unit := p.UnitLabel
+	if unit == "" {
+		unit = "unit"
+	}
+	return fmt.Sprintf("not enough credits: the balance is %s, this call costs %s (%s per %s)",
+		s.Credits-s.CreditsHeld, cost, p.Price, unit)
+}
+
+// WithReset adds to a quota or spending cap refusal when the period resets
+// (RFC 3339, UTC): retryAfter says it in seconds, this says it as a time.
+func WithReset(reason string, end time.Time) string {
+	return reason + "; the period resets at " + end.UTC().Format(time.RFC3339)
+}
+
 func judge(p Product, s State, units, overage, cost Units) Decision {
 	d := Decision{Allowed: true, Units: units, Overage: overage, Cost: cost}
 	switch {
 	case overage > 0 && !p.OverageAllowed():
 		d.Allowed, d.Code, d.Reason = false, CodeQuotaExceeded, "quota for this period is used up"
 	case p.BillingModel == Prepaid && cost > s.Credits-s.CreditsHeld:
-		d.Allowed, d.Code, d.Reason = false, CodeInsufficientCredits, "not enough credits"
+		d.Allowed, d.Code, d.Reason = false, CodeInsufficientCredits, insufficientCredits(p, s, cost)
 	case p.SpendingCap != nil && cost > 0 && spendAfter(p, s, units, cost) > *p.SpendingCap:
 		d.Allowed, d.Code, d.Reason = false, CodeQuotaExceeded, "spending cap for this period is reached"
 	}

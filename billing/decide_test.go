@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/platformgw/gateway/billing"
 )
@@ -311,5 +312,22 @@ func TestSpendingCapCountsHoldsTogether(t *testing.T) {
 	}
 	if s.Used != whole(50) || s.Spend != whole(15) || s.Reserved != 0 || s.ReservedSpend != 0 {
 		t.Errorf("after every settlement: %+v, want 50 used, spend 15, nothing held", s)
+	}
+}
+
+// TestRefusalReasons: an insufficient_credits refusal says the balance
+// (after what calls in flight hold) and what the call costs at which
+// price; a quota refusal gains the period's reset time in RFC 3339.
+func TestRefusalReasons(t *testing.T) {
+	p := prepaid
+	p.UnitLabel = "token"
+	d := billing.Decide(p, billing.State{Credits: whole(3), CreditsHeld: 500_000}, whole(12))
+	want := "not enough credits: the balance is 2.5, this call costs 3 (0.25 per token)"
+	if d.Allowed || d.Reason != want {
+		t.Errorf("reason %q, want %q", d.Reason, want)
+	}
+	end := time.Date(2026, 12, 17, 9, 30, 0, 0, time.FixedZone("CET", 3600))
+	if got := billing.WithReset("quota for this period is used up", end); got != "quota for this period is used up; the period resets at 2026-12-17T08:30:00Z" {
+		t.Errorf("WithReset = %q", got)
 	}
 }

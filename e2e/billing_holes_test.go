@@ -259,6 +259,18 @@ func cutCatalog(backend string) string {
 				unit byte
 				quota 10
 			}
+			product prepaid {
+				billing PREPAID
+				measurement PER_REQUEST
+				unit request
+				price 2
+			}
+			product tiny {
+				billing SUBSCRIPTION
+				measurement PER_REQUEST
+				unit request
+				quota 1
+			}
 		}`, backend, cutSecret)
 }
 
@@ -555,4 +567,69 @@ func TestFullDiskGivesNoWorkAway(t *testing.T) {
 	if got := ledgerSum(g.ledger(user)); got != billing.Whole(int64(served)) {
 		t.Errorf("ledger holds %s units for %d calls served", got, served)
 	}
+}
+
+// TestRefusalMessages: insufficient_credits says the balance and the
+// price; quota_exceeded says when the period resets (RFC 3339, the instant
+// retryAfter counts down to); no message holds \u003c-style escapes.
+func TestRefusalMessages(t *testing.T) {
+	be := newTestBackend(t, cutSecret, "Platform")
+	g := startGateway(t, t.TempDir(), cutCatalog(be.URL))
+	url := invokeURL("cut", "body")
+	decode := func(body []byte) (e struct {
+		Code, Message string
+		RetryAfter    int
+	}) {
+		if err := json.Unmarshal(body, &e); err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		return e
+	}
+
+	t.Run("insufficient credits: the balance and the price", func(t *testing.T) {
+		key, _ := g.newKey("msg-prepaid")
+		g.subscribe("msg-prepaid", "cut", "prepaid", "ACTIVE")
+		g.credits("msg-prepaid", "cut", "1.5")
+		resp, body := call(t, "GET", url, key, "")
+		e := decode(body)
+		want := "not enough credits: the balance is 1.5, this call costs 2 (2 per request)"
+		if resp.StatusCode != 403 || e.Code != "insufficient_credits" || e.Message != want {
+			t.Errorf("%d %s, want 403 with %q", resp.StatusCode, body, want)
+		}
+	})
+
+	t.Run("quota exceeded: when the period resets", func(t *testing.T) {
+		key, _ := g.newKey("msg-quota")
+		g.subscribe("msg-quota", "cut", "tiny", "ACTIVE")
+		if resp, body := call(t, "GET", url, key, ""); resp.StatusCode != 200 {
+			t.Fatalf("first call %d %s", resp.StatusCode, body)
+		}
+		before := time.Now()
+		resp, body := call(t, "GET", url, key, "")
+		e := decode(body)
+		prefix := "quota for this period is used up; the period resets at "
+		if resp.StatusCode != 429 || e.Code != "quota_exceeded" || !strings.HasPrefix(e.Message, prefix) {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+		reset, err := time.Parse(time.RFC3339, strings.TrimPrefix(e.Message, prefix))
+		if err != nil || reset.Location() != time.UTC {
+			t.Fatalf("reset %q: %v", strings.TrimPrefix(e.Message, prefix), err)
+		}
+		// retryAfter counts down to that instant (whole seconds, rounded up;
+		// a minute of slack for a slow test machine).
+		if d := reset.Sub(before.Add(time.Duration(e.RetryAfter) * time.Second)); e.RetryAfter < 1 || d > time.Minute || d < -time.Minute {
+			t.Errorf("reset %s, retryAfter %d s from %s", reset, e.RetryAfter, before)
+		}
+		if resp.Header.Get("Retry-After") != strconv.Itoa(e.RetryAfter) {
+			t.Errorf("Retry-After %q, retryAfter %d", resp.Header.Get("Retry-After"), e.RetryAfter)
+		}
+	})
+
+	t.Run("no HTML escapes in messages", func(t *testing.T) {
+		key, _ := g.newKey("msg-escapes")
+		resp, body := call(t, "GET", invokeURL("a&b", "e"), key, "")
+		if resp.StatusCode != 404 || strings.Contains(string(body), `\u00`) || !strings.Contains(string(body), `a&b`) {
+			t.Errorf("%d %s", resp.StatusCode, body)
+		}
+	})
 }

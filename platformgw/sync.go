@@ -7,7 +7,6 @@ import (
 	"io"
 	"maps"
 	"net/http"
-	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
@@ -47,12 +46,11 @@ func (h *Handler) judge(c *call, dec billing.Decision, st billing.State) *apierr
 	}
 	if !dec.Allowed {
 		e := apierror.New(dec.Code, dec.Reason)
-		if dec.Code == billing.CodeQuotaExceeded {
-			wait := c.allowance.resetAfter()
-			if wait <= 0 { // a spending cap with no quota: it resets with the period
-				wait = time.Hour
-			}
-			e.WithRetry(wait)
+		if dec.Code == billing.CodeQuotaExceeded && c.product != nil {
+			// A quota and a spending cap both reset with the period.
+			_, end := billing.PeriodBounds(c.product.Period, c.product.CalendarPeriods, c.subStarted, c.started)
+			e.Message = billing.WithReset(dec.Reason, end)
+			e.WithRetry(end.Sub(c.started))
 		}
 		return e
 	}
