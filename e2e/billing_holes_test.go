@@ -567,6 +567,11 @@ func TestFullDiskGivesNoWorkAway(t *testing.T) {
 	if got := ledgerSum(g.ledger(user)); got != billing.Whole(int64(served)) {
 		t.Errorf("ledger holds %s units for %d calls served", got, served)
 	}
+	// The hold of the call whose settlement failed was released once the
+	// store wrote again, not kept until a restart.
+	if st := raceState(t, g, user, "cut"); st.Reserved != 0 {
+		t.Errorf("holds left after recovery: %+v", st)
+	}
 }
 
 // TestRefusalMessages: insufficient_credits says the balance and the

@@ -150,7 +150,8 @@ func (h *Handler) release(c *call, res store.Reservation) {
 	if res.ID == "" {
 		return
 	}
-	if _, err := h.app.DataStore().Settle(context.Background(), res, 0, store.LedgerEntry{}); err != nil {
+	_, err := h.app.DataStore().Settle(context.Background(), res, 0, store.LedgerEntry{})
+	if err != nil && !errors.Is(err, store.ErrUnavailable) { // the store logs those, once per burst
 		h.logger.Error("release reservation", zap.String("request_id", c.requestID), zap.Error(err))
 	}
 }
@@ -307,7 +308,14 @@ func (m *meterWriter) settleNow(units billing.Units) bool {
 	}
 	e, err := m.h.app.DataStore().Settle(context.Background(), m.res, units, entry)
 	if err != nil {
-		m.h.logger.Error("settle", zap.String("request_id", c.requestID), zap.Error(err))
+		if errors.Is(err, store.ErrUnavailable) && m.deferred {
+			// The body is delivered: the store charges it once it writes
+			// again (it logs its failures, once per burst).
+			return false
+		}
+		if !errors.Is(err, store.ErrUnavailable) {
+			m.h.logger.Error("settle", zap.String("request_id", c.requestID), zap.Error(err))
+		}
 		m.h.release(c, m.res)
 		return false
 	}

@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/store"
 )
 
@@ -41,6 +42,33 @@ type health struct {
 	burst      uint64    // writes failed in this burst
 	unlogged   uint64    // of which not yet in a log line
 	lastLogged time.Time // of the last failure line
+	// settlements that failed, by reservation id, retried once writes
+	// succeed again
+	pending map[string]pendingSettle
+}
+
+// pendingSettle is a Settle to retry.
+type pendingSettle struct {
+	r     store.Reservation
+	units billing.Units
+	e     store.LedgerEntry
+}
+
+// maxPending bounds the settlements remembered; the holds of the rest are
+// released at the next start, as after a crash.
+const maxPending = 1 << 16
+
+// unsettled remembers a settlement that could not be written; a later one
+// of the same hold replaces it.
+func (h *health) unsettled(p pendingSettle) {
+	h.mu.Lock()
+	if h.pending == nil {
+		h.pending = make(map[string]pendingSettle)
+	}
+	if _, ok := h.pending[p.r.ID]; ok || len(h.pending) < maxPending {
+		h.pending[p.r.ID] = p
+	}
+	h.mu.Unlock()
 }
 
 // probeInterval is how often one hold is let through to test an unhealthy
@@ -143,19 +171,23 @@ func (h *health) commitFailed(writes int, err error) error {
 	return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 }
 
-// recovered clears an unhealthy state after a probe got through.
-func (h *health) recovered() {
+// recovered clears an unhealthy state after a probe got through and
+// returns the settlements left to retry.
+func (h *health) recovered() map[string]pendingSettle {
 	if !h.unhealthy.Load() {
-		return
+		return nil
 	}
 	h.unhealthy.Store(false)
 	h.mu.Lock()
 	n := h.burst
 	h.burst, h.unlogged, h.lastLogged = 0, 0, time.Time{}
 	h.logf(func(l *zap.Logger) {
-		l.Warn("store writes succeed again", zap.Uint64("failed_writes", n))
+		l.Warn("store writes succeed again", zap.Uint64("failed_writes", n), zap.Int("holds_to_release", len(h.pending)))
 	})
+	pending := h.pending
+	h.pending = nil
 	h.mu.Unlock()
+	return pending
 }
 
 func (h *health) logf(fn func(*zap.Logger)) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -166,7 +167,11 @@ func (s *Store) Reserve(ctx context.Context, a store.Account, units billing.Unit
 	}
 	err := s.wait(o)
 	if probe && err == nil {
-		s.health.recovered()
+		for _, p := range s.health.recovered() {
+			// A failure queues it again (the disk failed again: next time);
+			// ErrNotFound: its hold's own commit was lost, nothing is held.
+			s.Settle(context.Background(), p.r, p.units, p.e)
+		}
 	}
 	return r.res, r.dec, r.state, err
 }
@@ -287,6 +292,13 @@ func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.U
 		out, err = s.settle(tx, r.Account.UserID, r.Account.ServiceID, &held, p, units, entry)
 		return err
 	})
+	if r.ID != "" && errors.Is(err, store.ErrUnavailable) {
+		// Settle it once writes succeed again (the last attempt wins: a
+		// release after a failed charge stays a release), rather than
+		// hold its units until the next start or lose the charge of work
+		// already delivered.
+		s.health.unsettled(pendingSettle{r, units, e})
+	}
 	return out, err
 }
 
