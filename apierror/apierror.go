@@ -4,6 +4,7 @@
 package apierror
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -38,6 +39,7 @@ const (
 	ServiceError                 = "service_error"
 	ServiceTimeout               = "service_timeout"
 	InternalError                = "internal_error"
+	StoreUnavailable             = "store_unavailable"
 )
 
 var statuses = map[string]int{
@@ -67,6 +69,7 @@ var statuses = map[string]int{
 	ServiceError:                 http.StatusBadGateway,
 	ServiceTimeout:               http.StatusGatewayTimeout,
 	InternalError:                http.StatusInternalServerError,
+	StoreUnavailable:             http.StatusServiceUnavailable,
 }
 
 // Status returns the HTTP status of a code (500 for an unknown code).
@@ -105,6 +108,13 @@ func (e *Error) WithRetry(d time.Duration) *Error {
 	return e
 }
 
+// Unavailable is the refusal of a call whose charge the store cannot
+// record now (a full disk): refused before it is forwarded, retried later.
+func Unavailable() *Error {
+	return New(StoreUnavailable, "usage cannot be recorded right now; the call was not forwarded and not charged").
+		WithRetry(time.Second)
+}
+
 // WithRequestID names the request the error belongs to.
 func (e *Error) WithRequestID(id string) *Error {
 	e.RequestID = id
@@ -117,15 +127,27 @@ func Write(w http.ResponseWriter, e *Error) { WriteStatus(w, Status(e.Code), e) 
 // WriteStatus sends the error as JSON with the given status instead of its
 // code's: a service_error that mirrors the status a backend answered.
 func WriteStatus(w http.ResponseWriter, status int, e *Error) {
-	body, _ := json.Marshal(e)
+	body := Encode(e)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Content-Length", strconv.Itoa(len(body)+1))
+	h.Set("Content-Length", strconv.Itoa(len(body)))
 	if e.RetryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(e.RetryAfter))
 	}
 	w.WriteHeader(status)
-	w.Write(append(body, '\n'))
+	w.Write(body)
+}
+
+// Encode is the error's JSON body, ending in a newline. '<', '>' and '&'
+// are written as they are: json.Marshal's \u003c escapes are for JSON put
+// into HTML, and made messages such as "no service \u003cx\u003e" hard
+// to read. The body is served as application/json with nosniff.
+func Encode(e *Error) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.Encode(e) // a struct of strings and an int: never fails
+	return b.Bytes()
 }

@@ -3,6 +3,8 @@ package apierror
 import (
 	"encoding/json"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -28,6 +30,27 @@ func TestWrite(t *testing.T) {
 	}
 }
 
+// TestWriteNoHTMLEscapes: '<', '>' and '&' in a message are written as
+// they are, not as \u003c, \u003e, \u0026 (json.Marshal's escapes for
+// JSON put into HTML); the body is still valid JSON of the same text, and
+// Content-Length is its length.
+func TestWriteNoHTMLEscapes(t *testing.T) {
+	w := httptest.NewRecorder()
+	msg := `no service "<a&b>"`
+	Write(w, New(ServiceNotFound, msg))
+	body := w.Body.String()
+	if strings.Contains(body, `\u00`) || !strings.Contains(body, `<a&b>`) {
+		t.Errorf("body %s", body)
+	}
+	var e Error
+	if err := json.Unmarshal(w.Body.Bytes(), &e); err != nil || e.Message != msg {
+		t.Errorf("decoded %+v, %v", e, err)
+	}
+	if w.Header().Get("Content-Length") != strconv.Itoa(len(body)) || !strings.HasSuffix(body, "}\n") {
+		t.Errorf("Content-Length %s for %d bytes %q", w.Header().Get("Content-Length"), len(body), body)
+	}
+}
+
 func TestStatuses(t *testing.T) {
 	// The table of DESIGN.md, section 3 "Errors".
 	want := map[string]int{
@@ -35,7 +58,7 @@ func TestStatuses(t *testing.T) {
 		NoSubscription: 403, SubscriptionInactive: 403, InsufficientCredits: 403,
 		ServiceNotFound: 404, EndpointNotFound: 404, RequestNotFound: 404, MethodNotAllowed: 405,
 		RequestAlreadyCompleted: 409, PayloadTooLarge: 413, InvalidRequest: 400, TimeUnitInvocationNotAllowed: 400,
-		QuotaExceeded: 429, RateLimited: 429, ServiceError: 502, ServiceTimeout: 504, InternalError: 500,
+		QuotaExceeded: 429, RateLimited: 429, ServiceError: 502, ServiceTimeout: 504, InternalError: 500, StoreUnavailable: 503,
 		"no_such_code": 500,
 	}
 	for code, status := range want {

@@ -1,6 +1,10 @@
 package billing
 
-import "math"
+import (
+	"fmt"
+	"math"
+	"time"
+)
 
 // Denial codes, the same strings as the JSON error codes of the wire contract.
 const (
@@ -53,32 +57,111 @@ func price(p Product, s State, units Units) (overage, cost Units) {
 // blocked, the prepaid balance, and the spending cap.
 func Decide(p Product, s State, units Units) Decision {
 	overage, cost := price(p, s, units)
+	return judge(p, s, units, overage, cost)
+}
+
+// DecideCharge decides the charge of units for a call whose own hold s no
+// longer includes. The units are priced against the settled usage, not
+// behind the other calls' holds: priced behind them, units within the
+// included quota were billed as overage whenever other calls were in
+// flight. The hard limits still count those holds, so that a charge never
+// takes what another call was promised.
+func DecideCharge(p Product, s State, units Units) Decision {
+	if !p.OverageAllowed() {
+		// A blocked quota counts the holds (they are promises); its units
+		// are never priced by the quota, so that changes no price.
+		return Decide(p, s, units)
+	}
+	if !orderPriced(p) {
+		s.Reserved = 0 // only the overage shown depends on it
+		return Decide(p, s, units)
+	}
+	overage := pastQuota(*p.Quota, s.Used, sat(s.Used+units))
+	return judge(p, s, units, overage, Mul(overage, p.Price))
+}
+
+// insufficientCredits says what the balance is and what the call costs, so
+// a caller knows how much to top up.
+func insufficientCredits(p Product, s State, cost Units) string {
+	unit := p.UnitLabel
+	if unit == "" {
+		unit = "unit"
+	}
+	return fmt.Sprintf("not enough credits: the balance is %s, this call costs %s (%s per %s)",
+		s.Credits-s.CreditsHeld, cost, p.Price, unit)
+}
+
+// WithReset adds to a quota or spending cap refusal when the period resets
+// (RFC 3339, UTC): retryAfter says it in seconds, this says it as a time.
+func WithReset(reason string, end time.Time) string {
+	return reason + "; the period resets at " + end.UTC().Format(time.RFC3339)
+}
+
+func judge(p Product, s State, units, overage, cost Units) Decision {
 	d := Decision{Allowed: true, Units: units, Overage: overage, Cost: cost}
 	switch {
 	case overage > 0 && !p.OverageAllowed():
 		d.Allowed, d.Code, d.Reason = false, CodeQuotaExceeded, "quota for this period is used up"
 	case p.BillingModel == Prepaid && cost > s.Credits-s.CreditsHeld:
-		d.Allowed, d.Code, d.Reason = false, CodeInsufficientCredits, "not enough credits"
-	// Compare cost with what is left under the cap rather than adding it to
-	// the spend: Mul saturates at MaxInt64 for huge quantities, and
-	// spend+cost then wrapped negative and let the call through.
-	case p.SpendingCap != nil && cost > 0 && cost > *p.SpendingCap-sat(s.Spend+s.ReservedSpend):
+		d.Allowed, d.Code, d.Reason = false, CodeInsufficientCredits, insufficientCredits(p, s, cost)
+	case p.SpendingCap != nil && cost > 0 && spendAfter(p, s, units, cost) > *p.SpendingCap:
 		d.Allowed, d.Code, d.Reason = false, CodeQuotaExceeded, "spending cap for this period is reached"
 	}
 	return d
+}
+
+// orderPriced tells whether which of a period's units are overage depends
+// on the order its calls settle in: a SUBSCRIPTION quota, past which units
+// are priced. There a hold's own cost is no promise: a hold taken inside
+// the quota (cost 0) is billed as overage when holds taken after it settle
+// first, and one taken past the quota is billed nothing when it settles
+// first. Summing the holds' own costs therefore under-counted what the
+// calls in flight would cost together, and the spending cap let calls
+// through that it then could not charge.
+func orderPriced(p Product) bool { return p.BillingModel == Subscription && p.Quota != nil }
+
+// pastQuota is how many of the units from from to to lie past quota q.
+func pastQuota(q, from, to Units) Units { return max(0, to-q) - max(0, from-q) }
+
+// spendAfter is the period's spend once units costing cost are charged on
+// top of s and every hold of s is settled too, in whatever order. Sums
+// saturate: Mul saturates at MaxInt64 for huge quantities, and a plain sum
+// wrapped negative and let the call through.
+func spendAfter(p Product, s State, units, cost Units) Units {
+	if orderPriced(p) {
+		// Whatever order they settle in, the calls in flight and this
+		// one together consume the same units past the quota.
+		return sat(s.Spend + Mul(pastQuota(*p.Quota, s.Used, sat(sat(s.Used+s.Reserved)+units)), p.Price))
+	}
+	return sat(sat(s.Spend+s.ReservedSpend) + cost)
+}
+
+// heldSpend is what the holds of s will cost together, settled in any
+// order, on top of the settled usage.
+func heldSpend(p Product, s State) Units {
+	return Mul(pastQuota(*p.Quota, s.Used, sat(s.Used+s.Reserved)), p.Price)
 }
 
 // Fit returns the largest quantity not above units that Decide allows:
 // what may still be charged for a call whose backend reported more units
 // than were reserved, without crossing a hard limit.
 func Fit(p Product, s State, units Units) Units {
-	if Decide(p, s, units).Allowed {
+	return fit(func(u Units) bool { return Decide(p, s, u).Allowed }, units)
+}
+
+// FitCharge is Fit for DecideCharge.
+func FitCharge(p Product, s State, units Units) Units {
+	return fit(func(u Units) bool { return DecideCharge(p, s, u).Allowed }, units)
+}
+
+func fit(allowed func(Units) bool, units Units) Units {
+	if allowed(units) {
 		return units
 	}
-	lo, hi := Units(0), units // Decide(lo) holds or lo == 0; Decide(hi) fails
+	lo, hi := Units(0), units // allowed(lo) holds or lo == 0; allowed(hi) fails
 	for hi-lo > 1 {
 		mid := lo + (hi-lo)/2
-		if Decide(p, s, mid).Allowed {
+		if allowed(mid) {
 			lo = mid
 		} else {
 			hi = mid
@@ -94,6 +177,7 @@ func (s *State) Hold(p Product, d Decision) {
 	if p.BillingModel == Prepaid {
 		s.CreditsHeld += d.Cost
 	}
+	s.reprice(p)
 }
 
 // Unhold removes a reservation previously added with Hold.
@@ -103,6 +187,7 @@ func (s *State) Unhold(p Product, d Decision) {
 	if p.BillingModel == Prepaid {
 		s.CreditsHeld = max(0, s.CreditsHeld-d.Cost)
 	}
+	s.reprice(p)
 }
 
 // Charge settles consumption of d into the state. Reports and job
@@ -119,6 +204,16 @@ func (s *State) Charge(p Product, d Decision) {
 		} else {
 			s.Credits = c
 		}
+	}
+	s.reprice(p)
+}
+
+// reprice sets the spend held to what the holds will cost together, where
+// that depends on the order they settle in (see orderPriced), so that
+// the spend held and remainingSpendingCap are never an under-count.
+func (s *State) reprice(p Product) {
+	if orderPriced(p) {
+		s.ReservedSpend = heldSpend(p, *s)
 	}
 }
 

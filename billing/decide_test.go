@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/platformgw/gateway/billing"
 )
@@ -59,7 +60,7 @@ func TestDecide(t *testing.T) {
 		{"overage: exactly up to the cap", quotaAllow, billing.State{Used: whole(100)}, whole(20), true, "", whole(20), whole(10)},
 		{"overage: one millionth of money past the cap", quotaAllow, billing.State{Used: whole(100)}, whole(20) + 2, false, billing.CodeQuotaExceeded, whole(20) + 2, whole(10) + 1},
 		{"overage: settled spend counts", quotaAllow, billing.State{Used: whole(110), Spend: whole(5)}, whole(10), true, "", whole(10), whole(5)},
-		{"overage: reserved spend counts", quotaAllow, billing.State{Used: whole(110), Spend: whole(5), ReservedSpend: whole(4)}, whole(3), false, billing.CodeQuotaExceeded, whole(3), 1_500_000},
+		{"overage: held units count", quotaAllow, billing.State{Used: whole(110), Spend: whole(5), Reserved: whole(8)}, whole(3), false, billing.CodeQuotaExceeded, whole(3), 1_500_000},
 		{"overage: no cap", quotaAllowNoCap, billing.State{Used: whole(1000), Spend: whole(1000)}, whole(1000), true, "", whole(1000), whole(500)},
 
 		// SUBSCRIPTION without quota: unlimited and free.
@@ -222,7 +223,7 @@ func TestSummarize(t *testing.T) {
 		{"overage allowed, under the cap", quotaAllow, billing.State{Used: whole(110), Spend: whole(5)}, whole(10), true, billing.Breakdown{
 			UnitsUsed: whole(10), UnitsRemaining: ptr(0), TotalUnitsUsedThisCycle: whole(110), IsOverage: true, IsOverageAllowed: true,
 			RemainingSpendingCap: ptr(whole(5))}},
-		{"overage allowed, estimate priced", quotaAllow, billing.State{Used: whole(100), Spend: whole(4), ReservedSpend: whole(1)}, whole(4), false, billing.Breakdown{
+		{"overage allowed, estimate priced", quotaAllow, billing.State{Used: whole(100), Spend: whole(4), Reserved: whole(2), ReservedSpend: whole(1)}, whole(4), false, billing.Breakdown{
 			UnitsUsed: whole(4), UnitsRemaining: ptr(0), TotalUnitsUsedThisCycle: whole(104), IsOverage: true, IsOverageAllowed: true,
 			RemainingSpendingCap: ptr(whole(3))}},
 		{"overage allowed, past the cap", quotaAllow, billing.State{Used: whole(200), Spend: whole(11)}, whole(2), true, billing.Breakdown{
@@ -266,4 +267,67 @@ func sameBreakdown(a, b billing.Breakdown) bool {
 func showBreakdown(b billing.Breakdown) string {
 	raw, _ := json.Marshal(b)
 	return string(raw)
+}
+
+// TestSpendingCapCountsHoldsTogether: under a SUBSCRIPTION quota with
+// priced overage, which calls are overage depends on the order they settle
+// in. 20 included, 0.5 a unit, cap 15: 50 holds take it all. The hold
+// taken last settles first, inside the quota, for nothing; the 49 still
+// held will cost 15 together, so a 51st call is refused, and the 49 all
+// settle in full, whatever their order.
+func TestSpendingCapCountsHoldsTogether(t *testing.T) {
+	p := billing.Product{ID: "c", BillingModel: billing.Subscription, MeasurementType: billing.PerRequest,
+		Quota: ptr(whole(20)), Overage: "allow", Price: 500_000, SpendingCap: ptr(whole(15))}
+	var s billing.State
+	var held []billing.Decision
+	for i := range 50 {
+		d := billing.Decide(p, s, whole(1))
+		if !d.Allowed {
+			t.Fatalf("hold %d refused: %+v", i, d)
+		}
+		s.Hold(p, d)
+		held = append(held, d)
+	}
+	if d := billing.Decide(p, s, whole(1)); d.Allowed {
+		t.Fatalf("51st hold allowed: %+v", d)
+	}
+	settle := func(d billing.Decision) {
+		t.Helper()
+		s.Unhold(p, d)
+		c := billing.DecideCharge(p, s, d.Units)
+		if !c.Allowed {
+			t.Fatalf("settling a held unit refused: %+v in %+v", c, s)
+		}
+		s.Charge(p, c)
+	}
+	settle(held[49])
+	if s.Spend != 0 || s.ReservedSpend != whole(15) {
+		t.Errorf("after the overage hold settled first: %+v, want spend 0 and 15 held", s)
+	}
+	if d := billing.Decide(p, s, whole(1)); d.Allowed {
+		t.Fatalf("a call past the cap allowed once a hold settled out of order: %+v in %+v", d, s)
+	}
+	for i := 48; i >= 0; i-- {
+		settle(held[i])
+	}
+	if s.Used != whole(50) || s.Spend != whole(15) || s.Reserved != 0 || s.ReservedSpend != 0 {
+		t.Errorf("after every settlement: %+v, want 50 used, spend 15, nothing held", s)
+	}
+}
+
+// TestRefusalReasons: an insufficient_credits refusal says the balance
+// (after what calls in flight hold) and what the call costs at which
+// price; a quota refusal gains the period's reset time in RFC 3339.
+func TestRefusalReasons(t *testing.T) {
+	p := prepaid
+	p.UnitLabel = "token"
+	d := billing.Decide(p, billing.State{Credits: whole(3), CreditsHeld: 500_000}, whole(12))
+	want := "not enough credits: the balance is 2.5, this call costs 3 (0.25 per token)"
+	if d.Allowed || d.Reason != want {
+		t.Errorf("reason %q, want %q", d.Reason, want)
+	}
+	end := time.Date(2026, 12, 17, 9, 30, 0, 0, time.FixedZone("CET", 3600))
+	if got := billing.WithReset("quota for this period is used up", end); got != "quota for this period is used up; the period resets at 2026-12-17T08:30:00Z" {
+		t.Errorf("WithReset = %q", got)
+	}
 }

@@ -104,6 +104,8 @@ func (a *App) openStore() (*boltstore.Store, error) {
 	}
 	a.poolKey = path
 	s.ObserveCommits(a.metrics.observeCommit)
+	s.SetLogger(a.logger.Named("store"))
+	s.ObserveWriteFailures(a.metrics.observeWriteFailures)
 	a.bolt.Store(s)
 	a.logger.Info("platform ready",
 		zap.String("store", path),

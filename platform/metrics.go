@@ -19,6 +19,7 @@ type metrics struct {
 	preflights      *prometheus.CounterVec
 	commitSeconds   prometheus.Histogram
 	commitBatchSize prometheus.Histogram
+	writeFailures   prometheus.Counter
 }
 
 var sharedMetrics = &metrics{
@@ -56,6 +57,10 @@ var sharedMetrics = &metrics{
 		Help:    "Writes carried by one group commit.",
 		Buckets: prometheus.ExponentialBuckets(1, 2, 12),
 	}),
+	writeFailures: prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "platform", Name: "store_write_failures_total",
+		Help: "Writes whose commit to the store failed (a full disk, an I/O error); the log sums them up once per burst.",
+	}),
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -63,13 +68,15 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	if reg == nil {
 		return m
 	}
-	for _, c := range []prometheus.Collector{m.invokes, m.rejections, m.units, m.signatureFails, m.jobStates, m.preflights, m.commitSeconds, m.commitBatchSize} {
+	for _, c := range []prometheus.Collector{m.invokes, m.rejections, m.units, m.signatureFails, m.jobStates, m.preflights, m.commitSeconds, m.commitBatchSize, m.writeFailures} {
 		if err := reg.Register(c); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
 			panic(err) // a programming error: two collectors with one name
 		}
 	}
 	return m
 }
+
+func (m *metrics) observeWriteFailures(writes int) { m.writeFailures.Add(float64(writes)) }
 
 func (m *metrics) observeCommit(d time.Duration, writes int) {
 	m.commitSeconds.Observe(d.Seconds())

@@ -98,6 +98,9 @@ func (h *Handler) createJob(ctx context.Context, c *call, job store.Job) *apierr
 	if errors.Is(err, store.ErrNoAccount) {
 		return apierror.New(apierror.NoSubscription, "no subscription to service "+c.svc.ID)
 	}
+	if errors.Is(err, store.ErrUnavailable) {
+		return apierror.Unavailable()
+	}
 	if err != nil {
 		h.logger.Error("create job", zap.String("request_id", c.requestID), zap.Error(err))
 		return apierror.New(apierror.InternalError, "could not create the job")

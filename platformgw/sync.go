@@ -5,8 +5,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
-	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
@@ -22,6 +22,9 @@ func (h *Handler) reserve(r *http.Request, c *call) (store.Reservation, *apierro
 	res, dec, st, err := h.app.DataStore().Reserve(r.Context(), c.account, c.ep.UnitCost(), c.started)
 	if errors.Is(err, store.ErrNoAccount) {
 		return res, apierror.New(apierror.NoSubscription, "no subscription to service "+c.svc.ID)
+	}
+	if errors.Is(err, store.ErrUnavailable) {
+		return res, apierror.Unavailable() // the store logs its failures, once per burst
 	}
 	if err != nil {
 		h.logger.Error("reserve", zap.Error(err))
@@ -43,12 +46,11 @@ func (h *Handler) judge(c *call, dec billing.Decision, st billing.State) *apierr
 	}
 	if !dec.Allowed {
 		e := apierror.New(dec.Code, dec.Reason)
-		if dec.Code == billing.CodeQuotaExceeded {
-			wait := c.allowance.resetAfter()
-			if wait <= 0 { // a spending cap with no quota: it resets with the period
-				wait = time.Hour
-			}
-			e.WithRetry(wait)
+		if dec.Code == billing.CodeQuotaExceeded && c.product != nil {
+			// A quota and a spending cap both reset with the period.
+			_, end := billing.PeriodBounds(c.product.Period, c.product.CalendarPeriods, c.subStarted, c.started)
+			e.Message = billing.WithReset(dec.Reason, end)
+			e.WithRetry(end.Sub(c.started))
 		}
 		return e
 	}
@@ -68,6 +70,19 @@ func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, ne
 
 	out, wrapped := h.syncOutput(w, r, c) // wrapped.go: sync_response wrapped
 	m := &meterWriter{w: out, r: r, h: h, c: c, res: res}
+	defer func() {
+		// The reverse proxy panics with http.ErrAbortHandler when a body
+		// is cut off, by the backend (it closed before its Content-Length)
+		// or by the caller (it hung up mid-download), so that the server
+		// aborts the connection. The call still ends here: a PER_BYTE or
+		// PER_TIME_UNIT call is charged what was delivered (nothing was
+		// settled at its status line), and a hold is never left behind.
+		// Then the panic goes on, and the connection is aborted as before.
+		if v := recover(); v != nil {
+			m.end()
+			panic(v)
+		}
+	}()
 	err := next.ServeHTTP(m, r)
 	if !m.wroteHeader {
 		// Nothing reached the caller: the backend was not reached or did
@@ -78,14 +93,31 @@ func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, ne
 		h.refuse(w, r, c.requestID, h.unreachable(c, err))
 		return nil
 	}
-	if m.deferred && !m.settled && m.status < 500 {
-		m.settleNow(m.deferredUnits())
-	}
+	m.end()
 	wrapped.finish(m.failed, err)
 	if err != nil {
 		h.logger.Debug("response ended early", zap.String("request_id", c.requestID), zap.Error(err))
 	}
 	return nil
+}
+
+// end settles a call that is over, however it ended: the measured units of
+// a deferred call (the bytes that reached the caller, the time it took), or
+// the hold's release when nothing reached the caller. A call settled at its
+// status line is left as it is.
+func (m *meterWriter) end() {
+	switch {
+	case m.settled:
+	case !m.wroteHeader:
+		m.settled = true
+		m.h.release(m.c, m.res)
+		m.h.app.CountInvoke(m.c.svc.ID, m.c.ep.ID, "sync", "backend_error")
+	case m.deferred && m.status < 500:
+		m.settleNow(m.deferredUnits())
+	default:
+		m.settled = true
+		m.h.release(m.c, m.res)
+	}
 }
 
 // unreachable is the caller's error for a backend that was not reached or
@@ -120,7 +152,8 @@ func (h *Handler) release(c *call, res store.Reservation) {
 	if res.ID == "" {
 		return
 	}
-	if _, err := h.app.DataStore().Settle(context.Background(), res, 0, store.LedgerEntry{}); err != nil {
+	_, err := h.app.DataStore().Settle(context.Background(), res, 0, store.LedgerEntry{})
+	if err != nil && !errors.Is(err, store.ErrUnavailable) { // the store logs those, once per burst
 		h.logger.Error("release reservation", zap.String("request_id", c.requestID), zap.Error(err))
 	}
 }
@@ -155,7 +188,7 @@ func (m *meterWriter) WriteHeader(status int) {
 		return
 	}
 	if status >= 100 && status < 200 && status != http.StatusSwitchingProtocols {
-		m.w.WriteHeader(status) // informational, e.g. 103 Early Hints
+		m.writeInformational(status)
 		return
 	}
 	m.wroteHeader, m.status = true, status
@@ -192,6 +225,31 @@ func (m *meterWriter) WriteHeader(status int) {
 		}
 	}
 	m.w.WriteHeader(status)
+}
+
+// writeInformational sends a 1xx response (e.g. 103 Early Hints) without
+// any X-<Brand>-* header. net/http writes the header map as it is for a
+// 1xx, and the reverse proxy puts the backend's 1xx headers into that map
+// just before: an X-<Brand>-Units (or any header of ours) a backend sent
+// on a 103 reached the caller, where only the final response was cleaned.
+// They are put back afterwards: the map is also the final response's
+// (the proxy then replaces it with its own headers, and the final
+// WriteHeader cleans what is left).
+func (m *meterWriter) writeInformational(status int) {
+	hdr := m.w.Header()
+	prefix := m.h.app.Headers().Prefix
+	var removed http.Header
+	for name, v := range hdr {
+		if hasBrandPrefix(name, prefix) {
+			if removed == nil {
+				removed = http.Header{}
+			}
+			removed[name] = v
+			delete(hdr, name)
+		}
+	}
+	m.w.WriteHeader(status)
+	maps.Copy(hdr, removed)
 }
 
 func (m *meterWriter) Write(b []byte) (int, error) {
@@ -252,7 +310,14 @@ func (m *meterWriter) settleNow(units billing.Units) bool {
 	}
 	e, err := m.h.app.DataStore().Settle(context.Background(), m.res, units, entry)
 	if err != nil {
-		m.h.logger.Error("settle", zap.String("request_id", c.requestID), zap.Error(err))
+		if errors.Is(err, store.ErrUnavailable) && m.deferred {
+			// The body is delivered: the store charges it once it writes
+			// again (it logs its failures, once per burst).
+			return false
+		}
+		if !errors.Is(err, store.ErrUnavailable) {
+			m.h.logger.Error("settle", zap.String("request_id", c.requestID), zap.Error(err))
+		}
 		m.h.release(c, m.res)
 		return false
 	}

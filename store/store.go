@@ -22,6 +22,11 @@ var (
 	ErrNotFound  = errors.New("not found")
 	ErrConflict  = errors.New("conflict")
 	ErrNoAccount = errors.New("no subscription")
+	// ErrUnavailable says the store cannot record writes now (a full
+	// disk, an I/O error): a call whose charge cannot be recorded is
+	// refused before it is forwarded. It clears by itself once a write
+	// commits again.
+	ErrUnavailable = errors.New("store unavailable")
 )
 
 // Store is the gateway's durable state.

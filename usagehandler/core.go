@@ -352,6 +352,7 @@ func (h *Handler) estimate(w http.ResponseWriter, r *http.Request, c *coreCall, 
 		if d.Code == billing.CodeQuotaExceeded {
 			_, end := billing.PeriodBounds(st.product.Period, st.product.CalendarPeriods, st.sub.StartedAt, c.now)
 			out.RetryAfter = retrySeconds(end.Sub(c.now))
+			out.Message = billing.WithReset(out.Message, end)
 			w.Header().Set("Retry-After", strconv.Itoa(out.RetryAfter))
 		}
 		h.logger.Info("usage estimate denied",

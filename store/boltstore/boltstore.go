@@ -93,6 +93,10 @@ type Store struct {
 	// without touching the file, and Close leaves the file alone (bbolt
 	// may still hold its locks from the transaction that failed).
 	failure atomic.Pointer[error]
+
+	// health says whether commits succeed; holds are refused while they
+	// fail (health.go).
+	health health
 }
 
 type op struct {
@@ -367,7 +371,7 @@ func (s *Store) commit(batch []*op) (carried []*op) {
 		return fail(s.broke(err))
 	}
 	if err != nil {
-		return fail(err)
+		return fail(s.health.commitFailed(len(batch), err))
 	}
 	for _, o := range batch {
 		err := guard(func() error { return o.fn(tx) })
@@ -387,8 +391,12 @@ func (s *Store) commit(batch []*op) (carried []*op) {
 			return nil
 		}
 	}
-	for _, o := range batch {
-		o.decide()
+	if s.Healthy() {
+		// While commits fail, a hold's caller waits for the commit, so
+		// that a hold that is not recorded is refused, not forwarded.
+		for _, o := range batch {
+			o.decide()
+		}
 	}
 	result := make(chan error, 1)
 	go func() { result <- guard(tx.Commit) }()
@@ -418,6 +426,7 @@ func (s *Store) commit(batch []*op) (carried []*op) {
 	}
 	if err != nil {
 		s.lastLedgerTime = last
+		err = s.health.commitFailed(len(batch), err)
 	}
 	if observe := s.commitObserver.Load(); observe != nil {
 		(*observe)(time.Since(start), len(batch))
@@ -437,12 +446,16 @@ func (s *Store) retryAlone(batch []*op) {
 			continue
 		}
 		keep := s.lastLedgerTime
+		ran := false
 		err := guard(func() error {
 			return s.db.Update(func(tx *bolt.Tx) error {
 				if err := o.fn(tx); err != nil {
 					return err
 				}
-				o.decide()
+				ran = true
+				if s.Healthy() {
+					o.decide()
+				}
 				return nil
 			})
 		})
@@ -452,6 +465,9 @@ func (s *Store) retryAlone(batch []*op) {
 		}
 		if err != nil {
 			s.lastLedgerTime = keep
+		}
+		if err != nil && ran { // the write was fine; the commit failed
+			err = s.health.commitFailed(1, err)
 		}
 		o.done <- err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -145,8 +146,16 @@ func (s *Store) Reserve(ctx context.Context, a store.Account, units billing.Unit
 	// or once the loop decided it while the previous commit was in flight
 	// (predecide); the fsync overlaps the call's trip to the backend
 	// (DESIGN.md, Durability). The Settle that follows commits after it.
+	ok, probe := s.admitHold()
+	if !ok {
+		return store.Reservation{}, billing.Decision{}, billing.State{}, store.ErrUnavailable
+	}
 	r := &holdRequest{a: a, units: units, now: now}
 	o := &op{done: make(chan error, 1), decided: make(chan struct{}), hold: r}
+	if probe {
+		// Testing a store whose commits failed: told only once durable.
+		o.decided, o.hold = nil, nil
+	}
 	o.fn = func(tx *bolt.Tx) error {
 		if r.pre != nil { // decided already, and told: only write it
 			_, _, _, err := s.hold(tx, a, units, now, "", r.pre)
@@ -157,6 +166,13 @@ func (s *Store) Reserve(ctx context.Context, a store.Account, units billing.Unit
 		return err
 	}
 	err := s.wait(o)
+	if probe && err == nil {
+		for _, p := range s.health.recovered() {
+			// A failure queues it again (the disk failed again: next time);
+			// ErrNotFound: its hold's own commit was lost, nothing is held.
+			s.Settle(context.Background(), p.r, p.units, p.e)
+		}
+	}
 	return r.res, r.dec, r.state, err
 }
 
@@ -276,6 +292,13 @@ func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.U
 		out, err = s.settle(tx, r.Account.UserID, r.Account.ServiceID, &held, p, units, entry)
 		return err
 	})
+	if r.ID != "" && errors.Is(err, store.ErrUnavailable) {
+		// Settle it once writes succeed again (the last attempt wins: a
+		// release after a failed charge stays a release), rather than
+		// hold its units until the next start or lose the charge of work
+		// already delivered.
+		s.health.unsettled(pendingSettle{r, units, e})
+	}
 	return out, err
 }
 
@@ -304,12 +327,11 @@ func (s *Store) settle(tx *bolt.Tx, userID, serviceID string, h *reservation, p 
 	var out store.LedgerEntry
 	if units > 0 {
 		entry.Units = units
-		priced := pricingState(p, acc.state, true)
-		dec := billing.Decide(p, priced, units)
+		dec := billing.DecideCharge(p, acc.state, units)
 		if !dec.Allowed {
 			entry.UnitsClaimed = units
-			entry.Units = billing.Fit(p, priced, units)
-			dec = billing.Decide(p, priced, entry.Units)
+			entry.Units = billing.FitCharge(p, acc.state, units)
+			dec = billing.DecideCharge(p, acc.state, entry.Units)
 		}
 		acc.state.Charge(p, dec)
 		entry.Overage, entry.Cost = dec.Overage, dec.Cost
@@ -337,20 +359,12 @@ func (s *Store) releaseHold(tx *bolt.Tx, h *reservation) error {
 	return acc.save(tx, h.Product)
 }
 
-// pricingState is the state that units being charged are decided against.
-// A reservation counts the holds of every call in flight, so that together
-// they never promise more than a limit allows. Charged units, though, are
-// priced against the quota actually consumed: priced behind the holds too,
-// units within the included quota were billed as overage whenever other
-// calls were in flight (and then cut by the spending cap, leaving served
-// calls unbilled), and a report arriving during calls was billed overage
-// that those calls were billed for again when they settled. A blocked quota
-// still counts the holds when enforced, since they are promises; its units
-// are never priced by the quota, so that changes no price.
-func pricingState(p billing.Product, s billing.State, enforced bool) billing.State {
-	if !enforced || p.OverageAllowed() {
-		s.Reserved = 0
-	}
+// pricingState is the state that usage reported after the fact is priced
+// against: the quota actually consumed, not the holds of the calls in
+// flight (billing.DecideCharge says why). Such usage is charged past the
+// limits, so the holds need not be counted.
+func pricingState(s billing.State) billing.State {
+	s.Reserved = 0
 	return s
 }
 
@@ -413,7 +427,7 @@ func (s *Store) charge(tx *bolt.Tx, a store.Account, entry *store.LedgerEntry) (
 	if err != nil {
 		return billing.State{}, err
 	}
-	dec := billing.Decide(a.Product, pricingState(a.Product, acc.state, false), entry.Units)
+	dec := billing.Decide(a.Product, pricingState(acc.state), entry.Units)
 	acc.state.Charge(a.Product, dec)
 	entry.Overage, entry.Cost = dec.Overage, dec.Cost
 	if err := acc.save(tx, a.Product); err != nil {

@@ -27,7 +27,7 @@ const (
 // write does. Only the commit loop calls it.
 func (s *Store) predecide(o *op) predecision {
 	r := o.hold
-	if r == nil || r.a.Free {
+	if r == nil || r.a.Free || !s.Healthy() {
 		return queued
 	}
 	a := r.a
