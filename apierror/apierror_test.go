@@ -52,7 +52,7 @@ func TestWriteNoHTMLEscapes(t *testing.T) {
 }
 
 func TestStatuses(t *testing.T) {
-	// The table of DESIGN.md, section 3 "Errors".
+	// The table of docs/wire-contract.md, "Errors".
 	want := map[string]int{
 		MissingKey: 401, InvalidKey: 401, KeyRevoked: 401, KeyExpired: 401, InvalidSignature: 401, StaleTimestamp: 401, InvalidToken: 401,
 		NoSubscription: 403, SubscriptionInactive: 403, InsufficientCredits: 403,

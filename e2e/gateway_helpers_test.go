@@ -104,7 +104,7 @@ func newTestBackend(t *testing.T, secret, brand string) *testBackend {
 	return b
 }
 
-// v3Signature is written out here from DESIGN.md, not taken from the code
+// v3Signature is written out here from docs/wire-contract.md, not taken from the code
 // under test: Base64(HMAC-SHA256(secret, body + ts + ctx)).
 func v3Signature(secret string, body []byte, ts, ctx string) string {
 	m := hmac.New(sha256.New, []byte(secret))

@@ -3,7 +3,7 @@
 // back to the usage service.
 //
 // Two halves, matching the two directions of the wire contract
-// (docs/wire-contract.md, DESIGN.md §3):
+// (docs/wire-contract.md):
 //
 //   - Inbound: a [Verifier] checks the version 3 HMAC signature the gateway
 //     puts on every forwarded call, sync (over the raw body) or async (over

@@ -37,7 +37,7 @@ var now = time.Unix(nowUnix, 0)
 func fixedClock() time.Time { return now }
 
 // caller is the context the gateway puts in headers; ctx is the context
-// string of DESIGN.md it must produce, written out literally.
+// string of docs/wire-contract.md it must produce, written out literally.
 type caller struct {
 	userID, productID, roles, status, billing, measurement, unit string
 	ctx                                                          string

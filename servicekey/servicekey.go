@@ -1,5 +1,5 @@
 // Package servicekey makes and checks service keys, the bearer credentials
-// callers present to the gateway (DESIGN.md §2).
+// callers present to the gateway (docs/wire-contract.md, "Service keys").
 //
 // A key looks like
 //

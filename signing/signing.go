@@ -1,5 +1,5 @@
 // Package signing implements the HMAC wire contract between the gateway,
-// service backends and the usage service (DESIGN.md §3 "Signing").
+// service backends and the usage service (docs/wire-contract.md, "Signing, version 3").
 //
 // Backends already written against the platform this gateway replaces verify
 // what we send and sign what they send us with their SDKs, so every byte of

@@ -11,7 +11,8 @@ import (
 	"time"
 )
 
-// The three context vectors of DESIGN.md §3, shared by several tests.
+// The three golden context strings of docs/wire-contract.md ("Signing,
+// version 3"), shared by several tests.
 var (
 	subscriberCtx = UserContext{
 		UserID:             "sub-ext-id",

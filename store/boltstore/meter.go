@@ -145,7 +145,7 @@ func (s *Store) Reserve(ctx context.Context, a store.Account, units billing.Unit
 	// The decision is final once the hold's transaction is committing,
 	// or once the loop decided it while the previous commit was in flight
 	// (predecide); the fsync overlaps the call's trip to the backend
-	// (DESIGN.md, Durability). The Settle that follows commits after it.
+	// (docs/reliability.md, §1). The Settle that follows commits after it.
 	ok, probe := s.admitHold()
 	if !ok {
 		return store.Reservation{}, billing.Decision{}, billing.State{}, store.ErrUnavailable
