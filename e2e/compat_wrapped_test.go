@@ -65,6 +65,16 @@ func newWrapBackend(t *testing.T) *wrapBackend {
 			w.Write(bytes.Repeat([]byte("b"), 3000))
 		case "/bytes":
 			w.Write(bytes.Repeat([]byte("b"), 700))
+		case "/cut", "/cutbytes":
+			// Declares 1,000 bytes, sends 100 and closes the connection.
+			w.Header().Set("Content-Length", "1000")
+			w.WriteHeader(http.StatusOK)
+			w.Write(bytes.Repeat([]byte("c"), 100))
+			w.(http.Flusher).Flush()
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.Close()
+			}
 		case "/stream":
 			w.Header().Set("Content-Type", "text/event-stream")
 			for i := range 3 {
@@ -97,6 +107,8 @@ func wrapCatalog(backend string) string {
 			endpoint broken
 			endpoint big
 			endpoint bytes
+			endpoint cut
+			endpoint cutbytes
 			endpoint stream {
 				streaming
 			}
@@ -240,9 +252,18 @@ func TestCompatSyncResponseWrapped(t *testing.T) {
 		}
 	})
 
-	// Metering is that of a raw answer: json, plain, gzip, raw, stream
-	// twice, missing and busy (4xx) and big are charged, broken (5xx) is
-	// not; plain/json is charged to the other service.
+	t.Run("a 2xx body the backend cuts off is service_error 502", func(t *testing.T) {
+		resp, body := call(t, "GET", invokeURL("wrap", "cut"), key, "")
+		if resp.StatusCode != 502 || errorCode(t, resp, body) != "service_error" || !strings.Contains(string(body), "ended early") {
+			t.Errorf("%d %s", resp.StatusCode, body)
+		}
+	})
+
+	// Metering is that of a raw answer, but for what never reaches the
+	// caller: json, plain, gzip, raw, stream twice, missing and busy (4xx)
+	// are charged; broken (5xx), big (too large to wrap) and cut (cut off)
+	// are not, as their caller gets an error instead of the answer;
+	// plain/json is charged to the other service.
 	es := g.ledger("u-wrap")
 	var wrapUnits billing.Units
 	for _, e := range es {
@@ -250,8 +271,11 @@ func TestCompatSyncResponseWrapped(t *testing.T) {
 			wrapUnits += e.Units
 		}
 	}
-	if wrapUnits != billing.Whole(9) {
-		t.Errorf("charged %s units to wrap in %d entries, want 9", wrapUnits, len(es))
+	if wrapUnits != billing.Whole(8) {
+		t.Errorf("charged %s units to wrap in %d entries, want 8", wrapUnits, len(es))
+	}
+	if st := raceState(t, g, "u-wrap", "wrap"); st.Reserved != 0 {
+		t.Errorf("%s units still held", st.Reserved)
 	}
 }
 
@@ -272,11 +296,20 @@ func TestCompatSyncResponseMeteringSame(t *testing.T) {
 	if resp.StatusCode != 200 || len(body) != 700 {
 		t.Fatalf("raw: %d %d bytes", resp.StatusCode, len(body))
 	}
+	// A PER_BYTE body cut off while it is being wrapped reaches the
+	// caller as an error, not as bytes: nothing is charged, nothing held.
+	resp, body = call(t, "GET", invokeURL("wrap", "cutbytes"), key, "")
+	if resp.StatusCode != 502 || errorCode(t, resp, body) != "service_error" {
+		t.Fatalf("cut off: %d %s", resp.StatusCode, body)
+	}
 	got := map[string]billing.Units{}
 	for _, e := range g.ledger("u-bytes") {
 		got[e.ServiceID] += e.Units
 	}
 	if got["wrap"] != billing.Whole(700) || got["plain"] != billing.Whole(700) {
 		t.Errorf("charged %v, want 700 bytes each", got)
+	}
+	if st := raceState(t, g, "u-bytes", "wrap"); st.Reserved != 0 {
+		t.Errorf("%s units still held", st.Reserved)
 	}
 }

@@ -69,7 +69,7 @@ func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, ne
 	setBody(r, c.body)
 
 	out, wrapped := h.syncOutput(w, r, c) // wrapped.go: sync_response wrapped
-	m := &meterWriter{w: out, r: r, h: h, c: c, res: res}
+	m := &meterWriter{w: out, r: r, h: h, c: c, res: res, wrap: wrapped}
 	defer func() {
 		// The reverse proxy panics with http.ErrAbortHandler when a body
 		// is cut off, by the backend (it closed before its Content-Length)
@@ -79,7 +79,14 @@ func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, ne
 		// settled at its status line), and a hold is never left behind.
 		// Then the panic goes on, and the connection is aborted as before.
 		if v := recover(); v != nil {
-			m.end()
+			// A wrapped answer being buffered is not delivered: not charged.
+			m.end(false)
+			if v == http.ErrAbortHandler && m.atEnd {
+				// The backend cut its body off while it was buffered;
+				// nothing has reached the caller, who is told so.
+				wrapped.finish(false, errCutOff)
+				return
+			}
 			panic(v)
 		}
 	}()
@@ -93,7 +100,7 @@ func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, ne
 		h.refuse(w, r, c.requestID, h.unreachable(c, err))
 		return nil
 	}
-	m.end()
+	m.end(wrapped.delivers(err))
 	wrapped.finish(m.failed, err)
 	if err != nil {
 		h.logger.Debug("response ended early", zap.String("request_id", c.requestID), zap.Error(err))
@@ -105,9 +112,28 @@ func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, ne
 // a deferred call (the bytes that reached the caller, the time it took), or
 // the hold's release when nothing reached the caller. A call settled at its
 // status line is left as it is.
-func (m *meterWriter) end() {
+//
+// delivered matters only for a wrapped answer the wrappedWriter buffers
+// (atEnd): whether the caller gets it. One that cannot be wrapped (cut off,
+// too large) reaches the caller as an error, and is not charged.
+func (m *meterWriter) end(delivered bool) {
 	switch {
 	case m.settled:
+	case m.atEnd && !delivered:
+		m.settled = true
+		m.h.release(m.c, m.res)
+		m.h.app.CountInvoke(m.c.svc.ID, m.c.ep.ID, "sync", "backend_error")
+	case m.atEnd:
+		units := m.endUnits
+		if m.deferred {
+			units = m.deferredUnits()
+		}
+		// Nothing has reached the caller yet: a settlement that fails
+		// releases the hold, and the answer is withheld.
+		m.deferred = false
+		if !m.settleNow(units) {
+			m.failed = true
+		}
 	case !m.wroteHeader:
 		m.settled = true
 		m.h.release(m.c, m.res)
@@ -119,6 +145,10 @@ func (m *meterWriter) end() {
 		m.h.release(m.c, m.res)
 	}
 }
+
+// errCutOff stands for the proxy's abort when a backend cut off the body of
+// a wrapped answer.
+var errCutOff = errors.New("the backend's response body ended early")
 
 // unreachable is the caller's error for a backend that was not reached or
 // did not answer (err is what the reverse proxy returned).
@@ -173,6 +203,13 @@ type meterWriter struct {
 	status      int
 	written     int64
 	deferred    bool // settle after the body: PER_BYTE, PER_TIME_UNIT
+	// wrap is the wrapped answer's writer (sync_response wrapped), nil for
+	// raw. While it buffers (atEnd), the caller gets nothing before the
+	// call ends, so the call is settled then, endUnits or the measured
+	// units, and only if the wrapped answer goes out.
+	wrap     *wrappedWriter
+	atEnd    bool
+	endUnits billing.Units
 	settled     bool
 	failed      bool // settling failed: the backend's answer is withheld
 }
@@ -211,6 +248,13 @@ func (m *meterWriter) WriteHeader(status int) {
 		m.deferred = true
 	} else if m.c.account.Free && status == http.StatusSwitchingProtocols {
 		m.deferred = true
+	}
+	if m.wrap.buffers(status, hdr) {
+		// Nothing goes to the caller before the call ends: settle then,
+		// once the wrapped answer is known to go out.
+		m.atEnd, m.endUnits = true, units
+		m.w.WriteHeader(status)
+		return
 	}
 	if !m.deferred {
 		if !m.settleNow(units) {

@@ -82,13 +82,38 @@ func (ww *wrappedWriter) WriteHeader(status int) {
 		return // informational answers are not the result
 	}
 	ww.wroteHeader, ww.status = true, status
-	mt, _, _ := strings.Cut(ww.w.Header().Get("Content-Type"), ";")
-	if status == http.StatusSwitchingProtocols || strings.EqualFold(strings.TrimSpace(mt), "text/event-stream") {
+	if streams(status, ww.w.Header()) {
 		// A backend that streams although the caller did not ask: a
 		// buffered stream would never end, so it goes through as is.
 		ww.raw = true
 		ww.w.WriteHeader(status)
 	}
+}
+
+// streams reports whether a backend answer goes through raw although the
+// endpoint wraps: a protocol switch or an event stream, which a buffer
+// would never see the end of.
+func streams(status int, h http.Header) bool {
+	mt, _, _ := strings.Cut(h.Get("Content-Type"), ";")
+	return status == http.StatusSwitchingProtocols || strings.EqualFold(strings.TrimSpace(mt), "text/event-stream")
+}
+
+// buffers reports whether a final answer with this status and these
+// headers will be buffered and wrapped (false for a raw answer, ww nil).
+func (ww *wrappedWriter) buffers(status int, h http.Header) bool {
+	return ww != nil && !streams(status, h)
+}
+
+// delivers reports whether the caller gets the answer the backend gave
+// (wrapped, or as the service_error of a non-2xx status): false for a 2xx
+// answer that cannot be wrapped, because the backend cut it off (proxyErr)
+// or it is larger than the buffer. True for a raw answer.
+func (ww *wrappedWriter) delivers(proxyErr error) bool {
+	if ww == nil || ww.raw || !ww.wroteHeader {
+		return true
+	}
+	ok := ww.status >= 200 && ww.status < 300
+	return !ok || proxyErr == nil && ww.size <= ww.limit
 }
 
 func (ww *wrappedWriter) Write(b []byte) (int, error) {
@@ -143,8 +168,8 @@ var entityHeaders = []string{
 }
 
 // finish writes the caller's answer once the proxy and the meter are done.
-// withheld: the meter refused to pass the backend's answer on and wrote its
-// own error, which goes out as it is. proxyErr is what the proxy returned.
+// withheld: the meter could not record the call's charge, so the answer is
+// refused. proxyErr is what the proxy returned.
 // A nil wrappedWriter (a raw answer) does nothing.
 func (ww *wrappedWriter) finish(withheld bool, proxyErr error) {
 	if ww == nil || !ww.wroteHeader || ww.raw {
@@ -152,8 +177,13 @@ func (ww *wrappedWriter) finish(withheld bool, proxyErr error) {
 	}
 	hdr := ww.w.Header()
 	if withheld {
-		ww.w.WriteHeader(ww.status)
-		ww.w.Write(ww.body.Bytes())
+		// The meter could not record the charge: the answer is withheld,
+		// as a raw one would be, and nothing is charged.
+		for _, name := range entityHeaders {
+			hdr.Del(name)
+		}
+		ww.write(http.StatusInternalServerError,
+			apierror.New(apierror.InternalError, "the call could not be metered; it was not charged"))
 		return
 	}
 	backendType := hdr.Get("Content-Type")
