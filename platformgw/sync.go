@@ -210,8 +210,8 @@ type meterWriter struct {
 	wrap     *wrappedWriter
 	atEnd    bool
 	endUnits billing.Units
-	settled     bool
-	failed      bool // settling failed: the backend's answer is withheld
+	settled  bool
+	failed   bool // settling failed: the backend's answer is withheld
 }
 
 func (m *meterWriter) Header() http.Header { return m.w.Header() }
