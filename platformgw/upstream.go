@@ -1,6 +1,7 @@
 package platformgw
 
 import (
+	"errors"
 	"io"
 	"maps"
 	"net"
@@ -58,6 +59,25 @@ func (*Upstreams) CaddyModule() caddy.ModuleInfo {
 		ID:  "http.reverse_proxy.upstreams.platform",
 		New: func() caddy.Module { return new(Upstreams) },
 	}
+}
+
+// Provision refuses a reverse_proxy whose transport is not `platform`: the
+// platform transport is what adds the signature and caller-context headers
+// (Transport.RoundTrip), so with `transport http` (or none) every admitted
+// call reached its backend unsigned, and the backend's refusal was charged.
+// Caddy loads a reverse_proxy's transport before its upstream source, so
+// the parent's transport is known here.
+func (*Upstreams) Provision(ctx caddy.Context) error {
+	mods := ctx.Modules()
+	if len(mods) < 2 {
+		return nil
+	}
+	if rp, ok := mods[len(mods)-2].(*reverseproxy.Handler); ok {
+		if _, ok := rp.Transport.(*Transport); !ok {
+			return errors.New("reverse_proxy with 'dynamic platform' needs 'transport platform': it adds the signed headers, another transport would forward calls unsigned")
+		}
+	}
+	return nil
 }
 
 // GetUpstreams returns the admitted service's backend. The proxy fills in
@@ -199,6 +219,7 @@ func (t *Transport) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 // Interface guards.
 var (
 	_ reverseproxy.UpstreamSource = (*Upstreams)(nil)
+	_ caddy.Provisioner           = (*Upstreams)(nil)
 	_ caddyfile.Unmarshaler       = (*Upstreams)(nil)
 	_ http.RoundTripper           = (*Transport)(nil)
 	_ caddy.Provisioner           = (*Transport)(nil)
