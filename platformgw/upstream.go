@@ -173,7 +173,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.done()
 		return resp, err
 	}
-	resp.Body = &trackedBody{ReadCloser: resp.Body, t: t}
+	tb := &trackedBody{ReadCloser: resp.Body, t: t}
+	if rw, ok := resp.Body.(io.ReadWriteCloser); ok {
+		// A 101's body is the backend connection, which reverse_proxy
+		// writes the caller's side of a WebSocket to: it must stay
+		// writable, or every upgrade fails with 502.
+		resp.Body = &trackedConn{trackedBody: tb, w: rw}
+		return resp, nil
+	}
+	resp.Body = tb
 	return resp, nil
 }
 
@@ -210,6 +218,15 @@ func (b *trackedBody) Close() error {
 	b.once.Do(b.t.done)
 	return err
 }
+
+// trackedConn is a trackedBody that stays writable: the backend side of an
+// upgraded (101) connection.
+type trackedConn struct {
+	*trackedBody
+	w io.Writer
+}
+
+func (c *trackedConn) Write(p []byte) (int, error) { return c.w.Write(p) }
 
 // UnmarshalCaddyfile accepts the options of the http transport.
 func (t *Transport) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
