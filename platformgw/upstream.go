@@ -66,15 +66,16 @@ func (*Upstreams) CaddyModule() caddy.ModuleInfo {
 // (Transport.RoundTrip), so with `transport http` (or none) every admitted
 // call reached its backend unsigned, and the backend's refusal was charged.
 // Caddy loads a reverse_proxy's transport before its upstream source, so
-// the parent's transport is known here.
+// the transport of the nearest reverse_proxy above (through `dynamic
+// multi`, say) is known here.
 func (*Upstreams) Provision(ctx caddy.Context) error {
 	mods := ctx.Modules()
-	if len(mods) < 2 {
-		return nil
-	}
-	if rp, ok := mods[len(mods)-2].(*reverseproxy.Handler); ok {
-		if _, ok := rp.Transport.(*Transport); !ok {
-			return errors.New("reverse_proxy with 'dynamic platform' needs 'transport platform': it adds the signed headers, another transport would forward calls unsigned")
+	for i := len(mods) - 2; i >= 0; i-- {
+		if rp, ok := mods[i].(*reverseproxy.Handler); ok {
+			if _, ok := rp.Transport.(*Transport); !ok {
+				return errors.New("reverse_proxy with 'dynamic platform' needs 'transport platform': it adds the signed headers, another transport would forward calls unsigned")
+			}
+			return nil
 		}
 	}
 	return nil

@@ -17,10 +17,14 @@ import (
 // caddy.Validate provisions without starting anything (no listener, no
 // admin endpoint).
 func TestDynamicPlatformNeedsPlatformTransport(t *testing.T) {
-	config := func(transport string) *caddy.Config {
+	config := func(transport string, multi bool) *caddy.Config {
+		source := map[string]any{"source": "platform"}
+		if multi {
+			source = map[string]any{"source": "multi", "sources": []any{source}}
+		}
 		proxy := map[string]any{
 			"handler":           "reverse_proxy",
-			"dynamic_upstreams": map[string]any{"source": "platform"},
+			"dynamic_upstreams": source,
 		}
 		if transport != "" {
 			proxy["transport"] = map[string]any{"protocol": transport}
@@ -36,13 +40,15 @@ func TestDynamicPlatformNeedsPlatformTransport(t *testing.T) {
 			}, nil)},
 		}
 	}
-	for _, transport := range []string{"", "http"} {
-		err := caddy.Validate(config(transport))
-		if err == nil || !strings.Contains(err.Error(), "needs 'transport platform'") {
-			t.Errorf("transport %q: %v, want a refusal", transport, err)
+	for _, multi := range []bool{false, true} {
+		for _, transport := range []string{"", "http"} {
+			err := caddy.Validate(config(transport, multi))
+			if err == nil || !strings.Contains(err.Error(), "needs 'transport platform'") {
+				t.Errorf("transport %q (inside dynamic multi: %v): %v, want a refusal", transport, multi, err)
+			}
 		}
-	}
-	if err := caddy.Validate(config("platform")); err != nil {
-		t.Errorf("transport platform: %v", err)
+		if err := caddy.Validate(config("platform", multi)); err != nil {
+			t.Errorf("transport platform (inside dynamic multi: %v): %v", multi, err)
+		}
 	}
 }
