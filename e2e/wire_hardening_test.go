@@ -655,6 +655,17 @@ func TestWireAsyncURLsNeverFollowACallersHost(t *testing.T) {
 		g := startWireGateway(t, t.TempDir(), "", catalog, site)
 		key, _ := g.newKey("u-wire")
 		g.subscribe("u-wire", "wirejob", "basic", "ACTIVE")
+		// The site's host name with a port other than the one the caller
+		// connected to (or none, which means 80) named another port of
+		// that host: the caller chose where the completion went
+		// (callback http://localhost:1/...).
+		for _, host := range []string{"localhost:1", "LOCALHOST:1", "localhost", "localhost:0" + fmt.Sprint(gwPort)} {
+			resp, body := invokeWithHost(t, host, key, "x")
+			if resp.StatusCode != 400 || errorCode(t, resp, body) != "invalid_request" || !strings.Contains(string(body), `"field":"Host"`) {
+				t.Errorf("Host %s: %d %s", host, resp.StatusCode, body)
+			}
+		}
+		noJob(g, "site host name on another port")
 		resp, body := invokeWithHost(t, fmt.Sprintf("localhost:%d", gwPort), key, "x")
 		if resp.StatusCode != 202 {
 			t.Fatalf("Host localhost: %d %s", resp.StatusCode, body)

@@ -63,10 +63,13 @@ func (a *App) Allow(keyID, serviceID string, rl *billing.RateLimit, t time.Time)
 		r.CancelAt(t)
 		return false, d, 0
 	}
-	// Whole tokens, with a little slack for the float arithmetic of the
-	// bucket (0.9999999 after a refill is one token).
+	// Whole tokens the bucket would grant now. It grants a call whose
+	// missing fraction of a token would take under a nanosecond to refill
+	// (the wait truncates to 0), so that much slack counts, and no more: a
+	// fixed 1e-6 tokens is 86 ms of a `1/d` bucket, and r=1 was reported
+	// with the next call refused.
 	tokens := lim.TokensAt(t)
-	remaining = min(int(tokens+1e-6), burst)
+	remaining = min(int(tokens+float64(lim.Limit())*1e-9), burst)
 	if remaining >= burst || lim.Limit() <= 0 {
 		return true, 0, remaining
 	}

@@ -1,6 +1,8 @@
 package platform
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -54,5 +56,57 @@ func TestAllowDefaultBurst(t *testing.T) {
 	}
 	if ok, wait, remaining := a.Allow("k", "s", nil, t0); !ok || wait != 0 || remaining != -1 {
 		t.Errorf("no rate limit: %v %v %d", ok, wait, remaining)
+	}
+}
+
+// TestAllowRemainingIsGranted: the remaining count an allowed call reports
+// is exactly how many more calls the bucket grants at that instant. A
+// slack of 1e-6 tokens made it round up near a refill: on `1/d burst 2`, a
+// call 50 ms before the second token was back said r=1, and a call right
+// after it got 429 (1e-6 tokens of that bucket is 86 ms).
+func TestAllowRemainingIsGranted(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	// Replays steps[:n+1] on a fresh bucket for each n, then checks at
+	// the last step without disturbing the history before it.
+	check := func(name string, rl *billing.RateLimit, steps []time.Duration) {
+		t.Helper()
+		a := &App{limiters: newLimiterSet()}
+		for n := range steps {
+			key := fmt.Sprintf("key-granted-%s-%d", name, n)
+			for _, at := range steps[:n] {
+				a.Allow(key, "svc", rl, t0.Add(at))
+			}
+			now := t0.Add(steps[n])
+			ok, _, remaining := a.Allow(key, "svc", rl, now)
+			if !ok {
+				continue
+			}
+			for j := 0; j < remaining; j++ {
+				if ok, wait, _ := a.Allow(key, "svc", rl, now); !ok {
+					t.Errorf("%s step %d at %v: said %d remaining, call %d refused (wait %v)", name, n, steps[n], remaining, j+1, wait)
+					break
+				}
+			}
+			if ok, _, _ := a.Allow(key, "svc", rl, now); ok {
+				t.Errorf("%s step %d at %v: said %d remaining, one more was granted", name, n, steps[n], remaining)
+			}
+		}
+	}
+	day := 24 * time.Hour
+	check("1/d", &billing.RateLimit{Requests: 1, WindowSeconds: 86400, Burst: 2},
+		[]time.Duration{0, day - 50*time.Millisecond, 3 * day, 4*day - time.Millisecond})
+	check("1/m", &billing.RateLimit{Requests: 1, WindowSeconds: 60, Burst: 2},
+		[]time.Duration{0, 10 * time.Second, 60 * time.Second, 119999 * time.Millisecond, 200 * time.Second})
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for _, rl := range []*billing.RateLimit{
+		{Requests: 20, WindowSeconds: 1}, {Requests: 100, WindowSeconds: 10, Burst: 7}, {Requests: 5000, WindowSeconds: 86400, Burst: 3},
+	} {
+		var steps []time.Duration
+		var at time.Duration
+		for range 60 {
+			at += time.Duration(rnd.Int64N(int64(2 * time.Duration(rl.WindowSeconds) * time.Second / time.Duration(rl.Requests))))
+			steps = append(steps, at)
+		}
+		check(fmt.Sprintf("%d/%ds-burst-%d", rl.Requests, rl.WindowSeconds, rl.Burst), rl, steps)
 	}
 }

@@ -156,12 +156,16 @@ func (h *Handler) jobURLs(r *http.Request, c *call) (jobURLs, *apierror.Error) {
 
 // knownHost reports whether the request's Host names this server: one of
 // the host names its routes match (the site addresses of a Caddyfile;
-// wildcards such as *.example.com included), or the IP address and port
-// the connection was accepted on (a caller that dialled 127.0.0.1:8080
-// and says so). A catch-all site (":8080") has no host names, so only the
-// latter passes there; any other Host is the caller's free choice.
+// wildcards such as *.example.com included), or the IP address the
+// connection was accepted on (a caller that dialled 127.0.0.1:8080 and
+// says so), and in both cases the port the connection was accepted on
+// (the scheme's default when the Host has none). Host matchers ignore the
+// port, so without that check `Host: api.example.com:1` sent completions
+// to another port of the host. A catch-all site (":8080") has no host
+// names, so only the address passes there; any other Host is the caller's
+// free choice.
 func knownHost(r *http.Request) bool {
-	if r.Host == "" {
+	if r.Host == "" || !isLocalPort(r) {
 		return false
 	}
 	srv, ok := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
@@ -192,14 +196,39 @@ func knownHost(r *http.Request) bool {
 // isLocalAddress reports whether the Host is the literal IP address and
 // port the connection was accepted on.
 func isLocalAddress(r *http.Request) bool {
-	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	lhost, _, ok := localHostPort(r)
 	if !ok {
 		return false
 	}
-	lhost, lport, err := net.SplitHostPort(local.String())
-	if err != nil {
+	host, _ := hostPort(r)
+	ip, lip := net.ParseIP(host), net.ParseIP(lhost)
+	return ip != nil && lip != nil && ip.Equal(lip) && isLocalPort(r)
+}
+
+// isLocalPort reports whether the Host's port (the scheme's default when
+// it has none) is the port the connection was accepted on.
+func isLocalPort(r *http.Request) bool {
+	_, lport, ok := localHostPort(r)
+	if !ok {
 		return false
 	}
+	_, port := hostPort(r)
+	return port == lport
+}
+
+// localHostPort is the address the request's connection was accepted on.
+func localHostPort(r *http.Request) (host, port string, ok bool) {
+	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok {
+		return "", "", false
+	}
+	host, port, err := net.SplitHostPort(local.String())
+	return host, port, err == nil
+}
+
+// hostPort splits the request's Host, with the scheme's default port when
+// it names none.
+func hostPort(r *http.Request) (host, port string) {
 	host, port, err := net.SplitHostPort(r.Host)
 	if err != nil {
 		host, port = strings.Trim(r.Host, "[]"), "80"
@@ -207,8 +236,7 @@ func isLocalAddress(r *http.Request) bool {
 			port = "443"
 		}
 	}
-	ip, lip := net.ParseIP(host), net.ParseIP(lhost)
-	return ip != nil && lip != nil && ip.Equal(lip) && port == lport
+	return host, port
 }
 
 // asyncEnvelope is the body forwarded to the backend of an async endpoint:

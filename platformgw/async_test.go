@@ -66,6 +66,7 @@ func TestJobURLs(t *testing.T) {
 	srv := &caddyhttp.Server{Routes: caddyhttp.RouteList{
 		{MatcherSets: caddyhttp.MatcherSets{{caddyhttp.MatchPath{"/x"}, caddyhttp.MatchHost{"gw.example", "*.wild.example"}}}},
 	}}
+	// The connection arrived on port 8080, or 443 over TLS.
 	request := func(host string, secure bool) *http.Request {
 		r := httptest.NewRequest("POST", "/x", nil)
 		r.Host = host
@@ -74,7 +75,11 @@ func TestJobURLs(t *testing.T) {
 		}
 		ctx := context.WithValue(r.Context(), caddyhttp.ServerCtxKey, srv)
 		ctx = context.WithValue(ctx, caddy.ReplacerCtxKey, caddy.NewReplacer())
-		ctx = context.WithValue(ctx, http.LocalAddrContextKey, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8080})
+		port := 8080
+		if secure {
+			port = 443
+		}
+		ctx = context.WithValue(ctx, http.LocalAddrContextKey, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
 		return r.WithContext(ctx)
 	}
 	for _, tt := range tests {
@@ -85,10 +90,14 @@ func TestJobURLs(t *testing.T) {
 			t.Errorf("%+v: %+v %v", tt, urls, e)
 		}
 	}
+	// A site host name on another port than the connection's (none means
+	// 80) is another server: host matchers ignore the port, and
+	// GW.EXAMPLE:9999 used to get URLs on port 9999.
 	h0 := &Handler{app: &platform.App{Prefixes: &p}, logger: zap.NewNop()}
 	for host, ok := range map[string]bool{
-		"a.wild.example": true, "127.0.0.1:8080": true, "GW.EXAMPLE:9999": true,
-		"attacker.example:9999": false, "127.0.0.1:8081": false, "127.0.0.1": false, "localhost:8080": false, "wild.example": false, "": false,
+		"a.wild.example:8080": true, "127.0.0.1:8080": true, "GW.EXAMPLE:8080": true, "[::ffff:127.0.0.1]:8080": true,
+		"attacker.example:9999": false, "127.0.0.1:8081": false, "127.0.0.1": false, "localhost:8080": false, "wild.example:8080": false, "": false,
+		"GW.EXAMPLE:9999": false, "gw.example": false, "a.wild.example": false, "gw.example:08080": false, "gw.example:": false,
 	} {
 		_, e := h0.jobURLs(request(host, false), &call{requestID: "r1", route: invokeRoute{prefix: "/api"}})
 		if (e == nil) != ok || (e != nil && (e.Code != "invalid_request" || e.Field != "Host")) {

@@ -1,6 +1,7 @@
 package platformgw
 
 import (
+	"errors"
 	"io"
 	"maps"
 	"net"
@@ -58,6 +59,26 @@ func (*Upstreams) CaddyModule() caddy.ModuleInfo {
 		ID:  "http.reverse_proxy.upstreams.platform",
 		New: func() caddy.Module { return new(Upstreams) },
 	}
+}
+
+// Provision refuses a reverse_proxy whose transport is not `platform`: the
+// platform transport is what adds the signature and caller-context headers
+// (Transport.RoundTrip), so with `transport http` (or none) every admitted
+// call reached its backend unsigned, and the backend's refusal was charged.
+// Caddy loads a reverse_proxy's transport before its upstream source, so
+// the transport of the nearest reverse_proxy above (through `dynamic
+// multi`, say) is known here.
+func (*Upstreams) Provision(ctx caddy.Context) error {
+	mods := ctx.Modules()
+	for i := len(mods) - 2; i >= 0; i-- {
+		if rp, ok := mods[i].(*reverseproxy.Handler); ok {
+			if _, ok := rp.Transport.(*Transport); !ok {
+				return errors.New("reverse_proxy with 'dynamic platform' needs 'transport platform': it adds the signed headers, another transport would forward calls unsigned")
+			}
+			return nil
+		}
+	}
+	return nil
 }
 
 // GetUpstreams returns the admitted service's backend. The proxy fills in
@@ -153,7 +174,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.done()
 		return resp, err
 	}
-	resp.Body = &trackedBody{ReadCloser: resp.Body, t: t}
+	tb := &trackedBody{ReadCloser: resp.Body, t: t}
+	if rw, ok := resp.Body.(io.ReadWriteCloser); ok {
+		// A 101's body is the backend connection, which reverse_proxy
+		// writes the caller's side of a WebSocket to: it must stay
+		// writable, or every upgrade fails with 502.
+		resp.Body = &trackedConn{trackedBody: tb, w: rw}
+		return resp, nil
+	}
+	resp.Body = tb
 	return resp, nil
 }
 
@@ -191,6 +220,15 @@ func (b *trackedBody) Close() error {
 	return err
 }
 
+// trackedConn is a trackedBody that stays writable: the backend side of an
+// upgraded (101) connection.
+type trackedConn struct {
+	*trackedBody
+	w io.Writer
+}
+
+func (c *trackedConn) Write(p []byte) (int, error) { return c.w.Write(p) }
+
 // UnmarshalCaddyfile accepts the options of the http transport.
 func (t *Transport) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return t.HTTPTransport.UnmarshalCaddyfile(d)
@@ -199,6 +237,7 @@ func (t *Transport) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 // Interface guards.
 var (
 	_ reverseproxy.UpstreamSource = (*Upstreams)(nil)
+	_ caddy.Provisioner           = (*Upstreams)(nil)
 	_ caddyfile.Unmarshaler       = (*Upstreams)(nil)
 	_ http.RoundTripper           = (*Transport)(nil)
 	_ caddy.Provisioner           = (*Transport)(nil)
