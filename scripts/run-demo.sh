@@ -170,7 +170,9 @@ echo "usage (examples/reporter):"
 echo "  curl -H '$auth' -d 'count these words please' http://127.0.0.1:9003/count"
 echo
 echo "First call:"
-curl -sS -H "$auth" "$(at "$url")" || fail "the first call through the gateway failed; see tmp/caddy.log" tmp/caddy.log
+# --fail-with-body: an error status (401, 502, ...) fails the script, with
+# the answer printed; plain curl exits 0 on any HTTP status.
+curl -sS --fail-with-body -H "$auth" "$(at "$url")" || { echo; fail "the first call through the gateway failed; see tmp/caddy.log" tmp/caddy.log; }
 echo
 echo "Usage so far:  bin/caddy platform usage --user demo-user"
 echo "Reload after editing Caddyfile.example (the store path must stay the same):"
