@@ -50,8 +50,8 @@ func demoRoot(t *testing.T, bins map[string]string) string {
 }
 
 // runDemo runs the script with the extra environment, bounded to 40 s, and
-// returns its exit error and standard error.
-func runDemo(t *testing.T, root string, env ...string) (error, string) {
+// returns its standard error and exit error.
+func runDemo(t *testing.T, root string, env ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
@@ -63,7 +63,7 @@ func runDemo(t *testing.T, root string, env ...string) (error, string) {
 	if ctx.Err() != nil {
 		t.Fatalf("run-demo.sh did not stop within 40 s; stderr:\n%s", stderr.String())
 	}
-	return err, stderr.String()
+	return stderr.String(), err
 }
 
 // A port of the demo already taken (here by this test; in the report, by a
@@ -88,7 +88,7 @@ func TestRunDemoRefusesBusyPort(t *testing.T) {
 	freePort := strconv.Itoa(free.Addr().(*net.TCPAddr).Port)
 	free.Close()
 
-	err, stderr := runDemo(t, root, "DEMO_PORTS="+freePort+" "+port)
+	stderr, err := runDemo(t, root, "DEMO_PORTS="+freePort+" "+port)
 	if err == nil {
 		t.Fatalf("run-demo.sh succeeded with port %s taken; stderr:\n%s", port, stderr)
 	}
@@ -112,7 +112,7 @@ func TestRunDemoReportsDeadBackend(t *testing.T) {
 		"example-asyncbackend": sleeper,
 		"example-reporter":     sleeper,
 	})
-	err, stderr := runDemo(t, root, "DEMO_PORTS=")
+	stderr, err := runDemo(t, root, "DEMO_PORTS=")
 	if err == nil {
 		t.Fatalf("run-demo.sh succeeded with a dead backend; stderr:\n%s", stderr)
 	}
@@ -233,7 +233,7 @@ esac
 		io.WriteString(w, "{}")
 	}))
 	defer srv.Close()
-	err, stderr := runDemo(t, root, "DEMO_PORTS=", "DEMO_CHECK_URL="+srv.URL)
+	stderr, err := runDemo(t, root, "DEMO_PORTS=", "DEMO_CHECK_URL="+srv.URL)
 	if err == nil {
 		t.Fatalf("run-demo.sh succeeded although the first call got HTTP 502; stderr:\n%s", stderr)
 	}
