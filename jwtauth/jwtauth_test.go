@@ -169,10 +169,11 @@ func jwkOf(kid string, pub crypto.PublicKey) map[string]string {
 	case *rsa.PublicKey:
 		return map[string]string{"kty": "RSA", "kid": kid, "use": "sig", "n": enc(k.N.Bytes()), "e": enc(big.NewInt(int64(k.E)).Bytes())}
 	case *ecdsa.PublicKey:
-		x, y := make([]byte, 32), make([]byte, 32)
-		k.X.FillBytes(x)
-		k.Y.FillBytes(y)
-		return map[string]string{"kty": "EC", "kid": kid, "crv": "P-256", "x": enc(x), "y": enc(y)}
+		point, err := k.Bytes() // 0x04 || X || Y, 32 bytes each on P-256
+		if err != nil || len(point) != 65 {
+			panic("P-256 key expected")
+		}
+		return map[string]string{"kty": "EC", "kid": kid, "crv": "P-256", "x": enc(point[1:33]), "y": enc(point[33:])}
 	}
 	panic("key type")
 }

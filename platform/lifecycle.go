@@ -2,7 +2,9 @@ package platform
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -71,6 +73,32 @@ func ResolveStorePath(p string) string {
 	return filepath.Clean(p)
 }
 
+// strandedStore refuses to start a new store at path (setting resolved)
+// when setting is relative and names an existing file under the working
+// directory: where gateways before relative paths were taken under Caddy's
+// data directory kept it. After such an upgrade the same setting names a
+// missing file, and an empty store started there would turn every key into
+// invalid_key and hide every credit (the switch a reload is refused for).
+func strandedStore(setting, path string) error {
+	if filepath.IsAbs(setting) {
+		return nil
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	old, err := filepath.Abs(setting)
+	if err != nil || old == path {
+		return nil
+	}
+	if st, err := os.Stat(old); err != nil || !st.Mode().IsRegular() {
+		return nil
+	}
+	return fmt.Errorf("platform store %s does not exist, but %s does: a relative store path is under Caddy's data directory, "+
+		"and gateways before took it under the working directory; an empty store is not started in its place. "+
+		"Stop the gateway, move %s to %s (or set store to the absolute path of the file to serve) and start it again; see docs/operations.md",
+		path, old, old, path)
+}
+
 // openStore opens the store file, or shares the one the running config
 // has open. Start calls it; so does DataStore when a request comes in
 // before this app has started (Caddy starts apps in no set order).
@@ -86,6 +114,9 @@ func (a *App) openStore() (*boltstore.Store, error) {
 	}
 	path := a.storePath
 	val, _, err := stores.LoadOrNew(path, func() (caddy.Destructor, error) {
+		if err := strandedStore(a.Store, path); err != nil {
+			return nil, err
+		}
 		s, err := boltstore.Open(path)
 		if err != nil {
 			return nil, err

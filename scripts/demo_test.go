@@ -50,8 +50,8 @@ func demoRoot(t *testing.T, bins map[string]string) string {
 }
 
 // runDemo runs the script with the extra environment, bounded to 40 s, and
-// returns its exit error and standard error.
-func runDemo(t *testing.T, root string, env ...string) (error, string) {
+// returns its standard error and exit error.
+func runDemo(t *testing.T, root string, env ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
@@ -63,7 +63,7 @@ func runDemo(t *testing.T, root string, env ...string) (error, string) {
 	if ctx.Err() != nil {
 		t.Fatalf("run-demo.sh did not stop within 40 s; stderr:\n%s", stderr.String())
 	}
-	return err, stderr.String()
+	return stderr.String(), err
 }
 
 // A port of the demo already taken (here by this test; in the report, by a
@@ -88,7 +88,7 @@ func TestRunDemoRefusesBusyPort(t *testing.T) {
 	freePort := strconv.Itoa(free.Addr().(*net.TCPAddr).Port)
 	free.Close()
 
-	err, stderr := runDemo(t, root, "DEMO_PORTS="+freePort+" "+port)
+	stderr, err := runDemo(t, root, "DEMO_PORTS="+freePort+" "+port)
 	if err == nil {
 		t.Fatalf("run-demo.sh succeeded with port %s taken; stderr:\n%s", port, stderr)
 	}
@@ -112,7 +112,7 @@ func TestRunDemoReportsDeadBackend(t *testing.T) {
 		"example-asyncbackend": sleeper,
 		"example-reporter":     sleeper,
 	})
-	err, stderr := runDemo(t, root, "DEMO_PORTS=")
+	stderr, err := runDemo(t, root, "DEMO_PORTS=")
 	if err == nil {
 		t.Fatalf("run-demo.sh succeeded with a dead backend; stderr:\n%s", stderr)
 	}
@@ -200,5 +200,44 @@ esac
 	revoked, _ := os.ReadFile(filepath.Join(state, "revoked"))
 	if string(revoked) != "key_demo1\n" {
 		t.Errorf("revoked %q, want key_demo1 only", revoked)
+	}
+}
+
+// The first call through the gateway answering with an error status (here
+// 502, as when the gateway cannot reach examples/backend, or 401 for a
+// key the store does not know) fails the script with the log, instead of
+// printing the error body and the closing lines as if the demo worked:
+// curl without --fail exits 0 on any HTTP status.
+func TestRunDemoFailsOnFailedFirstCall(t *testing.T) {
+	caddy := `#!/bin/sh
+case "$1 $2 $3" in
+"run "*) exec sleep 8 ;;
+"platform key create") printf '{"keyId":"key_demo1","key":"psk_demo1","userId":"demo-user"}\n' ;;
+"platform subscribe"*) ;;
+*) echo "unexpected: $*" >&2; exit 1 ;;
+esac
+`
+	sleeper := "#!/bin/sh\nexec sleep 8\n"
+	root := demoRoot(t, map[string]string{
+		"caddy": caddy, "example-backend": sleeper, "example-asyncbackend": sleeper, "example-reporter": sleeper,
+	})
+	// Every readiness check (any answer will do) and the first call land
+	// here; the first call is the one that sends the demo key.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadGateway)
+			io.WriteString(w, `{"error":{"code":"bad_gateway","message":"backend unreachable"}}`)
+			return
+		}
+		io.WriteString(w, "{}")
+	}))
+	defer srv.Close()
+	stderr, err := runDemo(t, root, "DEMO_PORTS=", "DEMO_CHECK_URL="+srv.URL)
+	if err == nil {
+		t.Fatalf("run-demo.sh succeeded although the first call got HTTP 502; stderr:\n%s", stderr)
+	}
+	if !strings.Contains(stderr, "run-demo: the first call through the gateway failed") {
+		t.Errorf("stderr lacks the failure of the first call:\n%s", stderr)
 	}
 }

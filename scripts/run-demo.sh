@@ -170,7 +170,16 @@ echo "usage (examples/reporter):"
 echo "  curl -H '$auth' -d 'count these words please' http://127.0.0.1:9003/count"
 echo
 echo "First call:"
-curl -sS -H "$auth" "$(at "$url")" || fail "the first call through the gateway failed; see tmp/caddy.log" tmp/caddy.log
+# curl exits 0 on any HTTP status: an error status (401, 502, ...) must
+# fail the script too, with the answer printed. (Not --fail-with-body: curl
+# before 7.76, as on Debian 11 or RHEL 8, does not know it.)
+status=$(curl -sS -o tmp/first-call.out -w '%{http_code}' -H "$auth" "$(at "$url")") ||
+	fail "the first call through the gateway failed; see tmp/caddy.log" tmp/caddy.log
+cat tmp/first-call.out
+case $status in
+2??) ;;
+*) echo; fail "the first call through the gateway failed (HTTP $status); see tmp/caddy.log" tmp/caddy.log ;;
+esac
 echo
 echo "Usage so far:  bin/caddy platform usage --user demo-user"
 echo "Reload after editing Caddyfile.example (the store path must stay the same):"
