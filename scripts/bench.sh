@@ -375,7 +375,11 @@ added_p50=$(paired "$r/sync-5ms" "$r/proxy-5ms" '$2 - $6')
 added_p99=$(paired "$r/sync-5ms" "$r/proxy-5ms" '$3 - $7')
 echo
 echo "Median of $ROUNDS rounds, $DURATION each, $(nproc) cores, $(date -u '+%Y-%m-%d %H:%M UTC'),"
-echo "commit $(git rev-parse --short HEAD 2> /dev/null || echo unknown)$(git diff --quiet HEAD -- . ':!docs' ':!*.md' 2> /dev/null || echo ' (with local changes)');"
+if [ -n "${BENCH_CADDY:-}" ]; then
+	echo "binary $BENCH_CADDY (BENCH_CADDY; the tools from commit $(git rev-parse --short HEAD 2> /dev/null || echo unknown));"
+else
+	echo "commit $(git rev-parse --short HEAD 2> /dev/null || echo unknown)$(git diff --quiet HEAD -- . ':!docs' ':!*.md' 2> /dev/null || echo ' (with local changes)');"
+fi
 echo "peak rows: $CONNS connections, instant backend; 5 ms rows: a constant rate of half the round's plain"
 echo "reverse_proxy peak (median $(median "$r/rates" 1) req/s), latency from each request's due time."
 echo "CPU: the Caddy process's user + system time per request served; \"- plain\" and \"/ plain\" pair each"
