@@ -364,6 +364,11 @@ median() {
 # us/req; b: $5-$8); the two runs of a round ran back to back, so pairing
 # them cancels the machine's drift.
 paired() {
+	# A row that did not run (BENCH_ONLY) has nothing to pair.
+	if [ ! -s "$1" ] || [ ! -s "$2" ]; then
+		echo 0
+		return
+	fi
 	paste -d' ' "$1" "$2" | awk "{ printf \"%.3f\\n\", $3 }" | sort -g | awk '{v[NR] = $1} END {
 		if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
