@@ -4,10 +4,12 @@
 #                backends and a demo key, and print curl lines to try it
 #   make test    every test, race detector on, package by package (what CI runs)
 #   make fuzz    every fuzz target for FUZZTIME (10s) each (CI runs it too)
-#   make bench   the benchmark against plain Caddy reverse_proxy
+#   make bench   the benchmark against plain Caddy reverse_proxy: req/s and
+#                the Caddy process's CPU per request (~5 minutes)
 #   make bench-scale  the store with 1M keys and 10M ledger rows against an
 #                empty one (minutes, several GB in a temp dir)
-#   make bench-micro  the go test micro-benchmarks (benchstat-friendly)
+#   make bench-micro  the go test micro-benchmarks (benchstat-friendly) and
+#                the sync invoke chain's allocation budget
 #   make build   just the binary (bin/caddy)
 #   make xcaddy  the same binary built the xcaddy way (bin/caddy-xcaddy)
 #   make lint    go vet, gofmt and staticcheck (CI runs it too)
@@ -79,9 +81,14 @@ bench-scale:
 	$(GO) test -tags scale -run '^TestScale$$' -v -count=1 -timeout 60m ./store/boltstore
 
 # -count 6 gives benchstat enough samples: make bench-micro > new.txt,
-# then benchstat old.txt new.txt.
+# then benchstat old.txt new.txt. The last step is the whole sync invoke
+# chain in process (real Caddy, bbolt in a temp dir) against plain
+# reverse_proxy, and the allocation budget of a call
+# (TestChainAllocBudget, skipped under -race); E2E_ADMIN_PORT and
+# E2E_HTTP_PORT move its ports.
 bench-micro:
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./signing ./servicekey ./store/boltstore
+	$(GO) test -run '^TestChainAllocBudget$$' -bench '^BenchmarkChain$$' -benchmem -count 6 ./platformgw
 
 clean:
 	rm -rf $(BIN) tmp

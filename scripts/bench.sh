@@ -25,13 +25,25 @@
 #
 # and a table gives the median of the rounds: requests/s, p50, p99, the
 # ratio to plain reverse_proxy (peak rows) and the latency the gateway adds
-# (5 ms rows). Everything runs on loopback and is stopped at the end.
+# (5 ms rows), and the CPU time the Caddy process used per request served
+# (utime + stime from /proc/<pid>/stat over the measured interval, divided
+# by the requests served in it), its difference to plain reverse_proxy's in
+# the same round (what the gateway costs) and their ratio. Throughput on a
+# shared 2-core machine moves with everything else that runs; CPU per
+# request moves much less. Before the rounds, the median time of a 4 KiB
+# write + fdatasync next to the store is printed: a durable commit waits for
+# two of them. Everything runs on loopback and is stopped at the end.
+#
+# Both sites use the same transport settings, with 128 idle upstream
+# connections per host (Caddy's default of 32 makes the proxy close and
+# reopen connections at 64 concurrent callers).
 #
 # Settings (environment): BENCH_ROUNDS (3), BENCH_DURATION (8s per run),
 # BENCH_CONNS (64), BENCH_ONLY="sync report ..." to run only some scenarios
 # (proxy always runs: everything is compared with it), BENCH_PROFILE=<dir> to also save CPU profiles of the
-# gateway under sync and report load, BENCH_PORT_BASE (8410: admin +0,
-# gateway +1, proxy +2, backend +3).
+# gateway under sync and report load, BENCH_PORT_BASE (3410: admin +0,
+# gateway +1, proxy +2, backend +3), BENCH_IDLE_CONNS (128: idle upstream
+# connections per host, both sites).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,7 +52,8 @@ DURATION=${BENCH_DURATION:-8s}
 CONNS=${BENCH_CONNS:-64}
 PROFILE_DIR=${BENCH_PROFILE:-}
 ONLY=${BENCH_ONLY:-sync async status report 5ms}
-PORT_BASE=${BENCH_PORT_BASE:-8410}
+PORT_BASE=${BENCH_PORT_BASE:-3410}
+IDLE_CONNS=${BENCH_IDLE_CONNS:-128}
 ADMIN=127.0.0.1:$((PORT_BASE + 0))
 GW=http://127.0.0.1:$((PORT_BASE + 1))
 PROXY=http://127.0.0.1:$((PORT_BASE + 2))
@@ -127,17 +140,24 @@ http://127.0.0.1:$((PORT_BASE + 1)) {
 	platform_gateway
 	reverse_proxy {
 		dynamic platform
-		transport platform
+		transport platform {
+			keepalive_idle_conns_per_host $IDLE_CONNS
+		}
 	}
 }
 
 http://127.0.0.1:$((PORT_BASE + 2)) {
-	reverse_proxy $BACKEND
+	reverse_proxy $BACKEND {
+		transport http {
+			keepalive_idle_conns_per_host $IDLE_CONNS
+		}
+	}
 }
 EOF
 
 "$CADDY" run --config "$work/Caddyfile" --adapter caddyfile > "$work/caddy.log" 2>&1 &
 pids+=($!)
+CADDY_PID=$!
 for _ in $(seq 1 100); do
 	curl -fsS -o /dev/null "http://$ADMIN/config/" 2> /dev/null && break
 	sleep 0.1
@@ -213,10 +233,14 @@ to_ms() {
 peak() {
 	local name=$1 url=$2
 	shift 2
-	local out
+	local out cpu0 cpu1
+	cpu0=$(bin/bench/loadgen cputime -pid "$CADDY_PID")
 	out=$(wrk -t2 -c"$CONNS" -d"$DURATION" --latency "$@" "$url")
-	local rps p50 p99 non2xx
+	cpu1=$(bin/bench/loadgen cputime -pid "$CADDY_PID")
+	local rps p50 p99 non2xx reqs cpu
 	rps=$(awk '/^Requests\/sec:/ {printf "%.0f", $2}' <<< "$out")
+	reqs=$(awk '/ requests in / {print $1; exit}' <<< "$out")
+	cpu=$(awk -v a="$cpu0" -v b="$cpu1" -v n="$reqs" 'BEGIN { printf "%.1f", (b - a) / n }')
 	p50=$(to_ms "$(awk '$1 == "50%" {print $2}' <<< "$out")")
 	p99=$(to_ms "$(awk '$1 == "99%" {print $2}' <<< "$out")")
 	non2xx=$(awk '/Non-2xx or 3xx responses:/ {print $NF}' <<< "$out")
@@ -225,8 +249,8 @@ peak() {
 		log "$out"
 		exit 1
 	fi
-	echo "$rps $p50 $p99" >> "$work/results/$name"
-	log "  $(printf '%-10s' "$name") $rps req/s  p50 ${p50} ms  p99 ${p99} ms"
+	echo "$rps $p50 $p99 $cpu" >> "$work/results/$name"
+	log "  $(printf '%-10s' "$name") $rps req/s  p50 ${p50} ms  p99 ${p99} ms  CPU ${cpu} us/req"
 }
 
 # steady <name> <url> <rate> [loadgen args...]: open loop at a fixed rate.
@@ -234,13 +258,14 @@ steady() {
 	local name=$1 url=$2 rate=$3
 	shift 3
 	local out
-	out=$(bin/bench/loadgen rate -url "$url" -rate "$rate" -duration "$DURATION" -warmup 2s -conns 128 "$@")
-	local rps p50 p99 errors late
+	out=$(bin/bench/loadgen rate -url "$url" -rate "$rate" -duration "$DURATION" -warmup 2s -conns 128 -cpu-pid "$CADDY_PID" "$@")
+	local rps p50 p99 errors late cpu
 	rps=$(sed -n 's/.* rps=\([^ ]*\).*/\1/p' <<< "$out")
 	p50=$(sed -n 's/.* p50_ms=\([^ ]*\).*/\1/p' <<< "$out")
 	p99=$(sed -n 's/.* p99_ms=\([^ ]*\).*/\1/p' <<< "$out")
 	errors=$(sed -n 's/.* errors=\([^ ]*\).*/\1/p' <<< "$out")
 	late=$(sed -n 's/.* late=\([^ ]*\).*/\1/p' <<< "$out")
+	cpu=$(sed -n 's/.* cpu_us=\([^ ]*\).*/\1/p' <<< "$out")
 	if [ "$errors" != 0 ]; then
 		log "$name: $errors requests failed: $out"
 		exit 1
@@ -248,11 +273,17 @@ steady() {
 	if [ "$late" != 0 ]; then
 		log "  $name: could not keep up with $rate req/s; $late requests were never sent (counted at their wait)"
 	fi
-	echo "$rps $p50 $p99" >> "$work/results/$name"
-	log "  $(printf '%-10s' "$name") $rps req/s  p50 ${p50} ms  p99 ${p99} ms  (constant rate $rate/s)"
+	echo "$rps $p50 $p99 ${cpu:-0}" >> "$work/results/$name"
+	log "  $(printf '%-10s' "$name") $rps req/s  p50 ${p50} ms  p99 ${p99} ms  CPU ${cpu} us/req  (constant rate $rate/s)"
 }
 
 mkdir -p "$work/results"
+# The disk under the store: a sync call's settlement is acknowledged after a
+# group commit, which waits for two fsyncs.
+fsync_probe=$(bin/bench/loadgen fsync -dir "$work" -n 200 -size 4096)
+fsync_median=$(sed -n 's/.* median_ms=\([^ ]*\).*/\1/p' <<< "$fsync_probe")
+fsync_p90=$(sed -n 's/.* p90_ms=\([^ ]*\).*/\1/p' <<< "$fsync_probe")
+log "disk next to the store: 4 KiB write + fdatasync, median ${fsync_median} ms, p90 ${fsync_p90} ms (200 writes)"
 log "warming up"
 wrk -t2 -c"$CONNS" -d3s "$PROXY/instant" > /dev/null
 wrk -t2 -c"$CONNS" -d3s -H "$AUTH" "$SYNC_URL" > /dev/null
@@ -329,42 +360,74 @@ median() {
 		if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 # paired <file a> <file b> <awk expr>: the median over rounds of the
-# expression of a's and b's columns ($1-$3 and $4-$6); the two runs of a
-# round ran back to back, so pairing them cancels the machine's drift.
+# expression of a's and b's columns (a: $1 req/s, $2 p50, $3 p99, $4 CPU
+# us/req; b: $5-$8); the two runs of a round ran back to back, so pairing
+# them cancels the machine's drift.
 paired() {
+	# A row that did not run (BENCH_ONLY) has nothing to pair.
+	if [ ! -s "$1" ] || [ ! -s "$2" ]; then
+		echo 0
+		return
+	fi
 	paste -d' ' "$1" "$2" | awk "{ printf \"%.3f\\n\", $3 }" | sort -g | awk '{v[NR] = $1} END {
 		if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
 r=$work/results
 for f in sync async status report proxy-5ms sync-5ms proxy-5ms-low sync-5ms-low low-rates; do touch "$r/$f"; done
-sync_ratio=$(paired "$r/sync" "$r/proxy" '$1 / $4')
-added_p50=$(paired "$r/sync-5ms" "$r/proxy-5ms" '$2 - $5')
-added_p99=$(paired "$r/sync-5ms" "$r/proxy-5ms" '$3 - $6')
+sync_ratio=$(paired "$r/sync" "$r/proxy" '$1 / $5')
+added_p50=$(paired "$r/sync-5ms" "$r/proxy-5ms" '$2 - $6')
+added_p99=$(paired "$r/sync-5ms" "$r/proxy-5ms" '$3 - $7')
 echo
-echo "Median of $ROUNDS rounds, $DURATION each, $(nproc) cores; peak rows: $CONNS connections, instant backend;"
-echo "5 ms rows: a constant rate of half the round's plain reverse_proxy peak (median $(median "$r/rates" 1) req/s),"
-echo "latency from each request's due time."
+echo "Median of $ROUNDS rounds, $DURATION each, $(nproc) cores, $(date -u '+%Y-%m-%d %H:%M UTC'),"
+if [ -n "${BENCH_CADDY:-}" ]; then
+	echo "binary $BENCH_CADDY (BENCH_CADDY; the tools from commit $(git rev-parse --short HEAD 2> /dev/null || echo unknown));"
+else
+	echo "commit $(git rev-parse --short HEAD 2> /dev/null || echo unknown)$(git diff --quiet HEAD -- . ':!docs' ':!*.md' 2> /dev/null || echo ' (with local changes)');"
+fi
+echo "peak rows: $CONNS connections, instant backend; 5 ms rows: a constant rate of half the round's plain"
+echo "reverse_proxy peak (median $(median "$r/rates" 1) req/s), latency from each request's due time."
+echo "CPU: the Caddy process's user + system time per request served; \"- plain\" and \"/ plain\" pair each"
+echo "run with plain reverse_proxy's in the same round (peak rows: the peak run; 5 ms rows: the 5 ms run"
+echo "at the same rate). Both sites: keepalive_idle_conns_per_host $IDLE_CONNS."
+echo "Disk next to the store: 4 KiB write + fdatasync, median ${fsync_median} ms (p90 ${fsync_p90} ms)."
 echo
-row() { # row <label> <file> <comparison>
+# row <label> <file> <comparison> [<baseline file for CPU>]
+row() {
 	[ -s "$2" ] || return 0
-	printf '| %-34s | %9s | %9s | %9s | %-34s |\n' "$1" "$(median "$2" 1)" "$(median "$2" 2)" "$(median "$2" 3)" "$3"
+	local diff=- ratio=-
+	if [ -n "${4:-}" ] && [ -s "$4" ]; then
+		diff=$(paired "$2" "$4" '$4 - $8')
+		ratio=$(paired "$2" "$4" '($8 > 0 ? $4 / $8 : 0)')
+		ratio=$(printf '%.2fx' "$ratio")
+		diff=$(printf '%+.0f' "$diff")
+	fi
+	printf '| %-34s | %8s | %8s | %8s | %-32s | %7s | %7s | %7s |\n' "$1" "$(median "$2" 1)" "$(median "$2" 2)" \
+		"$(median "$2" 3)" "$3" "$(median "$2" 4)" "$diff" "$ratio"
 }
-printf '| %-34s | %9s | %9s | %9s | %-34s |\n' scenario "req/s" "p50 ms" "p99 ms" "vs. plain reverse_proxy"
-printf '|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..36})" "-----------" "-----------" "-----------" "$(printf -- '-%.0s' {1..36})"
+printf '| %-34s | %8s | %8s | %8s | %-32s | %7s | %7s | %7s |\n' scenario "req/s" "p50 ms" "p99 ms" \
+	"vs. plain reverse_proxy" "CPU us" "- plain" "/ plain"
+printf '|%s|%s|%s|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..36})" "----------" "----------" "----------" \
+	"$(printf -- '-%.0s' {1..34})" "---------" "---------" "---------"
 row "plain reverse_proxy" "$r/proxy" "1.00x (baseline)"
-row "sync invoke" "$r/sync" "${sync_ratio}x throughput"
-row "async invoke (202)" "$r/async" "$(paired "$r/async" "$r/proxy" '$1 / $4')x throughput"
-row "job status poll" "$r/status" "$(paired "$r/status" "$r/proxy" '$1 / $4')x throughput"
+row "sync invoke" "$r/sync" "${sync_ratio}x throughput" "$r/proxy"
+row "async invoke (202)" "$r/async" "$(paired "$r/async" "$r/proxy" '$1 / $5')x throughput" "$r/proxy"
+row "job status poll" "$r/status" "$(paired "$r/status" "$r/proxy" '$1 / $5')x throughput" "$r/proxy"
 if [ "$have_report" = 1 ]; then
-	row "usage report (signed, durable)" "$r/report" "$(paired "$r/report" "$r/proxy" '$1 / $4')x throughput"
+	row "usage report (signed, durable)" "$r/report" "$(paired "$r/report" "$r/proxy" '$1 / $5')x throughput" "$r/proxy"
 fi
 row "plain reverse_proxy, 5 ms backend" "$r/proxy-5ms" "baseline at half the peak rate"
-row "sync invoke, 5 ms backend" "$r/sync-5ms" "$(printf '%+.3f ms p50, %+.3f ms p99' "$added_p50" "$added_p99")"
+row "sync invoke, 5 ms backend" "$r/sync-5ms" "$(printf '%+.3f ms p50, %+.3f ms p99' "$added_p50" "$added_p99")" "$r/proxy-5ms"
 if [ -s "$r/sync-5ms-low" ]; then
 	row "plain reverse_proxy, 5 ms, lower" "$r/proxy-5ms-low" "at half the sync peak ($(median "$r/low-rates" 1)/s)"
 	row "sync invoke, 5 ms, lower rate" "$r/sync-5ms-low" "$(printf '%+.3f ms p50, %+.3f ms p99' \
-		"$(paired "$r/sync-5ms-low" "$r/proxy-5ms-low" '$2 - $5')" "$(paired "$r/sync-5ms-low" "$r/proxy-5ms-low" '$3 - $6')")"
+		"$(paired "$r/sync-5ms-low" "$r/proxy-5ms-low" '$2 - $6')" "$(paired "$r/sync-5ms-low" "$r/proxy-5ms-low" '$3 - $7')")" \
+		"$r/proxy-5ms-low"
+fi
+if [ -s "$r/sync" ]; then
+	echo
+	echo "Per round, sync invoke / plain: throughput $(paste -d' ' "$r/sync" "$r/proxy" | awk '{printf "%.2fx ", $1 / $5}')," \
+		"CPU per request $(paste -d' ' "$r/sync" "$r/proxy" | awk '{printf "%.2fx ", ($8 > 0 ? $4 / $8 : 0)}')"
 fi
 
 # The targets of issue 6.

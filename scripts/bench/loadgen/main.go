@@ -7,12 +7,20 @@
 //
 //	loadgen rate -url URL -rate 6000 -duration 10s [-warmup 2s] [-conns 128]
 //	        [-method POST] [-body TEXT] [-H 'Name: value']...
+//	        [-cpu-pid PID]
 //	loadgen sign -secret S -body TEXT -timestamp T
+//	loadgen cputime -pid PID
+//	loadgen fsync [-dir DIR] [-n 200] [-size 4096]
 //
 // rate prints one line: `requests=N errors=N late=N rps=R p50_ms=X
-// p90_ms=X p99_ms=X max_ms=X`; late requests were still queued 5 s after
+// p90_ms=X p99_ms=X max_ms=X [cpu_us=X]`; cpu_us, with -cpu-pid, is the
+// CPU time (user + system, /proc/<pid>/stat) that process used per request
+// served while the measured requests ran, warm-up left out; late requests were still queued 5 s after
 // the schedule ended (the server could not keep up) and were not sent. sign prints Base64(HMAC-SHA256(secret, body +
-// timestamp)), the signature of a backend's usage report.
+// timestamp)), the signature of a backend's usage report. cputime prints a
+// process's CPU time so far in microseconds. fsync prints the median time
+// of a 4 KiB write plus fdatasync in DIR (`n=N size=N median_ms=X p90_ms=X
+// max_ms=X`).
 package main
 
 import (
@@ -33,7 +41,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: loadgen rate|sign [flags]")
+		fmt.Fprintln(os.Stderr, "usage: loadgen rate|sign|cputime|fsync [flags]")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -41,6 +49,10 @@ func main() {
 		runRate(os.Args[2:])
 	case "sign":
 		runSign(os.Args[2:])
+	case "cputime":
+		runCPUTime(os.Args[2:])
+	case "fsync":
+		runFsync(os.Args[2:])
 	default:
 		fmt.Fprintf(os.Stderr, "loadgen: unknown command %q\n", os.Args[1])
 		os.Exit(2)
@@ -73,6 +85,7 @@ func runRate(args []string) {
 	conns := fs.Int("conns", 128, "most connections open at once")
 	method := fs.String("method", http.MethodGet, "request method")
 	body := fs.String("body", "", "request body")
+	cpuPid := fs.Int("cpu-pid", 0, "also report this process's CPU time per request (cpu_us)")
 	var headers headerFlags
 	fs.Var(&headers, "H", "request header 'Name: value' (repeatable)")
 	fs.Parse(args)
@@ -134,16 +147,24 @@ func runRate(args []string) {
 			}
 		})
 	}
+	var cpuFrom time.Duration
 	for i := range total {
 		t := start.Add(time.Duration(i) * interval)
 		if d := time.Until(t); d > 0 {
 			time.Sleep(d)
+		}
+		if i == measureFrom && *cpuPid != 0 {
+			cpuFrom = mustCPU(*cpuPid)
 		}
 		due <- t
 	}
 	close(due)
 	wg.Wait()
 	elapsed := time.Since(start.Add(*warmup))
+	var cpuUsed time.Duration
+	if *cpuPid != 0 {
+		cpuUsed = mustCPU(*cpuPid) - cpuFrom
+	}
 
 	// Workers take due times in order, so the first measureFrom results
 	// are (all but a few in flight at the boundary) the warm-up ones.
@@ -156,7 +177,21 @@ func runRate(args []string) {
 		i := min(int(p*float64(len(measured))), len(measured)-1)
 		return float64(measured[i]) / float64(time.Millisecond)
 	}
-	fmt.Printf("requests=%d errors=%d late=%d rps=%.0f p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f max_ms=%.3f\n",
-		len(measured), errs.Load(), late.Load(), float64(len(measured)-int(late.Load()))/elapsed.Seconds(),
+	served := len(measured) - int(late.Load())
+	fmt.Printf("requests=%d errors=%d late=%d rps=%.0f p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f max_ms=%.3f",
+		len(measured), errs.Load(), late.Load(), float64(served)/elapsed.Seconds(),
 		pct(0.50), pct(0.90), pct(0.99), pct(1))
+	if *cpuPid != 0 && served > 0 {
+		fmt.Printf(" cpu_us=%.1f", float64(cpuUsed.Microseconds())/float64(served))
+	}
+	fmt.Println()
+}
+
+func mustCPU(pid int) time.Duration {
+	d, err := processCPU(pid)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "loadgen rate: CPU time of process %d: %v\n", pid, err)
+		os.Exit(1)
+	}
+	return d
 }
