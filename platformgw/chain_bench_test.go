@@ -289,7 +289,7 @@ func caddyProcs() int { return runtime.GOMAXPROCS(0) }
 // not, and none is checked here.
 func TestChainAllocBudget(t *testing.T) {
 	if raceEnabled {
-		t.Skip("the race detector changes allocation counts (sync.Pool drops items at random); make bench-micro runs this without it")
+		t.Skip("the race detector changes allocation counts (sync.Pool drops items at random); make test and make bench-micro run this without it")
 	}
 	c := startChain(t)
 	conn := dialRaw(t, fmt.Sprintf("127.0.0.1:%d", chainHTTPPort))

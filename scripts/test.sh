@@ -27,6 +27,12 @@ for pkg in $pkgs; do
 		failed+=("$pkg")
 	fi
 done
+# The allocation budget of a sync call (docs/performance.md): without
+# -race, which drops sync.Pool items at random and so changes the counts.
+echo "=== allocation budget (platformgw TestChainAllocBudget, no -race)"
+if ! $GO test -count=1 -run '^TestChainAllocBudget$' ./platformgw; then
+	failed+=("allocation budget")
+fi
 if [ ${#failed[@]} -gt 0 ]; then
 	echo "make test: ${#failed[@]} of $total packages failed: ${failed[*]}"
 	exit 1
