@@ -125,11 +125,8 @@ func (h *Handler) load(q *request, sess session, key store.KeyRecord) (*dashboar
 		}
 		v := subscriptionView{PeriodSummary: ps}
 		if !ps.PeriodStart.IsZero() {
-			end := ps.PeriodEnd
-			if q.now.Before(end) {
-				end = q.now
-			}
-			v.Chart = newChart(ps.PeriodStart, end)
+			// The whole period, the days still to come left empty.
+			v.Chart = newChart(ps.PeriodStart, ps.PeriodEnd.Add(-time.Nanosecond))
 			if ps.PeriodStart.Before(from) {
 				from = ps.PeriodStart
 			}
@@ -305,7 +302,7 @@ func (c *chart) layout(unit string) {
 	if c.step > 24*time.Hour {
 		per = fmt.Sprintf("%d days", int(c.step.Hours()/24))
 	}
-	c.Caption = fmt.Sprintf("Units used per %s this period, %s to %s: %s in all, at most %s in one bar", per, c.First, c.Last, c.Total, c.Max)
+	c.Caption = fmt.Sprintf("Units used per %s this period, %s to %s: %s in all, at most %s in one %s", per, c.First, c.Last, c.Total, c.Max, per)
 }
 
 var funcs = template.FuncMap{
