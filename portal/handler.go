@@ -59,13 +59,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 	hdr.Set("X-Content-Type-Options", "nosniff")
 	hdr.Set("Referrer-Policy", "no-referrer")
 	hdr.Set("X-Frame-Options", "DENY")
-	q := &request{w: w, r: r, base: basePath(r), now: h.app.Now().UTC()}
-
+	q := &request{w: w, r: r, base: basePath(r)}
 	if r.TLS == nil && !h.AllowPlainHTTP && !loopbackClient(r) {
 		h.message(q, http.StatusForbidden, "HTTPS required",
 			"This portal is served over HTTPS only; its session cookie must not travel in the clear.")
 		return nil
 	}
+	q.now = h.app.Now().UTC()
 	p := r.URL.Path
 	if p == "" {
 		p = "/"

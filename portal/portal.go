@@ -79,12 +79,21 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.SignInLimit <= 0 {
 		h.SignInLimit = DefaultSignInLimit
 	}
-	h.pages, err = template.New("").Funcs(funcs).ParseFS(templateFS, "templates/*.html")
+	h.pages, err = parsePages()
 	if err != nil {
-		return fmt.Errorf("platform_portal templates: %w", err)
+		return err
 	}
 	h.assets, err = fs.Sub(assetFS, "assets")
 	return err
+}
+
+// parsePages parses the embedded templates.
+func parsePages() (*template.Template, error) {
+	t, err := template.New("").Funcs(funcs).ParseFS(templateFS, "templates/*.html")
+	if err != nil {
+		return nil, fmt.Errorf("platform_portal templates: %w", err)
+	}
+	return t, nil
 }
 
 // Interface guards.

@@ -3,14 +3,18 @@ package portal
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/platform"
+	"github.com/platformgw/gateway/servicekey"
+	"github.com/platformgw/gateway/store"
 )
 
 // TestPortalShowsOnlyOwnData: after real calls through the gateway by two
@@ -403,6 +407,61 @@ func TestCaddyfile(t *testing.T) {
 		if tc.ok && (h.AllowKeyManagement != tc.want.AllowKeyManagement || h.SessionTTL != tc.want.SessionTTL ||
 			h.SignInLimit != tc.want.SignInLimit || h.AllowPlainHTTP != tc.want.AllowPlainHTTP) {
 			t.Errorf("%q: got %+v", tc.in, h)
+		}
+	}
+}
+
+// TestPortalExpiredKeyEndsSession: a session ends at the first request
+// after its key's expiry, even within the session's own TTL.
+func TestPortalExpiredKeyEndsSession(t *testing.T) {
+	e := start(t, "sign_in_limit 1000\nsession_ttl 24h")
+	key, hash, err := servicekey.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	rec := store.KeyRecord{ID: servicekey.NewID(), Hash: hash, UserID: "jane", Created: now, ExpiresAt: now.Add(time.Hour)}
+	if err := e.store().CreateKey(context.Background(), rec); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t)
+	c.signIn(key)
+	platform.SetClock(func() time.Time { return time.Now().Add(2 * time.Hour) })
+	t.Cleanup(func() { platform.SetClock(time.Now) })
+	resp, _ := c.get("/portal/")
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/portal/?m=ended" {
+		t.Fatalf("after the key's expiry: %d %s", resp.StatusCode, resp.Header.Get("Location"))
+	}
+}
+
+// TestPortalPlainHTTPOnlyOnLoopback: over plain HTTP the portal answers a
+// client that is not on loopback with 403, and sets no cookie, unless
+// allow_plain_http says TLS ends in front of it.
+func TestPortalPlainHTTPOnlyOnLoopback(t *testing.T) {
+	pages, err := parsePages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &Handler{pages: pages, logger: zap.NewNop()}
+	for _, addr := range []string{"203.0.113.7:5000", "[2001:db8::1]:443", "10.0.0.1:1"} {
+		req := httptest.NewRequest(http.MethodGet, "http://portal.example/", nil)
+		req.RemoteAddr = addr
+		rec := httptest.NewRecorder()
+		if err := h.ServeHTTP(rec, req, nil); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), "HTTPS required") || rec.Header().Get("Set-Cookie") != "" {
+			t.Errorf("%s over plain HTTP: %d %q", addr, rec.Code, rec.Header().Get("Set-Cookie"))
+		}
+		if rec.Header().Get("Content-Security-Policy") != contentSecurityPolicy {
+			t.Error("no CSP on the refusal")
+		}
+	}
+	for addr, want := range map[string]bool{"127.0.0.1:1": true, "[::1]:2": true, "127.8.9.1:3": true, "192.168.1.1:4": false} {
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.RemoteAddr = addr
+		if got := loopbackClient(req); got != want {
+			t.Errorf("loopbackClient(%s) = %v", addr, got)
 		}
 	}
 }
