@@ -30,7 +30,12 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
+	seen := map[string]bool{}
 	for d.NextBlock(0) {
+		if seen[d.Val()] {
+			return d.Errf("platform_portal: %s given twice", d.Val())
+		}
+		seen[d.Val()] = true
 		switch d.Val() {
 		case "allow_key_management":
 			if d.NextArg() {

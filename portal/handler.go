@@ -203,7 +203,7 @@ func (q *request) redirect(to string) {
 // checked again now: a key revoked, expired or gone since ends the
 // session at once. ok is false when there is no live session; the
 // caller has then already answered (a redirect to sign in).
-func (h *Handler) signedIn(q *request) (id string, sess session, key store.KeyRecord, ok bool) {
+func (h *Handler) signedIn(q *request) (id string, sess session, sessionKey store.KeyRecord, ok bool) {
 	c, err := q.r.Cookie(sessionCookie)
 	if err != nil {
 		q.redirect("/")
@@ -215,19 +215,19 @@ func (h *Handler) signedIn(q *request) (id string, sess session, key store.KeyRe
 		q.redirect("/?m=expired")
 		return "", session{}, store.KeyRecord{}, false
 	}
-	key, err = h.app.DataStore().KeyByID(q.r.Context(), sess.KeyID)
+	sessionKey, err = h.app.DataStore().KeyByID(q.r.Context(), sess.KeyID)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		h.logger.Error("portal key lookup", zap.String("key_id", sess.KeyID), zap.Error(err))
 		h.message(q, http.StatusInternalServerError, "Something went wrong", "The portal could not read your key; try again.")
 		return "", session{}, store.KeyRecord{}, false
 	}
-	if err != nil || key.UserID != sess.UserID || platform.KeyStatus(key, q.now) != "active" {
+	if err != nil || sessionKey.UserID != sess.UserID || platform.KeyStatus(sessionKey, q.now) != "active" {
 		sessions.end(c.Value)
 		http.SetCookie(q.w, q.cookie(sessionCookie, "", -1))
 		q.redirect("/?m=ended")
 		return "", session{}, store.KeyRecord{}, false
 	}
-	return c.Value, sess, key, true
+	return c.Value, sess, sessionKey, true
 }
 
 // checkCSRF parses the form and checks its token against want; on failure
@@ -250,11 +250,11 @@ func (h *Handler) checkCSRF(q *request, want string) bool {
 func (h *Handler) home(q *request) {
 	if c, err := q.r.Cookie(sessionCookie); err == nil {
 		if _, live := sessions.get(c.Value, q.now); live {
-			_, sess, key, ok := h.signedIn(q)
+			_, sess, sessionKey, ok := h.signedIn(q)
 			if !ok {
 				return
 			}
-			h.dashboard(q, sess, key, dashboardExtras{Notice: notices[q.r.URL.Query().Get("m")]})
+			h.dashboard(q, sess, sessionKey, dashboardExtras{Notice: notices[q.r.URL.Query().Get("m")]})
 			return
 		}
 		http.SetCookie(q.w, q.cookie(sessionCookie, "", -1))
@@ -285,7 +285,7 @@ func (h *Handler) signIn(q *request) {
 		return
 	}
 	token := strings.TrimSpace(q.r.PostForm.Get("key"))
-	key, aerr := h.app.AuthenticateServiceKey(q.r.Context(), token)
+	sessionKey, aerr := h.app.AuthenticateServiceKey(q.r.Context(), token)
 	if aerr != nil {
 		status := http.StatusUnauthorized
 		msg := "That service key was not accepted."
@@ -300,13 +300,13 @@ func (h *Handler) signIn(q *request) {
 		h.signInPage(q, status, "", msg)
 		return
 	}
-	sess := session{UserID: key.UserID, KeyID: key.ID, Expires: q.now.Add(time.Duration(h.SessionTTL)), CSRF: randomToken()}
+	sess := session{UserID: sessionKey.UserID, KeyID: sessionKey.ID, Expires: q.now.Add(time.Duration(h.SessionTTL)), CSRF: randomToken()}
 	id, ok := sessions.create(sess, q.now)
 	if !ok {
 		h.signInPage(q, http.StatusServiceUnavailable, "", "The portal holds too many sessions now; try again later.")
 		return
 	}
-	h.logger.Info("portal sign-in", zap.String("user_id", key.UserID), zap.String("key_id", key.ID))
+	h.logger.Info("portal sign-in", zap.String("user_id", sessionKey.UserID), zap.String("key_id", sessionKey.ID))
 	http.SetCookie(q.w, q.cookie(preCookie, "", -1))
 	c2 := q.cookie(sessionCookie, id, int(time.Duration(h.SessionTTL)/time.Second))
 	http.SetCookie(q.w, c2)
@@ -332,7 +332,7 @@ func (h *Handler) signOut(q *request) {
 }
 
 func (h *Handler) createKey(q *request) {
-	_, sess, key, ok := h.signedIn(q)
+	_, sess, sessionKey, ok := h.signedIn(q)
 	if !ok {
 		return
 	}
@@ -347,23 +347,23 @@ func (h *Handler) createKey(q *request) {
 	label := strings.TrimSpace(q.r.PostForm.Get("label"))
 	// The new key has the roles of the key the caller signed in with, so
 	// a caller cannot grant themselves more than they have.
-	newKey, rec, err := h.app.CreateKey(q.r.Context(), sess.UserID, key.Roles, label, time.Time{})
+	newKey, rec, err := h.app.CreateKey(q.r.Context(), sess.UserID, sessionKey.Roles, label, time.Time{})
 	if err != nil {
 		var ae *apierror.Error
 		if errors.As(err, &ae) {
-			h.dashboardStatus(q, http.StatusBadRequest, sess, key, dashboardExtras{Error: ae.Message})
+			h.dashboardStatus(q, http.StatusBadRequest, sess, sessionKey, dashboardExtras{Error: ae.Message})
 			return
 		}
 		h.logger.Error("portal key creation", zap.String("user_id", sess.UserID), zap.Error(err))
 		h.message(q, http.StatusInternalServerError, "Something went wrong", "The key could not be created; try again.")
 		return
 	}
-	h.logger.Info("service key created in the portal", zap.String("user_id", rec.UserID), zap.String("key_id", rec.ID), zap.String("by_key_id", key.ID))
-	h.dashboardStatus(q, http.StatusCreated, sess, key, dashboardExtras{NewKey: newKey, NewKeyID: rec.ID})
+	h.logger.Info("service key created in the portal", zap.String("user_id", rec.UserID), zap.String("key_id", rec.ID), zap.String("by_key_id", sessionKey.ID))
+	h.dashboardStatus(q, http.StatusCreated, sess, sessionKey, dashboardExtras{NewKey: newKey, NewKeyID: rec.ID})
 }
 
 func (h *Handler) revokeKey(q *request) {
-	_, sess, key, ok := h.signedIn(q)
+	_, sess, sessionKey, ok := h.signedIn(q)
 	if !ok {
 		return
 	}
@@ -391,7 +391,7 @@ func (h *Handler) revokeKey(q *request) {
 		h.message(q, http.StatusInternalServerError, "Something went wrong", "The key could not be revoked; try again.")
 		return
 	}
-	h.logger.Info("service key revoked in the portal", zap.String("user_id", sess.UserID), zap.String("key_id", target.ID), zap.String("by_key_id", key.ID))
+	h.logger.Info("service key revoked in the portal", zap.String("user_id", sess.UserID), zap.String("key_id", target.ID), zap.String("by_key_id", sessionKey.ID))
 	q.redirect("/?m=revoked#keys")
 }
 

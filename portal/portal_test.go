@@ -397,6 +397,8 @@ func TestCaddyfile(t *testing.T) {
 		{"platform_portal {\n sign_in_limit 0\n}", false, Handler{}},
 		{"platform_portal {\n allow_key_management yes\n}", false, Handler{}},
 		{"platform_portal {\n bogus\n}", false, Handler{}},
+		{"platform_portal {\n session_ttl 10m\n session_ttl 20m\n}", false, Handler{}},
+		{"platform_portal {\n sign_in_limit 5 6\n}", false, Handler{}},
 	} {
 		var h Handler
 		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.in))

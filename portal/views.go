@@ -75,12 +75,12 @@ const (
 
 var errScanBound = errors.New("scan bound reached")
 
-func (h *Handler) dashboard(q *request, sess session, key store.KeyRecord, x dashboardExtras) {
-	h.dashboardStatus(q, http.StatusOK, sess, key, x)
+func (h *Handler) dashboard(q *request, sess session, sessionKey store.KeyRecord, x dashboardExtras) {
+	h.dashboardStatus(q, http.StatusOK, sess, sessionKey, x)
 }
 
-func (h *Handler) dashboardStatus(q *request, status int, sess session, key store.KeyRecord, x dashboardExtras) {
-	d, err := h.load(q, sess, key)
+func (h *Handler) dashboardStatus(q *request, status int, sess session, sessionKey store.KeyRecord, x dashboardExtras) {
+	d, err := h.load(q, sess, sessionKey)
 	if err != nil {
 		h.logger.Error("portal dashboard", zap.String("user_id", sess.UserID), zap.Error(err))
 		h.message(q, http.StatusInternalServerError, "Something went wrong", "Your figures could not be read; try again.")
@@ -95,10 +95,10 @@ func (h *Handler) dashboardStatus(q *request, status int, sess session, key stor
 
 // load reads the caller's own subscriptions, usage, calls, jobs and keys;
 // every read is filtered by the session's user id.
-func (h *Handler) load(q *request, sess session, key store.KeyRecord) (*dashboard, error) {
+func (h *Handler) load(q *request, sess session, sessionKey store.KeyRecord) (*dashboard, error) {
 	ctx := q.r.Context()
 	st := h.app.DataStore()
-	d := &dashboard{KeyID: key.ID, AllowKeys: h.AllowKeyManagement}
+	d := &dashboard{KeyID: sessionKey.ID, AllowKeys: h.AllowKeyManagement}
 
 	var subs []store.Subscription
 	cursor := ""
@@ -223,7 +223,7 @@ func (h *Handler) load(q *request, sess session, key store.KeyRecord) (*dashboar
 		if k.UserID != sess.UserID {
 			continue
 		}
-		d.Keys = append(d.Keys, keyRow{KeyRecord: k, Status: platform.KeyStatus(k, q.now), Current: k.ID == key.ID})
+		d.Keys = append(d.Keys, keyRow{KeyRecord: k, Status: platform.KeyStatus(k, q.now), Current: k.ID == d.KeyID})
 	}
 	return d, nil
 }
