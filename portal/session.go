@@ -25,7 +25,12 @@ type session struct {
 type sessionStore struct {
 	mu sync.Mutex
 	m  map[string]session
+	// created counts sign-ins, so that every sweepEvery-th one drops the
+	// expired sessions nobody came back for.
+	created int
 }
+
+const sweepEvery = 256
 
 // maxSessions bounds memory: past it, expired sessions are dropped, and if
 // none is, the sign-in is refused.
@@ -46,7 +51,8 @@ func randomToken() string {
 func (s *sessionStore) create(sess session, now time.Time) (string, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.m) >= maxSessions {
+	s.created++
+	if len(s.m) >= maxSessions || s.created%sweepEvery == 0 {
 		for id, v := range s.m {
 			if !now.Before(v.Expires) {
 				delete(s.m, id)
