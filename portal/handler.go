@@ -276,12 +276,15 @@ func (h *Handler) signIn(q *request) {
 		h.signInPage(q, http.StatusTooManyRequests, "", "Too many sign-in attempts from your address; wait a minute and try again.")
 		return
 	}
-	c, err := q.r.Cookie(preCookie)
 	want := ""
-	if err == nil {
+	if c, err := q.r.Cookie(preCookie); err == nil {
 		want = c.Value
 	}
-	if !h.checkCSRF(q, want) {
+	q.r.Body = http.MaxBytesReader(q.w, q.r.Body, maxFormBytes)
+	if err := q.r.ParseForm(); err != nil || !sameToken(q.r.PostForm.Get("csrf"), want) {
+		// A stale form (its cookie lasts an hour) or one posted from
+		// another site: nothing is checked, the form is shown afresh.
+		h.signInPage(q, http.StatusForbidden, "", "This sign-in form expired or did not come from this portal; sign in again.")
 		return
 	}
 	token := strings.TrimSpace(q.r.PostForm.Get("key"))
@@ -307,6 +310,10 @@ func (h *Handler) signIn(q *request) {
 		return
 	}
 	h.logger.Info("portal sign-in", zap.String("user_id", sessionKey.UserID), zap.String("key_id", sessionKey.ID))
+	// A session this browser already had ends: one browser, one session.
+	if old, err := q.r.Cookie(sessionCookie); err == nil {
+		sessions.end(old.Value)
+	}
 	http.SetCookie(q.w, q.cookie(preCookie, "", -1))
 	c2 := q.cookie(sessionCookie, id, int(time.Duration(h.SessionTTL)/time.Second))
 	http.SetCookie(q.w, c2)

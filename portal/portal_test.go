@@ -113,6 +113,24 @@ func TestPortalSessionCookie(t *testing.T) {
 	if resp.Header.Get("Cache-Control") != "no-store" {
 		t.Errorf("Cache-Control %q", resp.Header.Get("Cache-Control"))
 	}
+	// Signing in again from the same browser ends the first session.
+	first := c.cookie(sessionCookie).Value
+	n := sessions.count()
+	// A signed-in browser is shown the dashboard, not the form: take the
+	// form from a fresh browser, then post it with the session cookie.
+	f := newClient(t)
+	_, form := f.get("/portal/")
+	u, _ := url.Parse(siteBase + "/portal/")
+	c.c.Jar.SetCookies(u, []*http.Cookie{f.cookie(preCookie)})
+	if resp, _ := c.post("/portal/signin", url.Values{"csrf": {csrf(t, form)}, "key": {key}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("signing in again: %d", resp.StatusCode)
+	}
+	if sessions.count() != n {
+		t.Errorf("%d sessions after signing in again, want %d", sessions.count(), n)
+	}
+	if _, ok := sessions.get(first, time.Now()); ok {
+		t.Error("the first session lives on")
+	}
 }
 
 // TestPortalCrossUserAttempts: another user's job id in a URL, another
