@@ -485,3 +485,28 @@ func TestPortalPlainHTTPOnlyOnLoopback(t *testing.T) {
 		}
 	}
 }
+
+// TestPortalEarlierPeriods: usage of a past billing period is shown in its
+// own row, read by the admin API's summary code at that period's time, and
+// not counted in the current one.
+func TestPortalEarlierPeriods(t *testing.T) {
+	e := start(t, "sign_in_limit 1000")
+	key, _ := e.user("kim", "basic")
+	for range 3 {
+		if st, _ := invoke(t, key); st != http.StatusOK {
+			t.Fatalf("call: %d", st)
+		}
+	}
+	// A month and a bit later (the product's period is a month).
+	platform.SetClock(func() time.Time { return time.Now().Add(35 * 24 * time.Hour) })
+	t.Cleanup(func() { platform.SetClock(time.Now) })
+	page := newClient(t).signIn(key)
+	for _, want := range []string{"Used this period</dt><dd>0", "Earlier periods", "</td><td>3</td><td>100</td>"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	if n := strings.Count(page, "</td><td>100</td>"); n != 1 {
+		t.Errorf("%d earlier periods, want 1 (the subscription is a month old)", n)
+	}
+}

@@ -54,6 +54,9 @@ type dashboardExtras struct {
 type subscriptionView struct {
 	platform.PeriodSummary
 	Chart *chart
+	// Earlier are the periods before this one, newest first, back to the
+	// subscription's start (at most earlierPeriods).
+	Earlier []platform.PeriodSummary
 }
 
 type keyRow struct {
@@ -70,6 +73,7 @@ const (
 	maxJobPages     = 20
 	maxSubPages     = 10
 	maxLedgerScan   = 1_000_000
+	earlierPeriods  = 3
 	subscriptionCap = 1000
 )
 
@@ -130,6 +134,19 @@ func (h *Handler) load(q *request, sess session, sessionKey store.KeyRecord) (*d
 			if ps.PeriodStart.Before(from) {
 				from = ps.PeriodStart
 			}
+		}
+		// The periods before, read by the same code at an earlier time.
+		for at := ps.PeriodStart; !at.IsZero() && len(v.Earlier) < earlierPeriods; {
+			at = at.Add(-time.Nanosecond)
+			if at.Before(sub.StartedAt) {
+				break
+			}
+			prev, err := h.app.Summarize(ctx, sub, at)
+			if err != nil {
+				return nil, fmt.Errorf("summarize %s at %s: %w", sub.ServiceID, at, err)
+			}
+			v.Earlier = append(v.Earlier, prev)
+			at = prev.PeriodStart
 		}
 		d.Subscriptions = append(d.Subscriptions, v)
 	}
