@@ -112,12 +112,43 @@ func shot(t *testing.T, ctx context.Context, name string) {
 func signInBrowser(t *testing.T, ctx context.Context, key string, screenshot bool) {
 	t.Helper()
 	step(t, ctx, "open the portal", chromedp.Navigate(siteBase+"/portal/"), chromedp.WaitVisible(chromedp.ID("key")))
+	checkPage(t, ctx, "the sign-in page")
 	if screenshot {
 		shot(t, ctx, "signin")
 	}
-	step(t, ctx, "type the key", chromedp.SendKeys(chromedp.ID("key"), key))
-	submit(t, ctx, "sign in", "form.signin button[type=submit]")
+	// By keyboard only: type the key and press Enter.
+	c, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(c, chromedp.WaitEvent(cdppage.LoadEventFired, nil, chromedp.SendKeys(chromedp.ID("key"), key+"\r"))); err != nil {
+		t.Fatalf("sign in: %v", err)
+	}
 	step(t, ctx, "the dashboard", chromedp.WaitVisible(chromedp.ID("subscriptions")))
+}
+
+// checkPage checks, in the browser, that the stylesheet applied under the
+// page's Content-Security-Policy and that every control has a name a
+// screen reader can say (a label, an aria-label or its text).
+func checkPage(t *testing.T, ctx context.Context, what string) {
+	t.Helper()
+	c, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	bg, err := chromedp.Run(c, chromedp.Evaluate[string](`getComputedStyle(document.body).backgroundColor`))
+	if err != nil || bg != "rgb(245, 246, 248)" {
+		t.Errorf("%s: the stylesheet did not apply (body background %q, %v)", what, bg, err)
+	}
+	unnamed, err := chromedp.Run(c, chromedp.Evaluate[[]string](`[...document.querySelectorAll('input:not([type=hidden]), button, meter, svg')]
+		.filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label') && !e.textContent.trim())
+		.map(e => e.outerHTML.slice(0, 80))`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(unnamed) > 0 {
+		t.Errorf("%s: controls without an accessible name: %q", what, unnamed)
+	}
+	scripts, err := chromedp.Run(c, chromedp.Evaluate[int](`document.scripts.length`))
+	if err != nil || scripts != 0 {
+		t.Errorf("%s: %d scripts (%v)", what, scripts, err)
+	}
 }
 
 // TestBrowserCallerFlow: in a real browser, a caller signs in with a key,
@@ -155,6 +186,7 @@ func TestBrowserCallerFlow(t *testing.T) {
 			t.Errorf("alice's dashboard shows %q", leak)
 		}
 	}
+	checkPage(t, ctx, "the dashboard")
 	shot(t, ctx, "dashboard")
 
 	// Another user's job by URL: not found, nothing of it shown.
@@ -163,6 +195,7 @@ func TestBrowserCallerFlow(t *testing.T) {
 		t.Errorf("bob's job through alice's session:\n%s", doc)
 	}
 	step(t, ctx, "alice's job", chromedp.Navigate(siteBase+"/portal/jobs/"+url.PathEscape(aliceJob.ID)), chromedp.WaitVisible(chromedp.CSS("dl.figures")))
+	checkPage(t, ctx, "a job")
 	shot(t, ctx, "job")
 
 	// Create a key: shown once, works at the gateway.
@@ -176,6 +209,7 @@ func TestBrowserCallerFlow(t *testing.T) {
 	if err != nil || !strings.HasPrefix(newKey, "psk_") {
 		t.Fatalf("the new key %q: %v", newKey, err)
 	}
+	checkPage(t, ctx, "the new key")
 	shot(t, ctx, "newkey")
 	if st, _ := invoke(t, newKey); st != 200 {
 		t.Fatalf("the new key at the gateway: %d", st)
