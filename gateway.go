@@ -15,7 +15,10 @@
 //     reverse_proxy;
 //   - http.handlers.platform_usage (package usagehandler): usage reports,
 //     async progress and completion, job status and result, pre-flight
-//     routes.
+//     routes;
+//   - http.handlers.platform_portal (package portal): the caller portal,
+//     where callers sign in with a service key and see their own usage
+//     (docs/portal.md).
 //
 // docs/configuration.md describes their Caddyfile directives.
 package gateway
@@ -23,5 +26,6 @@ package gateway
 import (
 	_ "github.com/platformgw/gateway/platform"
 	_ "github.com/platformgw/gateway/platformgw"
+	_ "github.com/platformgw/gateway/portal"
 	_ "github.com/platformgw/gateway/usagehandler"
 )

@@ -14,6 +14,7 @@ func TestImportRegistersModules(t *testing.T) {
 		"admin.api.platform",
 		"http.handlers.platform_gateway",
 		"http.handlers.platform_usage",
+		"http.handlers.platform_portal",
 		"http.reverse_proxy.upstreams.platform",
 		"http.reverse_proxy.transport.platform",
 	} {

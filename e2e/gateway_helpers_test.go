@@ -30,6 +30,7 @@ import (
 	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/platform"
 	_ "github.com/platformgw/gateway/platformgw"
+	_ "github.com/platformgw/gateway/portal"
 	"github.com/platformgw/gateway/servicekey"
 	"github.com/platformgw/gateway/store"
 	_ "github.com/platformgw/gateway/usagehandler"

@@ -22,7 +22,6 @@ import (
 	"github.com/platformgw/gateway/apierror"
 	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/catalog"
-	"github.com/platformgw/gateway/servicekey"
 	"github.com/platformgw/gateway/store"
 )
 
@@ -384,16 +383,10 @@ const (
 func viewKey(k store.KeyRecord, now time.Time) keyView {
 	v := keyView{
 		ID: k.ID, UserID: k.UserID, Roles: k.Roles, Label: k.Label,
-		Status: keyActive, CreatedAt: k.Created, ExpiresAt: k.ExpiresAt, RevokedAt: k.RevokedAt,
+		Status: KeyStatus(k, now), CreatedAt: k.Created, ExpiresAt: k.ExpiresAt, RevokedAt: k.RevokedAt,
 	}
 	if v.Roles == nil {
 		v.Roles = []string{}
-	}
-	switch {
-	case !k.RevokedAt.IsZero():
-		v.Status = keyRevoked
-	case !k.ExpiresAt.IsZero() && !now.Before(k.ExpiresAt):
-		v.Status = keyExpired
 	}
 	return v
 }
@@ -409,19 +402,10 @@ func (a *adminAPI) createKey(app *App, w http.ResponseWriter, r *http.Request, _
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
 	}
-	if err := checkUserID("userId", req.UserID); err != nil {
-		return err
-	}
-	roles, err := checkRoles(req.Roles)
-	if err != nil {
-		return err
-	}
-	if err := checkLabel(req.Label); err != nil {
-		return err
-	}
 	now := app.Now().UTC()
 	var expires time.Time
 	if req.ExpiresAt != "" {
+		var err error
 		expires, err = time.Parse(time.RFC3339Nano, req.ExpiresAt)
 		if err != nil {
 			return apierror.Invalid("expiresAt", "expiresAt must be an RFC 3339 time such as 2027-01-01T00:00:00Z")
@@ -431,17 +415,11 @@ func (a *adminAPI) createKey(app *App, w http.ResponseWriter, r *http.Request, _
 		}
 		expires = expires.UTC()
 	}
-	key, hash, err := servicekey.Generate()
+	key, rec, err := app.CreateKey(r.Context(), req.UserID, req.Roles, req.Label, expires)
 	if err != nil {
 		return err
 	}
-	rec := store.KeyRecord{
-		ID: servicekey.NewID(), Hash: hash, UserID: req.UserID, Roles: roles,
-		Label: req.Label, Created: now, ExpiresAt: expires,
-	}
-	if err := app.DataStore().CreateKey(r.Context(), rec); err != nil {
-		return fmt.Errorf("create key for user %s: %w", rec.UserID, err)
-	}
+	roles := rec.Roles
 	fields := []zap.Field{
 		zap.String("key_id", rec.ID),
 		zap.String("user_id", rec.UserID),

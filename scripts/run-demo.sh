@@ -157,6 +157,9 @@ echo "The gateway is on $gw (admin API on localhost:2019)."
 echo "Demo service key for user demo-user (shown once, stored only as a hash):"
 echo "  $key"
 echo
+echo "The caller portal: $gw/portal/ (sign in with this key to see demo-user's"
+echo "subscriptions, usage, jobs and keys; docs/portal.md)."
+echo
 echo "Try it (sync, examples/backend):"
 echo "  curl -i -H '$auth' '$url'"
 echo
