@@ -47,6 +47,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if a.jwt, err = a.JWT.verifier(repl); err != nil {
 		return fmt.Errorf("platform jwt: %w", err)
 	}
+	if err := a.provisionAlerts(repl); err != nil {
+		return err
+	}
 
 	a.storePath = ResolveStorePath(a.Store)
 	if running := runningApp(); running != nil && running.storePath != a.storePath {
@@ -122,6 +125,9 @@ func (a *App) Start() error {
 		return err
 	}
 	go a.maintain(a.stop)
+	if a.alerter != nil {
+		go a.runAlerts(a.stop)
+	}
 	return nil
 }
 
