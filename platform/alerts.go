@@ -169,12 +169,23 @@ func orDefault(d, def time.Duration) time.Duration {
 }
 
 // runAlerts evaluates changed subscriptions and delivers due alerts until
-// stop is closed.
+// stop is closed, then returns once both loops are over: an attempt under
+// way is cancelled and recorded as interrupted while the store is still
+// open (Stop waits for it; the store closes in Cleanup, after Stop).
 func (a *App) runAlerts(stop <-chan struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go a.evaluateAlerts(ctx, stop)
+	evaluated := make(chan struct{})
+	go func() {
+		defer close(evaluated)
+		a.evaluateAlerts(ctx, stop)
+	}()
+	go func() {
+		<-stop
+		cancel()
+	}()
 	a.deliverAlerts(ctx, stop)
+	<-evaluated
 }
 
 // evaluateAlerts takes the subscriptions committed changes named, at most
@@ -313,7 +324,7 @@ func (a *App) deliverAlert(ctx context.Context, al store.Alert) {
 	claim.NextAttempt = t.Add(a.alerter.client.Timeout + a.alerter.interval)
 	claimed, err := st.UpdateAlert(ctx, claim, al.Attempts)
 	if err != nil {
-		if !errors.Is(err, store.ErrConflict) {
+		if !errors.Is(err, store.ErrConflict) && ctx.Err() == nil {
 			a.logger.Error("usage alerts: claiming a delivery", zap.String("alert", al.ID), zap.Error(err))
 		}
 		return
@@ -321,9 +332,14 @@ func (a *App) deliverAlert(ctx context.Context, al store.Alert) {
 	sendErr := a.sendAlert(ctx, claimed, t)
 	done := claimed
 	t = now()
-	if sendErr == nil {
+	switch {
+	case sendErr == nil:
 		done.Status, done.DeliveredAt, done.LastError, done.NextAttempt = store.AlertDelivered, t, "", time.Time{}
-	} else {
+	case ctx.Err() != nil:
+		// Stopped mid-attempt (a reload or shutdown): due again at once
+		// for whoever runs next, rather than when the claim runs out.
+		done.LastError, done.NextAttempt = "attempt interrupted by a config reload or shutdown", t
+	default:
 		done.LastError = sendErr.Error()
 		next, retry := a.alerter.schedule.Next(claimed.Created, t, claimed.Attempts)
 		if retry {
@@ -332,7 +348,10 @@ func (a *App) deliverAlert(ctx context.Context, al store.Alert) {
 			done.Status, done.NextAttempt = store.AlertFailed, time.Time{}
 		}
 	}
-	if _, err := st.UpdateAlert(ctx, done, claimed.Attempts); err != nil {
+	// Recorded even when stopping: the store outlives this config.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := st.UpdateAlert(rctx, done, claimed.Attempts); err != nil {
 		a.logger.Error("usage alerts: recording a delivery", zap.String("alert", al.ID), zap.Error(err))
 		return
 	}

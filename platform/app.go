@@ -74,6 +74,8 @@ type App struct {
 	jwt     *jwtauth.Verifier
 	catalog *catalog.Catalog
 	alerter *alerter // nil without an alerts block
+	// alertsDone is closed when the alert loops of Start are over.
+	alertsDone chan struct{}
 	// storePath is the store file (Store resolved); bolt is that store
 	// once open, and poolKey is set while this config holds a reference
 	// to it in stores; cleanedUp once Cleanup ran (all under storeMu).

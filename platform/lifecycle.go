@@ -126,7 +126,12 @@ func (a *App) Start() error {
 	}
 	go a.maintain(a.stop)
 	if a.alerter != nil {
-		go a.runAlerts(a.stop)
+		done, stop := make(chan struct{}), a.stop
+		a.alertsDone = done
+		go func() {
+			defer close(done)
+			a.runAlerts(stop)
+		}()
 	}
 	return nil
 }
@@ -136,6 +141,10 @@ func (a *App) Stop() error {
 	if a.stop != nil {
 		close(a.stop)
 		a.stop = nil
+	}
+	if a.alertsDone != nil {
+		<-a.alertsDone // an attempt under way is cancelled and recorded
+		a.alertsDone = nil
 	}
 	return nil
 }
