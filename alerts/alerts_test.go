@@ -167,3 +167,23 @@ func TestScheduleBacksOffAndGivesUp(t *testing.T) {
 		}
 	}
 }
+
+// TestDocumentedWebhookVector pins the example of docs/alerts.md, which
+// tells receivers to check their code against it.
+func TestDocumentedWebhookVector(t *testing.T) {
+	e := Event{EventID: "alt_42", CreatedAt: time.Date(2026, 11, 23, 15, 58, 37, 315677224, time.UTC),
+		UserID: "user-1", ServiceID: "weather", ProductID: "basic", PeriodStart: time.Date(2026, 11, 17, 9, 12, 0, 0, time.UTC),
+		Threshold: "quota 80%", Metric: MetricQuota, Value: billing.Whole(800), Limit: billing.Whole(800)}
+	body, err := e.Body()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"eventId":"alt_42","type":"usage.alert","createdAt":"2026-11-23T15:58:37.315677224Z","userId":"user-1","serviceId":"weather","productId":"basic","periodStart":"2026-11-17T09:12:00Z","threshold":"quota 80%","metric":"quota","value":800,"limit":800}`
+	if string(body) != want {
+		t.Fatalf("body\n%s\nwant\n%s", body, want)
+	}
+	sig, ts := Sign([]byte("example-alert-secret-0123"), body, time.Unix(1795449517, 0))
+	if ts != "1795449517" || sig != "R1SuSzehaD/zEVL3R5NmdujnxJVZsqJg+9KwPAxDfTY=" {
+		t.Fatalf("signature %s at %s", sig, ts)
+	}
+}
