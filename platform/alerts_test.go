@@ -1,15 +1,19 @@
 package platform
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 
 	"github.com/platformgw/gateway/alerts"
 	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/catalog"
+	"github.com/platformgw/gateway/store"
 )
 
 // TestAlertsCaddyfileErrors: every mistake in an `alert` line or the
@@ -93,5 +97,43 @@ func TestAlertsCatalogRefuses(t *testing.T) {
 	s, _ := c.Service("s")
 	if got := s.AlertThresholds("p"); len(got) != 1 || got[0].String() != "quota 80%" || !c.HasAlerts() {
 		t.Fatalf("thresholds %v", got)
+	}
+}
+
+// TestCLIAlerts: `caddy platform alerts` lists the recorded alerts through
+// the admin API, filtered, following pages to the end.
+func TestCLIAlerts(t *testing.T) {
+	env := admStart(t)
+	ds := env.app.DataStore()
+	now := time.Now().UTC()
+	for i, user := range []string{"ann", "bob", "ann"} {
+		a, err := ds.CreateAlert(context.Background(), store.Alert{UserID: user, ServiceID: "weather", ProductID: "pro",
+			PeriodStart: now.Add(-time.Hour), Threshold: fmt.Sprintf("quota %d%%", 80+10*i), Value: billing.Whole(int64(800 + 100*i)),
+			Limit: billing.Whole(int64(800 + 100*i)), Created: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			a.Attempts, a.Status, a.DeliveredAt = 1, store.AlertDelivered, now
+			if _, err := ds.UpdateAlert(context.Background(), a, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	out := cliMust(t, "alerts", "--limit", "1")
+	if !strings.HasPrefix(out, "ALERT") || strings.Count(out, "\n") != 4 || !strings.Contains(out, "quota 100%") {
+		t.Errorf("alerts printed:\n%s", out)
+	}
+	out = cliMust(t, "alerts", "--user", "ann", "--status", "pending")
+	if strings.Count(out, "\n") != 2 || !strings.Contains(out, "alt_3") || !strings.Contains(out, "PENDING") {
+		t.Errorf("alerts --user ann --status pending printed:\n%s", out)
+	}
+	out = cliMust(t, "alerts", "--status", "DELIVERED", "--json")
+	var page AlertPage
+	if err := json.Unmarshal([]byte(out), &page); err != nil || len(page.Alerts) != 1 || page.Alerts[0].ID != "alt_1" {
+		t.Errorf("alerts --json printed %s (%v)", out, err)
+	}
+	if _, err := cliRun(t, "alerts", "--status", "SENT"); err == nil || !strings.Contains(err.Error(), "status must be one of PENDING, DELIVERED, FAILED") {
+		t.Errorf("a bad status: %v", err)
 	}
 }
