@@ -468,3 +468,67 @@ func adminGet(t *testing.T, url string, status int, v any) {
 		t.Fatalf("GET %s: %v: %s", url, err, body)
 	}
 }
+
+// TestAlertsGiveUp: retries are bounded: an alert still undelivered
+// give_up_after its firing is marked FAILED and never sent again.
+func TestAlertsGiveUp(t *testing.T) {
+	be := newTestBackend(t, testSecret, "Platform")
+	rcv := newAlertReceiver(t, alertSecret)
+	rcv.setDown(true)
+	cfg := strings.Replace(alertsCatalog(be.URL, rcv.URL), "retry_max 80ms", "retry_max 80ms\n\t\t\tgive_up_after 200ms", 1)
+	g := startGateway(t, t.TempDir(), cfg)
+	key, _ := g.newKey("u6")
+	g.subscribe("u6", "svc", "basic", "ACTIVE")
+	invokeOK(t, key, 8)
+	waitFor(t, "the alert given up", func() bool {
+		recs := g.alerts("u6")
+		return len(recs) == 1 && recs[0].Status == store.AlertFailed
+	})
+	rec := g.alerts("u6")[0]
+	if rec.Attempts < 1 || !strings.Contains(rec.LastError, "503") || !rec.NextAttempt.IsZero() || !rec.DeliveredAt.IsZero() {
+		t.Fatalf("given-up record %+v", rec)
+	}
+	sent := len(rcv.all())
+	if sent != rec.Attempts {
+		t.Fatalf("receiver got %d requests, record says %d attempts", sent, rec.Attempts)
+	}
+	rcv.setDown(false)
+	g.settleAlerts("u6")
+	if n := len(rcv.all()); n != sent {
+		t.Fatalf("a given-up alert was sent again: %d requests, want %d", n, sent)
+	}
+}
+
+// TestAlertsReloadSendsOnce: a config reload while an alert is pending
+// runs the old and the new config's delivery loops side by side for a
+// moment; the alert is still accepted exactly once.
+func TestAlertsReloadSendsOnce(t *testing.T) {
+	be := newTestBackend(t, testSecret, "Platform")
+	rcv := newAlertReceiver(t, alertSecret)
+	rcv.setDown(true)
+	dir := t.TempDir()
+	g := startGateway(t, dir, alertsCatalog(be.URL, rcv.URL))
+	key, _ := g.newKey("u7")
+	g.subscribe("u7", "svc", "basic", "ACTIVE")
+	invokeOK(t, key, 8)
+	waitFor(t, "a failed attempt", func() bool {
+		recs := g.alerts("u7")
+		return len(recs) == 1 && recs[0].Attempts >= 1
+	})
+	rcv.setDown(false)
+	// The same store, another interval: a reload, not a restart.
+	g = startGateway(t, dir, strings.Replace(alertsCatalog(be.URL, rcv.URL), "interval 20ms", "interval 30ms", 1))
+	waitFor(t, "delivery after the reload", func() bool {
+		recs := g.alerts("u7")
+		return len(recs) == 1 && recs[0].Status == store.AlertDelivered
+	})
+	g.settleAlerts("u7")
+	if n := len(rcv.accepted()["u7 quota 80%"]); n != 1 {
+		t.Fatalf("accepted %d times across a reload, want once", n)
+	}
+	invokeOK(t, key, 1) // the new config's evaluator sees the old threshold as fired
+	g.settleAlerts("u7")
+	if recs := g.alerts("u7"); len(recs) != 1 {
+		t.Fatalf("records %+v", recs)
+	}
+}
