@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -188,4 +189,49 @@ func TestChangedAccountsAfterCommit(t *testing.T) {
 	if refs, _ := s.ChangedAccounts(); len(refs) != 0 {
 		t.Fatalf("changed again without a write: %v", refs)
 	}
+}
+
+// BenchmarkReserveSettleWithAlertFeed is BenchmarkReserveSettle with the
+// usage alerts' change feed on and drained, as a gateway with alerts runs:
+// compare the two for what the feed costs a call.
+func BenchmarkReserveSettleWithAlertFeed(b *testing.B) {
+	s := openTemp(b)
+	const users = 64
+	accounts := make([]store.Account, users)
+	for i := range accounts {
+		accounts[i] = subscribe(b, s, fmt.Sprintf("u%d", i), "svc", quotaAllow, 0)
+		accounts[i].Product.SpendingCap = nil
+	}
+	stop := make(chan struct{})
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		for {
+			_, ready := s.ChangedAccounts()
+			select {
+			case <-stop:
+				return
+			case <-ready:
+			}
+		}
+	}()
+	defer func() { close(stop); <-drained }()
+	var next atomic.Int64
+	b.SetParallelism(32)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		a := accounts[next.Add(1)%users]
+		for pb.Next() {
+			res, dec, _, err := s.Reserve(ctx, a, whole(1), t0)
+			if err != nil || !dec.Allowed {
+				b.Errorf("Reserve: %+v, %v", dec, err)
+				return
+			}
+			if _, err := s.Settle(ctx, res, whole(1), entryFor(a, 0, t0)); err != nil {
+				b.Errorf("Settle: %v", err)
+				return
+			}
+		}
+	})
 }
