@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/platformgw/gateway/alerts"
 	"github.com/platformgw/gateway/billing"
 )
 
@@ -32,12 +33,15 @@ type Service struct {
 	// 2xx body into the result object of the upstream platform's default
 	// mode. Endpoints may override it.
 	SyncResponse string `json:"sync_response,omitempty"`
+	// Alerts are usage alert thresholds per product (alerts.go).
+	Alerts []*ProductAlerts `json:"alerts,omitempty"`
 
 	backend  *url.URL
 	secrets  [][]byte
 	owners   map[string]bool
 	byID     map[string]*Endpoint
 	products map[string]*billing.Product
+	alerts   map[string][]alerts.Threshold
 }
 
 // Endpoint is one operation of a service.
@@ -170,7 +174,7 @@ func (s *Service) compile(resolve func(string) (string, error)) error {
 		}
 		s.products[p.ID] = p
 	}
-	return nil
+	return s.compileAlerts()
 }
 
 // compile checks the endpoint; serviceSync is the service's sync_response.

@@ -110,6 +110,8 @@ func (a *adminAPI) route(p []string) (map[string]adminHandler, []string) {
 		return map[string]adminHandler{http.MethodGet: a.getUserSummary}, p[1:2]
 	case len(p) == 1 && p[0] == "jobs":
 		return map[string]adminHandler{http.MethodGet: a.listJobs}, nil
+	case len(p) == 1 && p[0] == "alerts":
+		return map[string]adminHandler{http.MethodGet: a.listAlerts}, nil
 	case len(p) == 3 && p[0] == "subscriptions":
 		return map[string]adminHandler{http.MethodGet: a.getSubscription, http.MethodPut: a.putSubscription}, p[1:]
 	case len(p) == 4 && p[0] == "subscriptions" && p[3] == "credits":

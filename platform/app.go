@@ -68,9 +68,14 @@ type App struct {
 	Services []*catalog.Service `json:"services,omitempty"`
 	// JWT lets end users' JWTs authenticate the billing estimate (jwt.go).
 	JWT *JWTConfig `json:"jwt,omitempty"`
+	// Alerts is where usage alerts are sent (alerts.go).
+	Alerts *AlertsConfig `json:"alerts,omitempty"`
 
 	jwt     *jwtauth.Verifier
 	catalog *catalog.Catalog
+	alerter *alerter // nil without an alerts block
+	// alertsDone is closed when the alert loops of Start are over.
+	alertsDone chan struct{}
 	// storePath is the store file (Store resolved); bolt is that store
 	// once open, and poolKey is set while this config holds a reference
 	// to it in stores; cleanedUp once Cleanup ran (all under storeMu).

@@ -16,6 +16,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/dustin/go-humanize"
 
+	"github.com/platformgw/gateway/alerts"
 	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/catalog"
 )
@@ -90,10 +91,24 @@ func parsePlatform(d *caddyfile.Dispenser, existing any) (any, error) {
 //				price        <decimal>
 //				spending_cap <decimal>
 //				rate_limit   <n>/<s|m|h|d|duration> [burst <n>]
+//				alert quota         <percent>...      # e.g. 80% 100%
+//				alert spending_cap  <percent>...      # e.g. 90%
+//				alert credits_below <credits>...      # PREPAID; e.g. 10
 //			}
+//		}
+//		alerts {                                 # usage alert webhooks (docs/alerts.md)
+//			webhook       <http(s) URL>
+//			secret        <secret>                 # signs the webhooks; 16 bytes or more
+//			sign_with     secret|service           # secret; service: the alert's service secret
+//			interval      <duration>               # 1s: how often changed usage is evaluated
+//			timeout       <duration>               # 10s per attempt
+//			retry_initial <duration>               # 30s, doubling per failure
+//			retry_max     <duration>               # 1h
+//			give_up_after <duration>               # 24h
 //		}
 //	}
 //
+// `alert` may repeat in a product block (the thresholds add up).
 // `service`, `endpoint` and `product` may repeat with distinct ids, and
 // `owners` may repeat (the lists add up); every other subdirective is
 // allowed once per block. A prefix group left out of `prefixes` keeps its
@@ -146,6 +161,8 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			a.UsageMaxBodyBytes, err = sizeArg(d, math.MaxInt64)
 		case "jwt":
 			a.JWT, err = parseJWT(d)
+		case "alerts":
+			a.Alerts, err = parseAlerts(d)
 		case "service":
 			var s *catalog.Service
 			at := d.Token()
@@ -216,6 +233,60 @@ func parseJWT(d *caddyfile.Dispenser) (*JWTConfig, error) {
 		return nil, errAt(at, "jwt needs a key: hs256_secret, public_key or jwks_file")
 	}
 	return c, nil
+}
+
+// parseAlerts reads the `alerts { … }` block of usage alert webhooks.
+func parseAlerts(d *caddyfile.Dispenser) (*AlertsConfig, error) {
+	at := d.Token()
+	if d.NextArg() {
+		return nil, d.Errf("'alerts' takes no arguments, got '%s'; settings go in its block", d.Val())
+	}
+	c := new(AlertsConfig)
+	seen := settings{block: "alerts"}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		if err := seen.once(d); err != nil {
+			return nil, err
+		}
+		var err error
+		switch name := d.Val(); name {
+		case "webhook":
+			if c.Webhook, err = oneArg(d); err == nil {
+				err = checkWebhookURL(d, c.Webhook)
+			}
+		case "secret":
+			c.Secret, err = oneArg(d)
+		case "sign_with":
+			c.SignWith, err = enumArg(d, strings.ToLower, signWiths)
+		case "interval":
+			c.Interval, err = durationArg(d)
+		case "timeout":
+			c.Timeout, err = durationArg(d)
+		case "retry_initial":
+			c.RetryInitial, err = durationArg(d)
+		case "retry_max":
+			c.RetryMax, err = durationArg(d)
+		case "give_up_after":
+			c.GiveUpAfter, err = durationArg(d)
+		default:
+			err = seen.unknown(d)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := c.check(); err != nil {
+		return nil, errAt(at, "alerts: %v", err)
+	}
+	return c, nil
+}
+
+// checkWebhookURL accepts an http or https URL with a host; a query is
+// allowed (receivers often take a token there), credentials are not.
+func checkWebhookURL(d *caddyfile.Dispenser, s string) error {
+	if err := validWebhookURL(s); err != nil {
+		return d.Errf("webhook '%s': %v", s, err)
+	}
+	return nil
 }
 
 // settings tracks the subdirectives of one block, so that a repeated
@@ -351,8 +422,9 @@ func parseService(d *caddyfile.Dispenser) (*catalog.Service, error) {
 			s.Endpoints = append(s.Endpoints, e)
 		case "product":
 			var p *billing.Product
+			var thresholds []alerts.Threshold
 			at := d.Token()
-			if p, err = parseProduct(d, id); err != nil {
+			if p, thresholds, err = parseProduct(d, id); err != nil {
 				break
 			}
 			if first, dup := products[p.ID]; dup {
@@ -361,6 +433,9 @@ func parseService(d *caddyfile.Dispenser) (*catalog.Service, error) {
 			}
 			products[p.ID] = at.Line
 			s.Products = append(s.Products, p)
+			if len(thresholds) > 0 {
+				s.Alerts = append(s.Alerts, &catalog.ProductAlerts{Product: p.ID, Thresholds: thresholds})
+			}
 		default:
 			err = seen.unknown(d)
 		}
@@ -453,20 +528,65 @@ var (
 	syncResponses    = []string{catalog.SyncRaw, catalog.SyncWrapped}
 )
 
-// parseProduct reads `product <id> { … }` and checks it as the catalog will.
-func parseProduct(d *caddyfile.Dispenser, service string) (*billing.Product, error) {
+// parseProduct reads `product <id> { … }` and checks it, and its alert
+// thresholds, as the catalog will.
+func parseProduct(d *caddyfile.Dispenser, service string) (*billing.Product, []alerts.Threshold, error) {
+	p, lines, err := parseProductBlock(d, service)
+	if err != nil {
+		return nil, nil, err
+	}
+	var all []alerts.Threshold
+	first := make(map[string]int)
+	for _, l := range lines {
+		for _, t := range l.thresholds {
+			if err := t.Validate(*p); err != nil {
+				return nil, nil, errAt(l.at, "product '%s' of service '%s': %v", p.ID, service, err)
+			}
+			if line, dup := first[t.String()]; dup {
+				return nil, nil, errAt(l.at, "alert %s given twice in product '%s' of service '%s' (first on line %d)", t, p.ID, service, line)
+			}
+			first[t.String()] = l.at.Line
+			all = append(all, t)
+		}
+	}
+	return p, all, nil
+}
+
+// alertLine is one `alert` line of a product block, kept with its token
+// so that a threshold the finished product refuses is reported on its line.
+type alertLine struct {
+	at         caddyfile.Token
+	thresholds []alerts.Threshold
+}
+
+func parseProductBlock(d *caddyfile.Dispenser, service string) (*billing.Product, []alertLine, error) {
 	at := d.Token()
 	id, err := idArg(d, "product")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	p := &billing.Product{ID: id}
+	var lines []alertLine
 	seen := settings{block: fmt.Sprintf("product '%s' of service '%s'", id, service)}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		if err := seen.once(d); err != nil {
-			return nil, err
+		if d.Val() != "alert" {
+			if err := seen.once(d); err != nil {
+				return nil, nil, err
+			}
 		}
 		switch d.Val() {
+		case "alert":
+			tok := d.Token()
+			var args []string
+			if args, err = lineArgs(d, 2, -1); err != nil {
+				break
+			}
+			var ts []alerts.Threshold
+			if ts, err = alerts.Parse(args[0], args[1:]); err != nil {
+				err = errAt(tok, "%v", err)
+				break
+			}
+			lines = append(lines, alertLine{at: tok, thresholds: ts})
 		case "billing":
 			p.BillingModel, err = enumArg(d, strings.ToUpper, billingModels)
 		case "measurement":
@@ -493,19 +613,19 @@ func parseProduct(d *caddyfile.Dispenser, service string) (*billing.Product, err
 			err = seen.unknown(d)
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	switch {
 	case p.BillingModel == "":
-		return nil, errAt(at, "product '%s' of service '%s' has no billing model (billing %s)", id, service, strings.Join(billingModels, "|"))
+		return nil, nil, errAt(at, "product '%s' of service '%s' has no billing model (billing %s)", id, service, strings.Join(billingModels, "|"))
 	case p.MeasurementType == "":
-		return nil, errAt(at, "product '%s' of service '%s' has no measurement type (measurement %s)", id, service, strings.Join(measurementTypes, "|"))
+		return nil, nil, errAt(at, "product '%s' of service '%s' has no measurement type (measurement %s)", id, service, strings.Join(measurementTypes, "|"))
 	}
 	if err := p.Validate(); err != nil {
-		return nil, errAt(at, "service '%s': %v", service, err)
+		return nil, nil, errAt(at, "service '%s': %v", service, err)
 	}
-	return p, nil
+	return p, lines, nil
 }
 
 // parseQuota reads `quota <decimal> [per <period>]`.

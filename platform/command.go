@@ -150,6 +150,7 @@ dates; a date in --to includes that whole day (UTC).
 	cmd.AddCommand(key, subscribe, credits, usage, job)
 	cmd.AddCommand(storeCommand()) // command_store.go
 	addViewCommands(cmd)
+	cmd.AddCommand(alertsCommand()) // command_alerts.go
 }
 
 // cliFunc runs one `caddy platform` subcommand, writing its result to out.

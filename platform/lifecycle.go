@@ -49,6 +49,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if a.jwt, err = a.JWT.verifier(repl); err != nil {
 		return fmt.Errorf("platform jwt: %w", err)
 	}
+	if err := a.provisionAlerts(repl); err != nil {
+		return err
+	}
 
 	a.storePath = ResolveStorePath(a.Store)
 	if running := runningApp(); running != nil && running.storePath != a.storePath {
@@ -153,6 +156,14 @@ func (a *App) Start() error {
 		return err
 	}
 	go a.maintain(a.stop)
+	if a.alerter != nil {
+		done, stop := make(chan struct{}), a.stop
+		a.alertsDone = done
+		go func() {
+			defer close(done)
+			a.runAlerts(stop)
+		}()
+	}
 	return nil
 }
 
@@ -161,6 +172,10 @@ func (a *App) Stop() error {
 	if a.stop != nil {
 		close(a.stop)
 		a.stop = nil
+	}
+	if a.alertsDone != nil {
+		<-a.alertsDone // an attempt under way is cancelled and recorded
+		a.alertsDone = nil
 	}
 	return nil
 }

@@ -36,6 +36,7 @@ type Store interface {
 	Meter
 	Jobs
 	Views
+	Alerts
 	// PruneIdempotency forgets idempotency keys claimed before cutoff.
 	PruneIdempotency(ctx context.Context, cutoff time.Time) (int, error)
 	// Close releases the store; in-flight commits finish first.

@@ -42,6 +42,7 @@ var (
 var allBuckets = [][]byte{
 	bucketKeys, bucketKeyIDs, bucketKeyUsers, bucketSubs, bucketCounters, bucketLedger,
 	bucketReservations, bucketIdempotency, bucketJobs, bucketOpenJobs,
+	bucketAlerts, bucketAlertKeys, bucketAlertsDue,
 }
 
 // ErrClosed is returned for writes after Close.
@@ -97,6 +98,10 @@ type Store struct {
 	// health says whether commits succeed; holds are refused while they
 	// fail (health.go).
 	health health
+
+	// changes are the subscriptions whose usage changed, for the usage
+	// alerts (alerts.go).
+	changes changeSet
 }
 
 type op struct {
@@ -421,6 +426,7 @@ func (s *Store) commit(batch []*op) (carried []*op) {
 		break
 	}
 	s.written.flush(s.cache)
+	s.changes.publish()
 	if isFault(err) {
 		err = s.broke(err)
 	}
@@ -460,6 +466,7 @@ func (s *Store) retryAlone(batch []*op) {
 			})
 		})
 		s.written.flush(s.cache)
+		s.changes.publish()
 		if isFault(err) {
 			err = s.broke(err)
 		}

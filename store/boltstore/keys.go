@@ -165,6 +165,7 @@ func (s *Store) readSub(tx *bolt.Tx, userID, serviceID string) (store.Subscripti
 func (s *Store) writeSub(tx *bolt.Tx, sub store.Subscription) error {
 	key := subKey(sub.UserID, sub.ServiceID)
 	s.written.sub(key)
+	s.changes.stage(sub.UserID, sub.ServiceID)
 	return putJSON(tx.Bucket(bucketSubs), key, toSubRecord(sub))
 }
 

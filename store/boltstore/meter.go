@@ -84,6 +84,7 @@ func (acc *account) save(tx *bolt.Tx, p billing.Product) error {
 		return err
 	}
 	acc.s.latest[string(acc.key)] = acc.state
+	acc.s.changes.stage(acc.sub.UserID, acc.sub.ServiceID)
 	if p.BillingModel == billing.Prepaid {
 		acc.sub.Credits, acc.sub.CreditsHeld = acc.state.Credits, acc.state.CreditsHeld
 		return acc.s.writeSub(tx, acc.sub)
