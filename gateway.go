@@ -15,12 +15,15 @@
 //     reverse_proxy;
 //   - http.handlers.platform_usage (package usagehandler): usage reports,
 //     async progress and completion, job status and result, pre-flight
-//     routes.
+//     routes;
+//   - http.handlers.platform_console (package console): the operator's web
+//     console (docs/console.md).
 //
 // docs/configuration.md describes their Caddyfile directives.
 package gateway
 
 import (
+	_ "github.com/platformgw/gateway/console"
 	_ "github.com/platformgw/gateway/platform"
 	_ "github.com/platformgw/gateway/platformgw"
 	_ "github.com/platformgw/gateway/usagehandler"

@@ -822,7 +822,16 @@ func (c *csvEncoder) begin(w io.Writer) error {
 }
 
 func (c *csvEncoder) entry(_ io.Writer, e store.LedgerEntry) error {
-	return c.cw.Write([]string{
+	return c.cw.Write(UsageCSVRow(e))
+}
+
+// UsageCSVColumns are the columns of a usage CSV export.
+func UsageCSVColumns() []string { return slices.Clone(usageColumns) }
+
+// UsageCSVRow is a ledger entry as a row of a usage CSV export, text
+// fields defused against formula injection.
+func UsageCSVRow(e store.LedgerEntry) []string {
+	return []string{
 		csvTime(e.Time),
 		csvText(e.ID),
 		csvText(e.UserID),
@@ -837,7 +846,7 @@ func (c *csvEncoder) entry(_ io.Writer, e store.LedgerEntry) error {
 		e.UnitsClaimed.String(),
 		csvTime(e.OccurredAt),
 		csvText(e.IdempotencyKey),
-	})
+	}
 }
 
 func (c *csvEncoder) end(io.Writer) error {

@@ -34,6 +34,9 @@ const (
 // the key itself only in the answer that created it.
 type KeyView = keyView
 
+// ViewKey is how operators see a stored key at time now.
+func ViewKey(k store.KeyRecord, now time.Time) KeyView { return viewKey(k, now) }
+
 // PeriodSummary is one subscription's billing period (see summarize).
 type PeriodSummary = periodSummary
 
