@@ -128,13 +128,18 @@ type bar struct {
 	Calls       int
 	// Geometry in the SVG's coordinates.
 	X, UnitsY, UnitsH, CostY, CostH, W int
+	// ShowLabel marks the bars whose label is drawn under the axis.
+	ShowLabel bool
+	LabelX    int
 }
 
 // chart is the SVG chart of units and cost per bucket, drawn by the
 // template from these numbers.
 type chart struct {
-	Bars              []bar
-	Width, Height     int
+	Bars          []bar
+	Width, Height int
+	// ViewHeight leaves room for the labels under the axis.
+	ViewHeight        int
 	MaxUnits, MaxCost billing.Units
 	TooMany           bool
 }
@@ -157,7 +162,7 @@ func newChart(f usageFilter, now time.Time) *chart {
 }
 
 func buckets(from, to time.Time, step time.Duration) *chart {
-	c := &chart{Width: chartW, Height: chartH}
+	c := &chart{Width: chartW, Height: chartH, ViewHeight: chartH + 18}
 	for t := from; t.Before(to); t = t.Add(step) {
 		if len(c.Bars) == maxBars {
 			c.TooMany = true
@@ -201,8 +206,10 @@ func (c *chart) layout() {
 		c.MaxUnits, c.MaxCost = max(c.MaxUnits, b.Units), max(c.MaxCost, b.Cost)
 	}
 	slot := chartW / len(c.Bars)
+	every := (len(c.Bars) + 7) / 8 // at most 8 labels
 	for i := range c.Bars {
 		b := &c.Bars[i]
+		b.ShowLabel, b.LabelX = i%every == 0, i*slot+slot/2
 		b.X, b.W = i*slot, max(1, slot/2-1)
 		if c.MaxUnits > 0 {
 			b.UnitsH = int(int64(chartH-20) * int64(b.Units) / int64(c.MaxUnits))

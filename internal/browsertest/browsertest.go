@@ -88,7 +88,7 @@ func New(t testing.TB, timeout time.Duration) context.Context {
 }
 
 // Screenshot saves a full-page PNG of the current page to
-// $SCREENSHOTS_DIR/name.png when SCREENSHOTS_DIR is set (make screenshots
+// $SCREENSHOTS_DIR/name.png (quality 100 is PNG; below, chromium sends JPEG) when SCREENSHOTS_DIR is set (make screenshots
 // sets it); otherwise it does nothing.
 func Screenshot(t testing.TB, ctx context.Context, name string) {
 	t.Helper()
@@ -96,7 +96,7 @@ func Screenshot(t testing.TB, ctx context.Context, name string) {
 	if dir == "" {
 		return
 	}
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("screenshot %s: %v", name, err)
 	}
