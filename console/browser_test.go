@@ -12,6 +12,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/platformgw/gateway/internal/browsertest"
+	"github.com/platformgw/gateway/store"
 )
 
 // text reads the text of the first element matching sel.
@@ -180,6 +181,23 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("audit log %q: want three entries by console:operator and no key", audit)
 	}
 	browsertest.Screenshot(t, ctx, "console-audit")
+
+	// A running job: listed by state, its page shows the timeline.
+	now := time.Now().UTC()
+	if err := e.app.DataStore().CreateJob(context.Background(), store.Job{
+		ID: "job-browser-1", UserID: "alice", ServiceID: "weather", EndpointID: "hello", ProductID: "basic",
+		Status: store.JobRunning, Stage: "rendering", PercentageComplete: 40,
+		CreatedAt: now.Add(-time.Minute), UpdatedAt: now, ExpiresAt: now.Add(time.Hour),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	do(t, ctx, "jobs", chromedp.Navigate(console+"/jobs?status=RUNNING"),
+		chromedp.Click(chromedp.CSS(`a[href$="/jobs/job-browser-1"]`)),
+		chromedp.WaitVisible(chromedp.CSS("ol.timeline")))
+	if tl := text(t, ctx, "ol.timeline"); !strings.Contains(tl, "created") || !strings.Contains(tl, "stage rendering") {
+		t.Fatalf("job timeline %q", tl)
+	}
+	browsertest.Screenshot(t, ctx, "console-job")
 
 	// The other pages render; screenshots for the docs.
 	for _, p := range []struct{ path, sel, name string }{

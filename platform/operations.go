@@ -68,6 +68,11 @@ func (a *App) audit(ctx context.Context, e store.AuditEntry) error {
 	return nil
 }
 
+// RecordAudit appends an entry for a change made elsewhere than in these
+// functions (a caller's own key in the portal, an alert setting), stamped
+// now; same failure handling as the changes here.
+func (a *App) RecordAudit(ctx context.Context, e store.AuditEntry) error { return a.audit(ctx, e) }
+
 // CreateKey makes a service key for a user; the answer holds the key, the
 // only time it is ever shown.
 func (a *App) CreateKey(ctx context.Context, actor string, req CreateKeyRequest) (KeyView, error) {
