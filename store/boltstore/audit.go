@@ -54,8 +54,9 @@ func (s *Store) ListAudit(_ context.Context, cursor string, limit int) ([]store.
 		if before == 0 {
 			k, v = c.Last()
 		} else {
-			k, v = c.Seek(u64(before))
-			if k == nil {
+			// The first entry at or after the cursor; the page starts
+			// just before it (the cursor's entry was on the last page).
+			if k, _ = c.Seek(u64(before)); k == nil {
 				k, v = c.Last()
 			} else {
 				k, v = c.Prev()
