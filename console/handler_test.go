@@ -247,3 +247,33 @@ func TestConsoleUsageExport(t *testing.T) {
 		}
 	}
 }
+
+// Calls through the real gateway show in the overview's figures: each
+// invoke call is counted once with the status its caller got.
+func TestOverviewCountsGatewayCalls(t *testing.T) {
+	e := start(t)
+	ctx := context.Background()
+	if _, err := e.app.PutSubscription(ctx, "test", "alice", "weather", "basic", ""); err != nil {
+		t.Fatal(err)
+	}
+	k, err := e.app.CreateKey(ctx, "test", platform.CreateKeyRequest{UserID: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := e.app.RecentCalls()
+	if s := invoke(t, e, k.Key); s != 200 {
+		t.Fatalf("invoke: %d", s)
+	}
+	if s := invoke(t, e, "psk_not-a-key"); s != 401 {
+		t.Fatalf("invoke with a bad key: %d", s)
+	}
+	after := e.app.RecentCalls()
+	fours := func(c platform.CallStats) float64 { return c.Share4xx * float64(c.Calls) }
+	if after.Calls-before.Calls != 2 || int(fours(after)+0.5)-int(fours(before)+0.5) != 1 || after.P50 == 0 {
+		t.Fatalf("figures before %+v, after %+v: want 2 more calls, 1 more 4xx", before, after)
+	}
+	w := serve(direct(t, e, false), httptest.NewRequest("GET", "/console/", nil), "bob")
+	if !strings.Contains(w.Body.String(), `id="calls-per-second"`) || !strings.Contains(w.Body.String(), `http-equiv="refresh" content="10"`) {
+		t.Fatalf("overview: %d", w.Code)
+	}
+}
