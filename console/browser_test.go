@@ -3,8 +3,10 @@ package console
 import (
 	"context"
 	"encoding/base64"
+	"html"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -164,6 +166,23 @@ func TestConsoleInBrowser(t *testing.T) {
 		if body := text(t, ctx, "body"); !strings.Contains(body, "403 forbidden: missing or wrong CSRF token") {
 			t.Errorf("forged POST %s answered %q", fields, body)
 		}
+	}
+	// Another site posting the console's form, even with a valid token
+	// copied from the page: the browser sends no SameSite=Strict cookie
+	// and says the request is cross-site; refused.
+	do(t, ctx, "token", chromedp.Navigate(console+"/users/alice"), chromedp.WaitVisible(chromedp.CSS("#credits")))
+	token := eval[string](t, ctx, `document.querySelector('#credits input[name="csrf"]').value`)
+	attacker := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `<!doctype html><form id="f" method="POST" action="`+console+`/users/alice/credits">
+<input name="serviceId" value="weather"><input name="amount" value="5"><input name="csrf" value="`+html.EscapeString(token)+`">
+</form><script>document.getElementById("f").submit()</script>`)
+	}))
+	defer attacker.Close()
+	// localhost is another site than 127.0.0.1.
+	do(t, ctx, "attacker page", chromedp.Navigate(strings.Replace(attacker.URL, "127.0.0.1", "localhost", 1)),
+		chromedp.WaitVisible(chromedp.CSS("pre")))
+	if body := text(t, ctx, "body"); !strings.Contains(body, "403 forbidden: missing or wrong CSRF token") {
+		t.Errorf("cross-site POST answered %q", body)
 	}
 	if sub, _ := e.app.DataStore().GetSubscription(context.Background(), "alice", "weather"); sub.Credits != 0 {
 		t.Fatalf("a refused POST added credits: %v", sub.Credits)
