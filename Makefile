@@ -13,12 +13,14 @@
 #   make build   just the binary (bin/caddy)
 #   make xcaddy  the same binary built the xcaddy way (bin/caddy-xcaddy)
 #   make lint    go vet, gofmt and staticcheck (CI runs it too)
+#   make screenshots  the browser tests (chromium) with SCREENSHOTS_DIR set:
+#                docs/img/*.png, shown in docs/console.md
 
 GO      ?= go
 BIN     := bin
 CADDY   := $(BIN)/caddy
 
-.PHONY: build run test verify-systemd test-short fuzz bench bench-scale bench-micro xcaddy vet lint clean
+.PHONY: screenshots build run test verify-systemd test-short fuzz bench bench-scale bench-micro xcaddy vet lint clean
 
 build:
 	$(GO) build -o $(CADDY) ./caddy
@@ -92,3 +94,12 @@ bench-micro:
 
 clean:
 	rm -rf $(BIN) tmp
+
+# The browser tests of the web pages (TestXxxInBrowser, Debian's chromium
+# through chromedp) with SCREENSHOTS_DIR set, which makes them save a PNG
+# of each page into docs/img for docs/console.md. Set E2E_ADMIN_PORT and
+# E2E_HTTP_PORT when another test server may be running.
+SCREENSHOT_PKGS ?= ./console
+screenshots:
+	BROWSER_TESTS=1 SCREENSHOTS_DIR=$(CURDIR)/docs/img $(GO) test -count=1 -run 'InBrowser' $(SCREENSHOT_PKGS)
+	BROWSER_TESTS=1 PORTAL_SCREENSHOTS=1 $(GO) test -count=1 -run 'Browser' ./portal

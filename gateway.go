@@ -16,6 +16,8 @@
 //   - http.handlers.platform_usage (package usagehandler): usage reports,
 //     async progress and completion, job status and result, pre-flight
 //     routes;
+//   - http.handlers.platform_console (package console): the operator's web
+//     console (docs/console.md).
 //   - http.handlers.platform_portal (package portal): the caller portal,
 //     where callers sign in with a service key and see their own usage
 //     (docs/portal.md).
@@ -24,6 +26,7 @@
 package gateway
 
 import (
+	_ "github.com/platformgw/gateway/console"
 	_ "github.com/platformgw/gateway/platform"
 	_ "github.com/platformgw/gateway/platformgw"
 	_ "github.com/platformgw/gateway/portal"

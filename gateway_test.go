@@ -15,6 +15,7 @@ func TestImportRegistersModules(t *testing.T) {
 		"http.handlers.platform_gateway",
 		"http.handlers.platform_usage",
 		"http.handlers.platform_portal",
+		"http.handlers.platform_console",
 		"http.reverse_proxy.upstreams.platform",
 		"http.reverse_proxy.transport.platform",
 	} {

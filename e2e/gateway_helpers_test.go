@@ -28,6 +28,7 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
 	"github.com/platformgw/gateway/billing"
+	_ "github.com/platformgw/gateway/console" // Caddyfile.example has a console
 	"github.com/platformgw/gateway/platform"
 	_ "github.com/platformgw/gateway/platformgw"
 	_ "github.com/platformgw/gateway/portal"

@@ -118,6 +118,8 @@ func (a *adminAPI) route(p []string) (map[string]adminHandler, []string) {
 		return map[string]adminHandler{http.MethodPost: a.addCredits}, p[1:3]
 	case len(p) == 1 && p[0] == "usage":
 		return map[string]adminHandler{http.MethodGet: a.exportUsage}, nil
+	case len(p) == 1 && p[0] == "audit":
+		return map[string]adminHandler{http.MethodGet: a.listAudit}, nil
 	case len(p) == 2 && p[0] == "jobs":
 		return map[string]adminHandler{http.MethodGet: a.getJob}, p[1:]
 	}
@@ -395,48 +397,25 @@ func viewKey(k store.KeyRecord, now time.Time) keyView {
 
 // createKey: POST /platform/keys {userId, roles?, label?, expiresAt?}.
 func (a *adminAPI) createKey(app *App, w http.ResponseWriter, r *http.Request, _ []string) error {
-	var req struct {
-		UserID    string   `json:"userId"`
-		Roles     []string `json:"roles"`
-		Label     string   `json:"label"`
-		ExpiresAt string   `json:"expiresAt"`
-	}
+	var req CreateKeyRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
 	}
-	now := app.Now().UTC()
-	var expires time.Time
-	if req.ExpiresAt != "" {
-		var err error
-		expires, err = time.Parse(time.RFC3339Nano, req.ExpiresAt)
-		if err != nil {
-			return apierror.Invalid("expiresAt", "expiresAt must be an RFC 3339 time such as 2027-01-01T00:00:00Z")
-		}
-		if !expires.After(now) {
-			return apierror.Invalid("expiresAt", "expiresAt is in the past")
-		}
-		expires = expires.UTC()
-	}
-	key, rec, err := app.CreateKey(r.Context(), req.UserID, req.Roles, req.Label, expires)
-	if err != nil {
+	v, err := app.CreateKey(r.Context(), adminActor(r), req)
+	if v.ID == "" {
 		return err
 	}
-	roles := rec.Roles
-	fields := []zap.Field{
-		zap.String("key_id", rec.ID),
-		zap.String("user_id", rec.UserID),
-		zap.Strings("roles", roles),
+	if err != nil {
+		// The key exists: it is shown (once) even though its audit entry
+		// failed, which the server log says.
+		a.logger.Error("key created without its audit entry", zap.String("key_id", v.ID))
 	}
-	// A key that never expires has no expires_at, rather than year 1.
-	if !expires.IsZero() {
-		fields = append(fields, zap.Time("expires_at", expires))
-	}
-	a.logger.Info("service key created", fields...)
-	v := viewKey(rec, now)
-	v.Key = key
-	w.Header().Set("Location", adminAPIBase+"keys/"+url.PathEscape(rec.ID))
+	w.Header().Set("Location", adminAPIBase+"keys/"+url.PathEscape(v.ID))
 	return writeJSON(w, http.StatusCreated, v)
 }
+
+// adminActor names the caller of the admin API in the audit log.
+func adminActor(r *http.Request) string { return "admin-api " + r.RemoteAddr }
 
 // listKeys: GET /platform/keys[?userId=], oldest first.
 func (a *adminAPI) listKeys(app *App, w http.ResponseWriter, r *http.Request, _ []string) error {
@@ -489,19 +468,11 @@ func (a *adminAPI) getKey(app *App, w http.ResponseWriter, r *http.Request, args
 // revokeKey: DELETE /platform/keys/{keyId}. Revoking again answers the
 // same record with the first revocation time.
 func (a *adminAPI) revokeKey(app *App, w http.ResponseWriter, r *http.Request, args []string) error {
-	now := app.Now().UTC()
-	k, err := app.DataStore().RevokeKey(r.Context(), args[0], now)
-	if errors.Is(err, store.ErrNotFound) {
-		return keyNotFound(args[0])
-	}
+	v, err := app.RevokeKey(r.Context(), adminActor(r), args[0])
 	if err != nil {
-		return fmt.Errorf("revoke key %s: %w", args[0], err)
+		return err
 	}
-	a.logger.Info("service key revoked",
-		zap.String("key_id", k.ID),
-		zap.String("user_id", k.UserID),
-		zap.Time("revoked_at", k.RevokedAt))
-	return writeJSON(w, http.StatusOK, viewKey(k, now))
+	return writeJSON(w, http.StatusOK, v)
 }
 
 // Subscription statuses; the first four grant access.
@@ -529,8 +500,7 @@ func subscriptionNotFound(userID, serviceID string) error {
 // {productId, status?}. It creates or replaces the subscription; the start
 // (the anchor of its billing periods) and the credit balance are kept.
 func (a *adminAPI) putSubscription(app *App, w http.ResponseWriter, r *http.Request, args []string) error {
-	userID, serviceID, err := subscriptionIDs(args)
-	if err != nil {
+	if _, _, err := subscriptionIDs(args); err != nil {
 		return err
 	}
 	var req struct {
@@ -540,43 +510,11 @@ func (a *adminAPI) putSubscription(app *App, w http.ResponseWriter, r *http.Requ
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
 	}
-	svc, ok := app.Catalog().Service(serviceID)
-	if !ok {
-		return apierror.Invalid("serviceId", "no service "+serviceID+" in the catalog")
-	}
-	if req.ProductID == "" {
-		return apierror.Invalid("productId", "productId is required")
-	}
-	if !catalog.ValidID(req.ProductID) {
-		return apierror.Invalid("productId", "productId is not a valid id")
-	}
-	if _, ok := svc.Product(req.ProductID); !ok {
-		return apierror.Invalid("productId", "service "+serviceID+" has no product "+req.ProductID)
-	}
-	status := strings.ToUpper(req.Status)
-	if status == "" {
-		status = "ACTIVE"
-	}
-	if !slices.Contains(subscriptionStatuses, status) {
-		return apierror.Invalid("status", "status must be one of "+strings.Join(subscriptionStatuses, ", "))
-	}
-	var prevProduct string
-	if prev, err := app.DataStore().GetSubscription(r.Context(), userID, serviceID); err == nil {
-		prevProduct = prev.ProductID
-	}
-	sub, err := app.DataStore().PutSubscription(r.Context(), store.Subscription{
-		UserID: userID, ServiceID: serviceID, ProductID: req.ProductID,
-		Status: status, UpdatedAt: app.Now().UTC(),
-	})
+	out, err := app.PutSubscription(r.Context(), adminActor(r), args[0], args[1], req.ProductID, req.Status)
 	if err != nil {
-		return fmt.Errorf("put subscription of %s to %s: %w", userID, serviceID, err)
+		return err
 	}
-	a.logger.Info("subscription set",
-		zap.String("user_id", userID),
-		zap.String("service_id", serviceID),
-		zap.String("product_id", sub.ProductID),
-		zap.String("status", sub.Status))
-	return writeJSON(w, http.StatusOK, a.describeChange(r.Context(), app, prevProduct, sub))
+	return writeJSON(w, http.StatusOK, out)
 }
 
 // getSubscription: GET /platform/subscriptions/{userId}/{serviceId}.
@@ -599,8 +537,7 @@ func (a *adminAPI) getSubscription(app *App, w http.ResponseWriter, r *http.Requ
 // {amount}. A negative amount corrects an earlier top-up; the balance may
 // go below zero, which records what the user owes.
 func (a *adminAPI) addCredits(app *App, w http.ResponseWriter, r *http.Request, args []string) error {
-	userID, serviceID, err := subscriptionIDs(args)
-	if err != nil {
+	if _, _, err := subscriptionIDs(args); err != nil {
 		return err
 	}
 	var req struct {
@@ -609,28 +546,14 @@ func (a *adminAPI) addCredits(app *App, w http.ResponseWriter, r *http.Request, 
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
 	}
-	if len(req.Amount) == 0 || string(req.Amount) == "null" {
-		return apierror.Invalid("amount", "amount is required")
-	}
-	amount, err := parseSignedUnits(req.Amount)
+	amount, err := ParseCreditAmount(string(req.Amount))
 	if err != nil {
-		return apierror.Invalid("amount", "amount must be a decimal number with at most 6 decimal places, such as 10.5 or -2")
+		return err
 	}
-	if amount == 0 {
-		return apierror.Invalid("amount", "amount must not be zero")
-	}
-	sub, err := app.DataStore().AddCredits(r.Context(), userID, serviceID, amount, app.Now())
-	if errors.Is(err, store.ErrNoAccount) || errors.Is(err, store.ErrNotFound) {
-		return subscriptionNotFound(userID, serviceID)
-	}
+	sub, err := app.AddCredits(r.Context(), adminActor(r), args[0], args[1], amount)
 	if err != nil {
-		return fmt.Errorf("add credits to %s on %s: %w", userID, serviceID, err)
+		return err
 	}
-	a.logger.Info("credits added",
-		zap.String("user_id", userID),
-		zap.String("service_id", serviceID),
-		zap.Stringer("amount", amount),
-		zap.Stringer("balance", sub.Credits))
 	return writeJSON(w, http.StatusOK, sub)
 }
 
@@ -895,7 +818,16 @@ func (c *csvEncoder) begin(w io.Writer) error {
 }
 
 func (c *csvEncoder) entry(_ io.Writer, e store.LedgerEntry) error {
-	return c.cw.Write([]string{
+	return c.cw.Write(UsageCSVRow(e))
+}
+
+// UsageCSVColumns are the columns of a usage CSV export.
+func UsageCSVColumns() []string { return slices.Clone(usageColumns) }
+
+// UsageCSVRow is a ledger entry as a row of a usage CSV export, text
+// fields defused against formula injection.
+func UsageCSVRow(e store.LedgerEntry) []string {
+	return []string{
 		csvTime(e.Time),
 		csvText(e.ID),
 		csvText(e.UserID),
@@ -910,7 +842,7 @@ func (c *csvEncoder) entry(_ io.Writer, e store.LedgerEntry) error {
 		e.UnitsClaimed.String(),
 		csvTime(e.OccurredAt),
 		csvText(e.IdempotencyKey),
-	})
+	}
 }
 
 func (c *csvEncoder) end(io.Writer) error {

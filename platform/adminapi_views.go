@@ -247,37 +247,9 @@ func (a *adminAPI) getUserSummary(app *App, w http.ResponseWriter, r *http.Reque
 		}
 		at = t.UTC()
 	}
-	var subs []store.Subscription
-	if serviceID != "" {
-		sub, err := app.DataStore().GetSubscription(r.Context(), userID, serviceID)
-		if errors.Is(err, store.ErrNoAccount) || errors.Is(err, store.ErrNotFound) {
-			return subscriptionNotFound(userID, serviceID)
-		}
-		if err != nil {
-			return fmt.Errorf("read subscription of %s to %s: %w", userID, serviceID, err)
-		}
-		subs = append(subs, sub)
-	} else {
-		cursor := ""
-		for {
-			page, next, err := app.DataStore().ListSubscriptions(r.Context(), userID, cursor, maxPageLimit)
-			if err != nil {
-				return fmt.Errorf("list subscriptions of %s: %w", userID, err)
-			}
-			subs = append(subs, page...)
-			if next == "" || len(subs) >= maxSummarySubscriptions {
-				break
-			}
-			cursor = next
-		}
-	}
-	out := userSummary{UserID: userID, At: at, Subscriptions: make([]periodSummary, 0, len(subs))}
-	for _, sub := range subs {
-		ps, err := summarize(r.Context(), app, sub, at)
-		if err != nil {
-			return fmt.Errorf("summarize %s on %s: %w", userID, sub.ServiceID, err)
-		}
-		out.Subscriptions = append(out.Subscriptions, ps)
+	out, err := app.Summary(r.Context(), userID, serviceID, at)
+	if err != nil {
+		return err
 	}
 	return writeJSON(w, http.StatusOK, out)
 }
@@ -296,14 +268,14 @@ type subscriptionChange struct {
 
 // describeChange builds the answer to a subscription change. A failure to
 // read the period leaves it out: the change itself is done.
-func (a *adminAPI) describeChange(ctx context.Context, app *App, prev string, sub store.Subscription) subscriptionChange {
+func (app *App) describeChange(ctx context.Context, prev string, sub store.Subscription) subscriptionChange {
 	out := subscriptionChange{Subscription: sub}
 	if prev != "" && prev != sub.ProductID {
 		out.PreviousProductID = prev
 	}
 	ps, err := summarize(ctx, app, sub, app.Now().UTC())
 	if err != nil {
-		a.logger.Error("read the period of a changed subscription", zap.String("user_id", sub.UserID), zap.String("service_id", sub.ServiceID), zap.Error(err))
+		app.logger.Error("read the period of a changed subscription", zap.String("user_id", sub.UserID), zap.String("service_id", sub.ServiceID), zap.Error(err))
 		return out
 	}
 	out.CurrentPeriod = &ps

@@ -11,6 +11,7 @@ package platformgw
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -73,7 +74,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		h.refuse(w, r, uuid.NewString(), apierror.New(apierror.NotFound, "no such route; invoke paths are {prefix}/service/{serviceId}/endpoint/{endpointId}/invoke[/async]"))
 		return nil
 	}
-	return h.invoke(w, r, route, next)
+	start := time.Now()
+	o := &observedCall{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, next: next}
+	err := h.invoke(o, r, route, o)
+	status := o.status
+	if status == 0 && err != nil {
+		status = http.StatusInternalServerError
+	}
+	h.app.ObserveCall(status, time.Since(start)-o.backend)
+	return err
 }
 
 // refuse writes a JSON error, counts and logs it (never a key or secret).

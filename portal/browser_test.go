@@ -25,6 +25,9 @@ const screenshotsEnv = "PORTAL_SCREENSHOTS"
 func newBrowser(t *testing.T) context.Context {
 	t.Helper()
 	if _, err := os.Stat(chromiumPath); err != nil {
+		if os.Getenv("BROWSER_TESTS") == "1" { // .ci/run: the browser tests must run
+			t.Fatalf("BROWSER_TESTS=1 but no %s: %v", chromiumPath, err)
+		}
 		t.Skipf("no %s: %v", chromiumPath, err)
 	}
 	opts := []chromedp.ExecAllocatorOption{

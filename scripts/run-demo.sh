@@ -103,6 +103,14 @@ start examples/asyncbackend tmp/asyncbackend.log \
 start examples/reporter tmp/reporter.log \
 	env BACKEND_SECRET="$WORDCOUNT_SECRET" BACKEND_ADDR=127.0.0.1:9003 RECONCILIATION_LOG=tmp/wordcount-reconciliation.jsonl \
 	bin/example-reporter
+# The operator console behind basic_auth (Caddyfile.example): a password
+# of this demo's own, kept across runs like the secrets, and its bcrypt hash
+# for the Caddyfile.
+export CONSOLE_USER=operator CONSOLE_PASSWORD_HASH
+console_password=$(secret console)
+CONSOLE_PASSWORD_HASH=$(bin/caddy hash-password --plaintext "$console_password") ||
+	fail "bin/caddy hash-password failed; the console needs a password hash."
+
 start "the gateway (bin/caddy)" tmp/caddy.log \
 	bin/caddy run --config Caddyfile.example --adapter caddyfile
 
@@ -185,6 +193,8 @@ case $status in
 esac
 echo
 echo "Usage so far:  bin/caddy platform usage --user demo-user"
+echo "Operator console (docs/console.md): $gw/console/"
+echo "  sign in as $CONSOLE_USER, password $console_password (tmp/console-secret)"
 echo "Reload after editing Caddyfile.example (the store path must stay the same):"
 echo "  PLATFORM_STORE=$PLATFORM_STORE bin/caddy reload --config Caddyfile.example --adapter caddyfile"
 echo "Logs: tmp/caddy.log, tmp/backend.log, tmp/asyncbackend.log, tmp/reporter.log;"

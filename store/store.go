@@ -37,6 +37,7 @@ type Store interface {
 	Jobs
 	Views
 	Alerts
+	Audit
 	// PruneIdempotency forgets idempotency keys claimed before cutoff.
 	PruneIdempotency(ctx context.Context, cutoff time.Time) (int, error)
 	// Close releases the store; in-flight commits finish first.
@@ -178,4 +179,33 @@ type LedgerFilter struct {
 	UserID    string
 	ServiceID string
 	From, To  time.Time
+}
+
+// AuditEntry is one change an operator made (a key created or revoked, a
+// subscription set, credits added), as the audit log keeps it: who, what,
+// when. It never holds a key or a secret.
+type AuditEntry struct {
+	// Seq orders the log; the store assigns it.
+	Seq  uint64    `json:"seq"`
+	Time time.Time `json:"time"`
+	// Actor is who made the change: "admin-api <remote addr>" for the admin
+	// API, "console:<operator>" for the console.
+	Actor string `json:"actor"`
+	// Action is key.create, key.revoke, subscription.put or credits.add.
+	Action    string `json:"action"`
+	UserID    string `json:"userId,omitempty"`
+	ServiceID string `json:"serviceId,omitempty"`
+	KeyID     string `json:"keyId,omitempty"`
+	// Detail says what changed, in words (a product and status, an amount).
+	Detail string `json:"detail,omitempty"`
+}
+
+// Audit is the append-only log of operator changes.
+type Audit interface {
+	// AppendAudit stores e with the next sequence number and returns it.
+	AppendAudit(ctx context.Context, e AuditEntry) (AuditEntry, error)
+	// ListAudit returns up to limit entries, newest first, starting
+	// before cursor ("" for the newest), and the cursor of the next (older)
+	// page, "" when there is none. A malformed cursor is ErrBadCursor.
+	ListAudit(ctx context.Context, cursor string, limit int) ([]AuditEntry, string, error)
 }

@@ -1,0 +1,387 @@
+package console
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/platformgw/gateway/apierror"
+	"github.com/platformgw/gateway/billing"
+	"github.com/platformgw/gateway/catalog"
+	"github.com/platformgw/gateway/platform"
+	"github.com/platformgw/gateway/store"
+)
+
+// Bounds on what one page reads, so a huge store never makes a page slow
+// without end; a page that hit one says so.
+const (
+	maxListed      = 10000  // subscriptions or keys gathered for a listing
+	maxOverviewRow = 200000 // ledger entries the overview adds up
+	pageRows       = 200    // rows of a table page
+)
+
+// allSubscriptions pages through every subscription (of userID when set).
+func (h *Handler) allSubscriptions(ctx context.Context, userID string) ([]store.Subscription, bool, error) {
+	var out []store.Subscription
+	cursor := ""
+	for {
+		page, next, err := h.app.DataStore().ListSubscriptions(ctx, userID, cursor, 1000)
+		if err != nil {
+			return nil, false, err
+		}
+		out = append(out, page...)
+		if next == "" {
+			return out, false, nil
+		}
+		if len(out) >= maxListed {
+			return out, true, nil
+		}
+		cursor = next
+	}
+}
+
+type ranked struct {
+	Name  string
+	Units billing.Units
+	Cost  billing.Units
+	Calls int
+}
+
+func topN(m map[string]*ranked, n int) []ranked {
+	out := make([]ranked, 0, len(m))
+	for _, r := range m {
+		out = append(out, *r)
+	}
+	slices.SortFunc(out, func(a, b ranked) int {
+		if c := cmp.Compare(b.Units, a.Units); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return out[:min(n, len(out))]
+}
+
+// overview: calls/s, error shares and added latency of the last minute,
+// usage today and this month, top services and users of the month.
+func (h *Handler) overview(q *req) error {
+	now := h.app.Now().UTC()
+	today := now.Truncate(24 * time.Hour)
+	month := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+	var d struct {
+		Calls                 platform.CallStats
+		Today, Month          ranked
+		Services, Users       []ranked
+		Partial               bool
+		MonthStart, TodayDate string
+	}
+	d.Calls = h.app.RecentCalls()
+	d.MonthStart, d.TodayDate = month.Format("January 2006"), today.Format(time.DateOnly)
+	svcs, users := map[string]*ranked{}, map[string]*ranked{}
+	n := 0
+	errStop := errors.New("stop")
+	err := h.app.DataStore().ScanLedger(q.r.Context(), store.LedgerFilter{From: month}, func(e store.LedgerEntry) error {
+		if n++; n > maxOverviewRow {
+			d.Partial = true
+			return errStop
+		}
+		add := func(m map[string]*ranked, k string) {
+			r := m[k]
+			if r == nil {
+				r = &ranked{Name: k}
+				m[k] = r
+			}
+			r.Units += e.Units
+			r.Cost += e.Cost
+			r.Calls++
+		}
+		add(svcs, e.ServiceID)
+		add(users, e.UserID)
+		d.Month.Units += e.Units
+		d.Month.Cost += e.Cost
+		d.Month.Calls++
+		if !e.Time.Before(today) {
+			d.Today.Units += e.Units
+			d.Today.Cost += e.Cost
+			d.Today.Calls++
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		return err
+	}
+	d.Services, d.Users = topN(svcs, 5), topN(users, 5)
+	h.renderRefresh(q, http.StatusOK, "overview", "Overview", d, h.RefreshSeconds)
+	return nil
+}
+
+type serviceRow struct {
+	*catalog.Service
+	Subscribers []store.Subscription
+}
+
+// services: the catalog as configured, with who is subscribed.
+func (h *Handler) services(q *req) error {
+	subs, partial, err := h.allSubscriptions(q.r.Context(), "")
+	if err != nil {
+		return err
+	}
+	var rows []serviceRow
+	for _, s := range h.app.Services {
+		row := serviceRow{Service: s}
+		for _, sub := range subs {
+			if sub.ServiceID == s.ID {
+				row.Subscribers = append(row.Subscribers, sub)
+			}
+		}
+		rows = append(rows, row)
+	}
+	h.render(q, http.StatusOK, "services", "Services and products", map[string]any{"Services": rows, "Partial": partial})
+	return nil
+}
+
+type userRow struct {
+	ID                  string
+	Subscriptions, Keys int
+	ActiveKeys          int
+}
+
+// users: everyone with a key or a subscription.
+func (h *Handler) users(q *req) error {
+	if id := q.r.URL.Query().Get("id"); id != "" {
+		http.Redirect(q.w, q.r, h.link(nil, "users", id), http.StatusSeeOther)
+		return nil
+	}
+	ctx := q.r.Context()
+	subs, partial, err := h.allSubscriptions(ctx, "")
+	if err != nil {
+		return err
+	}
+	keys, err := h.app.DataStore().ListKeys(ctx, "")
+	if err != nil {
+		return err
+	}
+	m := map[string]*userRow{}
+	get := func(id string) *userRow {
+		if m[id] == nil {
+			m[id] = &userRow{ID: id}
+		}
+		return m[id]
+	}
+	for _, s := range subs {
+		get(s.UserID).Subscriptions++
+	}
+	now := h.app.Now()
+	for _, k := range keys {
+		u := get(k.UserID)
+		u.Keys++
+		if k.RevokedAt.IsZero() && (k.ExpiresAt.IsZero() || now.Before(k.ExpiresAt)) {
+			u.ActiveKeys++
+		}
+	}
+	rows := make([]userRow, 0, len(m))
+	for _, u := range m {
+		rows = append(rows, *u)
+	}
+	slices.SortFunc(rows, func(a, b userRow) int { return strings.Compare(a.ID, b.ID) })
+	h.render(q, http.StatusOK, "users", "Users", map[string]any{"Users": rows, "Partial": partial || len(rows) > maxListed})
+	return nil
+}
+
+// userData is the user page.
+type userData struct {
+	UserID    string
+	Keys      []platform.KeyView
+	Summary   platform.UserSummary
+	Services  []*catalog.Service
+	Statuses  []string
+	NewKey    *platform.KeyView
+	Done      string
+	Error     string
+	ErrorForm string
+}
+
+// user: one user's keys, subscriptions with their period, credits.
+// newKey is a key just created (shown this once); formErr a refused change.
+func (h *Handler) user(q *req, userID string, newKey *platform.KeyView, formErr error) error {
+	if !platform.ValidUserID(userID) {
+		return apierror.Invalid("userId", "not a valid user id")
+	}
+	ctx := q.r.Context()
+	recs, err := h.app.DataStore().ListKeys(ctx, userID)
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(recs, func(x, y store.KeyRecord) int { return x.Created.Compare(y.Created) })
+	d := userData{UserID: userID, Services: h.app.Services, Statuses: platform.SubscriptionStatuses(), NewKey: newKey}
+	now := h.app.Now()
+	for _, k := range recs {
+		d.Keys = append(d.Keys, platform.ViewKey(k, now))
+	}
+	d.Summary, err = h.app.Summary(ctx, userID, "", now.UTC())
+	if err != nil {
+		return err
+	}
+	d.Done = q.r.URL.Query().Get("done")
+	status := http.StatusOK
+	if formErr != nil {
+		var ae *apierror.Error
+		if !errors.As(formErr, &ae) {
+			return formErr
+		}
+		d.Error, d.ErrorForm = ae.Message, q.r.PostFormValue("form")
+		status = apierror.Status(ae.Code)
+	}
+	h.render(q, status, "user", "User "+userID, d)
+	return nil
+}
+
+// actor names the operator in the audit log.
+func (q *req) actor() string { return "console:" + q.who }
+
+// changed answers a change that is done: back to the user's page with a
+// GET (post/redirect/get), saying what was done.
+func (h *Handler) changed(q *req, userID, done string) error {
+	http.Redirect(q.w, q.r, h.link(map[string][]string{"done": {done}}, "users", userID), http.StatusSeeOther)
+	return nil
+}
+
+// refused shows the user's page again with the error, or fails when the
+// change was made and only its audit entry failed.
+func (h *Handler) refused(q *req, userID string, err error) error {
+	var ae *apierror.Error
+	if !errors.As(err, &ae) {
+		return err
+	}
+	return h.user(q, userID, nil, err)
+}
+
+func (h *Handler) createKey(q *req, userID string) error {
+	req := platform.CreateKeyRequest{UserID: userID, Label: q.r.PostFormValue("label")}
+	if exp := q.r.PostFormValue("expires"); exp != "" {
+		t, err := time.Parse(time.DateOnly, exp)
+		if err != nil {
+			return h.refused(q, userID, apierror.Invalid("expiresAt", "the expiry must be a date (YYYY-MM-DD)"))
+		}
+		req.ExpiresAt = t.Format(time.RFC3339)
+	}
+	if roles := strings.TrimSpace(q.r.PostFormValue("roles")); roles != "" {
+		for _, r := range strings.Split(roles, ",") {
+			req.Roles = append(req.Roles, strings.TrimSpace(r))
+		}
+	}
+	v, err := h.app.CreateKey(q.r.Context(), q.actor(), req)
+	if v.ID == "" {
+		return h.refused(q, userID, err)
+	}
+	// The key is shown on this answer only, never again: no redirect.
+	return h.user(q, userID, &v, nil)
+}
+
+func (h *Handler) revokeKey(q *req, userID string) error {
+	id := q.r.PostFormValue("keyId")
+	k, err := h.app.DataStore().KeyByID(q.r.Context(), id)
+	if err == nil && k.UserID != userID {
+		err = store.ErrNotFound
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return h.refused(q, userID, apierror.New(apierror.NotFound, "user "+userID+" has no key "+id))
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := h.app.RevokeKey(q.r.Context(), q.actor(), id); err != nil {
+		return h.refused(q, userID, err)
+	}
+	return h.changed(q, userID, "Key "+id+" revoked.")
+}
+
+func (h *Handler) putSubscription(q *req, userID string) error {
+	f := q.r.PostFormValue
+	if _, err := h.app.PutSubscription(q.r.Context(), q.actor(), userID, f("serviceId"), f("productId"), f("status")); err != nil {
+		return h.refused(q, userID, err)
+	}
+	return h.changed(q, userID, "Subscription to "+f("serviceId")+" set to "+f("productId")+".")
+}
+
+func (h *Handler) addCredits(q *req, userID string) error {
+	f := q.r.PostFormValue
+	amount, err := platform.ParseCreditAmount(strings.TrimSpace(f("amount")))
+	if err != nil {
+		return h.refused(q, userID, err)
+	}
+	sub, err := h.app.AddCredits(q.r.Context(), q.actor(), userID, f("serviceId"), amount)
+	if err != nil {
+		return h.refused(q, userID, err)
+	}
+	return h.changed(q, userID, "Credits on "+sub.ServiceID+" now "+sub.Credits.String()+".")
+}
+
+// jobs: the jobs by state, a page at a time.
+func (h *Handler) jobs(q *req) error {
+	qs := q.r.URL.Query()
+	f := store.JobFilter{Status: strings.ToUpper(qs.Get("status")), UserID: qs.Get("user"), ServiceID: qs.Get("service")}
+	if f.Status != "" && !slices.Contains([]string{store.JobPending, store.JobRunning, store.JobCompleted, store.JobFailed}, f.Status) {
+		return apierror.Invalid("status", "status must be PENDING, RUNNING, COMPLETED or FAILED")
+	}
+	jobs, next, err := h.app.DataStore().ListJobs(q.r.Context(), f, qs.Get("cursor"), pageRows)
+	if errors.Is(err, store.ErrBadCursor) {
+		return apierror.Invalid("cursor", "cursor is not one this listing returned; start again without it")
+	}
+	if err != nil {
+		return err
+	}
+	h.render(q, http.StatusOK, "jobs", "Jobs", map[string]any{
+		"Jobs": jobs, "Next": next, "Filter": f,
+		"States": []string{store.JobPending, store.JobRunning, store.JobCompleted, store.JobFailed},
+	})
+	return nil
+}
+
+type step struct {
+	At   time.Time
+	What string
+}
+
+// job: one job and its timeline. The store keeps a job's latest stage and
+// percentage, not each progress report, so the timeline has the creation,
+// the latest progress and the end.
+func (h *Handler) job(q *req, id string) error {
+	j, err := h.app.DataStore().GetJob(q.r.Context(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		return apierror.New(apierror.RequestNotFound, "no job "+id)
+	}
+	if err != nil {
+		return err
+	}
+	steps := []step{{j.CreatedAt, "created (PENDING)"}}
+	if j.Stage != "" || j.PercentageComplete > 0 || j.Status == store.JobRunning {
+		what := "latest progress: " + j.Status
+		if j.Stage != "" {
+			what += ", stage " + j.Stage
+		}
+		steps = append(steps, step{j.UpdatedAt, what})
+	}
+	if !j.CompletedAt.IsZero() {
+		what := j.Status
+		if j.ErrorMessage != "" {
+			what += ": " + j.ErrorMessage
+		}
+		steps = append(steps, step{j.CompletedAt, what})
+	}
+	h.render(q, http.StatusOK, "job", "Job "+id, map[string]any{"Job": j, "Steps": steps, "Percent": int(j.PercentageComplete)})
+	return nil
+}
+
+// audit: the audit log, newest first, a page at a time.
+func (h *Handler) audit(q *req) error {
+	entries, next, err := h.app.AuditLog(q.r.Context(), q.r.URL.Query().Get("cursor"), pageRows)
+	if err != nil {
+		return err
+	}
+	h.render(q, http.StatusOK, "audit", "Audit log", map[string]any{"Entries": entries, "Next": next})
+	return nil
+}
