@@ -277,3 +277,44 @@ func TestOverviewCountsGatewayCalls(t *testing.T) {
 		t.Fatalf("overview: %d", w.Code)
 	}
 }
+
+// TestConsoleAlerts: the alerts page lists what the store recorded, through
+// the admin API's ListAlerts: filters narrow it, a bad filter is the same
+// error as the admin API's, and the page never carries a secret.
+func TestConsoleAlerts(t *testing.T) {
+	e := start(t)
+	h := direct(t, e, false)
+	ctx := context.Background()
+	period := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	for _, a := range []store.Alert{
+		{UserID: "alice", ServiceID: "weather", ProductID: "basic", PeriodStart: period, Threshold: "quota 80%",
+			Value: billing.Whole(8), Limit: billing.Whole(8), Created: period.Add(time.Hour), Status: "PENDING"},
+		{UserID: "bob", ServiceID: "weather", ProductID: "basic", PeriodStart: period, Threshold: "quota 100%",
+			Value: billing.Whole(10), Limit: billing.Whole(10), Created: period.Add(2 * time.Hour), Status: "PENDING"},
+	} {
+		if _, err := e.app.DataStore().CreateAlert(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := serve(h, httptest.NewRequest("GET", "/console/alerts", nil), testOperator)
+	body := w.Body.String()
+	if w.Code != 200 || !strings.Contains(body, "quota 80%") || !strings.Contains(body, "quota 100%") ||
+		!strings.Contains(body, `aria-current="page">Alerts`) {
+		t.Fatalf("alerts page: %d\n%s", w.Code, body)
+	}
+	if strings.Contains(body, testSecret) {
+		t.Error("the alerts page shows the service secret")
+	}
+	w = serve(h, httptest.NewRequest("GET", "/console/alerts?userId=bob", nil), testOperator)
+	if body := w.Body.String(); w.Code != 200 || strings.Contains(body, "quota 80%") || !strings.Contains(body, "quota 100%") {
+		t.Errorf("filtered by bob: %d\n%s", w.Code, body)
+	}
+	w = serve(h, httptest.NewRequest("GET", "/console/alerts?status=LOST", nil), testOperator)
+	if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "status") {
+		t.Errorf("a bad status filter: %d\n%s", w.Code, w.Body)
+	}
+	w = serve(h, httptest.NewRequest("GET", "/console/alerts", nil), "")
+	if w.Code != http.StatusForbidden {
+		t.Errorf("without an operator: %d, want 403", w.Code)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -383,5 +384,40 @@ func (h *Handler) audit(q *req) error {
 		return err
 	}
 	h.render(q, http.StatusOK, "audit", "Audit log", map[string]any{"Entries": entries, "Next": next})
+	return nil
+}
+
+// alertStatuses are the delivery states an alert listing filters on.
+var alertStatuses = []string{"PENDING", "DELIVERED", "FAILED"}
+
+// alerts lists the usage alerts that fired (docs/alerts.md), newest first,
+// through the code of the admin API's GET /platform/alerts: the same
+// filters, the same validation and errors.
+func (h *Handler) alerts(q *req) error {
+	v := q.r.URL.Query()
+	aq := platform.AlertQuery{
+		UserID:    v.Get("userId"),
+		ServiceID: v.Get("serviceId"),
+		Status:    v.Get("status"),
+		Cursor:    v.Get("cursor"),
+		Limit:     pageRows,
+	}
+	page, err := h.app.ListAlerts(q.r.Context(), aq)
+	if err != nil {
+		return err
+	}
+	next := url.Values{}
+	for _, k := range []string{"userId", "serviceId", "status"} {
+		if x := v.Get(k); x != "" {
+			next.Set(k, x)
+		}
+	}
+	if page.NextCursor != "" {
+		next.Set("cursor", page.NextCursor)
+	}
+	h.render(q, http.StatusOK, "alerts", "Alerts", map[string]any{
+		"Alerts": page.Alerts, "Next": page.NextCursor, "NextQuery": next,
+		"Filter": aq, "Statuses": alertStatuses,
+	})
 	return nil
 }

@@ -81,6 +81,8 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request, who string) {
 		err = h.job(q, parts[1])
 	case len(parts) == 1 && parts[0] == "audit":
 		err = h.audit(q)
+	case len(parts) == 1 && parts[0] == "alerts":
+		err = h.alerts(q)
 	default:
 		http.NotFound(w, r)
 		return
