@@ -36,7 +36,9 @@ var updateWire = flag.Bool("update-wire", false, "rewrite testdata/wire_sync.gol
 // clock is fixed, so timestamps, signatures and the allowance headers are
 // exact; only the request id (random), Date and the ports are masked.
 // The golden file was written by the code before the allocation work on
-// the request path (docs/performance.md): that work changed no byte.
+// the request path (docs/performance.md): that work changed no byte. A Go
+// or Caddy upgrade may change bytes that are not ours (Via, the order
+// net/http writes headers in): read the diff before -update-wire.
 func TestWireBytes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Caddy server")
