@@ -2,6 +2,7 @@ package platformgw
 
 import (
 	"net/http"
+	"net/textproto"
 	"strconv"
 	"time"
 
@@ -71,35 +72,74 @@ func (a *allowance) resetAfter() time.Duration {
 	return time.Duration(a.rateResetSec) * time.Second
 }
 
+// The allowance headers' names as net/http's Header.Set spells them
+// (Ratelimit-Policy, X-Ratelimit-Limit): write sets them in the map
+// directly, where Set canonicalised (allocated) each name on every call.
+var (
+	rateLimitPolicyKey    = textproto.CanonicalMIMEHeaderKey("RateLimit-Policy")
+	rateLimitKey          = textproto.CanonicalMIMEHeaderKey("RateLimit")
+	rateLimitLimitKey     = textproto.CanonicalMIMEHeaderKey("X-RateLimit-Limit")
+	rateLimitRemainingKey = textproto.CanonicalMIMEHeaderKey("X-RateLimit-Remaining")
+	rateLimitResetKey     = textproto.CanonicalMIMEHeaderKey("X-RateLimit-Reset")
+)
+
+// write sets the allowance headers on h. The five values are built in one
+// buffer and share one string and one backing array: two allocations.
 func (a *allowance) write(h http.Header) {
 	if !a.set {
 		return
 	}
-	i := strconv.FormatInt
-	var policy, state string
+	var buf [320]byte // 5 × up to 20 digits and the fixed text
+	b := buf[:0]
 	if a.hasQuota {
-		policy = `"quota";q=` + i(a.quota, 10) + `;w=` + i(a.quotaWindow, 10)
-		state = `"quota";r=` + i(a.quotaLeft, 10) + `;t=` + i(a.quotaResetSec, 10)
+		b = append(b, `"quota";q=`...)
+		b = strconv.AppendInt(b, a.quota, 10)
+		b = append(b, `;w=`...)
+		b = strconv.AppendInt(b, a.quotaWindow, 10)
 	}
 	if a.hasRate {
-		if policy != "" {
-			policy += ", "
-			state += ", "
+		if a.hasQuota {
+			b = append(b, ", "...)
 		}
-		policy += `"rate";q=` + i(a.rateQ, 10) + `;w=` + i(a.rateWin, 10)
-		state += `"rate";r=` + i(a.rateLeft, 10) + `;t=` + i(a.rateResetSec, 10)
+		b = append(b, `"rate";q=`...)
+		b = strconv.AppendInt(b, a.rateQ, 10)
+		b = append(b, `;w=`...)
+		b = strconv.AppendInt(b, a.rateWin, 10)
 	}
-	h.Set("RateLimit-Policy", policy)
-	h.Set("RateLimit", state)
+	policyEnd := len(b)
 	if a.hasQuota {
-		h.Set("X-RateLimit-Limit", i(a.quota, 10))
-		h.Set("X-RateLimit-Remaining", i(a.quotaLeft, 10))
-		h.Set("X-RateLimit-Reset", i(a.quotaResetSec, 10))
-	} else {
-		h.Set("X-RateLimit-Limit", i(a.rateQ, 10))
-		h.Set("X-RateLimit-Remaining", i(a.rateLeft, 10))
-		h.Set("X-RateLimit-Reset", i(a.rateResetSec, 10))
+		b = append(b, `"quota";r=`...)
+		b = strconv.AppendInt(b, a.quotaLeft, 10)
+		b = append(b, `;t=`...)
+		b = strconv.AppendInt(b, a.quotaResetSec, 10)
 	}
+	if a.hasRate {
+		if a.hasQuota {
+			b = append(b, ", "...)
+		}
+		b = append(b, `"rate";r=`...)
+		b = strconv.AppendInt(b, a.rateLeft, 10)
+		b = append(b, `;t=`...)
+		b = strconv.AppendInt(b, a.rateResetSec, 10)
+	}
+	stateEnd := len(b)
+	// The older headers describe the quota when there is one.
+	limit, left, reset := a.rateQ, a.rateLeft, a.rateResetSec
+	if a.hasQuota {
+		limit, left, reset = a.quota, a.quotaLeft, a.quotaResetSec
+	}
+	b = strconv.AppendInt(b, limit, 10)
+	limitEnd := len(b)
+	b = strconv.AppendInt(b, left, 10)
+	leftEnd := len(b)
+	b = strconv.AppendInt(b, reset, 10)
+	s := string(b)
+	v := &[5]string{s[:policyEnd], s[policyEnd:stateEnd], s[stateEnd:limitEnd], s[limitEnd:leftEnd], s[leftEnd:]}
+	h[rateLimitPolicyKey] = v[0:1:1]
+	h[rateLimitKey] = v[1:2:2]
+	h[rateLimitLimitKey] = v[2:3:3]
+	h[rateLimitRemainingKey] = v[3:4:4]
+	h[rateLimitResetKey] = v[4:5:5]
 }
 
 func ceilSeconds(d time.Duration) int64 {

@@ -61,7 +61,7 @@ func (h *Handler) invokeAsync(w http.ResponseWriter, r *http.Request, c *call, n
 	r.Header.Set("Content-Type", "application/json")
 	r.Header.Del("Content-Encoding") // the envelope is plain JSON, whatever the caller's body was
 	r.Header.Del("Upgrade")          // an async job is never a protocol switch
-	setBody(r, asyncEnvelope(c.requestID, payload, urls.progress+query, urls.callback+query))
+	setBody(r, &c.bodyReader, asyncEnvelope(c.requestID, payload, urls.progress+query, urls.callback+query))
 
 	ans := &backendAnswer{header: make(http.Header)}
 	err := serveCaptured(next, ans, r)

@@ -11,11 +11,12 @@ package platformgw
 
 import (
 	"net/http"
+	"net/textproto"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/google/uuid"
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/apierror"
@@ -31,6 +32,15 @@ func init() {
 type Handler struct {
 	app    *platform.App
 	logger *zap.Logger
+
+	// hd are the brand's header names; requestIDKey is the response's
+	// request id header name as net/http's Header.Set spells it
+	// (X-Platform-Request-Id), so it is set in the map directly.
+	hd           platform.Headers
+	requestIDKey string
+	// signers holds a signing.Signer per service of this config's
+	// catalog (*catalog.Service → *signing.Signer), made on first use.
+	signers sync.Map
 }
 
 // CaddyModule returns the Caddy module information.
@@ -49,6 +59,8 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.app = app
 	h.logger = ctx.Logger()
+	h.hd = app.Headers()
+	h.requestIDKey = textproto.CanonicalMIMEHeaderKey(h.hd.RequestID)
 	return nil
 }
 
@@ -63,7 +75,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			// The path is served by nothing before the platform proxy,
 			// which has no backend for it: a JSON 404 rather than an
 			// empty 503 and two ERROR lines per stray request.
-			h.refuse(w, r, uuid.NewString(), apierror.New(apierror.NotFound, "no such route; invoke paths are {prefix}/service/{serviceId}/endpoint/{endpointId}/invoke[/async]"))
+			h.refuse(w, r, newRequestID(), apierror.New(apierror.NotFound, "no such route; invoke paths are {prefix}/service/{serviceId}/endpoint/{endpointId}/invoke[/async]"))
 			return nil
 		}
 		return err
@@ -71,7 +83,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if route.bad {
 		// A request id like any refused call's, so the log line can be
 		// found from what the caller was told.
-		h.refuse(w, r, uuid.NewString(), apierror.New(apierror.NotFound, "no such route; invoke paths are {prefix}/service/{serviceId}/endpoint/{endpointId}/invoke[/async]"))
+		h.refuse(w, r, newRequestID(), apierror.New(apierror.NotFound, "no such route; invoke paths are {prefix}/service/{serviceId}/endpoint/{endpointId}/invoke[/async]"))
 		return nil
 	}
 	start := time.Now()
@@ -92,12 +104,16 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, requestID strin
 		w.Header().Set(h.app.Headers().RequestID, requestID)
 	}
 	h.app.CountRejection(e.Code)
-	h.logger.Info("invoke refused",
-		zap.String("code", e.Code),
-		zap.String("request_id", requestID),
-		zap.String("method", r.Method),
-		zap.String("path", r.URL.Path),
-		zap.String("remote", r.RemoteAddr))
+	// Checked first: a flood of refused calls (rate limited, bad keys)
+	// builds no log fields while INFO is off.
+	if ce := h.logger.Check(zap.InfoLevel, "invoke refused"); ce != nil {
+		ce.Write(
+			zap.String("code", e.Code),
+			zap.String("request_id", requestID),
+			zap.String("method", r.Method),
+			zap.String("path", r.URL.Path),
+			zap.String("remote", r.RemoteAddr))
+	}
 	apierror.Write(w, e)
 }
 

@@ -8,10 +8,10 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/google/uuid"
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/apierror"
@@ -38,6 +38,16 @@ type call struct {
 	body       []byte
 	allowance  allowance
 	urls       jobURLs // an async job's, built before anything is taken
+
+	// Parts of a call that would otherwise be allocated one by one on
+	// every call; the call is allocated once anyway. idValue backs the
+	// request id header, bodyReader the body handed to the proxy, fwd what
+	// the upstream source and the transport are told, meter the sync
+	// answer's writer.
+	idValue    [1]string
+	bodyReader bytes.Reader
+	fwd        forward
+	meter      meterWriter
 }
 
 // grantsAccess lists the subscription statuses that may invoke.
@@ -49,9 +59,9 @@ var grantsAccess = map[string]bool{
 func GrantsAccess(status string) bool { return grantsAccess[strings.ToUpper(status)] }
 
 func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, route invokeRoute, next caddyhttp.Handler) error {
-	hd := h.app.Headers()
-	c := &call{route: route, requestID: uuid.NewString(), started: h.app.Now()}
-	w.Header().Set(hd.RequestID, c.requestID)
+	c := &call{route: route, requestID: newRequestID(), started: h.app.Now()}
+	c.idValue[0] = c.requestID
+	w.Header()[h.requestIDKey] = c.idValue[:]
 	if e := h.admit(r, c); e != nil {
 		h.app.CountInvoke(route.serviceID, route.endpointID, mode(route), "rejected")
 		if c.allowance.set {
@@ -173,7 +183,11 @@ func (h *Handler) subscription(ctx context.Context, c *call) *apierror.Error {
 }
 
 // readBody reads the whole request body (the v3 signature covers it),
-// refusing one over the configured size with 413.
+// refusing one over the configured size with 413. It reads into a pooled
+// buffer and keeps an exact copy: an empty body (most GETs) allocates
+// nothing, any other one allocation. The pooled buffer itself is never
+// handed on, because net/http's transport may still read a request body
+// after RoundTrip has returned.
 func (h *Handler) readBody(r *http.Request) ([]byte, *apierror.Error) {
 	limit := h.app.MaxBodyBytes
 	if r.ContentLength > limit {
@@ -182,19 +196,48 @@ func (h *Handler) readBody(r *http.Request) ([]byte, *apierror.Error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
-	var buf bytes.Buffer
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength))
+	bp := bodyBuffers.Get().(*[]byte)
+	defer func() {
+		if cap(*bp) <= maxPooledBody {
+			bodyBuffers.Put(bp)
+		}
+	}()
+	b := (*bp)[:0]
+	if r.ContentLength > 0 && int64(cap(b)) < r.ContentLength+1 {
+		b = make([]byte, 0, r.ContentLength+1) // +1: EOF is read without growing
 	}
-	n, err := buf.ReadFrom(io.LimitReader(r.Body, limit+1))
-	if err != nil {
-		return nil, apierror.Invalid("body", "could not read the request body")
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		room := b[len(b):cap(b)]
+		if most := limit + 1 - int64(len(b)); int64(len(room)) > most {
+			room = room[:most] // as io.LimitReader(limit+1): never read much past the limit
+		}
+		n, err := r.Body.Read(room)
+		b = b[:len(b)+n]
+		*bp = b
+		if int64(len(b)) > limit {
+			return nil, apierror.New(apierror.PayloadTooLarge, "request body is larger than the limit")
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, apierror.Invalid("body", "could not read the request body")
+		}
 	}
-	if n > limit {
-		return nil, apierror.New(apierror.PayloadTooLarge, "request body is larger than the limit")
+	if len(b) == 0 {
+		return nil, nil
 	}
-	return buf.Bytes(), nil
+	return bytes.Clone(b), nil
 }
+
+// bodyBuffers are readBody's read buffers; one larger than maxPooledBody
+// (a rare large upload) is left to the garbage collector rather than kept.
+var bodyBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
+const maxPooledBody = 64 << 10
 
 // prepareForward strips what the caller may not send to a backend, signs
 // the payload, and routes the request to the service's backend for the
@@ -208,38 +251,45 @@ func (h *Handler) readBody(r *http.Request) ([]byte, *apierror.Error) {
 // travel in a request variable and the `platform` transport adds them to
 // its own copy of the request as it sends it (Transport.RoundTrip).
 func (h *Handler) prepareForward(r *http.Request, c *call, payload []byte, backendPath string) (sig, ts string) {
-	hd := h.app.Headers()
+	hd := &h.hd
 	stripCallerHeaders(r.Header, hd.Prefix)
 	// The proxy forwards request trailers too: a chunked body ending in
 	// "X-Platform-User-ID: admin" or "Authorization: Bearer <key>" reached
 	// the backend as trailers, unsigned, past the header stripping. The
 	// body is read in full by now, so the trailers are too.
 	stripCallerHeaders(r.Trailer, hd.Prefix)
-	ts = signing.Timestamp(h.app.Now())
-	sig = signing.SignV3(c.svc.SigningSecret(), payload, ts, c.user)
-	fwd := make(http.Header, 11)
-	set := func(name, value string) { fwd[name] = []string{value} }
-	set(hd.Signature, sig)
-	set(hd.Timestamp, ts)
-	set(hd.SigningVersion, signing.Version)
-	set(hd.UserID, c.user.UserID)
-	set(hd.ServiceProductID, c.user.ServiceProductID)
-	set(hd.SubscriptionStatus, c.user.SubscriptionStatus)
+	sig, ts = h.signer(c.svc).SignV3At(payload, h.app.Now(), c.user)
+	f := &c.fwd
+	f.svc = c.svc
+	f.add(hd.Signature, sig)
+	f.add(hd.Timestamp, ts)
+	f.add(hd.SigningVersion, signing.Version)
+	f.add(hd.UserID, c.user.UserID)
+	f.add(hd.ServiceProductID, c.user.ServiceProductID)
+	f.add(hd.SubscriptionStatus, c.user.SubscriptionStatus)
 	if len(c.user.Roles) > 0 {
-		set(hd.Roles, strings.Join(c.user.Roles, ","))
+		f.add(hd.Roles, strings.Join(c.user.Roles, ","))
 	}
 	if c.product != nil {
-		set(hd.BillingModel, c.user.BillingModel)
-		set(hd.MeasurementType, c.user.MeasurementType)
-		set(hd.UnitLabel, c.user.UnitLabel)
+		f.add(hd.BillingModel, c.user.BillingModel)
+		f.add(hd.MeasurementType, c.user.MeasurementType)
+		f.add(hd.UnitLabel, c.user.UnitLabel)
 	}
-	set(hd.RequestID, c.requestID)
+	f.add(hd.RequestID, c.requestID)
 
 	r.URL.Path = c.svc.BackendURL().Path + backendPath
 	r.URL.RawPath = ""
-	caddyhttp.SetVar(r.Context(), backendVar, c.svc)
-	caddyhttp.SetVar(r.Context(), forwardVar, fwd)
+	caddyhttp.SetVar(r.Context(), forwardVar, f)
 	return sig, ts
+}
+
+// signer is the service's Signer, made on its first call in this config.
+func (h *Handler) signer(svc *catalog.Service) *signing.Signer {
+	if s, ok := h.signers.Load(svc); ok {
+		return s.(*signing.Signer)
+	}
+	s, _ := h.signers.LoadOrStore(svc, signing.NewSigner(svc.SigningSecret()))
+	return s.(*signing.Signer)
 }
 
 // stripCallerHeaders removes every X-<Brand>-* header a caller sent (also

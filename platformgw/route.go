@@ -21,11 +21,26 @@ func parseInvokePath(prefixes []string, path string) (r invokeRoute, ok bool) {
 			continue
 		}
 		r.prefix = p
-		// serviceId / "endpoint" / endpointId / "invoke" [/ "async"]
-		parts := strings.Split(rest, "/")
+		// serviceId / "endpoint" / endpointId / "invoke" [/ "async"], cut
+		// into an array: strings.Split allocated a slice on every call.
+		var parts [5]string
+		n := 0
+		for s := rest; ; {
+			if n == len(parts) {
+				n++ // a sixth part: not an invoke path
+				break
+			}
+			head, tail, more := strings.Cut(s, "/")
+			parts[n] = head
+			n++
+			if !more {
+				break
+			}
+			s = tail
+		}
 		switch {
-		case len(parts) == 4 && parts[1] == "endpoint" && parts[3] == "invoke":
-		case len(parts) == 5 && parts[1] == "endpoint" && parts[3] == "invoke" && parts[4] == "async":
+		case n == 4 && parts[1] == "endpoint" && parts[3] == "invoke":
+		case n == 5 && parts[1] == "endpoint" && parts[3] == "invoke" && parts[4] == "async":
 			r.async = true
 		default:
 			r.bad = true

@@ -31,6 +31,9 @@ func FuzzParseInvokePath(f *testing.F) {
 	prefixes := []string{"/api", "/gateway/api/v1"}
 	f.Fuzz(func(t *testing.T, path string) {
 		r, ok := parseInvokePath(prefixes, path)
+		if ref, refOK := parseInvokePathSplit(prefixes, path); r != ref || ok != refOK {
+			t.Fatalf("%q parsed as %+v %v, strings.Split's parse gives %+v %v", path, r, ok, ref, refOK)
+		}
 		if !ok {
 			for _, p := range prefixes {
 				if strings.HasPrefix(path, p+"/service/") {
@@ -88,4 +91,31 @@ func FuzzStripCallerHeaders(f *testing.F) {
 			}
 		}
 	})
+}
+
+// parseInvokePathSplit is parseInvokePath as it was written with
+// strings.Split, the reference the allocation-free parse must agree with.
+func parseInvokePathSplit(prefixes []string, path string) (r invokeRoute, ok bool) {
+	for _, p := range prefixes {
+		rest, found := strings.CutPrefix(path, strings.TrimSuffix(p, "/")+"/service/")
+		if !found {
+			continue
+		}
+		r.prefix = p
+		parts := strings.Split(rest, "/")
+		switch {
+		case len(parts) == 4 && parts[1] == "endpoint" && parts[3] == "invoke":
+		case len(parts) == 5 && parts[1] == "endpoint" && parts[3] == "invoke" && parts[4] == "async":
+			r.async = true
+		default:
+			r.bad = true
+			return r, true
+		}
+		r.serviceID, r.endpointID = parts[0], parts[2]
+		if r.serviceID == "" || r.endpointID == "" {
+			r.bad = true
+		}
+		return r, true
+	}
+	return r, false
 }

@@ -60,16 +60,17 @@ func (h *Handler) judge(c *call, dec billing.Decision, st billing.State) *apierr
 func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, next caddyhttp.Handler) error {
 	res, e := h.reserve(r, c)
 	if e != nil {
-		h.app.CountInvoke(c.svc.ID, c.ep.ID, "sync", "rejected")
+		h.app.CountKnownInvoke(c.svc.ID, c.ep.ID, "sync", "rejected")
 		c.allowance.write(w.Header())
 		h.refuse(w, r, c.requestID, e)
 		return nil
 	}
 	h.prepareForward(r, c, c.body, c.ep.Path)
-	setBody(r, c.body)
+	setBody(r, &c.bodyReader, c.body)
 
 	out, wrapped := h.syncOutput(w, r, c) // wrapped.go: sync_response wrapped
-	m := &meterWriter{w: out, r: r, h: h, c: c, res: res, wrap: wrapped}
+	m := &c.meter
+	*m = meterWriter{w: out, r: r, h: h, c: c, res: res, wrap: wrapped}
 	defer func() {
 		// The reverse proxy panics with http.ErrAbortHandler when a body
 		// is cut off, by the backend (it closed before its Content-Length)
@@ -95,7 +96,7 @@ func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, ne
 		// Nothing reached the caller: the backend was not reached or did
 		// not answer. Not charged.
 		h.release(c, res)
-		h.app.CountInvoke(c.svc.ID, c.ep.ID, "sync", "backend_error")
+		h.app.CountKnownInvoke(c.svc.ID, c.ep.ID, "sync", "backend_error")
 		c.allowance.write(w.Header())
 		h.refuse(w, r, c.requestID, h.unreachable(c, err))
 		return nil
@@ -122,7 +123,7 @@ func (m *meterWriter) end(delivered bool) {
 	case m.atEnd && !delivered:
 		m.settled = true
 		m.h.release(m.c, m.res)
-		m.h.app.CountInvoke(m.c.svc.ID, m.c.ep.ID, "sync", "backend_error")
+		m.h.app.CountKnownInvoke(m.c.svc.ID, m.c.ep.ID, "sync", "backend_error")
 	case m.atEnd:
 		units := m.endUnits
 		if m.deferred {
@@ -137,7 +138,7 @@ func (m *meterWriter) end(delivered bool) {
 	case !m.wroteHeader:
 		m.settled = true
 		m.h.release(m.c, m.res)
-		m.h.app.CountInvoke(m.c.svc.ID, m.c.ep.ID, "sync", "backend_error")
+		m.h.app.CountKnownInvoke(m.c.svc.ID, m.c.ep.ID, "sync", "backend_error")
 	case m.deferred && m.status < 500:
 		m.settleNow(m.deferredUnits())
 	default:
@@ -164,8 +165,11 @@ func (h *Handler) unreachable(c *call, err error) *apierror.Error {
 	return apierror.New(apierror.ServiceError, "the service backend could not be reached")
 }
 
-// setBody puts the buffered body back for the proxy, with a known length.
-func setBody(r *http.Request, body []byte) {
+// setBody puts the buffered body back for the proxy, with a known length,
+// through rd (the call's). The io.NopCloser is kept: net/http recognises
+// a *bytes.Reader inside it as a body in memory and sends the headers and
+// the body in one write.
+func setBody(r *http.Request, rd *bytes.Reader, body []byte) {
 	r.Header.Del("Expect")
 	r.TransferEncoding = nil
 	r.ContentLength = int64(len(body))
@@ -173,7 +177,8 @@ func setBody(r *http.Request, body []byte) {
 		r.Body = http.NoBody
 		return
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	rd.Reset(body)
+	r.Body = io.NopCloser(rd)
 }
 
 // release returns a reservation unused. Like settling, it runs to the end
@@ -230,14 +235,20 @@ func (m *meterWriter) WriteHeader(status int) {
 	}
 	m.wroteHeader, m.status = true, status
 	hdr := m.w.Header()
-	unitsName := m.h.app.Headers().Units
-	claimed, claimedOK := m.claimedUnits(hdr.Get(unitsName))
-	hdr.Del(unitsName)
+	// The name is canonical already (platform.NewHeaders): the map is
+	// read and changed directly, as Get and Del would.
+	unitsName := m.h.hd.Units
+	var units0 string
+	if v := hdr[unitsName]; len(v) > 0 {
+		units0 = v[0]
+	}
+	claimed, claimedOK := m.claimedUnits(units0)
+	delete(hdr, unitsName)
 	m.c.allowance.write(hdr)
 	if status >= 500 {
 		m.h.release(m.c, m.res)
 		m.settled = true
-		m.h.app.CountInvoke(m.c.svc.ID, m.c.ep.ID, "sync", "backend_error")
+		m.h.app.CountKnownInvoke(m.c.svc.ID, m.c.ep.ID, "sync", "backend_error")
 		m.w.WriteHeader(status)
 		return
 	}
@@ -365,7 +376,7 @@ func (m *meterWriter) settleNow(units billing.Units) bool {
 		m.h.release(c, m.res)
 		return false
 	}
-	m.h.app.CountInvoke(c.svc.ID, c.ep.ID, "sync", "ok")
+	m.h.app.CountKnownInvoke(c.svc.ID, c.ep.ID, "sync", "ok")
 	m.h.app.CountUnits(c.svc.ID, store.SourceGateway, int64(e.Units))
 	return true
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/headers"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
 	"github.com/platformgw/gateway/catalog"
@@ -22,24 +23,45 @@ func init() {
 	caddy.RegisterModule(new(Transport))
 }
 
-// backendVar is the request variable through which the gateway tells the
-// upstream source and transport which service's backend a request is for.
-const backendVar = "platform.backend"
-
 // unroutedVar marks a request that reached the `platform` upstream source
 // without being admitted: a path outside the API (`/`, `/API/...`,
 // `//api/...`, typos). The proxy then has no upstream, and the gateway
 // answers the caller with a JSON 404 instead of the proxy's empty 503.
 const unroutedVar = "platform.unrouted"
 
-// forwardVar holds the headers the gateway adds to an admitted request
-// (signature, timestamp, caller context, request id); the transport sets
-// them on the request it sends, so no logger sees them.
+// forwardVar is the request variable through which the gateway tells the
+// upstream source and transport about an admitted request (a *forward):
+// which service's backend it is for, and the headers the gateway adds
+// (signature, timestamp, caller context, request id), which the transport
+// sets on the request it sends, so no logger sees them.
 const forwardVar = "platform.forward"
 
-func backendOf(r *http.Request) (*catalog.Service, bool) {
-	svc, ok := caddyhttp.GetVar(r.Context(), backendVar).(*catalog.Service)
-	return svc, ok
+// forward is what an admitted call hands the upstream source and the
+// transport. It is a field of the call, so it costs no allocation of its
+// own: the header values go out as one-element slices of vals, and the
+// upstream source returns up.
+type forward struct {
+	svc   *catalog.Service
+	n     int
+	names [maxForwardHeaders]string
+	vals  [maxForwardHeaders]string
+	up    reverseproxy.Upstream
+	ups   [1]*reverseproxy.Upstream
+}
+
+// maxForwardHeaders: signature, timestamp, signing version, user, product,
+// subscription status, roles, billing model, measurement, unit label,
+// request id.
+const maxForwardHeaders = 11
+
+func (f *forward) add(name, value string) {
+	f.names[f.n], f.vals[f.n] = name, value
+	f.n++
+}
+
+func forwardOf(r *http.Request) (*forward, bool) {
+	f, ok := caddyhttp.GetVar(r.Context(), forwardVar).(*forward)
+	return f, ok
 }
 
 // Upstreams is the `platform` dynamic upstream source: the backend of the
@@ -85,14 +107,18 @@ func (*Upstreams) Provision(ctx caddy.Context) error {
 // each returned Upstream, so it is new on every call; the proxy keeps the
 // per-host state (in-flight counts, health) by address across requests.
 func (*Upstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream, error) {
-	svc, ok := backendOf(r)
+	f, ok := forwardOf(r)
 	if !ok {
 		// No upstream, and no error for the proxy to log at ERROR: the
 		// gateway answers the caller (see unroutedVar).
 		caddyhttp.SetVar(r.Context(), unroutedVar, true)
 		return nil, nil
 	}
-	return []*reverseproxy.Upstream{{Dial: dialAddress(svc)}}, nil
+	// The call's own Upstream, set afresh: the proxy fills it in again
+	// on each of its tries, and no other request sees it.
+	f.up = reverseproxy.Upstream{Dial: dialAddress(f.svc)}
+	f.ups[0] = &f.up
+	return f.ups[:], nil
 }
 
 func dialAddress(svc *catalog.Service) string {
@@ -156,16 +182,16 @@ func (t *Transport) Provision(ctx caddy.Context) error {
 // reverse_proxy logs the request it passed here (with its headers, at DEBUG
 // and when a response is aborted), and that one never holds a signature.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if svc, ok := backendOf(req); ok {
-		u := svc.BackendURL()
+	if f, ok := forwardOf(req); ok {
+		u := f.svc.BackendURL()
 		req.URL.Scheme = u.Scheme
 		req.Host = u.Host
-	}
-	if fwd, ok := caddyhttp.GetVar(req.Context(), forwardVar).(http.Header); ok {
 		out := *req
-		out.Header = make(http.Header, len(req.Header)+len(fwd))
+		out.Header = make(http.Header, len(req.Header)+f.n)
 		maps.Copy(out.Header, req.Header)
-		maps.Copy(out.Header, fwd)
+		for i := range f.n {
+			out.Header[f.names[i]] = f.vals[i : i+1 : i+1]
+		}
 		req = &out
 	}
 	t.inFlight.Add(1)
@@ -185,6 +211,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp.Body = tb
 	return resp, nil
 }
+
+// RequestHeaderOps declines the header operation Caddy's http transport
+// asks its proxy for when TLS is configured (as Provision does here): set
+// Host to the upstream's host:port. RoundTrip sets the backend's own host
+// as Host on every request anyway, so the operation changed nothing on the
+// wire, and applying it made the proxy copy every request's headers into
+// a new map first.
+func (*Transport) RequestHeaderOps() *headers.HeaderOps { return nil }
 
 // Cleanup closes the idle backend connections of a replaced config. A
 // reload cleans the old config up without waiting for its last requests

@@ -6,7 +6,9 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -114,7 +116,57 @@ func TestSignV3(t *testing.T) {
 			if !Verify([][]byte{[]byte(secret)}, got, canonical) {
 				t.Error("Verify rejects the signature SignV3 made")
 			}
+			// A Signer reuses its HMAC state: twice, to sign after a Reset.
+			s := NewSigner([]byte(secret))
+			for range 2 {
+				if got := s.SignV3(tt.payload, ts, tt.uc); got != want {
+					t.Errorf("Signer.SignV3 = %s, want %s", got, want)
+				}
+				sig, gotTS := s.SignV3At(tt.payload, time.Unix(1718000000, 0), tt.uc)
+				if sig != want || gotTS != ts {
+					t.Errorf("Signer.SignV3At = %s %s, want %s %s", sig, gotTS, want, ts)
+				}
+			}
 		})
+	}
+}
+
+// TestSignerConcurrent: one Signer shared by many goroutines signs each
+// call as SignV3 does (run with -race).
+func TestSignerConcurrent(t *testing.T) {
+	secret := []byte("whsec_9f8e7d6c5b4a")
+	s := NewSigner(secret)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				body := []byte(strconv.Itoa(g*1000 + i))
+				at := time.Unix(int64(1718000000+i), 0)
+				want := SignV3(secret, body, Timestamp(at), subscriberCtx)
+				if sig, ts := s.SignV3At(body, at, subscriberCtx); sig != want || ts != Timestamp(at) {
+					t.Errorf("goroutine %d call %d: %s %s, want %s", g, i, sig, ts, want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// TestSignerAllocations: a warm Signer allocates only the string holding
+// the signature and the timestamp (hmac.New made four more on every call).
+func TestSignerAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items at random")
+	}
+	s := NewSigner([]byte("whsec_9f8e7d6c5b4a"))
+	body := []byte(`{"prompt":"hello"}`)
+	at := time.Unix(1718000000, 0)
+	s.SignV3At(body, at, subscriberCtx)
+	if n := testing.AllocsPerRun(100, func() { s.SignV3At(body, at, subscriberCtx) }); n > 1 {
+		t.Errorf("SignV3At made %.0f allocations, want 1", n)
 	}
 }
 
@@ -364,6 +416,17 @@ func BenchmarkSignV3(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
 		SignV3(secret, body, ts, subscriberCtx)
+	}
+}
+
+func BenchmarkSignerSignV3At(b *testing.B) {
+	s := NewSigner([]byte("whsec_9f8e7d6c5b4a"))
+	body := bytes.Repeat([]byte(`{"k":"v"}`), 1024/9+1)[:1024]
+	at := time.Unix(1718000000, 0)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		s.SignV3At(body, at, subscriberCtx)
 	}
 }
 

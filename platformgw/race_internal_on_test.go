@@ -1,0 +1,5 @@
+//go:build race
+
+package platformgw
+
+const raceDetector = true

@@ -1,0 +1,5 @@
+//go:build race
+
+package signing
+
+const raceEnabled = true
