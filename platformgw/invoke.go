@@ -303,24 +303,7 @@ func stripCallerHeaders(h http.Header, prefix string) {
 			delete(h, name)
 		}
 	}
-	conn := h.Values("Connection")
-	if len(conn) == 0 {
-		return
-	}
-	var keep []string
-	for _, v := range conn {
-		for _, tok := range strings.Split(v, ",") {
-			tok = strings.TrimSpace(tok)
-			if tok != "" && !hasBrandPrefix(tok, prefix) {
-				keep = append(keep, tok)
-			}
-		}
-	}
-	if len(keep) == 0 {
-		h.Del("Connection")
-		return
-	}
-	h.Set("Connection", strings.Join(keep, ", "))
+	filterConnection(h, func(tok string) bool { return hasBrandPrefix(tok, prefix) })
 }
 
 // ignoreH2COffer drops an offer to switch to cleartext HTTP/2: `h2c` from
@@ -364,6 +347,14 @@ func ignoreH2COffer(h http.Header) {
 
 // dropConnectionTokens removes the named options from Connection.
 func dropConnectionTokens(h http.Header, names ...string) {
+	filterConnection(h, func(tok string) bool {
+		return slices.ContainsFunc(names, func(n string) bool { return strings.EqualFold(n, tok) })
+	})
+}
+
+// filterConnection removes the Connection options drop names, and the
+// header itself when none is left.
+func filterConnection(h http.Header, drop func(tok string) bool) {
 	conn := h.Values("Connection")
 	if len(conn) == 0 {
 		return
@@ -372,7 +363,7 @@ func dropConnectionTokens(h http.Header, names ...string) {
 	for _, v := range conn {
 		for _, tok := range strings.Split(v, ",") {
 			tok = strings.TrimSpace(tok)
-			if tok != "" && !slices.ContainsFunc(names, func(n string) bool { return strings.EqualFold(n, tok) }) {
+			if tok != "" && !drop(tok) {
 				keep = append(keep, tok)
 			}
 		}
