@@ -159,8 +159,14 @@ func TestPlaceholdersInAccessLog(t *testing.T) {
 		if _, err := uuid.Parse(id); err != nil {
 			t.Fatalf("request id %q: %v", id, err)
 		}
-		logLines(t, gwlog, "request_id", id)
-		logLines(t, access, "uuid", id)
+		if gw := logLines(t, gwlog, "request_id", id); gw[0]["msg"] != "usage request refused" {
+			t.Errorf("gateway log line %v", gw[0])
+		}
+		// Not an invoke: the placeholders are unknown, logged as null.
+		acc := logLines(t, access, "uuid", id)
+		if v, ok := acc[0]["key_id"]; !ok || v != nil || acc[0]["user_id"] != "" {
+			t.Errorf("access log line %v", acc[0])
+		}
 	})
 
 	t.Run("no key in any log", func(t *testing.T) {
