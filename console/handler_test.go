@@ -318,3 +318,43 @@ func TestConsoleAlerts(t *testing.T) {
 		t.Errorf("without an operator: %d, want 403", w.Code)
 	}
 }
+
+// TestConsoleKeyLastUsed: a key's last use is shown once it authenticated
+// a call, and "not since start" before.
+func TestConsoleKeyLastUsed(t *testing.T) {
+	e := start(t)
+	h := direct(t, e, false)
+	key, v := createKeyFor(t, e, "lu-user")
+	w := serve(h, httptest.NewRequest("GET", "/console/users/lu-user", nil), testOperator)
+	if !strings.Contains(w.Body.String(), "not since start") {
+		t.Fatalf("before any call: %d\n%s", w.Code, w.Body)
+	}
+	if _, ok := e.app.KeyLastUsed(v.ID); ok {
+		t.Fatal("a key never used has a last use")
+	}
+	r, _ := http.NewRequest("GET", e.base+"/api/service/weather/endpoint/hello/invoke", nil)
+	r.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	at, ok := e.app.KeyLastUsed(v.ID)
+	if !ok || time.Since(at) > time.Minute {
+		t.Fatalf("after a call: %v %v", at, ok)
+	}
+	w = serve(h, httptest.NewRequest("GET", "/console/users/lu-user", nil), testOperator)
+	if strings.Contains(w.Body.String(), "not since start") {
+		t.Errorf("after a call the page still says not used:\n%s", w.Body)
+	}
+}
+
+// createKeyFor makes a key through the operations the admin API uses.
+func createKeyFor(t *testing.T, e *env, user string) (string, platform.KeyView) {
+	t.Helper()
+	v, err := e.app.CreateKey(context.Background(), "test", platform.CreateKeyRequest{UserID: user})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v.Key, v
+}

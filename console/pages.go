@@ -194,8 +194,11 @@ func (h *Handler) users(q *req) error {
 
 // userData is the user page.
 type userData struct {
-	UserID    string
-	Keys      []platform.KeyView
+	UserID string
+	Keys   []platform.KeyView
+	// LastUsed is when each key last authenticated a request on this
+	// gateway since it started (kept in memory, per node).
+	LastUsed  map[string]time.Time
 	Summary   platform.UserSummary
 	Services  []*catalog.Service
 	Statuses  []string
@@ -219,8 +222,12 @@ func (h *Handler) user(q *req, userID string, newKey *platform.KeyView, formErr 
 	slices.SortFunc(recs, func(x, y store.KeyRecord) int { return x.Created.Compare(y.Created) })
 	d := userData{UserID: userID, Services: h.app.Services, Statuses: platform.SubscriptionStatuses(), NewKey: newKey}
 	now := h.app.Now()
+	d.LastUsed = map[string]time.Time{}
 	for _, k := range recs {
 		d.Keys = append(d.Keys, platform.ViewKey(k, now))
+		if t, ok := h.app.KeyLastUsed(k.ID); ok {
+			d.LastUsed[k.ID] = t
+		}
 	}
 	d.Summary, err = h.app.Summary(ctx, userID, "", now.UTC())
 	if err != nil {

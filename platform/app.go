@@ -82,6 +82,7 @@ type App struct {
 	storePath string
 	storeMu   sync.Mutex
 	bolt      atomic.Pointer[boltstore.Store]
+	keyUse    atomic.Pointer[keyUse] // with the pooled store (keyuse.go)
 	poolKey   string
 	cleanedUp bool
 	// store, when set, is served instead (unit tests build an App around

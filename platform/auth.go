@@ -53,5 +53,6 @@ func (a *App) AuthenticateServiceKey(ctx context.Context, token string) (store.K
 	if !key.ExpiresAt.IsZero() && !t.Before(key.ExpiresAt) {
 		return key, apierror.New(apierror.KeyExpired, "the service key expired")
 	}
+	a.keyUse.Load().touch(key.ID, t)
 	return key, nil
 }

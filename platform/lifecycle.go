@@ -21,7 +21,12 @@ import (
 // reference count goes 1→2→1 and the file is never closed mid-reload.
 var stores = caddy.NewUsagePool()
 
-type pooledStore struct{ *boltstore.Store }
+// pooledStore is the store file shared by every config that names it, with
+// what lives as long as it: when each key was last used.
+type pooledStore struct {
+	*boltstore.Store
+	used *keyUse
+}
 
 func (p pooledStore) Destruct() error { return p.Store.Close() }
 
@@ -124,12 +129,13 @@ func (a *App) openStore() (*boltstore.Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		return pooledStore{s}, nil
+		return pooledStore{s, newKeyUse()}, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	s := val.(pooledStore).Store
+	pooled := val.(pooledStore)
+	s := pooled.Store
 	if err := s.Err(); err != nil {
 		// Shared with the running config, which found it damaged: only a
 		// restart (and the checks of a fresh open) may serve it again.
@@ -140,6 +146,7 @@ func (a *App) openStore() (*boltstore.Store, error) {
 	s.ObserveCommits(a.metrics.observeCommit)
 	s.SetLogger(a.logger.Named("store"))
 	s.ObserveWriteFailures(a.metrics.observeWriteFailures)
+	a.keyUse.Store(pooled.used)
 	a.bolt.Store(s)
 	a.logger.Info("platform ready",
 		zap.String("store", path),
