@@ -9,6 +9,9 @@ import (
 
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	// Caddyfile.example mounts the caller portal beside the console.
+	_ "github.com/platformgw/gateway/portal"
 )
 
 func TestUnmarshalCaddyfile(t *testing.T) {

@@ -75,7 +75,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			// The path is served by nothing before the platform proxy,
 			// which has no backend for it: a JSON 404 rather than an
 			// empty 503 and two ERROR lines per stray request.
-			h.refuse(w, r, newRequestID(), apierror.New(apierror.NotFound, "no such route; invoke paths are {prefix}/service/{serviceId}/endpoint/{endpointId}/invoke[/async]"))
+			h.refuse(w, r, requestID(r), apierror.New(apierror.NotFound, "no such route; invoke paths are {prefix}/service/{serviceId}/endpoint/{endpointId}/invoke[/async]"))
 			return nil
 		}
 		return err
@@ -83,7 +83,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if route.bad {
 		// A request id like any refused call's, so the log line can be
 		// found from what the caller was told.
-		h.refuse(w, r, newRequestID(), apierror.New(apierror.NotFound, "no such route; invoke paths are {prefix}/service/{serviceId}/endpoint/{endpointId}/invoke[/async]"))
+		h.refuse(w, r, requestID(r), apierror.New(apierror.NotFound, "no such route; invoke paths are {prefix}/service/{serviceId}/endpoint/{endpointId}/invoke[/async]"))
 		return nil
 	}
 	start := time.Now()

@@ -52,10 +52,14 @@ type call struct {
 }
 
 func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, route invokeRoute, next caddyhttp.Handler) error {
-	c := &call{route: route, requestID: newRequestID(), started: h.app.Now()}
+	c := &call{route: route, requestID: requestID(r), started: h.app.Now()}
 	c.idValue[0] = c.requestID
 	w.Header()[h.requestIDKey] = c.idValue[:]
-	if e := h.admit(r, c); e != nil {
+	e := h.admit(r, c)
+	// Refused or not, what was checked is published (a rate-limited
+	// caller is worth logging too).
+	c.publish(r)
+	if e != nil {
 		h.app.CountInvoke(route.serviceID, route.endpointID, mode(route), "rejected")
 		if c.allowance.set {
 			c.allowance.write(w.Header())

@@ -3,6 +3,10 @@ package platformgw
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"net/http"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
 // newRequestID returns a random (version 4) UUID in its usual text form,
@@ -25,4 +29,81 @@ func newRequestID() string {
 	s[23] = '-'
 	hex.Encode(s[24:], u[10:])
 	return string(s[:])
+}
+
+// requestID is the id of this HTTP request in the gateway's answers and
+// log lines: Caddy's own request UUID, the {http.request.uuid}
+// placeholder, which Caddy makes on first use and keeps for the request.
+// Reading it also adds it to the request's access log entry (as "uuid"),
+// so the X-<Brand>-Request-ID header, the gateway's log lines and the
+// access log line carry the same id. Outside a Caddy server (no replacer
+// or no access log fields in the context; the placeholder needs both) a
+// fresh UUID.
+func requestID(r *http.Request) string {
+	ctx := r.Context()
+	repl, ok := ctx.Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if _, extra := ctx.Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields); ok && extra {
+		if v, _ := repl.Get("http.request.uuid"); v != nil {
+			if id, _ := v.(string); id != "" {
+				return id
+			}
+		}
+	}
+	return newRequestID()
+}
+
+// The placeholders a checked call publishes (docs/configuration.md,
+// "Placeholders"). http.auth.user.id is the one caddyauth sets; the
+// others are the gateway's own, under http.platform. Never a key, a
+// hash or a signature.
+const (
+	phUserID     = "http.auth.user.id"
+	phKeyID      = "http.platform.key_id"
+	phServiceID  = "http.platform.service_id"
+	phEndpointID = "http.platform.endpoint_id"
+	phProductID  = "http.platform.product_id"
+)
+
+// publish makes the call's caller and route known as placeholders once its
+// key is checked, for the access log (log_append) and for handlers after
+// platform_gateway. It adds one provider that reads the call, rather than
+// setting each value: nothing is converted until a placeholder is read.
+func (c *call) publish(r *http.Request) {
+	if c.key.ID == "" {
+		return // the key was not accepted: nothing to tell
+	}
+	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
+		repl.Map(c.placeholder)
+	}
+}
+
+// placeholder answers the placeholders publish adds; one the call did not
+// get as far as (an unknown service, a service owner's call without a
+// product) is unknown.
+func (c *call) placeholder(key string) (any, bool) {
+	var v string
+	switch key {
+	case phUserID:
+		v = c.key.UserID
+	case phKeyID:
+		v = c.key.ID
+	case phServiceID:
+		if c.svc != nil {
+			v = c.svc.ID
+		}
+	case phEndpointID:
+		if c.ep != nil {
+			v = c.ep.ID
+		}
+	case phProductID:
+		if c.product != nil {
+			v = c.product.ID
+		}
+	default:
+		return nil, false
+	}
+	if v == "" {
+		return nil, false
+	}
+	return v, true
 }

@@ -213,6 +213,7 @@ func TestRunDemoFailsOnFailedFirstCall(t *testing.T) {
 	caddy := `#!/bin/sh
 case "$1 $2 $3" in
 "run "*) exec sleep 8 ;;
+"hash-password "*) echo '$2a$14$stand.in.hash' ;;
 "platform key create") printf '{"keyId":"key_demo1","key":"psk_demo1","userId":"demo-user"}\n' ;;
 "platform subscribe"*) ;;
 *) echo "unexpected: $*" >&2; exit 1 ;;
