@@ -79,15 +79,17 @@ func TestCoreValidate(t *testing.T) {
 
 	// A key or subscription that does not let the user call: 401, in the
 	// validation shape, signed (the caller is the authenticated service).
+	// The subscription refusals carry the messages an invoke gets too
+	// (package subscription).
 	for _, tt := range []struct {
-		name, key, code string
+		name, key, code, message string
 	}{
-		{"revoked key", revoked, "key_revoked"},
-		{"expired key", expired, "key_expired"},
-		{"unknown key", unknown, "invalid_key"},
-		{"malformed key", "not-a-key", "invalid_key"},
-		{"no subscription", bare, "no_subscription"},
-		{"subscription without access", lapsed, "subscription_inactive"},
+		{"revoked key", revoked, "key_revoked", ""},
+		{"expired key", expired, "key_expired", ""},
+		{"unknown key", unknown, "invalid_key", ""},
+		{"malformed key", "not-a-key", "invalid_key", ""},
+		{"no subscription", bare, "no_subscription", "no subscription to service pre"},
+		{"subscription without access", lapsed, "subscription_inactive", "the subscription is EXPIRED"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			body := coreBody(t, "serviceKey", tt.key, "serviceId", "pre")
@@ -97,6 +99,9 @@ func TestCoreValidate(t *testing.T) {
 			if a.JSON["valid"] != false || a.JSON["error"] != tt.code || a.JSON["validationSchemaVersion"] != 3.0 ||
 				a.JSON["requestId"] == "" || a.Header.Get("X-Platform-Request-ID") != a.JSON["requestId"] {
 				t.Errorf("body %s", a.Body)
+			}
+			if tt.message != "" && a.JSON["message"] != tt.message {
+				t.Errorf("message %v, want %q", a.JSON["message"], tt.message)
 			}
 		})
 	}

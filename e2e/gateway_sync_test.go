@@ -382,6 +382,10 @@ func TestSyncInvoke(t *testing.T) {
 		unknown := good[:len(good)-1] + string(rune('A'+(good[len(good)-1]+1)%26)) // bad checksum
 		big := strings.Repeat("x", 65*1024)
 
+		subscriptionMessages := map[string]string{
+			"no subscription": "no subscription to service svc",
+			"suspended":       "the subscription is SUSPENDED",
+		}
 		cases := []struct {
 			name, method, url, key, body string
 			hdr                          []string
@@ -411,6 +415,10 @@ func TestSyncInvoke(t *testing.T) {
 				resp, body := call(t, tc.method, tc.url, tc.key, tc.body, tc.hdr...)
 				if resp.StatusCode != tc.status || errorCode(t, resp, body) != tc.code {
 					t.Fatalf("got %d %s, want %d %s", resp.StatusCode, body, tc.status, tc.code)
+				}
+				// The same messages as validate's (package subscription).
+				if want := subscriptionMessages[tc.name]; want != "" && !strings.Contains(string(body), `"message":"`+want+`"`) {
+					t.Errorf("body %s, want message %q", body, want)
 				}
 				if resp.Header.Get("X-Platform-Request-ID") == "" && tc.code != "not_found" {
 					t.Error("no request id on a refusal")

@@ -475,11 +475,6 @@ func (a *adminAPI) revokeKey(app *App, w http.ResponseWriter, r *http.Request, a
 	return writeJSON(w, http.StatusOK, v)
 }
 
-// Subscription statuses; the first four grant access.
-var subscriptionStatuses = []string{
-	"ACTIVE", "TRIAL", "CANCELLING", "CANCELLING_PENDING", "EXPIRED", "CANCELLED", "SUSPENDED",
-}
-
 // subscriptionIDs validates the {userId}/{serviceId} of a subscription path.
 func subscriptionIDs(args []string) (userID, serviceID string, err error) {
 	userID, serviceID = args[0], args[1]

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/platformgw/gateway/apierror"
+	"github.com/platformgw/gateway/subscription"
 )
 
 func init() {
@@ -105,7 +106,7 @@ SUSPENDED do not.`,
 	subscribe.Flags().String("user", "", "User id (required)")
 	subscribe.Flags().String("service", "", "Service id (required)")
 	subscribe.Flags().String("product", "", "Product id (required)")
-	subscribe.Flags().String("status", "ACTIVE", "Subscription status")
+	subscribe.Flags().String("status", string(subscription.Active), "Subscription status")
 
 	credits := &cobra.Command{
 		Use:   "credits",

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/platformgw/gateway/catalog"
 	"github.com/platformgw/gateway/servicekey"
 	"github.com/platformgw/gateway/store"
+	"github.com/platformgw/gateway/subscription"
 )
 
 // The operator's changes, shared by the admin API and the console so both
@@ -44,7 +44,7 @@ type PeriodSummary = periodSummary
 type SubscriptionChange = subscriptionChange
 
 // SubscriptionStatuses are the statuses a subscription may be set to.
-func SubscriptionStatuses() []string { return slices.Clone(subscriptionStatuses) }
+func SubscriptionStatuses() []string { return subscription.StatusNames() }
 
 // CreateKeyRequest asks for a new service key.
 type CreateKeyRequest struct {
@@ -169,13 +169,14 @@ func (a *App) PutSubscription(ctx context.Context, actor, userID, serviceID, pro
 	if _, ok := svc.Product(productID); !ok {
 		return SubscriptionChange{}, apierror.Invalid("productId", "service "+serviceID+" has no product "+productID)
 	}
-	status = strings.ToUpper(status)
 	if status == "" {
-		status = "ACTIVE"
+		status = string(subscription.Active)
 	}
-	if !slices.Contains(subscriptionStatuses, status) {
-		return SubscriptionChange{}, apierror.Invalid("status", "status must be one of "+strings.Join(subscriptionStatuses, ", "))
+	st, ok := subscription.ParseStatus(status)
+	if !ok {
+		return SubscriptionChange{}, apierror.Invalid("status", "status must be one of "+strings.Join(subscription.StatusNames(), ", "))
 	}
+	status = string(st)
 	var prevProduct string
 	if prev, err := a.DataStore().GetSubscription(ctx, userID, serviceID); err == nil {
 		prevProduct = prev.ProductID

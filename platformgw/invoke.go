@@ -19,6 +19,7 @@ import (
 	"github.com/platformgw/gateway/catalog"
 	"github.com/platformgw/gateway/signing"
 	"github.com/platformgw/gateway/store"
+	"github.com/platformgw/gateway/subscription"
 )
 
 // call is one invocation as it passes the checks.
@@ -49,14 +50,6 @@ type call struct {
 	fwd        forward
 	meter      meterWriter
 }
-
-// grantsAccess lists the subscription statuses that may invoke.
-var grantsAccess = map[string]bool{
-	"ACTIVE": true, "TRIAL": true, "CANCELLING": true, "CANCELLING_PENDING": true,
-}
-
-// GrantsAccess reports whether a subscription status may invoke.
-func GrantsAccess(status string) bool { return grantsAccess[strings.ToUpper(status)] }
 
 func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, route invokeRoute, next caddyhttp.Handler) error {
 	c := &call{route: route, requestID: requestID(r), started: h.app.Now()}
@@ -150,40 +143,40 @@ func (h *Handler) admit(r *http.Request, c *call) *apierror.Error {
 	return nil
 }
 
-// subscription fills the user context: a service owner calls free, anyone
-// else needs a subscription whose status grants access to a product the
-// service still offers.
+// subscription fills the user context from subscription.Resolve (who may
+// call the service, under which product) and translates its refusal.
 func (h *Handler) subscription(ctx context.Context, c *call) *apierror.Error {
 	c.user = signing.UserContext{UserID: c.key.UserID, Roles: c.key.Roles}
-	if c.svc.IsOwner(c.key.UserID) {
-		c.user.SubscriptionStatus = "ACTIVE"
-		c.account = store.Account{UserID: c.key.UserID, ServiceID: c.svc.ID, Free: true}
+	a, err := subscription.Resolve(ctx, c.svc, c.key.UserID, h.app.DataStore().GetSubscription)
+	if err != nil {
+		return h.accessRefusal(err)
+	}
+	c.account = a.Account
+	c.user.SubscriptionStatus = string(a.Status())
+	p := a.Product
+	if p == nil { // a service owner calls free
 		return nil
 	}
-	sub, err := h.app.DataStore().GetSubscription(ctx, c.key.UserID, c.svc.ID)
-	if errors.Is(err, store.ErrNoAccount) {
-		return apierror.New(apierror.NoSubscription, "no subscription to service "+c.svc.ID)
-	}
-	if err != nil {
-		h.logger.Error("subscription lookup", zap.Error(err))
-		return apierror.New(apierror.InternalError, "subscription lookup failed")
-	}
-	if !GrantsAccess(sub.Status) {
-		return apierror.New(apierror.SubscriptionInactive, "subscription is "+sub.Status)
-	}
-	p, ok := c.svc.Product(sub.ProductID)
-	if !ok {
-		return apierror.New(apierror.SubscriptionInactive, "product "+quote(sub.ProductID)+" is no longer offered")
-	}
 	c.product = p
-	c.subStarted = sub.StartedAt
-	c.account = store.Account{UserID: sub.UserID, ServiceID: c.svc.ID, Product: *p}
+	c.subStarted = a.Subscription.StartedAt
 	c.user.ServiceProductID = p.ID
-	c.user.SubscriptionStatus = strings.ToUpper(sub.Status)
 	c.user.BillingModel = p.BillingModel
 	c.user.MeasurementType = p.MeasurementType
 	c.user.UnitLabel = p.UnitLabel
 	return nil
+}
+
+// accessRefusal is the caller's error for subscription.Resolve's.
+func (h *Handler) accessRefusal(err error) *apierror.Error {
+	var refusal *subscription.Error
+	if !errors.As(err, &refusal) {
+		h.logger.Error("subscription lookup", zap.Error(err))
+		return apierror.New(apierror.InternalError, "subscription lookup failed")
+	}
+	if refusal.Reason == subscription.NoSubscription {
+		return apierror.New(apierror.NoSubscription, refusal.Error())
+	}
+	return apierror.New(apierror.SubscriptionInactive, refusal.Error())
 }
 
 // readBody reads the whole request body (the v3 signature covers it),

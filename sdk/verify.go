@@ -13,6 +13,7 @@ import (
 
 	"github.com/platformgw/gateway/apierror"
 	"github.com/platformgw/gateway/signing"
+	"github.com/platformgw/gateway/subscription"
 )
 
 // DefaultMaxBodyBytes is the largest request body a Verifier reads. The
@@ -128,13 +129,10 @@ type AsyncJob struct {
 
 // GrantAccess reports whether a subscription status lets its user call
 // the service: ACTIVE, TRIAL, CANCELLING and CANCELLING_PENDING do;
-// EXPIRED, CANCELLED, SUSPENDED and anything else do not.
+// EXPIRED, CANCELLED, SUSPENDED and anything else do not. It is the
+// gateway's own rule (package subscription), surrounding spaces ignored.
 func GrantAccess(status string) bool {
-	switch strings.ToUpper(strings.TrimSpace(status)) {
-	case "ACTIVE", "TRIAL", "CANCELLING", "CANCELLING_PENDING":
-		return true
-	}
-	return false
+	return subscription.GrantsAccess(strings.TrimSpace(status))
 }
 
 // VerifyRequest reads r's body (up to MaxBodyBytes) and verifies the call.

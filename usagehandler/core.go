@@ -26,9 +26,8 @@ import (
 	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/catalog"
 	"github.com/platformgw/gateway/jwtauth"
-	"github.com/platformgw/gateway/platformgw"
 	"github.com/platformgw/gateway/signing"
-	"github.com/platformgw/gateway/store"
+	"github.com/platformgw/gateway/subscription"
 )
 
 // Schema versions of the core response bodies.
@@ -204,12 +203,11 @@ func (h *Handler) validateKey(w http.ResponseWriter, r *http.Request, c *coreCal
 		ServiceKeyID:            key.ID,
 		Roles:                   roles,
 		ValidationSchemaVersion: ValidationSchemaVersion,
-		SubscriptionStatus:      "ACTIVE", // a service owner's
+		SubscriptionStatus:      string(st.Status()), // ACTIVE for a service owner
 		Timestamp:               c.now.Unix(),
 	}
-	if p := st.product; p != nil {
+	if p := st.Product; p != nil {
 		out.ServiceProductID = p.ID
-		out.SubscriptionStatus = strings.ToUpper(st.sub.Status)
 		out.BillingModelType = &p.BillingModel
 		out.MeasurementType = &p.MeasurementType
 		out.UnitLabel = &p.UnitLabel
@@ -335,22 +333,22 @@ func (h *Handler) estimate(w http.ResponseWriter, r *http.Request, c *coreCall, 
 		return
 	}
 	var state billing.State
-	if st.product != nil {
+	if st.Product != nil {
 		var err error
-		state, err = h.app.DataStore().State(r.Context(), store.Account{UserID: userID, ServiceID: svc.ID, Product: *st.product}, c.now)
+		state, err = h.app.DataStore().State(r.Context(), st.Account, c.now)
 		if err != nil {
 			h.logger.Error("usage state", zap.String("request_id", c.requestID), zap.String("service", svc.ID), zap.Error(err))
 			h.coreRefuse(w, r, c, apierror.New(apierror.InternalError, "usage state lookup failed"))
 			return
 		}
 	}
-	out, d := estimateOf(st.product, state, units)
+	out, d := estimateOf(st.Product, state, units)
 	status := http.StatusOK
 	if !d.Allowed {
 		status = apierror.Status(d.Code)
 		out.RequestID = c.requestID
 		if d.Code == billing.CodeQuotaExceeded {
-			_, end := billing.PeriodBounds(st.product.Period, st.product.CalendarPeriods, st.sub.StartedAt, c.now)
+			_, end := billing.PeriodBounds(st.Product.Period, st.Product.CalendarPeriods, st.Subscription.StartedAt, c.now)
 			out.RetryAfter = retrySeconds(end.Sub(c.now))
 			out.Message = billing.WithReset(out.Message, end)
 			w.Header().Set("Retry-After", strconv.Itoa(out.RetryAfter))
@@ -497,34 +495,29 @@ func secretMatches(svc *catalog.Service, secret string) bool {
 	return ok
 }
 
-// standing is a user's standing with a service: a service owner (free, no
-// product), or a subscription whose status grants access to a product the
-// catalog still offers.
-type standing struct {
-	sub     store.Subscription
-	product *billing.Product // nil for a service owner
+// standingOf is the user's standing with svc (subscription.Resolve: a
+// service owner, or a subscription whose status grants access to a
+// product the catalog still offers), its refusal translated.
+func (h *Handler) standingOf(ctx context.Context, svc *catalog.Service, userID string) (subscription.Access, *apierror.Error) {
+	a, err := subscription.Resolve(ctx, svc, userID, h.app.DataStore().GetSubscription)
+	if err != nil {
+		return a, h.accessRefusal(err)
+	}
+	return a, nil
 }
 
-func (h *Handler) standingOf(ctx context.Context, svc *catalog.Service, userID string) (standing, *apierror.Error) {
-	if svc.IsOwner(userID) {
-		return standing{}, nil
+// accessRefusal is the JSON error for subscription.Resolve's error: a
+// refusal keeps its message; a failed lookup is logged and answered 500.
+func (h *Handler) accessRefusal(err error) *apierror.Error {
+	var refusal *subscription.Error
+	if !errors.As(err, &refusal) {
+		h.logger.Error("subscription lookup", zap.Error(err))
+		return apierror.New(apierror.InternalError, "subscription lookup failed")
 	}
-	sub, err := h.app.DataStore().GetSubscription(ctx, userID, svc.ID)
-	if errors.Is(err, store.ErrNoAccount) || errors.Is(err, store.ErrNotFound) {
-		return standing{}, apierror.New(apierror.NoSubscription, "the user has no subscription to service "+svc.ID)
+	if refusal.Reason == subscription.NoSubscription {
+		return apierror.New(apierror.NoSubscription, refusal.Error())
 	}
-	if err != nil {
-		h.logger.Error("subscription lookup", zap.String("service", svc.ID), zap.Error(err))
-		return standing{}, apierror.New(apierror.InternalError, "subscription lookup failed")
-	}
-	if !platformgw.GrantsAccess(sub.Status) {
-		return standing{}, apierror.New(apierror.SubscriptionInactive, "the subscription is "+strings.ToUpper(sub.Status))
-	}
-	p, ok := svc.Product(sub.ProductID)
-	if !ok {
-		return standing{}, apierror.New(apierror.SubscriptionInactive, "the subscription's product is no longer offered")
-	}
-	return standing{sub: sub, product: p}, nil
+	return apierror.New(apierror.SubscriptionInactive, refusal.Error())
 }
 
 // serviceKey reads the required serviceKey field.

@@ -13,6 +13,7 @@ import (
 	"github.com/platformgw/gateway/apierror"
 	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/store"
+	"github.com/platformgw/gateway/subscription"
 )
 
 // ReportSchemaVersion is the version of the report response body.
@@ -83,31 +84,14 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	account := store.Account{UserID: rep.UserID, ServiceID: svc.ID}
-	var product *billing.Product
-	if svc.IsOwner(rep.UserID) {
-		account.Free = true
-	} else {
-		sub, err := h.app.DataStore().GetSubscription(r.Context(), rep.UserID, svc.ID)
-		if errors.Is(err, store.ErrNoAccount) {
-			h.refuse(w, r, apierror.New(apierror.NoSubscription, "user has no subscription to service "+svc.ID))
-			return
-		}
-		if err != nil {
-			h.logger.Error("subscription lookup", zap.Error(err))
-			h.refuse(w, r, apierror.New(apierror.InternalError, "subscription lookup failed"))
-			return
-		}
-		// The status is not checked: the usage already happened, and a
-		// report is the record of it.
-		p, ok := svc.Product(sub.ProductID)
-		if !ok {
-			h.refuse(w, r, apierror.New(apierror.SubscriptionInactive, "the subscription's product is no longer offered"))
-			return
-		}
-		product = p
-		account.Product = *p
+	// The status is not checked: the usage already happened, and a report
+	// is the record of it.
+	a, err := subscription.ResolveRecorded(r.Context(), svc, rep.UserID, h.app.DataStore().GetSubscription)
+	if err != nil {
+		h.refuse(w, r, h.accessRefusal(err))
+		return
 	}
+	account, product := a.Account, a.Product
 	entry := store.LedgerEntry{
 		Time:           now.UTC(),
 		UserID:         rep.UserID,
@@ -129,7 +113,8 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 		// A retry of a report already recorded: the first answer again.
 		w.Header().Set("Idempotent-Replayed", "true")
 	case errors.Is(err, store.ErrNoAccount):
-		h.refuse(w, r, apierror.New(apierror.NoSubscription, "user has no subscription to service "+svc.ID))
+		// Gone since it was read.
+		h.refuse(w, r, h.accessRefusal(&subscription.Error{Reason: subscription.NoSubscription, ServiceID: svc.ID}))
 		return
 	case err != nil:
 		h.logger.Error("record report", zap.String("service", svc.ID), zap.Error(err))
