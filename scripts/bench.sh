@@ -430,7 +430,7 @@ if [ -s "$r/sync" ]; then
 		"CPU per request $(paste -d' ' "$r/sync" "$r/proxy" | awk '{printf "%.2fx ", ($8 > 0 ? $4 / $8 : 0)}')"
 fi
 
-# The targets of issue 6.
+# The first performance targets (docs/performance.md, "The first targets").
 verdict() { if awk "BEGIN { exit !($1) }"; then echo met; else echo MISSED; fi; }
 echo
 echo "Targets:"
