@@ -3,7 +3,6 @@ package platform
 import (
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -36,12 +35,7 @@ last error, when delivered. It follows the admin API's pages to the end
 }
 
 func cmdAlerts(c cli, _ []string) error {
-	q := url.Values{}
-	for flag, param := range map[string]string{"user": "userId", "service": "serviceId", "status": "status"} {
-		if v := c.fl.String(flag); v != "" {
-			q.Set(param, v)
-		}
-	}
+	q := listFilters(c)
 	tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
 	if !c.fl.Bool("json") {
 		fmt.Fprintln(tw, "ALERT\tUSER\tSERVICE\tPRODUCT\tTHRESHOLD\tVALUE\tFIRED\tSTATUS\tATTEMPTS\tDELIVERED\tLAST ERROR")

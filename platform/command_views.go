@@ -281,12 +281,7 @@ func cmdSummary(c cli, _ []string) error {
 }
 
 func cmdJobs(c cli, _ []string) error {
-	q := url.Values{}
-	for flag, param := range map[string]string{"user": "userId", "service": "serviceId", "status": "status"} {
-		if v := c.fl.String(flag); v != "" {
-			q.Set(param, v)
-		}
-	}
+	q := listFilters(c)
 	tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
 	if !c.fl.Bool("json") {
 		fmt.Fprintln(tw, "REQUEST ID\tUSER\tSERVICE\tENDPOINT\tSTATUS\tSTARTED\tUPDATED\tERROR")
@@ -318,4 +313,16 @@ func cmdJobs(c cli, _ []string) error {
 		return err
 	}
 	return tw.Flush()
+}
+
+// listFilters is the query of a listing's --user, --service and --status
+// flags (jobs, alerts).
+func listFilters(c cli) url.Values {
+	q := url.Values{}
+	for flag, param := range map[string]string{"user": "userId", "service": "serviceId", "status": "status"} {
+		if v := c.fl.String(flag); v != "" {
+			q.Set(param, v)
+		}
+	}
+	return q
 }
