@@ -86,6 +86,7 @@ func validSyncResponse(v string) bool { return v == "" || v == SyncRaw || v == S
 // Catalog is the compiled set of services.
 type Catalog struct {
 	services map[string]*Service
+	order    []*Service // as configured
 }
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._~-]{0,127}$`)
@@ -108,6 +109,7 @@ func Compile(services []*Service, resolve func(string) (string, error)) (*Catalo
 			return nil, fmt.Errorf("service %s declared twice", s.ID)
 		}
 		c.services[s.ID] = s
+		c.order = append(c.order, s)
 	}
 	return c, nil
 }
@@ -220,6 +222,10 @@ func (c *Catalog) Service(id string) (*Service, bool) {
 	s, ok := c.services[id]
 	return s, ok
 }
+
+// Services returns every service in the order they were configured; the
+// slice is the catalog's own and must not be changed.
+func (c *Catalog) Services() []*Service { return c.order }
 
 // Len returns the number of services.
 func (c *Catalog) Len() int { return len(c.services) }

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/catalog"
+	"github.com/platformgw/gateway/engine"
 	"github.com/platformgw/gateway/store"
 	"github.com/platformgw/gateway/store/boltstore"
 )
@@ -67,6 +68,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	}
 	a.metrics = newMetrics(ctx.GetMetricsRegistry())
 	a.limiters = newLimiterSet()
+	a.rt = a.newRuntime()
 	a.stop = make(chan struct{})
 	return nil
 }
@@ -193,6 +195,7 @@ func (a *App) Cleanup() error {
 	a.storeMu.Lock()
 	defer a.storeMu.Unlock()
 	a.cleanedUp = true
+	a.releaseLimiters()
 	if a.poolKey == "" {
 		return nil
 	}
@@ -223,7 +226,7 @@ func (a *App) maintain(stop <-chan struct{}) {
 }
 
 // JobExpiredMessage is the errorMessage of a job that ran out of time.
-const JobExpiredMessage = "job expired: no completion within its time limit"
+const JobExpiredMessage = engine.JobExpiredMessage
 
 // RunMaintenance expires overdue jobs and prunes idempotency keys once.
 func (a *App) RunMaintenance(ctx context.Context) {

@@ -1,136 +1,26 @@
 package platform
 
 import (
-	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/platformgw/gateway/engine"
 )
 
-// metrics are package-level collectors registered into each config's
-// registry, so counts carry across reloads and a reload never panics on a
-// duplicate registration.
+// metrics are the runtime's collectors (engine.Metrics), as the app's own
+// code feeds them: the store's commit observers and the expiry sweep's
+// job transitions.
 type metrics struct {
-	invokes         *prometheus.CounterVec
-	rejections      *prometheus.CounterVec
-	units           *prometheus.CounterVec
-	signatureFails  *prometheus.CounterVec
-	jobStates       *prometheus.CounterVec
-	preflights      *prometheus.CounterVec
-	commitSeconds   prometheus.Histogram
-	commitBatchSize prometheus.Histogram
-	writeFailures   prometheus.Counter
-}
-
-var sharedMetrics = &metrics{
-	invokes: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "platform", Name: "invokes_total",
-		Help: "Invocations by service, endpoint, mode (sync, async) and outcome (ok, rejected, backend_error).",
-	}, []string{"service", "endpoint", "mode", "outcome"}),
-	rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "platform", Name: "rejections_total",
-		Help: "Requests refused, by error code.",
-	}, []string{"code"}),
-	units: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "platform", Name: "units_metered_total",
-		Help: "Units written to the usage ledger, by service and source (gateway, report, completion).",
-	}, []string{"service", "source"}),
-	signatureFails: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "platform", Name: "signature_failures_total",
-		Help: "Signed requests refused for a bad signature or timestamp, by route.",
-	}, []string{"route"}),
-	jobStates: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "platform", Name: "job_transitions_total",
-		Help: "Async job state transitions, by the state entered.",
-	}, []string{"state"}),
-	preflights: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "platform", Name: "preflights_total",
-		Help: "Core pre-flight requests (validate, estimate_usage, billing_estimate) by the service that asked and outcome (ok, or the refusal or denial code).",
-	}, []string{"route", "service", "outcome"}),
-	commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-		Namespace: "platform", Name: "store_commit_seconds",
-		Help:    "Duration of one durable group commit of the store.",
-		Buckets: prometheus.ExponentialBuckets(0.00005, 2, 14),
-	}),
-	commitBatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
-		Namespace: "platform", Name: "store_commit_writes",
-		Help:    "Writes carried by one group commit.",
-		Buckets: prometheus.ExponentialBuckets(1, 2, 12),
-	}),
-	writeFailures: prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: "platform", Name: "store_write_failures_total",
-		Help: "Writes whose commit to the store failed (a full disk, an I/O error); the log sums them up once per burst.",
-	}),
+	*engine.Metrics
+	jobStates *prometheus.CounterVec
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
-	m := sharedMetrics
-	if reg == nil {
-		return m
-	}
-	for _, c := range []prometheus.Collector{m.invokes, m.rejections, m.units, m.signatureFails, m.jobStates, m.preflights, m.commitSeconds, m.commitBatchSize, m.writeFailures} {
-		if err := reg.Register(c); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
-			panic(err) // a programming error: two collectors with one name
-		}
-	}
-	return m
+	m := engine.SharedMetrics(reg)
+	return &metrics{Metrics: m, jobStates: m.JobStates()}
 }
 
-func (m *metrics) observeWriteFailures(writes int) { m.writeFailures.Add(float64(writes)) }
+func (m *metrics) observeWriteFailures(writes int) { m.ObserveWriteFailures(writes) }
 
-func (m *metrics) observeCommit(d time.Duration, writes int) {
-	m.commitSeconds.Observe(d.Seconds())
-	m.commitBatchSize.Observe(float64(writes))
-}
-
-// CountInvoke counts an invocation outcome. Ids the catalog does not
-// know are counted as "" (callers choose the path, and one series per
-// made-up id would grow the registry without bound).
-func (a *App) CountInvoke(service, endpoint, mode, outcome string) {
-	service, endpoint = a.knownLabels(service, endpoint)
-	a.metrics.invokes.WithLabelValues(service, endpoint, mode, outcome).Inc()
-}
-
-// CountKnownInvoke is CountInvoke for ids the catalog gave (an admitted
-// call's service and endpoint): it skips the two catalog lookups that
-// CountInvoke makes to keep made-up ids out of the labels.
-func (a *App) CountKnownInvoke(service, endpoint, mode, outcome string) {
-	a.metrics.invokes.WithLabelValues(service, endpoint, mode, outcome).Inc()
-}
-
-// knownLabels keeps a service and endpoint id only if the catalog has it.
-func (a *App) knownLabels(service, endpoint string) (string, string) {
-	svc, ok := a.catalog.Service(service)
-	if !ok {
-		return "", ""
-	}
-	if _, ok := svc.Endpoint(endpoint); !ok {
-		endpoint = ""
-	}
-	return service, endpoint
-}
-
-// CountPreflight counts a core pre-flight request: route is validate,
-// estimate_usage or billing_estimate; service the authenticated caller's
-// or the estimated service ("" before one is known); outcome "ok" or the
-// code of the refusal or denial.
-func (a *App) CountPreflight(route, service, outcome string) {
-	service, _ = a.knownLabels(service, "")
-	a.metrics.preflights.WithLabelValues(route, service, outcome).Inc()
-}
-
-// CountRejection counts a refused request by its error code.
-func (a *App) CountRejection(code string) { a.metrics.rejections.WithLabelValues(code).Inc() }
-
-// CountUnits counts metered units (in whole units, fractions kept).
-func (a *App) CountUnits(service, source string, millionths int64) {
-	a.metrics.units.WithLabelValues(service, source).Add(float64(millionths) / 1e6)
-}
-
-// CountSignatureFailure counts a refused signature on a route.
-func (a *App) CountSignatureFailure(route string) {
-	a.metrics.signatureFails.WithLabelValues(route).Inc()
-}
-
-// CountJobState counts a job entering a state.
-func (a *App) CountJobState(state string) { a.metrics.jobStates.WithLabelValues(state).Inc() }
+func (m *metrics) observeCommit(d time.Duration, writes int) { m.ObserveCommit(d, writes) }

@@ -39,18 +39,18 @@ func (h *Handler) invokeAsync(w http.ResponseWriter, r *http.Request, c *call, n
 		Status:     store.JobPending,
 		CreatedAt:  c.started.UTC(),
 		UpdatedAt:  c.started.UTC(),
-		ExpiresAt:  c.started.Add(time.Duration(h.app.JobTTL)).UTC(),
+		ExpiresAt:  c.started.Add(time.Duration(h.rt.Limits.JobTTL)).UTC(),
 	}
 	if c.product != nil {
 		job.ProductID = c.product.ID
 	}
 	if e := h.createJob(r.Context(), c, job); e != nil {
-		h.app.CountInvoke(c.svc.ID, c.ep.ID, "async", "rejected")
+		h.rt.CountInvoke(c.svc.ID, c.ep.ID, "async", "rejected")
 		c.allowance.write(w.Header())
 		h.refuse(w, r, c.requestID, e)
 		return nil
 	}
-	h.app.CountJobState(store.JobPending)
+	h.rt.CountJobState(store.JobPending)
 
 	// The payload travels as a JSON string: written with the same escaping
 	// as the canonical string, so the backend rebuilds exactly the signed
@@ -81,7 +81,7 @@ func (h *Handler) invokeAsync(w http.ResponseWriter, r *http.Request, c *call, n
 		reason = refusal.Message
 	}
 	h.failJob(c.requestID, reason)
-	h.app.CountInvoke(c.svc.ID, c.ep.ID, "async", "backend_error")
+	h.rt.CountInvoke(c.svc.ID, c.ep.ID, "async", "backend_error")
 	c.allowance.write(w.Header())
 	h.refuse(w, r, c.requestID, refusal)
 	return nil
@@ -94,7 +94,7 @@ func (h *Handler) invokeAsync(w http.ResponseWriter, r *http.Request, c *call, n
 // expiry), surviving restarts. A refusal stores nothing and becomes the
 // caller's error, with the codes a sync call gets.
 func (h *Handler) createJob(ctx context.Context, c *call, job store.Job) *apierror.Error {
-	_, dec, st, err := h.app.DataStore().CreateJobReserved(ctx, job, c.account, c.ep.UnitCost(), c.started)
+	_, dec, st, err := h.rt.Store().CreateJobReserved(ctx, job, c.account, c.ep.UnitCost(), c.started)
 	if errors.Is(err, store.ErrNoAccount) {
 		return apierror.New(apierror.NoSubscription, "no subscription to service "+c.svc.ID)
 	}
@@ -123,7 +123,7 @@ type jobURLs struct {
 // in the same position of the prefix lists (so the ECS gateway prefix
 // pairs with the ECS usage prefix), or the first.
 func (h *Handler) jobURLs(r *http.Request, c *call) (jobURLs, *apierror.Error) {
-	p := h.app.Prefixes
+	p := h.rt.Prefixes
 	if len(p.Usage) == 0 {
 		h.logger.Error("async invoke needs a usage prefix for the callback URLs")
 		return jobURLs{}, apierror.New(apierror.InternalError, "async jobs are not configured: no usage prefix")
@@ -132,7 +132,7 @@ func (h *Handler) jobURLs(r *http.Request, c *call) (jobURLs, *apierror.Error) {
 	if i := slices.Index(p.Gateway, c.route.prefix); i >= 0 && i < len(p.Usage) {
 		usage = p.Usage[i]
 	}
-	base := h.app.PublicURL
+	base := h.rt.PublicURL
 	if base == "" {
 		if !knownHost(r) {
 			return jobURLs{}, apierror.Invalid("Host", "async jobs are started only through a host name this gateway is configured for ("+
@@ -281,7 +281,7 @@ func (h *Handler) accept(w http.ResponseWriter, c *call, urls jobURLs) {
 	hdr.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusAccepted)
 	w.Write(body)
-	h.app.CountInvoke(c.svc.ID, c.ep.ID, "async", "ok")
+	h.rt.CountInvoke(c.svc.ID, c.ep.ID, "async", "ok")
 }
 
 // errJobDone stops a job update that found the job already finished.
@@ -291,11 +291,11 @@ var errJobDone = errors.New("job already finished")
 // backend already finished it (a backend may post its completion before
 // answering the forward). It runs to the end even when the caller has gone.
 func (h *Handler) failJob(id, reason string) {
-	_, err := h.app.DataStore().UpdateJob(context.Background(), id, func(j *store.Job) error {
+	_, err := h.rt.Store().UpdateJob(context.Background(), id, func(j *store.Job) error {
 		if j.Terminal() {
 			return errJobDone
 		}
-		t := h.app.Now().UTC()
+		t := h.rt.Now().UTC()
 		j.Status = store.JobFailed
 		j.ErrorMessage = reason
 		j.UpdatedAt, j.CompletedAt = t, t
@@ -303,7 +303,7 @@ func (h *Handler) failJob(id, reason string) {
 	})
 	switch {
 	case err == nil:
-		h.app.CountJobState(store.JobFailed)
+		h.rt.CountJobState(store.JobFailed)
 	case !errors.Is(err, errJobDone):
 		h.logger.Error("fail job", zap.String("request_id", id), zap.Error(err))
 	}

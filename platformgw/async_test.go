@@ -15,7 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
-	"github.com/platformgw/gateway/platform"
+	"github.com/platformgw/gateway/engine"
 	"github.com/platformgw/gateway/signing"
 )
 
@@ -47,7 +47,7 @@ func TestAsyncEnvelope(t *testing.T) {
 }
 
 func TestJobURLs(t *testing.T) {
-	p := platform.DefaultPrefixes()
+	p := engine.DefaultPrefixes()
 	tests := []struct {
 		public, prefix, host string
 		tls                  bool
@@ -83,7 +83,7 @@ func TestJobURLs(t *testing.T) {
 		return r.WithContext(ctx)
 	}
 	for _, tt := range tests {
-		h := &Handler{app: &platform.App{PublicURL: tt.public, Prefixes: &p}, logger: zap.NewNop()}
+		h := &Handler{rt: &engine.Runtime{PublicURL: tt.public, Prefixes: p}, logger: zap.NewNop()}
 		urls, e := h.jobURLs(request(tt.host, tt.tls), &call{requestID: "r1", route: invokeRoute{prefix: tt.prefix}})
 		if e != nil || urls.status != tt.status || urls.callback != tt.callback ||
 			urls.progress != strings.Replace(tt.callback, "/complete/", "/progress/", 1) {
@@ -93,7 +93,7 @@ func TestJobURLs(t *testing.T) {
 	// A site host name on another port than the connection's (none means
 	// 80) is another server: host matchers ignore the port, and
 	// GW.EXAMPLE:9999 used to get URLs on port 9999.
-	h0 := &Handler{app: &platform.App{Prefixes: &p}, logger: zap.NewNop()}
+	h0 := &Handler{rt: &engine.Runtime{Prefixes: p}, logger: zap.NewNop()}
 	for host, ok := range map[string]bool{
 		"a.wild.example:8080": true, "127.0.0.1:8080": true, "GW.EXAMPLE:8080": true, "[::ffff:127.0.0.1]:8080": true,
 		"attacker.example:9999": false, "127.0.0.1:8081": false, "127.0.0.1": false, "localhost:8080": false, "wild.example:8080": false, "": false,
@@ -108,7 +108,7 @@ func TestJobURLs(t *testing.T) {
 	if _, e := h0.jobURLs(httptest.NewRequest("POST", "/x", nil), &call{requestID: "r1", route: invokeRoute{prefix: "/api"}}); e == nil {
 		t.Error("a request without a server: want a refusal")
 	}
-	h := &Handler{app: &platform.App{Prefixes: &platform.Prefixes{Gateway: []string{"/api"}}}, logger: zap.NewNop()}
+	h := &Handler{rt: &engine.Runtime{Prefixes: engine.Prefixes{Gateway: []string{"/api"}}}, logger: zap.NewNop()}
 	if _, e := h.jobURLs(httptest.NewRequest("POST", "/x", nil), &call{route: invokeRoute{prefix: "/api"}}); e == nil {
 		t.Error("no usage prefix: want an error")
 	}

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/apierror"
+	"github.com/platformgw/gateway/engine"
 	"github.com/platformgw/gateway/platform"
 )
 
@@ -28,15 +29,15 @@ func init() {
 }
 
 // Handler is the platform_gateway handler. It has no settings of its own:
-// everything comes from the `platform` app.
+// it serves from the runtime the `platform` app built (engine.Runtime).
 type Handler struct {
-	app    *platform.App
+	rt     *engine.Runtime
 	logger *zap.Logger
 
 	// hd are the brand's header names; requestIDKey is the response's
 	// request id header name as net/http's Header.Set spells it
 	// (X-Platform-Request-Id), so it is set in the map directly.
-	hd           platform.Headers
+	hd           engine.Headers
 	requestIDKey string
 	// signers holds a signing.Signer per service of this config's
 	// catalog (*catalog.Service → *signing.Signer), made on first use.
@@ -51,24 +52,31 @@ func (*Handler) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Provision takes the catalog and store from the platform app.
+// Provision takes the runtime of the platform app: the Caddy shell ends
+// here, and everything a request does goes through h.rt.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	app, err := platform.FromContext(ctx, "platform_gateway")
 	if err != nil {
 		return err
 	}
-	h.app = app
-	h.logger = ctx.Logger()
-	h.hd = app.Headers()
-	h.requestIDKey = textproto.CanonicalMIMEHeaderKey(h.hd.RequestID)
+	h.init(app.Runtime(), ctx.Logger())
 	return nil
+}
+
+// init sets the handler up to serve from rt (Provision; unit tests call it
+// with a runtime of their own).
+func (h *Handler) init(rt *engine.Runtime, logger *zap.Logger) {
+	h.rt = rt
+	h.logger = logger
+	h.hd = rt.Headers
+	h.requestIDKey = textproto.CanonicalMIMEHeaderKey(h.hd.RequestID)
 }
 
 // ServeHTTP answers invoke routes under the gateway prefixes, refuses
 // anything else under .../service/, and passes other paths on untouched; if
 // one of them ends up at the platform proxy, it answers 404 not_found.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	route, ok := parseInvokePath(h.app.Prefixes.Gateway, r.URL.Path)
+	route, ok := parseInvokePath(h.rt.Prefixes.Gateway, r.URL.Path)
 	if !ok {
 		err := next.ServeHTTP(w, r)
 		if unrouted, _ := caddyhttp.GetVar(r.Context(), unroutedVar).(bool); unrouted && err != nil {
@@ -93,7 +101,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if status == 0 && err != nil {
 		status = http.StatusInternalServerError
 	}
-	h.app.ObserveCall(status, time.Since(start)-o.backend)
+	h.rt.ObserveCall(status, time.Since(start)-o.backend)
 	return err
 }
 
@@ -101,9 +109,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, requestID string, e *apierror.Error) {
 	if requestID != "" {
 		e.RequestID = requestID
-		w.Header().Set(h.app.Headers().RequestID, requestID)
+		w.Header().Set(h.rt.Headers.RequestID, requestID)
 	}
-	h.app.CountRejection(e.Code)
+	h.rt.CountRejection(e.Code)
 	// Checked first: a flood of refused calls (rate limited, bad keys)
 	// builds no log fields while INFO is off.
 	if ce := h.logger.Check(zap.InfoLevel, "invoke refused"); ce != nil {

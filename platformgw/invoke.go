@@ -52,7 +52,7 @@ type call struct {
 }
 
 func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, route invokeRoute, next caddyhttp.Handler) error {
-	c := &call{route: route, requestID: requestID(r), started: h.app.Now()}
+	c := &call{route: route, requestID: requestID(r), started: h.rt.Now()}
 	c.idValue[0] = c.requestID
 	w.Header()[h.requestIDKey] = c.idValue[:]
 	e := h.admit(r, c)
@@ -60,7 +60,7 @@ func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, route invokeRou
 	// caller is worth logging too).
 	c.publish(r)
 	if e != nil {
-		h.app.CountInvoke(route.serviceID, route.endpointID, mode(route), "rejected")
+		h.rt.CountInvoke(route.serviceID, route.endpointID, mode(route), "rejected")
 		if c.allowance.set {
 			c.allowance.write(w.Header())
 		}
@@ -83,12 +83,12 @@ func mode(r invokeRoute) string {
 // admit runs every check that may refuse the call, in the order a caller
 // can fix them: credentials, route, subscription, limits, body.
 func (h *Handler) admit(r *http.Request, c *call) *apierror.Error {
-	key, e := h.app.AuthenticateKey(r)
+	key, e := h.rt.AuthenticateKey(r)
 	if e != nil {
 		return e
 	}
 	c.key = key
-	svc, ok := h.app.Catalog().Service(c.route.serviceID)
+	svc, ok := h.rt.Catalog.Service(c.route.serviceID)
 	if !ok {
 		return apierror.New(apierror.ServiceNotFound, "no service "+quote(c.route.serviceID))
 	}
@@ -129,7 +129,7 @@ func (h *Handler) admit(r *http.Request, c *call) *apierror.Error {
 			return apierror.New(apierror.TimeUnitInvocationNotAllowed,
 				"a PER_TIME_UNIT product is invoked asynchronously, or synchronously only on a streaming endpoint")
 		}
-		ok, wait, remaining := h.app.Allow(key.ID, svc.ID, p.RateLimit, c.started)
+		ok, wait, remaining := h.rt.Allow(key.ID, svc.ID, p.RateLimit, c.started)
 		c.allowance.rate(p.RateLimit, remaining, wait)
 		if !ok {
 			return apierror.New(apierror.RateLimited, "rate limit of this key reached").WithRetry(wait)
@@ -147,7 +147,7 @@ func (h *Handler) admit(r *http.Request, c *call) *apierror.Error {
 // call the service, under which product) and translates its refusal.
 func (h *Handler) subscription(ctx context.Context, c *call) *apierror.Error {
 	c.user = signing.UserContext{UserID: c.key.UserID, Roles: c.key.Roles}
-	a, err := subscription.Resolve(ctx, c.svc, c.key.UserID, h.app.DataStore().GetSubscription)
+	a, err := subscription.Resolve(ctx, c.svc, c.key.UserID, h.rt.Store().GetSubscription)
 	if err != nil {
 		return h.accessRefusal(err)
 	}
@@ -186,7 +186,7 @@ func (h *Handler) accessRefusal(err error) *apierror.Error {
 // handed on, because net/http's transport may still read a request body
 // after RoundTrip has returned.
 func (h *Handler) readBody(r *http.Request) ([]byte, *apierror.Error) {
-	limit := h.app.MaxBodyBytes
+	limit := h.rt.Limits.MaxBodyBytes
 	if r.ContentLength > limit {
 		return nil, apierror.New(apierror.PayloadTooLarge, "request body is larger than the limit")
 	}
@@ -255,7 +255,7 @@ func (h *Handler) prepareForward(r *http.Request, c *call, payload []byte, backe
 	// the backend as trailers, unsigned, past the header stripping. The
 	// body is read in full by now, so the trailers are too.
 	stripCallerHeaders(r.Trailer, hd.Prefix)
-	sig, ts = h.signer(c.svc).SignV3At(payload, h.app.Now(), c.user)
+	sig, ts = h.signer(c.svc).SignV3At(payload, h.rt.Now(), c.user)
 	f := &c.fwd
 	f.svc = c.svc
 	f.add(hd.Signature, sig)

@@ -19,7 +19,7 @@ import (
 // reserve holds the call's units before it is forwarded and fills the
 // allowance the caller is shown.
 func (h *Handler) reserve(r *http.Request, c *call) (store.Reservation, *apierror.Error) {
-	res, dec, st, err := h.app.DataStore().Reserve(r.Context(), c.account, c.ep.UnitCost(), c.started)
+	res, dec, st, err := h.rt.Store().Reserve(r.Context(), c.account, c.ep.UnitCost(), c.started)
 	if errors.Is(err, store.ErrNoAccount) {
 		return res, apierror.New(apierror.NoSubscription, "no subscription to service "+c.svc.ID)
 	}
@@ -60,7 +60,7 @@ func (h *Handler) judge(c *call, dec billing.Decision, st billing.State) *apierr
 func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, next caddyhttp.Handler) error {
 	res, e := h.reserve(r, c)
 	if e != nil {
-		h.app.CountKnownInvoke(c.svc.ID, c.ep.ID, "sync", "rejected")
+		h.rt.CountKnownInvoke(c.svc.ID, c.ep.ID, "sync", "rejected")
 		c.allowance.write(w.Header())
 		h.refuse(w, r, c.requestID, e)
 		return nil
@@ -96,7 +96,7 @@ func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, ne
 		// Nothing reached the caller: the backend was not reached or did
 		// not answer. Not charged.
 		h.release(c, res)
-		h.app.CountKnownInvoke(c.svc.ID, c.ep.ID, "sync", "backend_error")
+		h.rt.CountKnownInvoke(c.svc.ID, c.ep.ID, "sync", "backend_error")
 		c.allowance.write(w.Header())
 		h.refuse(w, r, c.requestID, h.unreachable(c, err))
 		return nil
@@ -123,7 +123,7 @@ func (m *meterWriter) end(delivered bool) {
 	case m.atEnd && !delivered:
 		m.settled = true
 		m.h.release(m.c, m.res)
-		m.h.app.CountKnownInvoke(m.c.svc.ID, m.c.ep.ID, "sync", "backend_error")
+		m.h.rt.CountKnownInvoke(m.c.svc.ID, m.c.ep.ID, "sync", "backend_error")
 	case m.atEnd:
 		units := m.endUnits
 		if m.deferred {
@@ -138,7 +138,7 @@ func (m *meterWriter) end(delivered bool) {
 	case !m.wroteHeader:
 		m.settled = true
 		m.h.release(m.c, m.res)
-		m.h.app.CountKnownInvoke(m.c.svc.ID, m.c.ep.ID, "sync", "backend_error")
+		m.h.rt.CountKnownInvoke(m.c.svc.ID, m.c.ep.ID, "sync", "backend_error")
 	case m.deferred && m.status < 500:
 		m.settleNow(m.deferredUnits())
 	default:
@@ -187,7 +187,7 @@ func (h *Handler) release(c *call, res store.Reservation) {
 	if res.ID == "" {
 		return
 	}
-	_, err := h.app.DataStore().Settle(context.Background(), res, 0, store.LedgerEntry{})
+	_, err := h.rt.Store().Settle(context.Background(), res, 0, store.LedgerEntry{})
 	if err != nil && !errors.Is(err, store.ErrUnavailable) { // the store logs those, once per burst
 		h.logger.Error("release reservation", zap.String("request_id", c.requestID), zap.Error(err))
 	}
@@ -248,7 +248,7 @@ func (m *meterWriter) WriteHeader(status int) {
 	if status >= 500 {
 		m.h.release(m.c, m.res)
 		m.settled = true
-		m.h.app.CountKnownInvoke(m.c.svc.ID, m.c.ep.ID, "sync", "backend_error")
+		m.h.rt.CountKnownInvoke(m.c.svc.ID, m.c.ep.ID, "sync", "backend_error")
 		m.w.WriteHeader(status)
 		return
 	}
@@ -292,7 +292,7 @@ func (m *meterWriter) WriteHeader(status int) {
 // WriteHeader cleans what is left).
 func (m *meterWriter) writeInformational(status int) {
 	hdr := m.w.Header()
-	prefix := m.h.app.Headers().Prefix
+	prefix := m.h.rt.Headers.Prefix
 	var removed http.Header
 	for name, v := range hdr {
 		if hasBrandPrefix(name, prefix) {
@@ -343,7 +343,7 @@ func (m *meterWriter) claimedUnits(v string) (billing.Units, bool) {
 // seconds (rounded up) from the call's start for PER_TIME_UNIT.
 func (m *meterWriter) deferredUnits() billing.Units {
 	if p := m.c.product; p != nil && p.MeasurementType == billing.PerTimeUnit {
-		return billing.Whole(ceilSeconds(m.h.app.Now().Sub(m.c.started)))
+		return billing.Whole(ceilSeconds(m.h.rt.Now().Sub(m.c.started)))
 	}
 	return billing.Whole(m.written)
 }
@@ -353,7 +353,7 @@ func (m *meterWriter) settleNow(units billing.Units) bool {
 	m.settled = true
 	c := m.c
 	entry := store.LedgerEntry{
-		Time:       m.h.app.Now(),
+		Time:       m.h.rt.Now(),
 		UserID:     c.account.UserID,
 		ServiceID:  c.svc.ID,
 		EndpointID: c.ep.ID,
@@ -363,7 +363,7 @@ func (m *meterWriter) settleNow(units billing.Units) bool {
 	if c.product != nil {
 		entry.ProductID = c.product.ID
 	}
-	e, err := m.h.app.DataStore().Settle(context.Background(), m.res, units, entry)
+	e, err := m.h.rt.Store().Settle(context.Background(), m.res, units, entry)
 	if err != nil {
 		if errors.Is(err, store.ErrUnavailable) && m.deferred {
 			// The body is delivered: the store charges it once it writes
@@ -376,7 +376,7 @@ func (m *meterWriter) settleNow(units billing.Units) bool {
 		m.h.release(c, m.res)
 		return false
 	}
-	m.h.app.CountKnownInvoke(c.svc.ID, c.ep.ID, "sync", "ok")
-	m.h.app.CountUnits(c.svc.ID, store.SourceGateway, int64(e.Units))
+	m.h.rt.CountKnownInvoke(c.svc.ID, c.ep.ID, "sync", "ok")
+	m.h.rt.CountUnits(c.svc.ID, store.SourceGateway, int64(e.Units))
 	return true
 }

@@ -51,7 +51,7 @@ func (h *Handler) syncOutput(w http.ResponseWriter, r *http.Request, c *call) (h
 		return w, nil
 	}
 	r.Header.Del("Accept-Encoding")
-	ww := &wrappedWriter{w: w, h: h, c: c, limit: h.app.MaxBodyBytes}
+	ww := &wrappedWriter{w: w, h: h, c: c, limit: h.rt.Limits.MaxBodyBytes}
 	return ww, ww
 }
 
@@ -208,7 +208,7 @@ func (ww *wrappedWriter) finish(withheld bool, proxyErr error) {
 			contentType: backendType,
 			result:      ww.body.String(),
 			size:        ww.size,
-			completedAt: ww.h.app.Now().UTC().Format("2006-01-02T15:04:05.000Z"),
+			completedAt: ww.h.rt.Now().UTC().Format("2006-01-02T15:04:05.000Z"),
 		}.appendJSON(make([]byte, 0, ww.body.Len()+256))
 		hdr.Set("Content-Type", "application/json")
 		hdr.Set("Content-Length", strconv.Itoa(len(body)))

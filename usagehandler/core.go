@@ -138,7 +138,7 @@ type estimateResponse struct {
 
 // serveCore answers the routes under a core prefix.
 func (h *Handler) serveCore(w http.ResponseWriter, r *http.Request, kind coreKind) {
-	now := h.app.Now()
+	now := h.rt.Now()
 	c := &coreCall{kind: kind, requestID: requestID(r), now: now, ts: signing.Timestamp(now)}
 	if kind == coreUnknown {
 		h.coreRefuse(w, r, c, apierror.New(apierror.NotFound, "no such route; the core routes are service-keys/validate, service-keys/estimate-usage and billing/usage/estimate"))
@@ -182,7 +182,7 @@ func (h *Handler) validateKey(w http.ResponseWriter, r *http.Request, c *coreCal
 		h.coreRefuse(w, r, c, e)
 		return
 	}
-	key, e := h.app.AuthenticateServiceKey(r.Context(), token)
+	key, e := h.rt.AuthenticateServiceKey(r.Context(), token)
 	if e != nil {
 		h.coreRefuse(w, r, c, e)
 		return
@@ -212,7 +212,7 @@ func (h *Handler) validateKey(w http.ResponseWriter, r *http.Request, c *coreCal
 		out.MeasurementType = &p.MeasurementType
 		out.UnitLabel = &p.UnitLabel
 	}
-	h.app.CountPreflight(c.kind.String(), svc.ID, "ok")
+	h.rt.CountPreflight(c.kind.String(), svc.ID, "ok")
 	h.coreWrite(w, c, http.StatusOK, out)
 }
 
@@ -235,7 +235,7 @@ func (h *Handler) estimateForKey(w http.ResponseWriter, r *http.Request, c *core
 		h.coreRefuse(w, r, c, e)
 		return
 	}
-	key, e := h.app.AuthenticateServiceKey(r.Context(), token)
+	key, e := h.rt.AuthenticateServiceKey(r.Context(), token)
 	if e != nil {
 		h.coreRefuse(w, r, c, e)
 		return
@@ -258,10 +258,10 @@ func (h *Handler) estimateForUser(w http.ResponseWriter, r *http.Request, c *cor
 		// The service itself. An unknown serviceId cannot have signed:
 		// 401, so unsigned callers cannot probe the catalog.
 		known := false
-		if svc, known = h.app.Catalog().Service(serviceID); !known {
-			h.app.CountSignatureFailure(c.kind.String())
+		if svc, known = h.rt.Catalog.Service(serviceID); !known {
+			h.rt.CountSignatureFailure(c.kind.String())
 			h.coreRefuse(w, r, c, apierror.New(apierror.InvalidSignature,
-				"sign the request with the service's secret ("+h.app.Headers().Signature+", "+h.app.Headers().Timestamp+") or send Authorization: Bearer <the user's service key>"))
+				"sign the request with the service's secret ("+h.rt.Headers.Signature+", "+h.rt.Headers.Timestamp+") or send Authorization: Bearer <the user's service key>"))
 			return
 		}
 		if e := h.verify(s, svc, c.now, c.now, c.kind.String()); e != nil {
@@ -291,7 +291,7 @@ func (h *Handler) estimateForUser(w http.ResponseWriter, r *http.Request, c *cor
 	if svc == nil {
 		// A key holder may learn what an invoke would tell it anyway.
 		var known bool
-		if svc, known = h.app.Catalog().Service(serviceID); !known {
+		if svc, known = h.rt.Catalog.Service(serviceID); !known {
 			h.coreRefuse(w, r, c, apierror.New(apierror.ServiceNotFound, "no service "+strconv.Quote(serviceID)))
 			return
 		}
@@ -305,7 +305,7 @@ func (h *Handler) estimateForUser(w http.ResponseWriter, r *http.Request, c *cor
 // estimateUsageWithJwt sends). A JWT that does not verify is 401
 // invalid_token, whatever the reason; the reason is logged, never the token.
 func (h *Handler) bearerUser(r *http.Request, c *coreCall) (string, *apierror.Error) {
-	if v := h.app.JWTVerifier(); v != nil {
+	if v := h.rt.JWT; v != nil {
 		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 		if token = strings.TrimSpace(token); strings.EqualFold(scheme, "Bearer") && jwtauth.LooksLikeJWT(token) {
 			user, err := v.UserID(token)
@@ -316,7 +316,7 @@ func (h *Handler) bearerUser(r *http.Request, c *coreCall) (string, *apierror.Er
 			return user, nil
 		}
 	}
-	key, e := h.app.AuthenticateKey(r)
+	key, e := h.rt.AuthenticateKey(r)
 	if e != nil {
 		return "", e
 	}
@@ -335,7 +335,7 @@ func (h *Handler) estimate(w http.ResponseWriter, r *http.Request, c *coreCall, 
 	var state billing.State
 	if st.Product != nil {
 		var err error
-		state, err = h.app.DataStore().State(r.Context(), st.Account, c.now)
+		state, err = h.rt.Store().State(r.Context(), st.Account, c.now)
 		if err != nil {
 			h.logger.Error("usage state", zap.String("request_id", c.requestID), zap.String("service", svc.ID), zap.Error(err))
 			h.coreRefuse(w, r, c, apierror.New(apierror.InternalError, "usage state lookup failed"))
@@ -367,7 +367,7 @@ func (h *Handler) estimate(w http.ResponseWriter, r *http.Request, c *coreCall, 
 	if !d.Allowed {
 		outcome = d.Code
 	}
-	h.app.CountPreflight(c.kind.String(), svc.ID, outcome)
+	h.rt.CountPreflight(c.kind.String(), svc.ID, outcome)
 	h.coreWrite(w, c, status, out)
 }
 
@@ -422,9 +422,9 @@ func (h *Handler) callingService(c *coreCall, s signedRequest, f fields) (*catal
 		return nil, e
 	}
 	signed := s.signature != ""
-	hd := h.app.Headers()
+	hd := h.rt.Headers
 	refused := func(msg string) (*catalog.Service, *apierror.Error) {
-		h.app.CountSignatureFailure(route)
+		h.rt.CountSignatureFailure(route)
 		return nil, apierror.New(apierror.InvalidSignature, msg)
 	}
 	if !signed && !hasSecret {
@@ -435,7 +435,7 @@ func (h *Handler) callingService(c *coreCall, s signedRequest, f fields) (*catal
 	switch {
 	case hasID:
 		var known bool
-		if svc, known = h.app.Catalog().Service(serviceID); !known {
+		if svc, known = h.rt.Catalog.Service(serviceID); !known {
 			// No secret of an unknown service can match: the same answer
 			// as a wrong one, so the catalog cannot be probed.
 			if hasSecret {
@@ -468,8 +468,8 @@ func (h *Handler) callingService(c *coreCall, s signedRequest, f fields) (*catal
 func (h *Handler) serviceBySecret(secret string) *catalog.Service {
 	var found *catalog.Service
 	matches := 0
-	for _, s := range h.app.Services {
-		svc, ok := h.app.Catalog().Service(s.ID)
+	for _, s := range h.rt.Catalog.Services() {
+		svc, ok := h.rt.Catalog.Service(s.ID)
 		if ok && secretMatches(svc, secret) {
 			found = svc
 			matches++
@@ -499,7 +499,7 @@ func secretMatches(svc *catalog.Service, secret string) bool {
 // service owner, or a subscription whose status grants access to a
 // product the catalog still offers), its refusal translated.
 func (h *Handler) standingOf(ctx context.Context, svc *catalog.Service, userID string) (subscription.Access, *apierror.Error) {
-	a, err := subscription.Resolve(ctx, svc, userID, h.app.DataStore().GetSubscription)
+	a, err := subscription.Resolve(ctx, svc, userID, h.rt.Store().GetSubscription)
 	if err != nil {
 		return a, h.accessRefusal(err)
 	}
@@ -570,8 +570,8 @@ func (h *Handler) coreRefuse(w http.ResponseWriter, r *http.Request, c *coreCall
 	if c.svc != nil {
 		service = c.svc.ID
 	}
-	h.app.CountRejection(e.Code)
-	h.app.CountPreflight(c.kind.String(), service, e.Code)
+	h.rt.CountRejection(e.Code)
+	h.rt.CountPreflight(c.kind.String(), service, e.Code)
 	h.logger.Info("core request refused",
 		zap.String("code", e.Code),
 		zap.String("field", e.Field),
@@ -597,7 +597,7 @@ func (h *Handler) coreWrite(w http.ResponseWriter, c *coreCall, status int, v an
 		h.logger.Error("encode core answer", zap.String("request_id", c.requestID), zap.Error(err))
 		status, body = http.StatusInternalServerError, []byte(`{"code":"internal_error","message":"could not encode the answer"}`)
 	}
-	hd := h.app.Headers()
+	hd := h.rt.Headers
 	w.Header().Set(hd.RequestID, c.requestID)
 	if c.svc != nil {
 		w.Header().Set(hd.Signature, signing.Sign(c.svc.SigningSecret(), body, []byte(c.ts)))

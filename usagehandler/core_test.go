@@ -12,11 +12,11 @@ import (
 	"github.com/platformgw/gateway/apierror"
 	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/catalog"
-	"github.com/platformgw/gateway/platform"
+	"github.com/platformgw/gateway/engine"
 )
 
 func TestCoreRoutes(t *testing.T) {
-	p := platform.DefaultPrefixes()
+	p := engine.DefaultPrefixes()
 	for path, want := range map[string]coreKind{
 		"/api/v1/service-keys/validate":            coreValidate,
 		"/core/api/v1/service-keys/validate":       coreValidate,

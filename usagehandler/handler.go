@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/apierror"
+	"github.com/platformgw/gateway/engine"
 	"github.com/platformgw/gateway/platform"
 )
 
@@ -23,10 +24,10 @@ func init() {
 	caddy.RegisterModule(new(Handler))
 }
 
-// Handler is the platform_usage handler; its settings come from the
-// platform app.
+// Handler is the platform_usage handler; it serves from the runtime the
+// platform app built (engine.Runtime).
 type Handler struct {
-	app    *platform.App
+	rt     *engine.Runtime
 	logger *zap.Logger
 }
 
@@ -38,15 +39,16 @@ func (*Handler) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Provision takes the catalog and store from the platform app.
+// Provision takes the runtime of the platform app: the Caddy shell ends
+// here, and everything a request does goes through h.rt.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	app, err := platform.FromContext(ctx, "platform_usage")
 	if err != nil {
 		return err
 	}
-	h.app = app
+	h.rt = app.Runtime()
 	h.logger = ctx.Logger()
-	if h.app.PublicURL == "" {
+	if h.rt.PublicURL == "" {
 		h.logger.Warn("public_url is not set: async jobs are accepted only when the caller's Host is one of the site's host names or the address it connected to; set public_url to the URL backends reach the gateway at")
 	}
 	return nil
@@ -55,7 +57,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 // ServeHTTP answers the usage routes, job status and result, and passes
 // every other path on.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	rt, ok := matchRoute(*h.app.Prefixes, r.URL.Path)
+	rt, ok := matchRoute(h.rt.Prefixes, r.URL.Path)
 	if !ok {
 		return next.ServeHTTP(w, r)
 	}
@@ -112,8 +114,8 @@ func (h *Handler) methodNotAllowed(w http.ResponseWriter, r *http.Request, allow
 func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, e *apierror.Error) {
 	// The id goes in a header, not the body, where requestId names a job.
 	id := requestID(r)
-	w.Header().Set(h.app.Headers().RequestID, id)
-	h.app.CountRejection(e.Code)
+	w.Header().Set(h.rt.Headers.RequestID, id)
+	h.rt.CountRejection(e.Code)
 	h.logger.Info("usage request refused",
 		zap.String("code", e.Code),
 		zap.String("field", e.Field),
@@ -148,7 +150,7 @@ type route struct {
 // they can be dispatched; ok is false for any other path. The longest
 // matching prefix wins, because the default usage and core prefixes lie
 // inside the default gateway prefix (/api/usage, /api/v1 in /api).
-func matchRoute(p platform.Prefixes, path string) (route, bool) {
+func matchRoute(p engine.Prefixes, path string) (route, bool) {
 	const (
 		gw = iota
 		usage

@@ -18,7 +18,7 @@ import (
 	"github.com/platformgw/gateway/apierror"
 	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/catalog"
-	"github.com/platformgw/gateway/platform"
+	"github.com/platformgw/gateway/engine"
 	"github.com/platformgw/gateway/store"
 )
 
@@ -54,7 +54,7 @@ func (h *Handler) signedJob(r *http.Request, id, route string) (signedRequest, s
 		return s, store.Job{}, nil, e
 	}
 	notFound := apierror.New(apierror.RequestNotFound, "no request "+quoteID(id))
-	job, err := h.app.DataStore().GetJob(r.Context(), id)
+	job, err := h.rt.Store().GetJob(r.Context(), id)
 	if errors.Is(err, store.ErrNotFound) {
 		return s, job, nil, notFound
 	}
@@ -62,15 +62,15 @@ func (h *Handler) signedJob(r *http.Request, id, route string) (signedRequest, s
 		h.logger.Error("job lookup", zap.Error(err))
 		return s, job, nil, apierror.New(apierror.InternalError, "job lookup failed")
 	}
-	svc, ok := h.app.Catalog().Service(job.ServiceID)
+	svc, ok := h.rt.Catalog.Service(job.ServiceID)
 	if !ok { // the service left the catalog: nobody can sign for the job
 		return s, job, nil, notFound
 	}
 	if s.signature != "" && !s.signedBy(svc) && h.signedByAnother(s, svc.ID) {
-		h.app.CountSignatureFailure(route)
+		h.rt.CountSignatureFailure(route)
 		return s, job, nil, notFound
 	}
-	if e := h.verify(s, svc, job.CreatedAt, h.app.Now(), route); e != nil {
+	if e := h.verify(s, svc, job.CreatedAt, h.rt.Now(), route); e != nil {
 		return s, job, nil, e
 	}
 	return s, job, svc, nil
@@ -79,7 +79,7 @@ func (h *Handler) signedJob(r *http.Request, id, route string) (signedRequest, s
 // signedByAnother reports whether another service of the catalog signed.
 // It runs only for signatures the job's own service refused.
 func (h *Handler) signedByAnother(s signedRequest, except string) bool {
-	for _, other := range h.app.Services {
+	for _, other := range h.rt.Catalog.Services() {
 		if other.ID != except && s.signedBy(other) {
 			return true
 		}
@@ -94,14 +94,14 @@ func (h *Handler) progress(w http.ResponseWriter, r *http.Request, id string) {
 		h.refuse(w, r, e)
 		return
 	}
-	now := h.app.Now()
-	p, e := parseProgress(s.body, now, time.Duration(h.app.TimestampTolerance))
+	now := h.rt.Now()
+	p, e := parseProgress(s.body, now, time.Duration(h.rt.Limits.TimestampTolerance))
 	if e != nil {
 		h.refuse(w, r, e)
 		return
 	}
 	var started bool
-	job, err := h.app.DataStore().UpdateJob(r.Context(), id, func(j *store.Job) error {
+	job, err := h.rt.Store().UpdateJob(r.Context(), id, func(j *store.Job) error {
 		if j.Terminal() {
 			return errTerminal
 		}
@@ -123,7 +123,7 @@ func (h *Handler) progress(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	if started {
-		h.app.CountJobState(store.JobRunning)
+		h.rt.CountJobState(store.JobRunning)
 	}
 	body, _ := json.Marshal(jobAck{RequestID: job.ID, Status: job.Status})
 	writeJSON(w, http.StatusOK, body)
@@ -137,7 +137,7 @@ func (h *Handler) jobWriteError(err error, id string) *apierror.Error {
 	case errors.Is(err, errTerminal):
 		return apierror.New(apierror.RequestAlreadyCompleted, "request "+quoteID(id)+" has already finished")
 	case errors.Is(err, errExpired):
-		return apierror.New(apierror.RequestAlreadyCompleted, "request "+quoteID(id)+" expired: "+platform.JobExpiredMessage)
+		return apierror.New(apierror.RequestAlreadyCompleted, "request "+quoteID(id)+" expired: "+engine.JobExpiredMessage)
 	case errors.Is(err, store.ErrNotFound):
 		return apierror.New(apierror.RequestNotFound, "no request "+quoteID(id))
 	}
@@ -326,8 +326,8 @@ func (h *Handler) complete(w http.ResponseWriter, r *http.Request, id string) {
 		h.refuse(w, r, e)
 		return
 	}
-	now := h.app.Now()
-	c, e := parseCompletion(s.body, now, time.Duration(h.app.TimestampTolerance))
+	now := h.rt.Now()
+	c, e := parseCompletion(s.body, now, time.Duration(h.rt.Limits.TimestampTolerance))
 	if e != nil {
 		h.refuse(w, r, e)
 		return
@@ -347,8 +347,8 @@ func (h *Handler) complete(w http.ResponseWriter, r *http.Request, id string) {
 		entry.ProductID = product.ID
 	}
 	digest := c.digest()
-	resultCap := h.app.ResultMaxBytes
-	done, err := h.app.DataStore().CompleteJob(r.Context(), id, account, entry, func(j *store.Job) error {
+	resultCap := h.rt.Limits.ResultMaxBytes
+	done, err := h.rt.Store().CompleteJob(r.Context(), id, account, entry, func(j *store.Job) error {
 		if j.Terminal() {
 			if j.CompletionDigest != "" && j.CompletionDigest == digest {
 				return errSameCompletion
@@ -382,9 +382,9 @@ func (h *Handler) complete(w http.ResponseWriter, r *http.Request, id string) {
 		h.refuse(w, r, e)
 		return
 	}
-	h.app.CountJobState(done.Status)
+	h.rt.CountJobState(done.Status)
 	if done.Units > 0 { // what was charged, which a hard limit may have cut
-		h.app.CountUnits(job.ServiceID, store.SourceCompletion, int64(done.Units))
+		h.rt.CountUnits(job.ServiceID, store.SourceCompletion, int64(done.Units))
 	}
 	body, _ := json.Marshal(jobAck{RequestID: done.ID, Status: done.Status})
 	writeJSON(w, http.StatusOK, body)
@@ -418,7 +418,7 @@ func (h *Handler) jobAccount(job store.Job, svc *catalog.Service) (store.Account
 	}
 	p, ok := svc.Product(job.ProductID)
 	if !ok {
-		if sub, err := h.app.DataStore().GetSubscription(context.Background(), job.UserID, job.ServiceID); err == nil {
+		if sub, err := h.rt.Store().GetSubscription(context.Background(), job.UserID, job.ServiceID); err == nil {
 			p, ok = svc.Product(sub.ProductID)
 		}
 	}

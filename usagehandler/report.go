@@ -62,13 +62,13 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 	}
 	// An unknown service cannot have signed: answering 401 rather than
 	// 404 keeps unsigned callers from probing the catalog.
-	svc, known := h.app.Catalog().Service(serviceID)
+	svc, known := h.rt.Catalog.Service(serviceID)
 	if !known {
-		h.app.CountSignatureFailure("report")
+		h.rt.CountSignatureFailure("report")
 		h.refuse(w, r, badSignature())
 		return
 	}
-	now := h.app.Now()
+	now := h.rt.Now()
 	if e := h.verify(s, svc, now, now, "report"); e != nil {
 		h.refuse(w, r, e)
 		return
@@ -86,7 +86,7 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 
 	// The status is not checked: the usage already happened, and a report
 	// is the record of it.
-	a, err := subscription.ResolveRecorded(r.Context(), svc, rep.UserID, h.app.DataStore().GetSubscription)
+	a, err := subscription.ResolveRecorded(r.Context(), svc, rep.UserID, h.rt.Store().GetSubscription)
 	if err != nil {
 		h.refuse(w, r, h.accessRefusal(err))
 		return
@@ -105,7 +105,7 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 	if product != nil {
 		entry.ProductID = product.ID
 	}
-	body, err := h.app.DataStore().Record(r.Context(), account, entry, func(e store.LedgerEntry, st billing.State) ([]byte, error) {
+	body, err := h.rt.Store().Record(r.Context(), account, entry, func(e store.LedgerEntry, st billing.State) ([]byte, error) {
 		return json.Marshal(reportBody(rep, product, st, e.Units))
 	})
 	switch {
@@ -121,7 +121,7 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, r, apierror.New(apierror.InternalError, "the report could not be recorded"))
 		return
 	default:
-		h.app.CountUnits(svc.ID, store.SourceReport, int64(rep.Units))
+		h.rt.CountUnits(svc.ID, store.SourceReport, int64(rep.Units))
 	}
 	writeJSON(w, http.StatusOK, body)
 }
@@ -144,7 +144,7 @@ func (h *Handler) parseReport(f fields, serviceID string, now time.Time) (usageR
 		return rep, apierror.Invalid("unitsUsed", "unitsUsed must be greater than zero")
 	}
 	rep.Units = units
-	if rep.At, e = f.timestamp(now, time.Duration(h.app.TimestampTolerance)); e != nil {
+	if rep.At, e = f.timestamp(now, time.Duration(h.rt.Limits.TimestampTolerance)); e != nil {
 		return rep, e
 	}
 	if id, ok, _ := f.str("requestId"); ok && len(id) <= 128 && validID(id) {

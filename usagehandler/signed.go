@@ -23,7 +23,7 @@ type signedRequest struct {
 // readSigned reads the body (refusing one over usage_max_body_bytes with
 // 413) and the signature headers. Nothing is verified or parsed yet.
 func (h *Handler) readSigned(r *http.Request) (signedRequest, *apierror.Error) {
-	limit := h.app.UsageMaxBodyBytes
+	limit := h.rt.Limits.UsageMaxBodyBytes
 	tooLarge := apierror.New(apierror.PayloadTooLarge, "request body is larger than the limit")
 	if r.ContentLength > limit {
 		return signedRequest{}, tooLarge
@@ -42,7 +42,7 @@ func (h *Handler) readSigned(r *http.Request) (signedRequest, *apierror.Error) {
 			return signedRequest{}, tooLarge
 		}
 	}
-	hd := h.app.Headers()
+	hd := h.rt.Headers
 	return signedRequest{
 		body:      buf.Bytes(),
 		signature: r.Header.Get(hd.Signature),
@@ -61,11 +61,11 @@ func (s signedRequest) signedBy(svc *catalog.Service) bool {
 // in [from, to] widened by the skew allowance.
 func (h *Handler) verify(s signedRequest, svc *catalog.Service, from, to time.Time, route string) *apierror.Error {
 	if s.signature == "" {
-		h.app.CountSignatureFailure(route)
-		return apierror.New(apierror.InvalidSignature, "the request is not signed: send "+h.app.Headers().Signature+" and "+h.app.Headers().Timestamp)
+		h.rt.CountSignatureFailure(route)
+		return apierror.New(apierror.InvalidSignature, "the request is not signed: send "+h.rt.Headers.Signature+" and "+h.rt.Headers.Timestamp)
 	}
 	if !s.signedBy(svc) {
-		h.app.CountSignatureFailure(route)
+		h.rt.CountSignatureFailure(route)
 		return badSignature()
 	}
 	return h.fresh(s, from, to, route)
@@ -79,11 +79,11 @@ func badSignature() *apierror.Error {
 func (h *Handler) fresh(s signedRequest, from, to time.Time, route string) *apierror.Error {
 	ts, err := signing.ParseTimestamp(s.timestamp)
 	if err != nil {
-		h.app.CountSignatureFailure(route)
-		return apierror.New(apierror.StaleTimestamp, h.app.Headers().Timestamp+" must be Unix epoch seconds")
+		h.rt.CountSignatureFailure(route)
+		return apierror.New(apierror.StaleTimestamp, h.rt.Headers.Timestamp+" must be Unix epoch seconds")
 	}
-	if !signing.Within(ts, from, to, time.Duration(h.app.TimestampTolerance)) {
-		h.app.CountSignatureFailure(route)
+	if !signing.Within(ts, from, to, time.Duration(h.rt.Limits.TimestampTolerance)) {
+		h.rt.CountSignatureFailure(route)
 		return apierror.New(apierror.StaleTimestamp, "the timestamp is outside the accepted window")
 	}
 	return nil

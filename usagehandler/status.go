@@ -11,7 +11,7 @@ import (
 
 	"github.com/platformgw/gateway/apierror"
 	"github.com/platformgw/gateway/billing"
-	"github.com/platformgw/gateway/platform"
+	"github.com/platformgw/gateway/engine"
 	"github.com/platformgw/gateway/store"
 )
 
@@ -44,11 +44,11 @@ type resultResponse struct {
 // callerJob authenticates the caller and finds one of its jobs. Another
 // user's job answers like an unknown one.
 func (h *Handler) callerJob(r *http.Request, id string) (store.Job, *apierror.Error) {
-	key, e := h.app.AuthenticateKey(r)
+	key, e := h.rt.AuthenticateKey(r)
 	if e != nil {
 		return store.Job{}, e
 	}
-	job, err := h.app.DataStore().GetJob(r.Context(), id)
+	job, err := h.rt.Store().GetJob(r.Context(), id)
 	if errors.Is(err, store.ErrNotFound) || err == nil && job.UserID != key.UserID {
 		return store.Job{}, apierror.New(apierror.RequestNotFound, "no request "+quoteID(id))
 	}
@@ -56,7 +56,7 @@ func (h *Handler) callerJob(r *http.Request, id string) (store.Job, *apierror.Er
 		h.logger.Error("job lookup", zap.Error(err))
 		return store.Job{}, apierror.New(apierror.InternalError, "job lookup failed")
 	}
-	return effective(job, h.app.Now()), nil
+	return effective(job, h.rt.Now()), nil
 }
 
 // effective shows a job past its deadline as the expiry sweep will leave
@@ -64,7 +64,7 @@ func (h *Handler) callerJob(r *http.Request, id string) (store.Job, *apierror.Er
 func effective(j store.Job, now time.Time) store.Job {
 	if !j.Terminal() && !j.ExpiresAt.IsZero() && !now.Before(j.ExpiresAt) {
 		j.Status = store.JobFailed
-		j.ErrorMessage = platform.JobExpiredMessage
+		j.ErrorMessage = engine.JobExpiredMessage
 		j.CompletedAt = j.ExpiresAt
 	}
 	return j
@@ -77,7 +77,7 @@ func (h *Handler) status(w http.ResponseWriter, r *http.Request, id string) {
 		h.refuse(w, r, e)
 		return
 	}
-	body, _ := json.Marshal(statusOf(job, h.app.Now()))
+	body, _ := json.Marshal(statusOf(job, h.rt.Now()))
 	writeJobJSON(w, http.StatusOK, body)
 }
 
@@ -104,10 +104,10 @@ func (h *Handler) result(w http.ResponseWriter, r *http.Request, id string) {
 		})
 		writeJobJSON(w, http.StatusOK, body)
 	case store.JobFailed:
-		body, _ := json.Marshal(statusOf(job, h.app.Now()))
+		body, _ := json.Marshal(statusOf(job, h.rt.Now()))
 		writeJobJSON(w, http.StatusInternalServerError, body)
 	default:
-		body, _ := json.Marshal(statusOf(job, h.app.Now()))
+		body, _ := json.Marshal(statusOf(job, h.rt.Now()))
 		writeJobJSON(w, http.StatusAccepted, body)
 	}
 }

@@ -8,10 +8,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/caddyserver/caddy/v2"
-
 	"github.com/platformgw/gateway/apierror"
-	"github.com/platformgw/gateway/platform"
+	"github.com/platformgw/gateway/engine"
 	"github.com/platformgw/gateway/store"
 )
 
@@ -48,7 +46,7 @@ func FuzzParseReport(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	h := &Handler{app: &platform.App{TimestampTolerance: caddy.Duration(fuzzSkew)}}
+	h := &Handler{rt: engine.New(engine.Runtime{Limits: engine.Limits{TimestampTolerance: fuzzSkew}})}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		fl, e := parseObject(body)
 		if e != nil {
@@ -181,7 +179,7 @@ func FuzzMatchRoute(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	p := platform.DefaultPrefixes()
+	p := engine.DefaultPrefixes()
 	f.Fuzz(func(t *testing.T, path string) {
 		r, ok := matchRoute(p, path)
 		if !ok {

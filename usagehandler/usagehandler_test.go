@@ -8,12 +8,12 @@ import (
 
 	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/catalog"
-	"github.com/platformgw/gateway/platform"
+	"github.com/platformgw/gateway/engine"
 	"github.com/platformgw/gateway/store"
 )
 
 func TestMatchRoute(t *testing.T) {
-	p := platform.DefaultPrefixes()
+	p := engine.DefaultPrefixes()
 	tests := []struct {
 		path string
 		ok   bool
@@ -204,7 +204,7 @@ func TestStatusOf(t *testing.T) {
 	// Past its deadline but not yet swept, a job shows as expired, and its
 	// elapsed time stops at the deadline.
 	s := statusOf(effective(j, start.Add(30*time.Hour)), start.Add(30*time.Hour))
-	if s.Status != store.JobFailed || s.ErrorMessage == nil || *s.ErrorMessage != platform.JobExpiredMessage || s.ElapsedHours != 24 {
+	if s.Status != store.JobFailed || s.ErrorMessage == nil || *s.ErrorMessage != engine.JobExpiredMessage || s.ElapsedHours != 24 {
 		t.Errorf("overdue: %+v", s)
 	}
 }

@@ -1,4 +1,4 @@
-package platform
+package engine
 
 import (
 	"sync"
@@ -29,20 +29,22 @@ type callSlot struct {
 	lat                     [len(latencyBounds) + 1]uint64
 }
 
-type callStats struct {
+// Calls keeps the figures of the last statsWindow seconds. The zero value
+// is ready; the platform app shares one across reloads.
+type Calls struct {
 	mu    sync.Mutex
 	slots [statsWindow]callSlot
 }
 
-var sharedCallStats = new(callStats)
-
 // ObserveCall counts an invoke call's answer and the latency the gateway
 // added to it; platform_gateway calls it once per invoke call.
-func (a *App) ObserveCall(status int, added time.Duration) {
-	sharedCallStats.observe(time.Now().Unix(), status, added)
+func (rt *Runtime) ObserveCall(status int, added time.Duration) {
+	if rt.Calls != nil {
+		rt.Calls.observe(time.Now().Unix(), status, added)
+	}
 }
 
-func (s *callStats) observe(sec int64, status int, added time.Duration) {
+func (s *Calls) observe(sec int64, status int, added time.Duration) {
 	b := len(latencyBounds)
 	for i, ub := range latencyBounds {
 		if added <= ub {
@@ -81,10 +83,10 @@ type CallStats struct {
 	P50, P99 time.Duration
 }
 
-// RecentCalls returns the figures of the last minute.
-func (a *App) RecentCalls() CallStats { return sharedCallStats.snapshot(time.Now().Unix()) }
+// Recent returns the figures of the last minute.
+func (s *Calls) Recent() CallStats { return s.snapshot(time.Now().Unix()) }
 
-func (s *callStats) snapshot(now int64) CallStats {
+func (s *Calls) snapshot(now int64) CallStats {
 	var sum callSlot
 	s.mu.Lock()
 	for _, sl := range s.slots {

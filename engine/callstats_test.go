@@ -1,4 +1,4 @@
-package platform
+package engine
 
 import (
 	"testing"
@@ -6,7 +6,7 @@ import (
 )
 
 func TestCallStats(t *testing.T) {
-	s := new(callStats)
+	s := new(Calls)
 	for range 90 {
 		s.observe(1000, 200, 80*time.Microsecond)
 	}

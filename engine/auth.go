@@ -1,4 +1,4 @@
-package platform
+package engine
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // handlers use it (invoke, job status and result), so a key is refused the
 // same way everywhere. Malformed keys are refused before any store lookup,
 // by format and checksum.
-func (a *App) AuthenticateKey(r *http.Request) (store.KeyRecord, *apierror.Error) {
+func (rt *Runtime) AuthenticateKey(r *http.Request) (store.KeyRecord, *apierror.Error) {
 	auth := r.Header.Get("Authorization")
 	if auth == "" {
 		return store.KeyRecord{}, apierror.New(apierror.MissingKey, "send the service key as Authorization: Bearer <key>")
@@ -27,32 +27,34 @@ func (a *App) AuthenticateKey(r *http.Request) (store.KeyRecord, *apierror.Error
 	if !strings.EqualFold(scheme, "Bearer") || token == "" {
 		return store.KeyRecord{}, apierror.New(apierror.MissingKey, "send the service key as Authorization: Bearer <key>")
 	}
-	return a.AuthenticateServiceKey(r.Context(), token)
+	return rt.AuthenticateServiceKey(r.Context(), token)
 }
 
 // AuthenticateServiceKey resolves a service key given as text: the Bearer
 // token of a call, or the serviceKey a backend asks the core routes to
 // validate. A key that exists but is revoked or expired is returned with
 // the error, so callers can tell whose it was.
-func (a *App) AuthenticateServiceKey(ctx context.Context, token string) (store.KeyRecord, *apierror.Error) {
+func (rt *Runtime) AuthenticateServiceKey(ctx context.Context, token string) (store.KeyRecord, *apierror.Error) {
 	if !servicekey.WellFormed(token) {
 		return store.KeyRecord{}, apierror.New(apierror.InvalidKey, "the service key is not valid")
 	}
-	key, err := a.DataStore().KeyByHash(ctx, servicekey.Hash(token))
+	key, err := rt.Store().KeyByHash(ctx, servicekey.Hash(token))
 	if err != nil {
 		if !errors.Is(err, store.ErrNotFound) {
-			a.logger.Error("key lookup", zap.Error(err))
+			rt.Logger.Error("key lookup", zap.Error(err))
 			return key, apierror.New(apierror.InternalError, "key lookup failed")
 		}
 		return key, apierror.New(apierror.InvalidKey, "the service key is not valid")
 	}
-	t := now()
+	t := rt.Now()
 	if !key.RevokedAt.IsZero() {
 		return key, apierror.New(apierror.KeyRevoked, "the service key was revoked")
 	}
 	if !key.ExpiresAt.IsZero() && !t.Before(key.ExpiresAt) {
 		return key, apierror.New(apierror.KeyExpired, "the service key expired")
 	}
-	a.keyUse.Load().touch(key.ID, t)
+	if rt.KeyUsed != nil {
+		rt.KeyUsed(key.ID, t)
+	}
 	return key, nil
 }

@@ -1,4 +1,4 @@
-package platform
+package engine
 
 import (
 	"fmt"
@@ -13,7 +13,7 @@ import (
 // clock: remaining never exceeds the burst, and wait is the time until the
 // next token (refused: until the one the call needs).
 func TestAllowBurstSequence(t *testing.T) {
-	a := &App{limiters: newLimiterSet()}
+	a := NewLimiters()
 	rl := &billing.RateLimit{Requests: 1, WindowSeconds: 60, Burst: 2}
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	steps := []struct {
@@ -43,7 +43,7 @@ func TestAllowBurstSequence(t *testing.T) {
 // TestAllowDefaultBurst: without a burst the bucket holds `requests`; a
 // full bucket after the call reports no wait.
 func TestAllowDefaultBurst(t *testing.T) {
-	a := &App{limiters: newLimiterSet()}
+	a := NewLimiters()
 	rl := &billing.RateLimit{Requests: 20, WindowSeconds: 1}
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	ok, wait, remaining := a.Allow("key-default-burst", "svc", rl, t0)
@@ -70,7 +70,7 @@ func TestAllowRemainingIsGranted(t *testing.T) {
 	// the last step without disturbing the history before it.
 	check := func(name string, rl *billing.RateLimit, steps []time.Duration) {
 		t.Helper()
-		a := &App{limiters: newLimiterSet()}
+		a := NewLimiters()
 		for n := range steps {
 			key := fmt.Sprintf("key-granted-%s-%d", name, n)
 			for _, at := range steps[:n] {
