@@ -2,7 +2,6 @@ package console
 
 import (
 	"encoding/csv"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -321,7 +320,7 @@ func (h *Handler) export(q *req) error {
 				return err
 			}
 		} else {
-			b, err := json.Marshal(e)
+			b, err := platform.UsageJSON(e)
 			if err != nil {
 				return err
 			}

@@ -525,7 +525,7 @@ func (a *adminAPI) getSubscription(app *App, w http.ResponseWriter, r *http.Requ
 	if err != nil {
 		return fmt.Errorf("read subscription of %s to %s: %w", userID, serviceID, err)
 	}
-	return writeJSON(w, http.StatusOK, sub)
+	return writeJSON(w, http.StatusOK, viewSubscription(sub))
 }
 
 // addCredits: POST /platform/subscriptions/{userId}/{serviceId}/credits
@@ -549,7 +549,7 @@ func (a *adminAPI) addCredits(app *App, w http.ResponseWriter, r *http.Request, 
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, sub)
+	return writeJSON(w, http.StatusOK, viewSubscription(sub))
 }
 
 // parseSignedUnits reads a JSON number (or a string holding one) that may
@@ -576,7 +576,7 @@ func parseSignedUnits(raw json.RawMessage) (billing.Units, error) {
 	return u, nil
 }
 
-// getJob: GET /platform/jobs/{requestId}, the whole stored job.
+// getJob: GET /platform/jobs/{requestId}, the job as operators see it.
 func (a *adminAPI) getJob(app *App, w http.ResponseWriter, r *http.Request, args []string) error {
 	j, err := app.DataStore().GetJob(r.Context(), args[0])
 	if errors.Is(err, store.ErrNotFound) {
@@ -585,7 +585,7 @@ func (a *adminAPI) getJob(app *App, w http.ResponseWriter, r *http.Request, args
 	if err != nil {
 		return fmt.Errorf("read job %s: %w", args[0], err)
 	}
-	return writeJSON(w, http.StatusOK, j)
+	return writeJSON(w, http.StatusOK, viewJob(j))
 }
 
 // quoteID quotes an id from a request for an error message, so that
@@ -764,7 +764,7 @@ func (*jsonArrayEncoder) begin(w io.Writer) error {
 }
 
 func (j *jsonArrayEncoder) entry(w io.Writer, e store.LedgerEntry) error {
-	b, err := json.Marshal(e)
+	b, err := UsageJSON(e)
 	if err != nil {
 		return err
 	}
@@ -795,7 +795,7 @@ func (ndjsonEncoder) contentType() string   { return "application/x-ndjson" }
 func (ndjsonEncoder) begin(io.Writer) error { return nil }
 func (ndjsonEncoder) end(io.Writer) error   { return nil }
 func (ndjsonEncoder) entry(w io.Writer, e store.LedgerEntry) error {
-	b, err := json.Marshal(e)
+	b, err := UsageJSON(e)
 	if err != nil {
 		return err
 	}

@@ -10,8 +10,8 @@ import (
 
 // auditPage is a page of the audit log, newest first.
 type auditPage struct {
-	Entries    []store.AuditEntry `json:"entries"`
-	NextCursor string             `json:"nextCursor,omitempty"`
+	Entries    []auditRecord `json:"entries"`
+	NextCursor string        `json:"nextCursor,omitempty"`
 }
 
 // listAudit: GET /platform/audit[?limit=&cursor=], the operator changes
@@ -29,7 +29,11 @@ func (a *adminAPI) listAudit(app *App, w http.ResponseWriter, r *http.Request, _
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, auditPage{Entries: entries, NextCursor: next})
+	page := auditPage{Entries: make([]auditRecord, len(entries)), NextCursor: next}
+	for i, e := range entries {
+		page.Entries[i] = viewAuditEntry(e)
+	}
+	return writeJSON(w, http.StatusOK, page)
 }
 
 // AuditLog reads a page of the audit log, newest first; limit is 1 to

@@ -52,7 +52,7 @@ func badCursor(err error) error {
 
 // subscriptionPage is a page of subscriptions.
 type subscriptionPage struct {
-	Subscriptions []store.Subscription `json:"subscriptions"`
+	Subscriptions []subscriptionRecord `json:"subscriptions"`
 	NextCursor    string               `json:"nextCursor,omitempty"`
 }
 
@@ -95,10 +95,11 @@ func (a *adminAPI) writeSubscriptionPage(app *App, w http.ResponseWriter, r *htt
 	if err != nil {
 		return fmt.Errorf("list subscriptions: %w", err)
 	}
-	if subs == nil {
-		subs = []store.Subscription{}
+	page := subscriptionPage{Subscriptions: make([]subscriptionRecord, len(subs)), NextCursor: next}
+	for i, s := range subs {
+		page.Subscriptions[i] = viewSubscription(s)
 	}
-	return writeJSON(w, http.StatusOK, subscriptionPage{Subscriptions: subs, NextCursor: next})
+	return writeJSON(w, http.StatusOK, page)
 }
 
 // jobStatuses are the states a job listing filters on.
@@ -106,7 +107,7 @@ var jobStatuses = []string{store.JobPending, store.JobRunning, store.JobComplete
 
 // jobPage is a page of jobs.
 type jobPage struct {
-	Jobs       []store.Job `json:"jobs"`
+	Jobs       []jobRecord `json:"jobs"`
 	NextCursor string      `json:"nextCursor,omitempty"`
 }
 
@@ -139,10 +140,11 @@ func (a *adminAPI) listJobs(app *App, w http.ResponseWriter, r *http.Request, _ 
 	if err != nil {
 		return fmt.Errorf("list jobs: %w", err)
 	}
-	if jobs == nil {
-		jobs = []store.Job{}
+	page := jobPage{Jobs: make([]jobRecord, len(jobs)), NextCursor: next}
+	for i, j := range jobs {
+		page.Jobs[i] = viewJob(j)
 	}
-	return writeJSON(w, http.StatusOK, jobPage{Jobs: jobs, NextCursor: next})
+	return writeJSON(w, http.StatusOK, page)
 }
 
 // periodSummary is one subscription's billing period as an operator reads
@@ -259,7 +261,7 @@ func (a *adminAPI) getUserSummary(app *App, w http.ResponseWriter, r *http.Reque
 // now has, so the operator sees at once what a change of product did to
 // the period's usage (the units used so far count against the new quota).
 type subscriptionChange struct {
-	store.Subscription
+	subscriptionRecord
 	// PreviousProductID is the product before this change, when it was
 	// another one.
 	PreviousProductID string         `json:"previousProductId,omitempty"`
@@ -269,7 +271,7 @@ type subscriptionChange struct {
 // describeChange builds the answer to a subscription change. A failure to
 // read the period leaves it out: the change itself is done.
 func (app *App) describeChange(ctx context.Context, prev string, sub store.Subscription) subscriptionChange {
-	out := subscriptionChange{Subscription: sub}
+	out := subscriptionChange{subscriptionRecord: viewSubscription(sub)}
 	if prev != "" && prev != sub.ProductID {
 		out.PreviousProductID = prev
 	}
