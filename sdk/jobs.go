@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/platformgw/gateway/signing"
+	"github.com/platformgw/gateway/wire"
 )
 
 // Final statuses of an async job, the Status of a Completion.
@@ -168,12 +169,11 @@ func (c *Client) decodeAck(op string, o outcome) (*JobAck, error) {
 	if o.err != nil || o.status != http.StatusOK {
 		return nil, c.failure(op, o)
 	}
-	var ack JobAck
+	var ack wire.JobAck
 	if err := json.Unmarshal(o.body, &ack); err != nil {
 		return nil, fmt.Errorf("sdk: %s: the usage service answered 200 with an unreadable body: %w", op, err)
 	}
-	ack.Attempts = o.attempts
-	return &ack, nil
+	return &JobAck{RequestID: ack.RequestID, Status: ack.Status, Attempts: o.attempts}, nil
 }
 
 // jobTarget is where progress or a completion goes and how it is signed.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/platformgw/gateway/signing"
+	"github.com/platformgw/gateway/wire"
 )
 
 // KeyValidation is the answer to ValidateKey (validation schema 3).
@@ -61,40 +62,13 @@ type Estimate struct {
 	RequestID  string
 }
 
-type validationAnswer struct {
-	Valid                   bool     `json:"valid"`
-	UserID                  string   `json:"userId"`
-	ServiceID               string   `json:"serviceId"`
-	ServiceKeyID            string   `json:"serviceKeyId"`
-	ServiceProductID        string   `json:"serviceProductId"`
-	Roles                   []string `json:"roles"`
-	ValidationSchemaVersion int      `json:"validationSchemaVersion"`
-	SubscriptionStatus      string   `json:"subscriptionStatus"`
-	BillingModelType        string   `json:"billingModelType"`
-	MeasurementType         string   `json:"measurementType"`
-	UnitLabel               string   `json:"unitLabel"`
-	Timestamp               int64    `json:"timestamp"`
-	Error                   string   `json:"error"`
-	Code                    string   `json:"code"`
-	Message                 string   `json:"message"`
-	RequestID               string   `json:"requestId"`
-}
-
+// estimateAnswer reads an estimate (wire.Estimate), telling an estimate
+// from an error body by whether wouldAllow is there at all, and leaving
+// retryAfter to decodeAPIError (a proxy's may not be a number).
 type estimateAnswer struct {
-	WouldAllow            *bool           `json:"wouldAllow"`
-	SufficientCredits     bool            `json:"sufficientCredits"`
-	WouldExceedCap        bool            `json:"wouldExceedCap"`
-	EstimatedCost         Units           `json:"estimatedCost"`
-	BillingModelType      string          `json:"billingModelType"`
-	MeasurementType       string          `json:"measurementType"`
-	UnitLabel             string          `json:"unitLabel"`
-	Breakdown             Breakdown       `json:"breakdown"`
-	EstimateSchemaVersion int             `json:"estimateSchemaVersion"`
-	Timestamp             int64           `json:"timestamp"`
-	Code                  string          `json:"code"`
-	Message               string          `json:"message"`
-	RetryAfter            json.RawMessage `json:"retryAfter"`
-	RequestID             string          `json:"requestId"`
+	wire.Estimate
+	WouldAllow *bool           `json:"wouldAllow"`
+	RetryAfter json.RawMessage `json:"retryAfter"`
 }
 
 // ValidateKey asks the core service whether serviceKey, presented to this
@@ -132,8 +106,14 @@ func (c *Client) ValidateKey(ctx context.Context, serviceKey string) (*KeyValida
 	if err := c.verifyAnswer(o); err != nil {
 		return nil, fmt.Errorf("sdk: %s: %w", op, err)
 	}
-	var a validationAnswer
+	// The body is a wire.Validation (200) or a wire.ValidationFailure
+	// (401); the fields of both are read, those absent stay empty.
+	var a wire.Validation
+	var f wire.ValidationFailure
 	if err := json.Unmarshal(o.body, &a); err != nil {
+		return nil, fmt.Errorf("sdk: %s: unreadable answer: %w", op, err)
+	}
+	if err := json.Unmarshal(o.body, &f); err != nil {
 		return nil, fmt.Errorf("sdk: %s: unreadable answer: %w", op, err)
 	}
 	v := &KeyValidation{
@@ -145,16 +125,16 @@ func (c *Client) ValidateKey(ctx context.Context, serviceKey string) (*KeyValida
 		Roles:                   a.Roles,
 		ValidationSchemaVersion: a.ValidationSchemaVersion,
 		SubscriptionStatus:      a.SubscriptionStatus,
-		BillingModelType:        a.BillingModelType,
-		MeasurementType:         a.MeasurementType,
-		UnitLabel:               a.UnitLabel,
+		BillingModelType:        wire.Str(a.BillingModelType),
+		MeasurementType:         wire.Str(a.MeasurementType),
+		UnitLabel:               wire.Str(a.UnitLabel),
 		Timestamp:               time.Unix(a.Timestamp, 0),
-		Code:                    a.Code,
-		Message:                 a.Message,
-		RequestID:               a.RequestID,
+		Code:                    f.Code,
+		Message:                 f.Message,
+		RequestID:               f.RequestID,
 	}
 	if v.Code == "" {
-		v.Code = a.Error
+		v.Code = wire.Str(a.Error)
 	}
 	if v.Valid && v.ServiceID != "" && v.ServiceID != c.serviceID {
 		// A signed answer about another service is not an answer to
@@ -260,9 +240,9 @@ func (c *Client) estimateFrom(op string, o outcome, signed bool) (*Estimate, err
 		SufficientCredits:     a.SufficientCredits,
 		WouldExceedCap:        a.WouldExceedCap,
 		EstimatedCost:         a.EstimatedCost,
-		BillingModelType:      a.BillingModelType,
-		MeasurementType:       a.MeasurementType,
-		UnitLabel:             a.UnitLabel,
+		BillingModelType:      wire.Str(a.BillingModelType),
+		MeasurementType:       wire.Str(a.MeasurementType),
+		UnitLabel:             wire.Str(a.UnitLabel),
 		Breakdown:             a.Breakdown,
 		EstimateSchemaVersion: a.EstimateSchemaVersion,
 		Status:                o.status,

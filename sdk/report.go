@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/platformgw/gateway/wire"
 )
 
 // Report is usage a backend reports for a user of its service: POST
@@ -62,28 +64,6 @@ type ReportResult struct {
 	Attempts       int    // how many attempts it took
 }
 
-// reportBody is the wire form of a report.
-type reportBody struct {
-	UserID    string `json:"userId"`
-	ServiceID string `json:"serviceId"`
-	UnitsUsed Units  `json:"unitsUsed"`
-	Timestamp string `json:"timestamp"`
-	RequestID string `json:"requestId,omitempty"`
-}
-
-// reportAnswer is the wire form of the answer; null strings decode as "".
-type reportAnswer struct {
-	ReportSchemaVersion int       `json:"reportSchemaVersion"`
-	Status              string    `json:"status"`
-	Warning             string    `json:"warning"`
-	UserID              string    `json:"userId"`
-	ServiceID           string    `json:"serviceId"`
-	BillingModelType    string    `json:"billingModelType"`
-	MeasurementType     string    `json:"measurementType"`
-	UnitLabel           string    `json:"unitLabel"`
-	Breakdown           Breakdown `json:"breakdown"`
-}
-
 // ReportUsage reports units a user consumed. It signs the exact body it
 // sends and retries transient failures under the Client's RetryPolicy with
 // one Idempotency-Key, so the units are counted exactly once even when an
@@ -112,7 +92,7 @@ func (c *Client) ReportUsage(ctx context.Context, r Report) (*ReportResult, erro
 		}
 		r.IdempotencyKey = key
 	}
-	body, err := json.Marshal(reportBody{
+	body, err := json.Marshal(wire.Report{
 		UserID:    r.UserID,
 		ServiceID: r.ServiceID,
 		UnitsUsed: r.UnitsUsed,
@@ -146,19 +126,19 @@ func (c *Client) decodeReport(op string, o outcome, key string) (*ReportResult, 
 	if o.err != nil || o.status != http.StatusOK {
 		return nil, c.failure(op, o)
 	}
-	var a reportAnswer
+	var a wire.ReportResult
 	if err := json.Unmarshal(o.body, &a); err != nil {
 		return nil, fmt.Errorf("sdk: %s: the usage service answered 200 with an unreadable body: %w", op, err)
 	}
 	return &ReportResult{
 		ReportSchemaVersion: a.ReportSchemaVersion,
 		Status:              a.Status,
-		Warning:             a.Warning,
+		Warning:             wire.Str(a.Warning),
 		UserID:              a.UserID,
 		ServiceID:           a.ServiceID,
-		BillingModelType:    a.BillingModelType,
-		MeasurementType:     a.MeasurementType,
-		UnitLabel:           a.UnitLabel,
+		BillingModelType:    wire.Str(a.BillingModelType),
+		MeasurementType:     wire.Str(a.MeasurementType),
+		UnitLabel:           wire.Str(a.UnitLabel),
 		Breakdown:           a.Breakdown,
 		Replayed:            strings.EqualFold(o.header.Get("Idempotent-Replayed"), "true"),
 		IdempotencyKey:      key,

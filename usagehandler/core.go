@@ -28,12 +28,13 @@ import (
 	"github.com/platformgw/gateway/jwtauth"
 	"github.com/platformgw/gateway/signing"
 	"github.com/platformgw/gateway/subscription"
+	"github.com/platformgw/gateway/wire"
 )
 
-// Schema versions of the core response bodies.
+// Schema versions of the core response bodies (package wire).
 const (
-	ValidationSchemaVersion = 3
-	EstimateSchemaVersion   = 3
+	ValidationSchemaVersion = wire.ValidationSchemaVersion
+	EstimateSchemaVersion   = wire.EstimateSchemaVersion
 )
 
 // coreKind names a route under a core prefix.
@@ -80,60 +81,6 @@ type coreCall struct {
 	// svc is the calling service once authenticated: from then on every
 	// answer, refusals included, is signed with its newest secret.
 	svc *catalog.Service
-}
-
-// validation is the 200 body of validate: the fields, their order and
-// "error": null of the upstream contract's fixture (validate-success-v3),
-// so SDKs that compare against it, or read error to tell success, see the
-// same body.
-type validation struct {
-	Valid                   bool     `json:"valid"`
-	ServiceKeyID            string   `json:"serviceKeyId"`
-	UserID                  string   `json:"userId"`
-	ServiceID               string   `json:"serviceId"`
-	ServiceProductID        string   `json:"serviceProductId"`
-	Roles                   []string `json:"roles"`
-	SubscriptionStatus      string   `json:"subscriptionStatus"`
-	BillingModelType        *string  `json:"billingModelType"`
-	MeasurementType         *string  `json:"measurementType"`
-	UnitLabel               *string  `json:"unitLabel"`
-	Timestamp               int64    `json:"timestamp"`
-	Error                   *string  `json:"error"` // always null: a success
-	ValidationSchemaVersion int      `json:"validationSchemaVersion"`
-}
-
-// validationFailure is the 401 body of validate: the validation shape
-// (valid, error) with the fields of the common error body, so both an
-// SDK reading `valid` and a client reading `code` understand it.
-type validationFailure struct {
-	Valid                   bool   `json:"valid"`
-	Error                   string `json:"error"`
-	Code                    string `json:"code"`
-	Message                 string `json:"message"`
-	RequestID               string `json:"requestId,omitempty"`
-	ValidationSchemaVersion int    `json:"validationSchemaVersion"`
-	Timestamp               int64  `json:"timestamp"`
-}
-
-// estimateResponse is the body of both estimates. The billing estimate
-// leaves out the schema version and timestamp (zero, omitted). A denied
-// estimate also carries the code, message and retryAfter the call itself
-// would be refused with.
-type estimateResponse struct {
-	SufficientCredits     bool              `json:"sufficientCredits"`
-	WouldExceedCap        bool              `json:"wouldExceedCap"`
-	WouldAllow            bool              `json:"wouldAllow"`
-	EstimatedCost         billing.Units     `json:"estimatedCost"`
-	BillingModelType      *string           `json:"billingModelType"`
-	MeasurementType       *string           `json:"measurementType"`
-	UnitLabel             *string           `json:"unitLabel"`
-	Breakdown             billing.Breakdown `json:"breakdown"`
-	EstimateSchemaVersion int               `json:"estimateSchemaVersion,omitempty"`
-	Timestamp             int64             `json:"timestamp,omitempty"`
-	Code                  string            `json:"code,omitempty"`
-	Message               string            `json:"message,omitempty"`
-	RetryAfter            int               `json:"retryAfter,omitempty"`
-	RequestID             string            `json:"requestId,omitempty"`
 }
 
 // serveCore answers the routes under a core prefix.
@@ -196,7 +143,7 @@ func (h *Handler) validateKey(w http.ResponseWriter, r *http.Request, c *coreCal
 	if roles == nil {
 		roles = []string{}
 	}
-	out := validation{
+	out := wire.Validation{
 		Valid:                   true,
 		UserID:                  key.UserID,
 		ServiceID:               svc.ID,
@@ -375,8 +322,8 @@ func (h *Handler) estimate(w http.ResponseWriter, r *http.Request, c *coreCall, 
 // (nil for a service owner, who is never charged). The decision and the
 // breakdown come from billing.Decide and billing.Summarize, the code the
 // gateway reserves with, on a copy of the state.
-func estimateOf(p *billing.Product, st billing.State, units billing.Units) (estimateResponse, billing.Decision) {
-	out := estimateResponse{SufficientCredits: true, WouldAllow: true}
+func estimateOf(p *billing.Product, st billing.State, units billing.Units) (wire.Estimate, billing.Decision) {
+	out := wire.Estimate{SufficientCredits: true, WouldAllow: true}
 	if p == nil {
 		out.Breakdown = billing.Breakdown{UnitsUsed: units}
 		return out, billing.Decision{Allowed: true, Units: units}
@@ -557,7 +504,7 @@ func (h *Handler) coreRefuse(w http.ResponseWriter, r *http.Request, c *coreCall
 	if c.kind == coreValidate && (status == http.StatusUnauthorized ||
 		e.Code == apierror.NoSubscription || e.Code == apierror.SubscriptionInactive) {
 		status = http.StatusUnauthorized
-		body = validationFailure{
+		body = wire.ValidationFailure{
 			Error:                   e.Code,
 			Code:                    e.Code,
 			Message:                 e.Message,

@@ -13,6 +13,7 @@ import (
 	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/catalog"
 	"github.com/platformgw/gateway/engine"
+	"github.com/platformgw/gateway/wire"
 )
 
 func TestCoreRoutes(t *testing.T) {
@@ -155,7 +156,7 @@ func TestEstimateBody(t *testing.T) {
 	if string(b) != want {
 		t.Errorf("owner body\n got %s\nwant %s", b, want)
 	}
-	fail, _ := json.Marshal(validationFailure{Error: "key_revoked", Code: "key_revoked", Message: "m", ValidationSchemaVersion: 3, Timestamp: 1})
+	fail, _ := json.Marshal(wire.ValidationFailure{Error: "key_revoked", Code: "key_revoked", Message: "m", ValidationSchemaVersion: 3, Timestamp: 1})
 	if string(fail) != `{"valid":false,"error":"key_revoked","code":"key_revoked","message":"m","validationSchemaVersion":3,"timestamp":1}` {
 		t.Errorf("validation failure %s", fail)
 	}
@@ -245,7 +246,7 @@ func TestRequestIDOutsideCaddy(t *testing.T) {
 // order, "error": null included.
 func TestValidationMatchesUpstreamFixture(t *testing.T) {
 	pm, mt, ul := "SUBSCRIPTION", "PER_REQUEST", "request"
-	b, err := json.Marshal(validation{
+	b, err := json.Marshal(wire.Validation{
 		Valid: true, ServiceKeyID: "6ba7b810-9dad-11d1-80b4-00c04fd430c8", UserID: "user-123",
 		ServiceID: "550e8400-e29b-41d4-a716-446655440000", ServiceProductID: "7c9e6679-7425-40de-944b-e07fc1f90ae7",
 		Roles: []string{"user"}, SubscriptionStatus: "ACTIVE", BillingModelType: &pm, MeasurementType: &mt,

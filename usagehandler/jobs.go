@@ -20,6 +20,7 @@ import (
 	"github.com/platformgw/gateway/catalog"
 	"github.com/platformgw/gateway/engine"
 	"github.com/platformgw/gateway/store"
+	"github.com/platformgw/gateway/wire"
 )
 
 // Limits of the short texts a backend sends about a job.
@@ -36,12 +37,6 @@ var (
 	errExpired        = errors.New("job expired")
 	errSameCompletion = errors.New("same completion again")
 )
-
-// jobAck is the 200 body of progress and completion.
-type jobAck struct {
-	RequestID string `json:"requestId"`
-	Status    string `json:"status"`
-}
 
 // signedJob authenticates a backend's request about a job: the job must
 // exist and the signer must be the job's service. A valid signature of a
@@ -125,7 +120,7 @@ func (h *Handler) progress(w http.ResponseWriter, r *http.Request, id string) {
 	if started {
 		h.rt.CountJobState(store.JobRunning)
 	}
-	body, _ := json.Marshal(jobAck{RequestID: job.ID, Status: job.Status})
+	body, _ := json.Marshal(wire.JobAck{RequestID: job.ID, Status: job.Status})
 	writeJSON(w, http.StatusOK, body)
 }
 
@@ -374,7 +369,7 @@ func (h *Handler) complete(w http.ResponseWriter, r *http.Request, id string) {
 		return nil
 	})
 	if errors.Is(err, errSameCompletion) {
-		body, _ := json.Marshal(jobAck{RequestID: id, Status: c.Status})
+		body, _ := json.Marshal(wire.JobAck{RequestID: id, Status: c.Status})
 		writeJSON(w, http.StatusOK, body)
 		return
 	}
@@ -386,7 +381,7 @@ func (h *Handler) complete(w http.ResponseWriter, r *http.Request, id string) {
 	if done.Units > 0 { // what was charged, which a hard limit may have cut
 		h.rt.CountUnits(job.ServiceID, store.SourceCompletion, int64(done.Units))
 	}
-	body, _ := json.Marshal(jobAck{RequestID: done.ID, Status: done.Status})
+	body, _ := json.Marshal(wire.JobAck{RequestID: done.ID, Status: done.Status})
 	writeJSON(w, http.StatusOK, body)
 }
 

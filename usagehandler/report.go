@@ -14,10 +14,12 @@ import (
 	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/store"
 	"github.com/platformgw/gateway/subscription"
+	"github.com/platformgw/gateway/wire"
 )
 
-// ReportSchemaVersion is the version of the report response body.
-const ReportSchemaVersion = 2
+// ReportSchemaVersion is the version of the report response body
+// (package wire).
+const ReportSchemaVersion = wire.ReportSchemaVersion
 
 // usageReport is a validated report body.
 type usageReport struct {
@@ -26,19 +28,6 @@ type usageReport struct {
 	Units     billing.Units
 	At        time.Time // when the usage happened, as the backend says
 	RequestID string    // optional: the job or call the usage belongs to
-}
-
-// reportResponse is the 200 body of a report (schema version 2).
-type reportResponse struct {
-	ReportSchemaVersion int               `json:"reportSchemaVersion"`
-	Status              string            `json:"status"`
-	Warning             *string           `json:"warning"`
-	UserID              string            `json:"userId"`
-	ServiceID           string            `json:"serviceId"`
-	BillingModelType    *string           `json:"billingModelType"`
-	MeasurementType     *string           `json:"measurementType"`
-	UnitLabel           *string           `json:"unitLabel"`
-	Breakdown           billing.Breakdown `json:"breakdown"`
 }
 
 // report records usage a non-proxied backend reports for a user. The
@@ -155,8 +144,8 @@ func (h *Handler) parseReport(f fields, serviceID string, now time.Time) (usageR
 
 // reportBody describes the subscription after the report; a service
 // owner's usage is recorded free, outside any billing cycle.
-func reportBody(rep usageReport, p *billing.Product, st billing.State, units billing.Units) reportResponse {
-	out := reportResponse{
+func reportBody(rep usageReport, p *billing.Product, st billing.State, units billing.Units) wire.ReportResult {
+	out := wire.ReportResult{
 		ReportSchemaVersion: ReportSchemaVersion,
 		Status:              "ok",
 		UserID:              rep.UserID,
