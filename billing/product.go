@@ -3,6 +3,7 @@ package billing
 import (
 	"fmt"
 	"strings"
+	"unicode"
 )
 
 // Billing models of a product, as sent in X-<Brand>-Billing-Model.
@@ -94,6 +95,20 @@ func (p Product) Validate() error {
 	}
 	if p.RateLimit != nil && (p.RateLimit.Requests <= 0 || p.RateLimit.WindowSeconds < 0 || p.RateLimit.Burst < 0) {
 		return fmt.Errorf("product %s: rate limit needs a positive request count", p.ID)
+	}
+	if err := CheckUnitLabel(p.UnitLabel); err != nil {
+		return fmt.Errorf("product %s: %w", p.ID, err)
+	}
+	return nil
+}
+
+// CheckUnitLabel checks a product's unit label: printable text, since it
+// is sent in a header (X-<Brand>-Unit-Label).
+func CheckUnitLabel(label string) error {
+	for _, c := range label {
+		if !unicode.IsPrint(c) {
+			return fmt.Errorf("unit '%s' must be printable text (it is sent in a header)", label)
+		}
 	}
 	return nil
 }

@@ -115,18 +115,18 @@ func Compile(services []*Service, resolve func(string) (string, error)) (*Catalo
 }
 
 func (s *Service) compile(resolve func(string) (string, error)) error {
-	if !ValidID(s.ID) {
-		return fmt.Errorf("service id %q: letters, digits, '.', '_', '~' and '-' only", s.ID)
+	if err := CheckID("service", s.ID); err != nil {
+		return err
 	}
-	u, err := url.Parse(s.Backend)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return fmt.Errorf("service %s: backend must be an http or https URL without query, got %q", s.ID, s.Backend)
+	u, err := CheckBackend(s.Backend)
+	if err != nil {
+		return fmt.Errorf("service %s: %w", s.ID, err)
 	}
 	u.Path = strings.TrimRight(u.Path, "/")
 	u.RawPath = ""
 	s.backend = u
-	if len(s.Secrets) == 0 || len(s.Secrets) > 2 {
-		return fmt.Errorf("service %s: needs one secret, or two during a rotation", s.ID)
+	if err := CheckSecrets(s.Secrets); err != nil {
+		return fmt.Errorf("service %s: %w", s.ID, err)
 	}
 	s.secrets = nil
 	for i, sec := range s.Secrets {
@@ -135,8 +135,8 @@ func (s *Service) compile(resolve func(string) (string, error)) error {
 				return fmt.Errorf("service %s: secret %d: %w", s.ID, i+1, err)
 			}
 		}
-		if len(sec) < 16 {
-			return fmt.Errorf("service %s: secret %d is shorter than 16 bytes", s.ID, i+1)
+		if len(sec) < minSecretLen {
+			return fmt.Errorf("service %s: secret %d is shorter than %d bytes", s.ID, i+1, minSecretLen)
 		}
 		s.secrets = append(s.secrets, []byte(sec))
 	}
@@ -145,6 +145,9 @@ func (s *Service) compile(resolve func(string) (string, error)) error {
 	}
 	s.owners = make(map[string]bool, len(s.Owners))
 	for _, o := range s.Owners {
+		if err := CheckOwner(o); err != nil {
+			return fmt.Errorf("service %s: %w", s.ID, err)
+		}
 		s.owners[o] = true
 	}
 	if len(s.Endpoints) == 0 {
@@ -168,8 +171,8 @@ func (s *Service) compile(resolve func(string) (string, error)) error {
 		if err := p.Validate(); err != nil {
 			return fmt.Errorf("service %s: %w", s.ID, err)
 		}
-		if !ValidID(p.ID) {
-			return fmt.Errorf("service %s: product id %q is not a valid id", s.ID, p.ID)
+		if err := CheckID("product", p.ID); err != nil {
+			return fmt.Errorf("service %s: %w", s.ID, err)
 		}
 		if _, dup := s.products[p.ID]; dup {
 			return fmt.Errorf("service %s: product %s declared twice", s.ID, p.ID)
@@ -181,8 +184,8 @@ func (s *Service) compile(resolve func(string) (string, error)) error {
 
 // compile checks the endpoint; serviceSync is the service's sync_response.
 func (e *Endpoint) compile(serviceSync string) error {
-	if !ValidID(e.ID) {
-		return fmt.Errorf("endpoint id %q: letters, digits, '.', '_', '~' and '-' only", e.ID)
+	if err := CheckID("endpoint", e.ID); err != nil {
+		return err
 	}
 	if !validSyncResponse(e.SyncResponse) {
 		return fmt.Errorf("endpoint %s: sync_response %q is not raw or wrapped", e.ID, e.SyncResponse)
@@ -191,8 +194,8 @@ func (e *Endpoint) compile(serviceSync string) error {
 	if e.Path == "" {
 		e.Path = "/" + e.ID
 	}
-	if !strings.HasPrefix(e.Path, "/") || strings.ContainsAny(e.Path, "?#") {
-		return fmt.Errorf("endpoint %s: path must start with / and hold no query, got %q", e.ID, e.Path)
+	if err := CheckPath(e.Path); err != nil {
+		return fmt.Errorf("endpoint %s: %w", e.ID, err)
 	}
 	if e.Cost != nil && *e.Cost < 0 {
 		return fmt.Errorf("endpoint %s: negative cost", e.ID)
@@ -206,13 +209,11 @@ func (e *Endpoint) compile(serviceSync string) error {
 		methods = []string{"GET", "POST", "PUT", "DELETE"}
 	}
 	for _, m := range methods {
-		m = strings.ToUpper(m)
-		switch m {
-		case "GET", "POST", "PUT", "DELETE":
-			e.methods[m] = true
-		default:
-			return fmt.Errorf("endpoint %s: method %q not one of GET, POST, PUT, DELETE", e.ID, m)
+		up, err := CheckMethod(m)
+		if err != nil {
+			return fmt.Errorf("endpoint %s: %w", e.ID, err)
 		}
+		e.methods[up] = true
 	}
 	return nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/catalog"
 	"github.com/platformgw/gateway/store"
+	"github.com/platformgw/gateway/wire"
 )
 
 func init() {
@@ -293,36 +294,19 @@ func checkQuery(q url.Values, known ...string) error {
 
 // Limits of the operator-supplied values of a key.
 const (
-	maxUserIDLen = 128
-	maxRoleLen   = 64
-	maxRoles     = 32
-	maxLabelLen  = 256
+	maxRoleLen  = 64
+	maxRoles    = 32
+	maxLabelLen = 256
 )
 
-// ValidUserID reports whether s can be a user id: 1 to 128 bytes of
-// printable UTF-8 without '/' (user ids are path segments of the admin
-// API), and without leading or trailing spaces (they travel in a header,
-// which would lose them, and in the signed context, which would not).
-func ValidUserID(s string) bool {
-	// U+FFFD is what a JSON decoder makes of bytes that were not text (or
-	// of a lone surrogate escape): an id holding it names nobody for sure.
-	if s == "" || len(s) > maxUserIDLen || !utf8.ValidString(s) || strings.ContainsAny(s, "/\uFFFD") {
-		return false
-	}
-	if s[0] == ' ' || s[len(s)-1] == ' ' {
-		return false
-	}
-	for _, c := range s {
-		if !unicode.IsPrint(c) {
-			return false
-		}
-	}
-	return true
-}
+// ValidUserID reports whether s can be a user id (wire.ValidUserID, the
+// one rule for user ids: the admin API, the console, the usage routes and
+// the catalog's owners all use it).
+func ValidUserID(s string) bool { return wire.ValidUserID(s) }
 
 func checkUserID(field, s string) error {
 	if !ValidUserID(s) {
-		return apierror.Invalid(field, field+" must be 1 to 128 bytes of printable text without '/' or surrounding spaces")
+		return apierror.Invalid(field, field+" must be "+wire.UserIDRule)
 	}
 	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/platformgw/gateway/jwtauth"
 	"github.com/platformgw/gateway/store"
 	"github.com/platformgw/gateway/store/boltstore"
+	"github.com/platformgw/gateway/wire"
 )
 
 func init() {
@@ -119,10 +120,8 @@ func (a *App) defaults() error {
 	if a.HeaderBrand == "" {
 		a.HeaderBrand = DefaultBrand
 	}
-	for _, c := range a.HeaderBrand {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
-			return fmt.Errorf("header_brand %q: letters and digits only", a.HeaderBrand)
-		}
+	if err := wire.CheckBrand(a.HeaderBrand); err != nil {
+		return err
 	}
 	if a.Store == "" {
 		a.Store = filepath.Join(caddy.AppDataDir(), "platform", "platform.db")

@@ -19,6 +19,7 @@ import (
 	"github.com/platformgw/gateway/alerts"
 	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/catalog"
+	"github.com/platformgw/gateway/wire"
 )
 
 func init() {
@@ -135,8 +136,8 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		switch name {
 		case "header_brand":
 			a.HeaderBrand, err = oneArg(d)
-			if err == nil && !validBrand(a.HeaderBrand) {
-				err = d.Errf("header_brand '%s': letters and digits only (headers are X-<brand>-Signature and so on)", a.HeaderBrand)
+			if err == nil {
+				err = checked(d, wire.CheckBrand(a.HeaderBrand))
 			}
 		case "store":
 			a.Store, err = oneArg(d)
@@ -394,18 +395,23 @@ func parseService(d *caddyfile.Dispenser) (*catalog.Service, error) {
 		switch name {
 		case "backend":
 			if s.Backend, err = oneArg(d); err == nil {
-				err = checkBaseURL(d, name, s.Backend)
+				_, cerr := catalog.CheckBackend(s.Backend)
+				err = checked(d, cerr)
 			}
 		case "secret":
-			s.Secrets, err = lineArgs(d, 1, 2)
-			if err == nil && len(s.Secrets) == 2 && s.Secrets[0] == s.Secrets[1] {
-				err = d.Errf("secret '%s' given twice; the second secret is the previous one during a rotation", s.Secrets[0])
+			if s.Secrets, err = lineArgs(d, 1, 2); err == nil {
+				err = checked(d, catalog.CheckSecrets(s.Secrets))
 			}
 		case "sync_response":
 			s.SyncResponse, err = enumArg(d, strings.ToLower, syncResponses)
 		case "owners":
 			var owners []string
 			if owners, err = lineArgs(d, 1, -1); err == nil {
+				for _, o := range owners {
+					if err = checked(d, catalog.CheckOwner(o)); err != nil {
+						break
+					}
+				}
 				s.Owners = append(s.Owners, owners...)
 			}
 		case "endpoint":
@@ -473,19 +479,16 @@ func parseEndpoint(d *caddyfile.Dispenser, service string) (*catalog.Endpoint, e
 				break
 			}
 			for _, m := range methods {
-				m = strings.ToUpper(m)
-				switch m {
-				case "GET", "POST", "PUT", "DELETE":
-				default:
-					return nil, d.Errf("method '%s' is not one of GET, POST, PUT, DELETE", m)
+				if m, err = catalog.CheckMethod(m); err != nil {
+					return nil, checked(d, err)
 				}
 				if !slices.Contains(e.Methods, m) {
 					e.Methods = append(e.Methods, m)
 				}
 			}
 		case "path":
-			if e.Path, err = oneArg(d); err == nil && (!strings.HasPrefix(e.Path, "/") || strings.ContainsAny(e.Path, "?#")) {
-				err = d.Errf("path '%s' must start with / and hold no query or fragment", e.Path)
+			if e.Path, err = oneArg(d); err == nil {
+				err = checked(d, catalog.CheckPath(e.Path))
 			}
 		case "cost":
 			var cost billing.Units
@@ -592,8 +595,8 @@ func parseProductBlock(d *caddyfile.Dispenser, service string) (*billing.Product
 		case "measurement":
 			p.MeasurementType, err = enumArg(d, strings.ToUpper, measurementTypes)
 		case "unit":
-			if p.UnitLabel, err = oneArg(d); err == nil && !printable(p.UnitLabel) {
-				err = d.Errf("unit '%s' must be printable text (it is sent in a header)", p.UnitLabel)
+			if p.UnitLabel, err = oneArg(d); err == nil {
+				err = checked(d, billing.CheckUnitLabel(p.UnitLabel))
 			}
 		case "quota":
 			err = parseQuota(d, p)
@@ -756,8 +759,8 @@ func idArg(d *caddyfile.Dispenser, kind string) (string, error) {
 	if d.NextArg() {
 		return "", d.Errf("%s '%s': unexpected '%s' after the id", kind, id, d.Val())
 	}
-	if !catalog.ValidID(id) {
-		return "", d.Errf("%s id '%s': letters, digits, '.', '_', '~' and '-' only", kind, id)
+	if err := catalog.CheckID(kind, id); err != nil {
+		return "", checked(d, err)
 	}
 	return id, nil
 }
@@ -830,25 +833,13 @@ func checkBaseURL(d *caddyfile.Dispenser, name, s string) error {
 	return nil
 }
 
-func validBrand(s string) bool {
-	if s == "" {
-		return false
+// checked is err, the verdict of the rule's one judge (package catalog
+// or wire), at the line being read; nil stays nil.
+func checked(d *caddyfile.Dispenser, err error) error {
+	if err == nil {
+		return nil
 	}
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
-			return false
-		}
-	}
-	return true
-}
-
-func printable(s string) bool {
-	for _, c := range s {
-		if !unicode.IsPrint(c) {
-			return false
-		}
-	}
-	return true
+	return d.Errf("%v", err)
 }
 
 // errAt reports an error found after a block was read (a service with no

@@ -173,6 +173,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"three secrets", "platform {\n\tservice s {\n\t\tsecret a b c\n\t}\n}", []string{"secret", "too many", "'c'"}, 4},
 		{"same secret twice", "platform {\n\tservice s {\n\t\tsecret {env.A} {env.A}\n\t}\n}", []string{"'{env.A}' given twice"}, 4},
 		{"owners empty", "platform {\n\tservice s {\n\t\towners\n\t}\n}", []string{"owners", "missing argument"}, 4},
+		{"owner not a user id", "platform {\n\tservice s {\n\t\towners alice team/bob\n\t}\n}", []string{"owner 'team/bob'", "128 bytes"}, 4},
 		{"service without id", "platform {\n\tservice {\n" + svc + "\t}\n}", []string{"service: missing id"}, 3},
 		{"service two ids", "platform {\n\tservice a b {\n" + svc + "\t}\n}", []string{"service 'a'", "unexpected 'b'"}, 3},
 		{"endpoint without id", "platform {\n\tservice s {\n" + svc + "\t\tendpoint\n\t}\n}", []string{"endpoint: missing id"}, 7},

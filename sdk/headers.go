@@ -1,11 +1,11 @@
 package sdk
 
 import (
-	"errors"
 	"net/http"
 	"net/textproto"
 
 	"github.com/platformgw/gateway/signing"
+	"github.com/platformgw/gateway/wire"
 )
 
 // headerNames are the branded header names, as the gateway spells them.
@@ -37,18 +37,13 @@ func newHeaderNames(brand string) headerNames {
 	}
 }
 
-// checkBrand refuses a brand that cannot be part of a header name.
+// checkBrand refuses a brand the gateway would refuse as its header_brand
+// (wire.CheckBrand, the one rule); "" is the default brand.
 func checkBrand(brand string) error {
 	if brand == "" {
 		return nil
 	}
-	for i := 0; i < len(brand); i++ {
-		c := brand[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
-			return errors.New("brand " + brand + " is not a header name token (letters, digits, '-')")
-		}
-	}
-	return nil
+	return wire.CheckBrand(brand)
 }
 
 // SetUnits states the units a sync call consumed in the X-<Brand>-Units

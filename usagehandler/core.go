@@ -221,7 +221,7 @@ func (h *Handler) estimateForUser(w http.ResponseWriter, r *http.Request, c *cor
 			return
 		}
 	}
-	userID, e := f.id("userId")
+	userID, e := f.userID("userId")
 	if e != nil {
 		h.coreRefuse(w, r, c, e)
 		return

@@ -11,6 +11,7 @@ import (
 	"github.com/platformgw/gateway/apierror"
 	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/signing"
+	"github.com/platformgw/gateway/wire"
 )
 
 // fields is a JSON object body, read field by field so that a wrong type
@@ -58,6 +59,23 @@ func (f fields) id(name string) (string, *apierror.Error) {
 	// the user "u\uFFFD", so such an id is refused, as the admin API does.
 	if len(s) > 256 || strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f || r == utf8.RuneError }) {
 		return "", apierror.Invalid(name, name+" must be at most 256 printable characters")
+	}
+	return s, nil
+}
+
+// userID reads a required user id: wire.ValidUserID, the rule the admin
+// API holds every user id to, so a report or estimate cannot name a user
+// no key or subscription can belong to.
+func (f fields) userID(name string) (string, *apierror.Error) {
+	s, ok, e := f.str(name)
+	if e != nil {
+		return "", e
+	}
+	if !ok || s == "" {
+		return "", apierror.Invalid(name, name+" is required")
+	}
+	if !wire.ValidUserID(s) {
+		return "", apierror.Invalid(name, name+" must be "+wire.UserIDRule)
 	}
 	return s, nil
 }

@@ -119,7 +119,7 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) parseReport(f fields, serviceID string, now time.Time) (usageReport, *apierror.Error) {
 	rep := usageReport{ServiceID: serviceID}
 	var e *apierror.Error
-	if rep.UserID, e = f.id("userId"); e != nil {
+	if rep.UserID, e = f.userID("userId"); e != nil {
 		return rep, e
 	}
 	units, ok, e := f.units("unitsUsed")

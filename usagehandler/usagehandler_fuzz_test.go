@@ -11,6 +11,7 @@ import (
 	"github.com/platformgw/gateway/apierror"
 	"github.com/platformgw/gateway/engine"
 	"github.com/platformgw/gateway/store"
+	"github.com/platformgw/gateway/wire"
 )
 
 // The fuzz targets of the bodies backends send (report, progress,
@@ -66,10 +67,11 @@ func FuzzParseReport(f *testing.F) {
 		if rep.Units <= 0 {
 			t.Fatalf("accepted %s units", rep.Units)
 		}
-		for _, id := range []string{rep.UserID, rep.ServiceID} {
-			if id == "" || len(id) > 256 || strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f || r == utf8.RuneError }) {
-				t.Fatalf("accepted id %q", id)
-			}
+		if !wire.ValidUserID(rep.UserID) {
+			t.Fatalf("accepted user id %q", rep.UserID)
+		}
+		if id := rep.ServiceID; id == "" || len(id) > 256 || strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f || r == utf8.RuneError }) {
+			t.Fatalf("accepted service id %q", id)
 		}
 		if rep.At.After(fuzzNow.Add(fuzzSkew)) {
 			t.Fatalf("accepted a timestamp in the future: %v", rep.At)

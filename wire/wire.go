@@ -8,7 +8,14 @@
 // Breakdown the answers carry, it is pure: no Caddy, no store.
 package wire
 
-import "github.com/platformgw/gateway/billing"
+import (
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/platformgw/gateway/billing"
+)
 
 // Schema versions of the answers.
 const (
@@ -112,4 +119,49 @@ func Str(p *string) string {
 		return ""
 	}
 	return *p
+}
+
+// UserIDRule says in words what ValidUserID accepts, for error messages.
+const UserIDRule = "1 to 128 bytes of printable text without '/' or surrounding spaces"
+
+// MaxUserIDLen is the longest user id, in bytes.
+const MaxUserIDLen = 128
+
+// ValidUserID is the one rule for a user id, wherever one comes in: the
+// admin API and the console (keys, subscriptions), the usage routes
+// (reports, estimates), the catalog's owners. 1 to 128 bytes of printable
+// UTF-8, no '/' (ids are path segments of the admin API) and no leading or
+// trailing space. U+FFFD is refused too: it is what a JSON decoder makes
+// of bytes that were not text (or of a lone surrogate escape), so an id
+// holding it names nobody for sure.
+func ValidUserID(s string) bool {
+	if s == "" || len(s) > MaxUserIDLen || !utf8.ValidString(s) || strings.ContainsAny(s, "/\uFFFD") {
+		return false
+	}
+	if s[0] == ' ' || s[len(s)-1] == ' ' {
+		return false
+	}
+	for _, c := range s {
+		if !unicode.IsPrint(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// CheckBrand is the one rule for a header brand, the word in X-<Brand>-*
+// headers (the gateway's header_brand, the SDK's WithBrand): letters and
+// digits only, so the brand is a single header-name token and the
+// "X-<Brand>-" prefix cannot run into another header's name.
+func CheckBrand(brand string) error {
+	if brand == "" {
+		return fmt.Errorf("header_brand is empty")
+	}
+	for i := 0; i < len(brand); i++ {
+		c := brand[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return fmt.Errorf("header_brand '%s': letters and digits only (headers are X-<brand>-Signature and so on)", brand)
+		}
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/platformgw/gateway/billing"
@@ -53,5 +54,25 @@ func TestBodies(t *testing.T) {
 	}
 	if Str(nil) != "" || Str(&s) != s {
 		t.Error("Str")
+	}
+}
+
+func TestRules(t *testing.T) {
+	for id, ok := range map[string]bool{
+		"u-1": true, "alice@example.com": true, "auth0|abc": true, "Zoë": true, string(make([]byte, 0)): false,
+		"a/b": false, " a": false, "a ": false, "a\x00b": false, "a\tb": false, "\xff": false, "a\uFFFDb": false,
+	} {
+		if ValidUserID(id) != ok {
+			t.Errorf("ValidUserID(%q) = %v", id, !ok)
+		}
+	}
+	long := strings.Repeat("x", MaxUserIDLen)
+	if !ValidUserID(long) || ValidUserID(long+"x") {
+		t.Error("the length limit is not 128 bytes")
+	}
+	for brand, ok := range map[string]bool{"Platform": true, "Tollara": true, "Acme2": true, "": false, "X-Acme": false, "Ac me": false, "Acmé": false} {
+		if (CheckBrand(brand) == nil) != ok {
+			t.Errorf("CheckBrand(%q): %v", brand, CheckBrand(brand))
+		}
 	}
 }
