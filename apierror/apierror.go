@@ -8,7 +8,11 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
+
+	"github.com/platformgw/gateway/billing"
 )
 
 // Codes of the wire contract.
@@ -100,25 +104,22 @@ func Invalid(field, message string) *Error {
 	return &Error{Code: InvalidRequest, Message: message, Field: field}
 }
 
-// WithRetry sets the seconds after which a retry may succeed (rounded up,
-// at least 1), sent in the body and the Retry-After header.
+// WithRetry sets the seconds after which a retry may succeed
+// (RetrySeconds), sent in the body and the Retry-After header.
 func (e *Error) WithRetry(d time.Duration) *Error {
-	s := int((d + time.Second - 1) / time.Second)
-	e.RetryAfter = max(s, 1)
+	e.RetryAfter = RetrySeconds(d)
 	return e
 }
+
+// RetrySeconds is a wait as a Retry-After tells it: whole seconds, rounded
+// up (billing.CeilSeconds), at least one.
+func RetrySeconds(d time.Duration) int { return max(1, int(billing.CeilSeconds(d))) }
 
 // Unavailable is the refusal of a call whose charge the store cannot
 // record now (a full disk): refused before it is forwarded, retried later.
 func Unavailable() *Error {
 	return New(StoreUnavailable, "usage cannot be recorded right now; the call was not forwarded and not charged").
 		WithRetry(time.Second)
-}
-
-// WithRequestID names the request the error belongs to.
-func (e *Error) WithRequestID(id string) *Error {
-	e.RequestID = id
-	return e
 }
 
 // Write sends the error as JSON with its status.
@@ -150,4 +151,27 @@ func Encode(e *Error) []byte {
 	enc.SetEscapeHTML(false)
 	enc.Encode(e) // a struct of strings and an int: never fails
 	return b.Bytes()
+}
+
+// maxQuoted is how much of an id a message quotes, in bytes.
+const maxQuoted = 64
+
+// QuoteID quotes an id a request named for an error message: cut to 64
+// bytes on a character boundary (marked "…"), invalid UTF-8 shown as "?",
+// in double quotes. Every message that repeats a caller's id uses it, so a
+// made-up id of any size or encoding reads the same everywhere.
+func QuoteID(id string) string {
+	cut := false
+	if len(id) > maxQuoted {
+		i := maxQuoted
+		for i > 0 && !utf8.RuneStart(id[i]) {
+			i--
+		}
+		id, cut = id[:i], true
+	}
+	id = strings.ToValidUTF8(id, "?")
+	if cut {
+		id += "…"
+	}
+	return "\"" + id + "\""
 }

@@ -11,7 +11,9 @@ import (
 
 func TestWrite(t *testing.T) {
 	w := httptest.NewRecorder()
-	Write(w, New(QuotaExceeded, "quota used up").WithRetry(1500*time.Millisecond).WithRequestID("r-1"))
+	e := New(QuotaExceeded, "quota used up").WithRetry(1500 * time.Millisecond)
+	e.RequestID = "r-1"
+	Write(w, e)
 	if w.Code != 429 || w.Header().Get("Content-Type") != "application/json" || w.Header().Get("Retry-After") != "2" {
 		t.Fatalf("status %d headers %v", w.Code, w.Header())
 	}
@@ -75,5 +77,30 @@ func TestStatuses(t *testing.T) {
 	json.Unmarshal(w.Body.Bytes(), &e)
 	if e.Field != "unitsUsed" || e.Code != InvalidRequest {
 		t.Errorf("%+v", e)
+	}
+}
+
+func TestQuoteID(t *testing.T) {
+	long := strings.Repeat("a", 63) + "é" + "tail"
+	for in, want := range map[string]string{
+		"r-1":                   `"r-1"`,
+		"bad\xffid":             `"bad?id"`,
+		strings.Repeat("x", 64): `"` + strings.Repeat("x", 64) + `"`,
+		strings.Repeat("x", 65): `"` + strings.Repeat("x", 64) + `…"`,
+		long:                    `"` + strings.Repeat("a", 63) + `…"`, // not cut inside the é
+	} {
+		if got := QuoteID(in); got != want {
+			t.Errorf("QuoteID(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+func TestRetrySeconds(t *testing.T) {
+	for d, want := range map[time.Duration]int{
+		-time.Second: 1, 0: 1, time.Millisecond: 1, time.Second: 1, 1500 * time.Millisecond: 2, 30 * 24 * time.Hour: 2592000,
+	} {
+		if got := RetrySeconds(d); got != want {
+			t.Errorf("RetrySeconds(%v) = %d, want %d", d, got, want)
+		}
 	}
 }

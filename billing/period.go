@@ -81,3 +81,14 @@ func addMonths(t time.Time, n int) time.Time {
 	}
 	return time.Date(y, time.Month(mm+1), d, t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.UTC)
 }
+
+// CeilSeconds is d in whole seconds, rounded up; 0 for none or less. The
+// one rounding of a duration to seconds: PER_TIME_UNIT calls are charged
+// by it, and every Retry-After and RateLimit reset a caller is shown is
+// counted with it (apierror.RetrySeconds adds "at least one").
+func CeilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}

@@ -38,7 +38,7 @@ func (rt *Runtime) AuthenticateServiceKey(ctx context.Context, token string) (st
 	if !servicekey.WellFormed(token) {
 		return store.KeyRecord{}, apierror.New(apierror.InvalidKey, "the service key is not valid")
 	}
-	key, err := rt.Store().KeyByHash(ctx, servicekey.Hash(token))
+	key, err := rt.Keys().KeyByHash(ctx, servicekey.Hash(token))
 	if err != nil {
 		if !errors.Is(err, store.ErrNotFound) {
 			rt.Logger.Error("key lookup", zap.Error(err))

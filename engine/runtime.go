@@ -9,6 +9,7 @@
 package engine
 
 import (
+	"errors"
 	"time"
 
 	"go.uber.org/zap"
@@ -20,6 +21,12 @@ import (
 
 // JobExpiredMessage is the errorMessage of a job that ran out of time.
 const JobExpiredMessage = "job expired: no completion within its time limit"
+
+// ErrJobFinished stops a job update (store.Jobs.UpdateJob, CompleteJob)
+// that found the job COMPLETED or FAILED already: nothing is written. The
+// gateway's failJob then leaves the backend's own ending in place; the
+// usage routes answer 409 request_already_completed.
+var ErrJobFinished = errors.New("job already finished")
 
 // Limits are the size and time limits of the platform block's settings,
 // with their defaults applied.
@@ -110,3 +117,20 @@ func (rt *Runtime) Store() store.Store {
 	}
 	return rt.Data
 }
+
+// The store as each step of a request uses it: key authentication reads
+// store.Keys, admission store.Subscriptions, reservation and settlement
+// store.Meter, async jobs store.Jobs. A function that takes one of them
+// says what it may touch, and a test may hand it a store of its own.
+
+// Keys is the store's service keys.
+func (rt *Runtime) Keys() store.Keys { return rt.Store() }
+
+// Subscriptions is the store's subscriptions and credits.
+func (rt *Runtime) Subscriptions() store.Subscriptions { return rt.Store() }
+
+// Meter is the store's holds, settlements, reports and period state.
+func (rt *Runtime) Meter() store.Meter { return rt.Store() }
+
+// Jobs is the store's async jobs.
+func (rt *Runtime) Jobs() store.Jobs { return rt.Store() }

@@ -434,7 +434,7 @@ func (a *adminAPI) listKeys(app *App, w http.ResponseWriter, r *http.Request, _ 
 }
 
 func keyNotFound(id string) error {
-	return apierror.New(apierror.NotFound, "no service key "+quoteID(id))
+	return apierror.New(apierror.NotFound, "no service key "+apierror.QuoteID(id))
 }
 
 // getKey: GET /platform/keys/{keyId}.
@@ -472,7 +472,7 @@ func subscriptionIDs(args []string) (userID, serviceID string, err error) {
 }
 
 func subscriptionNotFound(userID, serviceID string) error {
-	return apierror.New(apierror.NotFound, "user "+quoteID(userID)+" has no subscription to service "+serviceID)
+	return apierror.New(apierror.NotFound, "user "+apierror.QuoteID(userID)+" has no subscription to service "+serviceID)
 }
 
 // putSubscription: PUT /platform/subscriptions/{userId}/{serviceId}
@@ -564,22 +564,12 @@ func parseSignedUnits(raw json.RawMessage) (billing.Units, error) {
 func (a *adminAPI) getJob(app *App, w http.ResponseWriter, r *http.Request, args []string) error {
 	j, err := app.DataStore().GetJob(r.Context(), args[0])
 	if errors.Is(err, store.ErrNotFound) {
-		return apierror.New(apierror.RequestNotFound, "no job "+quoteID(args[0]))
+		return apierror.New(apierror.RequestNotFound, "no job "+apierror.QuoteID(args[0]))
 	}
 	if err != nil {
 		return fmt.Errorf("read job %s: %w", args[0], err)
 	}
 	return writeJSON(w, http.StatusOK, viewJob(j))
-}
-
-// quoteID quotes an id from a request for an error message, so that
-// odd characters show as what they are.
-func quoteID(s string) string {
-	if len(s) > 140 {
-		s = s[:140] + "…"
-	}
-	b, _ := json.Marshal(s)
-	return string(b)
 }
 
 // Interface guards.

@@ -50,7 +50,7 @@ func (a *allowance) rate(rl *billing.RateLimit, remaining int, wait time.Duratio
 		a.rateWin = max((burst*window+req-1)/req, 1)
 	}
 	a.rateLeft = min(int64(max(remaining, 0)), burst)
-	a.rateResetSec = ceilSeconds(wait)
+	a.rateResetSec = billing.CeilSeconds(wait)
 }
 
 func (a *allowance) setQuota(p *billing.Product, st billing.State, start, end, now time.Time) {
@@ -61,7 +61,7 @@ func (a *allowance) setQuota(p *billing.Product, st billing.State, start, end, n
 	a.quota = int64(*p.Quota / billing.Scale)
 	a.quotaLeft = int64(max(0, *p.Quota-st.Used-st.Reserved) / billing.Scale)
 	a.quotaWindow = int64(end.Sub(start) / time.Second)
-	a.quotaResetSec = max(ceilSeconds(end.Sub(now)), 1)
+	a.quotaResetSec = max(billing.CeilSeconds(end.Sub(now)), 1)
 }
 
 // resetAfter is how long until the binding limit resets.
@@ -140,11 +140,4 @@ func (a *allowance) write(h http.Header) {
 	h[rateLimitLimitKey] = v[2:3:3]
 	h[rateLimitRemainingKey] = v[3:4:4]
 	h[rateLimitResetKey] = v[4:5:5]
-}
-
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Second - 1) / time.Second)
 }

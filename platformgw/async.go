@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/apierror"
+	"github.com/platformgw/gateway/engine"
 	"github.com/platformgw/gateway/signing"
 	"github.com/platformgw/gateway/store"
 )
@@ -94,7 +95,7 @@ func (h *Handler) invokeAsync(w http.ResponseWriter, r *http.Request, c *call, n
 // expiry), surviving restarts. A refusal stores nothing and becomes the
 // caller's error, with the codes a sync call gets.
 func (h *Handler) createJob(ctx context.Context, c *call, job store.Job) *apierror.Error {
-	_, dec, st, err := h.rt.Store().CreateJobReserved(ctx, job, c.account, c.ep.UnitCost(), c.started)
+	_, dec, st, err := h.rt.Jobs().CreateJobReserved(ctx, job, c.account, c.ep.UnitCost(), c.started)
 	if errors.Is(err, store.ErrNoAccount) {
 		return apierror.New(apierror.NoSubscription, "no subscription to service "+c.svc.ID)
 	}
@@ -136,7 +137,7 @@ func (h *Handler) jobURLs(r *http.Request, c *call) (jobURLs, *apierror.Error) {
 	if base == "" {
 		if !knownHost(r) {
 			return jobURLs{}, apierror.Invalid("Host", "async jobs are started only through a host name this gateway is configured for ("+
-				quote(r.Host)+" is not one); the operator sets public_url or the site's host names")
+				apierror.QuoteID(r.Host)+" is not one); the operator sets public_url or the site's host names")
 		}
 		scheme := "http"
 		if r.TLS != nil {
@@ -284,16 +285,13 @@ func (h *Handler) accept(w http.ResponseWriter, c *call, urls jobURLs) {
 	h.rt.CountInvoke(c.svc.ID, c.ep.ID, "async", "ok")
 }
 
-// errJobDone stops a job update that found the job already finished.
-var errJobDone = errors.New("job already finished")
-
 // failJob marks a job the backend did not take as FAILED, unless the
 // backend already finished it (a backend may post its completion before
 // answering the forward). It runs to the end even when the caller has gone.
 func (h *Handler) failJob(id, reason string) {
-	_, err := h.rt.Store().UpdateJob(context.Background(), id, func(j *store.Job) error {
+	_, err := h.rt.Jobs().UpdateJob(context.Background(), id, func(j *store.Job) error {
 		if j.Terminal() {
-			return errJobDone
+			return engine.ErrJobFinished
 		}
 		t := h.rt.Now().UTC()
 		j.Status = store.JobFailed
@@ -304,7 +302,7 @@ func (h *Handler) failJob(id, reason string) {
 	switch {
 	case err == nil:
 		h.rt.CountJobState(store.JobFailed)
-	case !errors.Is(err, errJobDone):
+	case !errors.Is(err, engine.ErrJobFinished):
 		h.logger.Error("fail job", zap.String("request_id", id), zap.Error(err))
 	}
 }
@@ -314,6 +312,8 @@ func (h *Handler) failJob(id, reason string) {
 // an acknowledgement is short.
 const maxBackendAnswer = 64 << 10
 
+// errAnswerTooLong stops reading a backend's answer to an async forward
+// past maxBackendAnswer; the job stands on the status already read.
 var errAnswerTooLong = errors.New("backend answer to an async forward is longer than expected")
 
 // backendAnswer stands in for the caller's ResponseWriter while the

@@ -90,11 +90,11 @@ func (h *Handler) admit(r *http.Request, c *call) *apierror.Error {
 	c.key = key
 	svc, ok := h.rt.Catalog.Service(c.route.serviceID)
 	if !ok {
-		return apierror.New(apierror.ServiceNotFound, "no service "+quote(c.route.serviceID))
+		return apierror.New(apierror.ServiceNotFound, "no service "+apierror.QuoteID(c.route.serviceID))
 	}
 	ep, ok := svc.Endpoint(c.route.endpointID)
 	if !ok {
-		return apierror.New(apierror.EndpointNotFound, "service "+svc.ID+" has no endpoint "+quote(c.route.endpointID))
+		return apierror.New(apierror.EndpointNotFound, "service "+svc.ID+" has no endpoint "+apierror.QuoteID(c.route.endpointID))
 	}
 	c.svc, c.ep = svc, ep
 	if !ep.Allows(r.Method) {
@@ -147,7 +147,7 @@ func (h *Handler) admit(r *http.Request, c *call) *apierror.Error {
 // call the service, under which product) and translates its refusal.
 func (h *Handler) subscription(ctx context.Context, c *call) *apierror.Error {
 	c.user = signing.UserContext{UserID: c.key.UserID, Roles: c.key.Roles}
-	a, err := subscription.Resolve(ctx, c.svc, c.key.UserID, h.rt.Store().GetSubscription)
+	a, err := subscription.Resolve(ctx, c.svc, c.key.UserID, h.rt.Subscriptions().GetSubscription)
 	if err != nil {
 		return h.accessRefusal(err)
 	}
@@ -389,11 +389,4 @@ func hasBrandPrefix(name, prefix string) bool {
 		}
 	}
 	return true
-}
-
-func quote(s string) string {
-	if len(s) > 64 {
-		s = s[:64] + "…"
-	}
-	return "\"" + strings.ToValidUTF8(s, "?") + "\""
 }

@@ -19,7 +19,7 @@ import (
 // reserve holds the call's units before it is forwarded and fills the
 // allowance the caller is shown.
 func (h *Handler) reserve(r *http.Request, c *call) (store.Reservation, *apierror.Error) {
-	res, dec, st, err := h.rt.Store().Reserve(r.Context(), c.account, c.ep.UnitCost(), c.started)
+	res, dec, st, err := h.rt.Meter().Reserve(r.Context(), c.account, c.ep.UnitCost(), c.started)
 	if errors.Is(err, store.ErrNoAccount) {
 		return res, apierror.New(apierror.NoSubscription, "no subscription to service "+c.svc.ID)
 	}
@@ -187,7 +187,7 @@ func (h *Handler) release(c *call, res store.Reservation) {
 	if res.ID == "" {
 		return
 	}
-	_, err := h.rt.Store().Settle(context.Background(), res, 0, store.LedgerEntry{})
+	_, err := h.rt.Meter().Settle(context.Background(), res, 0, store.LedgerEntry{})
 	if err != nil && !errors.Is(err, store.ErrUnavailable) { // the store logs those, once per burst
 		h.logger.Error("release reservation", zap.String("request_id", c.requestID), zap.Error(err))
 	}
@@ -343,7 +343,7 @@ func (m *meterWriter) claimedUnits(v string) (billing.Units, bool) {
 // seconds (rounded up) from the call's start for PER_TIME_UNIT.
 func (m *meterWriter) deferredUnits() billing.Units {
 	if p := m.c.product; p != nil && p.MeasurementType == billing.PerTimeUnit {
-		return billing.Whole(ceilSeconds(m.h.rt.Now().Sub(m.c.started)))
+		return billing.Whole(billing.CeilSeconds(m.h.rt.Now().Sub(m.c.started)))
 	}
 	return billing.Whole(m.written)
 }
@@ -363,7 +363,7 @@ func (m *meterWriter) settleNow(units billing.Units) bool {
 	if c.product != nil {
 		entry.ProductID = c.product.ID
 	}
-	e, err := m.h.rt.Store().Settle(context.Background(), m.res, units, entry)
+	e, err := m.h.rt.Meter().Settle(context.Background(), m.res, units, entry)
 	if err != nil {
 		if errors.Is(err, store.ErrUnavailable) && m.deferred {
 			// The body is delivered: the store charges it once it writes

@@ -154,9 +154,8 @@ func (*Upstreams) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 type Transport struct {
 	reverseproxy.HTTPTransport
 
-	// inFlight counts responses whose body is not closed yet; cleanedUp is
-	// set once the config this transport belongs to was replaced.
-	inFlight  atomic.Int64
+	// cleanedUp is set once the config this transport belongs to was
+	// replaced.
 	cleanedUp atomic.Bool
 }
 
@@ -194,7 +193,6 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		req = &out
 	}
-	t.inFlight.Add(1)
 	resp, err := t.HTTPTransport.RoundTrip(req)
 	if err != nil || resp.Body == nil {
 		t.done()
@@ -235,7 +233,6 @@ func (t *Transport) Cleanup() error {
 // done ends one response; after Cleanup, the connection it gave back to
 // the pool is closed.
 func (t *Transport) done() {
-	t.inFlight.Add(-1)
 	if t.cleanedUp.Load() && t.HTTPTransport.Transport != nil {
 		t.HTTPTransport.Transport.CloseIdleConnections()
 	}

@@ -77,6 +77,8 @@ const (
 	subscriptionCap = 1000
 )
 
+// errScanBound stops a ledger scan after maxLedgerScan entries; the page
+// then shows what was read and says it was cut.
 var errScanBound = errors.New("scan bound reached")
 
 func (h *Handler) dashboard(q *request, sess session, sessionKey store.KeyRecord, x dashboardExtras) {

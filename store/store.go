@@ -19,8 +19,15 @@ import (
 
 // Errors the store returns; callers map them to the JSON error codes.
 var (
-	ErrNotFound  = errors.New("not found")
-	ErrConflict  = errors.New("conflict")
+	// ErrNotFound says the record asked for (a key, a job, a hold) does
+	// not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict says a write would contradict what is stored and was
+	// not made: the id or idempotency key is taken, the alert was recorded
+	// already, the hold belongs to a job.
+	ErrConflict = errors.New("conflict")
+	// ErrNoAccount says the user has no subscription to the service: the
+	// lookup and every metering method that needs one.
 	ErrNoAccount = errors.New("no subscription")
 	// ErrUnavailable says the store cannot record writes now (a full
 	// disk, an I/O error): a call whose charge cannot be recorded is

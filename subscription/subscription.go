@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/platformgw/gateway/apierror"
 	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/catalog"
 	"github.com/platformgw/gateway/store"
@@ -107,17 +108,9 @@ func (e *Error) Error() string {
 	case Inactive:
 		return "the subscription is " + string(e.Status)
 	case ProductGone:
-		return "the subscription's product " + quote(e.ProductID) + " is no longer offered"
+		return "the subscription's product " + apierror.QuoteID(e.ProductID) + " is no longer offered"
 	}
 	return "no access to service " + e.ServiceID
-}
-
-// quote quotes an id for a message, shortened and made printable.
-func quote(s string) string {
-	if len(s) > 64 {
-		s = s[:64] + "…"
-	}
-	return "\"" + strings.ToValidUTF8(s, "?") + "\""
 }
 
 // Lookup reads the subscription of a user to a service; it fails with

@@ -282,7 +282,7 @@ func (h *Handler) estimate(w http.ResponseWriter, r *http.Request, c *coreCall, 
 	var state billing.State
 	if st.Product != nil {
 		var err error
-		state, err = h.rt.Store().State(r.Context(), st.Account, c.now)
+		state, err = h.rt.Meter().State(r.Context(), st.Account, c.now)
 		if err != nil {
 			h.logger.Error("usage state", zap.String("request_id", c.requestID), zap.String("service", svc.ID), zap.Error(err))
 			h.coreRefuse(w, r, c, apierror.New(apierror.InternalError, "usage state lookup failed"))
@@ -296,7 +296,7 @@ func (h *Handler) estimate(w http.ResponseWriter, r *http.Request, c *coreCall, 
 		out.RequestID = c.requestID
 		if d.Code == billing.CodeQuotaExceeded {
 			_, end := billing.PeriodBounds(st.Product.Period, st.Product.CalendarPeriods, st.Subscription.StartedAt, c.now)
-			out.RetryAfter = retrySeconds(end.Sub(c.now))
+			out.RetryAfter = apierror.RetrySeconds(end.Sub(c.now))
 			out.Message = billing.WithReset(out.Message, end)
 			w.Header().Set("Retry-After", strconv.Itoa(out.RetryAfter))
 		}
@@ -341,11 +341,6 @@ func estimateOf(p *billing.Product, st billing.State, units billing.Units) (wire
 		out.Code, out.Message = d.Code, d.Reason
 	}
 	return out, d
-}
-
-// retrySeconds rounds a wait up to whole seconds, at least one.
-func retrySeconds(d time.Duration) int {
-	return max(1, int((d+time.Second-1)/time.Second))
 }
 
 // callingService authenticates the backend calling validate or
@@ -446,7 +441,7 @@ func secretMatches(svc *catalog.Service, secret string) bool {
 // service owner, or a subscription whose status grants access to a
 // product the catalog still offers), its refusal translated.
 func (h *Handler) standingOf(ctx context.Context, svc *catalog.Service, userID string) (subscription.Access, *apierror.Error) {
-	a, err := subscription.Resolve(ctx, svc, userID, h.rt.Store().GetSubscription)
+	a, err := subscription.Resolve(ctx, svc, userID, h.rt.Subscriptions().GetSubscription)
 	if err != nil {
 		return a, h.accessRefusal(err)
 	}

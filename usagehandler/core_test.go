@@ -5,7 +5,6 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 
@@ -219,16 +218,6 @@ func TestCoreFields(t *testing.T) {
 		f, _ := parseObject([]byte(body))
 		if _, e := f.estimatedUnits(); e == nil || e.Field != "estimatedUnits" || e.Code != apierror.InvalidRequest {
 			t.Errorf("%s: %v", body, e)
-		}
-	}
-}
-
-func TestRetrySeconds(t *testing.T) {
-	for d, want := range map[time.Duration]int{
-		-time.Second: 1, 0: 1, time.Millisecond: 1, time.Second: 1, 1500 * time.Millisecond: 2, 30 * 24 * time.Hour: 2592000,
-	} {
-		if got := retrySeconds(d); got != want {
-			t.Errorf("retrySeconds(%v) = %d, want %d", d, got, want)
 		}
 	}
 }

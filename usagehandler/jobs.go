@@ -33,8 +33,11 @@ const (
 
 // Sentinels that stop a job update without writing anything.
 var (
-	errTerminal       = errors.New("job already finished")
-	errExpired        = errors.New("job expired")
+	// errExpired: the job ran past its deadline and is failed (or about
+	// to be, by the sweep): 409 to the backend.
+	errExpired = errors.New("job expired")
+	// errSameCompletion: the job completed with this very completion
+	// before; the backend's retry is answered 200 again.
 	errSameCompletion = errors.New("same completion again")
 )
 
@@ -48,8 +51,8 @@ func (h *Handler) signedJob(r *http.Request, id, route string) (signedRequest, s
 	if e != nil {
 		return s, store.Job{}, nil, e
 	}
-	notFound := apierror.New(apierror.RequestNotFound, "no request "+quoteID(id))
-	job, err := h.rt.Store().GetJob(r.Context(), id)
+	notFound := apierror.New(apierror.RequestNotFound, "no request "+apierror.QuoteID(id))
+	job, err := h.rt.Jobs().GetJob(r.Context(), id)
 	if errors.Is(err, store.ErrNotFound) {
 		return s, job, nil, notFound
 	}
@@ -96,9 +99,9 @@ func (h *Handler) progress(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	var started bool
-	job, err := h.rt.Store().UpdateJob(r.Context(), id, func(j *store.Job) error {
+	job, err := h.rt.Jobs().UpdateJob(r.Context(), id, func(j *store.Job) error {
 		if j.Terminal() {
-			return errTerminal
+			return engine.ErrJobFinished
 		}
 		if !now.Before(j.ExpiresAt) {
 			return errExpired
@@ -129,12 +132,12 @@ func (h *Handler) jobWriteError(err error, id string) *apierror.Error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, errTerminal):
-		return apierror.New(apierror.RequestAlreadyCompleted, "request "+quoteID(id)+" has already finished")
+	case errors.Is(err, engine.ErrJobFinished):
+		return apierror.New(apierror.RequestAlreadyCompleted, "request "+apierror.QuoteID(id)+" has already finished")
 	case errors.Is(err, errExpired):
-		return apierror.New(apierror.RequestAlreadyCompleted, "request "+quoteID(id)+" expired: "+engine.JobExpiredMessage)
+		return apierror.New(apierror.RequestAlreadyCompleted, "request "+apierror.QuoteID(id)+" expired: "+engine.JobExpiredMessage)
 	case errors.Is(err, store.ErrNotFound):
-		return apierror.New(apierror.RequestNotFound, "no request "+quoteID(id))
+		return apierror.New(apierror.RequestNotFound, "no request "+apierror.QuoteID(id))
 	}
 	h.logger.Error("job update", zap.String("request_id", id), zap.Error(err))
 	return apierror.New(apierror.InternalError, "the job could not be updated")
@@ -343,12 +346,12 @@ func (h *Handler) complete(w http.ResponseWriter, r *http.Request, id string) {
 	}
 	digest := c.digest()
 	resultCap := h.rt.Limits.ResultMaxBytes
-	done, err := h.rt.Store().CompleteJob(r.Context(), id, account, entry, func(j *store.Job) error {
+	done, err := h.rt.Jobs().CompleteJob(r.Context(), id, account, entry, func(j *store.Job) error {
 		if j.Terminal() {
 			if j.CompletionDigest != "" && j.CompletionDigest == digest {
 				return errSameCompletion
 			}
-			return errTerminal
+			return engine.ErrJobFinished
 		}
 		if !now.Before(j.ExpiresAt) {
 			return errExpired
@@ -413,7 +416,7 @@ func (h *Handler) jobAccount(job store.Job, svc *catalog.Service) (store.Account
 	}
 	p, ok := svc.Product(job.ProductID)
 	if !ok {
-		if sub, err := h.rt.Store().GetSubscription(context.Background(), job.UserID, job.ServiceID); err == nil {
+		if sub, err := h.rt.Subscriptions().GetSubscription(context.Background(), job.UserID, job.ServiceID); err == nil {
 			p, ok = svc.Product(sub.ProductID)
 		}
 	}
@@ -427,13 +430,4 @@ func (h *Handler) jobAccount(job store.Job, svc *catalog.Service) (store.Account
 	}
 	a.Product = *p
 	return a, p
-}
-
-// quoteID quotes a request id for a message, shortened and made printable.
-func quoteID(id string) string {
-	id, cutShort := cut(id, 64)
-	if cutShort {
-		id += "…"
-	}
-	return "\"" + strings.ToValidUTF8(id, "?") + "\""
 }

@@ -75,7 +75,7 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 
 	// The status is not checked: the usage already happened, and a report
 	// is the record of it.
-	a, err := subscription.ResolveRecorded(r.Context(), svc, rep.UserID, h.rt.Store().GetSubscription)
+	a, err := subscription.ResolveRecorded(r.Context(), svc, rep.UserID, h.rt.Subscriptions().GetSubscription)
 	if err != nil {
 		h.refuse(w, r, h.accessRefusal(err))
 		return
@@ -94,7 +94,7 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 	if product != nil {
 		entry.ProductID = product.ID
 	}
-	body, err := h.rt.Store().Record(r.Context(), account, entry, func(e store.LedgerEntry, st billing.State) ([]byte, error) {
+	body, err := h.rt.Meter().Record(r.Context(), account, entry, func(e store.LedgerEntry, st billing.State) ([]byte, error) {
 		return json.Marshal(reportBody(rep, product, st, e.Units))
 	})
 	switch {

@@ -48,9 +48,9 @@ func (h *Handler) callerJob(r *http.Request, id string) (store.Job, *apierror.Er
 	if e != nil {
 		return store.Job{}, e
 	}
-	job, err := h.rt.Store().GetJob(r.Context(), id)
+	job, err := h.rt.Jobs().GetJob(r.Context(), id)
 	if errors.Is(err, store.ErrNotFound) || err == nil && job.UserID != key.UserID {
-		return store.Job{}, apierror.New(apierror.RequestNotFound, "no request "+quoteID(id))
+		return store.Job{}, apierror.New(apierror.RequestNotFound, "no request "+apierror.QuoteID(id))
 	}
 	if err != nil {
 		h.logger.Error("job lookup", zap.Error(err))
