@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"crypto/subtle"
 	"fmt"
 	"net/url"
 	"strings"
@@ -39,7 +40,7 @@ func CheckSecrets(secrets []string) error {
 	switch {
 	case len(secrets) == 0 || len(secrets) > 2:
 		return fmt.Errorf("needs one secret, or two during a rotation")
-	case len(secrets) == 2 && secrets[0] == secrets[1]:
+	case len(secrets) == 2 && subtle.ConstantTimeCompare([]byte(secrets[0]), []byte(secrets[1])) == 1:
 		return fmt.Errorf("secret '%s' given twice; the second secret is the previous one during a rotation", secrets[0])
 	}
 	return nil

@@ -22,9 +22,6 @@ var secretish = regexp.MustCompile(`(?i)(sig|signature|secret|hmac|\bmac\b|token
 // SHA-256 (the store's B-tree and its read cache), and the lookup time of
 // a hash of 196 random bits tells nothing about any key.
 var timingAllowed = map[string]string{
-	// Two secrets of the configuration checked for a duplicate, when the
-	// Caddyfile is parsed: nobody times that.
-	"platform/caddyfile.go:parseService": "configuration, at parse time",
 	// The Signing-Version header against "3": public.
 	"sdk/verify.go:Verify": "signing version, public",
 	// A key's CRC checksum (public, a function of the key) compared as one
