@@ -44,10 +44,12 @@ import (
 // backend's net/http server and the test's raw client (a few). Measured
 // on 23 November 2026: 545 a call at commit 733506d, 482 after the request
 // path's allocations were trimmed (branch lean; plain reverse_proxy on the
-// same path: 233, the same in every run); the budget is that + ~5%.
+// same path: 233, the same in every run); the budget is that + ~5%. Caddy's
+// request id brought it to 491; the runtime refactor (branch refactor) took
+// 3 off again (488), and the budget with them.
 // Raise it only with a reason in the commit message (docs/performance.md,
 // "Allocation budget").
-const chainAllocBudget = 506
+const chainAllocBudget = 503
 
 const (
 	chainSecret = "chain-bench-secret-0123456789abcdef01"

@@ -95,8 +95,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return nil
 	}
 	start := time.Now()
-	o := &observedCall{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, next: next}
-	err := h.invoke(o, r, route, o)
+	// The call is allocated once, with its observer in it.
+	c := new(call)
+	o := &c.observed
+	*o = observedCall{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, next: next}
+	err := h.invoke(o, r, c, route, o)
 	status := o.status
 	if status == 0 && err != nil {
 		status = http.StatusInternalServerError

@@ -44,15 +44,16 @@ type call struct {
 	// every call; the call is allocated once anyway. idValue backs the
 	// request id header, bodyReader the body handed to the proxy, fwd what
 	// the upstream source and the transport are told, meter the sync
-	// answer's writer.
+	// answer's writer, observed what the console's overview is told.
 	idValue    [1]string
 	bodyReader bytes.Reader
 	fwd        forward
 	meter      meterWriter
+	observed   observedCall
 }
 
-func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, route invokeRoute, next caddyhttp.Handler) error {
-	c := &call{route: route, requestID: requestID(r), started: h.rt.Now()}
+func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, c *call, route invokeRoute, next caddyhttp.Handler) error {
+	c.route, c.requestID, c.started = route, requestID(r), h.rt.Now()
 	c.idValue[0] = c.requestID
 	w.Header()[h.requestIDKey] = c.idValue[:]
 	e := h.admit(r, c)

@@ -47,6 +47,14 @@ type forward struct {
 	vals  [maxForwardHeaders]string
 	up    reverseproxy.Upstream
 	ups   [1]*reverseproxy.Upstream
+	// req and body back the transport's copy of the request and the
+	// response body of the first attempt (RoundTrip), so neither is a
+	// separate allocation; a retry, which the proxy makes after a failed
+	// attempt whose request net/http may still be reading, gets its own.
+	req      http.Request
+	body     trackedBody
+	reqUsed  bool
+	bodyUsed bool
 }
 
 // maxForwardHeaders: signature, timestamp, signing version, user, product,
@@ -181,24 +189,37 @@ func (t *Transport) Provision(ctx caddy.Context) error {
 // reverse_proxy logs the request it passed here (with its headers, at DEBUG
 // and when a response is aborted), and that one never holds a signature.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if f, ok := forwardOf(req); ok {
+	f, routed := forwardOf(req)
+	if routed {
 		u := f.svc.BackendURL()
 		req.URL.Scheme = u.Scheme
 		req.Host = u.Host
-		out := *req
+		out := &f.req
+		if f.reqUsed {
+			out = new(http.Request)
+		}
+		f.reqUsed = true
+		*out = *req
 		out.Header = make(http.Header, len(req.Header)+f.n)
 		maps.Copy(out.Header, req.Header)
 		for i := range f.n {
 			out.Header[f.names[i]] = f.vals[i : i+1 : i+1]
 		}
-		req = &out
+		req = out
 	}
 	resp, err := t.HTTPTransport.RoundTrip(req)
 	if err != nil || resp.Body == nil {
 		t.done()
 		return resp, err
 	}
-	tb := &trackedBody{ReadCloser: resp.Body, t: t}
+	var tb *trackedBody
+	if routed && !f.bodyUsed {
+		f.bodyUsed = true
+		tb = &f.body
+	} else {
+		tb = new(trackedBody)
+	}
+	*tb = trackedBody{ReadCloser: resp.Body, t: t}
 	if rw, ok := resp.Body.(io.ReadWriteCloser); ok {
 		// A 101's body is the backend connection, which reverse_proxy
 		// writes the caller's side of a WebSocket to: it must stay
