@@ -33,5 +33,15 @@ func (a *adminAPI) listAlerts(app *App, w http.ResponseWriter, r *http.Request, 
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, page)
+	out := alertRecordPage{Alerts: make([]alertRecord, len(page.Alerts)), NextCursor: page.NextCursor}
+	for i, al := range page.Alerts {
+		out.Alerts[i] = viewAlert(al)
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// alertRecordPage is a page of alerts as the admin API writes it.
+type alertRecordPage struct {
+	Alerts     []alertRecord `json:"alerts"`
+	NextCursor string        `json:"nextCursor,omitempty"`
 }

@@ -120,3 +120,29 @@ func viewAuditEntry(e store.AuditEntry) auditRecord {
 	return auditRecord{Seq: e.Seq, Time: e.Time, Actor: e.Actor, Action: e.Action,
 		UserID: e.UserID, ServiceID: e.ServiceID, KeyID: e.KeyID, Detail: e.Detail}
 }
+
+// alertRecord is a usage alert as the admin API lists it.
+type alertRecord struct {
+	ID          string        `json:"alertId"`
+	UserID      string        `json:"userId"`
+	ServiceID   string        `json:"serviceId"`
+	ProductID   string        `json:"productId"`
+	PeriodStart time.Time     `json:"periodStart"`
+	Threshold   string        `json:"threshold"`
+	Value       billing.Units `json:"value"`
+	Limit       billing.Units `json:"limit"`
+	Created     time.Time     `json:"createdAt"`
+	Status      string        `json:"status"`
+	Attempts    int           `json:"attempts"`
+	LastError   string        `json:"lastError,omitempty"`
+	NextAttempt time.Time     `json:"nextAttemptAt,omitzero"`
+	DeliveredAt time.Time     `json:"deliveredAt,omitzero"`
+}
+
+func viewAlert(a store.Alert) alertRecord {
+	return alertRecord{
+		ID: a.ID, UserID: a.UserID, ServiceID: a.ServiceID, ProductID: a.ProductID, PeriodStart: a.PeriodStart,
+		Threshold: a.Threshold, Value: a.Value, Limit: a.Limit, Created: a.Created, Status: a.Status,
+		Attempts: a.Attempts, LastError: a.LastError, NextAttempt: a.NextAttempt, DeliveredAt: a.DeliveredAt,
+	}
+}
