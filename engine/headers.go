@@ -1,9 +1,6 @@
 package engine
 
-import (
-	"net/textproto"
-	"strings"
-)
+import "github.com/platformgw/gateway/wire"
 
 // Prefixes are the path prefixes of each group of routes. Several prefixes
 // per group may be served at once (the default and the ECS layout).
@@ -22,40 +19,8 @@ func DefaultPrefixes() Prefixes {
 	}
 }
 
-// Headers are the branded header names, computed once per config.
-type Headers struct {
-	Prefix             string // "x-platform-", lower case, for stripping
-	Signature          string
-	Timestamp          string
-	SigningVersion     string
-	UserID             string
-	ServiceProductID   string
-	Roles              string
-	SubscriptionStatus string
-	BillingModel       string
-	MeasurementType    string
-	UnitLabel          string
-	RequestID          string
-	Units              string
-}
+// Headers are the brand's header names (wire.Headers).
+type Headers = wire.Headers
 
-// NewHeaders builds the header names for a brand, spelled as in the
-// specification (X-Platform-User-ID).
-func NewHeaders(brand string) Headers {
-	x := "X-" + brand + "-"
-	return Headers{
-		Prefix:             strings.ToLower(x),
-		Signature:          x + "Signature",
-		Timestamp:          x + "Timestamp",
-		SigningVersion:     x + "Signing-Version",
-		UserID:             x + "User-ID",
-		ServiceProductID:   x + "Service-Product-ID",
-		Roles:              x + "Roles",
-		SubscriptionStatus: x + "Subscription-Status",
-		BillingModel:       x + "Billing-Model",
-		MeasurementType:    x + "Measurement-Type",
-		UnitLabel:          x + "Unit-Label",
-		RequestID:          x + "Request-ID",
-		Units:              textproto.CanonicalMIMEHeaderKey(x + "Units"),
-	}
-}
+// NewHeaders builds the header names for a brand (wire.NewHeaders).
+func NewHeaders(brand string) Headers { return wire.NewHeaders(brand) }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/signing"
+	"github.com/platformgw/gateway/wire"
 )
 
 // Default settings of a Client.
@@ -72,7 +73,7 @@ type Client struct {
 	// verifySecrets check the signature of pre-flight answers: the secret
 	// first, then any given with WithResponseSecrets (rotation).
 	verifySecrets [][]byte
-	headers       headerNames
+	headers       wire.Headers
 	http          *http.Client
 	retry         RetryPolicy
 	now           func() time.Time
@@ -400,8 +401,8 @@ func (c *Client) attempt(ctx context.Context, x exchange) outcome {
 	if x.bearer != "" {
 		h.Set("Authorization", "Bearer "+x.bearer)
 	} else {
-		h.Set(c.headers.signature, signBody(c.secret, body, ts))
-		h.Set(c.headers.timestamp, ts)
+		h.Set(c.headers.Signature, signBody(c.secret, body, ts))
+		h.Set(c.headers.Timestamp, ts)
 	}
 	if x.idempotencyKey != "" {
 		h.Set("Idempotency-Key", x.idempotencyKey)
@@ -438,7 +439,7 @@ func (c *Client) failure(op string, o outcome) error {
 	}
 	e := decodeAPIError(o.status, o.header, o.body, c.now())
 	if e.RequestID == "" {
-		e.RequestID = o.header.Get(c.headers.requestID)
+		e.RequestID = o.header.Get(c.headers.RequestID)
 	}
 	return fmt.Errorf("sdk: %s: %w", op, e)
 }

@@ -8,33 +8,13 @@ import (
 	"github.com/platformgw/gateway/wire"
 )
 
-// headerNames are the branded header names, as the gateway spells them.
-type headerNames struct {
-	signature, timestamp, signingVersion         string
-	userID, serviceProductID, roles              string
-	subscriptionStatus, billingModel             string
-	measurementType, unitLabel, requestID, units string
-}
-
-func newHeaderNames(brand string) headerNames {
+// newHeaderNames are the header names of a brand ("" is DefaultBrand), as
+// the gateway spells them (wire.NewHeaders).
+func newHeaderNames(brand string) wire.Headers {
 	if brand == "" {
 		brand = DefaultBrand
 	}
-	x := "X-" + brand + "-"
-	return headerNames{
-		signature:          x + "Signature",
-		timestamp:          x + "Timestamp",
-		signingVersion:     x + "Signing-Version",
-		userID:             x + "User-ID",
-		serviceProductID:   x + "Service-Product-ID",
-		roles:              x + "Roles",
-		subscriptionStatus: x + "Subscription-Status",
-		billingModel:       x + "Billing-Model",
-		measurementType:    x + "Measurement-Type",
-		unitLabel:          x + "Unit-Label",
-		requestID:          x + "Request-ID",
-		units:              x + "Units",
-	}
+	return wire.NewHeaders(brand)
 }
 
 // checkBrand refuses a brand the gateway would refuse as its header_brand
@@ -52,7 +32,7 @@ func checkBrand(brand string) error {
 // PER_TOKEN backend behind the gateway bills the tokens it used. Set it
 // before writing the status.
 func SetUnits(h http.Header, brand string, units Units) {
-	h.Set(textproto.CanonicalMIMEHeaderKey(newHeaderNames(brand).units), units.String())
+	h.Set(textproto.CanonicalMIMEHeaderKey(newHeaderNames(brand).Units), units.String())
 }
 
 // signBody is the signature of a backend's request to the usage service:

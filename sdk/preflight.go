@@ -99,7 +99,7 @@ func (c *Client) ValidateKey(ctx context.Context, serviceKey string) (*KeyValida
 	// A 401 is signed only once the usage service has authenticated this
 	// service: then it is the verdict on the key. Unsigned, it refuses
 	// this service's own request.
-	signed := o.header.Get(c.headers.signature) != ""
+	signed := o.header.Get(c.headers.Signature) != ""
 	if o.status != http.StatusOK && !(o.status == http.StatusUnauthorized && signed) {
 		return nil, c.failure(op, o)
 	}
@@ -264,8 +264,8 @@ func (c *Client) estimateFrom(op string, o outcome, signed bool) (*Estimate, err
 // with a timestamp within the tolerance of the local clock, so an answer
 // recorded earlier cannot be replayed.
 func (c *Client) verifyAnswer(o outcome) error {
-	sig := o.header.Get(c.headers.signature)
-	ts := o.header.Get(c.headers.timestamp)
+	sig := o.header.Get(c.headers.Signature)
+	ts := o.header.Get(c.headers.Timestamp)
 	if sig == "" || ts == "" {
 		return fmt.Errorf("%w: the answer is not signed", ErrResponseSignature)
 	}

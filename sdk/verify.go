@@ -171,29 +171,29 @@ func (v *Verifier) VerifyRequest(r *http.Request) (*CallerContext, []byte, error
 // first.
 func (v *Verifier) Verify(h http.Header, body []byte) (*CallerContext, error) {
 	hd := newHeaderNames(v.Brand)
-	sig, ts := single(h, hd.signature), single(h, hd.timestamp)
+	sig, ts := single(h, hd.Signature), single(h, hd.Timestamp)
 	if sig == "" || ts == "" {
 		return nil, ErrMissingSignature
 	}
-	if ver, ok := h[http.CanonicalHeaderKey(hd.signingVersion)]; ok && (len(ver) != 1 || strings.TrimSpace(ver[0]) != signing.Version) {
+	if ver, ok := h[http.CanonicalHeaderKey(hd.SigningVersion)]; ok && (len(ver) != 1 || strings.TrimSpace(ver[0]) != signing.Version) {
 		return nil, ErrSigningVersion
 	}
 	// Each context header must come once: with two, which one a handler
 	// reads would be a guess.
-	names := []string{hd.userID, hd.serviceProductID, hd.roles, hd.subscriptionStatus, hd.billingModel, hd.measurementType, hd.unitLabel}
+	names := []string{hd.UserID, hd.ServiceProductID, hd.Roles, hd.SubscriptionStatus, hd.BillingModel, hd.MeasurementType, hd.UnitLabel}
 	for _, n := range names {
 		if len(h.Values(n)) > 1 {
 			return nil, fmt.Errorf("%w: header %s sent more than once", ErrInvalidSignature, n)
 		}
 	}
-	rolesCSV := h.Get(hd.roles)
+	rolesCSV := h.Get(hd.Roles)
 	uc := signing.UserContext{
-		UserID:             h.Get(hd.userID),
-		ServiceProductID:   h.Get(hd.serviceProductID),
-		SubscriptionStatus: h.Get(hd.subscriptionStatus),
-		BillingModel:       h.Get(hd.billingModel),
-		MeasurementType:    h.Get(hd.measurementType),
-		UnitLabel:          h.Get(hd.unitLabel),
+		UserID:             h.Get(hd.UserID),
+		ServiceProductID:   h.Get(hd.ServiceProductID),
+		SubscriptionStatus: h.Get(hd.SubscriptionStatus),
+		BillingModel:       h.Get(hd.BillingModel),
+		MeasurementType:    h.Get(hd.MeasurementType),
+		UnitLabel:          h.Get(hd.UnitLabel),
 	}
 	if rolesCSV != "" {
 		// The header text exactly as signed: split and rejoined by ','
@@ -230,7 +230,7 @@ func (v *Verifier) Verify(h http.Header, body []byte) (*CallerContext, error) {
 		BillingModel:       uc.BillingModel,
 		MeasurementType:    uc.MeasurementType,
 		UnitLabel:          uc.UnitLabel,
-		RequestID:          h.Get(hd.requestID),
+		RequestID:          h.Get(hd.RequestID),
 		Timestamp:          at,
 		Job:                job,
 	}

@@ -76,3 +76,17 @@ func TestRules(t *testing.T) {
 		}
 	}
 }
+
+func TestHeaders(t *testing.T) {
+	h := NewHeaders("Tollara")
+	got := []string{h.Prefix, h.Signature, h.Timestamp, h.SigningVersion, h.UserID, h.ServiceProductID, h.Roles,
+		h.SubscriptionStatus, h.BillingModel, h.MeasurementType, h.UnitLabel, h.RequestID, h.Units}
+	want := []string{"x-tollara-", "X-Tollara-Signature", "X-Tollara-Timestamp", "X-Tollara-Signing-Version", "X-Tollara-User-ID",
+		"X-Tollara-Service-Product-ID", "X-Tollara-Roles", "X-Tollara-Subscription-Status", "X-Tollara-Billing-Model",
+		"X-Tollara-Measurement-Type", "X-Tollara-Unit-Label", "X-Tollara-Request-ID", "X-Tollara-Units"}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("header %d: %q, want %q", i, got[i], want[i])
+		}
+	}
+}
