@@ -194,7 +194,7 @@ func (h *Handler) estimateForKey(w http.ResponseWriter, r *http.Request, c *core
 // is the service (signed) or the user itself (its Bearer key); the answer
 // is not signed.
 func (h *Handler) estimateForUser(w http.ResponseWriter, r *http.Request, c *coreCall, s signedRequest, f fields) {
-	serviceID, e := f.id("serviceId")
+	serviceID, e := f.serviceID("serviceId")
 	if e != nil {
 		h.coreRefuse(w, r, c, e)
 		return
@@ -355,7 +355,7 @@ func (h *Handler) callingService(c *coreCall, s signedRequest, f fields) (*catal
 		return nil, e
 	}
 	if hasID {
-		if serviceID, e = f.id("serviceId"); e != nil {
+		if serviceID, e = f.serviceID("serviceId"); e != nil {
 			return nil, e
 		}
 	}

@@ -44,9 +44,12 @@ func (f fields) str(name string) (s string, ok bool, e *apierror.Error) {
 	return s, true, nil
 }
 
-// id reads a required identifier: a non-empty string of printable
-// characters (store keys are built from ids, so control bytes are refused).
-func (f fields) id(name string) (string, *apierror.Error) {
+// serviceID reads a required service id: a non-empty string of printable
+// characters. It is only ever looked up in the catalog (whose ids are
+// catalog.ValidID), where one it does not have is refused as unknown
+// (401 invalid_signature: no secret of it can have signed), so this only
+// keeps bytes that are not text out of messages and logs.
+func (f fields) serviceID(name string) (string, *apierror.Error) {
 	s, ok, e := f.str(name)
 	if e != nil {
 		return "", e

@@ -44,7 +44,7 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, r, e)
 		return
 	}
-	serviceID, e := f.id("serviceId")
+	serviceID, e := f.serviceID("serviceId")
 	if e != nil {
 		h.refuse(w, r, e)
 		return

@@ -54,7 +54,7 @@ func FuzzParseReport(f *testing.F) {
 			checkRefusal(t, e)
 			return
 		}
-		serviceID, e := fl.id("serviceId")
+		serviceID, e := fl.serviceID("serviceId")
 		if e != nil {
 			checkRefusal(t, e)
 			return
