@@ -279,19 +279,17 @@ func TestFleetPostgresRestart(t *testing.T) {
 		ids[id] = 0
 	}
 	checkLedger(t, f.nodes[1], ids, nil)
-	entries := exportLedger(t, f.nodes[0], "u-pg")
-	var sub struct {
-		Credits json.Number `json:"credits"`
-	}
-	adminJSON(t, "GET", f.nodes[0].admin+"/platform/subscriptions/u-pg/"+fleetService, nil, 200, &sub)
-	// Every call costs exactly one credit; in-flight calls of a node are
-	// settled within the grace of a graceful stop.
+	// Every call costs exactly one credit. The nodes stop gracefully
+	// first, settling what they hold, so the balance is final.
 	for _, nd := range f.nodes {
 		nd.stop(t)
 	}
 	f.start(f.nodes[0])
+	var sub struct {
+		Credits json.Number `json:"credits"`
+	}
 	adminJSON(t, "GET", f.nodes[0].admin+"/platform/subscriptions/u-pg/"+fleetService, nil, 200, &sub)
-	entries = exportLedger(t, f.nodes[0], "u-pg")
+	entries := exportLedger(t, f.nodes[0], "u-pg")
 	credits, err := strconv.ParseFloat(sub.Credits.String(), 64)
 	if err != nil || int(credits) != topUp-len(entries) {
 		t.Errorf("balance %s after %d ledger entries of 1 credit from %d: a wrong charge", sub.Credits, len(entries), topUp)
