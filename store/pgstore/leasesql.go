@@ -1,0 +1,249 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/platformgw/gateway/billing"
+)
+
+// pgLeases is LeaseDB on PostgreSQL. Rows are locked in one order
+// everywhere (subscription, allowance, lease) so that grants, returns and
+// settlements never deadlock one another.
+type pgLeases struct{ s *Store }
+
+// querier runs statements on the pool or in a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// grantSQL leases $6.. (big) if every limit allows it, else $9.. (small),
+// in one statement: the subscription row (prepaid) and the allowance row
+// are locked and checked, and the lease row upserted, atomically. The
+// condition is the whole protocol: settled + leased + asked <= limit.
+// $1 holder, $2 user, $3 service, $4 period, $5 ttl seconds, $6-$8 big
+// units/spend/credits, $9-$11 small, $12 unit limit, $13 spend limit
+// (NULL: none), $14 whether credits are bounded.
+const grantSQL = `
+WITH sb AS (
+	SELECT credits - credits_held AS avail FROM subscriptions
+	WHERE user_id = $2 AND service_id = $3 AND $14::bool FOR UPDATE
+), av AS (
+	SELECT CASE WHEN $14::bool THEN (SELECT avail FROM sb) ELSE 9223372036854775807 END AS avail
+), b AS (
+	UPDATE allowances SET leased_units = leased_units + $6, leased_spend = leased_spend + $7
+	WHERE user_id = $2 AND service_id = $3 AND period = $4
+	  AND ($12::bigint IS NULL OR used + leased_units + $6 <= $12)
+	  AND ($13::bigint IS NULL OR spend + leased_spend + $7 <= $13)
+	  AND (SELECT avail FROM av) >= $8
+	RETURNING 'b'::text AS k
+), sm AS (
+	UPDATE allowances SET leased_units = leased_units + $9, leased_spend = leased_spend + $10
+	WHERE user_id = $2 AND service_id = $3 AND period = $4 AND NOT EXISTS (SELECT 1 FROM b)
+	  AND ($12::bigint IS NULL OR used + leased_units + $9 <= $12)
+	  AND ($13::bigint IS NULL OR spend + leased_spend + $10 <= $13)
+	  AND (SELECT avail FROM av) >= $11
+	RETURNING 's'::text AS k
+), g AS (
+	SELECT k, CASE k WHEN 'b' THEN $6 ELSE $9 END::bigint AS u, CASE k WHEN 'b' THEN $7 ELSE $10 END::bigint AS sp,
+		CASE k WHEN 'b' THEN $8 ELSE $11 END::bigint AS c
+	FROM (SELECT k FROM b UNION ALL SELECT k FROM sm) x
+), cr AS (
+	UPDATE subscriptions SET credits_held = credits_held + g.c FROM g
+	WHERE user_id = $2 AND service_id = $3 AND $14::bool
+), l AS (
+	INSERT INTO leases (holder, user_id, service_id, period, units, spend, credits, expires_at)
+	SELECT $1, $2, $3, $4, g.u, g.sp, g.c, now() + $5 * interval '1 second' FROM g
+	ON CONFLICT (holder, user_id, service_id, period) DO UPDATE SET
+		units = leases.units + EXCLUDED.units, spend = leases.spend + EXCLUDED.spend,
+		credits = leases.credits + EXCLUDED.credits, expires_at = EXCLUDED.expires_at
+)
+SELECT k FROM g`
+
+// allowanceStateSQL reads an allowance and its subscription's balance.
+const allowanceStateSQL = `
+SELECT a.used, a.leased_units, a.spend, a.leased_spend, coalesce(s.credits, 0), coalesce(s.credits_held, 0), s.user_id IS NOT NULL
+FROM allowances a LEFT JOIN subscriptions s ON s.user_id = a.user_id AND s.service_id = a.service_id
+WHERE a.user_id = $1 AND a.service_id = $2 AND a.period = $3`
+
+const ensureAllowanceSQL = `INSERT INTO allowances (user_id, service_id, period) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`
+
+func nullable(u *billing.Units) any {
+	if u == nil {
+		return nil
+	}
+	return int64(*u)
+}
+
+// row is an allowance and its subscription's balance as read.
+type row struct {
+	used, leased, spend, leasedSpend, credits, creditsHeld billing.Units
+	hasSub                                                 bool
+}
+
+func (r row) left(lim Limits) Vec {
+	var v Vec
+	if lim.Units != nil {
+		v.Units = *lim.Units - r.used - r.leased
+	}
+	if lim.Spend != nil {
+		v.Spend = *lim.Spend - r.spend - r.leasedSpend
+	}
+	if lim.Credits {
+		v.Credits = r.credits - r.creditsHeld
+	}
+	return v
+}
+
+func (r row) state() billing.State {
+	return billing.State{Used: r.used, Reserved: r.leased, Spend: r.spend, ReservedSpend: r.leasedSpend,
+		Credits: r.credits, CreditsHeld: r.creditsHeld}
+}
+
+// refusedIn names the first dimension need does not fit in.
+func refusedIn(need, left Vec) int {
+	switch {
+	case need.Units > left.Units:
+		return DimUnits
+	case need.Spend > left.Spend:
+		return DimSpend
+	case need.Credits > left.Credits:
+		return DimCredits
+	}
+	return DimNone
+}
+
+// Grant runs grantSQL in one round trip: the allowance row is made if
+// missing, the lease taken, and the row read back for the next block's
+// size (and a refusal's reason), all pipelined.
+func (p pgLeases) Grant(ctx context.Context, holder string, k AllowanceKey, lim Limits, big, small Vec, ttl time.Duration) (Grant, error) {
+	return grant(ctx, p.s.pool, holder, k, lim, big, small, ttl)
+}
+
+func grant(ctx context.Context, q querier, holder string, k AllowanceKey, lim Limits, big, small Vec, ttl time.Duration) (Grant, error) {
+	b := &pgx.Batch{}
+	b.Queue(ensureAllowanceSQL, k.UserID, k.ServiceID, k.Period)
+	b.Queue(grantSQL, holder, k.UserID, k.ServiceID, k.Period, ttl.Seconds(),
+		int64(big.Units), int64(big.Spend), int64(big.Credits), int64(small.Units), int64(small.Spend), int64(small.Credits),
+		nullable(lim.Units), nullable(lim.Spend), lim.Credits)
+	b.Queue(allowanceStateSQL, k.UserID, k.ServiceID, k.Period)
+	br := q.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return Grant{}, err
+	}
+	var kind string
+	if err := br.QueryRow().Scan(&kind); err != nil && err != pgx.ErrNoRows {
+		return Grant{}, err
+	}
+	r, err := scanRow(br.QueryRow())
+	if err != nil {
+		return Grant{}, err
+	}
+	g := Grant{Left: r.left(lim)}
+	switch kind {
+	case "b":
+		g.Granted = big
+	case "s":
+		g.Granted = small
+	default:
+		if !r.hasSub {
+			return Grant{}, errNoSub
+		}
+		g.Refused = refusedIn(small, g.Left)
+	}
+	return g, br.Close()
+}
+
+func scanRow(r pgx.Row) (row, error) {
+	var used, leased, spend, ls, credits, held int64
+	var out row
+	err := r.Scan(&used, &leased, &spend, &ls, &credits, &held, &out.hasSub)
+	if err == pgx.ErrNoRows {
+		return out, nil
+	}
+	out.used, out.leased, out.spend, out.leasedSpend = billing.Units(used), billing.Units(leased), billing.Units(spend), billing.Units(ls)
+	out.credits, out.creditsHeld = billing.Units(credits), billing.Units(held)
+	return out, err
+}
+
+// Renew extends the leases of holders that have not expired.
+func (p pgLeases) Renew(ctx context.Context, holders []string, ttl time.Duration) ([]string, error) {
+	rows, err := p.s.pool.Query(ctx, `UPDATE leases SET expires_at = now() + $2 * interval '1 second'
+		WHERE holder = ANY($1) AND expires_at > now() RETURNING holder`, holders, ttl.Seconds())
+	if err != nil {
+		return nil, p.s.fail(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return out, p.s.fail(err)
+}
+
+// returnSQL ends a lease and gives back what it still holds, locking the
+// rows in the order every statement does.
+const returnSQL = `
+WITH sb AS (
+	SELECT 1 FROM subscriptions WHERE user_id = $2 AND service_id = $3 FOR UPDATE
+), al AS (
+	SELECT 1 FROM allowances WHERE user_id = $2 AND service_id = $3 AND period = $4 FOR UPDATE
+), d AS (
+	DELETE FROM leases WHERE holder = $1 AND user_id = $2 AND service_id = $3 AND period = $4
+	  AND (SELECT count(*) FROM sb) >= 0 AND (SELECT count(*) FROM al) >= 0 AND $5::bool
+	RETURNING units, spend, credits
+), a AS (
+	UPDATE allowances x SET leased_units = x.leased_units - d.units, leased_spend = x.leased_spend - d.spend
+	FROM d WHERE x.user_id = $2 AND x.service_id = $3 AND x.period = $4
+), c AS (
+	UPDATE subscriptions x SET credits_held = x.credits_held - d.credits
+	FROM d WHERE x.user_id = $2 AND x.service_id = $3 AND d.credits <> 0
+)
+SELECT count(*) FROM d`
+
+// Return ends holder's lease on k, giving back what it holds.
+func (p pgLeases) Return(ctx context.Context, holder string, k AllowanceKey) error {
+	var n int
+	err := p.s.pool.QueryRow(ctx, returnSQL, holder, k.UserID, k.ServiceID, k.Period, true).Scan(&n)
+	return p.s.fail(err)
+}
+
+// sweepExpired gives back the leases whose holders let them expire (a
+// node that died, or lost the database for longer than the TTL), oldest
+// first, a bounded number per call.
+func (s *Store) sweepExpired(ctx context.Context) (int, error) {
+	rows, err := s.pool.Query(ctx, `SELECT holder, user_id, service_id, period FROM leases
+		WHERE expires_at < now() ORDER BY expires_at LIMIT 256`)
+	if err != nil {
+		return 0, s.fail(err)
+	}
+	type exp struct {
+		holder string
+		k      AllowanceKey
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (exp, error) {
+		var e exp
+		return e, r.Scan(&e.holder, &e.k.UserID, &e.k.ServiceID, &e.k.Period)
+	})
+	if err != nil {
+		return 0, s.fail(err)
+	}
+	n := 0
+	for _, e := range list {
+		// Still expired when locked: a holder cannot revive it (Renew
+		// skips expired rows).
+		var got int
+		err := s.pool.QueryRow(ctx, strings.Replace(returnSQL, "AND $5::bool", "AND $5::bool AND expires_at < now()", 1),
+			e.holder, e.k.UserID, e.k.ServiceID, e.k.Period, true).Scan(&got)
+		if err != nil && !retryable(err) {
+			return n, s.fail(err)
+		}
+		n += got
+	}
+	return n, nil
+}
+
+var errNoSub = fmt.Errorf("no subscription for the allowance")
