@@ -14,6 +14,7 @@ package storetest
 import (
 	"context"
 	"crypto/sha256"
+	"os"
 	"testing"
 	"time"
 
@@ -46,7 +47,15 @@ func Sync(fn func(t *testing.T, s store.Store)) Option {
 	return func(c *suite) { c.sync = fn }
 }
 
+// Known skips cases an implementation is known to fail, each with the
+// reason, so the rest guards it meanwhile; STORETEST_ALL=1 runs them
+// anyway. The names are those of Run's subtests ("ReserveSettle").
+func Known(cases map[string]string) Option {
+	return func(c *suite) { c.known = cases }
+}
+
 type suite struct {
+	known  map[string]string
 	open   func(t *testing.T) store.Store
 	reopen func(t *testing.T, s store.Store) store.Store
 	sync   func(t *testing.T, s store.Store)
@@ -100,8 +109,22 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"RestartReleasesSyncHolds", testRestartReleasesSyncHolds},
 		{"JobHoldSurvivesRestart", testJobHoldSurvivesRestart},
 	}
+	names := map[string]bool{}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) { tc.fn(t, c) })
+		names[tc.name] = true
+	}
+	for name := range c.known {
+		if !names[name] {
+			t.Errorf("Known names %q, which is not a case of the suite", name)
+		}
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if why, ok := c.known[tc.name]; ok && os.Getenv("STORETEST_ALL") != "1" {
+				t.Skipf("known to fail (STORETEST_ALL=1 runs it): %s", why)
+			}
+			tc.fn(t, c)
+		})
 	}
 }
 
