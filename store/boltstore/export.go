@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -177,8 +178,13 @@ func exportJobs(ctx context.Context, tx *bolt.Tx, to store.Importer, n int, t *s
 		t.Jobs++
 		jobs = append(jobs, j)
 		if j.ReservationID != "" && !j.Terminal() {
+			// Holds are stored under their number (jobHolds).
 			var r reservation
-			if err := getJSON(res, []byte(j.ReservationID), &r); err == nil && r.JobID == j.ID {
+			n, perr := strconv.ParseUint(j.ReservationID, 10, 64)
+			if perr != nil {
+				return fmt.Errorf("job %s: hold id %q is not a number", j.ID, j.ReservationID)
+			}
+			if err := getJSON(res, u64(n), &r); err == nil && r.JobID == j.ID {
 				holds = append(holds, store.JobHold{JobID: j.ID, UserID: r.UserID, ServiceID: r.ServiceID,
 					Product: r.Product, Decision: r.Decision.decision(), PeriodKey: r.PeriodKey})
 				t.JobHolds++
