@@ -139,7 +139,7 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				err = d.Errf("header_brand '%s': letters and digits only (headers are X-<brand>-Signature and so on)", a.HeaderBrand)
 			}
 		case "store":
-			a.Store, err = oneArg(d)
+			a.Store, a.StorePostgres, err = parseStore(d) // storepg.go
 		case "public_url":
 			a.PublicURL, err = oneArg(d)
 			if err == nil {

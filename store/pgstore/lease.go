@@ -139,9 +139,14 @@ type LeaseDB interface {
 	// to ttl after now, and returns the holders it renewed: a lease the
 	// database let expire is never revived.
 	Renew(ctx context.Context, holders []string, ttl time.Duration) ([]string, error)
-	// Return gives back everything holder's lease on k still holds and
-	// ends it.
-	Return(ctx context.Context, holder string, k AllowanceKey) error
+	// Return gives back everything the leases still hold and ends them.
+	Return(ctx context.Context, leases []LeaseRef) error
+}
+
+// LeaseRef names a lease row: its holder and allowance.
+type LeaseRef struct {
+	Holder string
+	Key    AllowanceKey
 }
 
 // ErrRefused is what a lease says when the limits leave nothing for a call;
@@ -170,15 +175,16 @@ type Leaser struct {
 
 	mu     sync.Mutex
 	leases map[AllowanceKey]*lease
+	gens   atomic.Int64 // numbers the lease rows: a holder is never reused
 
 	// Grants counts the database round trips the leases made.
 	Grants atomic.Int64
 }
 
-// lease is a node's lease on one allowance. gen numbers the lease rows the
-// node used for it: after its lease lapsed (the database unreachable past
-// the deadline) a node starts a fresh row rather than count on units the
-// database may have handed back meanwhile.
+// lease is a node's lease on one allowance. gen numbers its lease row
+// (the holder is node/gen, never reused): after a lease lapsed (the
+// database unreachable past the deadline) a node starts a fresh row
+// rather than count on units the database may have handed back meanwhile.
 type lease struct {
 	mu       sync.Mutex // held while a grant is in flight
 	lim      Limits
@@ -187,8 +193,10 @@ type lease struct {
 	free     Vec // leased, not held by any call
 	held     Vec // held by calls in flight, of this gen
 	deadline time.Time
-	left     Vec  // unleased in the database after the last grant
-	sized    bool // left is known
+	left     Vec           // unleased in the database after the last grant
+	sized    bool          // left is known
+	block    billing.Units // the last block asked for
+	granted  time.Time     // when the last block was granted
 	lastUse  time.Time
 	refused  Grant
 	refusedT time.Time // when refused was learnt
@@ -249,10 +257,7 @@ func (l *Leaser) get(k AllowanceKey, lim Limits) *lease {
 	defer l.mu.Unlock()
 	le := l.leases[k]
 	if le == nil || le.dead {
-		le = &lease{lim: lim}
-		if old := l.leases[k]; old != nil {
-			le.gen = old.gen + 1
-		}
+		le = &lease{lim: lim, gen: l.gens.Add(1)}
 		le.holder = l.holderOf(le.gen)
 		l.leases[k] = le
 	}
@@ -294,18 +299,19 @@ func (l *Leaser) take(ctx context.Context, le *lease, k AllowanceKey, lim Limits
 		// The lease lapsed (renewals failed): what it held may be back in
 		// the allowance. Its row is given up and a fresh one started;
 		// calls still holding its units settle against the old row.
-		if err := l.db.Return(ctx, le.holder, k); err != nil {
+		if err := l.db.Return(ctx, []LeaseRef{{le.holder, k}}); err != nil {
 			l.Grants.Add(1)
 			return Hold{}, Grant{}, err
 		}
 		l.Grants.Add(1)
-		le.gen++
+		le.gen = l.gens.Add(1)
 		le.holder = l.holderOf(le.gen)
 		le.free, le.held = Vec{}, Vec{}
 		le.deadline = time.Time{}
 	}
 	big := need
-	if block := l.blockSize(le, lim, units); block > units {
+	block := l.blockSize(le, lim, units, now)
+	if block > units {
 		big = lim.Need(block)
 	}
 	sent := l.now()
@@ -315,6 +321,9 @@ func (l *Leaser) take(ctx context.Context, le *lease, k AllowanceKey, lim Limits
 		return Hold{}, Grant{}, err
 	}
 	le.left, le.sized = g.Left, true
+	if g.Granted == big {
+		le.block, le.granted = block, l.now()
+	}
 	if g.Granted.IsZero() {
 		le.refused, le.refusedT = g, l.now()
 		return Hold{}, g, errRefused
@@ -330,11 +339,22 @@ func (l *Leaser) take(ctx context.Context, le *lease, k AllowanceKey, lim Limits
 	return Hold{Key: k, Holder: le.holder, Need: need, Units: units, gen: le.gen}, g, nil
 }
 
-// blockSize is how many units to lease for a call of units: at most Max,
-// at most an eighth of what the database had left at the last grant, in
-// whole multiples of the call's units.
-func (l *Leaser) blockSize(le *lease, lim Limits, units billing.Units) billing.Units {
-	block := l.cfg.Max
+// blockSize is how many units to lease for a call of units. Demand sets
+// it like a TCP window: a first lease is small (two calls), and each
+// block used up within a second doubles the next, up to Max; a lease that
+// lasted longer asks for the same again. Supply caps it: at
+// most an eighth of what the database had left at the last grant, so that
+// near the limit blocks shrink to the call's own units (a synchronous
+// reservation) and the nodes share what is left. Blocks are whole
+// multiples of the call's units.
+func (l *Leaser) blockSize(le *lease, lim Limits, units billing.Units, now time.Time) billing.Units {
+	block := min(l.cfg.Max, 2*max(units, billing.Scale))
+	if le.block > 0 {
+		block = le.block
+		if now.Sub(le.granted) < time.Second {
+			block = min(l.cfg.Max, 2*le.block)
+		}
+	}
 	if le.sized {
 		if left, ok := lim.unitsIn(le.left); ok {
 			block = min(block, left/8)
@@ -412,10 +432,6 @@ func (l *Leaser) Release(h Hold) {
 // It returns how many leases it returned.
 func (l *Leaser) Renew(ctx context.Context, idle time.Duration) (int, error) {
 	now := l.now()
-	type ret struct {
-		k  AllowanceKey
-		le *lease
-	}
 	var holders []string
 	var idleOnes []ret
 	l.mu.Lock()
@@ -430,21 +446,13 @@ func (l *Leaser) Renew(ctx context.Context, idle time.Duration) (int, error) {
 			le.dead = true
 			idleOnes = append(idleOnes, ret{k, le})
 			delete(l.leases, k)
-			l.leases[k] = &lease{gen: le.gen + 1, holder: l.holderOf(le.gen + 1), lim: le.lim,
-				left: le.left, sized: le.sized}
 		case !le.deadline.IsZero():
 			holders = append(holders, le.holder)
 		}
 		le.mu.Unlock()
 	}
 	l.mu.Unlock()
-	var firstErr error
-	for _, r := range idleOnes {
-		l.Grants.Add(1)
-		if err := l.db.Return(ctx, r.le.holder, r.k); err != nil && firstErr == nil {
-			firstErr = err // it expires by itself
-		}
-	}
+	firstErr := l.returnLeases(ctx, idleOnes)
 	if len(holders) == 0 {
 		return len(idleOnes), firstErr
 	}
@@ -472,6 +480,25 @@ func (l *Leaser) Renew(ctx context.Context, idle time.Duration) (int, error) {
 	return len(idleOnes), firstErr
 }
 
+type ret struct {
+	k  AllowanceKey
+	le *lease
+}
+
+// returnLeases gives leases back in one request. A lease that could not
+// be given back expires by itself.
+func (l *Leaser) returnLeases(ctx context.Context, rs []ret) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	refs := make([]LeaseRef, len(rs))
+	for i, r := range rs {
+		refs[i] = LeaseRef{r.le.holder, r.k}
+	}
+	l.Grants.Add(1)
+	return l.db.Return(ctx, refs)
+}
+
 // ReturnAll gives every lease back (Close): units held by calls still in
 // flight go back too, and their charges are capped when they settle.
 func (l *Leaser) ReturnAll(ctx context.Context) error {
@@ -479,21 +506,16 @@ func (l *Leaser) ReturnAll(ctx context.Context) error {
 	all := l.leases
 	l.leases = make(map[AllowanceKey]*lease)
 	l.mu.Unlock()
-	var firstErr error
+	var rs []ret
 	for k, le := range all {
 		le.mu.Lock()
 		le.dead = true
-		holder, started := le.holder, !le.deadline.IsZero()
+		if !le.deadline.IsZero() {
+			rs = append(rs, ret{k, le})
+		}
 		le.mu.Unlock()
-		if !started {
-			continue
-		}
-		l.Grants.Add(1)
-		if err := l.db.Return(ctx, holder, k); err != nil && firstErr == nil {
-			firstErr = err
-		}
 	}
-	return firstErr
+	return l.returnLeases(ctx, rs)
 }
 
 // Free is what the node's lease on k has leased and not held (tests and

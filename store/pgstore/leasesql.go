@@ -3,7 +3,6 @@ package pgstore
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -184,66 +183,82 @@ func (p pgLeases) Renew(ctx context.Context, holders []string, ttl time.Duration
 	return out, p.s.fail(err)
 }
 
-// returnSQL ends a lease and gives back what it still holds, locking the
-// rows in the order every statement does.
+// returnSQL ends leases and gives back what they still hold, locking the
+// rows in the order every statement does (subscriptions, allowances,
+// leases). $1-$4: holders, users, services, periods; $5: only those
+// expired (the sweep: a lease renewed meanwhile is kept).
 const returnSQL = `
-WITH sb AS (
-	SELECT 1 FROM subscriptions WHERE user_id = $2 AND service_id = $3 FOR UPDATE
+WITH k AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS k(h, u, sv, p)
+), sb AS (
+	SELECT 1 FROM subscriptions s WHERE (s.user_id, s.service_id) IN (SELECT u, sv FROM k)
+	ORDER BY s.user_id, s.service_id FOR UPDATE
 ), al AS (
-	SELECT 1 FROM allowances WHERE user_id = $2 AND service_id = $3 AND period = $4 FOR UPDATE
+	SELECT 1 FROM allowances a WHERE (a.user_id, a.service_id, a.period) IN (SELECT u, sv, p FROM k)
+	ORDER BY a.user_id, a.service_id, a.period FOR UPDATE
 ), d AS (
-	DELETE FROM leases WHERE holder = $1 AND user_id = $2 AND service_id = $3 AND period = $4
-	  AND (SELECT count(*) FROM sb) >= 0 AND (SELECT count(*) FROM al) >= 0 AND $5::bool
-	RETURNING units, spend, credits
+	DELETE FROM leases l USING k
+	WHERE l.holder = k.h AND l.user_id = k.u AND l.service_id = k.sv AND l.period = k.p
+	  AND (NOT $5::bool OR l.expires_at < now())
+	  AND (SELECT count(*) FROM sb) >= 0 AND (SELECT count(*) FROM al) >= 0
+	RETURNING l.user_id, l.service_id, l.period, l.units, l.spend, l.credits
 ), a AS (
 	UPDATE allowances x SET leased_units = x.leased_units - d.units, leased_spend = x.leased_spend - d.spend
-	FROM d WHERE x.user_id = $2 AND x.service_id = $3 AND x.period = $4
+	FROM (SELECT user_id, service_id, period, sum(units) AS units, sum(spend) AS spend FROM d GROUP BY 1, 2, 3) d
+	WHERE x.user_id = d.user_id AND x.service_id = d.service_id AND x.period = d.period
 ), c AS (
 	UPDATE subscriptions x SET credits_held = x.credits_held - d.credits
-	FROM d WHERE x.user_id = $2 AND x.service_id = $3 AND d.credits <> 0
+	FROM (SELECT user_id, service_id, sum(credits) AS credits FROM d GROUP BY 1, 2) d
+	WHERE x.user_id = d.user_id AND x.service_id = d.service_id AND d.credits <> 0
 )
 SELECT count(*) FROM d`
 
-// Return ends holder's lease on k, giving back what it holds.
-func (p pgLeases) Return(ctx context.Context, holder string, k AllowanceKey) error {
+func returnLeases(ctx context.Context, q querier, refs []LeaseRef, onlyExpired bool) (int, error) {
+	hs, us, ss, ps := make([]string, len(refs)), make([]string, len(refs)), make([]string, len(refs)), make([]int64, len(refs))
+	for i, r := range refs {
+		hs[i], us[i], ss[i], ps[i] = r.Holder, r.Key.UserID, r.Key.ServiceID, r.Key.Period
+	}
 	var n int
-	err := p.s.pool.QueryRow(ctx, returnSQL, holder, k.UserID, k.ServiceID, k.Period, true).Scan(&n)
+	err := q.QueryRow(ctx, returnSQL, hs, us, ss, ps, onlyExpired).Scan(&n)
+	return n, err
+}
+
+// Return ends leases, giving back what they hold, in one statement.
+func (p pgLeases) Return(ctx context.Context, refs []LeaseRef) error {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		if _, err = returnLeases(ctx, p.s.pool, refs, false); !retryable(err) {
+			break
+		}
+	}
 	return p.s.fail(err)
 }
 
 // sweepExpired gives back the leases whose holders let them expire (a
 // node that died, or lost the database for longer than the TTL), oldest
-// first, a bounded number per call.
+// first, a bounded number per call, in one statement.
 func (s *Store) sweepExpired(ctx context.Context) (int, error) {
 	rows, err := s.pool.Query(ctx, `SELECT holder, user_id, service_id, period FROM leases
-		WHERE expires_at < now() ORDER BY expires_at LIMIT 256`)
+		WHERE expires_at < now() ORDER BY expires_at LIMIT 1024`)
 	if err != nil {
 		return 0, s.fail(err)
 	}
-	type exp struct {
-		holder string
-		k      AllowanceKey
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (exp, error) {
-		var e exp
-		return e, r.Scan(&e.holder, &e.k.UserID, &e.k.ServiceID, &e.k.Period)
+	refs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LeaseRef, error) {
+		var l LeaseRef
+		return l, r.Scan(&l.Holder, &l.Key.UserID, &l.Key.ServiceID, &l.Key.Period)
 	})
-	if err != nil {
+	if err != nil || len(refs) == 0 {
 		return 0, s.fail(err)
 	}
-	n := 0
-	for _, e := range list {
+	for attempt := 0; attempt < 5; attempt++ {
+		var n int
 		// Still expired when locked: a holder cannot revive it (Renew
 		// skips expired rows).
-		var got int
-		err := s.pool.QueryRow(ctx, strings.Replace(returnSQL, "AND $5::bool", "AND $5::bool AND expires_at < now()", 1),
-			e.holder, e.k.UserID, e.k.ServiceID, e.k.Period, true).Scan(&got)
-		if err != nil && !retryable(err) {
+		if n, err = returnLeases(ctx, s.pool, refs, true); !retryable(err) {
 			return n, s.fail(err)
 		}
-		n += got
 	}
-	return n, nil
+	return 0, s.fail(err)
 }
 
 var errNoSub = fmt.Errorf("no subscription for the allowance")

@@ -21,8 +21,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -292,10 +294,15 @@ func unavailable(err error) bool {
 		}
 		return false
 	}
-	if errors.Is(err, context.Canceled) {
-		return false
+	var ne net.Error
+	var ce *pgconn.ConnectError
+	switch {
+	case errors.As(err, &ne), errors.As(err, &ce), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, context.DeadlineExceeded), pgconn.Timeout(err):
+		return true
 	}
-	return true // the connection, not the statement, failed
+	msg := err.Error()
+	return strings.Contains(msg, "conn closed") || strings.Contains(msg, "closed pool") || strings.Contains(msg, "connection reset")
 }
 
 // retryable says a transaction lost a deadlock or a serialization race and
