@@ -226,11 +226,16 @@ func (s *Store) abandon() {
 	})
 }
 
-// maintain renews the node's leases (returning idle ones), gives back
-// leases other nodes let expire, and makes ledger partitions ahead.
+// leaseIdle is how long a lease with nothing held stays with a node that
+// has no calls for it before its units go back to the allowance.
+const leaseIdle = 2 * time.Second
+
+// maintain renews the node's leases every second (returning those idle for
+// leaseIdle), gives back leases other nodes let expire, and makes ledger
+// partitions ahead.
 func (s *Store) maintain() {
 	defer s.wg.Done()
-	tick := time.NewTicker(s.opts.LeaseTTL / 5)
+	tick := time.NewTicker(min(time.Second, s.opts.LeaseTTL/5))
 	defer tick.Stop()
 	lastPart := time.Now()
 	for {
@@ -239,8 +244,8 @@ func (s *Store) maintain() {
 			return
 		case <-tick.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), s.opts.LeaseTTL/5)
-		if _, err := s.leaser.Renew(ctx, s.opts.LeaseTTL/3); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), min(time.Second, s.opts.LeaseTTL/5))
+		if _, err := s.leaser.Renew(ctx, leaseIdle); err != nil {
 			s.log.Warn("renew leases", zap.Error(err))
 		}
 		if _, err := s.sweepExpired(ctx); err != nil {
