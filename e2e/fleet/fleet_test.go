@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,7 +22,7 @@ import (
 // exactly 100 calls of each are served, whichever node served them, and the
 // ledger holds exactly those.
 func TestFleetExactLimits(t *testing.T) {
-	f := newFleet(t, pgtest.DB(t), 3)
+	f := newFleet(t, fleetDB(t), 3)
 	accounts := []struct {
 		user, product string
 		credits       int
@@ -193,7 +194,7 @@ func (l *load) served() int {
 // caller was told was served: every 2xx of every node, the dead one's
 // included, is in the ledger, and the quota counters equal the ledger.
 func TestFleetKill9(t *testing.T) {
-	f := newFleet(t, pgtest.DB(t), 3)
+	f := newFleet(t, fleetDB(t), 3)
 	key, _ := subscribe(t, f.nodes[0], "u-kill", "unlimited", 0)
 	qkey, _ := subscribe(t, f.nodes[0], "u-kill-quota", "quota", 0)
 	l := startLoad(f.nodes, key, 60)
@@ -255,7 +256,7 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 // less what the ledger charged (no wrong charge); the nodes recover by
 // themselves once the database is back.
 func TestFleetPostgresRestart(t *testing.T) {
-	pg := pgtest.Cluster(t, envInt("FLEET_PG_PORT", 55441))
+	pg := pgtest.Cluster(t, pgPort())
 	f := newFleet(t, pg.DB("fleet"), 2)
 	const topUp = 100000
 	key, _ := subscribe(t, f.nodes[0], "u-pg", "prepaid", topUp)
@@ -300,7 +301,7 @@ func TestFleetPostgresRestart(t *testing.T) {
 // refused by nodes B and C, which served it a moment before, within the
 // key cache's bound (the time is logged).
 func TestFleetRevokeAcrossNodes(t *testing.T) {
-	f := newFleet(t, pgtest.DB(t), 3)
+	f := newFleet(t, fleetDB(t), 3)
 	key, keyID := subscribe(t, f.nodes[0], "u-revoke", "unlimited", 0)
 	for _, nd := range f.nodes {
 		if r := invoke(nd.base, key); r.status != 200 {
@@ -333,7 +334,7 @@ func TestFleetRevokeAcrossNodes(t *testing.T) {
 // TestFleetJobAcrossNodes: a job started on A is seen on B and completed
 // through C; the completion is charged once and every node shows it.
 func TestFleetJobAcrossNodes(t *testing.T) {
-	f := newFleet(t, pgtest.DB(t), 3)
+	f := newFleet(t, fleetDB(t), 3)
 	key, _ := subscribe(t, f.nodes[0], "u-job", "quota", 0)
 	a, b, c := f.nodes[0], f.nodes[1], f.nodes[2]
 
@@ -420,3 +421,17 @@ func TestFleetJobAcrossNodes(t *testing.T) {
 		t.Errorf("ledger after the completion: %+v, want one completion entry", entries)
 	}
 }
+
+// fleetDB is a fresh database for a fleet test. Three nodes open 50
+// connections or more, past what a server shared with other tests may have
+// free, so by default each test gets a private cluster (pgtest.Cluster on
+// FLEET_PG_PORT); FLEET_PG_SHARED=1 uses a database on the server of
+// PLATFORM_TEST_PG_DSN instead.
+func fleetDB(t *testing.T) string {
+	if os.Getenv("FLEET_PG_SHARED") == "1" {
+		return pgtest.DB(t)
+	}
+	return pgtest.Cluster(t, pgPort()).DB("fleet")
+}
+
+func pgPort() int { return envInt("FLEET_PG_PORT", 55441) }

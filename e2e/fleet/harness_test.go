@@ -202,6 +202,15 @@ func newFleet(t *testing.T, dsn string, n int) *fleet {
 		nd.log = filepath.Join(f.dir, nd.name+".log")
 		f.nodes = append(f.nodes, nd)
 	}
+	// Registered before the nodes' own cleanup, so it runs after they
+	// are gone and their logs are complete.
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, nd := range f.nodes {
+				t.Logf("%s log (end):\n%s", nd.name, tail(nd.log))
+			}
+		}
+	})
 	for _, nd := range f.nodes {
 		f.start(nd)
 	}
