@@ -91,6 +91,9 @@ func TestFleetExactLimits(t *testing.T) {
 		}
 	}
 	checkLedger(t, f.nodes[0], acked, map[string]int{"u-quota": limit, "u-prepaid": limit, "u-capped": limit})
+	if t.Failed() {
+		f.dump()
+	}
 	var sub struct {
 		Credits json.Number `json:"credits"`
 	}

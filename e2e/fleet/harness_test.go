@@ -30,6 +30,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/platformgw/gateway/internal/pgtest"
 )
 
 const (
@@ -454,4 +456,18 @@ func usageSign(secret string, body []byte, ts string) string {
 	m.Write(body)
 	m.Write([]byte(ts))
 	return base64.StdEncoding.EncodeToString(m.Sum(nil))
+}
+
+// dump logs what the database holds of the allowances, leases and
+// balances, for a failure's message.
+func (f *fleet) dump() {
+	for _, q := range []string{
+		"SELECT user_id, period, used, spend, leased_units, leased_spend FROM allowances ORDER BY 1",
+		"SELECT holder, user_id, units, spend, credits, expires_at FROM leases ORDER BY 2, 1",
+		"SELECT user_id, credits, credits_held FROM subscriptions ORDER BY 1",
+		"SELECT user_id, count(*), count(DISTINCT call_id) FROM ledger GROUP BY 1 ORDER BY 1",
+	} {
+		out, err := pgtest.Exec(context.Background(), f.dsn, q)
+		f.t.Logf("%s:\n%s %v", q, out, err)
+	}
 }
