@@ -39,6 +39,7 @@ func TestContract(t *testing.T) {
 			"SettleAmongHolds":           "Reserve's returned state counts only its own hold, not the others in flight",
 			"Record":                     "an error of the response builder comes back wrapped as store unavailable, not as is",
 			"HardLimitsUnderConcurrency": "State does not show the holds in flight (Reserved 0 with 57 held)",
+			"CountersEqualLedger":        "State shows the node's idle lease as Reserved (136 with nothing in flight)",
 			"Jobs":                       "an error of UpdateJob's fn comes back wrapped as store unavailable, not as is",
 			"CompleteJobChargesOnce":     "an error of CompleteJob's fn comes back wrapped as store unavailable, not as is",
 			"CreateJobReserved":          "a refusal over the quota is an error (store unavailable: job refused), not a decision",

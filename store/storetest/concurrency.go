@@ -261,3 +261,54 @@ func testScanLedger(t *testing.T, c *suite) {
 		t.Errorf("ScanLedger = %v after %d calls, want stop after 4", err, calls)
 	}
 }
+
+// testCountersEqualLedger: calls of several subscriptions settle at once
+// (sharing commits); each subscription's counter then equals its ledger
+// entries, units and spend, and its balance its top-up less their cost.
+func testCountersEqualLedger(t *testing.T, c *suite) {
+	s := c.store(t)
+	accounts := []store.Account{
+		subscribe(t, s, "u-quota", "svc", billing.Product{ID: "q", BillingModel: billing.Subscription,
+			MeasurementType: billing.PerRequest, Quota: ptr(whole(1000))}, 0),
+		subscribe(t, s, "u-prepaid", "svc", billing.Product{ID: "p", BillingModel: billing.Prepaid,
+			MeasurementType: billing.PerRequest, Price: whole(1)}, whole(1000)),
+		subscribe(t, s, "u-capped", "svc", billing.Product{ID: "c", BillingModel: billing.UsageInstant,
+			MeasurementType: billing.PerRequest, Price: whole(1), SpendingCap: ptr(whole(1000))}, 0),
+		subscribe(t, s, "u-free", "svc", unlimited, 0),
+	}
+	const callers, each = 120, 5
+	var wg sync.WaitGroup
+	var failures atomic.Int32
+	for i := range callers {
+		a := accounts[i%len(accounts)]
+		wg.Go(func() {
+			for range each {
+				res, dec, _, err := s.Reserve(ctx, a, whole(1), T0)
+				if err != nil || !dec.Allowed {
+					failures.Add(1)
+					return
+				}
+				if _, err := s.Settle(ctx, res, whole(1), store.LedgerEntry{Time: T0, UserID: a.UserID, ServiceID: a.ServiceID,
+					ProductID: a.Product.ID, Source: store.SourceGateway}); err != nil {
+					failures.Add(1)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := failures.Load(); n != 0 {
+		t.Fatalf("%d calls failed or were refused well within every limit", n)
+	}
+	want := whole(callers / int64(len(accounts)) * each)
+	for _, a := range accounts {
+		st := c.state(t, s, a, T0)
+		units, cost := sumUnits(ledger(t, s, store.LedgerFilter{UserID: a.UserID}))
+		if st.Used != want || units != want || st.Spend != cost || st.Reserved != 0 {
+			t.Errorf("%s: state %+v, ledger %s units %s cost; want %s used, as many in the ledger, nothing held", a.UserID, st, units, cost, want)
+		}
+		if a.Product.BillingModel == billing.Prepaid && st.Credits != whole(1000)-cost {
+			t.Errorf("%s: balance %s after %s charged of 1000", a.UserID, st.Credits, cost)
+		}
+	}
+}

@@ -87,6 +87,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"NegativeUnits", testNegativeUnits},
 		{"OveragePricedOnce", testOveragePricedOnce},
 		{"HardLimitsUnderConcurrency", testHardLimitsUnderConcurrency},
+		{"CountersEqualLedger", testCountersEqualLedger},
 		{"RecordIdempotent", testRecordIdempotent},
 		{"PruneIdempotency", testPruneIdempotency},
 		{"ScanLedger", testScanLedger},
