@@ -33,18 +33,15 @@ func TestContract(t *testing.T) {
 		// What this store did not keep of the contract when the suite
 		// was first run against it; STORETEST_ALL=1 runs these too.
 		storetest.Known(map[string]string{
-			"ReserveSettle": "State does not show a node's holds (Reserved, ReservedSpend) and shows leased credits " +
-				"as CreditsHeld after every call settled; GetSubscription's balance lags a settlement (cached)",
+			"ReserveSettle": "State shows the node's lease instead of its calls' holds (Reserved 8 with 4 held, 5 after " +
+				"every call settled; CreditsHeld 4 with 2 held); GetSubscription's balance lags a settlement (cached)",
 			"ReserveRefused":             "after a refusal the node refuses for a while, so exactly what is left does not go through",
 			"SettleAmongHolds":           "Reserve's returned state counts only its own hold, not the others in flight",
-			"Record":                     "an error of the response builder comes back wrapped as store unavailable, not as is",
-			"HardLimitsUnderConcurrency": "State does not show the holds in flight (Reserved 0 with 57 held)",
-			"CountersEqualLedger":        "State shows the node's idle lease as Reserved (136 with nothing in flight)",
-			"Jobs":                       "an error of UpdateJob's fn comes back wrapped as store unavailable, not as is",
-			"CompleteJobChargesOnce":     "an error of CompleteJob's fn comes back wrapped as store unavailable, not as is",
-			"CreateJobReserved":          "a refusal over the quota is an error (store unavailable: job refused), not a decision",
-			"DurableAcrossReopen":        "State's CreditsHeld shows a lease (1 credit held with nothing in flight)",
-			"JobHoldSurvivesRestart":     "an expired job's credits stay held (CreditsHeld 2 after ExpireJobs)",
+			"NegativeUnits":              "State shows the node's lease as Reserved (2 with 1 held)",
+			"HardLimitsUnderConcurrency": "State does not show the holds in flight of a prepaid or capped product (Reserved 0 with 57 held)",
+			"CountersEqualLedger":        "State shows the node's idle lease as Reserved (112 with nothing in flight)",
+			"CreateJobReserved":          "a refusal returns an empty state, not the state it was refused on",
+			"DurableAcrossReopen":        "State's CreditsHeld shows a lease (3 credits held with nothing in flight)",
 		}),
 	)
 }
