@@ -17,7 +17,8 @@
 #   pg2        the same on pg-a and pg-b at once (BENCH_CONNS each): the
 #              row gives req/s per node and the total
 #   bolt-5ms   sync invoke, 5 ms backend, open loop at half the round's
-#              bolt peak (scripts/bench/loadgen: latency from each
+#              lower peak of bolt and pg1, a rate both take without
+#              queueing (scripts/bench/loadgen: latency from each
 #              request's due time)
 #   pg1-5ms    the same on pg-a
 #
@@ -237,7 +238,7 @@ for round in $(seq 1 "$ROUNDS"); do
 	echo "$pga $pgb $((c2 - c1))" >> "$r/pg2"
 	log "  pg2       a: $pga; b: $pgb; $((c2 - c1)) commits"
 
-	half=$(awk '{printf "%d", $1 / 2}' <<< "$bolt")
+	half=$(awk -v p="$(awk '{print $1}' <<< "$pg1")" '{printf "%d", ($1 < p ? $1 : p) / 2}' <<< "$bolt")
 	echo "$half" >> "$r/rates"
 	bolt5=$(steady "$BOLT_URL/slow/invoke" "$BOLT_AUTH" "$half")
 	echo "$bolt5" >> "$r/bolt-5ms"
@@ -254,6 +255,10 @@ median() { sort -g | awk '{v[NR] = $1} END { if (NR % 2) print v[(NR + 1) / 2]; 
 # col <file> <awk expr>: the median over rounds of an expression of a
 # file's columns.
 col() { awk "{ printf \"%.4f\\n\", $2 }" "$1" | median; }
+# f0, f2, f3: a number with 0, 2 or 3 decimals.
+f0() { printf '%.0f' "$1"; }
+f2() { printf '%.2f' "$1"; }
+f3() { printf '%.3f' "$1"; }
 # pair <file a> <file b> <awk expr over a's columns then b's>
 pair() { paste -d' ' "$1" "$2" | awk "{ printf \"%.4f\\n\", $3 }" | median; }
 
@@ -271,25 +276,26 @@ echo "Median of $ROUNDS rounds, $DURATION each, $CONNS connections per node, $(n
 echo "commit $(git rev-parse --short HEAD 2> /dev/null || echo unknown); PostgreSQL $(psql -X -q -d "$PG" -Atc 'SHOW server_version'),"
 echo "lease_max $LEASE_MAX; gateways, PostgreSQL, backend and load generators on one machine."
 echo
-printf '| %-36s | %9s | %8s | %8s | %-20s | %15s |\n' scenario "req/s" "p50 ms" "p99 ms" "vs. bbolt" "round trips/call"
-printf '|%s|%s|%s|%s|%s|%s|\n' "--------------------------------------" "-----------" "----------" "----------" "----------------------" "-----------------"
-printf '| %-36s | %9s | %8s | %8s | %-20s | %15s |\n' "sync invoke, bbolt, 1 node" "$(col "$r/bolt" '$1')" \
-	"$(col "$r/bolt" '$2')" "$(col "$r/bolt" '$3')" "1.00x (baseline)" "-"
-printf '| %-36s | %9s | %8s | %8s | %-20s | %15s |\n' "sync invoke, PostgreSQL, 1 node" "$(col "$r/pg1" '$1')" \
-	"$(col "$r/pg1" '$2')" "$(col "$r/pg1" '$3')" "${ratio1}x" "$rt1"
-printf '| %-36s | %9s | %8s | %8s | %-20s | %15s |\n' "sync invoke, PostgreSQL, 2 nodes, each" "$(col "$r/pg2" '($1 + $5) / 2')" \
-	"$(col "$r/pg2" '($2 + $6) / 2')" "$(col "$r/pg2" '($3 + $7) / 2')" "${ratio2}x per node" "$rt2"
-printf '| %-36s | %9s | %8s | %8s | %-20s | %15s |\n' "  the 2 nodes together" "$(col "$r/pg2" '$1 + $5')" "" "" \
-	"$(pair "$r/pg2" "$r/bolt" '($1 + $5) / $10')x" ""
-printf '| %-36s | %9s | %8s | %8s | %-20s | %15s |\n' "sync invoke, 5 ms backend, bbolt" "$(col "$r/bolt-5ms" '$1')" \
-	"$(col "$r/bolt-5ms" '$2')" "$(col "$r/bolt-5ms" '$3')" "at $(median < "$r/rates")/s" "-"
-printf '| %-36s | %9s | %8s | %8s | %-20s | %15s |\n' "sync invoke, 5 ms backend, PostgreSQL" "$(col "$r/pg1-5ms" '$1')" \
-	"$(col "$r/pg1-5ms" '$2')" "$(col "$r/pg1-5ms" '$3')" "$(printf '%+.3f p50 %+.3f p99' "$add50" "$add99")" "$rt5"
+row() { printf '| %-38s | %7s | %8s | %8s | %-26s | %16s |\n' "$@"; }
+row scenario "req/s" "p50 ms" "p99 ms" "vs. bbolt" "round trips/call"
+printf '|%s|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..40})" "---------" "----------" "----------" \
+	"$(printf -- '-%.0s' {1..28})" "------------------"
+row "sync invoke, bbolt, 1 node" "$(f0 "$(col "$r/bolt" '$1')")" "$(f3 "$(col "$r/bolt" '$2')")" \
+	"$(f3 "$(col "$r/bolt" '$3')")" "1.00x (baseline)" "-"
+row "sync invoke, PostgreSQL, 1 node" "$(f0 "$(col "$r/pg1" '$1')")" "$(f3 "$(col "$r/pg1" '$2')")" \
+	"$(f3 "$(col "$r/pg1" '$3')")" "$(f2 "$ratio1")x" "$(f3 "$rt1")"
+row "sync invoke, PostgreSQL, 2 nodes, each" "$(f0 "$(col "$r/pg2" '($1 + $5) / 2')")" "$(f3 "$(col "$r/pg2" '($2 + $6) / 2')")" \
+	"$(f3 "$(col "$r/pg2" '($3 + $7) / 2')")" "$(f2 "$ratio2")x per node" "$(f3 "$rt2")"
+row "  the 2 nodes together" "$(f0 "$(col "$r/pg2" '$1 + $5')")" "" "" "$(f2 "$(pair "$r/pg2" "$r/bolt" '($1 + $5) / $10')")x" ""
+row "sync invoke, 5 ms backend, bbolt" "$(f0 "$(col "$r/bolt-5ms" '$1')")" "$(f3 "$(col "$r/bolt-5ms" '$2')")" \
+	"$(f3 "$(col "$r/bolt-5ms" '$3')")" "at $(median < "$r/rates")/s" "-"
+row "sync invoke, 5 ms backend, PostgreSQL" "$(f0 "$(col "$r/pg1-5ms" '$1')")" "$(f3 "$(col "$r/pg1-5ms" '$2')")" \
+	"$(f3 "$(col "$r/pg1-5ms" '$3')")" "$(printf '%+.3f p50, %+.3f p99' "$add50" "$add99")" "$(f3 "$rt5")"
 
 verdict() { if awk "BEGIN { exit !($1) }"; then echo met; else echo MISSED; fi; }
 echo
 echo "Targets (docs/fleet.md):"
-echo "  sync invoke per node >= 0.9x bbolt, 1 node:   ${ratio1}x   $(verdict "$ratio1 >= 0.9")"
-echo "                                     2 nodes:   ${ratio2}x   $(verdict "$ratio2 >= 0.9")"
-echo "  database round trips per call <= 0.01:        ${rt1} (1 node), ${rt2} (2 nodes)   $(verdict "$rt1 <= 0.01 && $rt2 <= 0.01")"
-echo "  added latency against bbolt, 5 ms backend:    p50 ${add50} ms, p99 ${add99} ms"
+echo "  sync invoke per node >= 0.9x bbolt, 1 node:   $(f2 "$ratio1")x   $(verdict "$ratio1 >= 0.9")"
+echo "                                     2 nodes:   $(f2 "$ratio2")x   $(verdict "$ratio2 >= 0.9")"
+echo "  database round trips per call <= 0.01:        $(f3 "$rt1") (1 node), $(f3 "$rt2") (2 nodes)   $(verdict "$rt1 <= 0.01 && $rt2 <= 0.01")"
+echo "  added latency against bbolt, 5 ms backend:    p50 $(f3 "$add50") ms, p99 $(f3 "$add99") ms"

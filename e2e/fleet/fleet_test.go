@@ -91,6 +91,13 @@ func TestFleetExactLimits(t *testing.T) {
 		}
 	}
 	checkLedger(t, f.nodes[0], acked, map[string]int{"u-quota": limit, "u-prepaid": limit, "u-capped": limit})
+	// The counters equal the ledger (every call is one unit).
+	for _, a := range accounts {
+		entries := len(exportLedger(t, f.nodes[1], a.user))
+		if used := unitsUsed(t, f.nodes[2], a.user); used != strconv.Itoa(entries) {
+			t.Errorf("%s: the counter says %s units used, the ledger holds %d entries of one", a.user, used, entries)
+		}
+	}
 	if t.Failed() {
 		f.dump()
 	}
@@ -240,6 +247,12 @@ func TestFleetKill9(t *testing.T) {
 		t.Errorf("past the quota after a kill: %d %s %v", r.status, r.code, r.err)
 	}
 	checkLedger(t, f.nodes[2], map[string]int{}, map[string]int{"u-kill-quota": 100})
+	for user, n := range map[string]int{"u-kill": len(acked), "u-kill-quota": 100} {
+		entries := len(exportLedger(t, nd, user))
+		if used := unitsUsed(t, f.nodes[2], user); used != strconv.Itoa(entries) || entries < n {
+			t.Errorf("%s: the counter says %s units used, the ledger holds %d entries of one (%d acknowledged)", user, used, entries, n)
+		}
+	}
 }
 
 func waitFor(t *testing.T, d time.Duration, cond func() bool) {

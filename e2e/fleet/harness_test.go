@@ -471,3 +471,25 @@ func (f *fleet) dump() {
 		f.t.Logf("%s:\n%s %v", q, out, err)
 	}
 }
+
+// unitsUsed is the user's units used this period as nd's admin API reads
+// the counters (the summary), in whole units.
+func unitsUsed(t *testing.T, nd *node, user string) string {
+	t.Helper()
+	var sum struct {
+		Subscriptions []struct {
+			ServiceID     string `json:"serviceId"`
+			CurrentPeriod *struct {
+				UnitsUsed json.Number `json:"unitsUsed"`
+			} `json:"currentPeriod"`
+		} `json:"subscriptions"`
+	}
+	adminJSON(t, "GET", nd.admin+"/platform/users/"+user+"/summary", nil, 200, &sum)
+	for _, s := range sum.Subscriptions {
+		if s.ServiceID == fleetService && s.CurrentPeriod != nil {
+			return s.CurrentPeriod.UnitsUsed.String()
+		}
+	}
+	t.Fatalf("no current period of %s in the summary", user)
+	return ""
+}
