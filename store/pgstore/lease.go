@@ -163,6 +163,9 @@ type LeaseConfig struct {
 	// RefuseFor is how long a refusal is remembered and answered without
 	// asking the database again.
 	RefuseFor time.Duration
+	// Spawn runs a lease's refill in the background (go f()); nil runs it
+	// in the call that started it.
+	Spawn func(f func())
 }
 
 // Leaser is one node's side of the protocol: its leases and the holds of
@@ -186,21 +189,22 @@ type Leaser struct {
 // database unreachable past the deadline) a node starts a fresh row
 // rather than count on units the database may have handed back meanwhile.
 type lease struct {
-	mu       sync.Mutex // held while a grant is in flight
-	lim      Limits
-	gen      int64
-	holder   string
-	free     Vec // leased, not held by any call
-	held     Vec // held by calls in flight, of this gen
-	deadline time.Time
-	left     Vec           // unleased in the database after the last grant
-	sized    bool          // left is known
-	block    billing.Units // the last block asked for
-	granted  time.Time     // when the last block was granted
-	lastUse  time.Time
-	refused  Grant
-	refusedT time.Time // when refused was learnt
-	dead     bool      // returned; a new lease replaces it
+	mu        sync.Mutex // held while a grant is in flight
+	lim       Limits
+	gen       int64
+	holder    string
+	free      Vec // leased, not held by any call
+	held      Vec // held by calls in flight, of this gen
+	deadline  time.Time
+	left      Vec           // unleased in the database after the last grant
+	sized     bool          // left is known
+	block     billing.Units // the last block asked for
+	granted   time.Time     // when the last block was granted
+	refilling bool          // a refill (topUp) is in flight
+	lastUse   time.Time
+	refused   Grant
+	refusedT  time.Time // when refused was learnt
+	dead      bool      // returned; a new lease replaces it
 }
 
 // Hold is a call's claim on a lease.
@@ -290,6 +294,7 @@ func (l *Leaser) take(ctx context.Context, le *lease, k AllowanceKey, lim Limits
 		le.free = le.free.sub(need)
 		le.held = le.held.add(need)
 		le.lastUse = now
+		l.topUp(le, k, lim, units, now)
 		return Hold{Key: k, Holder: le.holder, Need: need, Units: units, gen: le.gen}, Grant{}, nil
 	}
 	if !le.refusedT.IsZero() && now.Sub(le.refusedT) < l.cfg.RefuseFor {
@@ -337,6 +342,57 @@ func (l *Leaser) take(ctx context.Context, le *lease, k AllowanceKey, lim Limits
 	le.deadline = l.safeDeadline(sent)
 	le.lastUse = l.now()
 	return Hold{Key: k, Holder: le.holder, Need: need, Units: units, gen: le.gen}, g, nil
+}
+
+// topUp leases the next block ahead, while half of the current one is
+// still free, so that a busy lease's callers never wait for its refill
+// (le.mu held). Only a busy lease does: one whose blocks grew to eight
+// calls or more. Near the limit, where the next block would be the call's
+// own units, it does nothing: those calls reserve synchronously.
+func (l *Leaser) topUp(le *lease, k AllowanceKey, lim Limits, units billing.Units, now time.Time) {
+	if le.refilling || units <= 0 || le.block < 8*units {
+		return // not busy: the block has not grown past a few calls
+	}
+	if free, ok := lim.unitsIn(le.free); !ok || free >= le.block/2 {
+		return
+	}
+	block := l.blockSize(le, lim, units, now)
+	if block <= units {
+		return
+	}
+	le.refilling = true
+	holder, gen, big := le.holder, le.gen, lim.Need(block)
+	refill := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.TTL/10)
+		defer cancel()
+		sent := l.now()
+		g, err := l.db.Grant(ctx, holder, k, lim, big, big, l.cfg.TTL)
+		l.Grants.Add(1)
+		le.mu.Lock()
+		defer le.mu.Unlock()
+		le.refilling = false
+		if err != nil {
+			return // the next call that finds the lease short leases itself
+		}
+		le.left, le.sized = g.Left, true
+		if g.Granted.IsZero() || le.gen != gen || le.dead {
+			// Refused, or the lease ended meanwhile: units granted to a
+			// row no one renews come back when it expires.
+			return
+		}
+		le.free = le.free.add(g.Granted)
+		le.block, le.granted = block, l.now()
+		if dl := l.safeDeadline(sent); le.deadline.Before(dl) {
+			le.deadline = dl
+		}
+	}
+	if l.cfg.Spawn == nil {
+		le.mu.Unlock() // run inline (the simulation), as the goroutine would
+		refill()
+		le.mu.Lock()
+		return
+	}
+	l.cfg.Spawn(refill)
 }
 
 // blockSize is how many units to lease for a call of units. Demand sets

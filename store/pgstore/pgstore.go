@@ -167,11 +167,12 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		s.pool.Close()
 		return nil, fmt.Errorf("pgstore: make ledger partitions: %w", err)
 	}
-	s.leaser = NewLeaser(pgLeases{s}, s.node, LeaseConfig{TTL: o.LeaseTTL, Max: o.LeaseMax, RefuseFor: 100 * time.Millisecond}, nil)
+	s.leaser = NewLeaser(pgLeases{s}, s.node, LeaseConfig{TTL: o.LeaseTTL, Max: o.LeaseMax,
+		RefuseFor: 100 * time.Millisecond, Spawn: func(f func()) { go f() }}, nil)
 	s.settle = newSettler(s)
 	s.listen = newListener(s)
-	s.wg.Add(2)
-	go s.settle.loop()
+	s.wg.Add(1)
+	s.settle.start(settleWorkers)
 	go s.maintain()
 	s.listen.start()
 	return s, nil
