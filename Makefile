@@ -6,6 +6,8 @@
 #   make fuzz    every fuzz target for FUZZTIME (10s) each (CI runs it too)
 #   make bench   the benchmark against plain Caddy reverse_proxy: req/s and
 #                the Caddy process's CPU per request (~5 minutes)
+#   make bench-fleet  the gateway on PostgreSQL (1 and 2 nodes) against
+#                the same node on bbolt: req/s, round trips, added latency
 #   make bench-scale  the store with 1M keys and 10M ledger rows against an
 #                empty one (minutes, several GB in a temp dir)
 #   make bench-micro  the go test micro-benchmarks (benchstat-friendly) and
@@ -20,7 +22,7 @@ GO      ?= go
 BIN     := bin
 CADDY   := $(BIN)/caddy
 
-.PHONY: screenshots build run test verify-systemd test-short fuzz bench bench-scale bench-micro xcaddy vet lint clean
+.PHONY: screenshots build run test verify-systemd test-short fuzz bench bench-fleet bench-scale bench-micro xcaddy vet lint clean
 
 build:
 	$(GO) build -o $(CADDY) ./caddy
@@ -78,6 +80,11 @@ fuzz:
 
 bench: build
 	./scripts/bench.sh
+
+# Needs a PostgreSQL server (PLATFORM_TEST_PG_DSN, as make test; a
+# database is created and dropped), psql and wrk; docs/fleet.md.
+bench-fleet: build
+	./scripts/bench-fleet.sh
 
 bench-scale:
 	$(GO) test -tags scale -run '^TestScale$$' -v -count=1 -timeout 60m ./store/boltstore

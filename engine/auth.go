@@ -40,6 +40,11 @@ func (rt *Runtime) AuthenticateServiceKey(ctx context.Context, token string) (st
 	}
 	key, err := rt.Keys().KeyByHash(ctx, servicekey.Hash(token))
 	if err != nil {
+		if errors.Is(err, store.ErrUnavailable) {
+			// A shared store (PostgreSQL) that cannot be reached: 503,
+			// retry, not an internal error.
+			return key, apierror.Unavailable()
+		}
 		if !errors.Is(err, store.ErrNotFound) {
 			rt.Logger.Error("key lookup", zap.Error(err))
 			return key, apierror.New(apierror.InternalError, "key lookup failed")

@@ -53,6 +53,10 @@ func (a *storeAdminAPI) Routes() []caddy.AdminRoute {
 type storeView struct {
 	Path      string `json:"path"`
 	SizeBytes int64  `json:"sizeBytes"`
+	// Kind and Database are set for a PostgreSQL store: "postgres" and
+	// the database and node it serves (never a password).
+	Kind     string `json:"kind,omitempty"`
+	Database string `json:"database,omitempty"`
 }
 
 func (a *storeAdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
@@ -86,7 +90,10 @@ func (a *storeAdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 // info shows which file the running gateway serves.
 func (a *storeAdminAPI) info(app *App, w http.ResponseWriter, _ *http.Request) error {
 	v := storeView{Path: app.StorePath()}
-	if st, err := os.Stat(v.Path); err == nil {
+	if app.StorePostgres != nil {
+		v.Path, v.Kind = "", "postgres"
+		v.Database = app.StorePath()
+	} else if st, err := os.Stat(v.Path); err == nil {
 		v.SizeBytes = st.Size()
 	}
 	return writeJSON(w, http.StatusOK, v)
@@ -96,9 +103,15 @@ func (a *storeAdminAPI) info(app *App, w http.ResponseWriter, _ *http.Request) e
 // gateway serves (bbolt's Tx.WriteTo, one read transaction). Its length
 // is sent first, so a cut transfer is told from a whole one.
 func (a *storeAdminAPI) backup(app *App, w http.ResponseWriter, r *http.Request) error {
-	s, err := app.openStore()
+	opened, err := app.openStore()
 	if err != nil {
 		return fmt.Errorf("backup: %w", err)
+	}
+	s, ok := opened.(storeBackup)
+	if !ok {
+		writeErrorStatus(w, http.StatusNotImplemented, apierror.New(codeNotConfigured,
+			"the store is PostgreSQL: back it up with PostgreSQL's own tools (pg_dump, or base backups with WAL archiving); see docs/fleet.md"))
+		return nil
 	}
 	started := false
 	n, err := s.Backup(w, func(size int64) {

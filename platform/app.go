@@ -19,7 +19,6 @@ import (
 	"github.com/platformgw/gateway/engine"
 	"github.com/platformgw/gateway/jwtauth"
 	"github.com/platformgw/gateway/store"
-	"github.com/platformgw/gateway/store/boltstore"
 	"github.com/platformgw/gateway/wire"
 )
 
@@ -48,6 +47,9 @@ type App struct {
 	// under Caddy's data directory, and a relative path is under that
 	// directory too. A reload cannot change it (see Provision).
 	Store string `json:"store,omitempty"`
+	// StorePostgres, when set, keeps everything in PostgreSQL instead of
+	// the bbolt file, for a fleet of gateways (storepg.go, docs/fleet.md).
+	StorePostgres *PostgresStore `json:"store_postgres,omitempty"`
 	// PublicURL is the base URL (scheme://host[:port]) used to build the
 	// absolute progress and callback URLs of async jobs. When empty they
 	// are built from the scheme and Host of the invoking request, if that
@@ -82,7 +84,7 @@ type App struct {
 	// to it in stores; cleanedUp once Cleanup ran (all under storeMu).
 	storePath string
 	storeMu   sync.Mutex
-	bolt      atomic.Pointer[boltstore.Store]
+	held      atomic.Pointer[heldStore]
 	keyUse    atomic.Pointer[keyUse] // with the pooled store (keyuse.go)
 	poolKey   string
 	cleanedUp bool
@@ -123,7 +125,10 @@ func (a *App) defaults() error {
 	if err := wire.CheckBrand(a.HeaderBrand); err != nil {
 		return err
 	}
-	if a.Store == "" {
+	if a.StorePostgres != nil && a.Store != "" {
+		return fmt.Errorf("store %q and store_postgres both set: a gateway serves one store", a.Store)
+	}
+	if a.Store == "" && a.StorePostgres == nil {
 		a.Store = filepath.Join(caddy.AppDataDir(), "platform", "platform.db")
 	}
 	// A group left out keeps its defaults, as in the Caddyfile.

@@ -140,7 +140,7 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				err = checked(d, wire.CheckBrand(a.HeaderBrand))
 			}
 		case "store":
-			a.Store, err = oneArg(d)
+			a.Store, a.StorePostgres, err = parseStore(d) // storepg.go
 		case "public_url":
 			a.PublicURL, err = oneArg(d)
 			if err == nil {

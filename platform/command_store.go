@@ -22,7 +22,7 @@ import (
 func storeCommand() *cobra.Command {
 	st := &cobra.Command{
 		Use:   "store",
-		Short: "Shows, backs up and checks the store file",
+		Short: "Shows, backs up, checks and migrates the store",
 	}
 	path := &cobra.Command{
 		Use:   "path",
@@ -59,7 +59,7 @@ it up with 'caddy platform store backup' and check the copy.`,
 		Args: cobra.ExactArgs(1),
 		RunE: runCommand(cmdStoreCheck),
 	}
-	st.AddCommand(path, backup, check)
+	st.AddCommand(path, backup, check, storeMigrateCommand())
 	return st
 }
 

@@ -22,10 +22,11 @@ import (
 // reference count goes 1→2→1 and the file is never closed mid-reload.
 var stores = caddy.NewUsagePool()
 
-// pooledStore is the store file shared by every config that names it, with
-// what lives as long as it: when each key was last used.
+// pooledStore is the store shared by every config that names it (a bbolt
+// file, or a PostgreSQL database as this node), with what lives as long as
+// it: when each key was last used.
 type pooledStore struct {
-	*boltstore.Store
+	store.Store
 	used *keyUse
 }
 
@@ -60,6 +61,12 @@ func (a *App) Provision(ctx caddy.Context) error {
 	}
 
 	a.storePath = ResolveStorePath(a.Store)
+	if a.StorePostgres != nil {
+		if err := a.StorePostgres.provision(repl); err != nil {
+			return err
+		}
+		a.storePath = a.StorePostgres.identity()
+	}
 	if running := runningApp(); running != nil && running.storePath != a.storePath {
 		return fmt.Errorf("platform store %s: the running config serves store %s, and a reload never switches stores "+
 			"(every key, subscription and credit lives in the store); restart the gateway to change stores, or keep "+
@@ -109,14 +116,15 @@ func strandedStore(setting, path string) error {
 		path, old, old, path)
 }
 
-// openStore opens the store file, or shares the one the running config
-// has open. Start calls it; so does DataStore when a request comes in
-// before this app has started (Caddy starts apps in no set order).
-func (a *App) openStore() (*boltstore.Store, error) {
+// openStore opens the store (the bbolt file, or the PostgreSQL database
+// as this node), or shares the one the running config has open. Start
+// calls it; so does DataStore when a request comes in before this app has
+// started (Caddy starts apps in no set order).
+func (a *App) openStore() (store.Store, error) {
 	a.storeMu.Lock()
 	defer a.storeMu.Unlock()
-	if s := a.bolt.Load(); s != nil {
-		return s, nil
+	if h := a.held.Load(); h != nil {
+		return h.Store, nil
 	}
 	if a.cleanedUp {
 		// A reference taken now would never be dropped.
@@ -124,6 +132,13 @@ func (a *App) openStore() (*boltstore.Store, error) {
 	}
 	path := a.storePath
 	val, _, err := stores.LoadOrNew(path, func() (caddy.Destructor, error) {
+		if a.StorePostgres != nil {
+			s, err := a.StorePostgres.open(a.logger.Named("store"))
+			if err != nil {
+				return nil, err
+			}
+			return pooledStore{s, newKeyUse()}, nil
+		}
 		if err := strandedStore(a.Store, path); err != nil {
 			return nil, err
 		}
@@ -138,18 +153,22 @@ func (a *App) openStore() (*boltstore.Store, error) {
 	}
 	pooled := val.(pooledStore)
 	s := pooled.Store
-	if err := s.Err(); err != nil {
-		// Shared with the running config, which found it damaged: only a
-		// restart (and the checks of a fresh open) may serve it again.
-		stores.Delete(path)
-		return nil, err
+	if h, ok := s.(storeHealth); ok {
+		if err := h.Err(); err != nil {
+			// Shared with the running config, which found it damaged: only
+			// a restart (and the checks of a fresh open) may serve it again.
+			stores.Delete(path)
+			return nil, err
+		}
 	}
 	a.poolKey = path
-	s.ObserveCommits(a.metrics.observeCommit)
-	s.SetLogger(a.logger.Named("store"))
-	s.ObserveWriteFailures(a.metrics.observeWriteFailures)
+	if o, ok := s.(commitObserved); ok {
+		o.ObserveCommits(a.metrics.observeCommit)
+		o.SetLogger(a.logger.Named("store"))
+		o.ObserveWriteFailures(a.metrics.observeWriteFailures)
+	}
 	a.keyUse.Store(pooled.used)
-	a.bolt.Store(s)
+	a.held.Store(&heldStore{s})
 	a.logger.Info("platform ready",
 		zap.String("store", path),
 		zap.Int("services", a.catalog.Len()),
@@ -252,8 +271,8 @@ func (a *App) DataStore() store.Store {
 	if a.store != nil {
 		return a.store
 	}
-	if s := a.bolt.Load(); s != nil {
-		return s
+	if h := a.held.Load(); h != nil {
+		return h.Store
 	}
 	s, err := a.openStore()
 	if err != nil {
@@ -262,7 +281,8 @@ func (a *App) DataStore() store.Store {
 	return s
 }
 
-// StorePath is the file of the store this config serves.
+// StorePath is the file of the store this config serves (for PostgreSQL,
+// the database and node, without credentials).
 func (a *App) StorePath() string { return a.storePath }
 
 // Headers are the branded header names.

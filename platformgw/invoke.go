@@ -170,6 +170,9 @@ func (h *Handler) subscription(ctx context.Context, c *call) *apierror.Error {
 // accessRefusal is the caller's error for subscription.Resolve's.
 func (h *Handler) accessRefusal(err error) *apierror.Error {
 	var refusal *subscription.Error
+	if errors.Is(err, store.ErrUnavailable) {
+		return apierror.Unavailable() // a shared store that cannot be reached: 503, retry
+	}
 	if !errors.As(err, &refusal) {
 		h.logger.Error("subscription lookup", zap.Error(err))
 		return apierror.New(apierror.InternalError, "subscription lookup failed")

@@ -1,0 +1,137 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"go.uber.org/zap"
+)
+
+// listener keeps a dedicated connection LISTENing for cache invalidations
+// (key revocations, subscription and credit changes made on any node) and
+// drops what they name from the node's cache as they arrive. While the
+// connection is down the cache trusts its entries only CacheTTL, and it
+// reconnects by itself; on reconnecting it drops everything, since
+// notifications sent meanwhile are lost.
+type listener struct {
+	s      *Store
+	isUp   atomic.Bool
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+}
+
+func newListener(s *Store) *listener { return &listener{s: s, done: make(chan struct{})} }
+
+func (l *listener) up() bool { return l.isUp.Load() }
+
+func (l *listener) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	l.cancel = cancel
+	go l.run(ctx)
+}
+
+func (l *listener) close() {
+	l.once.Do(func() {
+		if l.cancel != nil {
+			l.cancel()
+			<-l.done
+		}
+	})
+}
+
+func (l *listener) run(ctx context.Context) {
+	defer close(l.done)
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := l.listen(ctx)
+		l.isUp.Store(false)
+		if ctx.Err() != nil {
+			return
+		}
+		l.s.log.Warn("notification connection lost; caches trust entries "+l.s.opts.CacheTTL.String()+" until it is back",
+			zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+func (l *listener) listen(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, l.s.cfg.ConnConfig.ConnectTimeout+time.Second)
+	cfg := l.s.cfg.ConnConfig.Copy()
+	// A wait that times out only sets a deadline: no cancel request (a new
+	// connection to the server) every few seconds.
+	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
+	}
+	conn, err := pgx.ConnectConfig(cctx, cfg)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+		return err
+	}
+	// Whatever changed while no one listened is unknown.
+	l.s.cache.dropAll()
+	l.isUp.Store(true)
+	for {
+		// A bounded wait, so that a connection gone silent (a server
+		// restarted behind a proxy) is noticed by the ping below.
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if wctx.Err() != nil && !conn.IsClosed() {
+				pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				err = conn.Ping(pctx)
+				cancel()
+				if err == nil {
+					continue
+				}
+			}
+			return err
+		}
+		l.apply(n.Payload)
+	}
+}
+
+// apply drops what a notification names from the cache.
+func (l *listener) apply(payload string) {
+	switch {
+	case strings.HasPrefix(payload, "k"):
+		raw, err := hex.DecodeString(payload[1:])
+		if err != nil || len(raw) != 32 {
+			l.s.cache.dropAll()
+			return
+		}
+		var h [32]byte
+		copy(h[:], raw)
+		l.s.cache.dropKey(h)
+	case strings.HasPrefix(payload, "s"):
+		var us [2]string
+		if json.Unmarshal([]byte(payload[1:]), &us) != nil {
+			l.s.cache.dropAll()
+			return
+		}
+		l.s.cache.dropSub(us[0], us[1])
+	default:
+		l.s.cache.dropAll()
+	}
+}
