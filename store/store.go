@@ -1,12 +1,15 @@
 // Package store defines what the gateway keeps durably: service keys (as
 // hashes), subscriptions with their credits, per-period usage counters, the
-// append-only usage ledger, idempotency claims and async jobs. The interface
-// lets a shared engine serve a fleet of gateways later; boltstore is the
-// embedded implementation.
+// append-only usage ledger, idempotency claims and async jobs. boltstore is
+// the embedded implementation (one file, one process); pgstore keeps a
+// fleet of gateways on one PostgreSQL database. store/storetest is the
+// contract both keep, as one test suite.
 //
-// Every metering method runs the billing decision and the writes it implies
-// in one transaction, so a counter always equals the ledger it is derived
-// from and a hard limit is never crossed under any concurrency.
+// Every metering method takes the billing decision and records what it
+// implies as one unit: a charge is acknowledged once it is durable (in
+// boltstore, appended to the settlement log; in pgstore, committed), a
+// counter always equals the ledger it is derived from, and a hard limit is
+// never crossed under any concurrency.
 package store
 
 import (
@@ -158,11 +161,9 @@ type Meter interface {
 	// Reserve holds units for a call before it is forwarded. When the
 	// decision refuses, nothing is written and the reservation is empty.
 	// The returned state is after the hold. The hold belongs to the
-	// process: if it dies before Settle, the next Open releases it.
-	// Reserve may return once its decision is final, before the hold is
-	// durable, so the commit overlaps the call: the hold is durable before
-	// the Settle that follows it is, and if it could not be written that
-	// Settle fails with ErrNotFound, charging nothing.
+	// process and is not a charge: it lives in memory, and if the process
+	// dies before Settle it is gone, charging nothing. Only a job's hold
+	// (CreateJobReserved) is durable, with its job.
 	Reserve(ctx context.Context, a Account, units billing.Units, now time.Time) (Reservation, billing.Decision, billing.State, error)
 	// Settle releases the hold and charges units (at most what the hard
 	// limits allow), appending the ledger entry. Units zero only releases.
