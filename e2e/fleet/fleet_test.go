@@ -222,26 +222,31 @@ func TestFleetKill9(t *testing.T) {
 	for id := range qacked {
 		all[id] = 1
 	}
-	checkLedger(t, f.nodes[0], all, map[string]int{"u-kill": len(acked), "u-kill-quota": len(qacked)})
+	// Calls in flight on the killed node may be in the ledger without a
+	// caller having seen their answer: only the acknowledged ones must be.
+	checkLedger(t, f.nodes[0], all, nil)
 	if len(qacked) > 100 {
 		t.Errorf("quota of 100: %d served across a kill", len(qacked))
 	}
 	// The dead node's leases expire (lease_ttl 5s): its unused units come
-	// back to the others, so the whole quota is served in the end.
+	// back to the others, so the whole quota is charged in the end, never
+	// more (calls the dead node settled without its caller seeing the
+	// answer count too).
 	nd := f.nodes[0]
-	n := len(qacked)
 	deadline := time.Now().Add(30 * time.Second)
-	for n < 100 && time.Now().Before(deadline) {
+	for time.Now().Before(deadline) {
 		r := invoke(nd.base, qkey)
 		if r.err == nil && r.status/100 == 2 {
 			qacked[r.requestID] = true
-			n++
-		} else {
-			time.Sleep(100 * time.Millisecond)
+			continue
 		}
+		if r.code == "quota_exceeded" && len(exportLedger(t, nd, "u-kill-quota")) >= 100 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	if n != 100 {
-		t.Errorf("after the kill and lease expiry, %d of the quota of 100 served", n)
+	if n := len(exportLedger(t, nd, "u-kill-quota")); n != 100 {
+		t.Errorf("after the kill and lease expiry, %d of the quota of 100 charged", n)
 	}
 	if r := invoke(nd.base, qkey); r.code != "quota_exceeded" {
 		t.Errorf("past the quota after a kill: %d %s %v", r.status, r.code, r.err)
