@@ -30,18 +30,5 @@ func TestContract(t *testing.T) {
 			}
 			return open(t, dsns[s])
 		}),
-		// What this store did not keep of the contract when the suite
-		// was first run against it; STORETEST_ALL=1 runs these too.
-		storetest.Known(map[string]string{
-			"ReserveSettle": "State shows the node's lease instead of its calls' holds (Reserved 8 with 4 held, 5 after " +
-				"every call settled; CreditsHeld 4 with 2 held); GetSubscription's balance lags a settlement (cached)",
-			"ReserveRefused":             "after a refusal the node refuses for a while, so exactly what is left does not go through",
-			"SettleAmongHolds":           "Reserve's returned state counts only its own hold, not the others in flight",
-			"NegativeUnits":              "State shows the node's lease as Reserved (2 with 1 held)",
-			"HardLimitsUnderConcurrency": "State does not show the holds in flight of a prepaid or capped product (Reserved 0 with 57 held)",
-			"CountersEqualLedger":        "State shows the node's idle lease as Reserved (112 with nothing in flight)",
-			"CreateJobReserved":          "a refusal returns an empty state, not the state it was refused on",
-			"DurableAcrossReopen":        "State's CreditsHeld shows a lease (3 credits held with nothing in flight)",
-		}),
 	)
 }

@@ -82,7 +82,7 @@ func (s *Store) CreateJobReserved(ctx context.Context, j store.Job, a store.Acco
 		err := s.tx(ctx, func(tx pgx.Tx) error { return insertJob(ctx, tx, toJobRecord(j, nil)) })
 		return store.Reservation{Account: a, JobID: j.ID}, billing.Decision{Allowed: true, Units: units}, billing.State{}, err
 	}
-	sub, err := s.GetSubscription(ctx, a.UserID, a.ServiceID)
+	sub, err := s.getSubscription(ctx, a.UserID, a.ServiceID)
 	if err != nil {
 		return store.Reservation{}, billing.Decision{}, billing.State{}, err
 	}
@@ -98,26 +98,39 @@ func (s *Store) CreateJobReserved(ctx context.Context, j store.Job, a store.Acco
 		if err := insertJob(ctx, tx, toJobRecord(job, &k)); err != nil {
 			return err
 		}
-		if lim.Hard() {
-			need := lim.Need(units)
-			g, err := grant(ctx, tx, jobHolder(j.ID), k, lim, need, need, jobHoldTTL)
-			if errors.Is(err, errNoSub) {
-				return store.ErrNoAccount
-			}
-			if err != nil {
-				return err
-			}
-			if g.Granted.IsZero() {
-				dec = refusal(a.Product, lim, g, units)
-				return errJobRefused
-			}
+		// The hold is a lease row of the job, in every dimension its
+		// decision holds (so that State shows it as held, as bbolt does),
+		// checked against the product's hard limits.
+		before, err := scanRow(tx.QueryRow(ctx, stateSQL, k.UserID, k.ServiceID, k.Period))
+		if err != nil {
+			return err
+		}
+		if !before.hasSub {
+			return store.ErrNoAccount
+		}
+		state = s.view(k, a.Product, before)
+		dec = billing.Decide(a.Product, state, units)
+		need := lim.Need(units)
+		need.Units, need.Spend = units, dec.Cost
+		if a.Product.BillingModel == billing.Prepaid {
+			need.Credits = dec.Cost
+		}
+		g, _, err := grant(ctx, tx, jobHolder(j.ID), k, lim, need, need, jobHoldTTL)
+		if errors.Is(err, errNoSub) {
+			return store.ErrNoAccount
+		}
+		if err != nil {
+			return err
+		}
+		if g.Granted.IsZero() {
+			dec = refusal(a.Product, lim, g, units)
+			return errJobRefused
 		}
 		r, err := scanRow(tx.QueryRow(ctx, stateSQL, k.UserID, k.ServiceID, k.Period))
 		if err != nil {
 			return err
 		}
-		state = r.state()
-		dec = billing.Decide(a.Product, state, units)
+		state = s.view(k, a.Product, r)
 		dec.Allowed, dec.Code, dec.Reason = true, "", ""
 		return nil
 	})
@@ -204,8 +217,7 @@ func (s *Store) CompleteJob(ctx context.Context, id string, a store.Account, e s
 		return nil
 	})
 	if err == nil && changed != nil {
-		s.changes.add(changed.UserID, changed.ServiceID)
-		s.changes.publish()
+		s.touched(*changed)
 	}
 	return out, err
 }
@@ -219,8 +231,9 @@ func (s *Store) ExpireJobs(ctx context.Context, now time.Time, message string) (
 	total := 0
 	for {
 		n := 0
+		var changed []AllowanceKey
 		err := s.tx(ctx, func(tx pgx.Tx) error {
-			n = 0
+			n, changed = 0, nil
 			rows, err := tx.Query(ctx, `SELECT rec FROM jobs WHERE open AND expires_at < $1 ORDER BY expires_at
 				LIMIT 256 FOR UPDATE SKIP LOCKED`, now)
 			if err != nil {
@@ -237,8 +250,12 @@ func (s *Store) ExpireJobs(ctx context.Context, now time.Time, message string) (
 				}
 				j.Status, j.ErrorMessage = store.JobFailed, message
 				j.UpdatedAt, j.CompletedAt = now.UTC(), now.UTC()
-				if _, err := endJob(ctx, tx, &j, rec.HoldKey, store.Account{}, store.LedgerEntry{}); err != nil {
+				k, err := endJob(ctx, tx, &j, rec.HoldKey, store.Account{}, store.LedgerEntry{})
+				if err != nil {
 					return err
+				}
+				if k != nil {
+					changed = append(changed, *k)
 				}
 				raw, err := json.Marshal(toJobRecord(j, rec.HoldKey))
 				if err != nil {
@@ -252,6 +269,9 @@ func (s *Store) ExpireJobs(ctx context.Context, now time.Time, message string) (
 			return nil
 		})
 		total += n
+		for _, k := range changed {
+			s.touched(k)
+		}
 		if err != nil || n < 256 {
 			return total, err
 		}
@@ -333,6 +353,15 @@ func endJob(ctx context.Context, tx pgx.Tx, j *store.Job, hold *AllowanceKey, a 
 	}
 	j.Units, j.Cost = entry.Units, entry.Cost
 	return keyOf(acc), nil
+}
+
+// touched drops what the node knows of an allowance another path than the
+// settlement batches changed, and tells the alerts.
+func (s *Store) touched(k AllowanceKey) {
+	s.cache.dropSub(k.UserID, k.ServiceID)
+	s.forget(k.UserID, k.ServiceID)
+	s.changes.add(k.UserID, k.ServiceID)
+	s.changes.publish()
 }
 
 func keyOf(acc *account) *AllowanceKey {

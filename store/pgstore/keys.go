@@ -41,6 +41,9 @@ type readCache struct {
 	gen  uint64
 	keys map[[32]byte]cached[store.KeyRecord]
 	subs map[[2]string]cached[store.Subscription]
+	// seen is every subscription as last read, whatever was dropped
+	// since: only what the database's being unreachable falls back on.
+	seen map[[2]string]cached[store.Subscription]
 }
 
 type cached[T any] struct {
@@ -49,7 +52,8 @@ type cached[T any] struct {
 }
 
 func newReadCache() *readCache {
-	return &readCache{keys: make(map[[32]byte]cached[store.KeyRecord]), subs: make(map[[2]string]cached[store.Subscription])}
+	return &readCache{keys: make(map[[32]byte]cached[store.KeyRecord]), subs: make(map[[2]string]cached[store.Subscription]),
+		seen: make(map[[2]string]cached[store.Subscription])}
 }
 
 func (c *readCache) key(h [32]byte, ttl time.Duration) (store.KeyRecord, bool, uint64) {
@@ -84,9 +88,21 @@ func (c *readCache) sub(user, service string, ttl time.Duration) (store.Subscrip
 	return store.Subscription{}, false, c.gen
 }
 
+// staleSub is a cached subscription however old, up to maxAge.
+func (c *readCache) staleSub(user, service string, maxAge time.Duration) (store.Subscription, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.seen[[2]string{user, service}]
+	return e.v, ok && time.Since(e.at) < maxAge
+}
+
 func (c *readCache) fillSub(s store.Subscription, gen uint64, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if len(c.seen) >= cacheMax {
+		clear(c.seen)
+	}
+	c.seen[[2]string{s.UserID, s.ServiceID}] = cached[store.Subscription]{s, at}
 	if gen != c.gen {
 		return
 	}
@@ -94,6 +110,17 @@ func (c *readCache) fillSub(s store.Subscription, gen uint64, at time.Time) {
 		clear(c.subs)
 	}
 	c.subs[[2]string{s.UserID, s.ServiceID}] = cached[store.Subscription]{s, at}
+}
+
+// setCredits updates a cached balance to what a commit of this node
+// wrote (the entry keeps its age).
+func (c *readCache) setCredits(user, service string, credits, held billing.Units) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.subs[[2]string{user, service}]; ok {
+		e.v.Credits, e.v.CreditsHeld = credits, held
+		c.subs[[2]string{user, service}] = e
+	}
 }
 
 func (c *readCache) dropKey(h [32]byte) {
@@ -329,12 +356,25 @@ func (s *Store) PutSubscription(ctx context.Context, sub store.Subscription) (st
 		return notify(ctx, tx, notifySub(next.UserID, next.ServiceID))
 	})
 	s.cache.dropSub(sub.UserID, sub.ServiceID)
+	s.forget(sub.UserID, sub.ServiceID)
 	s.changes.add(sub.UserID, sub.ServiceID)
 	return out, err
 }
 
-// GetSubscription reads a subscription; store.ErrNoAccount when none.
+// GetSubscription reads a subscription; store.ErrNoAccount when none. Its
+// CreditsHeld is what calls in flight and open jobs hold, as State shows
+// it: this node's unused lease is not a hold.
 func (s *Store) GetSubscription(ctx context.Context, userID, serviceID string) (store.Subscription, error) {
+	sub, err := s.getSubscription(ctx, userID, serviceID)
+	if err != nil {
+		return sub, err
+	}
+	mine, held := s.leaser.MineOf(userID, serviceID), s.heldOf(userID, serviceID)
+	sub.CreditsHeld = max(0, sub.CreditsHeld-mine.Credits) + held.CreditsHeld
+	return sub, nil
+}
+
+func (s *Store) getSubscription(ctx context.Context, userID, serviceID string) (store.Subscription, error) {
 	sub, ok, gen := s.cache.sub(userID, serviceID, s.subTTL())
 	if ok {
 		return sub, nil
@@ -343,7 +383,16 @@ func (s *Store) GetSubscription(ctx context.Context, userID, serviceID string) (
 	sub, err := scanSub(s.pool.QueryRow(ctx, "SELECT "+subColumns+" FROM subscriptions WHERE user_id = $1 AND service_id = $2",
 		userID, serviceID))
 	if err != nil {
-		return sub, s.fail(err)
+		err = s.fail(err)
+		if errors.Is(err, store.ErrUnavailable) {
+			// The database is unreachable: calls a lease still covers go
+			// on with the subscription as last read (for at most a lease's
+			// lifetime, which bounds what they can be admitted for).
+			if old, ok := s.cache.staleSub(userID, serviceID, s.opts.LeaseTTL); ok {
+				return old, nil
+			}
+		}
+		return sub, err
 	}
 	s.cache.fillSub(sub, gen, at)
 	return sub, nil
@@ -369,7 +418,11 @@ func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount
 		return notify(ctx, tx, notifySub(userID, serviceID))
 	})
 	s.cache.dropSub(userID, serviceID)
+	s.forget(userID, serviceID)
 	s.changes.add(userID, serviceID)
+	if err == nil {
+		out.CreditsHeld = max(0, out.CreditsHeld-s.leaser.MineOf(userID, serviceID).Credits) + s.heldOf(userID, serviceID).CreditsHeld
+	}
 	return out, err
 }
 

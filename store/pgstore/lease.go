@@ -201,10 +201,14 @@ type lease struct {
 	block     billing.Units // the last block asked for
 	granted   time.Time     // when the last block was granted
 	refilling bool          // a refill (topUp) is in flight
+	refill    Vec           // what it asks for, counted as the node's meanwhile
 	lastUse   time.Time
 	refused   Grant
 	refusedT  time.Time // when refused was learnt
-	dead      bool      // returned; a new lease replaces it
+	// refusedNeed is what the refused call needed: a call needing less
+	// still asks.
+	refusedNeed Vec
+	dead        bool // returned; a new lease replaces it
 }
 
 // Hold is a call's claim on a lease.
@@ -297,7 +301,8 @@ func (l *Leaser) take(ctx context.Context, le *lease, k AllowanceKey, lim Limits
 		l.topUp(le, k, lim, units, now)
 		return Hold{Key: k, Holder: le.holder, Need: need, Units: units, gen: le.gen}, Grant{}, nil
 	}
-	if !le.refusedT.IsZero() && now.Sub(le.refusedT) < l.cfg.RefuseFor {
+	if !le.refusedT.IsZero() && now.Sub(le.refusedT) < l.cfg.RefuseFor && le.refusedNeed.within(need) {
+		// Refused a moment ago for as much or less: still refused.
 		return Hold{}, le.refused, errRefused
 	}
 	if !valid && !le.deadline.IsZero() {
@@ -330,7 +335,7 @@ func (l *Leaser) take(ctx context.Context, le *lease, k AllowanceKey, lim Limits
 		le.block, le.granted = block, l.now()
 	}
 	if g.Granted.IsZero() {
-		le.refused, le.refusedT = g, l.now()
+		le.refused, le.refusedT, le.refusedNeed = g, l.now(), need
 		return Hold{}, g, errRefused
 	}
 	le.refusedT = time.Time{}
@@ -362,6 +367,7 @@ func (l *Leaser) topUp(le *lease, k AllowanceKey, lim Limits, units billing.Unit
 	}
 	le.refilling = true
 	holder, gen, big := le.holder, le.gen, lim.Need(block)
+	le.refill = big
 	refill := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.TTL/10)
 		defer cancel()
@@ -370,7 +376,7 @@ func (l *Leaser) topUp(le *lease, k AllowanceKey, lim Limits, units billing.Unit
 		l.Grants.Add(1)
 		le.mu.Lock()
 		defer le.mu.Unlock()
-		le.refilling = false
+		le.refilling, le.refill = false, Vec{}
 		if err != nil {
 			return // the next call that finds the lease short leases itself
 		}
@@ -572,6 +578,37 @@ func (l *Leaser) ReturnAll(ctx context.Context) error {
 		le.mu.Unlock()
 	}
 	return l.returnLeases(ctx, rs)
+}
+
+// Mine is what the node's lease on k holds in the database as far as the
+// node knows: its free units and its calls' holds.
+func (l *Leaser) Mine(k AllowanceKey) Vec {
+	l.mu.Lock()
+	le := l.leases[k]
+	l.mu.Unlock()
+	if le == nil {
+		return Vec{}
+	}
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	return le.free.add(le.held).add(le.refill)
+}
+
+// MineOf sums Mine over every period of a subscription.
+func (l *Leaser) MineOf(userID, serviceID string) Vec {
+	l.mu.Lock()
+	var keys []AllowanceKey
+	for k := range l.leases {
+		if k.UserID == userID && k.ServiceID == serviceID {
+			keys = append(keys, k)
+		}
+	}
+	l.mu.Unlock()
+	var sum Vec
+	for _, k := range keys {
+		sum = sum.add(l.Mine(k))
+	}
+	return sum
 }
 
 // Free is what the node's lease on k has leased and not held (tests and

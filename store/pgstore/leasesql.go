@@ -65,12 +65,6 @@ WITH sb AS (
 )
 SELECT k FROM g`
 
-// allowanceStateSQL reads an allowance and its subscription's balance.
-const allowanceStateSQL = `
-SELECT a.used, a.leased_units, a.spend, a.leased_spend, coalesce(s.credits, 0), coalesce(s.credits_held, 0), s.user_id IS NOT NULL
-FROM allowances a LEFT JOIN subscriptions s ON s.user_id = a.user_id AND s.service_id = a.service_id
-WHERE a.user_id = $1 AND a.service_id = $2 AND a.period = $3`
-
 const ensureAllowanceSQL = `INSERT INTO allowances (user_id, service_id, period) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`
 
 func nullable(u *billing.Units) any {
@@ -100,11 +94,6 @@ func (r row) left(lim Limits) Vec {
 	return v
 }
 
-func (r row) state() billing.State {
-	return billing.State{Used: r.used, Reserved: r.leased, Spend: r.spend, ReservedSpend: r.leasedSpend,
-		Credits: r.credits, CreditsHeld: r.creditsHeld}
-}
-
 // refusedIn names the first dimension need does not fit in.
 func refusedIn(need, left Vec) int {
 	switch {
@@ -122,28 +111,32 @@ func refusedIn(need, left Vec) int {
 // missing, the lease taken, and the row read back for the next block's
 // size (and a refusal's reason), all pipelined.
 func (p pgLeases) Grant(ctx context.Context, holder string, k AllowanceKey, lim Limits, big, small Vec, ttl time.Duration) (Grant, error) {
-	return grant(ctx, p.s.pool, holder, k, lim, big, small, ttl)
+	g, r, err := grant(ctx, p.s.pool, holder, k, lim, big, small, ttl)
+	if err == nil && r.hasSub {
+		p.s.learn(k, r)
+	}
+	return g, err
 }
 
-func grant(ctx context.Context, q querier, holder string, k AllowanceKey, lim Limits, big, small Vec, ttl time.Duration) (Grant, error) {
+func grant(ctx context.Context, q querier, holder string, k AllowanceKey, lim Limits, big, small Vec, ttl time.Duration) (Grant, row, error) {
 	b := &pgx.Batch{}
 	b.Queue(ensureAllowanceSQL, k.UserID, k.ServiceID, k.Period)
 	b.Queue(grantSQL, holder, k.UserID, k.ServiceID, k.Period, ttl.Seconds(),
 		int64(big.Units), int64(big.Spend), int64(big.Credits), int64(small.Units), int64(small.Spend), int64(small.Credits),
 		nullable(lim.Units), nullable(lim.Spend), lim.Credits)
-	b.Queue(allowanceStateSQL, k.UserID, k.ServiceID, k.Period)
+	b.Queue(stateSQL, k.UserID, k.ServiceID, k.Period)
 	br := q.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
-		return Grant{}, err
+		return Grant{}, row{}, err
 	}
 	var kind string
 	if err := br.QueryRow().Scan(&kind); err != nil && err != pgx.ErrNoRows {
-		return Grant{}, err
+		return Grant{}, row{}, err
 	}
 	r, err := scanRow(br.QueryRow())
 	if err != nil {
-		return Grant{}, err
+		return Grant{}, row{}, err
 	}
 	g := Grant{Left: r.left(lim)}
 	switch kind {
@@ -153,11 +146,11 @@ func grant(ctx context.Context, q querier, holder string, k AllowanceKey, lim Li
 		g.Granted = small
 	default:
 		if !r.hasSub {
-			return Grant{}, errNoSub
+			return Grant{}, row{}, errNoSub
 		}
 		g.Refused = refusedIn(small, g.Left)
 	}
-	return g, br.Close()
+	return g, r, br.Close()
 }
 
 func scanRow(r pgx.Row) (row, error) {

@@ -54,18 +54,21 @@ func (s *Store) Reserve(ctx context.Context, a store.Account, units billing.Unit
 	if err := ctxErr(ctx); err != nil {
 		return store.Reservation{}, billing.Decision{}, billing.State{}, err
 	}
-	sub, err := s.GetSubscription(ctx, a.UserID, a.ServiceID)
+	sub, err := s.getSubscription(ctx, a.UserID, a.ServiceID)
 	if err != nil {
 		return store.Reservation{}, billing.Decision{}, billing.State{}, err
 	}
 	k := AllowanceKey{a.UserID, a.ServiceID, periodOf(a.Product, sub.StartedAt, now)}
 	lim := limitsOf(a.Product)
 	h := &openHold{lim: lim}
-	st := s.known(k)
 	if lim.Hard() {
 		hold, g, err := s.leaser.Take(ctx, k, lim, units)
 		if errors.Is(err, errRefused) {
-			return store.Reservation{}, refusal(a.Product, lim, g, units), st, nil
+			r, err := s.knownRow(ctx, k)
+			if err != nil {
+				return store.Reservation{}, billing.Decision{}, billing.State{}, err
+			}
+			return store.Reservation{}, refusal(a.Product, lim, g, units), s.view(k, a.Product, r), nil
 		}
 		if errors.Is(err, errNoSub) {
 			return store.Reservation{}, billing.Decision{}, billing.State{}, store.ErrNoAccount
@@ -75,35 +78,23 @@ func (s *Store) Reserve(ctx context.Context, a store.Account, units billing.Unit
 		}
 		h.lease = &hold
 	}
-	// The state after the hold, as the caller is shown it: what is settled
-	// and this call; blocks leased to nodes are not promises to anyone.
-	st.Reserved, st.ReservedSpend, st.CreditsHeld = 0, 0, 0
+	r, err := s.knownRow(ctx, k)
+	if err != nil {
+		if h.lease != nil {
+			s.leaser.Release(*h.lease)
+		}
+		return store.Reservation{}, billing.Decision{}, billing.State{}, err
+	}
+	st := s.view(k, a.Product, r)
 	dec := billing.Decide(a.Product, st, units)
 	dec.Allowed, dec.Code, dec.Reason = true, "", ""
 	st.Hold(a.Product, dec)
+	s.addHold(k, a.Product, dec)
 	h.res = store.Reservation{ID: s.node + ":" + strconv.FormatUint(s.holdSeq.Add(1), 10), Account: a, Decision: dec, PeriodKey: k.Period}
 	s.holdsMu.Lock()
 	s.holds[h.res.ID] = h
 	s.holdsMu.Unlock()
 	return h.res, dec, st, nil
-}
-
-// known is what the node last saw of an allowance (after its own
-// settlements), for the state a call is shown: the database's leased
-// units of every node are not counted as held.
-func (s *Store) known(k AllowanceKey) billing.State {
-	s.knownMu.Lock()
-	defer s.knownMu.Unlock()
-	return s.knownRows[k]
-}
-
-func (s *Store) learn(k AllowanceKey, st billing.State) {
-	s.knownMu.Lock()
-	defer s.knownMu.Unlock()
-	if len(s.knownRows) >= cacheMax {
-		clear(s.knownRows)
-	}
-	s.knownRows[k] = st
 }
 
 // refusal is the decision a refused grant stands for, in the words of
@@ -164,6 +155,7 @@ func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.U
 	}
 	a := h.res.Account
 	k := AllowanceKey{a.UserID, a.ServiceID, h.res.PeriodKey}
+	s.dropHold(k, a.Product, h.res.Decision)
 	st := &settlement{callID: r.ID, key: k, product: a.Product, units: units, entry: e}
 	if h.lease != nil {
 		if units == 0 {
@@ -194,7 +186,7 @@ func (s *Store) State(ctx context.Context, a store.Account, now time.Time) (bill
 	if a.Free {
 		return billing.State{}, nil
 	}
-	sub, err := s.GetSubscription(ctx, a.UserID, a.ServiceID)
+	sub, err := s.getSubscription(ctx, a.UserID, a.ServiceID)
 	if err != nil {
 		return billing.State{}, err
 	}
@@ -206,9 +198,8 @@ func (s *Store) State(ctx context.Context, a store.Account, now time.Time) (bill
 	if !r.hasSub {
 		return billing.State{}, store.ErrNoAccount
 	}
-	st := r.state()
-	s.learn(k, st)
-	return st, nil
+	s.learn(k, r)
+	return s.view(k, a.Product, r), nil
 }
 
 // pricingState is the state reported usage is priced against: the quota
@@ -290,6 +281,8 @@ func (s *Store) Record(ctx context.Context, a store.Account, e store.LedgerEntry
 		return nil, err
 	}
 	if !a.Free && !dup {
+		s.cache.dropSub(a.UserID, a.ServiceID)
+		s.forget(a.UserID, a.ServiceID)
 		s.changes.add(a.UserID, a.ServiceID)
 		s.changes.publish()
 	}

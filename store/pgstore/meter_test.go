@@ -241,3 +241,54 @@ func TestSettleTwiceAndReleases(t *testing.T) {
 		t.Fatalf("no subscription: %v", err)
 	}
 }
+
+// Batches that settle calls of several subscriptions consume each call's
+// units from its own lease row: what the database holds for the node's
+// leases is what the node counts as its own, nothing left behind.
+func TestLeaseRowsMatchTheNode(t *testing.T) {
+	s := openNode(t, newDatabase(t), "a")
+	ctx := context.Background()
+	subscribe(t, s, "u", "svc", "q")
+	subscribe(t, s, "p", "svc", "pp")
+	if _, err := s.AddCredits(ctx, "p", "svc", units(1000), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	accts := []store.Account{
+		{UserID: "u", ServiceID: "svc", Product: quotaProduct(1000)},
+		{UserID: "p", ServiceID: "svc", Product: prepaidProduct(1)},
+	}
+	var wg sync.WaitGroup
+	for i := range 60 {
+		a := accts[i%2]
+		wg.Go(func() {
+			for range 5 {
+				res, dec, _, err := s.Reserve(ctx, a, units(1), time.Now())
+				if err != nil || !dec.Allowed {
+					t.Error(dec, err)
+					return
+				}
+				if _, err := s.Settle(ctx, res, units(1), store.LedgerEntry{UserID: a.UserID, ServiceID: "svc"}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	time.Sleep(100 * time.Millisecond) // refills in flight land
+	for _, a := range accts {
+		var leased, credits int64
+		if err := s.pool.QueryRow(ctx, "SELECT coalesce(sum(units), 0), coalesce(sum(credits), 0) FROM leases WHERE user_id = $1",
+			a.UserID).Scan(&leased, &credits); err != nil {
+			t.Fatal(err)
+		}
+		st, err := s.State(ctx, a, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		mine := s.leaser.MineOf(a.UserID, "svc")
+		if billing.Units(leased) != mine.Units || billing.Units(credits) != mine.Credits || st.Reserved != 0 || st.CreditsHeld != 0 {
+			t.Errorf("%s: the database leases %d units %d credits, the node counts %+v; state %+v", a.UserID, leased, credits, mine, st)
+		}
+	}
+}

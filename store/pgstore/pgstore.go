@@ -82,7 +82,8 @@ type Store struct {
 	listen  *listener
 
 	knownMu   sync.Mutex
-	knownRows map[AllowanceKey]billing.State
+	knownRows map[AllowanceKey]row
+	holdSums  holdSums
 
 	roundTrips atomic.Int64
 
@@ -138,7 +139,8 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		cache:      newReadCache(),
 		partitions: make(map[time.Time]struct{}),
 		holds:      make(map[string]*openHold),
-		knownRows:  make(map[AllowanceKey]billing.State),
+		knownRows:  make(map[AllowanceKey]row),
+		holdSums:   holdSums{by: make(map[AllowanceKey]*billing.State)},
 		stop:       make(chan struct{}),
 	}
 	// Count round trips: pgx writes each request (a statement, a pipelined

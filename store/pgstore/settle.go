@@ -297,8 +297,7 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement) (err error)
 	var (
 		keys       []AllowanceKey
 		subs       []subKey
-		holders    []string
-		hkeys      []AllowanceKey
+		hrefs      []LeaseRef
 		callIDs    []string
 		callTimes  []time.Time
 		seenKey    = map[AllowanceKey]bool{}
@@ -324,8 +323,7 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement) (err error)
 			hk := st.holder + "\x00" + st.key.UserID + "\x00" + st.key.ServiceID + "\x00" + strconv.FormatInt(st.key.Period, 10)
 			if !seenHolder[hk] {
 				seenHolder[hk] = true
-				holders = append(holders, st.holder)
-				hkeys = append(hkeys, st.key)
+				hrefs = append(hrefs, LeaseRef{st.holder, st.key})
 			}
 		}
 	}
@@ -337,7 +335,20 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement) (err error)
 		su[i], ss[i] = k.user, k.service
 	}
 	ku, ks, kp := splitKeys(keys)
-	hu, hs, hp := splitKeys(hkeys)
+	// The lease rows in the order they are locked, each holder with its
+	// own allowance.
+	slices.SortFunc(hrefs, func(a, b LeaseRef) int {
+		if c := strings.Compare(a.Holder, b.Holder); c != 0 {
+			return c
+		}
+		return compareKeys(a.Key, b.Key)
+	})
+	holders := make([]string, len(hrefs))
+	hkeys := make([]AllowanceKey, len(hrefs))
+	for i, r := range hrefs {
+		holders[i], hkeys[i] = r.Holder, r.Key
+	}
+	hu, hs, hp := unzipKeys(hkeys)
 
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
@@ -573,27 +584,38 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement) (err error)
 		}
 	}
 	for k, r := range allow {
-		st := r.state()
+		known := *r
 		if sub := subRows[subKey{k.UserID, k.ServiceID}]; sub != nil {
-			st.Credits, st.CreditsHeld = sub.credits, sub.creditsHeld
+			known.credits, known.creditsHeld, known.hasSub = sub.credits, sub.creditsHeld, true
 		}
-		s.learn(k, st)
+		s.learn(k, known)
+		if known.hasSub {
+			s.cache.setCredits(k.UserID, k.ServiceID, known.credits, known.creditsHeld)
+		}
 		s.changes.add(k.UserID, k.ServiceID)
 	}
 	s.changes.publish()
 	return nil
 }
 
+func compareKeys(a, b AllowanceKey) int {
+	if c := strings.Compare(a.UserID, b.UserID); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.ServiceID, b.ServiceID); c != 0 {
+		return c
+	}
+	return int(min(max(a.Period-b.Period, -1), 1))
+}
+
+// splitKeys sorts keys (the order rows are locked in) and returns them as
+// unnest arrays.
 func splitKeys(keys []AllowanceKey) (u, sv []string, p []int64) {
-	slices.SortFunc(keys, func(a, b AllowanceKey) int {
-		if c := strings.Compare(a.UserID, b.UserID); c != 0 {
-			return c
-		}
-		if c := strings.Compare(a.ServiceID, b.ServiceID); c != 0 {
-			return c
-		}
-		return int(min(max(a.Period-b.Period, -1), 1))
-	})
+	slices.SortFunc(keys, compareKeys)
+	return unzipKeys(keys)
+}
+
+func unzipKeys(keys []AllowanceKey) (u, sv []string, p []int64) {
 	for _, k := range keys {
 		u, sv, p = append(u, k.UserID), append(sv, k.ServiceID), append(p, k.Period)
 	}
