@@ -31,7 +31,7 @@ func BenchmarkSyncCall(b *testing.B) {
 				var ss []store.Store
 				var pg []*Store
 				for i := range 3 {
-					s := openNode(b, dsn, "n"+strconv.Itoa(i), func(o *Options) { o.MaxConns = 32 })
+					s := openNode(b, dsn, "n"+strconv.Itoa(i), func(o *Options) { o.MaxConns = 8 })
 					ss, pg = append(ss, s), append(pg, s)
 				}
 				benchCalls(b, ss, p, pg, subs)
@@ -51,7 +51,7 @@ func BenchmarkSyncCall(b *testing.B) {
 				var ss []store.Store
 				var pg []*Store
 				for i := range nodes {
-					s := openNode(b, dsn, "n"+string(rune('a'+i)), func(o *Options) { o.MaxConns = 32 })
+					s := openNode(b, dsn, "n"+string(rune('a'+i)), func(o *Options) { o.MaxConns = 8 })
 					ss, pg = append(ss, s), append(pg, s)
 				}
 				benchCalls(b, ss, p, pg, 1)
