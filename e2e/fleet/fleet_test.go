@@ -101,13 +101,26 @@ func TestFleetExactLimits(t *testing.T) {
 	if t.Failed() {
 		f.dump()
 	}
-	var sub struct {
-		Credits json.Number `json:"credits"`
+	// The balance as every node's admin API shows it. A node caches a
+	// subscription and learns of other nodes' charges when its cached
+	// copy ages out (about a second): wait that long, bounded, and log it.
+	settled := time.Now()
+	for _, nd := range f.nodes {
+		var sub struct {
+			Credits json.Number `json:"credits"`
+		}
+		for {
+			adminJSON(t, "GET", nd.admin+"/platform/subscriptions/u-prepaid/"+fleetService, nil, 200, &sub)
+			if sub.Credits.String() == "0" || time.Since(settled) > 5*time.Second {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if sub.Credits.String() != "0" {
+			t.Errorf("prepaid balance on %s after 100 calls of 1 credit: %s, want 0", nd.name, sub.Credits)
+		}
 	}
-	adminJSON(t, "GET", f.nodes[2].admin+"/platform/subscriptions/u-prepaid/"+fleetService, nil, 200, &sub)
-	if sub.Credits.String() != "0" {
-		t.Errorf("prepaid balance after 100 calls of 1 credit: %s, want 0", sub.Credits)
-	}
+	t.Logf("every node showed the prepaid balance at 0 within %v of the checks' start", time.Since(settled).Round(time.Millisecond))
 }
 
 // checkLedger: every request a caller saw served is in the ledger exactly
@@ -222,26 +235,31 @@ func TestFleetKill9(t *testing.T) {
 	for id := range qacked {
 		all[id] = 1
 	}
-	checkLedger(t, f.nodes[0], all, map[string]int{"u-kill": len(acked), "u-kill-quota": len(qacked)})
+	// Calls in flight on the killed node may be in the ledger without a
+	// caller having seen their answer: only the acknowledged ones must be.
+	checkLedger(t, f.nodes[0], all, nil)
 	if len(qacked) > 100 {
 		t.Errorf("quota of 100: %d served across a kill", len(qacked))
 	}
 	// The dead node's leases expire (lease_ttl 5s): its unused units come
-	// back to the others, so the whole quota is served in the end.
+	// back to the others, so the whole quota is charged in the end, never
+	// more (calls the dead node settled without its caller seeing the
+	// answer count too).
 	nd := f.nodes[0]
-	n := len(qacked)
 	deadline := time.Now().Add(30 * time.Second)
-	for n < 100 && time.Now().Before(deadline) {
+	for time.Now().Before(deadline) {
 		r := invoke(nd.base, qkey)
 		if r.err == nil && r.status/100 == 2 {
 			qacked[r.requestID] = true
-			n++
-		} else {
-			time.Sleep(100 * time.Millisecond)
+			continue
 		}
+		if r.code == "quota_exceeded" && len(exportLedger(t, nd, "u-kill-quota")) >= 100 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	if n != 100 {
-		t.Errorf("after the kill and lease expiry, %d of the quota of 100 served", n)
+	if n := len(exportLedger(t, nd, "u-kill-quota")); n != 100 {
+		t.Errorf("after the kill and lease expiry, %d of the quota of 100 charged", n)
 	}
 	if r := invoke(nd.base, qkey); r.code != "quota_exceeded" {
 		t.Errorf("past the quota after a kill: %d %s %v", r.status, r.code, r.err)

@@ -478,16 +478,14 @@ func unitsUsed(t *testing.T, nd *node, user string) string {
 	t.Helper()
 	var sum struct {
 		Subscriptions []struct {
-			ServiceID     string `json:"serviceId"`
-			CurrentPeriod *struct {
-				UnitsUsed json.Number `json:"unitsUsed"`
-			} `json:"currentPeriod"`
+			ServiceID string      `json:"serviceId"`
+			UnitsUsed json.Number `json:"unitsUsed"`
 		} `json:"subscriptions"`
 	}
 	adminJSON(t, "GET", nd.admin+"/platform/users/"+user+"/summary", nil, 200, &sum)
 	for _, s := range sum.Subscriptions {
-		if s.ServiceID == fleetService && s.CurrentPeriod != nil {
-			return s.CurrentPeriod.UnitsUsed.String()
+		if s.ServiceID == fleetService {
+			return s.UnitsUsed.String()
 		}
 	}
 	t.Fatalf("no current period of %s in the summary", user)

@@ -7,8 +7,10 @@
 //			storetest.Reopen(reopen), storetest.Sync(sync))
 //	}
 //
-// Each case opens a fresh, empty store. The cases never wait on the wall
-// clock: times are passed explicitly (T0 is "now").
+// Each case opens a fresh, empty store. The times a case stores are given
+// explicitly (T0 is "now"), never read from the clock. A case an
+// implementation cannot keep yet is named with Known, with the reason,
+// until it is fixed.
 package storetest
 
 import (
