@@ -285,7 +285,7 @@ func (h *Handler) estimate(w http.ResponseWriter, r *http.Request, c *coreCall, 
 		state, err = h.rt.Meter().State(r.Context(), st.Account, c.now)
 		if err != nil {
 			h.logger.Error("usage state", zap.String("request_id", c.requestID), zap.String("service", svc.ID), zap.Error(err))
-			h.coreRefuse(w, r, c, apierror.New(apierror.InternalError, "usage state lookup failed"))
+			h.coreRefuse(w, r, c, storeFailure(err, "usage state lookup failed"))
 			return
 		}
 	}
@@ -454,7 +454,7 @@ func (h *Handler) accessRefusal(err error) *apierror.Error {
 	var refusal *subscription.Error
 	if !errors.As(err, &refusal) {
 		h.logger.Error("subscription lookup", zap.Error(err))
-		return apierror.New(apierror.InternalError, "subscription lookup failed")
+		return storeFailure(err, "subscription lookup failed")
 	}
 	if refusal.Reason == subscription.NoSubscription {
 		return apierror.New(apierror.NoSubscription, refusal.Error())

@@ -8,8 +8,10 @@
 package usagehandler
 
 import (
+	"errors"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -18,6 +20,7 @@ import (
 	"github.com/platformgw/gateway/apierror"
 	"github.com/platformgw/gateway/engine"
 	"github.com/platformgw/gateway/platform"
+	"github.com/platformgw/gateway/store"
 )
 
 func init() {
@@ -206,3 +209,16 @@ var (
 	_ caddy.Provisioner           = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )
+
+// storeFailure answers a store error that is not a refusal: a store that
+// cannot be reached or cannot write now (a PostgreSQL restart, a full disk)
+// is 503 store_unavailable with Retry-After, since nothing changed and a
+// retry will do; anything else is logged by the caller and is a 500 with
+// what failed.
+func storeFailure(err error, what string) *apierror.Error {
+	if errors.Is(err, store.ErrUnavailable) {
+		return apierror.New(apierror.StoreUnavailable, "the store cannot be reached right now ("+what+"); nothing was changed, retry").
+			WithRetry(time.Second)
+	}
+	return apierror.New(apierror.InternalError, what)
+}

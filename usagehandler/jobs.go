@@ -58,7 +58,7 @@ func (h *Handler) signedJob(r *http.Request, id, route string) (signedRequest, s
 	}
 	if err != nil {
 		h.logger.Error("job lookup", zap.Error(err))
-		return s, job, nil, apierror.New(apierror.InternalError, "job lookup failed")
+		return s, job, nil, storeFailure(err, "job lookup failed")
 	}
 	svc, ok := h.rt.Catalog.Service(job.ServiceID)
 	if !ok { // the service left the catalog: nobody can sign for the job
@@ -140,7 +140,7 @@ func (h *Handler) jobWriteError(err error, id string) *apierror.Error {
 		return apierror.New(apierror.RequestNotFound, "no request "+apierror.QuoteID(id))
 	}
 	h.logger.Error("job update", zap.String("request_id", id), zap.Error(err))
-	return apierror.New(apierror.InternalError, "the job could not be updated")
+	return storeFailure(err, "the job could not be updated")
 }
 
 // progressUpdate is a validated progress body.

@@ -107,7 +107,7 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 		return
 	case err != nil:
 		h.logger.Error("record report", zap.String("service", svc.ID), zap.Error(err))
-		h.refuse(w, r, apierror.New(apierror.InternalError, "the report could not be recorded"))
+		h.refuse(w, r, storeFailure(err, "the report could not be recorded"))
 		return
 	default:
 		h.rt.CountUnits(svc.ID, store.SourceReport, int64(rep.Units))

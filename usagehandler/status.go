@@ -54,7 +54,7 @@ func (h *Handler) callerJob(r *http.Request, id string) (store.Job, *apierror.Er
 	}
 	if err != nil {
 		h.logger.Error("job lookup", zap.Error(err))
-		return store.Job{}, apierror.New(apierror.InternalError, "job lookup failed")
+		return store.Job{}, storeFailure(err, "job lookup failed")
 	}
 	return effective(job, h.rt.Now()), nil
 }
