@@ -384,6 +384,9 @@ func CheckFile(path string) (Report, error) {
 // holds the transaction open (a long read transaction stalls the commits
 // that must grow the file). It returns the bytes written to w.
 func (s *Store) Backup(w io.Writer, size func(int64)) (int64, error) {
+	if err := s.applyAll(); err != nil { // the copy holds every settlement acknowledged
+		return 0, fmt.Errorf("backup of store %s: %w", s.path, err)
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(s.path), ".platform-backup-*")
 	if err != nil {
 		return 0, fmt.Errorf("backup of store %s: %w", s.path, err)

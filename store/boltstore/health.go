@@ -71,6 +71,16 @@ func (h *health) unsettled(p pendingSettle) {
 	h.mu.Unlock()
 }
 
+// settled forgets a settlement to retry once a later attempt of the same
+// hold succeeded (a release that needs no write).
+func (h *health) settled(id string) {
+	h.mu.Lock()
+	if h.pending != nil {
+		delete(h.pending, id)
+	}
+	h.mu.Unlock()
+}
+
 // probeInterval is how often one hold is let through to test an unhealthy
 // store; logInterval how often a failure burst is summed up in the log.
 var (
