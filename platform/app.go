@@ -20,6 +20,7 @@ import (
 	"github.com/platformgw/gateway/jwtauth"
 	"github.com/platformgw/gateway/store"
 	"github.com/platformgw/gateway/store/boltstore"
+	"github.com/platformgw/gateway/store/settlelog"
 )
 
 func init() {
@@ -47,6 +48,15 @@ type App struct {
 	// under Caddy's data directory, and a relative path is under that
 	// directory too. A reload cannot change it (see Provision).
 	Store string `json:"store,omitempty"`
+	// Durability says when a settlement (a call's charge, a report, a job
+	// change) is acknowledged: "sync" (the default) once an fdatasync of
+	// the settlement log covers it, so it survives power loss; "write" once
+	// it is written, so it survives the gateway being killed and loses at
+	// most the last FlushInterval on power loss (docs/reliability.md). It
+	// is read when the store opens; a reload keeps the running store's.
+	Durability string `json:"durability,omitempty"`
+	// FlushInterval is how often "write" durability fdatasyncs; 5ms.
+	FlushInterval caddy.Duration `json:"flush_interval,omitempty"`
 	// PublicURL is the base URL (scheme://host[:port]) used to build the
 	// absolute progress and callback URLs of async jobs. When empty they
 	// are built from the scheme and Host of the invoking request, if that
@@ -199,6 +209,12 @@ func (a *App) defaults() error {
 	}
 	if a.JobTTL <= 0 {
 		a.JobTTL = caddy.Duration(DefaultJobTTL)
+	}
+	if _, err := settlelog.ParseMode(a.Durability); err != nil {
+		return err
+	}
+	if a.FlushInterval < 0 {
+		return fmt.Errorf("flush_interval %s: must be positive", time.Duration(a.FlushInterval))
 	}
 	if a.ResultMaxBytes <= 0 {
 		a.ResultMaxBytes = DefaultResultMaxBytes

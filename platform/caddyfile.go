@@ -19,6 +19,7 @@ import (
 	"github.com/platformgw/gateway/alerts"
 	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/catalog"
+	"github.com/platformgw/gateway/store/settlelog"
 )
 
 func init() {
@@ -47,6 +48,8 @@ func parsePlatform(d *caddyfile.Dispenser, existing any) (any, error) {
 //	platform {
 //		header_brand         <word>              # X-<word>-* headers; Platform
 //		store                <path>              # bbolt file
+//		durability           sync|write          # sync
+//		flush_interval       <duration>          # 5ms (write durability)
 //		public_url           <http(s)://host[:port][/path]>
 //		prefixes {
 //			gateway <prefix>...                  # /api /gateway/api/v1
@@ -140,6 +143,15 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "store":
 			a.Store, err = oneArg(d)
+		case "durability":
+			a.Durability, err = oneArg(d)
+			if err == nil {
+				if _, perr := settlelog.ParseMode(a.Durability); perr != nil {
+					err = d.Errf("durability '%s': sync (a settlement is acknowledged once on stable storage) or write (once written)", a.Durability)
+				}
+			}
+		case "flush_interval":
+			a.FlushInterval, err = durationArg(d)
 		case "public_url":
 			a.PublicURL, err = oneArg(d)
 			if err == nil {

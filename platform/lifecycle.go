@@ -14,6 +14,7 @@ import (
 	"github.com/platformgw/gateway/catalog"
 	"github.com/platformgw/gateway/store"
 	"github.com/platformgw/gateway/store/boltstore"
+	"github.com/platformgw/gateway/store/settlelog"
 )
 
 // stores shares one open bbolt file per path across config reloads: Caddy
@@ -125,7 +126,11 @@ func (a *App) openStore() (*boltstore.Store, error) {
 		if err := strandedStore(a.Store, path); err != nil {
 			return nil, err
 		}
-		s, err := boltstore.Open(path)
+		mode, err := settlelog.ParseMode(a.Durability)
+		if err != nil {
+			return nil, err
+		}
+		s, err := boltstore.OpenWith(path, boltstore.Options{Durability: mode, FlushInterval: time.Duration(a.FlushInterval)})
 		if err != nil {
 			return nil, err
 		}

@@ -46,10 +46,11 @@ type settled struct {
 	encBuf         []byte
 	queue          []queued // appended, not yet applied, in log order
 
-	applyMu   sync.Mutex
-	applied   atomic.Uint64
-	stopApply chan struct{}
-	applyDone chan struct{}
+	applyEvery time.Duration // applyInterval when the store opened
+	applyMu    sync.Mutex
+	applied    atomic.Uint64
+	stopApply  chan struct{}
+	applyDone  chan struct{}
 	// applyErr is the last apply failure, logged once per burst.
 	applyFailing atomic.Bool
 
@@ -101,6 +102,7 @@ func (s *Store) openLog(o Options) error {
 	s.jobs = make(map[string]*memJob)
 	s.claims = make(map[string]pendingClaim)
 	s.stopApply, s.applyDone = make(chan struct{}), make(chan struct{})
+	s.applyEvery = applyInterval
 	l, err := settlelog.Open(s.path, settlelog.Options{Mode: o.Durability, FlushInterval: o.FlushInterval})
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", s.path, err)
@@ -219,7 +221,7 @@ func (s *Store) await(b *settlelog.Batch) error {
 // applier applies what the log took every applyInterval.
 func (s *Store) applier() {
 	defer close(s.applyDone)
-	t := time.NewTicker(applyInterval)
+	t := time.NewTicker(s.applyEvery)
 	defer t.Stop()
 	for {
 		select {
