@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -257,6 +258,7 @@ func BenchmarkChain(b *testing.B) {
 			conn := dialRaw(b, host)
 			defer conn.close()
 			b.ReportAllocs()
+			defer reportChainCPU(b)()
 			for b.Loop() {
 				if st, _ := conn.do(s.req); st != http.StatusOK {
 					b.Fatalf("status %d", st)
@@ -265,6 +267,7 @@ func BenchmarkChain(b *testing.B) {
 		})
 		b.Run(s.name+"/64callers", func(b *testing.B) {
 			b.ReportAllocs()
+			defer reportChainCPU(b)()
 			b.SetParallelism((64 + caddyProcs() - 1) / caddyProcs())
 			b.RunParallel(func(pb *testing.PB) {
 				conn := dialRaw(b, host)
@@ -278,6 +281,19 @@ func BenchmarkChain(b *testing.B) {
 			})
 		})
 	}
+}
+
+// reportChainCPU reports the process's CPU time (user + system: server,
+// backend and client together) per call as cpu-us/op; compare sync with
+// plain.
+func reportChainCPU(b *testing.B) func() {
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	start := cpu()
+	return func() { b.ReportMetric(float64(cpu()-start)/float64(time.Microsecond)/float64(b.N), "cpu-us/op") }
 }
 
 // caddyProcs is GOMAXPROCS: RunParallel starts parallelism times as many

@@ -97,6 +97,10 @@ type Store struct {
 type op struct {
 	fn   func(tx *bolt.Tx) error
 	done chan error
+	// applier marks the applier's write: its failure is not a failed
+	// write of a caller (its records are safe in the settlement log and
+	// retried), so it neither counts nor makes the store unhealthy.
+	applier bool
 }
 
 // lockWait is how long Open waits for another process to let go of the
@@ -354,7 +358,7 @@ func (s *Store) commit(batch []*op) (carried []*op) {
 		return fail(s.broke(err))
 	}
 	if err != nil {
-		return fail(s.health.commitFailed(len(batch), err))
+		return fail(s.commitFailed(batch, err))
 	}
 	for _, o := range batch {
 		err := guard(func() error { return o.fn(tx) })
@@ -379,7 +383,7 @@ func (s *Store) commit(batch []*op) (carried []*op) {
 		err = s.broke(err)
 	}
 	if err != nil {
-		err = s.health.commitFailed(len(batch), err)
+		err = s.commitFailed(batch, err)
 	}
 	if observe := s.commitObserver.Load(); observe != nil {
 		(*observe)(time.Since(start), len(batch))
@@ -388,6 +392,21 @@ func (s *Store) commit(batch []*op) (carried []*op) {
 		o.done <- err
 	}
 	return nil
+}
+
+// commitFailed records a failed commit of the callers' writes in batch
+// (store health) and returns the error they get.
+func (s *Store) commitFailed(batch []*op, err error) error {
+	n := 0
+	for _, o := range batch {
+		if !o.applier {
+			n++
+		}
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
+	return s.health.commitFailed(n, err)
 }
 
 // retryAlone runs each write of a failed batch in a transaction of its own.
@@ -413,7 +432,7 @@ func (s *Store) retryAlone(batch []*op) {
 			err = s.broke(err)
 		}
 		if err != nil && ran { // the write was fine; the commit failed
-			err = s.health.commitFailed(1, err)
+			err = s.commitFailed([]*op{o}, err)
 		}
 		o.done <- err
 	}

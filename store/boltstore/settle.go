@@ -279,13 +279,14 @@ func (s *Store) applyOnce() error {
 		return nil
 	}
 	upto := batch[n-1].pos
-	err := s.update(func(tx *bolt.Tx) error { return s.applyRecords(tx, batch, s.applied.Load()) })
+	err := s.wait(&op{fn: func(tx *bolt.Tx) error { return s.applyRecords(tx, batch, s.applied.Load()) },
+		done: make(chan error, 1), applier: true})
 	if err != nil {
 		// The records stay queued (they are in the log): the next round
 		// tries again, and a restart replays them.
 		if !s.applyFailing.Swap(true) {
 			s.health.logf(func(l *zap.Logger) {
-				l.Error("applying settlements to the store file failed; they are kept in the settlement log and retried",
+				l.Warn("applying settlements to the store file failed; they are kept in the settlement log and retried",
 					zap.Error(err))
 			})
 		}
@@ -321,9 +322,12 @@ func (s *Store) applyOnce() error {
 
 // applyRecords writes records to the database in tx and stores the log
 // position of the last. Records at or before applied are in the database
-// already (a replay after the position was stored) and are skipped.
+// already (a replay after the position was stored) and are skipped. The
+// counters and balances a batch touches are read once and written once,
+// whatever number of records changed them.
 func (s *Store) applyRecords(tx *bolt.Tx, batch []queued, applied uint64) error {
 	var entries []store.LedgerEntry
+	acc := applyState{subs: make(map[string]*subState), counters: make(map[string]*counter)}
 	for _, q := range batch {
 		if q.pos <= applied {
 			continue
@@ -335,9 +339,17 @@ func (s *Store) applyRecords(tx *bolt.Tx, batch []queued, applied uint64) error 
 		if r.ledger != nil {
 			entries = append(entries, *r.ledger)
 		}
+		if a := r.acct; a != nil {
+			if err := acc.apply(tx, a); err != nil {
+				return err
+			}
+		}
 		if err := s.applyRecord(tx, r); err != nil {
 			return err
 		}
+	}
+	if err := acc.write(tx, s); err != nil {
+		return err
 	}
 	upto := batch[len(batch)-1].pos
 	if l, ok := s.sink.(*boltLedger); ok {
@@ -350,13 +362,8 @@ func (s *Store) applyRecords(tx *bolt.Tx, batch []queued, applied uint64) error 
 	return tx.Bucket(bucketMarker).Put(keySettled, u64(upto))
 }
 
-// applyRecord writes one record's counters, balance, claim and job.
+// applyRecord writes one record's claim and job.
 func (s *Store) applyRecord(tx *bolt.Tx, r *settlement) error {
-	if a := r.acct; a != nil {
-		if err := s.applyAcct(tx, a); err != nil {
-			return err
-		}
-	}
 	if c := r.idem; c != nil {
 		if err := putJSON(tx.Bucket(bucketIdempotency), joinKey(c.serviceID, c.key),
 			idemRecord{Created: c.created, Response: c.response}); err != nil {
@@ -399,43 +406,92 @@ func (s *Store) applyRecord(tx *bolt.Tx, r *settlement) error {
 	return nil
 }
 
-// applyAcct runs a record's operations on the stored counter and balance.
-func (s *Store) applyAcct(tx *bolt.Tx, a *acctChange) error {
-	var rec subRecord
-	hasSub := true
-	if err := getJSON(tx.Bucket(bucketSubs), subKey(a.userID, a.serviceID), &rec); err == store.ErrNotFound {
-		hasSub = false
-	} else if err != nil {
-		return err
-	}
-	sub := rec.subscription()
-	st := billing.State{Credits: sub.Credits, CreditsHeld: sub.CreditsHeld}
-	var key []byte
-	if a.period != 0 {
-		key = counterKey(a.userID, a.serviceID, a.period)
-		var c counter
-		if err := getJSON(tx.Bucket(bucketCounters), key, &c); err != nil && err != store.ErrNotFound {
+// applyState is the counters and balances one apply changes, read from
+// the database at their first change and written back at the end.
+type applyState struct {
+	subs     map[string]*subState
+	counters map[string]*counter
+	order    []string // counter keys in first-touch order, for a stable write
+	subOrder []string
+}
+
+type subState struct {
+	sub     store.Subscription
+	exists  bool
+	changed bool
+}
+
+// apply runs a record's operations on the stored figures.
+func (a *applyState) apply(tx *bolt.Tx, c *acctChange) error {
+	skey := string(subKey(c.userID, c.serviceID))
+	ss := a.subs[skey]
+	if ss == nil {
+		ss = &subState{exists: true}
+		var rec subRecord
+		if err := getJSON(tx.Bucket(bucketSubs), []byte(skey), &rec); err == store.ErrNotFound {
+			ss.exists = false
+		} else if err != nil {
 			return err
 		}
-		st.Used, st.Reserved, st.Spend, st.ReservedSpend = billing.Units(c.Used), billing.Units(c.Reserved),
-			billing.Units(c.Spend), billing.Units(c.ReservedSpend)
+		ss.sub = rec.subscription()
+		a.subs[skey] = ss
+		a.subOrder = append(a.subOrder, skey)
 	}
-	applyOps(&st, a.ops)
-	if key != nil {
-		c := counter{Used: amount(st.Used), Reserved: amount(st.Reserved), Spend: amount(st.Spend),
+	st := billing.State{Credits: ss.sub.Credits, CreditsHeld: ss.sub.CreditsHeld}
+	var cnt *counter
+	if c.period != 0 {
+		ckey := string(counterKey(c.userID, c.serviceID, c.period))
+		if cnt = a.counters[ckey]; cnt == nil {
+			cnt = &counter{}
+			if err := getJSON(tx.Bucket(bucketCounters), []byte(ckey), cnt); err != nil && err != store.ErrNotFound {
+				return err
+			}
+			a.counters[ckey] = cnt
+			a.order = append(a.order, ckey)
+		}
+		st.Used, st.Reserved, st.Spend, st.ReservedSpend = billing.Units(cnt.Used), billing.Units(cnt.Reserved),
+			billing.Units(cnt.Spend), billing.Units(cnt.ReservedSpend)
+	}
+	applyOps(&st, c.ops)
+	if cnt != nil {
+		*cnt = counter{Used: amount(st.Used), Reserved: amount(st.Reserved), Spend: amount(st.Spend),
 			ReservedSpend: amount(st.ReservedSpend)}
-		if err := tx.Bucket(bucketCounters).Put(key, encodeCounter(c)); err != nil {
-			return err
-		}
 	}
-	if hasSub && (st.Credits != sub.Credits || st.CreditsHeld != sub.CreditsHeld || !a.updated.IsZero()) {
-		sub.Credits, sub.CreditsHeld = st.Credits, st.CreditsHeld
-		if !a.updated.IsZero() {
-			sub.UpdatedAt = a.updated
+	if st.Credits != ss.sub.Credits || st.CreditsHeld != ss.sub.CreditsHeld || !c.updated.IsZero() {
+		ss.sub.Credits, ss.sub.CreditsHeld = st.Credits, st.CreditsHeld
+		if !c.updated.IsZero() {
+			ss.sub.UpdatedAt = c.updated
 		}
-		return s.writeSub(tx, sub)
+		ss.changed = true
 	}
 	return nil
+}
+
+// write stores the changed counters and balances.
+func (a *applyState) write(tx *bolt.Tx, s *Store) error {
+	b := tx.Bucket(bucketCounters)
+	for _, k := range a.order {
+		if err := b.Put([]byte(k), encodeCounter(*a.counters[k])); err != nil {
+			return err
+		}
+	}
+	for _, k := range a.subOrder {
+		if ss := a.subs[k]; ss.exists && ss.changed {
+			if err := s.writeSub(tx, ss.sub); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// applyAcct runs one change on the stored counter and balance at once.
+func (s *Store) applyAcct(tx *bolt.Tx, c *acctChange) error {
+	a := applyState{subs: make(map[string]*subState), counters: make(map[string]*counter)}
+	if err := a.apply(tx, c); err != nil {
+		return err
+	}
+	return a.write(tx, s)
 }
 
 // opsOf are the operations of holding (or charging, unholding) d under p.

@@ -134,6 +134,10 @@ type Log struct {
 	// how many records it made durable.
 	observe  atomic.Pointer[func(d time.Duration, records int)]
 	unsynced int // write mode: records written since the last sync (under mu)
+	// syncing counts fdatasyncs running outside mu on cur; a segment
+	// retired meanwhile is closed by the last of them (closeLater).
+	syncing    int
+	closeLater *os.File
 
 	syncMu    sync.Mutex
 	synced    map[string]int64 // per segment path, bytes known fdatasync'd
@@ -470,8 +474,31 @@ func (l *Log) retire() {
 	if fdatasync(l.cur) == nil {
 		l.noteSynced(l.curSeg.path, l.curSize, l.curSeg.end)
 	}
-	l.cur.Close()
+	if l.syncing > 0 {
+		l.closeLater = l.cur // an fdatasync outside mu still uses it
+	} else {
+		l.cur.Close()
+	}
 	l.cur = nil
+}
+
+// beginSync takes cur for an fdatasync outside mu (mu held); endSync
+// gives it back, closing it if it was retired meanwhile.
+func (l *Log) beginSync() *os.File {
+	if l.cur != nil {
+		l.syncing++
+	}
+	return l.cur
+}
+
+func (l *Log) endSync(f *os.File) {
+	l.mu.Lock()
+	l.syncing--
+	if l.syncing == 0 && l.closeLater != nil {
+		l.closeLater.Close()
+		l.closeLater = nil
+	}
+	l.mu.Unlock()
 }
 
 func (l *Log) noteSynced(path string, size int64, pos uint64) {
@@ -514,20 +541,19 @@ func (l *Log) run() {
 // syncWritten fdatasyncs what write mode wrote.
 func (l *Log) syncWritten() {
 	l.mu.Lock()
-	f, path, size, pos := l.cur, l.curSeg.path, l.curSize, l.curSeg.end
+	path, size, pos := l.curSeg.path, l.curSize, l.curSeg.end
+	l.syncMu.Lock()
+	done := l.synced[path] >= size
+	l.syncMu.Unlock()
+	if l.cur == nil || done {
+		l.mu.Unlock()
+		return
+	}
+	f := l.beginSync()
 	n := l.unsynced
 	l.unsynced = 0
 	l.mu.Unlock()
-	if f == nil {
-		return
-	}
-	l.syncMu.Lock()
-	if l.synced[path] >= size {
-		l.syncMu.Unlock()
-		return
-	}
-	l.syncMu.Unlock()
-	// Closed by retire meanwhile: retire synced it.
+	defer l.endSync(f)
 	start := time.Now()
 	if fdatasync(f) == nil {
 		l.noteSynced(path, size, pos)
@@ -548,12 +574,17 @@ func (l *Log) flush() {
 	// meanwhile, they do not wait for the write), then synced outside it.
 	before, was := l.curSize, l.curSeg.path
 	err := l.writeLocked(b.start, b.buf)
-	f, path, size := l.cur, l.curSeg.path, l.curSize
+	path, size := l.curSeg.path, l.curSize
 	if path != was {
 		before = headerSize // a new segment was started for this batch
 	}
+	var f *os.File
+	if err == nil {
+		f = l.beginSync()
+	}
 	l.mu.Unlock()
 	if err == nil {
+		defer l.endSync(f)
 		start := time.Now()
 		if err = fdatasync(f); err == nil {
 			l.noteSynced(path, size, b.end)
