@@ -127,6 +127,7 @@ type Log struct {
 	batch   *Batch // sync mode: records waiting for the flusher
 	wake    chan struct{}
 	closed  bool
+	running bool // Start launched the background writer
 	stop    chan struct{}
 	done    chan struct{}
 
@@ -328,6 +329,7 @@ func (l *Log) Start(from uint64) error {
 	if err := l.newSegment(l.end); err != nil {
 		return err
 	}
+	l.running = true
 	go l.run()
 	return nil
 }
@@ -658,7 +660,7 @@ func (l *Log) Close(applied uint64) error {
 		return nil
 	}
 	l.closed = true
-	started := l.cur != nil || len(l.segs) > len(l.old)
+	started := l.running
 	l.mu.Unlock()
 	if started {
 		close(l.stop)
