@@ -121,20 +121,22 @@ func (s *Store) openLog(o Options) error {
 	if err != nil {
 		return err
 	}
-	from := min(applied, s.sink.Position())
+	ledgerAt := s.sink.Position()
+	from := min(applied, ledgerAt)
 	var chunk []queued
 	flush := func() error {
 		if len(chunk) == 0 {
 			return nil
 		}
 		err := guard(func() error {
-			return s.db.Update(func(tx *bolt.Tx) error { return s.applyRecords(tx, chunk, applied) })
+			return s.db.Update(func(tx *bolt.Tx) error { return s.applyRecords(tx, chunk, applied, ledgerAt) })
 		})
 		s.written.flush(s.cache)
 		if err != nil {
 			return fmt.Errorf("replay settlement log onto %s: %w", s.path, err)
 		}
 		applied = max(applied, chunk[len(chunk)-1].pos)
+		ledgerAt = max(ledgerAt, chunk[len(chunk)-1].pos)
 		chunk = chunk[:0]
 		return nil
 	}
@@ -279,7 +281,8 @@ func (s *Store) applyOnce() error {
 		return nil
 	}
 	upto := batch[n-1].pos
-	err := s.wait(&op{fn: func(tx *bolt.Tx) error { return s.applyRecords(tx, batch, s.applied.Load()) },
+	applied := s.applied.Load()
+	err := s.wait(&op{fn: func(tx *bolt.Tx) error { return s.applyRecords(tx, batch, applied, applied) },
 		done: make(chan error, 1), applier: true})
 	if err != nil {
 		// The records stay queued (they are in the log): the next round
@@ -322,22 +325,28 @@ func (s *Store) applyOnce() error {
 
 // applyRecords writes records to the database in tx and stores the log
 // position of the last. Records at or before applied are in the database
-// already (a replay after the position was stored) and are skipped. The
-// counters and balances a batch touches are read once and written once,
-// whatever number of records changed them.
-func (s *Store) applyRecords(tx *bolt.Tx, batch []queued, applied uint64) error {
+// already (a replay after the position was stored) and are skipped; their
+// ledger entries are skipped at or before ledgerAt, the ledger sink's
+// position (the same for the bbolt ledger; a sink of its own may be behind
+// or ahead). The counters and balances a batch touches are read once and
+// written once, whatever number of records changed them.
+//
+// A sink of its own is appended to inside the database's transaction: if
+// that commit fails, the next round hands it the same entries again (with
+// the same or a later position), which it must skip by their Seq.
+func (s *Store) applyRecords(tx *bolt.Tx, batch []queued, applied, ledgerAt uint64) error {
 	var entries []store.LedgerEntry
 	acc := applyState{subs: make(map[string]*subState), counters: make(map[string]*counter)}
 	for _, q := range batch {
-		if q.pos <= applied {
-			continue
-		}
 		if _, err := q.batch.Done(); err != nil {
 			continue // refused: its caller was told it failed
 		}
 		r := q.rec
-		if r.ledger != nil {
+		if r.ledger != nil && q.pos > ledgerAt {
 			entries = append(entries, *r.ledger)
+		}
+		if q.pos <= applied {
+			continue
 		}
 		if a := r.acct; a != nil {
 			if err := acc.apply(tx, a); err != nil {
