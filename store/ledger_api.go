@@ -57,9 +57,6 @@ type PruneResult struct {
 	Segments int       `json:"segments"`
 	Rows     int64     `json:"rows"`
 	Bytes    int64     `json:"bytes"`
-	// Rollups is how many hourly rollups older than the rollup retention
-	// went with it (0 when rollups are kept).
-	Rollups int `json:"rollups,omitempty"`
 }
 
 // LedgerPruner removes old raw ledger rows. Rows go in whole segments:
@@ -68,4 +65,10 @@ type PruneResult struct {
 // hourly rollups stay (see RollupReader).
 type LedgerPruner interface {
 	PruneLedger(ctx context.Context, before time.Time) (PruneResult, error)
+}
+
+// RollupPruner forgets hourly rollups of hours before before (the
+// rollup_retention option); by default rollups are kept for ever.
+type RollupPruner interface {
+	PruneRollups(ctx context.Context, before time.Time) (int, error)
 }

@@ -40,9 +40,6 @@ type Options struct {
 	// ChunkRows is how many rows a sealed chunk holds (default 32768):
 	// the unit a scan decompresses and the memory it needs.
 	ChunkRows int
-	// RollupRetention drops hourly rollups older than this at each Prune
-	// (0: keep them for ever).
-	RollupRetention time.Duration
 	// Logger gets what Open repaired and background sealing failures.
 	Logger *zap.Logger
 	// Now is the clock (tests); default time.Now.
@@ -633,39 +630,45 @@ func (l *Ledger) ScanRollups(ctx context.Context, f store.RollupFilter, fn func(
 }
 
 // Prune removes the sealed segments whose newest row is older than before,
-// at once and whole, and the rollups older than the rollup retention (if
-// one is set). The rollup file is rewritten first, so that rollups never
-// depend on rows that are gone. The active segment is never removed: seal
-// it (SealAge) to let its rows go.
+// at once and whole. The rollup file is rewritten first, so that rollups
+// never depend on rows that are gone. The active segment is never removed:
+// it is sealed by size or age (SealAge) and goes at a later prune.
 func (l *Ledger) Prune(before time.Time) (store.PruneResult, error) {
 	res := store.PruneResult{Before: before}
-	if err := l.saveRollups(); err != nil {
-		return res, err
-	}
 	cut := before.UnixNano()
 	if before.Year() < 1678 {
 		cut = math.MinInt64
 	} else if before.Year() > 2261 {
 		cut = math.MaxInt64
 	}
+	prunable := func(i int, m *segMeta) bool { return m.sealed && i < len(l.segs)-1 && m.maxTime < cut }
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
 		return res, ErrClosed
 	}
+	any := false
+	for i, m := range l.segs {
+		any = any || prunable(i, m)
+	}
+	l.mu.Unlock()
+	if !any {
+		return res, nil
+	}
+	if err := l.saveRollups(); err != nil {
+		return res, err
+	}
+	l.mu.Lock()
 	var gone []*segMeta
 	keep := l.segs[:0:0]
 	for i, m := range l.segs {
-		if m.sealed && i < len(l.segs)-1 && m.maxTime < cut {
+		if prunable(i, m) {
 			gone = append(gone, m)
 			continue
 		}
 		keep = append(keep, m)
 	}
 	l.segs = keep
-	if l.opts.RollupRetention > 0 {
-		res.Rollups = l.roll.dropBefore(hourOf(l.opts.Now().Add(-l.opts.RollupRetention)))
-	}
 	l.mu.Unlock()
 	var errs []error
 	for _, m := range gone {
@@ -680,10 +683,23 @@ func (l *Ledger) Prune(before time.Time) (store.PruneResult, error) {
 	if len(gone) > 0 {
 		errs = append(errs, syncDir(l.dir))
 	}
-	if res.Rollups > 0 {
-		errs = append(errs, l.saveRollups())
-	}
 	return res, errors.Join(errs...)
+}
+
+// PruneRollups forgets the hourly rollups of hours before before and
+// rewrites the rollup file; it returns how many went.
+func (l *Ledger) PruneRollups(before time.Time) (int, error) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return 0, ErrClosed
+	}
+	n := l.roll.dropBefore(hourOf(before))
+	l.mu.Unlock()
+	if n == 0 {
+		return 0, nil
+	}
+	return n, l.saveRollups()
 }
 
 // Stats describes the ledger on disk.

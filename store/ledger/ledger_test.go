@@ -473,7 +473,7 @@ func TestDamageIsReported(t *testing.T) {
 func TestPruneKeepsRollups(t *testing.T) {
 	dir := t.TempDir()
 	now := t0.Add(90 * 24 * time.Hour)
-	o := Options{Now: func() time.Time { return now }, RollupRetention: 60 * 24 * time.Hour}
+	o := Options{Now: func() time.Time { return now }}
 	l := open(t, dir, o)
 	defer l.Close()
 	var pos uint64
@@ -509,18 +509,25 @@ func TestPruneKeepsRollups(t *testing.T) {
 		t.Fatalf("du %d after prune, %d before", du2, du)
 	}
 	sameEntries(t, "after prune", scanAll(t, l, store.LedgerFilter{}), all[400:])
-	// Rollups stay, except those past the rollup retention (60 days
-	// before now: the first 30 days of rows).
-	after := allRollups(t, l, store.RollupFilter{})
+	if after := allRollups(t, l, store.RollupFilter{}); !reflect.DeepEqual(after, before) {
+		t.Fatalf("rollups changed with the raw rows pruned: %d, were %d", len(after), len(before))
+	}
+	// Rollups past a rollup retention (60 days before now: the first 30
+	// days of rows) go with PruneRollups.
 	keepFrom := now.Add(-60 * 24 * time.Hour).Truncate(time.Hour)
+	dropped, err := l.PruneRollups(keepFrom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := allRollups(t, l, store.RollupFilter{})
 	var want []store.Rollup
 	for _, r := range before {
 		if !r.Hour.Before(keepFrom) {
 			want = append(want, r)
 		}
 	}
-	if !reflect.DeepEqual(after, want) || res.Rollups != len(before)-len(want) {
-		t.Fatalf("rollups after prune: %d (dropped %d), want %d", len(after), res.Rollups, len(want))
+	if !reflect.DeepEqual(after, want) || dropped != len(before)-len(want) {
+		t.Fatalf("rollups after prune: %d (dropped %d), want %d", len(after), dropped, len(want))
 	}
 	// And after a reopen, rollups still cover the pruned rows.
 	l.Close()
