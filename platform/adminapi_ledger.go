@@ -153,7 +153,7 @@ func (a *adminAPI) exportRollups(app *App, w http.ResponseWriter, r *http.Reques
 		enc = &csvOf[store.Rollup]{columns: rollupColumns, row: RollupCSVRow}
 		filename = "usage-hourly.csv"
 	}
-	rf := store.RollupFilter{UserID: f.UserID, ServiceID: f.ServiceID, From: f.From, To: f.To}
+	rf := store.RollupFilter(f)
 	return streamExport(a, w, r, enc, filename, gz, func(fn func(store.Rollup) error) error {
 		return rr.ScanRollups(r.Context(), rf, fn)
 	})
