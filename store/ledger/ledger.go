@@ -632,7 +632,8 @@ func (l *Ledger) ScanRollups(ctx context.Context, f store.RollupFilter, fn func(
 // Prune removes the sealed segments whose newest row is older than before,
 // at once and whole. The rollup file is rewritten first, so that rollups
 // never depend on rows that are gone. The active segment is never removed:
-// it is sealed by size or age (SealAge) and goes at a later prune.
+// it is sealed by size or age (SealAge), or here when all its rows are
+// older than before, and goes then.
 func (l *Ledger) Prune(before time.Time) (store.PruneResult, error) {
 	res := store.PruneResult{Before: before}
 	cut := before.UnixNano()
@@ -646,6 +647,15 @@ func (l *Ledger) Prune(before time.Time) (store.PruneResult, error) {
 	if l.closed {
 		l.mu.Unlock()
 		return res, ErrClosed
+	}
+	// An active segment whose rows are all older (a gateway that went
+	// quiet, so nothing sealed it by age) is sealed now, to go too.
+	if a := l.segs[len(l.segs)-1]; a.rows > 0 && a.maxTime < cut {
+		l.mu.Unlock()
+		if err := l.Seal(); err != nil {
+			return res, err
+		}
+		l.mu.Lock()
 	}
 	any := false
 	for i, m := range l.segs {

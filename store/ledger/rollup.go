@@ -33,15 +33,26 @@ type rollVal struct {
 	units, overage, cost int64
 }
 
-// rollups are kept in memory by user, so a user's summary reads only that
-// user's rollups. Each is about 100 bytes; see docs/operations.md for the
-// arithmetic.
+type rollEntry struct {
+	key rollKey
+	val rollVal
+}
+
+// userRollups are one user's rollups, by key and in hour order, so that a
+// period summary reads only the hours it asks for.
+type userRollups struct {
+	byKey map[rollKey]*rollEntry
+	order []*rollEntry // by hour; rows come in time order, so almost always appended
+}
+
+// rollups are kept in memory by user. Each is about 200 bytes; see
+// docs/operations.md for the arithmetic.
 type rollups struct {
-	byUser map[string]map[rollKey]*rollVal
+	byUser map[string]*userRollups
 	n      int
 }
 
-func newRollups() *rollups { return &rollups{byUser: make(map[string]map[rollKey]*rollVal)} }
+func newRollups() *rollups { return &rollups{byUser: make(map[string]*userRollups)} }
 
 func hourOf(t time.Time) int64 {
 	s := t.Unix()
@@ -52,19 +63,29 @@ func hourOf(t time.Time) int64 {
 	return h
 }
 
-func (r *rollups) add(e *store.LedgerEntry) {
-	u := r.byUser[e.UserID]
+// entry returns the rollup of user and k, adding an empty one.
+func (r *rollups) entry(user string, k rollKey) *rollEntry {
+	u := r.byUser[user]
 	if u == nil {
-		u = make(map[rollKey]*rollVal)
-		r.byUser[e.UserID] = u
+		u = &userRollups{byKey: make(map[rollKey]*rollEntry)}
+		r.byUser[user] = u
 	}
-	k := rollKey{service: e.ServiceID, endpoint: e.EndpointID, product: e.ProductID, hour: hourOf(e.Time)}
-	v := u[k]
-	if v == nil {
-		v = &rollVal{}
-		u[k] = v
-		r.n++
+	if e := u.byKey[k]; e != nil {
+		return e
 	}
+	e := &rollEntry{key: k}
+	u.byKey[k] = e
+	i := len(u.order)
+	if i > 0 && u.order[i-1].key.hour > k.hour {
+		i, _ = slices.BinarySearchFunc(u.order, k.hour+1, func(x *rollEntry, h int64) int { return cmp.Compare(x.key.hour, h) })
+	}
+	u.order = slices.Insert(u.order, i, e)
+	r.n++
+	return e
+}
+
+func (r *rollups) add(e *store.LedgerEntry) {
+	v := &r.entry(e.UserID, rollKey{service: e.ServiceID, endpoint: e.EndpointID, product: e.ProductID, hour: hourOf(e.Time)}).val
 	v.calls++
 	v.units = satAdd(v.units, int64(e.Units))
 	v.overage = satAdd(v.overage, int64(e.Overage))
@@ -74,17 +95,36 @@ func (r *rollups) add(e *store.LedgerEntry) {
 	}
 }
 
+// span is the part of u.order with from <= hour < to (0: open).
+func (u *userRollups) span(from, to int64, hasFrom, hasTo bool) []*rollEntry {
+	lo, hi := 0, len(u.order)
+	search := func(h int64) int {
+		i, _ := slices.BinarySearchFunc(u.order, h, func(x *rollEntry, h int64) int { return cmp.Compare(x.key.hour, h) })
+		return i
+	}
+	if hasFrom {
+		lo = search(from)
+	}
+	if hasTo {
+		hi = max(lo, search(to))
+	}
+	return u.order[lo:hi]
+}
+
 // dropBefore forgets the rollups of hours before cutoff.
 func (r *rollups) dropBefore(cutoff int64) int {
 	dropped := 0
 	for user, u := range r.byUser {
-		for k := range u {
-			if k.hour < cutoff {
-				delete(u, k)
-				dropped++
-			}
+		old := u.span(0, cutoff, false, true)
+		if len(old) == 0 {
+			continue
 		}
-		if len(u) == 0 {
+		for _, e := range old {
+			delete(u.byKey, e.key)
+		}
+		dropped += len(old)
+		u.order = slices.Clone(u.order[len(old):])
+		if len(u.order) == 0 {
 			delete(r.byUser, user)
 		}
 	}
@@ -97,15 +137,21 @@ func (r *rollups) collect(f store.RollupFilter) []store.Rollup {
 	var out []store.Rollup
 	from, to := int64(0), int64(0)
 	if !f.From.IsZero() {
-		from = f.From.Unix()
+		from = hourOf(f.From)
+		if from < f.From.Unix() {
+			from += 3600 // the hour the bound falls in started before it
+		}
 	}
 	if !f.To.IsZero() {
 		to = f.To.Unix()
 	}
-	visit := func(user string, u map[rollKey]*rollVal) {
-		for k, v := range u {
-			if (f.ServiceID != "" && k.service != f.ServiceID) || (!f.From.IsZero() && k.hour < from) ||
-				(!f.To.IsZero() && k.hour >= to) {
+	visit := func(user string, u *userRollups) {
+		if u == nil {
+			return
+		}
+		for _, e := range u.span(from, to, !f.From.IsZero(), !f.To.IsZero()) {
+			k, v := e.key, &e.val
+			if f.ServiceID != "" && k.service != f.ServiceID {
 				continue
 			}
 			out = append(out, store.Rollup{UserID: user, ServiceID: k.service, EndpointID: k.endpoint,
@@ -143,7 +189,8 @@ func (r *rollups) encode(lastSeq uint64) []byte {
 	}
 	var body []byte
 	for user, u := range r.byUser {
-		for k, v := range u {
+		for _, e := range u.order {
+			k, v := e.key, &e.val
 			body = binary.AppendUvarint(body, id(user))
 			body = binary.AppendUvarint(body, id(k.service))
 			body = binary.AppendUvarint(body, id(k.endpoint))
@@ -203,14 +250,10 @@ func loadRollups(path string) (*rollups, uint64, error) {
 	for i := uint64(0); i < n && r.err == nil; i++ {
 		user := name()
 		k := rollKey{service: name(), endpoint: name(), product: name(), hour: r.varint(0)}
-		v := &rollVal{calls: r.varint(0), units: r.varint(0), overage: r.varint(0), cost: r.varint(0), capped: r.varint(0)}
-		u := ro.byUser[user]
-		if u == nil {
-			u = make(map[rollKey]*rollVal)
-			ro.byUser[user] = u
+		v := rollVal{calls: r.varint(0), units: r.varint(0), overage: r.varint(0), cost: r.varint(0), capped: r.varint(0)}
+		if r.err == nil {
+			ro.entry(user, k).val = v
 		}
-		u[k] = v
-		ro.n++
 	}
 	if r.err != nil || len(r.cols[0]) != 0 {
 		return nil, 0, fileError(path, fmt.Errorf("malformed rollups"))
