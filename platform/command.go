@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -144,6 +145,7 @@ export reports its progress on standard error every 2 seconds.
 	usage.Flags().String("to", "", "Before this time (RFC 3339), or up to and including this day (YYYY-MM-DD)")
 	usage.Flags().String("format", formatCSV, "csv, json or ndjson")
 	usage.Flags().String("rollup", "", "hour: the hourly rollups instead of the rows")
+	usage.Flags().Bool("gzip", false, "Compress the transfer (for an admin endpoint on another machine)")
 	usage.AddCommand(usagePruneCommand()) // command_ledger.go
 
 	job := &cobra.Command{
@@ -466,6 +468,10 @@ func cmdUsage(c cli, _ []string) error {
 			q.Set(param, v)
 		}
 	}
+	// The admin endpoint is usually on this machine, where compressing
+	// costs CPU on both ends and saves nothing; --gzip asks for it (Go's
+	// client unpacks it) for a remote one.
+	q.Set("gzip", strconv.FormatBool(c.fl.Bool("gzip")))
 	resp, err := c.request(http.MethodGet, "/platform/usage?"+q.Encode(), nil)
 	if err != nil {
 		return err

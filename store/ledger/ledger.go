@@ -508,6 +508,34 @@ func (l *Ledger) LastSeq() uint64 {
 	return l.lastSeq
 }
 
+// LastTime is the Time of the newest row (zero for an empty ledger): the
+// store's floor for the next row's time, which never goes backwards.
+func (l *Ledger) LastTime() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var last int64 = math.MinInt64
+	for _, m := range l.segs {
+		if m.rows > 0 {
+			last = max(last, m.maxTime)
+		}
+	}
+	if last == math.MinInt64 {
+		return time.Time{}
+	}
+	return time.Unix(0, last).UTC()
+}
+
+// Verify reads every row of every segment, checking every checksum: the
+// ledger's part of a store check. The first damage is an error naming its
+// file.
+func (l *Ledger) Verify(ctx context.Context) (rows int64, err error) {
+	err = l.Scan(ctx, store.LedgerFilter{}, func(store.LedgerEntry) error {
+		rows++
+		return nil
+	})
+	return rows, err
+}
+
 // Scan calls fn for each entry matching f (From <= Time < To, zero bounds
 // open) in append order, which is time order, stopping at fn's first
 // error. It reads one block or chunk at a time, so its memory does not

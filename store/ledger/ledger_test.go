@@ -153,6 +153,12 @@ func TestRoundTripEveryField(t *testing.T) {
 	l = open(t, dir, Options{})
 	defer l.Close()
 	sameEntries(t, "reopened", scanAll(t, l, store.LedgerFilter{}), want)
+	if rows, err := l.Verify(context.Background()); err != nil || rows != int64(len(want)) {
+		t.Fatalf("Verify: %d rows, %v", rows, err)
+	}
+	if !l.LastTime().Equal(want[len(want)-1].Time) {
+		t.Fatalf("LastTime %v, want %v", l.LastTime(), want[len(want)-1].Time)
+	}
 	if l.Position() != pos || l.LastSeq() != want[len(want)-1].Seq {
 		t.Fatalf("reopened at position %d seq %d, want %d %d", l.Position(), l.LastSeq(), pos, want[len(want)-1].Seq)
 	}
