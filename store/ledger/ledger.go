@@ -87,8 +87,12 @@ type Ledger struct {
 	broken  error // a failed write left the active segment unknown
 	closed  bool
 
-	snapMu  sync.Mutex // one rollup file write at a time
-	sealMu  sync.Mutex // one seal at a time
+	snapMu     sync.Mutex // one rollup log write at a time; guards what follows
+	rlog       *os.File
+	rlogSize   int64
+	rlogSeq    uint64 // the last sequence number the log covers
+	rlogBroken bool   // a write failed: the next one rewrites the log
+	sealMu     sync.Mutex // one seal at a time
 	closing sync.Once
 	sealReq chan struct{}
 	done    chan struct{}
@@ -149,11 +153,16 @@ func (l *Ledger) load() error {
 		}
 	}
 	slices.Sort(bases)
-	roll, rollSeq, err := loadRollups(filepath.Join(l.dir, rollupFile))
+	rollPath := filepath.Join(l.dir, rollupFile)
+	roll, rollSeq, end, err := loadRollups(rollPath)
 	if err != nil {
 		return err
 	}
 	l.roll = roll
+	if err := l.openRollupLog(rollPath, end); err != nil {
+		return err
+	}
+	l.rlogSeq = rollSeq
 	replay := func(e *store.LedgerEntry) error {
 		if e.Seq > rollSeq {
 			l.roll.add(e)
@@ -483,14 +492,106 @@ func (l *Ledger) replace(m *segMeta, sealed *segMeta) error {
 	return syncDir(l.dir)
 }
 
-// saveRollups rewrites the rollup file to cover every row appended so far.
+// openRollupLog opens the rollup log for appending, dropping a torn last
+// frame (end is where the good frames end), or starts one.
+func (l *Ledger) openRollupLog(path string, end int64) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	fi, err := f.Stat()
+	if err == nil && end == 0 {
+		// A new log: its header, durable before any frame.
+		if err = f.Truncate(0); err == nil {
+			_, err = f.WriteAt([]byte(rollupMagic), 0)
+		}
+		if err == nil {
+			err = f.Sync()
+		}
+		if err == nil {
+			err = syncDir(l.dir)
+		}
+		end = int64(len(rollupMagic))
+	} else if err == nil && fi.Size() > end {
+		l.log.Warn("dropping the torn last frame of the rollup log (a write a crash cut short; its rows are replayed)",
+			zap.String("file", path), zap.Int64("kept_bytes", end), zap.Int64("dropped_bytes", fi.Size()-end))
+		if err = f.Truncate(end); err == nil {
+			err = f.Sync()
+		}
+	}
+	if err != nil {
+		f.Close()
+		return err
+	}
+	l.rlog, l.rlogSize = f, end
+	return nil
+}
+
+// rollupLogSlack is how much bigger than its content the rollup log may
+// grow before it is rewritten whole.
+const rollupLogSlack = 4
+
+// saveRollups writes a rollup log frame covering every row appended so
+// far: the rollups changed since the last frame, or, when the log has
+// grown to rollupLogSlack times its content or a write failed, all of them
+// in a new log.
 func (l *Ledger) saveRollups() error {
 	l.snapMu.Lock()
 	defer l.snapMu.Unlock()
 	l.mu.Lock()
-	b := l.roll.encode(l.lastSeq)
+	if l.lastSeq == l.rlogSeq && len(l.roll.dirty) == 0 && len(l.roll.dropped) == 0 && !l.rlogBroken {
+		l.mu.Unlock()
+		return nil
+	}
+	full := l.rlogBroken || (l.rlogSize > 16<<20 && l.rlogSize > rollupLogSlack*40*int64(l.roll.n))
+	b, sent, gone := l.roll.frame(l.lastSeq, full)
+	seq := l.lastSeq
 	l.mu.Unlock()
-	return writeFileAtomic(filepath.Join(l.dir, rollupFile), b)
+	var err error
+	if full {
+		err = l.rewriteRollupLog(b)
+	} else {
+		err = l.appendRollupLog(b)
+	}
+	if err != nil {
+		l.mu.Lock()
+		l.roll.redo(sent, gone)
+		l.mu.Unlock()
+		l.rlogBroken = true
+		return fmt.Errorf("ledger: writing the rollup log: %w", err)
+	}
+	l.rlogSeq = seq
+	return nil
+}
+
+// appendRollupLog appends frame b, synced; a failed write is cut off.
+func (l *Ledger) appendRollupLog(b []byte) error {
+	_, err := l.rlog.WriteAt(b, l.rlogSize)
+	if err == nil {
+		err = l.rlog.Sync()
+	}
+	if err != nil {
+		l.rlog.Truncate(l.rlogSize)
+		return err
+	}
+	l.rlogSize += int64(len(b))
+	return nil
+}
+
+// rewriteRollupLog replaces the log by one holding frame b (every rollup).
+func (l *Ledger) rewriteRollupLog(b []byte) error {
+	path := filepath.Join(l.dir, rollupFile)
+	if err := writeFileAtomic(path, append([]byte(rollupMagic), b...)); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	l.rlog.Close()
+	l.rlog, l.rlogSize = f, int64(len(rollupMagic)+len(b))
+	l.rlogBroken = false
+	return nil
 }
 
 // Position is the settlement-log position everything up to which is in
@@ -803,6 +904,9 @@ func (l *Ledger) Close() error {
 		l.mu.Lock()
 		l.closed = true
 		if cerr := l.active.Close(); err == nil {
+			err = cerr
+		}
+		if cerr := l.rlog.Close(); err == nil {
 			err = cerr
 		}
 		l.mu.Unlock()

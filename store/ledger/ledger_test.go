@@ -115,6 +115,7 @@ func (l *Ledger) abandon() {
 		l.mu.Lock()
 		l.closed = true
 		l.active.Close()
+		l.rlog.Close()
 		l.mu.Unlock()
 	})
 }
@@ -344,7 +345,13 @@ func TestCrashesKeepRollupsEqualToRows(t *testing.T) {
 	if err := os.Truncate(active, fi.Size()-30); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, rollupFile), oldRollups, 0o600); err != nil {
+	// The log as it was two seals ago, then half of the next frame.
+	newRollups, err := os.ReadFile(filepath.Join(dir, rollupFile))
+	if err != nil || len(newRollups) <= len(oldRollups) || string(newRollups[:len(oldRollups)]) != string(oldRollups) {
+		t.Fatalf("the rollup log did not grow by appending (%v)", err)
+	}
+	torn := newRollups[:len(oldRollups)+(len(newRollups)-len(oldRollups))/2]
+	if err := os.WriteFile(filepath.Join(dir, rollupFile), torn, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, rollupFile+tmpExt), oldRollups[:len(oldRollups)/2], 0o600); err != nil {
@@ -389,8 +396,27 @@ func TestCrashesKeepRollupsEqualToRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	l = open(t, dir, o)
-	defer l.Close()
 	checkRollups(t, "after a clean close", l)
+	// 4. After a failed rollup log write the next one rewrites the log
+	// whole (a .tmp file and a rename).
+	l.snapMu.Lock()
+	l.rlogBroken = true
+	l.snapMu.Unlock()
+	tail = next(10)
+	appendBatches(t, l, tail, 10, &pos)
+	all = append(all, tail...)
+	before, _ := os.Stat(filepath.Join(dir, rollupFile))
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := os.Stat(filepath.Join(dir, rollupFile))
+	if after.Size() >= before.Size()+200 {
+		t.Errorf("the rollup log was not rewritten: %d bytes, %d before", after.Size(), before.Size())
+	}
+	l = open(t, dir, o)
+	defer l.Close()
+	sameEntries(t, "after a rewritten rollup log", scanAll(t, l, store.LedgerFilter{}), all)
+	checkRollups(t, "after a rewritten rollup log", l)
 	if l.Position() != pos {
 		t.Fatalf("position %d, want %d", l.Position(), pos)
 	}
