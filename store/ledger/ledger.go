@@ -90,14 +90,14 @@ type Ledger struct {
 	snapMu     sync.Mutex // one rollup log write at a time; guards what follows
 	rlog       *os.File
 	rlogSize   int64
-	rlogSeq    uint64 // the last sequence number the log covers
-	rlogBroken bool   // a write failed: the next one rewrites the log
+	rlogSeq    uint64     // the last sequence number the log covers
+	rlogBroken bool       // a write failed: the next one rewrites the log
 	sealMu     sync.Mutex // one seal at a time
-	closing sync.Once
-	sealReq chan struct{}
-	done    chan struct{}
-	wg      sync.WaitGroup
-	bg      error // the last background sealing error, for Close
+	closing    sync.Once
+	sealReq    chan struct{}
+	done       chan struct{}
+	wg         sync.WaitGroup
+	bg         error // the last background sealing error, for Close
 }
 
 // Open opens (creating if needed) the ledger in dir. It removes the .tmp
