@@ -103,7 +103,7 @@ type Ledger struct {
 // Open opens (creating if needed) the ledger in dir. It removes the .tmp
 // files of writes that did not finish, drops a torn tail of the active
 // segment (logging what it dropped), replays into the rollups the rows
-// the rollup file does not cover, and seals in the background the raw
+// the rollup log does not cover, and seals in the background the raw
 // segments a crash left unsealed. A damaged file is an error naming it.
 func Open(dir string, opts Options) (*Ledger, error) {
 	opts.defaults()
@@ -447,7 +447,7 @@ func (l *Ledger) sealOnce(m *segMeta) error {
 
 // seal replaces raw segment m by its sealed form: written under a .tmp
 // name, synced, renamed, the directory synced; only then is the raw file
-// removed, and the rollup file rewritten to cover it.
+// removed, and a rollup log frame written to cover it.
 func (l *Ledger) seal(m *segMeta) error {
 	final := filepath.Join(l.dir, segName(m.base, sealedExt))
 	tmp := final + tmpExt
@@ -759,7 +759,7 @@ func (l *Ledger) ScanRollups(ctx context.Context, f store.RollupFilter, fn func(
 }
 
 // Prune removes the sealed segments whose newest row is older than before,
-// at once and whole. The rollup file is rewritten first, so that rollups
+// at once and whole. A rollup log frame is written first, so that rollups
 // never depend on rows that are gone. The active segment is never removed:
 // it is sealed by size or age (SealAge), or here when all its rows are
 // older than before, and goes then.
@@ -826,7 +826,7 @@ func (l *Ledger) Prune(before time.Time) (store.PruneResult, error) {
 }
 
 // PruneRollups forgets the hourly rollups of hours before before and
-// rewrites the rollup file; it returns how many went.
+// records that in the rollup log; it returns how many went.
 func (l *Ledger) PruneRollups(before time.Time) (int, error) {
 	l.mu.Lock()
 	if l.closed {
@@ -893,7 +893,7 @@ func (l *Ledger) Seal() error {
 	return nil
 }
 
-// Close stops background sealing, rewrites the rollup file so the next
+// Close stops background sealing, writes a rollup log frame so the next
 // Open replays nothing, and closes the active segment.
 func (l *Ledger) Close() error {
 	err := ErrClosed

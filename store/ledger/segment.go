@@ -24,7 +24,7 @@ import (
 //
 //	seg-00000000000000000001.raw   the active segment (or one waiting to be sealed)
 //	seg-00000000000000000001.zst   a sealed segment
-//	rollups.dat                    the hourly rollups and what they cover
+//	rollups.log                    the hourly rollups and what they cover (rollup.go)
 //	*.tmp                          a write that did not finish (removed at Open)
 //
 // A raw segment is a header and length-framed, CRC32C-checksummed blocks,
