@@ -95,7 +95,7 @@ func streamExport[T any](a *adminAPI, w http.ResponseWriter, r *http.Request, en
 		// BestSpeed: an export is CPU-bound already, and the level
 		// gains little on rows that repeat their field names.
 		zw, _ = gzip.NewWriterLevel(out, gzip.BestSpeed)
-		sink = zw
+		sink = flushingGzip{zw}
 	}
 	buf := newFlushWriter(sink)
 	count := 0
@@ -132,6 +132,20 @@ func streamExport[T any](a *adminAPI, w http.ResponseWriter, r *http.Request, en
 		a.logger.Error("usage export failed midway", zap.Int("entries_sent", count), zap.Error(err))
 	}
 	panic(http.ErrAbortHandler)
+}
+
+// flushingGzip flushes the compressor after every write of the export's
+// buffer (32 KiB of rows), so a compressed export streams as a plain one
+// does: the client sees rows as they are read, and a failure midway cuts
+// a transfer that has begun rather than one that has not.
+type flushingGzip struct{ zw *gzip.Writer }
+
+func (f flushingGzip) Write(p []byte) (int, error) {
+	n, err := f.zw.Write(p)
+	if err == nil {
+		err = f.zw.Flush()
+	}
+	return n, err
 }
 
 // exportRollups: GET /platform/usage?rollup=hour, the hourly rollups in
