@@ -539,7 +539,7 @@ func (l *Ledger) saveRollups() error {
 	l.snapMu.Lock()
 	defer l.snapMu.Unlock()
 	l.mu.Lock()
-	if l.lastSeq == l.rlogSeq && len(l.roll.dirty) == 0 && len(l.roll.dropped) == 0 && !l.rlogBroken {
+	if l.lastSeq == l.rlogSeq && !l.roll.changed() && !l.rlogBroken {
 		l.mu.Unlock()
 		return nil
 	}

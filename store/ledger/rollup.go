@@ -30,8 +30,11 @@ const (
 	rollupMagic = "PLGROL02"
 )
 
+// rollKey is one rollup of a user: ids interned in the rollups' names,
+// so that neither the key nor the entry holds a pointer (the garbage
+// collector skips them, and hashing one is hashing 20 bytes).
 type rollKey struct {
-	service, endpoint, product string
+	service, endpoint, product uint32
 	hour                       int64 // unix seconds, a multiple of 3600
 }
 
@@ -41,30 +44,50 @@ type rollVal struct {
 }
 
 type rollEntry struct {
-	user  string
 	key   rollKey
 	val   rollVal
 	dirty bool // changed since the last frame
 }
 
-// userRollups are one user's rollups, by key and in hour order, so that a
-// period summary reads only the hours it asks for.
+// userRollups are one user's rollups in hour order, so that a period
+// summary reads only the hours it asks for, with an index by key.
 type userRollups struct {
-	byKey map[rollKey]*rollEntry
-	order []*rollEntry // by hour; rows come in time order, so almost always appended
+	order   []rollEntry       // by hour; rows come in time order, so almost always appended
+	index   map[rollKey]int32 // into order
+	dirtyLo int               // no entry before order[dirtyLo] is dirty
+	dirty   bool
 }
 
-// rollups are kept in memory by user. Each is about 200 bytes; see
+// rollupRef names a rollup in a frame that was sent or dropped.
+type rollupRef struct {
+	user uint32
+	key  rollKey
+}
+
+// rollups are kept in memory by user, about 100 bytes each; see
 // docs/operations.md for the arithmetic.
 type rollups struct {
-	byUser map[string]*userRollups
+	ids    map[string]uint32 // interned users, services, endpoints, products
+	names  []string
+	byUser map[uint32]*userRollups
 	n      int
-	// What the next frame holds: entries changed, and entries dropped.
-	dirty   []*rollEntry
-	dropped []*rollEntry
+	// What the next frame holds besides the dirty entries: dropped ones.
+	dropped []rollupRef
 }
 
-func newRollups() *rollups { return &rollups{byUser: make(map[string]*userRollups)} }
+func newRollups() *rollups {
+	return &rollups{ids: make(map[string]uint32), byUser: make(map[uint32]*userRollups)}
+}
+
+func (r *rollups) intern(s string) uint32 {
+	if id, ok := r.ids[s]; ok {
+		return id
+	}
+	id := uint32(len(r.names))
+	r.ids[s] = id
+	r.names = append(r.names, s)
+	return id
+}
 
 func hourOf(t time.Time) int64 {
 	s := t.Unix()
@@ -76,30 +99,48 @@ func hourOf(t time.Time) int64 {
 }
 
 // entry returns the rollup of user and k, adding an empty one.
-func (r *rollups) entry(user string, k rollKey) *rollEntry {
+func (r *rollups) entry(user uint32, k rollKey) (*userRollups, int) {
 	u := r.byUser[user]
 	if u == nil {
-		u = &userRollups{byKey: make(map[rollKey]*rollEntry)}
+		u = &userRollups{index: make(map[rollKey]int32)}
 		r.byUser[user] = u
 	}
-	if e := u.byKey[k]; e != nil {
-		return e
+	if i, ok := u.index[k]; ok {
+		return u, int(i)
 	}
-	e := &rollEntry{user: user, key: k}
-	u.byKey[k] = e
 	i := len(u.order)
 	if i > 0 && u.order[i-1].key.hour > k.hour {
-		i, _ = slices.BinarySearchFunc(u.order, k.hour+1, func(x *rollEntry, h int64) int { return cmp.Compare(x.key.hour, h) })
+		i, _ = slices.BinarySearchFunc(u.order, k.hour+1, func(x rollEntry, h int64) int { return cmp.Compare(x.key.hour, h) })
+		u.order = slices.Insert(u.order, i, rollEntry{key: k})
+		for j := i; j < len(u.order); j++ {
+			u.index[u.order[j].key] = int32(j)
+		}
+		if u.dirty && u.dirtyLo > i {
+			u.dirtyLo = i
+		}
+	} else {
+		u.order = append(u.order, rollEntry{key: k})
+		u.index[k] = int32(i)
 	}
-	u.order = slices.Insert(u.order, i, e)
 	r.n++
-	return e
+	return u, i
+}
+
+// touch marks order[i] of u changed, for the next frame.
+func (u *userRollups) touch(i int) {
+	u.order[i].dirty = true
+	if !u.dirty || i < u.dirtyLo {
+		u.dirtyLo = i
+	}
+	u.dirty = true
 }
 
 func (r *rollups) add(e *store.LedgerEntry) {
-	re := r.entry(e.UserID, rollKey{service: e.ServiceID, endpoint: e.EndpointID, product: e.ProductID, hour: hourOf(e.Time)})
-	r.touch(re)
-	v := &re.val
+	k := rollKey{service: r.intern(e.ServiceID), endpoint: r.intern(e.EndpointID), product: r.intern(e.ProductID),
+		hour: hourOf(e.Time)}
+	u, i := r.entry(r.intern(e.UserID), k)
+	u.touch(i)
+	v := &u.order[i].val
 	v.calls++
 	v.units = satAdd(v.units, int64(e.Units))
 	v.overage = satAdd(v.overage, int64(e.Overage))
@@ -109,19 +150,25 @@ func (r *rollups) add(e *store.LedgerEntry) {
 	}
 }
 
-// touch puts e in the next frame.
-func (r *rollups) touch(e *rollEntry) {
-	if !e.dirty {
-		e.dirty = true
-		r.dirty = append(r.dirty, e)
+// changed says whether there is anything for a frame.
+func (r *rollups) changed() bool {
+	if len(r.dropped) > 0 {
+		return true
 	}
+	for _, u := range r.byUser {
+		if u.dirty {
+			return true
+		}
+	}
+	return false
 }
 
-// span is the part of u.order with from <= hour < to (0: open).
-func (u *userRollups) span(from, to int64, hasFrom, hasTo bool) []*rollEntry {
-	lo, hi := 0, len(u.order)
+// span is the part of u.order with from <= hour < to (open without hasFrom,
+// hasTo).
+func (u *userRollups) span(from, to int64, hasFrom, hasTo bool) (lo, hi int) {
+	lo, hi = 0, len(u.order)
 	search := func(h int64) int {
-		i, _ := slices.BinarySearchFunc(u.order, h, func(x *rollEntry, h int64) int { return cmp.Compare(x.key.hour, h) })
+		i, _ := slices.BinarySearchFunc(u.order, h, func(x rollEntry, h int64) int { return cmp.Compare(x.key.hour, h) })
 		return i
 	}
 	if hasFrom {
@@ -130,23 +177,32 @@ func (u *userRollups) span(from, to int64, hasFrom, hasTo bool) []*rollEntry {
 	if hasTo {
 		hi = max(lo, search(to))
 	}
-	return u.order[lo:hi]
+	return lo, hi
+}
+
+// reindex rebuilds u's index after its order changed.
+func (u *userRollups) reindex() {
+	clear(u.index)
+	for i, e := range u.order {
+		u.index[e.key] = int32(i)
+	}
 }
 
 // dropBefore forgets the rollups of hours before cutoff.
 func (r *rollups) dropBefore(cutoff int64) int {
 	dropped := 0
 	for user, u := range r.byUser {
-		old := u.span(0, cutoff, false, true)
-		if len(old) == 0 {
+		_, hi := u.span(0, cutoff, false, true)
+		if hi == 0 {
 			continue
 		}
-		for _, e := range old {
-			delete(u.byKey, e.key)
-			r.dropped = append(r.dropped, e)
+		for _, e := range u.order[:hi] {
+			r.dropped = append(r.dropped, rollupRef{user, e.key})
 		}
-		dropped += len(old)
-		u.order = slices.Clone(u.order[len(old):])
+		dropped += hi
+		u.order = slices.Clone(u.order[hi:])
+		u.dirtyLo = max(0, u.dirtyLo-hi)
+		u.reindex()
 		if len(u.order) == 0 {
 			delete(r.byUser, user)
 		}
@@ -168,23 +224,30 @@ func (r *rollups) collect(f store.RollupFilter) []store.Rollup {
 	if !f.To.IsZero() {
 		to = f.To.Unix()
 	}
-	visit := func(user string, u *userRollups) {
-		if u == nil {
-			return
+	service, hasService := uint32(0), f.ServiceID != ""
+	if hasService {
+		var ok bool
+		if service, ok = r.ids[f.ServiceID]; !ok {
+			return nil
 		}
-		for _, e := range u.span(from, to, !f.From.IsZero(), !f.To.IsZero()) {
-			k, v := e.key, &e.val
-			if f.ServiceID != "" && k.service != f.ServiceID {
+	}
+	visit := func(user uint32, u *userRollups) {
+		lo, hi := u.span(from, to, !f.From.IsZero(), !f.To.IsZero())
+		for _, e := range u.order[lo:hi] {
+			if hasService && e.key.service != service {
 				continue
 			}
-			out = append(out, store.Rollup{UserID: user, ServiceID: k.service, EndpointID: k.endpoint,
-				ProductID: k.product, Hour: time.Unix(k.hour, 0).UTC(), Calls: v.calls,
-				Units: billing.Units(v.units), Overage: billing.Units(v.overage), Cost: billing.Units(v.cost),
+			v := &e.val
+			out = append(out, store.Rollup{UserID: r.names[user], ServiceID: r.names[e.key.service],
+				EndpointID: r.names[e.key.endpoint], ProductID: r.names[e.key.product], Hour: time.Unix(e.key.hour, 0).UTC(),
+				Calls: v.calls, Units: billing.Units(v.units), Overage: billing.Units(v.overage), Cost: billing.Units(v.cost),
 				Capped: v.capped})
 		}
 	}
 	if f.UserID != "" {
-		visit(f.UserID, r.byUser[f.UserID])
+		if id, ok := r.ids[f.UserID]; ok && r.byUser[id] != nil {
+			visit(id, r.byUser[id])
+		}
 	} else {
 		for user, u := range r.byUser {
 			visit(user, u)
@@ -199,57 +262,64 @@ func (r *rollups) collect(f store.RollupFilter) []store.Rollup {
 
 // frame encodes the rollups changed since the last frame (all of them
 // with full), covering rows up to lastSeq, and forgets that they changed.
-// On a failed write the caller calls redo with the returned entries.
-func (r *rollups) frame(lastSeq uint64, full bool) (payload []byte, sent []*rollEntry, gone []*rollEntry) {
-	changed := r.dirty
-	if full {
-		changed = make([]*rollEntry, 0, r.n)
-		for _, u := range r.byUser {
-			changed = append(changed, u.order...)
-		}
-	}
+// On a failed write the caller calls redo with what it returned.
+func (r *rollups) frame(lastSeq uint64, full bool) (payload []byte, sent, gone []rollupRef) {
 	d := newDict()
-	id := func(s string) uint64 {
-		if v, ok := d.ids[s]; ok {
+	id := func(s uint32) uint64 {
+		name := r.names[s]
+		if v, ok := d.ids[name]; ok {
 			return v
 		}
-		d.add(s)
+		d.add(name)
 		return uint64(len(d.strs) - 1)
 	}
 	var body []byte
-	put := func(e *rollEntry, tomb bool) {
-		body = binary.AppendUvarint(body, id(e.user))
-		body = binary.AppendUvarint(body, id(e.key.service))
-		body = binary.AppendUvarint(body, id(e.key.endpoint))
-		body = binary.AppendUvarint(body, id(e.key.product))
-		body = binary.AppendVarint(body, e.key.hour)
-		if tomb {
-			body = append(body, 1)
+	n := 0
+	put := func(user uint32, k rollKey, v *rollVal) {
+		body = binary.AppendUvarint(body, id(user))
+		body = binary.AppendUvarint(body, id(k.service))
+		body = binary.AppendUvarint(body, id(k.endpoint))
+		body = binary.AppendUvarint(body, id(k.product))
+		body = binary.AppendVarint(body, k.hour)
+		n++
+		if v == nil {
+			body = append(body, 1) // a tombstone
 			return
 		}
 		body = append(body, 0)
-		body = binary.AppendVarint(body, e.val.calls)
-		body = binary.AppendVarint(body, e.val.units)
-		body = binary.AppendVarint(body, e.val.overage)
-		body = binary.AppendVarint(body, e.val.cost)
-		body = binary.AppendVarint(body, e.val.capped)
+		body = binary.AppendVarint(body, v.calls)
+		body = binary.AppendVarint(body, v.units)
+		body = binary.AppendVarint(body, v.overage)
+		body = binary.AppendVarint(body, v.cost)
+		body = binary.AppendVarint(body, v.capped)
 	}
-	n := 0
-	for _, e := range changed {
-		if r.live(e) {
-			put(e, false)
-			n++
+	for user, u := range r.byUser {
+		if !full && !u.dirty {
+			continue
 		}
-		e.dirty = false
+		lo := u.dirtyLo
+		if full {
+			lo = 0
+		}
+		for i := lo; i < len(u.order); i++ {
+			e := &u.order[i]
+			if full || e.dirty {
+				put(user, e.key, &e.val)
+				if e.dirty {
+					sent = append(sent, rollupRef{user, e.key})
+				}
+				e.dirty = false
+			}
+		}
+		u.dirty, u.dirtyLo = false, 0
 	}
 	gone = r.dropped
 	if !full {
-		for _, e := range gone {
-			put(e, true)
-			n++
+		for _, g := range gone {
+			put(g.user, g.key, nil)
 		}
 	}
-	r.dirty, r.dropped = nil, nil
+	r.dropped = nil
 	b := make([]byte, frameHeader, frameHeader+len(body)+64)
 	b = binary.AppendUvarint(b, lastSeq)
 	b = binary.AppendUvarint(b, uint64(len(d.strs)))
@@ -260,20 +330,16 @@ func (r *rollups) frame(lastSeq uint64, full bool) (payload []byte, sent []*roll
 	b = binary.AppendUvarint(b, uint64(n))
 	b = append(b, body...)
 	putFrame(b, b[frameHeader:])
-	return b, changed, gone
-}
-
-// live says whether e is still one of the rollups (not dropped since).
-func (r *rollups) live(e *rollEntry) bool {
-	u := r.byUser[e.user]
-	return u != nil && u.byKey[e.key] == e
+	return b, sent, gone
 }
 
 // redo puts back into the next frame what a failed write did not save.
-func (r *rollups) redo(sent, gone []*rollEntry) {
-	for _, e := range sent {
-		if r.live(e) {
-			r.touch(e)
+func (r *rollups) redo(sent, gone []rollupRef) {
+	for _, s := range sent {
+		if u := r.byUser[s.user]; u != nil {
+			if i, ok := u.index[s.key]; ok {
+				u.touch(int(i))
+			}
 		}
 	}
 	r.dropped = append(r.dropped, gone...)
@@ -319,12 +385,13 @@ func loadRollups(path string) (ro *rollups, lastSeq uint64, end int64, err error
 		lastSeq = seq
 		off += frameHeader + n
 	}
-	ro.dirty, ro.dropped = nil, nil
 	for _, u := range ro.byUser {
-		for _, e := range u.order {
-			e.dirty = false
+		for i := range u.order {
+			u.order[i].dirty = false
 		}
+		u.dirty, u.dirtyLo = false, 0
 	}
+	ro.dropped = nil
 	return ro, lastSeq, off, nil
 }
 
@@ -334,18 +401,18 @@ func (ro *rollups) apply(payload []byte) (uint64, error) {
 	r.cols[0] = payload
 	lastSeq := r.uvarint(0)
 	nd := r.uvarint(0)
-	strs := make([]string, 0, min(nd, 1<<16))
+	ids := make([]uint32, 0, min(nd, 1<<16))
 	for i := uint64(0); i < nd && r.err == nil; i++ {
-		strs = append(strs, r.str(0))
+		ids = append(ids, ro.intern(r.str(0)))
 	}
 	n := r.uvarint(0)
-	name := func() string {
+	name := func() uint32 {
 		i := r.uvarint(0)
-		if i >= uint64(len(strs)) {
+		if i >= uint64(len(ids)) {
 			r.err = errCorrupt
-			return ""
+			return 0
 		}
-		return strs[i]
+		return ids[i]
 	}
 	for i := uint64(0); i < n && r.err == nil; i++ {
 		user := name()
@@ -360,7 +427,8 @@ func (ro *rollups) apply(payload []byte) (uint64, error) {
 		}
 		v := rollVal{calls: r.varint(0), units: r.varint(0), overage: r.varint(0), cost: r.varint(0), capped: r.varint(0)}
 		if r.err == nil {
-			ro.entry(user, k).val = v
+			u, j := ro.entry(user, k)
+			u.order[j].val = v
 		}
 	}
 	if r.err != nil || len(r.cols[0]) != 0 {
@@ -370,16 +438,17 @@ func (ro *rollups) apply(payload []byte) (uint64, error) {
 }
 
 // remove forgets one rollup (a tombstone in the log).
-func (r *rollups) remove(user string, k rollKey) {
+func (r *rollups) remove(user uint32, k rollKey) {
 	u := r.byUser[user]
-	if u == nil || u.byKey[k] == nil {
+	if u == nil {
 		return
 	}
-	e := u.byKey[k]
-	delete(u.byKey, k)
-	if i := slices.Index(u.order, e); i >= 0 {
-		u.order = slices.Delete(u.order, i, i+1)
+	i, ok := u.index[k]
+	if !ok {
+		return
 	}
+	u.order = slices.Delete(u.order, int(i), int(i)+1)
+	u.reindex()
 	if len(u.order) == 0 {
 		delete(r.byUser, user)
 	}
