@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -74,7 +75,7 @@ func (o *Options) defaults() {
 type Ledger struct {
 	dir  string
 	opts Options
-	log  *zap.Logger
+	logp atomic.Pointer[zap.Logger]
 
 	mu      sync.Mutex // guards what follows
 	segs    []*segMeta // in sequence order; the last is the active one
@@ -110,7 +111,8 @@ func Open(dir string, opts Options) (*Ledger, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	l := &Ledger{dir: dir, opts: opts, log: opts.Logger, sealReq: make(chan struct{}, 1), done: make(chan struct{})}
+	l := &Ledger{dir: dir, opts: opts, sealReq: make(chan struct{}, 1), done: make(chan struct{})}
+	l.logp.Store(opts.Logger)
 	if err := l.load(); err != nil {
 		return nil, err
 	}
@@ -131,7 +133,7 @@ func (l *Ledger) load() error {
 	for _, de := range names {
 		name := de.Name()
 		if filepath.Ext(name) == tmpExt {
-			l.log.Warn("removing an unfinished ledger write", zap.String("file", name))
+			l.logger().Warn("removing an unfinished ledger write", zap.String("file", name))
 			if err := os.Remove(filepath.Join(l.dir, name)); err != nil {
 				return err
 			}
@@ -204,7 +206,7 @@ func (l *Ledger) load() error {
 			return err
 		}
 		if st.broken {
-			l.log.Warn("removing a ledger segment a crash left without a header", zap.String("file", raws[base]))
+			l.logger().Warn("removing a ledger segment a crash left without a header", zap.String("file", raws[base]))
 			if err := os.Remove(raws[base]); err != nil {
 				return err
 			}
@@ -212,7 +214,7 @@ func (l *Ledger) load() error {
 		}
 		if st.torn {
 			fi, _ := os.Stat(raws[base])
-			l.log.Warn("dropping the torn tail of the ledger's active segment (a write a crash cut short, never acknowledged)",
+			l.logger().Warn("dropping the torn tail of the ledger's active segment (a write a crash cut short, never acknowledged)",
 				zap.String("file", raws[base]), zap.Int64("kept_bytes", st.end), zap.Int64("dropped_bytes", fi.Size()-st.end))
 			if err := os.Truncate(raws[base], st.end); err != nil {
 				return err
@@ -235,6 +237,16 @@ func (l *Ledger) load() error {
 		return nil
 	}
 	return l.newActive()
+}
+
+func (l *Ledger) logger() *zap.Logger { return l.logp.Load() }
+
+// SetLogger replaces the logger of Options (the store gets its own after
+// Open).
+func (l *Ledger) SetLogger(log *zap.Logger) {
+	if log != nil {
+		l.logp.Store(log)
+	}
 }
 
 // note takes a segment's position and sequence numbers into the ledger's.
@@ -377,7 +389,7 @@ func (l *Ledger) undo(seg *segMeta, err error) error {
 func (l *Ledger) rotate() {
 	old := l.active
 	if err := l.newActive(); err != nil {
-		l.log.Error("could not start a new ledger segment; the active one grows on", zap.Error(err))
+		l.logger().Error("could not start a new ledger segment; the active one grows on", zap.Error(err))
 		return
 	}
 	old.Close()
@@ -423,7 +435,7 @@ func (l *Ledger) sealer() {
 				l.mu.Lock()
 				l.bg = err
 				l.mu.Unlock()
-				l.log.Error("sealing a ledger segment failed; it stays raw (readable) and is retried at the next seal",
+				l.logger().Error("sealing a ledger segment failed; it stays raw (readable) and is retried at the next seal",
 					zap.String("file", next.path), zap.Error(err))
 				break
 			}
@@ -513,7 +525,7 @@ func (l *Ledger) openRollupLog(path string, end int64) error {
 		}
 		end = int64(len(rollupMagic))
 	} else if err == nil && fi.Size() > end {
-		l.log.Warn("dropping the torn last frame of the rollup log (a write a crash cut short; its rows are replayed)",
+		l.logger().Warn("dropping the torn last frame of the rollup log (a write a crash cut short; its rows are replayed)",
 			zap.String("file", path), zap.Int64("kept_bytes", end), zap.Int64("dropped_bytes", fi.Size()-end))
 		if err = f.Truncate(end); err == nil {
 			err = f.Sync()
