@@ -161,6 +161,10 @@ func (l *Ledger) load() error {
 		return err
 	}
 	l.roll = roll
+	if end == 0 && len(bases) > 0 {
+		l.logger().Warn("the rollup log is missing: rebuilding the hourly rollups from the raw rows (the rollups of rows already pruned cannot come back)",
+			zap.String("file", rollPath))
+	}
 	if err := l.openRollupLog(rollPath, end); err != nil {
 		return err
 	}
