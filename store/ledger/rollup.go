@@ -44,7 +44,7 @@ type rollVal struct {
 }
 
 type rollEntry struct {
-	key   rollKey
+	slot  rollKey
 	val   rollVal
 	dirty bool // changed since the last frame
 }
@@ -61,7 +61,7 @@ type userRollups struct {
 // rollupRef names a rollup in a frame that was sent or dropped.
 type rollupRef struct {
 	user uint32
-	key  rollKey
+	slot rollKey
 }
 
 // rollups are kept in memory by user, about 100 bytes each; see
@@ -109,17 +109,17 @@ func (r *rollups) entry(user uint32, k rollKey) (*userRollups, int) {
 		return u, int(i)
 	}
 	i := len(u.order)
-	if i > 0 && u.order[i-1].key.hour > k.hour {
-		i, _ = slices.BinarySearchFunc(u.order, k.hour+1, func(x rollEntry, h int64) int { return cmp.Compare(x.key.hour, h) })
-		u.order = slices.Insert(u.order, i, rollEntry{key: k})
+	if i > 0 && u.order[i-1].slot.hour > k.hour {
+		i, _ = slices.BinarySearchFunc(u.order, k.hour+1, func(x rollEntry, h int64) int { return cmp.Compare(x.slot.hour, h) })
+		u.order = slices.Insert(u.order, i, rollEntry{slot: k})
 		for j := i; j < len(u.order); j++ {
-			u.index[u.order[j].key] = int32(j)
+			u.index[u.order[j].slot] = int32(j)
 		}
 		if u.dirty && u.dirtyLo > i {
 			u.dirtyLo = i
 		}
 	} else {
-		u.order = append(u.order, rollEntry{key: k})
+		u.order = append(u.order, rollEntry{slot: k})
 		u.index[k] = int32(i)
 	}
 	r.n++
@@ -168,7 +168,7 @@ func (r *rollups) changed() bool {
 func (u *userRollups) span(from, to int64, hasFrom, hasTo bool) (lo, hi int) {
 	lo, hi = 0, len(u.order)
 	search := func(h int64) int {
-		i, _ := slices.BinarySearchFunc(u.order, h, func(x rollEntry, h int64) int { return cmp.Compare(x.key.hour, h) })
+		i, _ := slices.BinarySearchFunc(u.order, h, func(x rollEntry, h int64) int { return cmp.Compare(x.slot.hour, h) })
 		return i
 	}
 	if hasFrom {
@@ -184,7 +184,7 @@ func (u *userRollups) span(from, to int64, hasFrom, hasTo bool) (lo, hi int) {
 func (u *userRollups) reindex() {
 	clear(u.index)
 	for i, e := range u.order {
-		u.index[e.key] = int32(i)
+		u.index[e.slot] = int32(i)
 	}
 }
 
@@ -197,7 +197,7 @@ func (r *rollups) dropBefore(cutoff int64) int {
 			continue
 		}
 		for _, e := range u.order[:hi] {
-			r.dropped = append(r.dropped, rollupRef{user, e.key})
+			r.dropped = append(r.dropped, rollupRef{user, e.slot})
 		}
 		dropped += hi
 		u.order = slices.Clone(u.order[hi:])
@@ -234,12 +234,12 @@ func (r *rollups) collect(f store.RollupFilter) []store.Rollup {
 	visit := func(user uint32, u *userRollups) {
 		lo, hi := u.span(from, to, !f.From.IsZero(), !f.To.IsZero())
 		for _, e := range u.order[lo:hi] {
-			if hasService && e.key.service != service {
+			if hasService && e.slot.service != service {
 				continue
 			}
 			v := &e.val
-			out = append(out, store.Rollup{UserID: r.names[user], ServiceID: r.names[e.key.service],
-				EndpointID: r.names[e.key.endpoint], ProductID: r.names[e.key.product], Hour: time.Unix(e.key.hour, 0).UTC(),
+			out = append(out, store.Rollup{UserID: r.names[user], ServiceID: r.names[e.slot.service],
+				EndpointID: r.names[e.slot.endpoint], ProductID: r.names[e.slot.product], Hour: time.Unix(e.slot.hour, 0).UTC(),
 				Calls: v.calls, Units: billing.Units(v.units), Overage: billing.Units(v.overage), Cost: billing.Units(v.cost),
 				Capped: v.capped})
 		}
@@ -304,9 +304,9 @@ func (r *rollups) frame(lastSeq uint64, full bool) (payload []byte, sent, gone [
 		for i := lo; i < len(u.order); i++ {
 			e := &u.order[i]
 			if full || e.dirty {
-				put(user, e.key, &e.val)
+				put(user, e.slot, &e.val)
 				if e.dirty {
-					sent = append(sent, rollupRef{user, e.key})
+					sent = append(sent, rollupRef{user, e.slot})
 				}
 				e.dirty = false
 			}
@@ -316,7 +316,7 @@ func (r *rollups) frame(lastSeq uint64, full bool) (payload []byte, sent, gone [
 	gone = r.dropped
 	if !full {
 		for _, g := range gone {
-			put(g.user, g.key, nil)
+			put(g.user, g.slot, nil)
 		}
 	}
 	r.dropped = nil
@@ -337,7 +337,7 @@ func (r *rollups) frame(lastSeq uint64, full bool) (payload []byte, sent, gone [
 func (r *rollups) redo(sent, gone []rollupRef) {
 	for _, s := range sent {
 		if u := r.byUser[s.user]; u != nil {
-			if i, ok := u.index[s.key]; ok {
+			if i, ok := u.index[s.slot]; ok {
 				u.touch(int(i))
 			}
 		}
