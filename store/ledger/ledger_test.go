@@ -663,3 +663,14 @@ func TestRollupFilter(t *testing.T) {
 		t.Fatalf("rollups count %d calls, %d rows", calls, len(es))
 	}
 }
+
+// ledgerSink is the seam the bbolt store's settlement applier hands
+// entries to; the ledger must satisfy it as it is.
+type ledgerSink interface {
+	Append(entries []store.LedgerEntry, upto uint64) error
+	Position() uint64
+	Scan(ctx context.Context, f store.LedgerFilter, fn func(store.LedgerEntry) error) error
+	Close() error
+}
+
+var _ ledgerSink = (*Ledger)(nil)
