@@ -68,6 +68,13 @@ type App struct {
 	TimestampTolerance caddy.Duration `json:"timestamp_tolerance,omitempty"`
 	// JobTTL is how long an async job may stay unfinished; 24h.
 	JobTTL caddy.Duration `json:"job_ttl,omitempty"`
+	// LedgerRetention prunes raw ledger rows older than this (whole
+	// segments, hourly); rollups stay. Unset keeps every row. Needs a
+	// store with a segmented ledger (docs/operations.md).
+	LedgerRetention caddy.Duration `json:"ledger_retention,omitempty"`
+	// RollupRetention prunes hourly rollups older than this; unset keeps
+	// them.
+	RollupRetention caddy.Duration `json:"rollup_retention,omitempty"`
 	// ResultMaxBytes caps an inline job result; 16 KiB.
 	ResultMaxBytes int `json:"result_max_bytes,omitempty"`
 	// MaxBodyBytes caps an invoke request body; 10 MiB.
@@ -98,6 +105,8 @@ type App struct {
 	// store, when set, is served instead (unit tests build an App around
 	// a store of their own).
 	store store.Store
+	// lastLedgerPrune is when the retentions were last applied (unix ns).
+	lastLedgerPrune atomic.Int64
 
 	headers  Headers
 	logger   *zap.Logger

@@ -58,6 +58,8 @@ func parsePlatform(d *caddyfile.Dispenser, existing any) (any, error) {
 //		}
 //		timestamp_tolerance  <duration>          # 5m
 //		job_ttl              <duration>          # 24h
+//		ledger_retention     <duration>          # keep; raw ledger rows older go (rollups stay)
+//		rollup_retention     <duration>          # keep; hourly rollups older go
 //		result_max_bytes     <size>              # 16KiB
 //		max_body_bytes       <size>              # 10MiB
 //		usage_max_body_bytes <size>              # 1MiB
@@ -163,6 +165,10 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			a.TimestampTolerance, err = durationArg(d)
 		case "job_ttl":
 			a.JobTTL, err = durationArg(d)
+		case "ledger_retention":
+			a.LedgerRetention, err = durationArg(d)
+		case "rollup_retention":
+			a.RollupRetention, err = durationArg(d)
 		case "result_max_bytes":
 			var n int64
 			n, err = sizeArg(d, math.MaxInt)

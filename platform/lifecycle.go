@@ -242,6 +242,7 @@ func (a *App) RunMaintenance(ctx context.Context) {
 	if _, err := a.DataStore().PruneIdempotency(ctx, t.Add(-IdempotencyRetention)); err != nil {
 		a.logger.Error("pruning idempotency keys", zap.Error(err))
 	}
+	a.pruneLedger(ctx, t)
 }
 
 // Catalog is the compiled service catalog of this config.
