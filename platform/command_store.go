@@ -145,12 +145,14 @@ func cmdStoreCheck(c cli, args []string) error {
 	}
 	if c.fl.Bool("json") {
 		return json.NewEncoder(c.out).Encode(map[string]any{"file": args[0], "ok": true, "sizeBytes": rep.Size,
-			"pageSize": rep.PageSize, "pages": rep.HighWater, "txid": rep.TxID, "buckets": rep.Buckets})
+			"pageSize": rep.PageSize, "pages": rep.HighWater, "txid": rep.TxID, "buckets": rep.Buckets,
+			"ledgerRows": rep.LedgerRows})
 	}
 	tw := tabwriter.NewWriter(c.out, 0, 0, 1, ' ', 0)
 	fmt.Fprintf(tw, "File:\t%s\n", args[0])
 	fmt.Fprintf(tw, "Size:\t%d bytes, %d pages of %d bytes in use\n", rep.Size, rep.HighWater, rep.PageSize)
 	fmt.Fprintf(tw, "Transaction:\t%d\n", rep.TxID)
+	fmt.Fprintf(tw, "Ledger:\t%d rows in %s, every checksum checked\n", rep.LedgerRows, boltstore.LedgerDir(args[0]))
 	names := make([]string, 0, len(rep.Buckets))
 	for name := range rep.Buckets {
 		names = append(names, name)

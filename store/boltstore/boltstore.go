@@ -22,6 +22,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/platformgw/gateway/store"
+	segledger "github.com/platformgw/gateway/store/ledger"
 	"github.com/platformgw/gateway/store/settlelog"
 )
 
@@ -32,7 +33,7 @@ var (
 	bucketKeyUsers     = []byte("key_users")     // user \0 key id -> sha256(key)
 	bucketSubs         = []byte("subscriptions") // user \0 service -> Subscription
 	bucketCounters     = []byte("counters")      // user \0 service \0 period(8) -> counter
-	bucketLedger       = []byte("ledger")        // time(8) seq(8) -> LedgerEntry
+	bucketLedger       = []byte("ledger")        // time(8) seq(8) -> LedgerEntry: the ledger before the ledger directory (ledger.go), moved out at Open
 	bucketReservations = []byte("reservations")  // reservation id -> reservation
 	bucketIdempotency  = []byte("idempotency")   // service \0 key -> idemRecord
 	bucketJobs         = []byte("jobs")          // job id -> Job
@@ -40,10 +41,14 @@ var (
 )
 
 var allBuckets = [][]byte{
-	bucketKeys, bucketKeyIDs, bucketKeyUsers, bucketSubs, bucketCounters, bucketLedger,
+	bucketKeys, bucketKeyIDs, bucketKeyUsers, bucketSubs, bucketCounters,
 	bucketReservations, bucketIdempotency, bucketJobs, bucketOpenJobs,
 	bucketAlerts, bucketAlertKeys, bucketAlertsDue,
 }
+
+// knownBuckets are the buckets a platform store may have: allBuckets, and
+// the ledger bucket of a store from before the ledger directory.
+func knownBuckets() [][]byte { return append(slices.Clip(allBuckets), bucketLedger) }
 
 // ErrClosed is returned for writes after Close.
 var ErrClosed = errors.New("store closed")
@@ -76,8 +81,9 @@ type Store struct {
 	// The settlement path (settle.go): the billing figures in memory, the
 	// settlement log, and what is appended but not yet applied.
 	settled
-	log  *settlelog.Log
-	sink ledgerSink
+	log *settlelog.Log
+	// led is the ledger of record (ledger.go).
+	led *segledger.Ledger
 
 	// failure, once set, is why the store is unusable: bbolt failed on a
 	// damaged page while serving. Every later read and write gets it
@@ -180,7 +186,6 @@ func OpenWith(path string, o Options) (*Store, error) {
 		loopDone: make(chan struct{}),
 		cache:    newReadCache(),
 	}
-	s.sink = &boltLedger{s: s}
 	err = db.Update(func(tx *bolt.Tx) error {
 		if _, err := layout(tx, path); err != nil {
 			return err
@@ -205,7 +210,12 @@ func OpenWith(path string, o Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("initialise store %s: %w", path, err)
 	}
+	if err := s.openLedger(); err != nil {
+		db.Close()
+		return nil, err
+	}
 	if err := s.openLog(o); err != nil {
+		s.led.Close()
 		db.Close()
 		return nil, err
 	}
@@ -240,10 +250,18 @@ func (s *Store) Close() error {
 		close(s.closing)
 	})
 	<-s.loopDone
+	// The applier has stopped: nothing appends to the ledger any more.
+	var lerr error
+	if s.led != nil {
+		lerr = s.led.Close()
+	}
 	if err := s.Err(); err != nil {
 		return err
 	}
-	return s.db.Close()
+	if err := s.db.Close(); err != nil {
+		return err
+	}
+	return lerr
 }
 
 // Err is why the store is unusable, or nil while it is sound.

@@ -305,7 +305,7 @@ func layout(tx *bolt.Tx, path string) (fresh bool, err error) {
 	var names, foreign []string
 	err = tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
 		names = append(names, string(name))
-		if !slices.ContainsFunc(allBuckets, func(b []byte) bool { return string(b) == string(name) }) {
+		if !slices.ContainsFunc(knownBuckets(), func(b []byte) bool { return string(b) == string(name) }) {
 			foreign = append(foreign, string(name))
 		}
 		return nil
@@ -331,12 +331,17 @@ type Report struct {
 	FileInfo
 	// Buckets counts the entries of each top-level bucket.
 	Buckets map[string]int
+	// LedgerRows counts the rows of the ledger directory beside the file
+	// (LedgerDir), every one read and its checksum checked.
+	LedgerRows int64
 }
 
 // CheckFile verifies the store file at path without a running gateway:
 // its meta pages and size, every page it references, bbolt's consistency
-// check and the platform layout. It opens the file read-only and never
-// creates or changes it; a file a running gateway holds is ErrLocked.
+// check and the platform layout, then every row of the ledger directory
+// beside it (LedgerDir). It opens the file read-only and never creates or
+// changes it (opening the ledger finishes what a crash left there, as a
+// start would); a file a running gateway holds is ErrLocked.
 func CheckFile(path string) (Report, error) {
 	info, exists, err := inspect(path)
 	if err != nil {
@@ -375,6 +380,10 @@ func CheckFile(path string) (Report, error) {
 			return nil
 		})
 	})
+	if err != nil {
+		return rep, err
+	}
+	rep.LedgerRows, err = checkLedger(path)
 	return rep, err
 }
 

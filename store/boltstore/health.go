@@ -91,10 +91,26 @@ var (
 )
 
 // SetLogger sets where write failures are logged (rate-limited).
+// The ledger logs through it too, and what Open had to say (a torn
+// settlement-log tail dropped, the ledger bucket moved) is said now, once.
 func (s *Store) SetLogger(l *zap.Logger) {
 	s.health.mu.Lock()
 	s.health.logger = l
 	s.health.mu.Unlock()
+	if s.led != nil {
+		s.led.SetLogger(l)
+	}
+	if l == nil {
+		return
+	}
+	s.noteOnce.Do(func() {
+		if s.startNote != "" {
+			l.Warn(s.startNote)
+		}
+		if s.ledgerNote != "" {
+			l.Info(s.ledgerNote)
+		}
+	})
 }
 
 // ObserveWriteFailures sets a function told how many writes each failed

@@ -67,7 +67,10 @@ type settled struct {
 
 	// startNote is said once a logger is set: a torn tail dropped at Open.
 	startNote string
-	closed    atomic.Bool
+	// ledgerNote is said once a logger is set: the ledger bucket moved.
+	ledgerNote string
+	noteOnce   sync.Once
+	closed     atomic.Bool
 }
 
 // queued is a record waiting for the applier.
@@ -121,7 +124,7 @@ func (s *Store) openLog(o Options) error {
 	if err != nil {
 		return err
 	}
-	ledgerAt := s.sink.Position()
+	ledgerAt := s.led.Position()
 	from := min(applied, ledgerAt)
 	var chunk []queued
 	flush := func() error {
@@ -159,10 +162,11 @@ func (s *Store) openLog(o Options) error {
 	}
 	s.applied.Store(applied)
 	err = s.db.View(func(tx *bolt.Tx) error {
-		lb := tx.Bucket(bucketLedger)
-		s.ledgerSeq = lb.Sequence()
-		if k, _ := lb.Cursor().Last(); k != nil {
-			s.lastLedgerTime = int64(binary.BigEndian.Uint64(k))
+		m := tx.Bucket(bucketMarker)
+		s.ledgerSeq = max(markerU64(m, keyLedgerSeq), s.led.LastSeq())
+		s.lastLedgerTime = int64(markerU64(m, keyLedgerTime))
+		if t := s.led.LastTime(); !t.IsZero() {
+			s.lastLedgerTime = max(s.lastLedgerTime, t.UnixNano())
 		}
 		s.holdSeq.Store(tx.Bucket(bucketReservations).Sequence())
 		return nil
@@ -326,14 +330,14 @@ func (s *Store) applyOnce() error {
 // applyRecords writes records to the database in tx and stores the log
 // position of the last. Records at or before applied are in the database
 // already (a replay after the position was stored) and are skipped; their
-// ledger entries are skipped at or before ledgerAt, the ledger sink's
-// position (the same for the bbolt ledger; a sink of its own may be behind
-// or ahead). The counters and balances a batch touches are read once and
-// written once, whatever number of records changed them.
+// ledger entries are skipped at or before ledgerAt, the ledger's position.
+// The counters and balances a batch touches are read once and written
+// once, whatever number of records changed them.
 //
-// A sink of its own is appended to inside the database's transaction: if
-// that commit fails, the next round hands it the same entries again (with
-// the same or a later position), which it must skip by their Seq.
+// The ledger (ledger.go) is appended to inside the database's transaction,
+// before its commit, so it is never behind the database: if the commit
+// fails, the next round (or the replay at the next start) hands it the
+// same entries again, which appendLedger skips by their Seq.
 func (s *Store) applyRecords(tx *bolt.Tx, batch []queued, applied, ledgerAt uint64) error {
 	var entries []store.LedgerEntry
 	acc := applyState{subs: make(map[string]*subState), counters: make(map[string]*counter)}
@@ -361,11 +365,7 @@ func (s *Store) applyRecords(tx *bolt.Tx, batch []queued, applied, ledgerAt uint
 		return err
 	}
 	upto := batch[len(batch)-1].pos
-	if l, ok := s.sink.(*boltLedger); ok {
-		l.tx = tx
-		defer func() { l.tx = nil }()
-	}
-	if err := s.sink.Append(entries, upto); err != nil {
+	if err := s.appendLedger(tx, entries, upto); err != nil {
 		return err
 	}
 	return tx.Bucket(bucketMarker).Put(keySettled, u64(upto))

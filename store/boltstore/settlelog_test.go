@@ -36,6 +36,9 @@ func crash(t testing.TB, s *Store) {
 	s.log.Close(0) // 0: keep every segment
 	s.closeOnce.Do(func() { close(s.closing) })
 	<-s.loopDone
+	// The ledger's files are closed as a process exit closes them; what
+	// it has is on disk already (Append syncs).
+	s.led.Close()
 	if err := s.db.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -191,14 +194,14 @@ func TestCrashLosesNothingAcknowledged(t *testing.T) {
 			}
 			crash(t, s)
 
-			// The file alone has none of it; the log has it all.
+			// The file has no ledger bucket; the log has it all.
 			db, err := bolt.Open(path, 0o600, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			db.View(func(tx *bolt.Tx) error {
-				if n := tx.Bucket(bucketLedger).Stats().KeyN; n != 0 {
-					t.Errorf("%d ledger rows in the file before the replay", n)
+				if tx.Bucket(bucketLedger) != nil {
+					t.Errorf("a ledger bucket in the file")
 				}
 				return nil
 			})
