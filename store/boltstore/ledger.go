@@ -44,10 +44,31 @@ const importChunk = 10000
 
 func ledgerID(seq uint64) string { return "led_" + strconv.FormatUint(seq, 10) }
 
+// ledgerAppended, when set (tests), runs after the ledger took a batch and
+// before the database commits it; an error fails the apply there, as a
+// crash between the two would.
+var ledgerAppended func() error
+
 // openLedger opens the ledger directory and moves the rows of the old
-// ledger bucket into it, once.
+// ledger bucket into it, once. A store whose ledger has handed out
+// numbers but whose directory is missing, or is behind the file, is
+// refused: the directory was left behind in a move or a restore, and
+// starting an empty one would lose the usage history.
 func (s *Store) openLedger() error {
 	dir := LedgerDir(s.path)
+	var seq, applied uint64
+	err := s.db.View(func(tx *bolt.Tx) error {
+		m := tx.Bucket(bucketMarker)
+		seq, applied = markerU64(m, keyLedgerSeq), markerU64(m, keySettled)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) && seq > 0 {
+		return fmt.Errorf("open store %s: its ledger directory %s is missing (the file has %d ledger rows numbered): move or restore the directory with the file (docs/operations.md, backups); the store is not started without its ledger",
+			s.path, dir, seq)
+	}
 	led, err := segledger.Open(dir, segledger.Options{})
 	if err != nil {
 		return fmt.Errorf("open store %s: ledger directory %s: %w (restore it from the backup the store file came from; `caddy platform store check` names the damaged file)",
@@ -58,6 +79,11 @@ func (s *Store) openLedger() error {
 		led.Close()
 		return fmt.Errorf("open store %s: move the ledger bucket into %s: %w (nothing was lost: the bucket stays until the move finishes; fix the cause and start again)",
 			s.path, dir, err)
+	}
+	if pos := led.Position(); pos < applied {
+		led.Close()
+		return fmt.Errorf("open store %s: its ledger directory %s covers the settlement log up to %d, the file up to %d: the directory is older than the file (restored from another backup?); restore both from the same backup (docs/operations.md, backups)",
+			s.path, dir, pos, applied)
 	}
 	return nil
 }
@@ -139,6 +165,11 @@ func (s *Store) appendLedger(tx *bolt.Tx, entries []store.LedgerEntry, upto uint
 	entries = entries[i:]
 	if upto > s.led.Position() || len(entries) > 0 {
 		if err := s.led.Append(entries, max(upto, s.led.Position())); err != nil {
+			return err
+		}
+	}
+	if ledgerAppended != nil {
+		if err := ledgerAppended(); err != nil {
 			return err
 		}
 	}

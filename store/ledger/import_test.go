@@ -76,7 +76,10 @@ func TestImportFromTheOldBucket(t *testing.T) {
 	at := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
 	for i := 0; i < n; {
 		err := db.Update(func(tx *bolt.Tx) error {
-			b := tx.Bucket([]byte("ledger"))
+			b, err := tx.CreateBucketIfNotExists([]byte("ledger"))
+			if err != nil {
+				return err
+			}
 			for j := 0; j < 50000 && i < n; j++ {
 				i++
 				at += int64(r.IntN(2000)) * int64(time.Microsecond)
@@ -109,21 +112,28 @@ func TestImportFromTheOldBucket(t *testing.T) {
 	}
 	db.Close()
 
-	// Before: the bbolt store's own export.
-	s, err = boltstore.Open(path)
+	// Before: the rows as the old store exported them, in key order.
+	before := sha256.New()
+	rows := 0
+	db, err = bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := sha256.New()
-	rows := 0
-	if err := s.ScanLedger(context.Background(), store.LedgerFilter{}, func(e store.LedgerEntry) error {
-		rows++
-		digest(before, e)
-		return nil
-	}); err != nil {
+	err = db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("ledger")).ForEach(func(_, v []byte) error {
+			e, err := ledger.DecodeLegacy(v)
+			if err != nil {
+				return err
+			}
+			rows++
+			digest(before, e)
+			return nil
+		})
+	})
+	db.Close()
+	if err != nil {
 		t.Fatal(err)
 	}
-	s.Close()
 	if rows != n {
 		t.Fatalf("the old export has %d rows, want %d", rows, n)
 	}
@@ -171,4 +181,24 @@ func TestImportFromTheOldBucket(t *testing.T) {
 	}
 	st := l.Stats()
 	t.Logf("%d rows imported: %d segments, %.1f bytes a row", n, st.Segments, float64(st.Bytes)/float64(n))
+	db.Close()
+
+	// The store does the same at Open, into its own ledger directory.
+	s, err = boltstore.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	opened := sha256.New()
+	rows = 0
+	if err := s.ScanLedger(context.Background(), store.LedgerFilter{}, func(e store.LedgerEntry) error {
+		rows++
+		digest(opened, e)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if rows != n || string(before.Sum(nil)) != string(opened.Sum(nil)) {
+		t.Fatalf("the store's export after Open: %d rows, digest equal: %v", rows, string(before.Sum(nil)) == string(opened.Sum(nil)))
+	}
 }
