@@ -334,18 +334,25 @@ func TestStoreCLI(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	copyPath := filepath.Join(dir, "backup.db")
-	if out := cliMust(t, "store", "backup", "--output", copyPath); !strings.Contains(out, "the copy checks") {
+	backupPath := filepath.Join(dir, "backup.tar")
+	if out := cliMust(t, "store", "backup", "--output", backupPath); !strings.Contains(out, "the copy checks") {
 		t.Errorf("store backup printed %q", out)
 	}
-	if _, err := cliRun(t, "store", "backup", "--output", copyPath); err == nil || !strings.Contains(err.Error(), "--force") {
+	if _, err := cliRun(t, "store", "backup", "--output", backupPath); err == nil || !strings.Contains(err.Error(), "--force") {
 		t.Errorf("backup over an existing file: %v", err)
 	}
 	if left, _ := filepath.Glob(filepath.Join(dir, "*.partial")); len(left) > 0 {
 		t.Errorf("left behind: %v", left)
 	}
+	copyPath := filepath.Join(dir, "restored", "platform.db")
+	if out := cliMust(t, "store", "restore", backupPath, copyPath); !strings.Contains(out, "both check") {
+		t.Errorf("store restore printed %q", out)
+	}
+	if _, err := cliRun(t, "store", "restore", backupPath, copyPath); err == nil || !strings.Contains(err.Error(), "exists") {
+		t.Errorf("restore over a store: %v", err)
+	}
 	out := cliMust(t, "store", "check", copyPath)
-	if !strings.Contains(out, "OK") || !strings.Contains(out, "Bucket keys:") {
+	if !strings.Contains(out, "OK") || !strings.Contains(out, "Bucket keys:") || !strings.Contains(out, "Ledger:") {
 		t.Errorf("store check printed:\n%s", out)
 	}
 	restored, err := boltstore.Open(copyPath)

@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"os"
-	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -385,41 +383,6 @@ func CheckFile(path string) (Report, error) {
 	}
 	rep.LedgerRows, err = checkLedger(path)
 	return rep, err
-}
-
-// Backup writes a consistent copy of the store to w while it serves: the
-// file as of one read transaction (bbolt's Tx.WriteTo). The copy is made
-// to a temporary file next to the store first, so a slow reader of w never
-// holds the transaction open (a long read transaction stalls the commits
-// that must grow the file). It returns the bytes written to w.
-func (s *Store) Backup(w io.Writer, size func(int64)) (int64, error) {
-	if err := s.applyAll(); err != nil { // the copy holds every settlement acknowledged
-		return 0, fmt.Errorf("backup of store %s: %w", s.path, err)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(s.path), ".platform-backup-*")
-	if err != nil {
-		return 0, fmt.Errorf("backup of store %s: %w", s.path, err)
-	}
-	defer os.Remove(tmp.Name())
-	defer tmp.Close()
-	err = s.view(func(tx *bolt.Tx) error {
-		_, err := tx.WriteTo(tmp)
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("backup of store %s: %w", s.path, err)
-	}
-	n, err := tmp.Seek(0, io.SeekEnd)
-	if err == nil {
-		_, err = tmp.Seek(0, io.SeekStart)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("backup of store %s: %w", s.path, err)
-	}
-	if size != nil {
-		size(n)
-	}
-	return io.Copy(w, tmp)
 }
 
 // Unusable is a store that answers every call with err: what a gateway
