@@ -328,4 +328,3 @@ func TestDamageWhileServing(t *testing.T) {
 		})
 	}
 }
-
