@@ -28,6 +28,10 @@ import (
 // applyInterval is how often the applier writes what the log took.
 var applyInterval = 20 * time.Millisecond
 
+// logSegmentBytes is the settlement log's segment size (0: its default,
+// 64 MiB); tests make it small to see segments rotate and go.
+var logSegmentBytes int64
+
 // keySettled is where the marker bucket keeps the applied log position.
 var keySettled = []byte("settled_position")
 
@@ -106,7 +110,8 @@ func (s *Store) openLog(o Options) error {
 	s.claims = make(map[string]pendingClaim)
 	s.stopApply, s.applyDone = make(chan struct{}), make(chan struct{})
 	s.applyEvery = applyInterval
-	l, err := settlelog.Open(s.path, settlelog.Options{Mode: o.Durability, FlushInterval: o.FlushInterval})
+	l, err := settlelog.Open(s.path, settlelog.Options{Mode: o.Durability, FlushInterval: o.FlushInterval,
+		SegmentBytes: logSegmentBytes})
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", s.path, err)
 	}
