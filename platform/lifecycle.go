@@ -104,7 +104,8 @@ func strandedStore(setting, path string) error {
 	}
 	return fmt.Errorf("platform store %s does not exist, but %s does: a relative store path is under Caddy's data directory, "+
 		"and gateways before took it under the working directory; an empty store is not started in its place. "+
-		"Stop the gateway, move %s to %s (or set store to the absolute path of the file to serve) and start it again; see docs/operations.md",
+		"Stop the gateway, move %s to %s, with its .ledger directory and any settlement log segments beside it "+
+		"(or set store to the absolute path of the file to serve) and start it again; see docs/operations.md",
 		path, old, old, path)
 }
 

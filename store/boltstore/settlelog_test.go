@@ -255,13 +255,19 @@ func TestReplayIdempotent(t *testing.T) {
 }
 
 // snapshotSynced copies the store as power loss would leave it now: the
-// database file as of its last commit, and of each log segment only what
+// database file as of its last commit, the ledger directory as of its
+// last append (every append is synced), and of each log segment only what
 // an fdatasync covered.
 func snapshotSynced(t *testing.T, s *Store) string {
 	t.Helper()
 	dir := t.TempDir()
 	dst := filepath.Join(dir, filepath.Base(s.path))
+	s.applyMu.Lock()
 	err := s.db.View(func(tx *bolt.Tx) error { return tx.CopyFile(dst, 0o600) })
+	if err == nil {
+		err = s.led.Snapshot(LedgerDir(dst))
+	}
+	s.applyMu.Unlock()
 	if err != nil {
 		t.Fatal(err)
 	}
