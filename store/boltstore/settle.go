@@ -473,7 +473,10 @@ func (a *applyState) apply(tx *bolt.Tx, c *acctChange) error {
 	}
 	if st.Credits != ss.sub.Credits || st.CreditsHeld != ss.sub.CreditsHeld || !c.updated.IsZero() {
 		ss.sub.Credits, ss.sub.CreditsHeld = st.Credits, st.CreditsHeld
-		if !c.updated.IsZero() {
+		// A change written to the file directly (PutSubscription) after
+		// this record was appended, and before it was applied, is newer:
+		// UpdatedAt never goes back.
+		if c.updated.After(ss.sub.UpdatedAt) {
 			ss.sub.UpdatedAt = c.updated
 		}
 		ss.changed = true
