@@ -91,10 +91,17 @@ var (
 )
 
 // SetLogger sets where write failures are logged (rate-limited).
+// The first logger set is also told what Open found worth saying: a torn
+// record dropped from the end of the settlement log.
 func (s *Store) SetLogger(l *zap.Logger) {
 	s.health.mu.Lock()
 	s.health.logger = l
+	note := s.startNote
+	s.startNote = ""
 	s.health.mu.Unlock()
+	if note != "" && l != nil {
+		l.Warn(note)
+	}
 }
 
 // ObserveWriteFailures sets a function told how many writes each failed

@@ -65,7 +65,8 @@ type settled struct {
 	idemMu    sync.Mutex
 	claims    map[string]pendingClaim
 
-	// startNote is said once a logger is set: a torn tail dropped at Open.
+	// startNote is said once a logger is set: a torn tail dropped at Open
+	// (guarded by health.mu).
 	startNote string
 	closed    atomic.Bool
 }
