@@ -47,11 +47,14 @@ import (
 // on 23 November 2026: 545 a call at commit 733506d, 482 after the request
 // path's allocations were trimmed (branch lean; plain reverse_proxy on the
 // same path: 233, the same in every run); the budget is that + ~5%.
-// 317-323 once holds lived in memory and settlements went to the
-// settlement log (store/settlelog; branch wal): budget 340.
+// 317-329 once holds lived in memory and settlements went to the
+// settlement log (store/settlelog; branch wal): budget 350. The count now
+// moves a little with the machine's speed: the applier commits to bbolt
+// every 20 ms whatever the call rate, so the slower the calls, the more of
+// its allocations fall to each.
 // Raise it only with a reason in the commit message (docs/performance.md,
 // "Allocation budget").
-const chainAllocBudget = 340
+const chainAllocBudget = 350
 
 const (
 	chainSecret = "chain-bench-secret-0123456789abcdef01"

@@ -91,11 +91,14 @@ var (
 )
 
 // SetLogger sets where write failures are logged (rate-limited).
-// The ledger logs through it too, and what Open had to say (a torn
-// settlement-log tail dropped, the ledger bucket moved) is said now, once.
+// The first logger set is also told what Open found worth saying: a torn
+// record dropped from the end of the settlement log, the ledger bucket
+// moved into the ledger directory. The ledger logs through it too.
 func (s *Store) SetLogger(l *zap.Logger) {
 	s.health.mu.Lock()
 	s.health.logger = l
+	note, moved := s.startNote, s.ledgerNote
+	s.startNote, s.ledgerNote = "", ""
 	s.health.mu.Unlock()
 	if s.led != nil {
 		s.led.SetLogger(l)
@@ -103,14 +106,12 @@ func (s *Store) SetLogger(l *zap.Logger) {
 	if l == nil {
 		return
 	}
-	s.noteOnce.Do(func() {
-		if s.startNote != "" {
-			l.Warn(s.startNote)
-		}
-		if s.ledgerNote != "" {
-			l.Info(s.ledgerNote)
-		}
-	})
+	if note != "" {
+		l.Warn(note)
+	}
+	if moved != "" {
+		l.Info(moved)
+	}
 }
 
 // ObserveWriteFailures sets a function told how many writes each failed

@@ -23,7 +23,7 @@ func (s *Store) CreateKey(ctx context.Context, k store.KeyRecord) error {
 		if keys.Get(k.Hash[:]) != nil || tx.Bucket(bucketKeyIDs).Get([]byte(k.ID)) != nil {
 			return fmt.Errorf("key %s: %w", k.ID, store.ErrConflict)
 		}
-		if err := putJSON(keys, k.Hash[:], k); err != nil {
+		if err := putJSON(keys, k.Hash[:], toKeyRecord(k)); err != nil {
 			return err
 		}
 		s.written.key(k.Hash)
@@ -35,10 +35,11 @@ func (s *Store) CreateKey(ctx context.Context, k store.KeyRecord) error {
 }
 
 func readKey(tx *bolt.Tx, hash []byte) (store.KeyRecord, error) {
-	var k store.KeyRecord
-	if err := getJSON(tx.Bucket(bucketKeys), hash, &k); err != nil {
-		return k, err
+	var rec keyRecord
+	if err := getJSON(tx.Bucket(bucketKeys), hash, &rec); err != nil {
+		return store.KeyRecord{}, err
 	}
+	k := rec.key()
 	copy(k.Hash[:], hash)
 	return k, nil
 }
@@ -118,7 +119,7 @@ func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) (store.K
 		}
 		if k.RevokedAt.IsZero() {
 			k.RevokedAt = at.UTC()
-			if err := putJSON(tx.Bucket(bucketKeys), h, k); err != nil {
+			if err := putJSON(tx.Bucket(bucketKeys), h, toKeyRecord(k)); err != nil {
 				return err
 			}
 			s.written.key(k.Hash)

@@ -69,11 +69,12 @@ type settled struct {
 	idemMu    sync.Mutex
 	claims    map[string]pendingClaim
 
-	// startNote is said once a logger is set: a torn tail dropped at Open.
+	// startNote is said once a logger is set: a torn tail dropped at Open
+	// (guarded by health.mu).
 	startNote string
-	// ledgerNote is said once a logger is set: the ledger bucket moved.
+	// ledgerNote is said once a logger is set: the ledger bucket moved
+	// (guarded by health.mu).
 	ledgerNote string
-	noteOnce   sync.Once
 	closed     atomic.Bool
 }
 

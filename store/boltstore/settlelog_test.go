@@ -12,6 +12,9 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/store"
@@ -366,5 +369,38 @@ func TestOpenRefusesBadLog(t *testing.T) {
 	}
 	if _, err := Open(filepath.Join(path, "under-a-file", "platform.db")); err == nil {
 		t.Error("a store whose directory cannot be made opened")
+	}
+}
+
+// TestTornTailLogged: a record torn at the end of the log (a crash while
+// it was written, never acknowledged) is dropped at the next start with one
+// log line naming the file; everything before it is replayed.
+func TestTornTailLogged(t *testing.T) {
+	defer func(d time.Duration) { applyInterval = d }(applyInterval)
+	applyInterval = time.Hour
+	path := storePath(t)
+	s := openAt(t, path)
+	a := subscribe(t, s, "u1", "svc", unlimited, 0)
+	for range 3 {
+		if _, err := s.Record(ctx, a, entryFor(a, whole(1), t0), okResponse); err != nil {
+			t.Fatal(err)
+		}
+	}
+	crash(t, s)
+	segs, _ := filepath.Glob(path + ".*.settle")
+	seg := segs[len(segs)-1]
+	data, _ := os.ReadFile(seg)
+	os.WriteFile(seg, data[:len(data)-5], 0o600) // the last record cut short
+	s = openAt(t, path)
+	core, logs := observer.New(zapcore.DebugLevel)
+	s.SetLogger(zap.New(core))
+	if n := logs.FilterLevelExact(zapcore.WarnLevel).Len(); n != 1 || !strings.Contains(logs.All()[0].Message, seg) {
+		t.Errorf("log: %v; want one warning naming %s", logs.All(), seg)
+	}
+	if units, _ := sumUnits(ledger(t, s, store.LedgerFilter{})); units != whole(2) {
+		t.Errorf("ledger holds %s units, want the 2 whose records are whole", units)
+	}
+	if st := stateOf(t, s, a, t0); st.Used != whole(2) {
+		t.Errorf("used %s, want 2", st.Used)
 	}
 }
