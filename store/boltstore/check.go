@@ -381,7 +381,21 @@ func CheckFile(path string) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	rep.LedgerRows, err = checkLedger(path)
+	var seq, applied uint64
+	db.View(func(tx *bolt.Tx) error {
+		if m := tx.Bucket(bucketMarker); m != nil {
+			seq, applied = markerU64(m, keyLedgerSeq), markerU64(m, keySettled)
+		}
+		if tx.Bucket(bucketLedger) != nil {
+			applied = 0 // the ledger is still (partly) in the file: the next start moves it
+		}
+		return nil
+	})
+	if _, err := os.Stat(LedgerDir(path)); errors.Is(err, os.ErrNotExist) && seq > 0 {
+		return rep, fmt.Errorf("store %s: its ledger directory %s is missing (the file has %d ledger rows numbered): the store does not start without it; restore both from the same backup",
+			path, LedgerDir(path), seq)
+	}
+	rep.LedgerRows, err = checkLedger(path, applied)
 	return rep, err
 }
 

@@ -253,10 +253,11 @@ func (s *Store) LedgerStats() segledger.Stats {
 }
 
 // checkLedger verifies every row of the ledger directory of the store file
-// at path, if it has one: the ledger's part of CheckFile. The gateway must
+// at path, if it has one, and that it is not behind the file (applied is
+// the file's settlement-log position): the ledger's part of CheckFile. The gateway must
 // not be running (CheckFile holds the file's lock); opening finishes what
 // a crash left, as a start would.
-func checkLedger(path string) (rows int64, err error) {
+func checkLedger(path string, applied uint64) (rows int64, err error) {
 	dir := LedgerDir(path)
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		return 0, nil
@@ -264,6 +265,11 @@ func checkLedger(path string) (rows int64, err error) {
 	led, err := segledger.Open(dir, segledger.Options{})
 	if err != nil {
 		return 0, fmt.Errorf("ledger directory %s: %w", dir, err)
+	}
+	if pos := led.Position(); pos < applied {
+		led.Close()
+		return 0, fmt.Errorf("ledger directory %s covers the settlement log up to %d, the file up to %d: the directory is older than the file; restore both from the same backup",
+			dir, pos, applied)
 	}
 	rows, err = led.Verify(context.Background())
 	if cerr := led.Close(); err == nil {

@@ -164,6 +164,9 @@ func TestLedgerDirMissing(t *testing.T) {
 	if _, err := os.Stat(LedgerDir(path)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("Open made a ledger directory: %v", err)
 	}
+	if _, err := CheckFile(path); err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Fatalf("CheckFile without the ledger directory: %v", err)
+	}
 	os.Rename(saved, LedgerDir(path))
 	s = openAt(t, path)
 	if got := ledger(t, s, store.LedgerFilter{}); len(got) != 1 {
