@@ -42,6 +42,10 @@ var (
 // importChunk is how many rows of the old ledger bucket one Append takes.
 const importChunk = 10000
 
+// appendChunk is how many of the applier's rows one Append takes at most
+// (a block holds 256 MiB); a variable for the tests.
+var appendChunk = 100000
+
 func ledgerID(seq uint64) string { return "led_" + strconv.FormatUint(seq, 10) }
 
 // ledgerAppended, when set (tests), runs after the ledger took a batch and
@@ -163,8 +167,18 @@ func (s *Store) appendLedger(tx *bolt.Tx, entries []store.LedgerEntry, upto uint
 		i++
 	}
 	entries = entries[i:]
-	if upto > s.led.Position() || len(entries) > 0 {
-		if err := s.led.Append(entries, max(upto, s.led.Position())); err != nil {
+	rows := entries
+	// A batch the applier could not write for a long while (a full disk)
+	// goes in blocks of appendChunk rows, the position moved by the last:
+	// a crash between them leaves rows the replay skips by Seq.
+	for len(rows) > appendChunk {
+		if err := s.led.Append(rows[:appendChunk], s.led.Position()); err != nil {
+			return err
+		}
+		rows = rows[appendChunk:]
+	}
+	if upto > s.led.Position() || len(rows) > 0 {
+		if err := s.led.Append(rows, max(upto, s.led.Position())); err != nil {
 			return err
 		}
 	}

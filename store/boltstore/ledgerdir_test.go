@@ -186,6 +186,8 @@ func TestLedgerDirMissing(t *testing.T) {
 func TestLedgerCrashPoints(t *testing.T) {
 	defer func(d time.Duration) { applyInterval = d }(applyInterval)
 	applyInterval = time.Hour // the test applies
+	defer func(n int) { appendChunk = n }(appendChunk)
+	appendChunk = 7 // every apply goes to the ledger in several blocks
 	for _, point := range []string{"before the apply", "between ledger and file", "after the apply"} {
 		t.Run(point, func(t *testing.T) {
 			path := storePath(t)
