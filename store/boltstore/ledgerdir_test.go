@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -188,13 +189,13 @@ func TestLedgerCrashPoints(t *testing.T) {
 	applyInterval = time.Hour // the test applies
 	defer func(n int) { appendChunk = n }(appendChunk)
 	appendChunk = 7 // every apply goes to the ledger in several blocks
-	for _, point := range []string{"before the apply", "between ledger and file", "after the apply"} {
+	for _, point := range []string{"before the apply", "between ledger and file", "in the ledger's last block", "after the apply"} {
 		t.Run(point, func(t *testing.T) {
 			path := storePath(t)
 			s := openAt(t, path)
 			w := runWorkload(t, s, false)
 			switch point {
-			case "between ledger and file":
+			case "between ledger and file", "in the ledger's last block":
 				cut := errors.New("crash")
 				ledgerAppended = func() error { return cut }
 				err := s.applyAll()
@@ -211,6 +212,18 @@ func TestLedgerCrashPoints(t *testing.T) {
 				}
 			}
 			crash(t, s)
+			if point == "in the ledger's last block" {
+				// The last block (the one that moved the position) torn.
+				segs, _ := filepath.Glob(filepath.Join(LedgerDir(path), "seg-*.raw"))
+				last := segs[len(segs)-1]
+				fi, err := os.Stat(last)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Truncate(last, fi.Size()-5); err != nil {
+					t.Fatal(err)
+				}
+			}
 			for round := range 2 {
 				s = openAt(t, path)
 				checkAgainstLedger(t, s, w.acked, whole(1007), 8*5)

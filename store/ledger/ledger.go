@@ -991,6 +991,22 @@ func copyPrefix(from, to string, size int64) error {
 	return err
 }
 
+// Abandon lets go of the ledger as a crash would: no rollup log frame is
+// written and the active segment is left as it is, so the next Open
+// replays the rows after the last frame into the rollups. For tests that
+// simulate a crash (the store's too); everything else calls Close.
+func (l *Ledger) Abandon() {
+	l.closing.Do(func() {
+		close(l.done)
+		l.wg.Wait()
+		l.mu.Lock()
+		l.closed = true
+		l.active.Close()
+		l.rlog.Close()
+		l.mu.Unlock()
+	})
+}
+
 // Close stops background sealing, writes a rollup log frame so the next
 // Open replays nothing, and closes the active segment.
 func (l *Ledger) Close() error {

@@ -106,19 +106,8 @@ func sameEntries(t testing.TB, what string, got, want []store.LedgerEntry) {
 	}
 }
 
-// abandon drops the ledger as a crash would: no rollup file written, the
-// active segment left as it is.
-func (l *Ledger) abandon() {
-	l.closing.Do(func() {
-		close(l.done)
-		l.wg.Wait()
-		l.mu.Lock()
-		l.closed = true
-		l.active.Close()
-		l.rlog.Close()
-		l.mu.Unlock()
-	})
-}
+// abandon drops the ledger as a crash would (Abandon).
+func (l *Ledger) abandon() { l.Abandon() }
 
 func appendBatches(t testing.TB, l *Ledger, es []store.LedgerEntry, batch int, pos *uint64) {
 	t.Helper()
