@@ -10,6 +10,8 @@
 #                the same node on bbolt: req/s, round trips, added latency
 #   make bench-scale  the store with 1M keys and 10M ledger rows against an
 #                empty one (minutes, several GB in a temp dir)
+#   make bench-scale-ledger  the segmented usage ledger grown to
+#                SCALE_LEDGER_ROWS rows (default 10M; minutes, ~200 MB)
 #   make bench-micro  the go test micro-benchmarks (benchstat-friendly) and
 #                the sync invoke chain's allocation budget
 #   make build   just the binary (bin/caddy)
@@ -22,7 +24,7 @@ GO      ?= go
 BIN     := bin
 CADDY   := $(BIN)/caddy
 
-.PHONY: screenshots build run test verify-systemd test-short fuzz bench bench-fleet bench-scale bench-micro xcaddy vet lint clean
+.PHONY: screenshots build run test verify-systemd test-short fuzz bench bench-fleet bench-scale bench-scale-ledger bench-micro xcaddy vet lint clean
 
 build:
 	$(GO) build -o $(CADDY) ./caddy
@@ -88,6 +90,10 @@ bench-fleet: build
 
 bench-scale:
 	$(GO) test -tags scale -run '^TestScale$$' -v -count=1 -timeout 60m ./store/boltstore
+
+# SCALE_LEDGER_ROWS=100000000 for the 100M-row figures of docs/performance.md.
+bench-scale-ledger:
+	SCALE_LEDGER_ROWS=$${SCALE_LEDGER_ROWS:-10000000} $(GO) test -tags scale -run '^TestLedgerScale$$' -v -count=1 -timeout 120m ./store/ledger
 
 # -count 6 gives benchstat enough samples: make bench-micro > new.txt,
 # then benchstat old.txt new.txt. The last step is the whole sync invoke

@@ -19,12 +19,14 @@ import (
 	"time"
 
 	"github.com/platformgw/gateway/billing"
+	"github.com/platformgw/gateway/store/boltstore"
 )
 
 // The crash test runs the real binary as a subprocess, drives sync and
 // async invokes, usage reports and job completions at it from many
-// goroutines, kills it with SIGKILL at a random moment, and judges the
-// bbolt file the dead process left with an independent reader:
+// goroutines, kills it with SIGKILL at a random moment, replays the
+// settlement log the dead process left onto its bbolt file (what the next
+// start does), and judges the file with an independent reader:
 //
 //   - every unit acknowledged (a 2xx to a caller, a 200 to a backend) is
 //     in the ledger, exactly once;
@@ -33,7 +35,8 @@ import (
 //     spend), the prepaid balance is its top-up less the ledger's costs,
 //     and what the counters hold equals the stored reservations.
 //
-// Then it restarts the binary on the same file and does it again. Reports
+// Then it restarts the binary on the same file and does it again. It runs
+// in both durability modes (sync and write). Reports
 // and completions that got no answer are retried after the restart with
 // the same Idempotency-Key / the same body, as a backend would, and must
 // still count once. Finally it restarts, stops gracefully and checks that
@@ -233,11 +236,19 @@ func crashBackend(t *testing.T, jobs chan<- crashJob) *httptest.Server {
 	return srv
 }
 
+// TestCrashKill9 runs in both durability modes: sync and write both
+// promise that a settlement acknowledged survives kill -9 of the gateway.
 func TestCrashKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and kills the real binary")
 	}
 	bin := gatewayBinary(t)
+	for _, mode := range []string{"sync", "write"} {
+		t.Run(mode, func(t *testing.T) { crashKill9(t, bin, mode) })
+	}
+}
+
+func crashKill9(t *testing.T, bin, durability string) {
 	dir := t.TempDir()
 	seed := uint64(time.Now().UnixNano())
 	if s, err := strconv.ParseUint(os.Getenv("CRASH_SEED"), 10, 64); err == nil {
@@ -260,6 +271,7 @@ func TestCrashKill9(t *testing.T) {
 	grace_period 2s
 	platform {
 		store %s
+		durability %s
 %s
 	}
 }
@@ -272,7 +284,7 @@ func TestCrashKill9(t *testing.T) {
 		transport platform
 	}
 }
-`, adminPort, httpPort, freePort(t), dbPath, crashCatalog(be.URL), httpPort)), 0o644)
+`, adminPort, httpPort, freePort(t), dbPath, durability, crashCatalog(be.URL), httpPort)), 0o644)
 	logPath := filepath.Join(dir, "caddy.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -312,6 +324,7 @@ func TestCrashKill9(t *testing.T) {
 		runCrashLoad(t, p, acks, keys, users, jobs, killAfter, round, &signatures, &sigMu)
 		loadTime += time.Since(loadStart)
 		after := acks.snapshotCounts()
+		replaySettlements(t, dbPath)
 		sf := readStoreFile(t, dbPath)
 		settledUnacked := checkCrashStore(t, sf, acks, products, topUp)
 		t.Logf("round %d: killed after %v; acknowledged this round: %d invokes, %d jobs, %d reports, %d completions; "+
@@ -364,6 +377,24 @@ func TestCrashKill9(t *testing.T) {
 		"attempts %v; ledger %d entries; %d jobs still open holding their unit",
 		rounds, time.Since(start).Round(time.Millisecond), loadTime.Round(time.Millisecond),
 		c[0], c[1], c[2], c[3], acks.attempts, len(sf.Ledger), openJobs)
+}
+
+// replaySettlements brings the store file left by a kill up to date with
+// its settlement log, as the next start does (boltstore.Open replays the
+// log; Close applies it and removes it), so that the independent reader
+// judges everything the dead process acknowledged.
+func replaySettlements(t *testing.T, dbPath string) {
+	t.Helper()
+	s, err := boltstore.Open(dbPath)
+	if err != nil {
+		t.Fatalf("replaying the settlement log left by the kill: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if segs, _ := filepath.Glob(dbPath + ".*.settle"); len(segs) != 0 {
+		t.Fatalf("settlement log segments left after a replay and a clean close: %v", segs)
+	}
 }
 
 func (a *crashAcks) snapshotCounts() [4]int {

@@ -20,6 +20,8 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/platformgw/gateway/billing"
+	"github.com/platformgw/gateway/store"
+	"github.com/platformgw/gateway/store/ledger"
 )
 
 // storeFile is a closed bbolt store file as read with bbolt itself and the
@@ -125,18 +127,6 @@ func readStoreFile(t *testing.T, path string) storeFile {
 		Subs:     map[string]fileSub{},
 	}
 	err = db.View(func(tx *bolt.Tx) error {
-		if b := tx.Bucket([]byte("ledger")); b != nil {
-			if err := b.ForEach(func(k, v []byte) error {
-				var e fileLedgerEntry
-				if err := json.Unmarshal(v, &e); err != nil {
-					return fmt.Errorf("ledger %x: %w", k, err)
-				}
-				sf.Ledger = append(sf.Ledger, e)
-				return nil
-			}); err != nil {
-				return err
-			}
-		}
 		if b := tx.Bucket([]byte("counters")); b != nil {
 			if err := b.ForEach(func(k, v []byte) error {
 				// user \0 service \0 period(8)
@@ -222,7 +212,43 @@ func readStoreFile(t *testing.T, path string) storeFile {
 	if err != nil {
 		t.Fatalf("read store file %s: %v", path, err)
 	}
+	readLedgerDir(t, path, &sf)
 	return sf
+}
+
+// readLedgerDir reads the ledger directory beside the store file at path
+// (through store/ledger, the store's own reader of it) into sf.Ledger, and
+// folds every row into sf.Digest.
+func readLedgerDir(t *testing.T, path string, sf *storeFile) {
+	t.Helper()
+	dir := path + ".ledger"
+	if _, err := os.Stat(dir); os.IsNotExist(err) {
+		return
+	}
+	l, err := ledger.Open(dir, ledger.Options{})
+	if err != nil {
+		t.Fatalf("open ledger %s: %v", dir, err)
+	}
+	defer l.Close()
+	sum := sha256.New()
+	sum.Write([]byte(sf.Digest))
+	err = l.Scan(context.Background(), store.LedgerFilter{}, func(e store.LedgerEntry) error {
+		raw, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		var fe fileLedgerEntry
+		if err := json.Unmarshal(raw, &fe); err != nil {
+			return fmt.Errorf("ledger row %d: %w", e.Seq, err)
+		}
+		sf.Ledger = append(sf.Ledger, fe)
+		sum.Write(raw)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("read ledger %s: %v", dir, err)
+	}
+	sf.Digest = hex.EncodeToString(sum.Sum(nil))
 }
 
 // digestBucket feeds a bucket's name, sequence and every key and value

@@ -119,6 +119,8 @@ func (a *adminAPI) route(p []string) (map[string]adminHandler, []string) {
 		return map[string]adminHandler{http.MethodPost: a.addCredits}, p[1:3]
 	case len(p) == 1 && p[0] == "usage":
 		return map[string]adminHandler{http.MethodGet: a.exportUsage}, nil
+	case len(p) == 2 && p[0] == "usage" && p[1] == "prune":
+		return map[string]adminHandler{http.MethodPost: a.pruneUsage}, nil
 	case len(p) == 1 && p[0] == "audit":
 		return map[string]adminHandler{http.MethodGet: a.listAudit}, nil
 	case len(p) == 2 && p[0] == "jobs":
@@ -591,12 +593,14 @@ var usageColumns = []string{
 	"source", "units", "overage", "cost", "unitsClaimed", "occurredAt", "idempotencyKey",
 }
 
-// exportUsage: GET /platform/usage?userId=&serviceId=&from=&to=&format=.
-// It streams the ledger in time order straight from the store's chunked
-// scan to the client, so a ledger of any size is exported in bounded memory.
+// exportUsage: GET /platform/usage?userId=&serviceId=&from=&to=&format=
+// &rollup=hour&gzip=. It streams the ledger in time order straight from
+// the store's chunked scan to the client, so a ledger of any size is
+// exported in bounded memory; rollup=hour exports the hourly rollups
+// instead (adminapi_ledger.go), gzip compresses either.
 func (a *adminAPI) exportUsage(app *App, w http.ResponseWriter, r *http.Request, _ []string) error {
 	q := r.URL.Query()
-	if err := checkQuery(q, "userId", "serviceId", "from", "to", "format"); err != nil {
+	if err := checkQuery(q, "userId", "serviceId", "from", "to", "format", "gzip", "rollup"); err != nil {
 		return err
 	}
 	f := store.LedgerFilter{UserID: q.Get("userId"), ServiceID: q.Get("serviceId")}
@@ -622,6 +626,9 @@ func (a *adminAPI) exportUsage(app *App, w http.ResponseWriter, r *http.Request,
 	if format == "" {
 		format = formatJSON
 	}
+	if q.Has("rollup") && q.Get("rollup") != rollupHour {
+		return apierror.Invalid("rollup", "rollup must be hour (hourly sums per subscription, endpoint and product)")
+	}
 	var enc ledgerEncoder
 	switch format {
 	case formatJSON:
@@ -634,53 +641,20 @@ func (a *adminAPI) exportUsage(app *App, w http.ResponseWriter, r *http.Request,
 		return apierror.Invalid("format", "format must be json, ndjson or csv")
 	}
 
-	// Headers go out with the first entry, so that a store failure before
-	// any entry is still an ordinary JSON error.
-	out := &lazyWriter{w: w, start: func() {
-		h := w.Header()
-		h.Set("Content-Type", enc.contentType())
-		h.Set("Cache-Control", "no-store")
-		h.Set("X-Content-Type-Options", "nosniff")
-		if format == formatCSV {
-			h.Set("Content-Disposition", `attachment; filename="usage.csv"`)
-		}
-		w.WriteHeader(http.StatusOK)
-	}}
-	buf := newFlushWriter(out)
-	count := 0
-	err = app.DataStore().ScanLedger(r.Context(), f, func(e store.LedgerEntry) error {
-		if count == 0 {
-			if err := enc.begin(buf); err != nil {
-				return err
-			}
-		}
-		count++
-		return enc.entry(buf, e)
+	gz, err := wantGzip(r)
+	if err != nil {
+		return err
+	}
+	if q.Has("rollup") {
+		return a.exportRollups(app, w, r, f, format, gz)
+	}
+	filename := ""
+	if format == formatCSV {
+		filename = "usage.csv"
+	}
+	return streamExport(a, w, r, enc, filename, gz, func(fn func(store.LedgerEntry) error) error {
+		return app.DataStore().ScanLedger(r.Context(), f, fn)
 	})
-	if err == nil {
-		if count == 0 {
-			err = enc.begin(buf)
-		}
-		if err == nil {
-			err = enc.end(buf)
-		}
-		if err == nil {
-			err = buf.Flush()
-		}
-	}
-	if err == nil {
-		return nil
-	}
-	if !out.started {
-		return fmt.Errorf("export usage: %w", err)
-	}
-	// Part of the export is out with a 200: the only honest signal left is
-	// to cut the connection before the end of the chunked body, so that the
-	// client sees a truncated transfer rather than a short export.
-	if r.Context().Err() == nil {
-		a.logger.Error("usage export failed midway", zap.Int("entries_sent", count), zap.Error(err))
-	}
-	panic(http.ErrAbortHandler)
 }
 
 // parseTimeBound reads an RFC 3339 time or a date. A date as the upper

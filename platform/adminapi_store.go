@@ -99,9 +99,10 @@ func (a *storeAdminAPI) info(app *App, w http.ResponseWriter, _ *http.Request) e
 	return writeJSON(w, http.StatusOK, v)
 }
 
-// backup streams a consistent copy of the store file, taken while the
-// gateway serves (bbolt's Tx.WriteTo, one read transaction). Its length
-// is sent first, so a cut transfer is told from a whole one.
+// backup streams a consistent copy of the store, taken while the gateway
+// serves: a tar of the store file and its ledger directory
+// (boltstore.Backup). Its length is sent first, so a cut transfer is told
+// from a whole one.
 func (a *storeAdminAPI) backup(app *App, w http.ResponseWriter, r *http.Request) error {
 	opened, err := app.openStore()
 	if err != nil {
@@ -117,9 +118,9 @@ func (a *storeAdminAPI) backup(app *App, w http.ResponseWriter, r *http.Request)
 	n, err := s.Backup(w, func(size int64) {
 		started = true
 		h := w.Header()
-		h.Set("Content-Type", "application/octet-stream")
+		h.Set("Content-Type", "application/x-tar")
 		h.Set("Content-Length", strconv.FormatInt(size, 10))
-		h.Set("Content-Disposition", fmt.Sprintf(`attachment; filename="platform-%s.db"`, time.Now().UTC().Format("20060102T150405Z")))
+		h.Set("Content-Disposition", fmt.Sprintf(`attachment; filename="platform-%s.tar"`, time.Now().UTC().Format("20060102T150405Z")))
 		h.Set("Cache-Control", "no-store")
 		w.WriteHeader(http.StatusOK)
 	})

@@ -20,6 +20,7 @@ import (
 	"github.com/platformgw/gateway/jwtauth"
 	"github.com/platformgw/gateway/store"
 	"github.com/platformgw/gateway/wire"
+	"github.com/platformgw/gateway/store/settlelog"
 )
 
 func init() {
@@ -50,6 +51,15 @@ type App struct {
 	// StorePostgres, when set, keeps everything in PostgreSQL instead of
 	// the bbolt file, for a fleet of gateways (storepg.go, docs/fleet.md).
 	StorePostgres *PostgresStore `json:"store_postgres,omitempty"`
+	// Durability says when a settlement (a call's charge, a report, a job
+	// change) is acknowledged: "sync" (the default) once an fdatasync of
+	// the settlement log covers it, so it survives power loss; "write" once
+	// it is written, so it survives the gateway being killed and loses at
+	// most the last FlushInterval on power loss (docs/reliability.md). It
+	// is read when the store opens; a reload keeps the running store's.
+	Durability string `json:"durability,omitempty"`
+	// FlushInterval is how often "write" durability fdatasyncs; 5ms.
+	FlushInterval caddy.Duration `json:"flush_interval,omitempty"`
 	// PublicURL is the base URL (scheme://host[:port]) used to build the
 	// absolute progress and callback URLs of async jobs. When empty they
 	// are built from the scheme and Host of the invoking request, if that
@@ -61,6 +71,13 @@ type App struct {
 	TimestampTolerance caddy.Duration `json:"timestamp_tolerance,omitempty"`
 	// JobTTL is how long an async job may stay unfinished; 24h.
 	JobTTL caddy.Duration `json:"job_ttl,omitempty"`
+	// LedgerRetention prunes raw ledger rows older than this (whole
+	// segments, hourly); rollups stay. Unset keeps every row. Needs a
+	// store with a segmented ledger (docs/operations.md).
+	LedgerRetention caddy.Duration `json:"ledger_retention,omitempty"`
+	// RollupRetention prunes hourly rollups older than this; unset keeps
+	// them.
+	RollupRetention caddy.Duration `json:"rollup_retention,omitempty"`
 	// ResultMaxBytes caps an inline job result; 16 KiB.
 	ResultMaxBytes int `json:"result_max_bytes,omitempty"`
 	// MaxBodyBytes caps an invoke request body; 10 MiB.
@@ -91,6 +108,8 @@ type App struct {
 	// store, when set, is served instead (unit tests build an App around
 	// a store of their own).
 	store store.Store
+	// lastLedgerPrune is when the retentions were last applied (unix ns).
+	lastLedgerPrune atomic.Int64
 
 	headers  Headers
 	logger   *zap.Logger
@@ -162,6 +181,12 @@ func (a *App) defaults() error {
 	}
 	if a.JobTTL <= 0 {
 		a.JobTTL = caddy.Duration(DefaultJobTTL)
+	}
+	if _, err := settlelog.ParseMode(a.Durability); err != nil {
+		return err
+	}
+	if a.FlushInterval < 0 {
+		return fmt.Errorf("flush_interval %s: must be positive", time.Duration(a.FlushInterval))
 	}
 	if a.ResultMaxBytes <= 0 {
 		a.ResultMaxBytes = DefaultResultMaxBytes

@@ -20,6 +20,7 @@ import (
 	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/catalog"
 	"github.com/platformgw/gateway/wire"
+	"github.com/platformgw/gateway/store/settlelog"
 )
 
 func init() {
@@ -48,6 +49,8 @@ func parsePlatform(d *caddyfile.Dispenser, existing any) (any, error) {
 //	platform {
 //		header_brand         <word>              # X-<word>-* headers; Platform
 //		store                <path>              # bbolt file
+//		durability           sync|write          # sync
+//		flush_interval       <duration>          # 5ms (write durability)
 //		public_url           <http(s)://host[:port][/path]>
 //		prefixes {
 //			gateway <prefix>...                  # /api /gateway/api/v1
@@ -56,6 +59,8 @@ func parsePlatform(d *caddyfile.Dispenser, existing any) (any, error) {
 //		}
 //		timestamp_tolerance  <duration>          # 5m
 //		job_ttl              <duration>          # 24h
+//		ledger_retention     <duration>          # keep; raw ledger rows older go (rollups stay)
+//		rollup_retention     <duration>          # keep; hourly rollups older go
 //		result_max_bytes     <size>              # 16KiB
 //		max_body_bytes       <size>              # 10MiB
 //		usage_max_body_bytes <size>              # 1MiB
@@ -141,6 +146,15 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "store":
 			a.Store, a.StorePostgres, err = parseStore(d) // storepg.go
+		case "durability":
+			a.Durability, err = oneArg(d)
+			if err == nil {
+				if _, perr := settlelog.ParseMode(a.Durability); perr != nil {
+					err = d.Errf("durability '%s': sync (a settlement is acknowledged once on stable storage) or write (once written)", a.Durability)
+				}
+			}
+		case "flush_interval":
+			a.FlushInterval, err = durationArg(d)
 		case "public_url":
 			a.PublicURL, err = oneArg(d)
 			if err == nil {
@@ -152,6 +166,10 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			a.TimestampTolerance, err = durationArg(d)
 		case "job_ttl":
 			a.JobTTL, err = durationArg(d)
+		case "ledger_retention":
+			a.LedgerRetention, err = durationArg(d)
+		case "rollup_retention":
+			a.RollupRetention, err = durationArg(d)
 		case "result_max_bytes":
 			var n int64
 			n, err = sizeArg(d, math.MaxInt)

@@ -163,6 +163,9 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"bad sync_response", "platform {\n\tservice s {\n" + svc + "\t\tsync_response json\n\t}\n}", []string{"sync_response 'json' is not one of raw, wrapped"}, 7},
 		{"duplicate endpoint sync_response", "platform {\n\tservice s {\n" + svc + "\t\tendpoint f {\n\t\t\tsync_response raw\n\t\t\tsync_response wrapped\n\t\t}\n\t}\n}", []string{"duplicate", "'sync_response'", "endpoint 'f'"}, 9},
 
+		{"bad durability", "platform {\n\tdurability fsync\n}", []string{"durability 'fsync'", "sync", "write"}, 3},
+		{"bad flush_interval", "platform {\n\tflush_interval soon\n}", []string{"flush_interval"}, 3},
+
 		// argument counts
 		{"platform argument", "platform x {\n}", []string{"'x'", "no arguments"}, 2},
 		{"store missing", "platform {\n\tstore\n}", []string{"store", "missing argument"}, 3},

@@ -15,6 +15,7 @@ import (
 	"github.com/platformgw/gateway/engine"
 	"github.com/platformgw/gateway/store"
 	"github.com/platformgw/gateway/store/boltstore"
+	"github.com/platformgw/gateway/store/settlelog"
 )
 
 // stores shares one open bbolt file per path across config reloads: Caddy
@@ -112,7 +113,8 @@ func strandedStore(setting, path string) error {
 	}
 	return fmt.Errorf("platform store %s does not exist, but %s does: a relative store path is under Caddy's data directory, "+
 		"and gateways before took it under the working directory; an empty store is not started in its place. "+
-		"Stop the gateway, move %s to %s (or set store to the absolute path of the file to serve) and start it again; see docs/operations.md",
+		"Stop the gateway, move %s to %s, with its .ledger directory and any settlement log segments beside it "+
+		"(or set store to the absolute path of the file to serve) and start it again; see docs/operations.md",
 		path, old, old, path)
 }
 
@@ -142,7 +144,11 @@ func (a *App) openStore() (store.Store, error) {
 		if err := strandedStore(a.Store, path); err != nil {
 			return nil, err
 		}
-		s, err := boltstore.Open(path)
+		mode, err := settlelog.ParseMode(a.Durability)
+		if err != nil {
+			return nil, err
+		}
+		s, err := boltstore.OpenWith(path, boltstore.Options{Durability: mode, FlushInterval: time.Duration(a.FlushInterval)})
 		if err != nil {
 			return nil, err
 		}
@@ -259,6 +265,7 @@ func (a *App) RunMaintenance(ctx context.Context) {
 	if _, err := a.DataStore().PruneIdempotency(ctx, t.Add(-IdempotencyRetention)); err != nil {
 		a.logger.Error("pruning idempotency keys", zap.Error(err))
 	}
+	a.pruneLedger(ctx, t)
 }
 
 // Catalog is the compiled service catalog of this config.

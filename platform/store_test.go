@@ -3,9 +3,11 @@ package platform
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -334,18 +336,25 @@ func TestStoreCLI(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	copyPath := filepath.Join(dir, "backup.db")
-	if out := cliMust(t, "store", "backup", "--output", copyPath); !strings.Contains(out, "the copy checks") {
+	backupPath := filepath.Join(dir, "backup.tar")
+	if out := cliMust(t, "store", "backup", "--output", backupPath); !strings.Contains(out, "the copy checks") {
 		t.Errorf("store backup printed %q", out)
 	}
-	if _, err := cliRun(t, "store", "backup", "--output", copyPath); err == nil || !strings.Contains(err.Error(), "--force") {
+	if _, err := cliRun(t, "store", "backup", "--output", backupPath); err == nil || !strings.Contains(err.Error(), "--force") {
 		t.Errorf("backup over an existing file: %v", err)
 	}
 	if left, _ := filepath.Glob(filepath.Join(dir, "*.partial")); len(left) > 0 {
 		t.Errorf("left behind: %v", left)
 	}
+	copyPath := filepath.Join(dir, "restored", "platform.db")
+	if out := cliMust(t, "store", "restore", backupPath, copyPath); !strings.Contains(out, "both check") {
+		t.Errorf("store restore printed %q", out)
+	}
+	if _, err := cliRun(t, "store", "restore", backupPath, copyPath); err == nil || !strings.Contains(err.Error(), "exists") {
+		t.Errorf("restore over a store: %v", err)
+	}
 	out := cliMust(t, "store", "check", copyPath)
-	if !strings.Contains(out, "OK") || !strings.Contains(out, "Bucket keys:") {
+	if !strings.Contains(out, "OK") || !strings.Contains(out, "Bucket keys:") || !strings.Contains(out, "Ledger:") {
 		t.Errorf("store check printed:\n%s", out)
 	}
 	restored, err := boltstore.Open(copyPath)
@@ -411,4 +420,50 @@ func TestDamageWhileServingAdmin(t *testing.T) {
 	if status == http.StatusOK || !strings.Contains(body, "unusable") {
 		t.Errorf("reload onto the damaged store: %d %s", status, body)
 	}
+}
+
+// TestStartRefusesBadSettlementLog: a file beside the store named like a
+// segment of its settlement log that is not one, or a log damaged before
+// its end, stops `caddy run` with a plain exit and a message naming the
+// file; the file is left alone.
+func TestStartRefusesBadSettlementLog(t *testing.T) {
+	for name, content := range map[string][]byte{
+		"not ours": []byte("SQLite format 3\x00, not a settlement log of the gateway"),
+		// The header of a segment starting at 0, then a record whose
+		// checksum is wrong, then a sound-looking record after it.
+		"damaged before its end": append(segmentHeader(), append(
+			[]byte{3, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef, 'a', 'b', 'c'},
+			[]byte{1, 0, 0, 0, 0, 0, 0, 0, 0}...)...),
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "platform.db")
+			seg := path + ".00000000000000000000.settle"
+			os.WriteFile(seg, content, 0o600)
+			cfg := filepath.Join(t.TempDir(), "caddy.json")
+			storeJSON, _ := json.Marshal(path)
+			os.WriteFile(cfg, []byte(`{"admin": {"disabled": true}, "apps": {"platform": {"store": `+string(storeJSON)+`}}}`), 0o600)
+			out, err := caddyProcess(t, nil, "run", "--config", cfg)
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || !exit.Exited() || exit.ExitCode() == 0 {
+				t.Fatalf("caddy run: %v (want a plain non-zero exit)\n%s", err, out)
+			}
+			if strings.Contains(out, "panic:") || !strings.Contains(out, seg) || !strings.Contains(out, "settlement log") {
+				t.Fatalf("caddy run output does not name %s as a settlement log:\n%s", seg, out)
+			}
+			if after, _ := os.ReadFile(seg); !bytes.Equal(after, content) {
+				t.Error("the refused segment changed")
+			}
+		})
+	}
+}
+
+// segmentHeader is the header of a settlement log segment starting at 0
+// (store/settlelog: magic, version 1, start, CRC-32C of the 20 bytes).
+func segmentHeader() []byte {
+	h := make([]byte, 24)
+	copy(h, "PGWSETL\x00")
+	binary.LittleEndian.PutUint32(h[8:], 1)
+	binary.LittleEndian.PutUint32(h[20:], crc32.Checksum(h[:20], crc32.MakeTable(crc32.Castagnoli)))
+	return h
 }

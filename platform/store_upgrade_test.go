@@ -44,6 +44,9 @@ func TestRelativeStoreLeftInWorkingDir(t *testing.T) {
 	if err := os.Rename(old, want); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.Rename(old+".ledger", want+".ledger"); err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
 	if status, body := admLoad(t, cfg); status != http.StatusOK {
 		t.Fatalf("load after moving the store: %d %s", status, body)
 	}

@@ -12,6 +12,13 @@
 #   proxy       plain reverse_proxy, instant backend, 64 connections (wrk)
 #   sync        sync invoke, same backend and load: key, subscription, rate
 #               limit, quota reservation, v3 signing, durable metering
+#               (durability sync: each settlement waits for an fdatasync
+#               of the settlement log, shared by the calls in flight)
+#   sync-256    the same at 256 connections
+#   sync-write  sync invoke against a second gateway process with
+#               durability write (acknowledged once written; fdatasync
+#               every 5 ms), its own store, same backend
+#   report-write  usage reports against that process
 #   async       async invoke (202): the job stored durably, the envelope
 #               forwarded
 #   status      GET {gw}/requests/{id}/status with the caller's key
@@ -31,8 +38,8 @@
 # the same round (what the gateway costs) and their ratio. Throughput on a
 # shared 2-core machine moves with everything else that runs; CPU per
 # request moves much less. Before the rounds, the median time of a 4 KiB
-# write + fdatasync next to the store is printed: a durable commit waits for
-# two of them. Everything runs on loopback and is stopped at the end.
+# write + fdatasync next to the store is printed: a settlement acknowledged
+# under durability sync waits for one (shared with the calls in flight). Everything runs on loopback and is stopped at the end.
 #
 # Both sites use the same transport settings, with 128 idle upstream
 # connections per host (Caddy's default of 32 makes the proxy close and
@@ -40,10 +47,11 @@
 #
 # Settings (environment): BENCH_ROUNDS (3), BENCH_DURATION (8s per run),
 # BENCH_CONNS (64), BENCH_ONLY="sync report ..." to run only some scenarios
-# (proxy always runs: everything is compared with it), BENCH_PROFILE=<dir> to also save CPU profiles of the
+# (proxy always runs: everything is compared with it; "write" runs the
+# durability write rows, "256" the 256-connection row), BENCH_PROFILE=<dir> to also save CPU profiles of the
 # gateway under sync and report load, BENCH_PORT_BASE (3410: admin +0,
-# gateway +1, proxy +2, backend +3), BENCH_IDLE_CONNS (128: idle upstream
-# connections per host, both sites).
+# gateway +1, proxy +2, backend +3, write-mode admin +4, gateway +5),
+# BENCH_IDLE_CONNS (128: idle upstream connections per host, both sites).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -51,13 +59,15 @@ ROUNDS=${BENCH_ROUNDS:-3}
 DURATION=${BENCH_DURATION:-8s}
 CONNS=${BENCH_CONNS:-64}
 PROFILE_DIR=${BENCH_PROFILE:-}
-ONLY=${BENCH_ONLY:-sync async status report 5ms}
+ONLY=${BENCH_ONLY:-sync async status report 5ms write 256}
 PORT_BASE=${BENCH_PORT_BASE:-3410}
 IDLE_CONNS=${BENCH_IDLE_CONNS:-128}
 ADMIN=127.0.0.1:$((PORT_BASE + 0))
 GW=http://127.0.0.1:$((PORT_BASE + 1))
 PROXY=http://127.0.0.1:$((PORT_BASE + 2))
 BACKEND=127.0.0.1:$((PORT_BASE + 3))
+ADMIN_W=127.0.0.1:$((PORT_BASE + 4))
+GW_W=http://127.0.0.1:$((PORT_BASE + 5))
 SECRET=bench-secret-0123456789abcdef0123456789
 
 log() { printf '%s\n' "$*" >&2; }
@@ -168,11 +178,45 @@ if ! curl -fsS -o /dev/null "http://$ADMIN/config/"; then
 	exit 1
 fi
 
+# A second gateway with durability write: its own store, no plain proxy site.
+CADDY_W_PID=
+if wanted write; then
+	sed -e "s#admin $ADMIN#admin $ADMIN_W#" -e "s#http_port $((PORT_BASE + 1))#http_port $((PORT_BASE + 5))#" \
+		-e "s#store $work/platform.db#store $work/write/platform.db\n\t\tdurability write#" \
+		-e "s#^http://127.0.0.1:$((PORT_BASE + 1)) {#http://127.0.0.1:$((PORT_BASE + 5)) {#" \
+		"$work/Caddyfile" | awk -v proxy="http://127.0.0.1:$((PORT_BASE + 2)) {" '
+			$0 == proxy { skip = 1 } !skip { print } skip && $0 == "}" { skip = 0 }' > "$work/Caddyfile.write"
+	"$CADDY" run --config "$work/Caddyfile.write" --adapter caddyfile > "$work/caddy-write.log" 2>&1 &
+	pids+=($!)
+	CADDY_W_PID=$!
+	for _ in $(seq 1 100); do
+		curl -fsS -o /dev/null "http://$ADMIN_W/config/" 2> /dev/null && break
+		sleep 0.1
+	done
+	if ! curl -fsS -o /dev/null "http://$ADMIN_W/config/"; then
+		log "the durability write gateway did not start:"
+		tail -20 "$work/caddy-write.log" >&2
+		exit 1
+	fi
+fi
+
 # --- seed ---------------------------------------------------------------------
-key=$("$CADDY" platform key create --address "$ADMIN" --user bench-user --label bench --json |
-	sed -n 's/.*"key": *"\([^"]*\)".*/\1/p')
-"$CADDY" platform subscribe --address "$ADMIN" --user bench-user --service bench --product bench > /dev/null
+seed() { # seed <admin address>: prints a new service key
+	local k
+	k=$("$CADDY" platform key create --address "$1" --user bench-user --label bench --json |
+		sed -n 's/.*"key": *"\([^"]*\)".*/\1/p')
+	"$CADDY" platform subscribe --address "$1" --user bench-user --service bench --product bench > /dev/null
+	echo "$k"
+}
+key=$(seed "$ADMIN")
 [ -n "$key" ] || { log "could not create a service key"; exit 1; }
+if [ -n "$CADDY_W_PID" ]; then
+	key_w=$(seed "$ADMIN_W")
+	[ -n "$key_w" ] || { log "could not create a service key on the write gateway"; exit 1; }
+	AUTH_W="Authorization: Bearer $key_w"
+	SYNC_URL_W=$GW_W/api/service/bench/endpoint/instant/invoke
+	REPORT_URL_W=$GW_W/api/usage/report
+fi
 AUTH="Authorization: Bearer $key"
 SYNC_URL=$GW/api/service/bench/endpoint/instant/invoke
 SLOW_URL=$GW/api/service/bench/endpoint/slow/invoke
@@ -196,6 +240,7 @@ expect 202 -H "$AUTH" -X POST -d '{"q":1}' "$ASYNC_URL"
 job=$(sed -n 's/.*"requestId": *"\([^"]*\)".*/\1/p' "$work/last")
 STATUS_URL=$GW/api/requests/$job/status
 expect 200 -H "$AUTH" "$STATUS_URL"
+if [ -n "$CADDY_W_PID" ]; then expect 200 -H "$AUTH_W" "$SYNC_URL_W"; fi
 
 # A signed report, made afresh for each run (timestamps must be recent).
 sign_report() {
@@ -228,15 +273,16 @@ to_ms() {
 		printf "%.3f", n }'
 }
 
-# peak <name> <url> [wrk args...]: 64 connections, closed loop; appends
-# "rps p50 p99" to results/<name>.
+# peak <name> <url> [wrk args...]: $CONNS connections (PEAK_CONNS for one
+# run), closed loop, CPU of the Caddy process PEAK_PID (the default
+# gateway's); appends "rps p50 p99 cpu" to results/<name>.
 peak() {
 	local name=$1 url=$2
 	shift 2
-	local out cpu0 cpu1
-	cpu0=$(bin/bench/loadgen cputime -pid "$CADDY_PID")
-	out=$(wrk -t2 -c"$CONNS" -d"$DURATION" --latency "$@" "$url")
-	cpu1=$(bin/bench/loadgen cputime -pid "$CADDY_PID")
+	local out cpu0 cpu1 pid=${PEAK_PID:-$CADDY_PID}
+	cpu0=$(bin/bench/loadgen cputime -pid "$pid")
+	out=$(wrk -t2 -c"${PEAK_CONNS:-$CONNS}" -d"$DURATION" --latency "$@" "$url")
+	cpu1=$(bin/bench/loadgen cputime -pid "$pid")
 	local rps p50 p99 non2xx reqs cpu
 	rps=$(awk '/^Requests\/sec:/ {printf "%.0f", $2}' <<< "$out")
 	reqs=$(awk '/ requests in / {print $1; exit}' <<< "$out")
@@ -278,8 +324,8 @@ steady() {
 }
 
 mkdir -p "$work/results"
-# The disk under the store: a sync call's settlement is acknowledged after a
-# group commit, which waits for two fsyncs.
+# The disk under the store: with durability sync a call's settlement is
+# acknowledged after a group fdatasync of the settlement log.
 fsync_probe=$(bin/bench/loadgen fsync -dir "$work" -n 200 -size 4096)
 fsync_median=$(sed -n 's/.* median_ms=\([^ ]*\).*/\1/p' <<< "$fsync_probe")
 fsync_p90=$(sed -n 's/.* p90_ms=\([^ ]*\).*/\1/p' <<< "$fsync_probe")
@@ -296,6 +342,8 @@ for round in $(seq 1 "$ROUNDS"); do
 	half=$(tail -1 "$work/results/proxy" | awk '{printf "%d", $1 / 2}')
 	echo "$half" >> "$work/results/rates"
 	if wanted sync; then peak sync "$SYNC_URL" -H "$AUTH"; fi
+	if wanted 256; then PEAK_CONNS=256 peak sync-256 "$SYNC_URL" -H "$AUTH"; fi
+	if [ -n "$CADDY_W_PID" ]; then PEAK_PID=$CADDY_W_PID peak sync-write "$SYNC_URL_W" -H "$AUTH_W"; fi
 	if wanted async; then
 		BENCH_BODY='{"q":1}' peak async "$ASYNC_URL" -H "$AUTH" -H 'Content-Type: application/json' -s "$work/post.lua"
 	fi
@@ -304,6 +352,10 @@ for round in $(seq 1 "$ROUNDS"); do
 		sign_report
 		BENCH_BODY=$REPORT_BODY peak report "$REPORT_URL" -s "$work/post.lua" -H 'Content-Type: application/json' \
 			-H "X-Platform-Signature: $REPORT_SIG" -H "X-Platform-Timestamp: $REPORT_TS"
+		if [ -n "$CADDY_W_PID" ]; then
+			BENCH_BODY=$REPORT_BODY PEAK_PID=$CADDY_W_PID peak report-write "$REPORT_URL_W" -s "$work/post.lua" \
+				-H 'Content-Type: application/json' -H "X-Platform-Signature: $REPORT_SIG" -H "X-Platform-Timestamp: $REPORT_TS"
+		fi
 	fi
 	if wanted 5ms; then
 		steady proxy-5ms "$PROXY/slow" "$half"
@@ -374,7 +426,7 @@ paired() {
 }
 
 r=$work/results
-for f in sync async status report proxy-5ms sync-5ms proxy-5ms-low sync-5ms-low low-rates; do touch "$r/$f"; done
+for f in sync sync-256 sync-write report-write async status report proxy-5ms sync-5ms proxy-5ms-low sync-5ms-low low-rates; do touch "$r/$f"; done
 sync_ratio=$(paired "$r/sync" "$r/proxy" '$1 / $5')
 added_p50=$(paired "$r/sync-5ms" "$r/proxy-5ms" '$2 - $6')
 added_p99=$(paired "$r/sync-5ms" "$r/proxy-5ms" '$3 - $7')
@@ -411,10 +463,13 @@ printf '|%s|%s|%s|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..36})" "----------"
 	"$(printf -- '-%.0s' {1..34})" "---------" "---------" "---------"
 row "plain reverse_proxy" "$r/proxy" "1.00x (baseline)"
 row "sync invoke" "$r/sync" "${sync_ratio}x throughput" "$r/proxy"
+row "sync invoke, 256 connections" "$r/sync-256" "$(paired "$r/sync-256" "$r/proxy" '$1 / $5')x throughput" "$r/proxy"
+row "sync invoke, durability write" "$r/sync-write" "$(paired "$r/sync-write" "$r/proxy" '$1 / $5')x throughput" "$r/proxy"
 row "async invoke (202)" "$r/async" "$(paired "$r/async" "$r/proxy" '$1 / $5')x throughput" "$r/proxy"
 row "job status poll" "$r/status" "$(paired "$r/status" "$r/proxy" '$1 / $5')x throughput" "$r/proxy"
 if [ "$have_report" = 1 ]; then
 	row "usage report (signed, durable)" "$r/report" "$(paired "$r/report" "$r/proxy" '$1 / $5')x throughput" "$r/proxy"
+	row "usage report, durability write" "$r/report-write" "$(paired "$r/report-write" "$r/proxy" '$1 / $5')x throughput" "$r/proxy"
 fi
 row "plain reverse_proxy, 5 ms backend" "$r/proxy-5ms" "baseline at half the peak rate"
 row "sync invoke, 5 ms backend" "$r/sync-5ms" "$(printf '%+.3f ms p50, %+.3f ms p99' "$added_p50" "$added_p99")" "$r/proxy-5ms"

@@ -21,8 +21,9 @@ import (
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
-	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/store"
+	segledger "github.com/platformgw/gateway/store/ledger"
+	"github.com/platformgw/gateway/store/settlelog"
 )
 
 // Top-level buckets. Keys are fixed layouts so scans come out ordered.
@@ -32,7 +33,7 @@ var (
 	bucketKeyUsers     = []byte("key_users")     // user \0 key id -> sha256(key)
 	bucketSubs         = []byte("subscriptions") // user \0 service -> Subscription
 	bucketCounters     = []byte("counters")      // user \0 service \0 period(8) -> counter
-	bucketLedger       = []byte("ledger")        // time(8) seq(8) -> LedgerEntry
+	bucketLedger       = []byte("ledger")        // time(8) seq(8) -> LedgerEntry: the ledger before the ledger directory (ledger.go), moved out at Open
 	bucketReservations = []byte("reservations")  // reservation id -> reservation
 	bucketIdempotency  = []byte("idempotency")   // service \0 key -> idemRecord
 	bucketJobs         = []byte("jobs")          // job id -> Job
@@ -40,10 +41,14 @@ var (
 )
 
 var allBuckets = [][]byte{
-	bucketKeys, bucketKeyIDs, bucketKeyUsers, bucketSubs, bucketCounters, bucketLedger,
+	bucketKeys, bucketKeyIDs, bucketKeyUsers, bucketSubs, bucketCounters,
 	bucketReservations, bucketIdempotency, bucketJobs, bucketOpenJobs,
 	bucketAlerts, bucketAlertKeys, bucketAlertsDue,
 }
+
+// knownBuckets are the buckets a platform store may have: allBuckets, and
+// the ledger bucket of a store from before the ledger directory.
+func knownBuckets() [][]byte { return append(slices.Clip(allBuckets), bucketLedger) }
 
 // ErrClosed is returned for writes after Close.
 var ErrClosed = errors.New("store closed")
@@ -67,27 +72,18 @@ type Store struct {
 	// is committing for the previous config meanwhile.
 	commitObserver atomic.Pointer[func(d time.Duration, writes int)]
 
-	lastLedgerTime int64 // only touched inside the commit loop
-	// lastHold numbers reservations (commit loop only). It never goes
-	// back, not even when a commit fails: a caller holds its reservation
-	// before it is durable, and a number handed out by a commit that then
-	// failed must not name a later caller's hold.
-	lastHold uint64
-
 	// cache serves the key and subscription lookups of every call;
 	// written collects what the current commit changed in it (commit
 	// loop only), dropped from the cache once the commit is over.
 	cache   *readCache
 	written written
-	// latest is each account's state (by counter key) after the writes of
-	// the batch being committed, and the holds decided since (commit loop
-	// only); predecide decides against it.
-	latest map[string]billing.State
-	// predecided counts holds decided that way (for tests).
-	predecided atomic.Int64
-	// productJSON is each product's JSON, for hold records (commit loop
-	// only).
-	productJSON map[billing.Product][]byte
+
+	// The settlement path (settle.go): the billing figures in memory, the
+	// settlement log, and what is appended but not yet applied.
+	settled
+	log *settlelog.Log
+	// led is the ledger of record (ledger.go).
+	led *segledger.Ledger
 
 	// failure, once set, is why the store is unusable: bbolt failed on a
 	// damaged page while serving. Every later read and write gets it
@@ -107,35 +103,37 @@ type Store struct {
 type op struct {
 	fn   func(tx *bolt.Tx) error
 	done chan error
-	// decided, when not nil, is closed once fn has run in a transaction
-	// that is about to commit: every write of its batch succeeded, and
-	// only the commit itself (the fsync) is left.
-	decided   chan struct{}
-	toldEarly bool // decided is closed (commit loop only)
-	// hold, when not nil, is a sync call's hold, which the loop may decide
-	// while the previous commit is still in flight (predecide).
-	hold *holdRequest
-}
-
-// decide tells an early waiter that fn's results are final.
-func (o *op) decide() {
-	if o.decided != nil && !o.toldEarly {
-		o.toldEarly = true
-		close(o.decided)
-	}
+	// applier marks the applier's write: its failure is not a failed
+	// write of a caller (its records are safe in the settlement log and
+	// retried), so it neither counts nor makes the store unhealthy.
+	applier bool
 }
 
 // lockWait is how long Open waits for another process to let go of the
 // file.
 var lockWait = 5 * time.Second
 
-// Open opens the store file at path, or creates it if the path does not
-// exist, releases any reservation a crash left behind, and starts the
-// commit loop. An existing file must be a sound platform store (see
-// inspect and verify): a damaged, empty or foreign file is refused with
-// ErrDamaged, never started afresh, and one another process holds is
-// ErrLocked.
-func Open(path string) (*Store, error) {
+// Options tune a store.
+type Options struct {
+	// Durability says when a settlement is acknowledged: settlelog.Sync
+	// (the default) once an fdatasync covers it, settlelog.Write once it
+	// is written (see docs/reliability.md).
+	Durability settlelog.Mode
+	// FlushInterval is how often Write mode fdatasyncs (default 5ms).
+	FlushInterval time.Duration
+}
+
+// Open opens the store at path with the default options; see OpenWith.
+func Open(path string) (*Store, error) { return OpenWith(path, Options{}) }
+
+// OpenWith opens the store file at path, or creates it if the path does
+// not exist, replays the settlement log beside it onto the file, and
+// starts the commit loop and the applier. An existing file must be a
+// sound platform store (see inspect and verify): a damaged, empty or
+// foreign file is refused with ErrDamaged, never started afresh, and one
+// another process holds is ErrLocked. A settlement log that is not ours
+// or is damaged before its end is an error too.
+func OpenWith(path string, o Options) (*Store, error) {
 	_, exists, err := inspect(path)
 	if err != nil {
 		return nil, err
@@ -187,9 +185,6 @@ func Open(path string) (*Store, error) {
 		closing:  make(chan struct{}),
 		loopDone: make(chan struct{}),
 		cache:    newReadCache(),
-		latest:   make(map[string]billing.State),
-
-		productJSON: make(map[billing.Product][]byte),
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
 		if _, err := layout(tx, path); err != nil {
@@ -205,10 +200,6 @@ func Open(path string) (*Store, error) {
 				return err
 			}
 		}
-		if k, _ := tx.Bucket(bucketLedger).Cursor().Last(); k != nil {
-			s.lastLedgerTime = int64(binary.BigEndian.Uint64(k))
-		}
-		s.lastHold = tx.Bucket(bucketReservations).Sequence()
 		return s.releaseAbandoned(tx)
 	})
 	s.written.flush(s.cache)
@@ -219,15 +210,31 @@ func Open(path string) (*Store, error) {
 		}
 		return nil, fmt.Errorf("initialise store %s: %w", path, err)
 	}
+	if err := s.openLedger(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := s.openLog(o); err != nil {
+		s.led.Close()
+		db.Close()
+		return nil, err
+	}
 	go s.loop()
+	go s.applier()
 	return s, nil
 }
 
 // Path is the file the store lives in.
 func (s *Store) Path() string { return s.path }
 
-// ObserveCommits sets a function told about every group commit.
+// ObserveCommits sets a function told about every group commit: every
+// fdatasync of the settlement log (with the settlements it made durable)
+// and every commit of the file (with the writes it carried; the applier's
+// is one).
 func (s *Store) ObserveCommits(fn func(d time.Duration, writes int)) {
+	if s.log != nil {
+		s.log.Observe(fn)
+	}
 	if fn == nil {
 		s.commitObserver.Store(nil)
 		return
@@ -235,14 +242,26 @@ func (s *Store) ObserveCommits(fn func(d time.Duration, writes int)) {
 	s.commitObserver.Store(&fn)
 }
 
-// Close waits for queued writes to commit, then closes the file.
+// Close applies every settlement to the file and waits for queued writes
+// to commit, then closes the file and the settlement log.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() { close(s.closing) })
+	s.closeOnce.Do(func() {
+		s.stopApplier()
+		close(s.closing)
+	})
 	<-s.loopDone
+	// The applier has stopped: nothing appends to the ledger any more.
+	var lerr error
+	if s.led != nil {
+		lerr = s.led.Close()
+	}
 	if err := s.Err(); err != nil {
 		return err
 	}
-	return s.db.Close()
+	if err := s.db.Close(); err != nil {
+		return err
+	}
+	return lerr
 }
 
 // Err is why the store is unusable, or nil while it is sound.
@@ -269,15 +288,7 @@ func (s *Store) update(fn func(tx *bolt.Tx) error) error {
 	return s.wait(&op{fn: fn, done: make(chan error, 1)})
 }
 
-// wait queues o for the next group commit and waits until it is durable,
-// or, for a write with decided (a sync call's hold), until its results are
-// final: it ran in a transaction all of whose writes succeeded, which is
-// committing, or the loop decided it while the previous commit was in
-// flight (predecide). Such a caller does not wait for the fsync and
-// overlaps it with other work (the call's trip to its backend). Writes
-// commit in the order they run, so any write the caller makes afterwards
-// commits after this one; if this commit fails, so does every write that
-// depends on finding its records.
+// wait queues o for the next group commit and waits until it is durable.
 func (s *Store) wait(o *op) error {
 	if err := s.Err(); err != nil {
 		return err
@@ -293,8 +304,6 @@ func (s *Store) wait(o *op) error {
 	// it takes before it exits, so once it is gone an unanswered write was
 	// never run.
 	select {
-	case <-o.decided: // nil for other writes: never ready
-		return nil
 	case err := <-o.done:
 		return err
 	case <-s.loopDone:
@@ -343,21 +352,12 @@ func (s *Store) loop() {
 	}
 }
 
-// commit writes a batch in one transaction and returns the writes that
-// arrived while it was being made durable, to start the next batch with.
-// When one write fails, the transaction is rolled back and every write of
-// the batch is retried in a transaction of its own, so one bad write never
-// takes others down with it.
-//
-// The fsync takes most of a commit. While it runs, the loop takes the next
-// writes, and decides a sync call's hold at once against the state this
-// batch leaves (predecide); the hold is written first thing in the next
-// batch. A call thus waits for the commit of its settlement only, not also
-// for the one in flight when it asked for its hold.
+// commit writes a batch in one transaction. When one write fails, the
+// transaction is rolled back and every write of the batch is retried in a
+// transaction of its own, so one bad write never takes others down with
+// it. Writes that queue meanwhile make the next batch.
 func (s *Store) commit(batch []*op) (carried []*op) {
 	start := time.Now()
-	last := s.lastLedgerTime
-	clear(s.latest)
 	fail := func(err error) []*op {
 		for _, o := range batch {
 			o.done <- err
@@ -376,14 +376,13 @@ func (s *Store) commit(batch []*op) (carried []*op) {
 		return fail(s.broke(err))
 	}
 	if err != nil {
-		return fail(s.health.commitFailed(len(batch), err))
+		return fail(s.commitFailed(batch, err))
 	}
 	for _, o := range batch {
 		err := guard(func() error { return o.fn(tx) })
 		if isFault(err) {
 			guard(tx.Rollback)
 			s.written.flush(s.cache)
-			s.lastLedgerTime = last
 			return fail(s.broke(err))
 		}
 		if err != nil {
@@ -391,48 +390,18 @@ func (s *Store) commit(batch []*op) (carried []*op) {
 			// What the transaction wrote leaves the read cache before any
 			// writer hears back.
 			s.written.flush(s.cache)
-			s.lastLedgerTime = last
 			s.retryAlone(batch)
 			return nil
 		}
 	}
-	if s.Healthy() {
-		// While commits fail, a hold's caller waits for the commit, so
-		// that a hold that is not recorded is refused, not forwarded.
-		for _, o := range batch {
-			o.decide()
-		}
-	}
-	result := make(chan error, 1)
-	go func() { result <- guard(tx.Commit) }()
-	var first, rest []*op
-	ops := s.ops
-	for {
-		select {
-		case err = <-result:
-		case o := <-ops:
-			switch s.predecide(o) {
-			case answered:
-			case held:
-				first = append(first, o)
-			default:
-				rest = append(rest, o)
-			}
-			if len(first)+len(rest) == maxBatch {
-				ops = nil // take no more; the next batch is full
-			}
-			continue
-		}
-		break
-	}
+	err = guard(tx.Commit)
 	s.written.flush(s.cache)
 	s.changes.publish()
 	if isFault(err) {
 		err = s.broke(err)
 	}
 	if err != nil {
-		s.lastLedgerTime = last
-		err = s.health.commitFailed(len(batch), err)
+		err = s.commitFailed(batch, err)
 	}
 	if observe := s.commitObserver.Load(); observe != nil {
 		(*observe)(time.Since(start), len(batch))
@@ -440,18 +409,31 @@ func (s *Store) commit(batch []*op) (carried []*op) {
 	for _, o := range batch {
 		o.done <- err
 	}
-	return append(first, rest...)
+	return nil
+}
+
+// commitFailed records a failed commit of the callers' writes in batch
+// (store health) and returns the error they get.
+func (s *Store) commitFailed(batch []*op, err error) error {
+	n := 0
+	for _, o := range batch {
+		if !o.applier {
+			n++
+		}
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
+	return s.health.commitFailed(n, err)
 }
 
 // retryAlone runs each write of a failed batch in a transaction of its own.
 func (s *Store) retryAlone(batch []*op) {
-	clear(s.latest)
 	for _, o := range batch {
 		if err := s.Err(); err != nil {
 			o.done <- err
 			continue
 		}
-		keep := s.lastLedgerTime
 		ran := false
 		err := guard(func() error {
 			return s.db.Update(func(tx *bolt.Tx) error {
@@ -459,9 +441,6 @@ func (s *Store) retryAlone(batch []*op) {
 					return err
 				}
 				ran = true
-				if s.Healthy() {
-					o.decide()
-				}
 				return nil
 			})
 		})
@@ -470,11 +449,8 @@ func (s *Store) retryAlone(batch []*op) {
 		if isFault(err) {
 			err = s.broke(err)
 		}
-		if err != nil {
-			s.lastLedgerTime = keep
-		}
 		if err != nil && ran { // the write was fine; the commit failed
-			err = s.health.commitFailed(1, err)
+			err = s.commitFailed([]*op{o}, err)
 		}
 		o.done <- err
 	}
@@ -488,6 +464,9 @@ func (s *Store) view(fn func(tx *bolt.Tx) error) error {
 	err := guard(func() error { return s.db.View(fn) })
 	if isFault(err) {
 		return s.broke(err)
+	}
+	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
+		return ErrClosed
 	}
 	return err
 }

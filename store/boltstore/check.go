@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"os"
-	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -305,7 +303,7 @@ func layout(tx *bolt.Tx, path string) (fresh bool, err error) {
 	var names, foreign []string
 	err = tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
 		names = append(names, string(name))
-		if !slices.ContainsFunc(allBuckets, func(b []byte) bool { return string(b) == string(name) }) {
+		if !slices.ContainsFunc(knownBuckets(), func(b []byte) bool { return string(b) == string(name) }) {
 			foreign = append(foreign, string(name))
 		}
 		return nil
@@ -331,12 +329,17 @@ type Report struct {
 	FileInfo
 	// Buckets counts the entries of each top-level bucket.
 	Buckets map[string]int
+	// LedgerRows counts the rows of the ledger directory beside the file
+	// (LedgerDir), every one read and its checksum checked.
+	LedgerRows int64
 }
 
 // CheckFile verifies the store file at path without a running gateway:
 // its meta pages and size, every page it references, bbolt's consistency
-// check and the platform layout. It opens the file read-only and never
-// creates or changes it; a file a running gateway holds is ErrLocked.
+// check and the platform layout, then every row of the ledger directory
+// beside it (LedgerDir). It opens the file read-only and never creates or
+// changes it (opening the ledger finishes what a crash left there, as a
+// start would); a file a running gateway holds is ErrLocked.
 func CheckFile(path string) (Report, error) {
 	info, exists, err := inspect(path)
 	if err != nil {
@@ -375,39 +378,25 @@ func CheckFile(path string) (Report, error) {
 			return nil
 		})
 	})
-	return rep, err
-}
-
-// Backup writes a consistent copy of the store to w while it serves: the
-// file as of one read transaction (bbolt's Tx.WriteTo). The copy is made
-// to a temporary file next to the store first, so a slow reader of w never
-// holds the transaction open (a long read transaction stalls the commits
-// that must grow the file). It returns the bytes written to w.
-func (s *Store) Backup(w io.Writer, size func(int64)) (int64, error) {
-	tmp, err := os.CreateTemp(filepath.Dir(s.path), ".platform-backup-*")
 	if err != nil {
-		return 0, fmt.Errorf("backup of store %s: %w", s.path, err)
+		return rep, err
 	}
-	defer os.Remove(tmp.Name())
-	defer tmp.Close()
-	err = s.view(func(tx *bolt.Tx) error {
-		_, err := tx.WriteTo(tmp)
-		return err
+	var seq, applied uint64
+	db.View(func(tx *bolt.Tx) error {
+		if m := tx.Bucket(bucketMarker); m != nil {
+			seq, applied = markerU64(m, keyLedgerSeq), markerU64(m, keySettled)
+		}
+		if tx.Bucket(bucketLedger) != nil {
+			applied = 0 // the ledger is still (partly) in the file: the next start moves it
+		}
+		return nil
 	})
-	if err != nil {
-		return 0, fmt.Errorf("backup of store %s: %w", s.path, err)
+	if _, err := os.Stat(LedgerDir(path)); errors.Is(err, os.ErrNotExist) && seq > 0 {
+		return rep, fmt.Errorf("store %s: its ledger directory %s is missing (the file has %d ledger rows numbered): the store does not start without it; restore both from the same backup",
+			path, LedgerDir(path), seq)
 	}
-	n, err := tmp.Seek(0, io.SeekEnd)
-	if err == nil {
-		_, err = tmp.Seek(0, io.SeekStart)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("backup of store %s: %w", s.path, err)
-	}
-	if size != nil {
-		size(n)
-	}
-	return io.Copy(w, tmp)
+	rep.LedgerRows, err = checkLedger(path, applied)
+	return rep, err
 }
 
 // Unusable is a store that answers every call with err: what a gateway

@@ -201,8 +201,8 @@ func TestPruneIdempotency(t *testing.T) {
 	}
 }
 
-// TestGroupCommit: 64 writers × 50 reports all land, in fewer commits than
-// writes.
+// TestGroupCommit: 64 writers × 50 reports all land, in fewer fdatasyncs
+// than reports.
 func TestGroupCommit(t *testing.T) {
 	const writers, each = 64, 50
 	s := openTemp(t)
@@ -232,7 +232,9 @@ func TestGroupCommit(t *testing.T) {
 	if len(entries) != writers*each || stateOf(t, s, a, t0).Used != whole(writers*each) {
 		t.Fatalf("%d entries, Used %s; want %d", len(entries), stateOf(t, s, a, t0).Used, writers*each)
 	}
-	if nw != writers*each || nc >= writers*each {
+	// Every report is one settlement record made durable by some fdatasync
+	// of the log; the applier's commits of the file count as writes too.
+	if nw < writers*each || nc >= writers*each {
 		t.Errorf("%d writes in %d commits; want %d writes sharing commits", nw, nc, writers*each)
 	}
 	t.Logf("%d writes in %d commits", nw, nc)

@@ -71,6 +71,16 @@ func (h *health) unsettled(p pendingSettle) {
 	h.mu.Unlock()
 }
 
+// settled forgets a settlement to retry once a later attempt of the same
+// hold succeeded (a release that needs no write).
+func (h *health) settled(id string) {
+	h.mu.Lock()
+	if h.pending != nil {
+		delete(h.pending, id)
+	}
+	h.mu.Unlock()
+}
+
 // probeInterval is how often one hold is let through to test an unhealthy
 // store; logInterval how often a failure burst is summed up in the log.
 var (
@@ -81,10 +91,27 @@ var (
 )
 
 // SetLogger sets where write failures are logged (rate-limited).
+// The first logger set is also told what Open found worth saying: a torn
+// record dropped from the end of the settlement log, the ledger bucket
+// moved into the ledger directory. The ledger logs through it too.
 func (s *Store) SetLogger(l *zap.Logger) {
 	s.health.mu.Lock()
 	s.health.logger = l
+	note, moved := s.startNote, s.ledgerNote
+	s.startNote, s.ledgerNote = "", ""
 	s.health.mu.Unlock()
+	if s.led != nil {
+		s.led.SetLogger(l)
+	}
+	if l == nil {
+		return
+	}
+	if note != "" {
+		l.Warn(note)
+	}
+	if moved != "" {
+		l.Info(moved)
+	}
 }
 
 // ObserveWriteFailures sets a function told how many writes each failed

@@ -17,6 +17,9 @@ import (
 func holdsStored(t testing.TB, s *Store) int {
 	t.Helper()
 	n := 0
+	if err := s.applyAll(); err != nil { // job holds are stored as their records are applied
+		t.Fatal(err)
+	}
 	if err := s.view(func(tx *bolt.Tx) error {
 		n = tx.Bucket(bucketReservations).Stats().KeyN
 		return nil

@@ -23,7 +23,7 @@ func (s *Store) CreateKey(ctx context.Context, k store.KeyRecord) error {
 		if keys.Get(k.Hash[:]) != nil || tx.Bucket(bucketKeyIDs).Get([]byte(k.ID)) != nil {
 			return fmt.Errorf("key %s: %w", k.ID, store.ErrConflict)
 		}
-		if err := putJSON(keys, k.Hash[:], k); err != nil {
+		if err := putJSON(keys, k.Hash[:], toKeyRecord(k)); err != nil {
 			return err
 		}
 		s.written.key(k.Hash)
@@ -35,10 +35,11 @@ func (s *Store) CreateKey(ctx context.Context, k store.KeyRecord) error {
 }
 
 func readKey(tx *bolt.Tx, hash []byte) (store.KeyRecord, error) {
-	var k store.KeyRecord
-	if err := getJSON(tx.Bucket(bucketKeys), hash, &k); err != nil {
-		return k, err
+	var rec keyRecord
+	if err := getJSON(tx.Bucket(bucketKeys), hash, &rec); err != nil {
+		return store.KeyRecord{}, err
 	}
+	k := rec.key()
 	copy(k.Hash[:], hash)
 	return k, nil
 }
@@ -118,7 +119,7 @@ func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) (store.K
 		}
 		if k.RevokedAt.IsZero() {
 			k.RevokedAt = at.UTC()
-			if err := putJSON(tx.Bucket(bucketKeys), h, k); err != nil {
+			if err := putJSON(tx.Bucket(bucketKeys), h, toKeyRecord(k)); err != nil {
 				return err
 			}
 			s.written.key(k.Hash)
@@ -193,7 +194,7 @@ func (s *Store) PutSubscription(ctx context.Context, sub store.Subscription) (st
 		out = next
 		return nil
 	})
-	return out, err
+	return s.overlay(out), err
 }
 
 // GetSubscription reads a subscription; store.ErrNoAccount when none.
@@ -202,7 +203,7 @@ func (s *Store) GetSubscription(_ context.Context, userID, serviceID string) (st
 	key := subKey(userID, serviceID)
 	sub, ok, gen := s.cache.sub(key)
 	if ok {
-		return sub, nil
+		return s.overlay(sub), nil
 	}
 	err := s.view(func(tx *bolt.Tx) (err error) {
 		sub, err = s.readSub(tx, userID, serviceID)
@@ -211,27 +212,42 @@ func (s *Store) GetSubscription(_ context.Context, userID, serviceID string) (st
 	if err == nil {
 		s.cache.fillSub(key, sub, gen)
 	}
-	return sub, err
+	return s.overlay(sub), err
 }
 
-// AddCredits changes a prepaid balance by amount.
+// AddCredits changes a prepaid balance by amount: a settlement record,
+// as the balance lives in memory with the calls that draw on it.
 func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount billing.Units, at time.Time) (store.Subscription, error) {
 	if err := ctxErr(ctx); err != nil {
 		return store.Subscription{}, err
 	}
-	var out store.Subscription
-	err := s.update(func(tx *bolt.Tx) error {
-		sub, err := s.readSub(tx, userID, serviceID)
-		if err != nil {
-			return err
+	if err := s.usable(); err != nil {
+		return store.Subscription{}, err
+	}
+	acc, err := s.account(userID, serviceID)
+	if err != nil {
+		return store.Subscription{}, err
+	}
+	rec := &settlement{acct: &acctChange{userID: userID, serviceID: serviceID, updated: at.UTC(),
+		ops: []acctOp{{kind: opCredit, units: amount}}}}
+	acc.mu.Lock()
+	acc.credits += amount
+	before := acc.updated
+	acc.updated = at.UTC()
+	_, b, err := s.commitRecord(rec, nil)
+	acc.mu.Unlock()
+	if err == nil {
+		err = s.await(b)
+	}
+	if err != nil {
+		acc.mu.Lock()
+		acc.credits -= amount
+		if acc.updated.Equal(at.UTC()) {
+			acc.updated = before
 		}
-		sub.Credits += amount
-		sub.UpdatedAt = at.UTC()
-		if err := s.writeSub(tx, sub); err != nil {
-			return err
-		}
-		out = sub
-		return nil
-	})
-	return out, err
+		acc.mu.Unlock()
+		return store.Subscription{}, err
+	}
+	s.noteChange(userID, serviceID)
+	return s.GetSubscription(ctx, userID, serviceID)
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/store"
@@ -60,66 +61,142 @@ func (a *amount) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// The store's own record types: what the file holds, field by field, with
+// the store's JSON names. They do not embed the store package's types, so
+// the names on disk do not depend on the tags the admin API writes those
+// types out with; a field added to a store type is stored only once it is
+// added here. The names are those the file has always had (the crash tests
+// read the file with their own decoder, e2e/reliability_helpers_test.go).
+
+// keyRecord is a service key as stored, under the SHA-256 of the key (the
+// bucket's key; never the key itself).
+type keyRecord struct {
+	ID        string    `json:"keyId"`
+	UserID    string    `json:"userId"`
+	Roles     []string  `json:"roles,omitempty"`
+	Label     string    `json:"label,omitempty"`
+	Created   time.Time `json:"createdAt"`
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
+	RevokedAt time.Time `json:"revokedAt,omitzero"`
+}
+
+func toKeyRecord(k store.KeyRecord) keyRecord {
+	return keyRecord{ID: k.ID, UserID: k.UserID, Roles: k.Roles, Label: k.Label, Created: k.Created,
+		ExpiresAt: k.ExpiresAt, RevokedAt: k.RevokedAt}
+}
+
+// key is the record without its hash, which the caller sets from the
+// bucket's key.
+func (r keyRecord) key() store.KeyRecord {
+	return store.KeyRecord{ID: r.ID, UserID: r.UserID, Roles: r.Roles, Label: r.Label, Created: r.Created,
+		ExpiresAt: r.ExpiresAt, RevokedAt: r.RevokedAt}
+}
+
 // subRecord is a subscription as stored.
 type subRecord struct {
-	store.Subscription
-	Credits     amount `json:"credits"`
-	CreditsHeld amount `json:"creditsHeld"`
+	UserID      string    `json:"userId"`
+	ServiceID   string    `json:"serviceId"`
+	ProductID   string    `json:"productId"`
+	Status      string    `json:"status"`
+	StartedAt   time.Time `json:"startedAt"`
+	UpdatedAt   time.Time `json:"updatedAt"`
+	Credits     amount    `json:"credits"`
+	CreditsHeld amount    `json:"creditsHeld"`
 }
 
 func toSubRecord(s store.Subscription) subRecord {
-	return subRecord{Subscription: s, Credits: amount(s.Credits), CreditsHeld: amount(s.CreditsHeld)}
+	return subRecord{UserID: s.UserID, ServiceID: s.ServiceID, ProductID: s.ProductID, Status: s.Status,
+		StartedAt: s.StartedAt, UpdatedAt: s.UpdatedAt, Credits: amount(s.Credits), CreditsHeld: amount(s.CreditsHeld)}
 }
 
 func (r subRecord) subscription() store.Subscription {
-	s := r.Subscription
-	s.Credits, s.CreditsHeld = billing.Units(r.Credits), billing.Units(r.CreditsHeld)
-	return s
+	return store.Subscription{UserID: r.UserID, ServiceID: r.ServiceID, ProductID: r.ProductID, Status: r.Status,
+		StartedAt: r.StartedAt, UpdatedAt: r.UpdatedAt, Credits: billing.Units(r.Credits),
+		CreditsHeld: billing.Units(r.CreditsHeld)}
 }
 
-// ledgerRecord is a ledger entry as stored.
+// ledgerRecord is a ledger entry as stored (encodeLedger writes the same
+// JSON by hand).
 type ledgerRecord struct {
-	store.LedgerEntry
-	Units        amount `json:"units"`
-	Overage      amount `json:"overage,omitempty"`
-	Cost         amount `json:"cost,omitempty"`
-	UnitsClaimed amount `json:"unitsClaimed,omitempty"`
+	Seq            uint64    `json:"seq"`
+	ID             string    `json:"id"`
+	Time           time.Time `json:"time"`
+	UserID         string    `json:"userId"`
+	ServiceID      string    `json:"serviceId"`
+	EndpointID     string    `json:"endpointId,omitempty"`
+	ProductID      string    `json:"productId,omitempty"`
+	RequestID      string    `json:"requestId,omitempty"`
+	OccurredAt     time.Time `json:"occurredAt,omitzero"`
+	Units          amount    `json:"units"`
+	Overage        amount    `json:"overage,omitempty"`
+	Cost           amount    `json:"cost,omitempty"`
+	Source         string    `json:"source"`
+	IdempotencyKey string    `json:"idempotencyKey,omitempty"`
+	UnitsClaimed   amount    `json:"unitsClaimed,omitempty"`
 }
 
 func toLedgerRecord(e store.LedgerEntry) ledgerRecord {
-	return ledgerRecord{LedgerEntry: e, Units: amount(e.Units), Overage: amount(e.Overage), Cost: amount(e.Cost),
-		UnitsClaimed: amount(e.UnitsClaimed)}
+	return ledgerRecord{Seq: e.Seq, ID: e.ID, Time: e.Time, UserID: e.UserID, ServiceID: e.ServiceID,
+		EndpointID: e.EndpointID, ProductID: e.ProductID, RequestID: e.RequestID, OccurredAt: e.OccurredAt,
+		Units: amount(e.Units), Overage: amount(e.Overage), Cost: amount(e.Cost), Source: e.Source,
+		IdempotencyKey: e.IdempotencyKey, UnitsClaimed: amount(e.UnitsClaimed)}
 }
 
 func (r ledgerRecord) entry() store.LedgerEntry {
-	e := r.LedgerEntry
-	e.Units, e.Overage, e.Cost, e.UnitsClaimed = billing.Units(r.Units), billing.Units(r.Overage),
-		billing.Units(r.Cost), billing.Units(r.UnitsClaimed)
-	return e
+	return store.LedgerEntry{Seq: r.Seq, ID: r.ID, Time: r.Time, UserID: r.UserID, ServiceID: r.ServiceID,
+		EndpointID: r.EndpointID, ProductID: r.ProductID, RequestID: r.RequestID, OccurredAt: r.OccurredAt,
+		Units: billing.Units(r.Units), Overage: billing.Units(r.Overage), Cost: billing.Units(r.Cost),
+		Source: r.Source, IdempotencyKey: r.IdempotencyKey, UnitsClaimed: billing.Units(r.UnitsClaimed)}
 }
 
-// jobRecord is a job as stored. CompletionDigest and ReservationID are
-// `json:"-"` on store.Job, to keep them out of API responses, so without
-// these fields the store dropped them: a repeated completion could never be
-// recognised, and a job's hold could not be found to settle.
+// jobRecord is a job as stored, CompletionDigest and ReservationID
+// included (the API never shows them; without them a repeated completion
+// could not be recognised, nor a job's hold found to settle).
 type jobRecord struct {
-	store.Job
-	Units            amount `json:"units,omitempty"`
-	Cost             amount `json:"cost,omitempty"`
-	CompletionDigest string `json:"completionDigest,omitempty"`
-	ReservationID    string `json:"reservationId,omitempty"`
+	ID                 string    `json:"requestId"`
+	UserID             string    `json:"userId"`
+	KeyID              string    `json:"keyId,omitempty"`
+	ServiceID          string    `json:"serviceId"`
+	EndpointID         string    `json:"endpointId"`
+	ProductID          string    `json:"productId,omitempty"`
+	Free               bool      `json:"free,omitempty"`
+	Status             string    `json:"status"`
+	Stage              string    `json:"currentStage,omitempty"`
+	PercentageComplete float64   `json:"percentageComplete"`
+	ErrorMessage       string    `json:"errorMessage,omitempty"`
+	CreatedAt          time.Time `json:"startTime"`
+	UpdatedAt          time.Time `json:"updatedAt"`
+	ExpiresAt          time.Time `json:"expiresAt"`
+	CompletedAt        time.Time `json:"completedAt,omitzero"`
+	Result             string    `json:"result,omitempty"`
+	ResultSize         int       `json:"size,omitempty"`
+	ResultTruncated    bool      `json:"resultTruncated,omitempty"`
+	ResultURL          string    `json:"resultUrl,omitempty"`
+	ContentType        string    `json:"contentType,omitempty"`
+	Units              amount    `json:"units,omitempty"`
+	Cost               amount    `json:"cost,omitempty"`
+	CompletionDigest   string    `json:"completionDigest,omitempty"`
+	ReservationID      string    `json:"reservationId,omitempty"`
 }
 
 func toJobRecord(j store.Job) jobRecord {
-	return jobRecord{Job: j, Units: amount(j.Units), Cost: amount(j.Cost), CompletionDigest: j.CompletionDigest,
-		ReservationID: j.ReservationID}
+	return jobRecord{ID: j.ID, UserID: j.UserID, KeyID: j.KeyID, ServiceID: j.ServiceID, EndpointID: j.EndpointID,
+		ProductID: j.ProductID, Free: j.Free, Status: j.Status, Stage: j.Stage,
+		PercentageComplete: j.PercentageComplete, ErrorMessage: j.ErrorMessage, CreatedAt: j.CreatedAt,
+		UpdatedAt: j.UpdatedAt, ExpiresAt: j.ExpiresAt, CompletedAt: j.CompletedAt, Result: j.Result,
+		ResultSize: j.ResultSize, ResultTruncated: j.ResultTruncated, ResultURL: j.ResultURL,
+		ContentType: j.ContentType, Units: amount(j.Units), Cost: amount(j.Cost),
+		CompletionDigest: j.CompletionDigest, ReservationID: j.ReservationID}
 }
 
 func (r jobRecord) job() store.Job {
-	j := r.Job
-	j.Units, j.Cost, j.CompletionDigest = billing.Units(r.Units), billing.Units(r.Cost), r.CompletionDigest
-	j.ReservationID = r.ReservationID
-	return j
+	return store.Job{ID: r.ID, UserID: r.UserID, KeyID: r.KeyID, ServiceID: r.ServiceID, EndpointID: r.EndpointID,
+		ProductID: r.ProductID, Free: r.Free, Status: r.Status, Stage: r.Stage,
+		PercentageComplete: r.PercentageComplete, ErrorMessage: r.ErrorMessage, CreatedAt: r.CreatedAt,
+		UpdatedAt: r.UpdatedAt, ExpiresAt: r.ExpiresAt, CompletedAt: r.CompletedAt, Result: r.Result,
+		ResultSize: r.ResultSize, ResultTruncated: r.ResultTruncated, ResultURL: r.ResultURL,
+		ContentType: r.ContentType, Units: billing.Units(r.Units), Cost: billing.Units(r.Cost),
+		CompletionDigest: r.CompletionDigest, ReservationID: r.ReservationID}
 }
 
 // decisionRecord is the decision of a stored reservation.

@@ -3,9 +3,12 @@ package boltstore
 import (
 	"encoding/json"
 	"math"
+	"reflect"
 	"testing"
+	"time"
 
 	"github.com/platformgw/gateway/billing"
+	"github.com/platformgw/gateway/store"
 )
 
 // TestAmountRoundTrip: every quantity the store writes reads back, over the
@@ -28,5 +31,52 @@ func TestAmountRoundTrip(t *testing.T) {
 		if err := json.Unmarshal([]byte(bad), &a); err == nil {
 			t.Errorf("%s read as %d, want an error", bad, int64(a))
 		}
+	}
+}
+
+// TestRecordsKeepTheFileFormat: the store's own record types write the
+// names the file has always had (those of the store types' JSON, plus the
+// job's digest and hold), and read back what they were given.
+func TestRecordsKeepTheFileFormat(t *testing.T) {
+	at := time.Date(2026, 11, 23, 12, 0, 0, 5, time.UTC)
+	sub := store.Subscription{UserID: "u", ServiceID: "s", ProductID: "p", Status: "ACTIVE", StartedAt: at,
+		UpdatedAt: at.Add(time.Hour), Credits: whole(5), CreditsHeld: 250_000}
+	e := store.LedgerEntry{Seq: 7, ID: "led_7", Time: at, UserID: "u", ServiceID: "s", EndpointID: "ep", ProductID: "p",
+		RequestID: "r", OccurredAt: at.Add(-time.Second), Units: whole(3), Overage: whole(1), Cost: 500_000,
+		Source: store.SourceReport, IdempotencyKey: "k", UnitsClaimed: whole(4)}
+	j := store.Job{ID: "j", UserID: "u", KeyID: "key", ServiceID: "s", EndpointID: "ep", ProductID: "p", Free: true,
+		Status: store.JobCompleted, Stage: "done", PercentageComplete: 100, ErrorMessage: "none", CreatedAt: at,
+		UpdatedAt: at, ExpiresAt: at.Add(time.Hour), CompletedAt: at, Result: "{}", ResultSize: 2, ResultTruncated: true,
+		ResultURL: "https://r", ContentType: "application/json", Units: whole(2), Cost: whole(1),
+		CompletionDigest: "d", ReservationID: "9"}
+	same := func(name string, stored, api any, extra map[string]any) {
+		t.Helper()
+		var a, b map[string]any
+		raw, _ := json.Marshal(stored)
+		json.Unmarshal(raw, &a)
+		rawAPI, _ := json.Marshal(api)
+		json.Unmarshal(rawAPI, &b)
+		for k, v := range extra {
+			b[k] = v
+		}
+		if !reflect.DeepEqual(a, b) {
+			t.Errorf("%s stored as\n%s\nwant the names and values of\n%s plus %v", name, raw, rawAPI, extra)
+		}
+	}
+	k := store.KeyRecord{ID: "key", Hash: [32]byte{1}, UserID: "u", Roles: []string{"a", "b"}, Label: "l", Created: at,
+		ExpiresAt: at.Add(time.Hour), RevokedAt: at.Add(time.Minute)}
+	same("key", toKeyRecord(k), k, nil)
+	if back := toKeyRecord(k).key(); back.ID != k.ID || !reflect.DeepEqual(back.Roles, k.Roles) || back.Hash != ([32]byte{}) ||
+		!back.RevokedAt.Equal(k.RevokedAt) || !back.ExpiresAt.Equal(k.ExpiresAt) || back.Label != k.Label {
+		t.Errorf("key read back as %+v", back)
+	}
+	same("subscription", toSubRecord(sub), sub, nil)
+	same("ledger entry", toLedgerRecord(e), e, nil)
+	same("job", toJobRecord(j), j, map[string]any{"completionDigest": "d", "reservationId": "9"})
+	if toSubRecord(sub).subscription() != sub || toLedgerRecord(e).entry() != e || toJobRecord(j).job() != j {
+		t.Error("a record does not read back what it was given")
+	}
+	if raw, _ := encodeLedger(e); !json.Valid(raw) {
+		t.Errorf("encodeLedger: %s", raw)
 	}
 }

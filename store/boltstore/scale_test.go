@@ -290,15 +290,23 @@ func loadScale(t *testing.T, path string, nKeys, nLedger int) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for from := 0; from < nLedger; from += ledgerBatch {
 		to := min(from+ledgerBatch, nLedger)
+		entries := make([]store.LedgerEntry, 0, to-from)
+		for i := from; i < to; i++ {
+			u := rng.IntN(100_000)
+			entries = append(entries, store.LedgerEntry{Seq: uint64(i + 1), ID: ledgerID(uint64(i + 1)),
+				Time: start.Add(time.Duration(i) * step).UTC(), UserID: fmt.Sprintf("user-%d", u),
+				ServiceID: "svc", EndpointID: "instant", ProductID: scaleProduct.ID,
+				RequestID: fmt.Sprintf("%08x-0000-4000-8000-%012x", i, u), Units: whole(1), Source: store.SourceGateway})
+		}
+		// Into the ledger directory, as the applier appends (its batches
+		// are smaller; one block holds at most a few MiB).
 		err := s.update(func(tx *bolt.Tx) error {
-			for i := from; i < to; i++ {
-				u := rng.IntN(100_000)
-				e := store.LedgerEntry{Time: start.Add(time.Duration(i) * step), UserID: fmt.Sprintf("user-%d", u),
-					ServiceID: "svc", EndpointID: "instant", ProductID: scaleProduct.ID,
-					RequestID: fmt.Sprintf("%08x-0000-4000-8000-%012x", i, u), Units: whole(1), Source: store.SourceGateway}
-				if err := s.appendLedger(tx, &e); err != nil {
+			for len(entries) > 0 {
+				n := min(len(entries), 10_000)
+				if err := s.appendLedger(tx, entries[:n], s.led.Position()); err != nil {
 					return err
 				}
+				entries = entries[n:]
 			}
 			return nil
 		})

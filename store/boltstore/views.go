@@ -87,7 +87,7 @@ func (s *Store) ListSubscriptions(ctx context.Context, userID, cursor string, li
 			if err := json.Unmarshal(v, &rec); err != nil {
 				return fmt.Errorf("subscription %q: %w", k, err)
 			}
-			out = append(out, rec.subscription())
+			out = append(out, s.overlay(rec.subscription()))
 		}
 		return nil
 	})
@@ -99,6 +99,9 @@ func (s *Store) ListSubscriptions(ctx context.Context, userID, cursor string, li
 
 // ListJobs pages through the jobs matching f, in id order.
 func (s *Store) ListJobs(ctx context.Context, f store.JobFilter, cursor string, limit int) ([]store.Job, string, error) {
+	if err := s.applyAll(); err != nil { // jobs changed and not yet applied
+		return nil, "", err
+	}
 	if err := ctxErr(ctx); err != nil {
 		return nil, "", err
 	}
