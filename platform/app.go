@@ -19,8 +19,8 @@ import (
 	"github.com/platformgw/gateway/engine"
 	"github.com/platformgw/gateway/jwtauth"
 	"github.com/platformgw/gateway/store"
-	"github.com/platformgw/gateway/wire"
 	"github.com/platformgw/gateway/store/settlelog"
+	"github.com/platformgw/gateway/wire"
 )
 
 func init() {

@@ -19,8 +19,8 @@ import (
 	"github.com/platformgw/gateway/alerts"
 	"github.com/platformgw/gateway/billing"
 	"github.com/platformgw/gateway/catalog"
-	"github.com/platformgw/gateway/wire"
 	"github.com/platformgw/gateway/store/settlelog"
+	"github.com/platformgw/gateway/wire"
 )
 
 func init() {
