@@ -27,25 +27,36 @@ func (s *Store) Export(ctx context.Context, to store.Importer, batch int) (store
 		batch = 1000
 	}
 	var t store.Totals
-	err := s.view(func(tx *bolt.Tx) error {
-		steps := []struct {
-			name string
-			fn   func(context.Context, *bolt.Tx, store.Importer, int, *store.Totals) error
-		}{
-			{"keys", exportKeys}, {"subscriptions", exportSubs}, {"counters", exportCounters},
-			{"ledger", exportLedger}, {"jobs", exportJobs}, {"idempotency claims", exportIdempotency},
-			{"alerts", exportAlerts}, {"audit log", exportAudit},
-		}
-		for _, st := range steps {
-			if err := ctx.Err(); err != nil {
-				return err
+	type step struct {
+		name string
+		fn   func(context.Context, *bolt.Tx, store.Importer, int, *store.Totals) error
+	}
+	// The ledger is not in the bbolt file but in its segment directory, so
+	// it is read between two read transactions of the file (the store is
+	// not served while it is exported: nothing changes in between).
+	run := func(steps []step) error {
+		return s.view(func(tx *bolt.Tx) error {
+			for _, st := range steps {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				if err := st.fn(ctx, tx, to, batch, &t); err != nil {
+					return fmt.Errorf("export %s: %w", st.name, err)
+				}
 			}
-			if err := st.fn(ctx, tx, to, batch, &t); err != nil {
-				return fmt.Errorf("export %s: %w", st.name, err)
-			}
+			return nil
+		})
+	}
+	err := run([]step{{"keys", exportKeys}, {"subscriptions", exportSubs}, {"counters", exportCounters}})
+	if err == nil {
+		if err = s.exportLedger(ctx, to, batch, &t); err != nil {
+			err = fmt.Errorf("export ledger: %w", err)
 		}
-		return nil
-	})
+	}
+	if err == nil {
+		err = run([]step{{"jobs", exportJobs}, {"idempotency claims", exportIdempotency},
+			{"alerts", exportAlerts}, {"audit log", exportAudit}})
+	}
 	return t, err
 }
 
@@ -146,10 +157,10 @@ func splitUserService(k []byte) (user, service string, ok bool) {
 	return "", "", false
 }
 
-func exportLedger(ctx context.Context, tx *bolt.Tx, to store.Importer, n int, t *store.Totals) error {
+// exportLedger hands over the ledger of record, read from its segments.
+func (s *Store) exportLedger(ctx context.Context, to store.Importer, n int, t *store.Totals) error {
 	b := &batcher[store.LedgerEntry]{n: n, flush: func(es []store.LedgerEntry) error { return to.ImportLedger(ctx, es) }}
-	err := eachJSON(tx.Bucket(bucketLedger), func(_ []byte, rec ledgerRecord) error {
-		e := rec.entry()
+	err := s.ScanLedger(ctx, store.LedgerFilter{}, func(e store.LedgerEntry) error {
 		t.Ledger++
 		t.LedgerUnits += e.Units
 		t.LedgerCost += e.Cost
