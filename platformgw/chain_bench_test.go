@@ -45,10 +45,10 @@ import (
 // its own; the applier's bbolt commits are shared), the stub
 // backend's net/http server and the test's raw client (a few). Measured
 // on 23 November 2026: 545 a call at commit 733506d, 482 after the request
-// path's allocations were trimmed (branch lean; plain reverse_proxy on the
+// path's allocations were trimmed (the request-path trim; plain reverse_proxy on the
 // same path: 233, the same in every run); the budget is that + ~5%.
 // 317-329 once holds lived in memory and settlements went to the
-// settlement log (store/settlelog; branch wal): budget 350. The count now
+// settlement log (store/settlelog): budget 350. The count now
 // moves a little with the machine's speed: the applier commits to bbolt
 // every 20 ms whatever the call rate, so the slower the calls, the more of
 // its allocations fall to each.
