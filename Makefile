@@ -89,11 +89,11 @@ bench-fleet: build
 	./scripts/bench-fleet.sh
 
 bench-scale:
-	$(GO) test -tags scale -run '^TestScale$$' -v -count=1 -timeout 60m ./store/boltstore
+	$(GO) test -tags scale -run '^TestScale$$' -v -count=1 -timeout 60m ./internal/store/boltstore
 
 # SCALE_LEDGER_ROWS=100000000 for the 100M-row figures of docs/performance.md.
 bench-scale-ledger:
-	SCALE_LEDGER_ROWS=$${SCALE_LEDGER_ROWS:-10000000} $(GO) test -tags scale -run '^TestLedgerScale$$' -v -count=1 -timeout 120m ./store/ledger
+	SCALE_LEDGER_ROWS=$${SCALE_LEDGER_ROWS:-10000000} $(GO) test -tags scale -run '^TestLedgerScale$$' -v -count=1 -timeout 120m ./internal/store/ledger
 
 # -count 6 gives benchstat enough samples: make bench-micro > new.txt,
 # then benchstat old.txt new.txt. The last step is the whole sync invoke
@@ -102,8 +102,8 @@ bench-scale-ledger:
 # (TestChainAllocBudget, skipped under -race); E2E_ADMIN_PORT and
 # E2E_HTTP_PORT move its ports.
 bench-micro:
-	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./signing ./servicekey ./store/boltstore
-	$(GO) test -run '^TestChainAllocBudget$$' -bench '^BenchmarkChain$$' -benchmem -count 6 ./platformgw
+	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./internal/signing ./internal/servicekey ./internal/store/boltstore
+	$(GO) test -run '^TestChainAllocBudget$$' -bench '^BenchmarkChain$$' -benchmem -count 6 ./internal/platformgw
 
 clean:
 	rm -rf $(BIN) tmp
@@ -112,7 +112,7 @@ clean:
 # through chromedp) with SCREENSHOTS_DIR set, which makes them save a PNG
 # of each page into docs/img for docs/console.md. Set E2E_ADMIN_PORT and
 # E2E_HTTP_PORT when another test server may be running.
-SCREENSHOT_PKGS ?= ./console
+SCREENSHOT_PKGS ?= ./internal/console
 screenshots:
 	BROWSER_TESTS=1 SCREENSHOTS_DIR=$(CURDIR)/docs/img $(GO) test -count=1 -run 'InBrowser' $(SCREENSHOT_PKGS)
-	BROWSER_TESTS=1 PORTAL_SCREENSHOTS=1 $(GO) test -count=1 -run 'Browser' ./portal
+	BROWSER_TESTS=1 PORTAL_SCREENSHOTS=1 $(GO) test -count=1 -run 'Browser' ./internal/portal

@@ -26,9 +26,9 @@
 package gateway
 
 import (
-	_ "github.com/platformgw/gateway/console"
-	_ "github.com/platformgw/gateway/platform"
-	_ "github.com/platformgw/gateway/platformgw"
-	_ "github.com/platformgw/gateway/portal"
-	_ "github.com/platformgw/gateway/usagehandler"
+	_ "github.com/platformgw/gateway/internal/console"
+	_ "github.com/platformgw/gateway/internal/platform"
+	_ "github.com/platformgw/gateway/internal/platformgw"
+	_ "github.com/platformgw/gateway/internal/portal"
+	_ "github.com/platformgw/gateway/internal/usagehandler"
 )

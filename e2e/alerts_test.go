@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/platformgw/gateway/platform"
-	"github.com/platformgw/gateway/store"
+	"github.com/platformgw/gateway/internal/platform"
+	"github.com/platformgw/gateway/internal/store"
 )
 
 const alertSecret = "alert-secret-alert-secret-0001"

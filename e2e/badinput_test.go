@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/platformgw/gateway/billing"
-	"github.com/platformgw/gateway/store"
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/store"
 )
 
 // The bad-input table: malformed requests to every route, each of which

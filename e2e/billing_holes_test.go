@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/platformgw/gateway/billing"
-	"github.com/platformgw/gateway/store"
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/store"
 )
 
 // The billing holes an outside attack run found against the built binary,

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/platformgw/gateway/servicekey"
-	"github.com/platformgw/gateway/store"
+	"github.com/platformgw/gateway/internal/servicekey"
+	"github.com/platformgw/gateway/internal/store"
 )
 
 var uuidPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/platformgw/gateway/billing"
+	"github.com/platformgw/gateway/internal/billing"
 )
 
 // wrapBackend is a backend for the sync_response tests: it verifies each

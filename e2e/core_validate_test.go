@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/platformgw/gateway/servicekey"
+	"github.com/platformgw/gateway/internal/servicekey"
 )
 
 func TestCoreValidate(t *testing.T) {

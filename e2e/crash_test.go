@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/platformgw/gateway/billing"
-	"github.com/platformgw/gateway/store/boltstore"
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/store/boltstore"
 )
 
 // The crash test runs the real binary as a subprocess, drives sync and

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/platformgw/gateway/billing"
 	asyncapp "github.com/platformgw/gateway/examples/asyncbackend/app"
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/sdk"
-	"github.com/platformgw/gateway/store"
 )
 
 // startExampleAsync runs the async example on loopback with an SDK client

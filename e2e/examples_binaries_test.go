@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/platformgw/gateway/billing"
 	backendapp "github.com/platformgw/gateway/examples/backend/app"
+	"github.com/platformgw/gateway/internal/billing"
 )
 
 // exampleProcess is an example binary running against the test gateway.

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/platformgw/gateway/billing"
 	reporterapp "github.com/platformgw/gateway/examples/reporter/app"
-	"github.com/platformgw/gateway/store"
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/store"
 )
 
 // The non-proxied example: callers bring their service key to the

@@ -7,10 +7,10 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/platformgw/gateway/billing"
 	backendapp "github.com/platformgw/gateway/examples/backend/app"
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/sdk"
-	"github.com/platformgw/gateway/store"
 )
 
 // The sync example behind the gateway: the SDK middleware verifies every

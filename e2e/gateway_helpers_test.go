@@ -27,14 +27,14 @@ import (
 
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
-	"github.com/platformgw/gateway/billing"
-	_ "github.com/platformgw/gateway/console" // Caddyfile.example has a console
-	"github.com/platformgw/gateway/platform"
-	_ "github.com/platformgw/gateway/platformgw"
-	_ "github.com/platformgw/gateway/portal"
-	"github.com/platformgw/gateway/servicekey"
-	"github.com/platformgw/gateway/store"
-	_ "github.com/platformgw/gateway/usagehandler"
+	"github.com/platformgw/gateway/internal/billing"
+	_ "github.com/platformgw/gateway/internal/console" // Caddyfile.example has a console
+	"github.com/platformgw/gateway/internal/platform"
+	_ "github.com/platformgw/gateway/internal/platformgw"
+	_ "github.com/platformgw/gateway/internal/portal"
+	"github.com/platformgw/gateway/internal/servicekey"
+	"github.com/platformgw/gateway/internal/store"
+	_ "github.com/platformgw/gateway/internal/usagehandler"
 )
 
 const testSecret = "s3cret-s3cret-s3cret-s3cret-0001"

@@ -19,13 +19,13 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/platformgw/gateway/billing"
-	"github.com/platformgw/gateway/store"
-	"github.com/platformgw/gateway/store/ledger"
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/store/ledger"
 )
 
 // storeFile is a closed bbolt store file as read with bbolt itself and the
-// layout documented in store/boltstore, not through the store's own code:
+// layout documented in internal/store/boltstore, not through the store's own code:
 // what a crash left on disk is judged by a reader that shares none of the
 // writer's bugs.
 type storeFile struct {
@@ -217,7 +217,7 @@ func readStoreFile(t *testing.T, path string) storeFile {
 }
 
 // readLedgerDir reads the ledger directory beside the store file at path
-// (through store/ledger, the store's own reader of it) into sf.Ledger, and
+// (through internal/store/ledger, the store's own reader of it) into sf.Ledger, and
 // folds every row into sf.Digest.
 func readLedgerDir(t *testing.T, path string, sf *storeFile) {
 	t.Helper()

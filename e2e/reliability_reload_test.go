@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/platformgw/gateway/billing"
+	"github.com/platformgw/gateway/internal/billing"
 )
 
 // TestReloadUnderLoad reloads a changed catalog (POST /load, what `caddy

@@ -26,10 +26,10 @@ var timingAllowed = map[string]string{
 	"sdk/verify.go:Verify": "signing version, public",
 	// A key's CRC checksum (public, a function of the key) compared as one
 	// integer after the same work for every input.
-	"servicekey/servicekey.go:WellFormed": "checksum, single integer compare",
+	"internal/servicekey/servicekey.go:WellFormed": "checksum, single integer compare",
 	// Reservation ids and user ids are not secrets.
-	"store/boltstore/jobs.go:jobHolds": "reservation id",
-	"usagehandler/status.go:callerJob": "user ids",
+	"internal/store/boltstore/jobs.go:jobHolds": "reservation id",
+	"internal/usagehandler/status.go:callerJob": "user ids",
 }
 
 // TestSecurityConstantTimeCompare reads the source of every package (not

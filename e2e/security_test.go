@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/platformgw/gateway/billing"
+	"github.com/platformgw/gateway/internal/billing"
 )
 
 // The security suite runs the real server with its default log level and no

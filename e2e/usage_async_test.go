@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/platformgw/gateway/billing"
-	"github.com/platformgw/gateway/platform"
-	"github.com/platformgw/gateway/store"
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/platform"
+	"github.com/platformgw/gateway/internal/store"
 )
 
 // usagePayload has everything JSON.stringify and encoding/json disagree

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/platformgw/gateway/billing"
-	"github.com/platformgw/gateway/store"
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/store"
 )
 
 // Secrets of the usage tests' services. svc is mid-rotation: it verifies

@@ -21,23 +21,25 @@ GO=${GO:-go}
 # package target, one per line: the signature verifiers, the JWT reader, the body parsers
 # of the usage service, the path parsers, the Caddyfile and the quantities.
 targets="
-./signing FuzzVerify
-./signing FuzzSignV3
-./signing FuzzParseTimestamp
-./signing FuzzAppendJSString
-./signing FuzzAsyncCanonical
+./internal/signing FuzzVerify
+./internal/signing FuzzSignV3
+./internal/signing FuzzParseTimestamp
+./internal/signing FuzzAppendJSString
+./internal/signing FuzzAsyncCanonical
 ./sdk FuzzVerifierVerify
-./servicekey FuzzWellFormed
-./jwtauth FuzzUserID
-./usagehandler FuzzParseReport
-./usagehandler FuzzParseProgress
-./usagehandler FuzzParseCompletion
-./usagehandler FuzzMatchRoute
-./platformgw FuzzParseInvokePath
-./platformgw FuzzStripCallerHeaders
-./platform FuzzCaddyfile
-./platform FuzzParseSignedUnits
-./billing FuzzParseUnits
+./internal/servicekey FuzzWellFormed
+./internal/jwtauth FuzzUserID
+./internal/usagehandler FuzzParseReport
+./internal/usagehandler FuzzParseProgress
+./internal/usagehandler FuzzParseCompletion
+./internal/usagehandler FuzzMatchRoute
+./internal/platformgw FuzzParseInvokePath
+./internal/platformgw FuzzStripCallerHeaders
+./internal/platformgw FuzzAcceptedBody
+./internal/store/boltstore FuzzEncodeJob
+./internal/platform FuzzCaddyfile
+./internal/platform FuzzParseSignedUnits
+./internal/billing FuzzParseUnits
 "
 
 # Every Fuzz function in the tree must be listed above, so a new target is

@@ -30,7 +30,7 @@ done
 # The allocation budget of a sync call (docs/performance.md): without
 # -race, which drops sync.Pool items at random and so changes the counts.
 echo "=== allocation budget (platformgw TestChainAllocBudget, no -race)"
-if ! $GO test -count=1 -run '^TestChainAllocBudget$' ./platformgw; then
+if ! $GO test -count=1 -run '^TestChainAllocBudget$' ./internal/platformgw; then
 	failed+=("allocation budget")
 fi
 if [ ${#failed[@]} -gt 0 ]; then

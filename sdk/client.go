@@ -13,9 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/platformgw/gateway/billing"
-	"github.com/platformgw/gateway/signing"
-	"github.com/platformgw/gateway/wire"
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/signing"
+	"github.com/platformgw/gateway/internal/wire"
 )
 
 // Default settings of a Client.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/platformgw/gateway/apierror"
+	"github.com/platformgw/gateway/internal/apierror"
 )
 
 // Error codes of the wire contract, the Code of an [APIError].

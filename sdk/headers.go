@@ -4,8 +4,8 @@ import (
 	"net/http"
 	"net/textproto"
 
-	"github.com/platformgw/gateway/signing"
-	"github.com/platformgw/gateway/wire"
+	"github.com/platformgw/gateway/internal/signing"
+	"github.com/platformgw/gateway/internal/wire"
 )
 
 // newHeaderNames are the header names of a brand ("" is DefaultBrand), as

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/platformgw/gateway/signing"
-	"github.com/platformgw/gateway/wire"
+	"github.com/platformgw/gateway/internal/signing"
+	"github.com/platformgw/gateway/internal/wire"
 )
 
 // Final statuses of an async job, the Status of a Completion.

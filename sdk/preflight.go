@@ -7,8 +7,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/platformgw/gateway/signing"
-	"github.com/platformgw/gateway/wire"
+	"github.com/platformgw/gateway/internal/signing"
+	"github.com/platformgw/gateway/internal/wire"
 )
 
 // KeyValidation is the answer to ValidateKey (validation schema 3).

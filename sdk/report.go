@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/platformgw/gateway/wire"
+	"github.com/platformgw/gateway/internal/wire"
 )
 
 // Report is usage a backend reports for a user of its service: POST

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/platformgw/gateway/apierror"
-	"github.com/platformgw/gateway/signing"
-	"github.com/platformgw/gateway/subscription"
+	"github.com/platformgw/gateway/internal/apierror"
+	"github.com/platformgw/gateway/internal/signing"
+	"github.com/platformgw/gateway/internal/subscription"
 )
 
 // DefaultMaxBodyBytes is the largest request body a Verifier reads. The

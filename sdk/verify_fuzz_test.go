@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/platformgw/gateway/signing"
+	"github.com/platformgw/gateway/internal/signing"
 )
 
 // FuzzVerifierVerify is the backend side of the v3 signature: whatever

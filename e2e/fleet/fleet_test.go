@@ -90,6 +90,7 @@ func TestFleetExactLimits(t *testing.T) {
 			}
 		}
 	}
+	waitLedger(t, f.nodes[0], acked, 10*time.Second)
 	checkLedger(t, f.nodes[0], acked, map[string]int{"u-quota": limit, "u-prepaid": limit, "u-capped": limit})
 	// The counters equal the ledger (every call is one unit).
 	for _, a := range accounts {
@@ -125,6 +126,29 @@ func TestFleetExactLimits(t *testing.T) {
 
 // checkLedger: every request a caller saw served is in the ledger exactly
 // once, and each user's entries number want[user] when given.
+// waitLedger waits until every acknowledged request is in the ledger, or
+// d passed (checkLedger then says what is missing).
+func waitLedger(t *testing.T, nd *node, acked map[string]int, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		seen := map[string]bool{}
+		for _, e := range exportLedger(t, nd, "") {
+			seen[e.RequestID] = true
+		}
+		missing := 0
+		for id := range acked {
+			if !seen[id] {
+				missing++
+			}
+		}
+		if missing == 0 {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 func checkLedger(t *testing.T, nd *node, acked map[string]int, want map[string]int) {
 	t.Helper()
 	entries := exportLedger(t, nd, "")
@@ -226,6 +250,12 @@ func TestFleetKill9(t *testing.T) {
 	f.nodes[1].kill()
 	before := l.served()
 	waitFor(t, 30*time.Second, func() bool { return l.served() > before+300 })
+	// The killed node comes back: it ships what its settlement log
+	// acknowledged and PostgreSQL did not have yet (settle log), before it
+	// serves again.
+	f.start(f.nodes[1])
+	restarted := l.served()
+	waitFor(t, 30*time.Second, func() bool { return l.served() > restarted+100 })
 	acked, qacked := l.finish(), ql.finish()
 	t.Logf("unlimited: %d served, answers %v; quota: %d served, answers %v", len(acked), l.statuses, len(qacked), ql.statuses)
 	all := map[string]int{}
@@ -236,7 +266,9 @@ func TestFleetKill9(t *testing.T) {
 		all[id] = 1
 	}
 	// Calls in flight on the killed node may be in the ledger without a
-	// caller having seen their answer: only the acknowledged ones must be.
+	// caller having seen their answer: only the acknowledged ones must be
+	// (the other nodes ship theirs within a ship interval).
+	waitLedger(t, f.nodes[0], all, 10*time.Second)
 	checkLedger(t, f.nodes[0], all, nil)
 	if len(qacked) > 100 {
 		t.Errorf("quota of 100: %d served across a kill", len(qacked))
@@ -313,6 +345,10 @@ func TestFleetPostgresRestart(t *testing.T) {
 	for id := range acked {
 		ids[id] = 0
 	}
+	// What the nodes acknowledged from their settlement logs while the
+	// database was down is shipped once it is back (within a few
+	// seconds: the shipper retries with a backoff of up to 2s).
+	waitLedger(t, f.nodes[1], ids, 20*time.Second)
 	checkLedger(t, f.nodes[1], ids, nil)
 	// Every call costs exactly one credit. The nodes stop gracefully
 	// first, settling what they hold, so the balance is final.

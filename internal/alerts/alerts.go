@@ -1,0 +1,192 @@
+// Package alerts holds the rules of usage alerts: the thresholds a product
+// may set (a share of its quota, a share of its spending cap, a prepaid
+// balance falling below an amount), which of them a subscription's state
+// has reached, the webhook body that tells the operator, its signature and
+// the retry schedule of its delivery.
+//
+// The package is pure (no I/O, no clock, no Caddy): the platform app runs
+// the evaluation loop and the deliveries, the store keeps the records.
+package alerts
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/platformgw/gateway/internal/billing"
+)
+
+// The metrics a threshold watches.
+const (
+	// MetricQuota fires when the settled units of a period reach a share
+	// of the product's quota.
+	MetricQuota = "quota"
+	// MetricSpendingCap fires when the settled spend of a period reaches
+	// a share of the product's spending cap.
+	MetricSpendingCap = "spending_cap"
+	// MetricCreditsBelow fires when a prepaid balance falls below an
+	// amount of credits.
+	MetricCreditsBelow = "credits_below"
+)
+
+// Metrics lists the metrics in the order the docs give them.
+var Metrics = []string{MetricQuota, MetricCreditsBelow, MetricSpendingCap}
+
+// MaxPercent bounds a percentage threshold: past 100% of a quota is
+// meaningful with `overage allow`, ten times the quota is plenty.
+var MaxPercent = billing.Whole(1000)
+
+// Threshold is one alert level of a product.
+type Threshold struct {
+	// Metric is quota, spending_cap or credits_below.
+	Metric string `json:"metric"`
+	// Percent of the quota or of the spending cap (quota and
+	// spending_cap): above 0, at most 1000.
+	Percent billing.Units `json:"percent,omitempty"`
+	// Credits is the balance below which credits_below fires.
+	Credits billing.Units `json:"credits,omitempty"`
+}
+
+// String is the threshold as the Caddyfile writes it ("quota 80%",
+// "credits_below 10"); it names the threshold in alert records, so the
+// same threshold always has the same name.
+func (t Threshold) String() string {
+	if t.Metric == MetricCreditsBelow {
+		return t.Metric + " " + t.Credits.String()
+	}
+	return t.Metric + " " + t.Percent.String() + "%"
+}
+
+// Validate checks the threshold against the product it belongs to: a share
+// of a quota needs a quota, of a cap a cap, and a credit balance a PREPAID
+// product.
+func (t Threshold) Validate(p billing.Product) error {
+	switch t.Metric {
+	case MetricQuota, MetricSpendingCap:
+		if t.Percent <= 0 || t.Percent > MaxPercent {
+			return fmt.Errorf("alert %s: the percentage must be above 0%% and at most %s%%", t.Metric, MaxPercent)
+		}
+		if t.Credits != 0 {
+			return fmt.Errorf("alert %s takes a percentage, not credits", t.Metric)
+		}
+		if t.Metric == MetricQuota && (p.Quota == nil || *p.Quota <= 0) {
+			return fmt.Errorf("alert %s: product %s has no quota", t, p.ID)
+		}
+		if t.Metric == MetricSpendingCap && (p.SpendingCap == nil || *p.SpendingCap <= 0) {
+			return fmt.Errorf("alert %s: product %s has no spending cap", t, p.ID)
+		}
+	case MetricCreditsBelow:
+		if t.Credits <= 0 {
+			return fmt.Errorf("alert %s: the credits must be above 0", t.Metric)
+		}
+		if t.Percent != 0 {
+			return fmt.Errorf("alert %s takes an amount of credits, not a percentage", t.Metric)
+		}
+		if p.BillingModel != billing.Prepaid {
+			return fmt.Errorf("alert %s: product %s is %s, and only PREPAID products have credits", t, p.ID, p.BillingModel)
+		}
+	default:
+		return fmt.Errorf("alert metric %q is not one of %s", t.Metric, strings.Join(Metrics, ", "))
+	}
+	return nil
+}
+
+// ValidateAll checks every threshold of a product and refuses one given
+// twice (it would fire twice for one crossing).
+func ValidateAll(p billing.Product, ts []Threshold) error {
+	seen := make(map[string]bool, len(ts))
+	for _, t := range ts {
+		if err := t.Validate(p); err != nil {
+			return err
+		}
+		name := t.String()
+		if seen[name] {
+			return fmt.Errorf("alert %s given twice for product %s", name, p.ID)
+		}
+		seen[name] = true
+	}
+	return nil
+}
+
+// Parse reads the arguments of a Caddyfile `alert <metric> <level>...`
+// line: percentages ("80%") for quota and spending_cap, amounts of credits
+// ("10") for credits_below. The thresholds still need Validate against
+// their product.
+func Parse(metric string, levels []string) ([]Threshold, error) {
+	if len(levels) == 0 {
+		return nil, fmt.Errorf("alert %s: missing level", metric)
+	}
+	var out []Threshold
+	for _, lv := range levels {
+		t := Threshold{Metric: metric}
+		switch metric {
+		case MetricQuota, MetricSpendingCap:
+			num, ok := strings.CutSuffix(lv, "%")
+			if !ok {
+				return nil, fmt.Errorf("alert %s '%s': a percentage such as 80%%", metric, lv)
+			}
+			u, err := billing.ParseUnits(num)
+			if err != nil {
+				return nil, fmt.Errorf("alert %s '%s': %v", metric, lv, err)
+			}
+			t.Percent = u
+		case MetricCreditsBelow:
+			u, err := billing.ParseUnits(lv)
+			if err != nil {
+				return nil, fmt.Errorf("alert %s '%s': an amount of credits such as 10: %v", metric, lv, err)
+			}
+			t.Credits = u
+		default:
+			return nil, fmt.Errorf("alert metric '%s' is not one of %s", metric, strings.Join(Metrics, ", "))
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// Reading is a threshold a subscription has reached: Value is what was
+// measured (units used, spend, or credits left) and Limit the level it
+// reached.
+type Reading struct {
+	Threshold Threshold
+	Value     billing.Units
+	Limit     billing.Units
+}
+
+// Reached returns the thresholds of ts that the state s of a subscription
+// to product p has reached. Only settled amounts count: units held by calls
+// in flight may still be released.
+func Reached(p billing.Product, s billing.State, ts []Threshold) []Reading {
+	var out []Reading
+	for _, t := range ts {
+		switch t.Metric {
+		case MetricQuota:
+			if p.Quota == nil || *p.Quota <= 0 {
+				continue
+			}
+			if limit := share(*p.Quota, t.Percent); s.Used >= limit {
+				out = append(out, Reading{Threshold: t, Value: s.Used, Limit: limit})
+			}
+		case MetricSpendingCap:
+			if p.SpendingCap == nil || *p.SpendingCap <= 0 {
+				continue
+			}
+			if limit := share(*p.SpendingCap, t.Percent); s.Spend >= limit {
+				out = append(out, Reading{Threshold: t, Value: s.Spend, Limit: limit})
+			}
+		case MetricCreditsBelow:
+			if p.BillingModel == billing.Prepaid && s.Credits < t.Credits {
+				out = append(out, Reading{Threshold: t, Value: s.Credits, Limit: t.Credits})
+			}
+		}
+	}
+	return out
+}
+
+// share is percent % of limit, exact to a millionth of a unit.
+func share(limit, percent billing.Units) billing.Units {
+	if percent == billing.Whole(100) {
+		return limit
+	}
+	// percent/100 as units: 80% is 0.8.
+	return billing.Mul(limit, percent/100)
+}

@@ -1,0 +1,189 @@
+package alerts
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/platformgw/gateway/internal/billing"
+)
+
+func units(s string) billing.Units {
+	u, err := billing.ParseUnits(s)
+	if err != nil {
+		panic(err)
+	}
+	return u
+}
+
+func ptr(u billing.Units) *billing.Units { return &u }
+
+func TestParseAndValidate(t *testing.T) {
+	sub := billing.Product{ID: "basic", BillingModel: billing.Subscription, MeasurementType: billing.PerRequest,
+		Quota: ptr(units("100")), Overage: "allow", Price: units("0.1"), SpendingCap: ptr(units("50"))}
+	prepaid := billing.Product{ID: "pre", BillingModel: billing.Prepaid, MeasurementType: billing.PerRequest, Price: units("1")}
+	cases := []struct {
+		p       billing.Product
+		metric  string
+		levels  []string
+		wantErr string
+		want    []string
+	}{
+		{sub, "quota", []string{"80%", "100%", "12.5%"}, "", []string{"quota 80%", "quota 100%", "quota 12.5%"}},
+		{sub, "spending_cap", []string{"90%"}, "", []string{"spending_cap 90%"}},
+		{prepaid, "credits_below", []string{"10", "0.5"}, "", []string{"credits_below 10", "credits_below 0.5"}},
+		{sub, "quota", []string{"80"}, "a percentage such as 80%", nil},
+		{sub, "quota", []string{"0%"}, "above 0%", nil},
+		{sub, "quota", []string{"1001%"}, "at most 1000%", nil},
+		{sub, "quota", []string{"-5%"}, "invalid decimal", nil},
+		{sub, "quota", []string{"80%", "80%"}, "given twice", nil},
+		{sub, "credits_below", []string{"10"}, "only PREPAID products have credits", nil},
+		{prepaid, "quota", []string{"80%"}, "has no quota", nil},
+		{prepaid, "spending_cap", []string{"80%"}, "has no spending cap", nil},
+		{prepaid, "credits_below", []string{"0"}, "must be above 0", nil},
+		{sub, "calls", []string{"1"}, "not one of quota, credits_below, spending_cap", nil},
+		{sub, "quota", nil, "missing level", nil},
+	}
+	for _, c := range cases {
+		ts, err := Parse(c.metric, c.levels)
+		if err == nil {
+			err = ValidateAll(c.p, ts)
+		}
+		if c.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("%s %v: error %v, want one containing %q", c.metric, c.levels, err, c.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s %v: %v", c.metric, c.levels, err)
+			continue
+		}
+		var names []string
+		for _, th := range ts {
+			names = append(names, th.String())
+		}
+		if strings.Join(names, "|") != strings.Join(c.want, "|") {
+			t.Errorf("%s %v: names %v, want %v", c.metric, c.levels, names, c.want)
+		}
+	}
+}
+
+func TestReached(t *testing.T) {
+	p := billing.Product{ID: "basic", BillingModel: billing.Subscription, Quota: ptr(units("10")), SpendingCap: ptr(units("4"))}
+	q80 := Threshold{Metric: MetricQuota, Percent: units("80")}
+	q100 := Threshold{Metric: MetricQuota, Percent: units("100")}
+	cap90 := Threshold{Metric: MetricSpendingCap, Percent: units("90")}
+	ts := []Threshold{q80, q100, cap90}
+	names := func(rs []Reading) string {
+		var s []string
+		for _, r := range rs {
+			s = append(s, r.Threshold.String()+"="+r.Value.String()+"/"+r.Limit.String())
+		}
+		return strings.Join(s, ",")
+	}
+	for _, c := range []struct {
+		s    billing.State
+		want string
+	}{
+		{billing.State{Used: units("7.999999")}, ""},
+		// Held units are not usage yet.
+		{billing.State{Used: units("7"), Reserved: units("3")}, ""},
+		{billing.State{Used: units("8")}, "quota 80%=8/8"},
+		{billing.State{Used: units("12"), Spend: units("3.6")}, "quota 80%=12/8,quota 100%=12/10,spending_cap 90%=3.6/3.6"},
+	} {
+		if got := names(Reached(p, c.s, ts)); got != c.want {
+			t.Errorf("state %+v: reached %q, want %q", c.s, got, c.want)
+		}
+	}
+	pre := billing.Product{ID: "pre", BillingModel: billing.Prepaid}
+	low := []Threshold{{Metric: MetricCreditsBelow, Credits: units("10")}}
+	if got := names(Reached(pre, billing.State{Credits: units("10")}, low)); got != "" {
+		t.Errorf("credits at the threshold: reached %q", got)
+	}
+	if got := names(Reached(pre, billing.State{Credits: units("9.5")}, low)); got != "credits_below 10=9.5/10" {
+		t.Errorf("credits below: reached %q", got)
+	}
+}
+
+func TestEventBodyAndSignature(t *testing.T) {
+	e := Event{EventID: "alt_1", CreatedAt: time.Date(2026, 11, 23, 16, 0, 0, 0, time.FixedZone("x", 3600)),
+		UserID: "u1", ServiceID: "svc", ProductID: "basic", PeriodStart: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC),
+		Threshold: "quota 80%", Metric: MetricQuota, Value: units("8"), Limit: units("8")}
+	body, err := e.Body()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"eventId":"alt_1","type":"usage.alert","createdAt":"2026-11-23T15:00:00Z","userId":"u1","serviceId":"svc",` +
+		`"productId":"basic","periodStart":"2026-11-01T00:00:00Z","threshold":"quota 80%","metric":"quota","value":8,"limit":8}`
+	if string(body) != want {
+		t.Fatalf("body\n%s\nwant\n%s", body, want)
+	}
+	var back map[string]any
+	if err := json.Unmarshal(body, &back); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Unix(1795000000, 0)
+	sig, ts := Sign([]byte("operator-secret-0123456789"), body, at)
+	if ts != "1795000000" {
+		t.Fatalf("timestamp %q", ts)
+	}
+	// The receiver's own HMAC, as docs/alerts.md shows it.
+	m := hmac.New(sha256.New, []byte("operator-secret-0123456789"))
+	m.Write(body)
+	m.Write([]byte(ts))
+	if want := base64.StdEncoding.EncodeToString(m.Sum(nil)); sig != want {
+		t.Fatalf("signature %s, want %s", sig, want)
+	}
+}
+
+func TestScheduleBacksOffAndGivesUp(t *testing.T) {
+	s := Schedule{Initial: time.Minute, Max: 10 * time.Minute, GiveUpAfter: time.Hour}
+	created := time.Unix(0, 0)
+	var waits []time.Duration
+	at := created
+	for attempts := 1; ; attempts++ {
+		next, ok := s.Next(created, at, attempts)
+		if !ok {
+			break
+		}
+		waits = append(waits, next.Sub(at))
+		at = next
+		if attempts > 100 {
+			t.Fatal("never gives up")
+		}
+	}
+	want := []time.Duration{1, 2, 4, 8, 10, 10, 10, 10}
+	if len(waits) != len(want) {
+		t.Fatalf("waits %v, want %v minutes", waits, want)
+	}
+	for i := range want {
+		if waits[i] != want[i]*time.Minute {
+			t.Fatalf("waits %v, want %v minutes", waits, want)
+		}
+	}
+}
+
+// TestDocumentedWebhookVector pins the example of docs/alerts.md, which
+// tells receivers to check their code against it.
+func TestDocumentedWebhookVector(t *testing.T) {
+	e := Event{EventID: "alt_42", CreatedAt: time.Date(2026, 11, 23, 15, 58, 37, 315677224, time.UTC),
+		UserID: "user-1", ServiceID: "weather", ProductID: "basic", PeriodStart: time.Date(2026, 11, 17, 9, 12, 0, 0, time.UTC),
+		Threshold: "quota 80%", Metric: MetricQuota, Value: billing.Whole(800), Limit: billing.Whole(800)}
+	body, err := e.Body()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"eventId":"alt_42","type":"usage.alert","createdAt":"2026-11-23T15:58:37.315677224Z","userId":"user-1","serviceId":"weather","productId":"basic","periodStart":"2026-11-17T09:12:00Z","threshold":"quota 80%","metric":"quota","value":800,"limit":800}`
+	if string(body) != want {
+		t.Fatalf("body\n%s\nwant\n%s", body, want)
+	}
+	sig, ts := Sign([]byte("example-alert-secret-0123"), body, time.Unix(1795449517, 0))
+	if ts != "1795449517" || sig != "R1SuSzehaD/zEVL3R5NmdujnxJVZsqJg+9KwPAxDfTY=" {
+		t.Fatalf("signature %s at %s", sig, ts)
+	}
+}

@@ -1,0 +1,76 @@
+package alerts
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/signing"
+)
+
+// EventType is the type of every alert webhook.
+const EventType = "usage.alert"
+
+// Event is the body of an alert webhook (docs/wire-contract.md, "Usage
+// alert webhook"). It names the subscription and the threshold; it never
+// carries a service key, a secret or a signature.
+type Event struct {
+	// EventID is the alert's id: the same on every retry of one alert, so
+	// a receiver that has seen it can drop a repeat.
+	EventID     string        `json:"eventId"`
+	Type        string        `json:"type"`
+	CreatedAt   time.Time     `json:"createdAt"`
+	UserID      string        `json:"userId"`
+	ServiceID   string        `json:"serviceId"`
+	ProductID   string        `json:"productId"`
+	PeriodStart time.Time     `json:"periodStart"`
+	Threshold   string        `json:"threshold"`
+	Metric      string        `json:"metric"`
+	Value       billing.Units `json:"value"`
+	Limit       billing.Units `json:"limit"`
+}
+
+// Body renders the event as sent: compact JSON, fields in the order above.
+func (e Event) Body() ([]byte, error) {
+	e.Type = EventType
+	e.CreatedAt = e.CreatedAt.UTC()
+	e.PeriodStart = e.PeriodStart.UTC()
+	return json.Marshal(e)
+}
+
+// Sign returns the X-<Brand>-Signature and X-<Brand>-Timestamp of a
+// webhook body sent at t: Base64(HMAC-SHA256(secret, body + timestamp)),
+// the scheme a backend signs its usage reports with, so a receiver
+// verifies it with the code it already has.
+func Sign(secret, body []byte, t time.Time) (signature, timestamp string) {
+	timestamp = signing.Timestamp(t)
+	return signing.Sign(secret, body, []byte(timestamp)), timestamp
+}
+
+// Schedule is the retry schedule of a delivery: the wait after the first
+// failed attempt is Initial, doubling after each further failure up to Max;
+// an alert still undelivered GiveUpAfter its creation is given up.
+type Schedule struct {
+	Initial     time.Duration
+	Max         time.Duration
+	GiveUpAfter time.Duration
+}
+
+// DefaultSchedule retries for a day: 30s, 1m, 2m, … then hourly.
+var DefaultSchedule = Schedule{Initial: 30 * time.Second, Max: time.Hour, GiveUpAfter: 24 * time.Hour}
+
+// Next returns when to try again after the failed attempt number attempts
+// (1 for the first) made at t, and false when the alert, created at
+// created, is to be given up instead.
+func (s Schedule) Next(created, t time.Time, attempts int) (time.Time, bool) {
+	wait := s.Initial
+	for i := 1; i < attempts && wait < s.Max; i++ {
+		wait *= 2
+	}
+	wait = min(wait, s.Max)
+	next := t.Add(wait)
+	if next.After(created.Add(s.GiveUpAfter)) {
+		return time.Time{}, false
+	}
+	return next, true
+}

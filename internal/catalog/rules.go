@@ -1,0 +1,78 @@
+package catalog
+
+import (
+	"crypto/subtle"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/platformgw/gateway/internal/wire"
+)
+
+// The catalog's rules, one judge each. Compile applies them to every
+// service however it was configured (JSON or Caddyfile); the Caddyfile
+// parser (internal/platform/caddyfile.go) calls the same functions as it reads, only
+// to point at the offending line. docs/configuration.md states them.
+
+// CheckID checks the id of a service, endpoint or product (kind names
+// which): ValidID.
+func CheckID(kind, id string) error {
+	if !ValidID(id) {
+		return fmt.Errorf("%s id '%s': letters, digits, '.', '_', '~' and '-' only, at most 128, no '..'", kind, id)
+	}
+	return nil
+}
+
+// CheckBackend checks a service's backend: an http or https URL with a
+// host and an optional path, no query, fragment or credentials.
+func CheckBackend(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || u.User != nil {
+		return nil, fmt.Errorf("backend '%s' must be an http or https URL with a host and no query, fragment or credentials", s)
+	}
+	return u, nil
+}
+
+// CheckSecrets checks a service's secrets as configured (before
+// placeholders are replaced): one, or two during a rotation, and not the
+// same twice. Each must also be at least 16 bytes once replaced (Compile).
+func CheckSecrets(secrets []string) error {
+	switch {
+	case len(secrets) == 0 || len(secrets) > 2:
+		return fmt.Errorf("needs one secret, or two during a rotation")
+	case len(secrets) == 2 && subtle.ConstantTimeCompare([]byte(secrets[0]), []byte(secrets[1])) == 1:
+		return fmt.Errorf("secret '%s' given twice; the second secret is the previous one during a rotation", secrets[0])
+	}
+	return nil
+}
+
+// minSecretLen is the shortest secret accepted, in bytes.
+const minSecretLen = 16
+
+// CheckOwner checks an owner's user id: wire.ValidUserID, the rule every
+// user id is held to.
+func CheckOwner(id string) error {
+	if !wire.ValidUserID(id) {
+		return fmt.Errorf("owner '%s': a user id is %s", id, wire.UserIDRule)
+	}
+	return nil
+}
+
+// CheckMethod checks an endpoint's method, in any letter case, and returns
+// it upper case.
+func CheckMethod(m string) (string, error) {
+	switch up := strings.ToUpper(m); up {
+	case "GET", "POST", "PUT", "DELETE":
+		return up, nil
+	}
+	return "", fmt.Errorf("method '%s' is not one of GET, POST, PUT, DELETE", m)
+}
+
+// CheckPath checks an endpoint's backend path: it starts with / and holds
+// no query or fragment.
+func CheckPath(p string) error {
+	if !strings.HasPrefix(p, "/") || strings.ContainsAny(p, "?#") {
+		return fmt.Errorf("path '%s' must start with / and hold no query or fragment", p)
+	}
+	return nil
+}

@@ -1,0 +1,146 @@
+// Package console is the platform_console HTTP handler: the operator's web
+// console (overview, services, users and their keys, subscriptions and
+// credits, the usage explorer, jobs and the audit log), server-rendered
+// with html/template, its assets embedded. Every change goes through the
+// same functions as the admin API (platform.App.CreateKey and the rest),
+// with the same validation and errors, and is written to the audit log
+// under the signed-in operator's name.
+//
+// The console does not authenticate anyone itself: Caddy's basic_auth or
+// forward_auth in front of it does, and it refuses (403) any request
+// without an authenticated user ({http.auth.user.id}) unless
+// allow_unauthenticated is set.
+package console
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/engine"
+	"github.com/platformgw/gateway/internal/platform"
+	"github.com/platformgw/gateway/internal/store"
+)
+
+func init() {
+	caddy.RegisterModule(new(Handler))
+}
+
+// Handler is the platform_console handler.
+type Handler struct {
+	// Prefix is the path the console is served under, such as /console;
+	// empty when a handle_path strips it before the console sees the
+	// request (links then start at the site root of the stripped path,
+	// and Prefix must still name it for links: set it either way).
+	Prefix string `json:"prefix,omitempty"`
+	// AllowUnauthenticated serves requests that no Caddy authentication
+	// handler signed in. Never set it on a reachable address.
+	AllowUnauthenticated bool `json:"allow_unauthenticated,omitempty"`
+	// RefreshSeconds is how often the overview reloads itself; 10.
+	RefreshSeconds int `json:"refresh_seconds,omitempty"`
+
+	// rt is the runtime the platform app built (engine.Runtime): the
+	// store, the catalog, the clock and the recent call figures; ops are
+	// the operator's changes, the same functions the admin API runs.
+	rt     *engine.Runtime
+	ops    Operations
+	logger *zap.Logger
+	csrf   *csrfKey
+}
+
+// Operations are what the console changes and reads beyond the store,
+// through the functions of the admin API (*platform.App has them), with
+// their validation, errors and audit entries.
+type Operations interface {
+	CreateKey(ctx context.Context, actor string, req platform.CreateKeyRequest) (platform.KeyView, error)
+	RevokeKey(ctx context.Context, actor, keyID string) (platform.KeyView, error)
+	PutSubscription(ctx context.Context, actor, userID, serviceID, productID, status string) (platform.SubscriptionChange, error)
+	AddCredits(ctx context.Context, actor, userID, serviceID string, amount billing.Units) (store.Subscription, error)
+	Summary(ctx context.Context, userID, serviceID string, at time.Time) (platform.UserSummary, error)
+	ListAlerts(ctx context.Context, q platform.AlertQuery) (platform.AlertPage, error)
+	AuditLog(ctx context.Context, cursor string, limit int) ([]store.AuditEntry, string, error)
+	KeyLastUsed(id string) (time.Time, bool)
+}
+
+var _ Operations = (*platform.App)(nil)
+
+// CaddyModule returns the Caddy module information.
+func (*Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.platform_console",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}
+
+// Provision takes the platform app.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	app, err := platform.FromContext(ctx, "platform_console")
+	if err != nil {
+		return err
+	}
+	return h.setup(app.Runtime(), app, ctx.Logger())
+}
+
+// setup readies a handler around a runtime and the operations (Provision,
+// and tests).
+func (h *Handler) setup(rt *engine.Runtime, ops Operations, logger *zap.Logger) error {
+	h.rt, h.ops, h.logger = rt, ops, logger
+	h.Prefix = strings.TrimRight(h.Prefix, "/")
+	if h.RefreshSeconds <= 0 {
+		h.RefreshSeconds = 10
+	}
+	k, err := newCSRFKey()
+	if err != nil {
+		return err
+	}
+	h.csrf = k
+	return nil
+}
+
+// securityHeaders go on every answer of the console.
+func securityHeaders(hd http.Header) {
+	hd.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("Referrer-Policy", "no-referrer")
+	hd.Set("X-Frame-Options", "DENY")
+	hd.Set("Cache-Control", "no-store")
+}
+
+// operator is the user Caddy's authentication signed in, "" when none.
+func operator(r *http.Request) string {
+	repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if !ok {
+		return ""
+	}
+	s, _ := repl.GetString("http.auth.user.id")
+	return s
+}
+
+// ServeHTTP serves the console's pages; it never calls next.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
+	securityHeaders(w.Header())
+	who := operator(r)
+	if who == "" {
+		if !h.AllowUnauthenticated {
+			h.logger.Warn("console request without an authenticated user refused; put basic_auth or forward_auth in front of platform_console",
+				zap.String("remote", r.RemoteAddr), zap.String("path", r.URL.Path))
+			http.Error(w, "403 forbidden: the console needs an authenticated operator (basic_auth or forward_auth in front of it)", http.StatusForbidden)
+			return nil
+		}
+		who = "anonymous"
+	}
+	h.route(w, r, who)
+	return nil
+}
+
+// Interface guards.
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+)

@@ -1,0 +1,148 @@
+package console
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/platformgw/gateway/internal/apierror"
+)
+
+// req is one request as the pages see it.
+type req struct {
+	w    http.ResponseWriter
+	r    *http.Request
+	who  string
+	csrf string
+	// parts are the unescaped path segments below the prefix.
+	parts []string
+}
+
+// route dispatches a request by its path below the prefix.
+func (h *Handler) route(w http.ResponseWriter, r *http.Request, who string) {
+	rest := r.URL.EscapedPath()
+	if h.Prefix != "" {
+		if p, ok := strings.CutPrefix(rest, h.Prefix); ok && (p == "" || p[0] == '/') {
+			rest = p
+		}
+	}
+	var parts []string
+	for _, s := range strings.Split(strings.Trim(rest, "/"), "/") {
+		u, err := url.PathUnescape(s)
+		if err != nil {
+			http.NotFound(w, r)
+			return
+		}
+		if u != "" {
+			parts = append(parts, u)
+		}
+	}
+	q := &req{w: w, r: r, who: who, parts: parts}
+	if len(parts) == 2 && parts[0] == "assets" {
+		h.asset(w, r, parts[1])
+		return
+	}
+	if r.Method == http.MethodPost {
+		if !h.csrfOK(r, who) {
+			h.logger.Warn("console POST refused: missing or wrong CSRF token",
+				zap.String("operator", who), zap.String("path", r.URL.Path), zap.String("remote", r.RemoteAddr))
+			http.Error(w, "403 forbidden: missing or wrong CSRF token; reload the page and try again", http.StatusForbidden)
+			return
+		}
+		h.post(q)
+		return
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD, POST")
+		http.Error(w, "405 method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	q.csrf = h.csrfToken(w, r, who)
+	var err error
+	switch {
+	case len(parts) == 0:
+		err = h.overview(q)
+	case len(parts) == 1 && parts[0] == "services":
+		err = h.services(q)
+	case len(parts) == 1 && parts[0] == "users":
+		err = h.users(q)
+	case len(parts) == 2 && parts[0] == "users":
+		err = h.user(q, parts[1], nil, nil)
+	case len(parts) == 1 && parts[0] == "usage":
+		err = h.usage(q)
+	case len(parts) == 2 && parts[0] == "usage" && parts[1] == "export":
+		err = h.export(q)
+	case len(parts) == 1 && parts[0] == "jobs":
+		err = h.jobs(q)
+	case len(parts) == 2 && parts[0] == "jobs":
+		err = h.job(q, parts[1])
+	case len(parts) == 1 && parts[0] == "audit":
+		err = h.audit(q)
+	case len(parts) == 1 && parts[0] == "alerts":
+		err = h.alerts(q)
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	if err != nil {
+		h.fail(q, err)
+	}
+}
+
+// post dispatches the forms. A form posts to the page it changes; a
+// refused change shows that page again with the error.
+func (h *Handler) post(q *req) {
+	p := q.parts
+	var err error
+	switch {
+	case len(p) == 3 && p[0] == "users" && p[2] == "keys":
+		err = h.createKey(q, p[1])
+	case len(p) == 3 && p[0] == "users" && p[2] == "revoke":
+		err = h.revokeKey(q, p[1])
+	case len(p) == 3 && p[0] == "users" && p[2] == "subscription":
+		err = h.putSubscription(q, p[1])
+	case len(p) == 3 && p[0] == "users" && p[2] == "credits":
+		err = h.addCredits(q, p[1])
+	default:
+		http.NotFound(q.w, q.r)
+		return
+	}
+	if err != nil {
+		h.fail(q, err)
+	}
+}
+
+// fail answers an error page: the operator's mistake as is, anything else
+// as a generic message with the details in the log.
+func (h *Handler) fail(q *req, err error) {
+	var ae *apierror.Error
+	status := http.StatusInternalServerError
+	msg := "internal error; see the server log"
+	if errors.As(err, &ae) {
+		status, msg = apierror.Status(ae.Code), ae.Message
+	} else {
+		h.logger.Error("console request failed", zap.String("path", q.r.URL.Path), zap.Error(err))
+	}
+	h.render(q, status, "error", "Error", map[string]any{"Message": msg})
+}
+
+// link builds a console URL from path segments and a query.
+func (h *Handler) link(query url.Values, parts ...string) string {
+	var b strings.Builder
+	b.WriteString(h.Prefix)
+	for _, p := range parts {
+		b.WriteByte('/')
+		b.WriteString(url.PathEscape(p))
+	}
+	if len(parts) == 0 {
+		b.WriteByte('/')
+	}
+	if len(query) > 0 {
+		b.WriteByte('?')
+		b.WriteString(query.Encode())
+	}
+	return b.String()
+}

@@ -1,0 +1,441 @@
+package console
+
+import (
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/platformgw/gateway/internal/apierror"
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/catalog"
+	"github.com/platformgw/gateway/internal/platform"
+	"github.com/platformgw/gateway/internal/store"
+)
+
+// usageFilter is the usage explorer's selection; the table, the chart and
+// the export all read the ledger through it.
+type usageFilter struct {
+	User, Service, Endpoint, Source string
+	FromText, ToText                string
+	Bucket                          string // day or hour
+	ledger                          store.LedgerFilter
+}
+
+var sources = []string{store.SourceGateway, store.SourceReport, store.SourceCompletion}
+
+// Form layouts of the time bounds: a date, or a date and time as an
+// <input type="datetime-local"> sends it, both UTC.
+const minuteLayout = "2006-01-02T15:04"
+
+func parseBound(s string, upper bool) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(minuteLayout, s); err == nil {
+		return t, nil
+	}
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	d, err := time.Parse(time.DateOnly, s)
+	if err != nil {
+		return d, err
+	}
+	if upper {
+		d = d.AddDate(0, 0, 1)
+	}
+	return d, nil
+}
+
+// readFilter validates the query; an empty range is the last 7 days.
+func (h *Handler) readFilter(q url.Values) (usageFilter, error) {
+	f := usageFilter{User: q.Get("user"), Service: q.Get("service"), Endpoint: q.Get("endpoint"),
+		Source: q.Get("source"), FromText: q.Get("from"), ToText: q.Get("to"), Bucket: q.Get("bucket")}
+	if f.User != "" && !platform.ValidUserID(f.User) {
+		return f, apierror.Invalid("user", "not a valid user id")
+	}
+	if f.Service != "" && !catalog.ValidID(f.Service) {
+		return f, apierror.Invalid("service", "not a valid service id")
+	}
+	if f.Endpoint != "" && !catalog.ValidID(f.Endpoint) {
+		return f, apierror.Invalid("endpoint", "not a valid endpoint id")
+	}
+	if f.Source != "" && !slices.Contains(sources, f.Source) {
+		return f, apierror.Invalid("source", "source must be gateway, report or completion")
+	}
+	if f.FromText == "" && f.ToText == "" {
+		f.FromText = h.rt.Now().UTC().AddDate(0, 0, -6).Format(time.DateOnly)
+	}
+	var err error
+	if f.ledger.From, err = parseBound(f.FromText, false); err != nil {
+		return f, apierror.Invalid("from", "from must be a date (YYYY-MM-DD) or a date and time (YYYY-MM-DDTHH:MM), UTC")
+	}
+	if f.ledger.To, err = parseBound(f.ToText, true); err != nil {
+		return f, apierror.Invalid("to", "to must be a date (YYYY-MM-DD) or a date and time (YYYY-MM-DDTHH:MM), UTC")
+	}
+	if !f.ledger.From.IsZero() && !f.ledger.To.IsZero() && !f.ledger.From.Before(f.ledger.To) {
+		return f, apierror.Invalid("to", "to must be after from")
+	}
+	if f.Bucket == "" {
+		f.Bucket = "day"
+		if !f.ledger.From.IsZero() && f.end(h.rt.Now()).Sub(f.ledger.From) <= 48*time.Hour {
+			f.Bucket = "hour"
+		}
+	}
+	if f.Bucket != "day" && f.Bucket != "hour" {
+		return f, apierror.Invalid("bucket", "bucket must be day or hour")
+	}
+	f.ledger.UserID, f.ledger.ServiceID = f.User, f.Service
+	return f, nil
+}
+
+func (f usageFilter) end(now time.Time) time.Time {
+	if f.ledger.To.IsZero() {
+		return now.UTC()
+	}
+	return f.ledger.To
+}
+
+// match applies what the store's filter does not.
+func (f usageFilter) match(e store.LedgerEntry) bool {
+	return (f.Endpoint == "" || e.EndpointID == f.Endpoint) && (f.Source == "" || e.Source == f.Source)
+}
+
+// query is the filter as a URL query, for the export links and paging.
+func (f usageFilter) query() url.Values {
+	v := url.Values{}
+	for k, s := range map[string]string{"user": f.User, "service": f.Service, "endpoint": f.Endpoint,
+		"source": f.Source, "from": f.FromText, "to": f.ToText, "bucket": f.Bucket} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	return v
+}
+
+// bar is one bucket of the chart.
+type bar struct {
+	Start       time.Time
+	Label       string
+	Units, Cost billing.Units
+	Calls       int64
+	// Geometry in the SVG's coordinates.
+	X, UnitsY, UnitsH, CostY, CostH, W int
+	// ShowLabel marks the bars whose label is drawn under the axis.
+	ShowLabel bool
+	LabelX    int
+}
+
+// chart is the SVG chart of units and cost per bucket, drawn by the
+// template from these numbers.
+type chart struct {
+	Bars          []bar
+	Width, Height int
+	// ViewHeight leaves room for the labels under the axis.
+	ViewHeight        int
+	MaxUnits, MaxCost billing.Units
+	TooMany           bool
+}
+
+const (
+	chartW, chartH = 720, 200
+	maxBars        = 240
+)
+
+func newChart(f usageFilter, now time.Time) *chart {
+	step := 24 * time.Hour
+	if f.Bucket == "hour" {
+		step = time.Hour
+	}
+	from, to := f.ledger.From, f.end(now)
+	if from.IsZero() {
+		return nil // the extent is known after the scan; see finish
+	}
+	return buckets(from.Truncate(step), to, step)
+}
+
+func buckets(from, to time.Time, step time.Duration) *chart {
+	c := &chart{Width: chartW, Height: chartH, ViewHeight: chartH + 18}
+	for t := from; t.Before(to); t = t.Add(step) {
+		if len(c.Bars) == maxBars {
+			c.TooMany = true
+			break
+		}
+		label := t.Format("01-02")
+		if step < 24*time.Hour {
+			label = t.Format("01-02 15h")
+		}
+		c.Bars = append(c.Bars, bar{Start: t, Label: label})
+	}
+	return c
+}
+
+// add counts calls rows of units and cost at t (a row's time, or the
+// hour of an hourly sum: buckets are whole hours or days, so an hour falls
+// in one).
+func (c *chart) add(t time.Time, units, cost billing.Units, calls int64) {
+	if c == nil || len(c.Bars) == 0 {
+		return
+	}
+	i, _ := slices.BinarySearchFunc(c.Bars, t, func(b bar, t time.Time) int {
+		if b.Start.After(t) {
+			return 1
+		}
+		return -1
+	})
+	if i == 0 {
+		return
+	}
+	b := &c.Bars[i-1]
+	b.Units += units
+	b.Cost += cost
+	b.Calls += calls
+}
+
+// layout computes the bars' geometry: units and cost side by side, each
+// scaled to its own maximum.
+func (c *chart) layout() {
+	if c == nil || len(c.Bars) == 0 {
+		return
+	}
+	for _, b := range c.Bars {
+		c.MaxUnits, c.MaxCost = max(c.MaxUnits, b.Units), max(c.MaxCost, b.Cost)
+	}
+	slot := chartW / len(c.Bars)
+	every := (len(c.Bars) + 7) / 8 // at most 8 labels
+	for i := range c.Bars {
+		b := &c.Bars[i]
+		b.ShowLabel, b.LabelX = i%every == 0, i*slot+slot/2
+		b.X, b.W = i*slot, max(1, slot/2-1)
+		if c.MaxUnits > 0 {
+			b.UnitsH = int(int64(chartH-20) * int64(b.Units) / int64(c.MaxUnits))
+		}
+		if c.MaxCost > 0 {
+			b.CostH = int(int64(chartH-20) * int64(b.Cost) / int64(c.MaxCost))
+		}
+		b.UnitsY, b.CostY = chartH-b.UnitsH, chartH-b.CostH
+	}
+}
+
+// usage: the explorer. The table shows the newest pageRows entries of the
+// selection; the chart and totals cover all of it; the export streams all
+// of it.
+func (h *Handler) usage(q *req) error {
+	f, err := h.readFilter(q.r.URL.Query())
+	if err != nil {
+		return err
+	}
+	now := h.rt.Now()
+	c := newChart(f, now)
+	var rows []store.LedgerEntry
+	var total bar
+	if f.Source == "" {
+		// The totals and the chart from the hourly sums (store.ScanUsage:
+		// the rollups, and raw rows only for the partial hours at the
+		// edges); the table from the newest rows alone.
+		var first time.Time
+		err = store.ScanUsage(q.r.Context(), h.rt.Store(), f.ledger, func(r store.Rollup) error {
+			if f.Endpoint != "" && r.EndpointID != f.Endpoint {
+				return nil
+			}
+			if first.IsZero() {
+				first = r.Hour
+			}
+			total.Units += r.Units
+			total.Cost += r.Cost
+			total.Calls += r.Calls
+			at := r.Hour
+			if at.Before(f.ledger.From) {
+				at = f.ledger.From // a partial first hour: its rows are in the range
+			}
+			c.add(at, r.Units, r.Cost, r.Calls)
+			return nil
+		})
+		if err == nil && total.Calls > 0 {
+			rows, err = h.newestRows(q, f, first, now)
+		}
+	} else {
+		// Rollups do not keep the source: every row of the selection.
+		err = h.rt.Store().ScanLedger(q.r.Context(), f.ledger, func(e store.LedgerEntry) error {
+			if !f.match(e) {
+				return nil
+			}
+			total.Units += e.Units
+			total.Cost += e.Cost
+			total.Calls++
+			c.add(e.Time, e.Units, e.Cost, 1)
+			if len(rows) == pageRows {
+				rows = slices.Delete(rows, 0, 1)
+			}
+			rows = append(rows, e)
+			return nil
+		})
+		slices.Reverse(rows)
+	}
+	if err != nil {
+		return err
+	}
+	c.layout()
+	var svcs []string
+	for _, s := range h.rt.Catalog.Services() {
+		svcs = append(svcs, s.ID)
+	}
+	qv := f.query()
+	csvQ, jsonQ := url.Values{}, url.Values{}
+	for k, v := range qv {
+		csvQ[k], jsonQ[k] = v, v
+	}
+	csvQ.Set("format", "csv")
+	jsonQ.Set("format", "json")
+	h.render(q, http.StatusOK, "usage", "Usage explorer", map[string]any{
+		"F": f, "Rows": rows, "Total": total, "Chart": c, "Truncated": total.Calls > int64(len(rows)),
+		"Services": svcs, "Sources": sources,
+		"CSV": h.link(csvQ, "usage", "export"), "JSON": h.link(jsonQ, "usage", "export"),
+	})
+	return nil
+}
+
+// export streams the selection as CSV or a JSON array, entry by entry,
+// flushing as it goes, so a large export starts at once and shows its
+// progress in the browser's download.
+func (h *Handler) export(q *req) error {
+	qs := q.r.URL.Query()
+	format := qs.Get("format")
+	qs.Del("format")
+	f, err := h.readFilter(qs)
+	if err != nil {
+		return err
+	}
+	if format != "csv" && format != "json" {
+		return apierror.Invalid("format", "format must be csv or json")
+	}
+	w := q.w
+	rc := http.NewResponseController(w)
+	var cw *csv.Writer
+	started := false
+	start := func() error {
+		started = true
+		name := "usage." + format
+		if format == "csv" {
+			w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+		} else {
+			w.Header().Set("Content-Type", "application/json")
+		}
+		w.Header().Set("Content-Disposition", `attachment; filename="`+name+`"`)
+		w.WriteHeader(http.StatusOK)
+		if format == "csv" {
+			cw = csv.NewWriter(w)
+			return cw.Write(platform.UsageCSVColumns())
+		}
+		_, err := w.Write([]byte("["))
+		return err
+	}
+	n := 0
+	err = h.rt.Store().ScanLedger(q.r.Context(), f.ledger, func(e store.LedgerEntry) error {
+		if !f.match(e) {
+			return nil
+		}
+		if !started {
+			if err := start(); err != nil {
+				return err
+			}
+		}
+		if format == "csv" {
+			if err := cw.Write(platform.UsageCSVRow(e)); err != nil {
+				return err
+			}
+		} else {
+			b, err := platform.UsageJSON(e)
+			if err != nil {
+				return err
+			}
+			sep := ",\n"
+			if n == 0 {
+				sep = "\n"
+			}
+			if _, err := fmt.Fprintf(w, "%s%s", sep, b); err != nil {
+				return err
+			}
+		}
+		if n++; n%1000 == 0 {
+			if cw != nil {
+				cw.Flush()
+			}
+			_ = rc.Flush()
+		}
+		return nil
+	})
+	if err == nil && !started {
+		err = start()
+	}
+	if err == nil {
+		if cw != nil {
+			cw.Flush()
+			err = cw.Error()
+		} else {
+			_, err = w.Write([]byte("\n]\n"))
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	if !started {
+		return err
+	}
+	if !errors.Is(q.r.Context().Err(), err) && q.r.Context().Err() == nil {
+		h.logger.Error("usage export failed midway", zap.Int("entries_sent", n), zap.Error(err))
+	}
+	// Cut the connection so the download is seen as broken, not short.
+	panic(http.ErrAbortHandler)
+}
+
+// newestRows reads the newest pageRows rows of the selection, newest
+// first, in windows going back from its end (an hour, then twice as long
+// each time) down to first, the hour of its oldest rows: a page never
+// reads the whole range's rows.
+func (h *Handler) newestRows(q *req, f usageFilter, first, now time.Time) ([]store.LedgerEntry, error) {
+	var rows []store.LedgerEntry
+	to := f.ledger.To // zero: open, for rows stamped after now
+	end := to
+	if end.IsZero() {
+		end = now.UTC()
+	}
+	for span := time.Hour; ; span *= 2 {
+		from := end.Add(-span)
+		if !from.After(first) {
+			from = first
+		}
+		if from.Before(f.ledger.From) {
+			from = f.ledger.From
+		}
+		var win []store.LedgerEntry
+		lf := f.ledger
+		lf.From, lf.To = from, to
+		err := h.rt.Store().ScanLedger(q.r.Context(), lf, func(e store.LedgerEntry) error {
+			if !f.match(e) {
+				return nil
+			}
+			if len(win) == pageRows {
+				win = slices.Delete(win, 0, 1)
+			}
+			win = append(win, e)
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		for i := len(win) - 1; i >= 0 && len(rows) < pageRows; i-- {
+			rows = append(rows, win[i])
+		}
+		if len(rows) >= pageRows || !from.After(first) || from.Equal(f.ledger.From) {
+			return rows, nil
+		}
+		to, end = from, from
+	}
+}

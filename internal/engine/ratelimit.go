@@ -1,0 +1,83 @@
+package engine
+
+import (
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/platformgw/gateway/internal/billing"
+)
+
+// Limiters holds one token bucket per key and service. The platform app
+// keeps one in a caddy.UsagePool shared by every config, so a reload does
+// not hand every key a fresh burst.
+type Limiters struct {
+	mu sync.Mutex
+	m  map[limiterKey]*rate.Limiter
+}
+
+type limiterKey struct {
+	keyID, serviceID string
+	limit            billing.RateLimit
+}
+
+// NewLimiters is an empty set of buckets.
+func NewLimiters() *Limiters { return &Limiters{m: make(map[limiterKey]*rate.Limiter)} }
+
+// maxLimiters bounds memory: past it, idle buckets (full again) are dropped.
+const maxLimiters = 1 << 20
+
+// Allow takes one token from the bucket of a key on a service. Refused, it
+// says how long until a token is back. Allowed, it says how many whole
+// tokens are left (never more than the burst) and how long until the next
+// one is added (0 when the bucket is full): what the RateLimit header's r
+// and t report.
+func (s *Limiters) Allow(keyID, serviceID string, rl *billing.RateLimit, t time.Time) (ok bool, wait time.Duration, remaining int) {
+	if rl == nil {
+		return true, 0, -1
+	}
+	window := time.Duration(max(rl.WindowSeconds, 1)) * time.Second
+	burst := rl.Burst
+	if burst <= 0 {
+		burst = rl.Requests
+	}
+	k := limiterKey{keyID: keyID, serviceID: serviceID, limit: *rl}
+	s.mu.Lock()
+	lim := s.m[k]
+	if lim == nil {
+		if len(s.m) >= maxLimiters {
+			for key, l := range s.m {
+				if l.TokensAt(t) >= float64(l.Burst()) {
+					delete(s.m, key)
+				}
+			}
+		}
+		lim = rate.NewLimiter(rate.Limit(float64(rl.Requests)/window.Seconds()), burst)
+		s.m[k] = lim
+	}
+	s.mu.Unlock()
+	r := lim.ReserveN(t, 1)
+	if d := r.DelayFrom(t); d > 0 {
+		r.CancelAt(t)
+		return false, d, 0
+	}
+	// Whole tokens the bucket would grant now. It grants a call whose
+	// missing fraction of a token would take under a nanosecond to refill
+	// (the wait truncates to 0), so that much slack counts, and no more: a
+	// fixed 1e-6 tokens is 86 ms of a `1/d` bucket, and r=1 was reported
+	// with the next call refused.
+	tokens := lim.TokensAt(t)
+	remaining = min(int(tokens+float64(lim.Limit())*1e-9), burst)
+	if remaining >= burst || lim.Limit() <= 0 {
+		return true, 0, remaining
+	}
+	need := float64(remaining+1) - tokens
+	return true, time.Duration(need / float64(lim.Limit()) * float64(time.Second)), remaining
+}
+
+// Allow takes one token from the bucket of a key on a service
+// (Limiters.Allow).
+func (rt *Runtime) Allow(keyID, serviceID string, rl *billing.RateLimit, t time.Time) (ok bool, wait time.Duration, remaining int) {
+	return rt.Limiters.Allow(keyID, serviceID, rl, t)
+}

@@ -1,0 +1,112 @@
+package engine
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/platformgw/gateway/internal/billing"
+)
+
+// TestAllowBurstSequence drives one bucket (1/m, burst 2) with an injected
+// clock: remaining never exceeds the burst, and wait is the time until the
+// next token (refused: until the one the call needs).
+func TestAllowBurstSequence(t *testing.T) {
+	a := NewLimiters()
+	rl := &billing.RateLimit{Requests: 1, WindowSeconds: 60, Burst: 2}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	steps := []struct {
+		at        time.Duration
+		ok        bool
+		wait      time.Duration
+		remaining int
+	}{
+		{0, true, 60 * time.Second, 1},
+		{10 * time.Second, true, 50 * time.Second, 0},
+		{20 * time.Second, false, 40 * time.Second, 0},
+		{60 * time.Second, true, 60 * time.Second, 0},
+		{200 * time.Second, true, 60 * time.Second, 1},
+		{320 * time.Second, true, 60 * time.Second, 1}, // full again, one taken
+	}
+	for i, s := range steps {
+		ok, wait, remaining := a.Allow("key-burst-seq", "svc", rl, t0.Add(s.at))
+		if ok != s.ok || remaining != s.remaining || (wait-s.wait).Abs() > time.Millisecond {
+			t.Errorf("step %d at %v: ok %v wait %v remaining %d, want %v %v %d", i, s.at, ok, wait, remaining, s.ok, s.wait, s.remaining)
+		}
+		if remaining > rl.Burst {
+			t.Errorf("step %d: remaining %d over the burst %d", i, remaining, rl.Burst)
+		}
+	}
+}
+
+// TestAllowDefaultBurst: without a burst the bucket holds `requests`; a
+// full bucket after the call reports no wait.
+func TestAllowDefaultBurst(t *testing.T) {
+	a := NewLimiters()
+	rl := &billing.RateLimit{Requests: 20, WindowSeconds: 1}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ok, wait, remaining := a.Allow("key-default-burst", "svc", rl, t0)
+	if !ok || remaining != 19 || (wait-50*time.Millisecond).Abs() > time.Millisecond {
+		t.Errorf("first call: %v %v %d", ok, wait, remaining)
+	}
+	ok, wait, remaining = a.Allow("key-default-burst", "svc", rl, t0.Add(time.Hour))
+	if !ok || remaining != 19 {
+		t.Errorf("an hour later: %v %v %d", ok, wait, remaining)
+	}
+	if ok, wait, remaining := a.Allow("k", "s", nil, t0); !ok || wait != 0 || remaining != -1 {
+		t.Errorf("no rate limit: %v %v %d", ok, wait, remaining)
+	}
+}
+
+// TestAllowRemainingIsGranted: the remaining count an allowed call reports
+// is exactly how many more calls the bucket grants at that instant. A
+// slack of 1e-6 tokens made it round up near a refill: on `1/d burst 2`, a
+// call 50 ms before the second token was back said r=1, and a call right
+// after it got 429 (1e-6 tokens of that bucket is 86 ms).
+func TestAllowRemainingIsGranted(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	// Replays steps[:n+1] on a fresh bucket for each n, then checks at
+	// the last step without disturbing the history before it.
+	check := func(name string, rl *billing.RateLimit, steps []time.Duration) {
+		t.Helper()
+		a := NewLimiters()
+		for n := range steps {
+			key := fmt.Sprintf("key-granted-%s-%d", name, n)
+			for _, at := range steps[:n] {
+				a.Allow(key, "svc", rl, t0.Add(at))
+			}
+			now := t0.Add(steps[n])
+			ok, _, remaining := a.Allow(key, "svc", rl, now)
+			if !ok {
+				continue
+			}
+			for j := 0; j < remaining; j++ {
+				if ok, wait, _ := a.Allow(key, "svc", rl, now); !ok {
+					t.Errorf("%s step %d at %v: said %d remaining, call %d refused (wait %v)", name, n, steps[n], remaining, j+1, wait)
+					break
+				}
+			}
+			if ok, _, _ := a.Allow(key, "svc", rl, now); ok {
+				t.Errorf("%s step %d at %v: said %d remaining, one more was granted", name, n, steps[n], remaining)
+			}
+		}
+	}
+	day := 24 * time.Hour
+	check("1/d", &billing.RateLimit{Requests: 1, WindowSeconds: 86400, Burst: 2},
+		[]time.Duration{0, day - 50*time.Millisecond, 3 * day, 4*day - time.Millisecond})
+	check("1/m", &billing.RateLimit{Requests: 1, WindowSeconds: 60, Burst: 2},
+		[]time.Duration{0, 10 * time.Second, 60 * time.Second, 119999 * time.Millisecond, 200 * time.Second})
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for _, rl := range []*billing.RateLimit{
+		{Requests: 20, WindowSeconds: 1}, {Requests: 100, WindowSeconds: 10, Burst: 7}, {Requests: 5000, WindowSeconds: 86400, Burst: 3},
+	} {
+		var steps []time.Duration
+		var at time.Duration
+		for range 60 {
+			at += time.Duration(rnd.Int64N(int64(2 * time.Duration(rl.WindowSeconds) * time.Second / time.Duration(rl.Requests))))
+			steps = append(steps, at)
+		}
+		check(fmt.Sprintf("%d/%ds-burst-%d", rl.Requests, rl.WindowSeconds, rl.Burst), rl, steps)
+	}
+}

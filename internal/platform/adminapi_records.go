@@ -1,0 +1,148 @@
+package platform
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/store"
+)
+
+// The admin API's own views of stored records. The store's types are how
+// records are kept; these are what operators read, field by field, so a
+// change to how the store keeps a record never changes the admin API's
+// JSON (docs/operations.md documents it). Service keys have theirs in
+// adminapi.go (keyView).
+
+// subscriptionRecord is a subscription and its credit balance.
+type subscriptionRecord struct {
+	UserID      string        `json:"userId"`
+	ServiceID   string        `json:"serviceId"`
+	ProductID   string        `json:"productId"`
+	Status      string        `json:"status"`
+	StartedAt   time.Time     `json:"startedAt"`
+	UpdatedAt   time.Time     `json:"updatedAt"`
+	Credits     billing.Units `json:"credits"`
+	CreditsHeld billing.Units `json:"creditsHeld"`
+}
+
+func viewSubscription(s store.Subscription) subscriptionRecord {
+	return subscriptionRecord{
+		UserID: s.UserID, ServiceID: s.ServiceID, ProductID: s.ProductID, Status: s.Status,
+		StartedAt: s.StartedAt, UpdatedAt: s.UpdatedAt, Credits: s.Credits, CreditsHeld: s.CreditsHeld,
+	}
+}
+
+// jobRecord is an async job as operators list it: everything but the
+// store's bookkeeping (the completion digest, the hold).
+type jobRecord struct {
+	ID                 string        `json:"requestId"`
+	UserID             string        `json:"userId"`
+	KeyID              string        `json:"keyId,omitempty"`
+	ServiceID          string        `json:"serviceId"`
+	EndpointID         string        `json:"endpointId"`
+	ProductID          string        `json:"productId,omitempty"`
+	Free               bool          `json:"free,omitempty"`
+	Status             string        `json:"status"`
+	Stage              string        `json:"currentStage,omitempty"`
+	PercentageComplete float64       `json:"percentageComplete"`
+	ErrorMessage       string        `json:"errorMessage,omitempty"`
+	CreatedAt          time.Time     `json:"startTime"`
+	UpdatedAt          time.Time     `json:"updatedAt"`
+	ExpiresAt          time.Time     `json:"expiresAt"`
+	CompletedAt        time.Time     `json:"completedAt,omitzero"`
+	Result             string        `json:"result,omitempty"`
+	ResultSize         int           `json:"size,omitempty"`
+	ResultTruncated    bool          `json:"resultTruncated,omitempty"`
+	ResultURL          string        `json:"resultUrl,omitempty"`
+	ContentType        string        `json:"contentType,omitempty"`
+	Units              billing.Units `json:"units,omitempty"`
+	Cost               billing.Units `json:"cost,omitempty"`
+}
+
+func viewJob(j store.Job) jobRecord {
+	return jobRecord{
+		ID: j.ID, UserID: j.UserID, KeyID: j.KeyID, ServiceID: j.ServiceID, EndpointID: j.EndpointID,
+		ProductID: j.ProductID, Free: j.Free, Status: j.Status, Stage: j.Stage,
+		PercentageComplete: j.PercentageComplete, ErrorMessage: j.ErrorMessage,
+		CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt, ExpiresAt: j.ExpiresAt, CompletedAt: j.CompletedAt,
+		Result: j.Result, ResultSize: j.ResultSize, ResultTruncated: j.ResultTruncated,
+		ResultURL: j.ResultURL, ContentType: j.ContentType, Units: j.Units, Cost: j.Cost,
+	}
+}
+
+// ledgerRecord is one ledger entry of a usage export (JSON and NDJSON;
+// the CSV export has its columns in UsageCSVRow).
+type ledgerRecord struct {
+	Seq            uint64        `json:"seq"`
+	ID             string        `json:"id"`
+	Time           time.Time     `json:"time"`
+	UserID         string        `json:"userId"`
+	ServiceID      string        `json:"serviceId"`
+	EndpointID     string        `json:"endpointId,omitempty"`
+	ProductID      string        `json:"productId,omitempty"`
+	RequestID      string        `json:"requestId,omitempty"`
+	OccurredAt     time.Time     `json:"occurredAt,omitzero"`
+	Units          billing.Units `json:"units"`
+	Overage        billing.Units `json:"overage,omitempty"`
+	Cost           billing.Units `json:"cost,omitempty"`
+	Source         string        `json:"source"`
+	IdempotencyKey string        `json:"idempotencyKey,omitempty"`
+	UnitsClaimed   billing.Units `json:"unitsClaimed,omitempty"`
+}
+
+// UsageJSON is a ledger entry as the usage exports write it in JSON (the
+// admin API's and the console's).
+func UsageJSON(e store.LedgerEntry) ([]byte, error) { return json.Marshal(viewLedgerEntry(e)) }
+
+func viewLedgerEntry(e store.LedgerEntry) ledgerRecord {
+	return ledgerRecord{
+		Seq: e.Seq, ID: e.ID, Time: e.Time, UserID: e.UserID, ServiceID: e.ServiceID,
+		EndpointID: e.EndpointID, ProductID: e.ProductID, RequestID: e.RequestID, OccurredAt: e.OccurredAt,
+		Units: e.Units, Overage: e.Overage, Cost: e.Cost, Source: e.Source,
+		IdempotencyKey: e.IdempotencyKey, UnitsClaimed: e.UnitsClaimed,
+	}
+}
+
+// auditRecord is one entry of the audit log.
+type auditRecord struct {
+	Seq       uint64    `json:"seq"`
+	Time      time.Time `json:"time"`
+	Actor     string    `json:"actor"`
+	Action    string    `json:"action"`
+	UserID    string    `json:"userId,omitempty"`
+	ServiceID string    `json:"serviceId,omitempty"`
+	KeyID     string    `json:"keyId,omitempty"`
+	Detail    string    `json:"detail,omitempty"`
+}
+
+func viewAuditEntry(e store.AuditEntry) auditRecord {
+	return auditRecord{Seq: e.Seq, Time: e.Time, Actor: e.Actor, Action: e.Action,
+		UserID: e.UserID, ServiceID: e.ServiceID, KeyID: e.KeyID, Detail: e.Detail}
+}
+
+// alertRecord is a usage alert as the admin API lists it.
+type alertRecord struct {
+	ID          string        `json:"alertId"`
+	UserID      string        `json:"userId"`
+	ServiceID   string        `json:"serviceId"`
+	ProductID   string        `json:"productId"`
+	PeriodStart time.Time     `json:"periodStart"`
+	Threshold   string        `json:"threshold"`
+	Value       billing.Units `json:"value"`
+	Limit       billing.Units `json:"limit"`
+	Created     time.Time     `json:"createdAt"`
+	Status      string        `json:"status"`
+	Attempts    int           `json:"attempts"`
+	LastError   string        `json:"lastError,omitempty"`
+	NextAttempt time.Time     `json:"nextAttemptAt,omitzero"`
+	DeliveredAt time.Time     `json:"deliveredAt,omitzero"`
+}
+
+func viewAlert(a store.Alert) alertRecord {
+	return alertRecord{
+		ID: a.ID, UserID: a.UserID, ServiceID: a.ServiceID, ProductID: a.ProductID, PeriodStart: a.PeriodStart,
+		Threshold: a.Threshold, Value: a.Value, Limit: a.Limit, Created: a.Created, Status: a.Status,
+		Attempts: a.Attempts, LastError: a.LastError, NextAttempt: a.NextAttempt, DeliveredAt: a.DeliveredAt,
+	}
+}

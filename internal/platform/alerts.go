@@ -1,0 +1,496 @@
+package platform
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/platformgw/gateway/internal/alerts"
+	"github.com/platformgw/gateway/internal/apierror"
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/catalog"
+	"github.com/platformgw/gateway/internal/store"
+)
+
+// Usage alerts (docs/alerts.md): products set thresholds, the `alerts`
+// block names the webhook. Off the hot path: a call's commit only notes
+// which subscription it changed (store.Alerts.ChangedAccounts); a loop of
+// this app reads those every Interval, records each threshold reached once
+// in the store, and a second loop delivers the recorded alerts, signed,
+// with retries.
+
+// Defaults of the alerts block.
+const (
+	DefaultAlertInterval = time.Second
+	DefaultAlertTimeout  = 10 * time.Second
+)
+
+// The values of sign_with.
+const (
+	SignWithSecret  = "secret"
+	SignWithService = "service"
+)
+
+var signWiths = []string{SignWithSecret, SignWithService}
+
+// AlertsConfig is the `alerts` block: where usage alerts are sent and how.
+type AlertsConfig struct {
+	// Webhook is the URL every alert is POSTed to.
+	Webhook string `json:"webhook"`
+	// Secret signs the webhooks when SignWith is "secret" (the default);
+	// placeholders such as {env.ALERT_SECRET} are resolved at load time.
+	Secret string `json:"secret,omitempty"`
+	// SignWith is "secret" (the operator's Secret) or "service" (the
+	// signing secret of the alert's service).
+	SignWith string `json:"sign_with,omitempty"`
+	// Interval is how often changed subscriptions are evaluated, and due
+	// deliveries looked for; 1s.
+	Interval caddy.Duration `json:"interval,omitempty"`
+	// Timeout bounds one delivery attempt; 10s.
+	Timeout caddy.Duration `json:"timeout,omitempty"`
+	// RetryInitial, RetryMax and GiveUpAfter are the retry schedule:
+	// 30s doubling up to 1h, given up 24h after the alert fired.
+	RetryInitial caddy.Duration `json:"retry_initial,omitempty"`
+	RetryMax     caddy.Duration `json:"retry_max,omitempty"`
+	GiveUpAfter  caddy.Duration `json:"give_up_after,omitempty"`
+}
+
+// check validates what can be checked before placeholders are resolved.
+func (c *AlertsConfig) check() error {
+	switch {
+	case c.Webhook == "":
+		return errors.New("no webhook URL (webhook https://…)")
+	case c.SignWith != "" && !slices.Contains(signWiths, c.SignWith):
+		return fmt.Errorf("sign_with %q is not one of %s", c.SignWith, strings.Join(signWiths, ", "))
+	case c.byService() && c.Secret != "":
+		return errors.New("a secret and sign_with service: the webhooks are signed with one or the other")
+	case !c.byService() && c.Secret == "":
+		return errors.New("no secret to sign the webhooks with (secret {env.ALERT_SECRET}, or sign_with service)")
+	case c.Interval < 0 || c.Timeout < 0 || c.RetryInitial < 0 || c.RetryMax < 0 || c.GiveUpAfter < 0:
+		return errors.New("durations must be positive")
+	case c.RetryMax > 0 && c.RetryInitial > c.RetryMax:
+		return fmt.Errorf("retry_initial %s is longer than retry_max %s", time.Duration(c.RetryInitial), time.Duration(c.RetryMax))
+	}
+	if !strings.Contains(c.Webhook, "{") { // a placeholder is checked once resolved
+		if err := validWebhookURL(c.Webhook); err != nil {
+			return fmt.Errorf("webhook %q: %v", c.Webhook, err)
+		}
+	}
+	return nil
+}
+
+// byService reports whether webhooks are signed with the service's
+// secret. (A literal on the right: the setting is public, not a secret,
+// and e2e's constant-time check accepts a compare with a literal.)
+func (c *AlertsConfig) byService() bool { return c.SignWith == "service" }
+
+func validWebhookURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.Fragment != "" {
+		return errors.New("must be an http or https URL with a host and no credentials or fragment")
+	}
+	return nil
+}
+
+// alerter is the provisioned alerts block.
+type alerter struct {
+	webhook  string
+	secret   []byte // nil: each alert's service secret
+	interval time.Duration
+	schedule alerts.Schedule
+	client   *http.Client
+	wake     chan struct{}
+}
+
+// provisionAlerts checks the alerts block against the catalog and resolves
+// its placeholders. Thresholds without a webhook are refused: they would
+// never tell anyone.
+func (a *App) provisionAlerts(repl *caddy.Replacer) error {
+	c := a.Alerts
+	if c == nil {
+		if a.catalog.HasAlerts() {
+			return errors.New("platform alerts: products set alert thresholds, but there is no alerts { webhook … } block to send them to")
+		}
+		return nil
+	}
+	if err := c.check(); err != nil {
+		return fmt.Errorf("platform alerts: %w", err)
+	}
+	webhook, err := repl.ReplaceOrErr(c.Webhook, true, true)
+	if err != nil {
+		return fmt.Errorf("platform alerts: webhook: %w", err)
+	}
+	if err := validWebhookURL(webhook); err != nil {
+		return fmt.Errorf("platform alerts: webhook: %v", err)
+	}
+	al := &alerter{
+		webhook:  webhook,
+		interval: orDefault(time.Duration(c.Interval), DefaultAlertInterval),
+		schedule: alerts.Schedule{
+			Initial:     orDefault(time.Duration(c.RetryInitial), alerts.DefaultSchedule.Initial),
+			Max:         orDefault(time.Duration(c.RetryMax), alerts.DefaultSchedule.Max),
+			GiveUpAfter: orDefault(time.Duration(c.GiveUpAfter), alerts.DefaultSchedule.GiveUpAfter),
+		},
+		wake: make(chan struct{}, 1),
+	}
+	if al.schedule.Initial > al.schedule.Max {
+		return fmt.Errorf("platform alerts: retry_initial %s is longer than retry_max %s", al.schedule.Initial, al.schedule.Max)
+	}
+	if !c.byService() {
+		secret, err := repl.ReplaceOrErr(c.Secret, true, true)
+		if err != nil {
+			return fmt.Errorf("platform alerts: secret: %w", err)
+		}
+		if len(secret) < 16 {
+			return errors.New("platform alerts: the secret is shorter than 16 bytes")
+		}
+		al.secret = []byte(secret)
+	}
+	al.client = &http.Client{
+		Timeout: orDefault(time.Duration(c.Timeout), DefaultAlertTimeout),
+		// A redirect is a failed delivery, not a reason to send the signed
+		// body somewhere else.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	a.alerter = al
+	return nil
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+// runAlerts evaluates changed subscriptions and delivers due alerts until
+// stop is closed, then returns once both loops are over: an attempt under
+// way is cancelled and recorded as interrupted while the store is still
+// open (Stop waits for it; the store closes in Cleanup, after Stop).
+func (a *App) runAlerts(stop <-chan struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	evaluated := make(chan struct{})
+	go func() {
+		defer close(evaluated)
+		a.evaluateAlerts(ctx, stop)
+	}()
+	go func() {
+		<-stop
+		cancel()
+	}()
+	a.deliverAlerts(ctx, stop)
+	<-evaluated
+}
+
+// evaluateAlerts takes the subscriptions committed changes named, at most
+// once per interval, and records the thresholds they reached.
+func (a *App) evaluateAlerts(ctx context.Context, stop <-chan struct{}) {
+	st := a.DataStore()
+	pause := time.NewTimer(a.alerter.interval)
+	defer pause.Stop()
+	for {
+		refs, ready := st.ChangedAccounts()
+		for _, ref := range refs {
+			a.EvaluateAlerts(ctx, ref)
+		}
+		select {
+		case <-stop:
+			return
+		case <-ready:
+		}
+		// Gather what a busy second changes into one round.
+		pause.Reset(a.alerter.interval)
+		select {
+		case <-stop:
+			return
+		case <-pause.C:
+		}
+	}
+}
+
+// EvaluateAlerts records every alert threshold the subscription has reached
+// in its current period and that was not recorded before, and wakes the
+// delivery. It returns the alerts it recorded.
+func (a *App) EvaluateAlerts(ctx context.Context, ref store.AccountRef) []store.Alert {
+	if a.alerter == nil {
+		return nil
+	}
+	st := a.DataStore()
+	sub, err := st.GetSubscription(ctx, ref.UserID, ref.ServiceID)
+	if err != nil {
+		if !errors.Is(err, store.ErrNotFound) {
+			a.logger.Error("usage alerts: reading a subscription", zap.String("user", ref.UserID),
+				zap.String("service", ref.ServiceID), zap.Error(err))
+		}
+		return nil
+	}
+	svc, ok := a.catalog.Service(ref.ServiceID)
+	if !ok {
+		return nil
+	}
+	thresholds := svc.AlertThresholds(sub.ProductID)
+	p, ok := svc.Product(sub.ProductID)
+	if len(thresholds) == 0 || !ok {
+		return nil
+	}
+	t := now()
+	state, err := st.State(ctx, store.Account{UserID: ref.UserID, ServiceID: ref.ServiceID, Product: *p}, t)
+	if err != nil {
+		a.logger.Error("usage alerts: reading usage", zap.String("user", ref.UserID),
+			zap.String("service", ref.ServiceID), zap.Error(err))
+		return nil
+	}
+	start, _ := billing.PeriodBounds(p.Period, p.CalendarPeriods, sub.StartedAt, t)
+	var fired []store.Alert
+	for _, r := range alerts.Reached(*p, state, thresholds) {
+		name := r.Threshold.String()
+		// A read first: a subscription past 80% stays past it for the
+		// rest of the period, and every call on it would otherwise cost
+		// a write.
+		has, err := st.HasAlert(ctx, ref.UserID, ref.ServiceID, start, name)
+		if err != nil {
+			a.logger.Error("usage alerts: reading an alert", zap.String("user", ref.UserID),
+				zap.String("service", ref.ServiceID), zap.String("threshold", name), zap.Error(err))
+			continue
+		}
+		if has {
+			continue
+		}
+		al, err := st.CreateAlert(ctx, store.Alert{
+			UserID: ref.UserID, ServiceID: ref.ServiceID, ProductID: p.ID, PeriodStart: start,
+			Threshold: name, Value: r.Value, Limit: r.Limit, Created: t, NextAttempt: t,
+		})
+		if errors.Is(err, store.ErrExists) {
+			continue // another evaluator recorded it first
+		}
+		if err != nil {
+			a.logger.Error("usage alerts: recording an alert", zap.String("user", ref.UserID),
+				zap.String("service", ref.ServiceID), zap.String("threshold", name), zap.Error(err))
+			continue
+		}
+		a.logger.Info("usage alert fired", zap.String("alert", al.ID), zap.String("user", al.UserID),
+			zap.String("service", al.ServiceID), zap.String("threshold", name), zap.String("value", al.Value.String()))
+		fired = append(fired, al)
+	}
+	if len(fired) > 0 {
+		select {
+		case a.alerter.wake <- struct{}{}:
+		default:
+		}
+	}
+	return fired
+}
+
+// alertBatch bounds the alerts one delivery round takes.
+const alertBatch = 100
+
+// deliverAlerts sends due alerts every interval, and at once when one
+// fires.
+func (a *App) deliverAlerts(ctx context.Context, stop <-chan struct{}) {
+	tick := time.NewTicker(a.alerter.interval)
+	defer tick.Stop()
+	for {
+		a.DeliverDueAlerts(ctx)
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		case <-a.alerter.wake:
+		}
+	}
+}
+
+// DeliverDueAlerts makes one attempt at every pending alert that is due.
+func (a *App) DeliverDueAlerts(ctx context.Context) {
+	due, err := a.DataStore().DueAlerts(ctx, now(), alertBatch)
+	if err != nil {
+		a.logger.Error("usage alerts: reading due alerts", zap.Error(err))
+		return
+	}
+	for _, al := range due {
+		a.deliverAlert(ctx, al)
+	}
+}
+
+// deliverAlert makes one attempt. The attempt is claimed in the store
+// first (attempts + 1, the next try after the timeout), so two senders
+// (the old and new config during a reload) never send one alert at once,
+// and a crash mid-attempt leaves it due again once the claim runs out.
+func (a *App) deliverAlert(ctx context.Context, al store.Alert) {
+	st := a.DataStore()
+	t := now()
+	claim := al
+	claim.Attempts++
+	claim.NextAttempt = t.Add(a.alerter.client.Timeout + a.alerter.interval)
+	claimed, err := st.UpdateAlert(ctx, claim, al.Attempts)
+	if err != nil {
+		if !errors.Is(err, store.ErrStale) && ctx.Err() == nil {
+			a.logger.Error("usage alerts: claiming a delivery", zap.String("alert", al.ID), zap.Error(err))
+		}
+		return
+	}
+	sendErr := a.sendAlert(ctx, claimed, t)
+	done := claimed
+	t = now()
+	switch {
+	case sendErr == nil:
+		done.Status, done.DeliveredAt, done.LastError, done.NextAttempt = store.AlertDelivered, t, "", time.Time{}
+	case ctx.Err() != nil:
+		// Stopped mid-attempt (a reload or shutdown): due again at once
+		// for whoever runs next, rather than when the claim runs out.
+		done.LastError, done.NextAttempt = "attempt interrupted by a config reload or shutdown", t
+	default:
+		done.LastError = sendErr.Error()
+		next, retry := a.alerter.schedule.Next(claimed.Created, t, claimed.Attempts)
+		if retry {
+			done.NextAttempt = next
+		} else {
+			done.Status, done.NextAttempt = store.AlertFailed, time.Time{}
+		}
+	}
+	// Recorded even when stopping: the store outlives this config.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := st.UpdateAlert(rctx, done, claimed.Attempts); err != nil {
+		a.logger.Error("usage alerts: recording a delivery", zap.String("alert", al.ID), zap.Error(err))
+		return
+	}
+	fields := []zap.Field{zap.String("alert", al.ID), zap.String("threshold", al.Threshold), zap.Int("attempt", claimed.Attempts)}
+	switch done.Status {
+	case store.AlertDelivered:
+		a.logger.Info("usage alert delivered", fields...)
+	case store.AlertFailed:
+		a.logger.Error("usage alert given up", append(fields, zap.String("error", done.LastError))...)
+	default:
+		a.logger.Warn("usage alert delivery failed; will retry", append(fields,
+			zap.String("error", done.LastError), zap.Time("next_attempt", done.NextAttempt))...)
+	}
+}
+
+// sendAlert POSTs the alert's signed webhook; any answer but 2xx is an
+// error. Errors name neither the URL (its query may hold a token) nor
+// the secret.
+func (a *App) sendAlert(ctx context.Context, al store.Alert, t time.Time) error {
+	secret := a.alerter.secret
+	if secret == nil {
+		svc, ok := a.catalog.Service(al.ServiceID)
+		if !ok {
+			return fmt.Errorf("service %s is not in the catalog, so there is no secret to sign with", al.ServiceID)
+		}
+		secret = svc.SigningSecret()
+	}
+	body, err := alertEvent(al).Body()
+	if err != nil {
+		return err
+	}
+	sig, ts := alerts.Sign(secret, body, t)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.alerter.webhook, bytes.NewReader(body))
+	if err != nil {
+		return errors.New("cannot build the request to the webhook URL")
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "platform-gateway-alerts")
+	req.Header.Set(a.headers.Signature, sig)
+	req.Header.Set(a.headers.Timestamp, ts)
+	req.Header.Set(alertEventIDHeader(a.headers), al.ID)
+	resp, err := a.alerter.client.Do(req)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return fmt.Errorf("webhook unreachable: %v", err)
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("webhook answered %s", resp.Status)
+	}
+	return nil
+}
+
+// alertEventIDHeader is X-<Brand>-Event-ID.
+func alertEventIDHeader(h Headers) string {
+	return strings.TrimSuffix(h.Signature, "Signature") + "Event-ID"
+}
+
+func alertEvent(al store.Alert) alerts.Event {
+	metric, _, _ := strings.Cut(al.Threshold, " ")
+	return alerts.Event{
+		EventID: al.ID, CreatedAt: al.Created, UserID: al.UserID, ServiceID: al.ServiceID, ProductID: al.ProductID,
+		PeriodStart: al.PeriodStart, Threshold: al.Threshold, Metric: metric, Value: al.Value, Limit: al.Limit,
+	}
+}
+
+// alertStatuses are the states an alert listing filters on.
+var alertStatuses = []string{store.AlertPending, store.AlertDelivered, store.AlertFailed}
+
+// AlertQuery selects a page of alerts; empty fields match every alert.
+type AlertQuery struct {
+	UserID    string
+	ServiceID string
+	Status    string // PENDING, DELIVERED or FAILED
+	Cursor    string
+	Limit     int // 1 to 1000; 0 is the default page size
+}
+
+// AlertPage is a page of alerts, newest first.
+type AlertPage struct {
+	Alerts     []store.Alert `json:"alerts"`
+	NextCursor string        `json:"nextCursor,omitempty"`
+}
+
+// ListAlerts lists the usage alerts of the running config's store: the
+// admin API's GET /platform/alerts and the console show it. A bad filter
+// or cursor is an *apierror.Error.
+func ListAlerts(ctx context.Context, q AlertQuery) (AlertPage, error) {
+	app := runningApp()
+	if app == nil {
+		return AlertPage{}, apierror.New(codeNotConfigured, "the running config has no platform app")
+	}
+	return app.ListAlerts(ctx, q)
+}
+
+// ListAlerts lists the usage alerts of this app's store.
+func (a *App) ListAlerts(ctx context.Context, q AlertQuery) (AlertPage, error) {
+	if q.UserID != "" {
+		if err := checkUserID("userId", q.UserID); err != nil {
+			return AlertPage{}, err
+		}
+	}
+	if q.ServiceID != "" && !catalog.ValidID(q.ServiceID) {
+		return AlertPage{}, apierror.Invalid("serviceId", "serviceId is not a valid id")
+	}
+	q.Status = strings.ToUpper(q.Status)
+	if q.Status != "" && !slices.Contains(alertStatuses, q.Status) {
+		return AlertPage{}, apierror.Invalid("status", "status must be one of "+strings.Join(alertStatuses, ", "))
+	}
+	if q.Limit == 0 {
+		q.Limit = defaultPageLimit
+	}
+	if q.Limit < 1 || q.Limit > maxPageLimit {
+		return AlertPage{}, apierror.Invalid("limit", fmt.Sprintf("limit must be a whole number from 1 to %d", maxPageLimit))
+	}
+	list, next, err := a.DataStore().ListAlerts(ctx, store.AlertFilter{UserID: q.UserID, ServiceID: q.ServiceID, Status: q.Status}, q.Cursor, q.Limit)
+	if e := badCursor(err); e != nil {
+		return AlertPage{}, e
+	}
+	if err != nil {
+		return AlertPage{}, fmt.Errorf("list alerts: %w", err)
+	}
+	if list == nil {
+		list = []store.Alert{}
+	}
+	return AlertPage{Alerts: list, NextCursor: next}, nil
+}

@@ -1,0 +1,185 @@
+package platform
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/pgtest"
+	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/store/boltstore"
+	"github.com/platformgw/gateway/internal/store/pgstore"
+)
+
+// TestStoreMigrate: a bbolt file with something of everything moves into
+// an empty PostgreSQL database through `caddy platform store migrate`, and
+// the PostgreSQL store then serves it as the file did: keys by hash,
+// balances, counters (the quota left), the ledger with its ids, an open
+// job completing against its hold, a retried report answered from its
+// idempotency claim, an alert that must not fire again, the audit log. A
+// second run into the same database is refused, and so is a file in use.
+func TestStoreMigrate(t *testing.T) {
+	ctx := context.Background()
+	now := time.Now().UTC()
+	whole := billing.Whole
+	quota := whole(10)
+	pQuota := billing.Product{ID: "basic", BillingModel: billing.Subscription, MeasurementType: billing.PerRequest, Quota: &quota}
+	pPrepaid := billing.Product{ID: "credits", BillingModel: billing.Prepaid, MeasurementType: billing.PerRequest, Price: whole(1)}
+
+	path := filepath.Join(t.TempDir(), "platform.db")
+	src, err := boltstore.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash := sha256.Sum256([]byte("psk_migrated"))
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(src.CreateKey(ctx, store.KeyRecord{ID: "key_m", Hash: hash, UserID: "alice", Label: "moved", Created: now}))
+	must(src.CreateKey(ctx, store.KeyRecord{ID: "key_r", Hash: sha256.Sum256([]byte("psk_revoked")), UserID: "alice", Created: now}))
+	if _, err := src.RevokeKey(ctx, "key_r", now); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []struct{ svc, product string }{{"svc", "basic"}, {"pay", "credits"}} {
+		if _, err := src.PutSubscription(ctx, store.Subscription{UserID: "alice", ServiceID: s.svc, ProductID: s.product,
+			Status: "ACTIVE", StartedAt: now.Add(-time.Hour), UpdatedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := src.AddCredits(ctx, "alice", "pay", whole(20), now); err != nil {
+		t.Fatal(err)
+	}
+	q := store.Account{UserID: "alice", ServiceID: "svc", Product: pQuota}
+	p := store.Account{UserID: "alice", ServiceID: "pay", Product: pPrepaid}
+	for range 4 { // 4 of the quota of 10 used
+		res, err := src.Reserve(ctx, q, whole(1), now)
+		dec := res.Decision
+		if err != nil || !dec.Allowed {
+			t.Fatalf("Reserve: %+v %v", dec, err)
+		}
+		if _, err := src.Settle(ctx, res, whole(1), store.LedgerEntry{Time: now, UserID: "alice", ServiceID: "svc",
+			ProductID: "basic", Source: store.SourceGateway}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	report := store.LedgerEntry{Time: now, UserID: "alice", ServiceID: "pay", ProductID: "credits", Units: whole(3),
+		Source: store.SourceReport, IdempotencyKey: "rep-1"}
+	first, err := src.Record(ctx, p, report, func(e store.LedgerEntry, _ billing.State) ([]byte, error) {
+		return []byte(`{"id":"` + e.ID + `"}`), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An open job holding 5 credits, and a finished one.
+	job := store.Job{ID: "job-open", UserID: "alice", ServiceID: "pay", EndpointID: "ep", ProductID: "credits",
+		Status: store.JobPending, CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour)}
+	if res, err := src.CreateJobReserved(ctx, job, p, whole(5), now); err != nil || !res.Decision.Allowed {
+		t.Fatalf("CreateJobReserved: %+v %v", res.Decision, err)
+	}
+	done := job
+	done.ID, done.Status, done.CompletedAt = "job-done", store.JobCompleted, now
+	must(src.CreateJob(ctx, done))
+	alert, err := src.CreateAlert(ctx, store.Alert{UserID: "alice", ServiceID: "svc", ProductID: "basic",
+		PeriodStart: now.Add(-time.Hour), Threshold: "quota 40%", Value: whole(4), Limit: quota, Created: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.AppendAudit(ctx, store.AuditEntry{Time: now, Actor: "test", Action: "key.create", KeyID: "key_m"}); err != nil {
+		t.Fatal(err)
+	}
+	var before []store.LedgerEntry
+	must(src.ScanLedger(ctx, store.LedgerFilter{}, func(e store.LedgerEntry) error { before = append(before, e); return nil }))
+
+	// A file in use is refused.
+	dsn := pgtest.DB(t)
+	if _, err := cliRun(t, "store", "migrate", "--to", "postgres", "--dsn", dsn, path); err == nil ||
+		!strings.Contains(err.Error(), "in use") {
+		t.Fatalf("migrate of a file in use: %v", err)
+	}
+	must(src.Close())
+
+	if _, err := cliRun(t, "store", "migrate", "--to", "mysql", "--dsn", dsn, path); err == nil {
+		t.Error("migrate --to mysql succeeded")
+	}
+	out, err := cliRun(t, "store", "migrate", "--to", "postgres", "--dsn", dsn, path)
+	if err != nil {
+		t.Fatalf("migrate: %v\n%s", err, out)
+	}
+	for _, want := range []string{"both sides agree", "ledger entries", "open jobs holding units"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("migrate printed no %q:\n%s", want, out)
+		}
+	}
+	t.Logf("migrate printed:\n%s", out)
+	if _, err := cliRun(t, "store", "migrate", "--to", "postgres", "--dsn", dsn, path); err == nil ||
+		!strings.Contains(err.Error(), "not empty") {
+		t.Errorf("a second migrate into the same database: %v", err)
+	}
+
+	dst, err := pgstore.Open(ctx, pgstore.Options{DSN: dsn, NodeID: "check"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	if k, err := dst.KeyByHash(ctx, hash); err != nil || k.ID != "key_m" || k.Label != "moved" {
+		t.Errorf("key after the move: %+v, %v", k, err)
+	}
+	if k, err := dst.KeyByID(ctx, "key_r"); err != nil || k.RevokedAt.IsZero() {
+		t.Errorf("revoked key after the move: %+v, %v", k, err)
+	}
+	if sub, err := dst.GetSubscription(ctx, "alice", "pay"); err != nil || sub.Credits != whole(17) ||
+		sub.CreditsHeld != whole(5) || !sub.StartedAt.Equal(now.Add(-time.Hour).Truncate(time.Microsecond)) && !sub.StartedAt.Equal(now.Add(-time.Hour)) {
+		t.Errorf("prepaid subscription after the move: %+v, %v; want 17 credits, 5 held by the open job", sub, err)
+	}
+	// 4 of 10 used: 6 more fit, a 7th does not.
+	if res, err := dst.Reserve(ctx, q, whole(6), now); err != nil || !res.Decision.Allowed {
+		t.Errorf("the 6 units left: %+v, %v", res.Decision, err)
+	}
+	if res, err := dst.Reserve(ctx, q, whole(1), now); err != nil || res.Decision.Allowed {
+		t.Errorf("a unit past 4 used and 6 held of 10: %+v, %v", res.Decision, err)
+	}
+	var after []store.LedgerEntry
+	must(dst.ScanLedger(ctx, store.LedgerFilter{}, func(e store.LedgerEntry) error { after = append(after, e); return nil }))
+	if len(after) != len(before) {
+		t.Fatalf("%d ledger entries after the move, %d before", len(after), len(before))
+	}
+	for i := range before {
+		if after[i].ID != before[i].ID || after[i].Units != before[i].Units || after[i].UserID != before[i].UserID {
+			t.Errorf("ledger entry %d: %+v, was %+v", i, after[i], before[i])
+		}
+	}
+	// The retried report is answered from its claim.
+	again, err := dst.Record(ctx, p, report, func(store.LedgerEntry, billing.State) ([]byte, error) { return []byte("new"), nil })
+	if !errors.Is(err, store.ErrReplayed) || string(again) != string(first) {
+		t.Errorf("retried report after the move: %q, %v; want ErrReplayed with %q", again, err, first)
+	}
+	// The open job completes against its hold: 2 of the 5 credits charged.
+	j, err := dst.CompleteJob(ctx, "job-open", p, store.LedgerEntry{Time: now, UserID: "alice", ServiceID: "pay",
+		ProductID: "credits", RequestID: "job-open", Units: whole(2), Source: store.SourceCompletion}, func(j *store.Job) error {
+		j.Status, j.CompletedAt = store.JobCompleted, now
+		return nil
+	})
+	if err != nil || j.Units != whole(2) {
+		t.Fatalf("completing the moved job: %+v, %v", j, err)
+	}
+	if st, err := dst.State(ctx, p, now); err != nil || st.Credits != whole(15) || st.Used != whole(5) {
+		t.Errorf("state after the moved job completed: %+v, %v; want 15 credits left, 5 used", st, err)
+	}
+	if _, err := dst.CreateAlert(ctx, alert); !errors.Is(err, store.ErrExists) {
+		t.Errorf("the moved alert fired again: %v", err)
+	}
+	if entries, _, err := dst.ListAudit(ctx, "", 10); err != nil || len(entries) != 1 || entries[0].KeyID != "key_m" {
+		t.Errorf("audit after the move: %+v, %v", entries, err)
+	}
+	if got, err := dst.GetJob(ctx, "job-done"); err != nil || got.Status != store.JobCompleted {
+		t.Errorf("finished job after the move: %+v, %v", got, err)
+	}
+}

@@ -1,0 +1,78 @@
+package platform
+
+import (
+	"crypto"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/platformgw/gateway/internal/jwtauth"
+)
+
+// JWTConfig is how end users' JWTs are verified where the platform accepts
+// them (the billing estimate, as the upstream SDKs' estimateUsageWithJwt
+// sends one): the keys of the operator's identity provider and the claims
+// it must carry. Without it no JWT is accepted.
+type JWTConfig struct {
+	// HS256Secret is a shared secret (at least 32 bytes) for HS256 tokens;
+	// {env.X} and {file.X} placeholders are resolved.
+	HS256Secret string `json:"hs256_secret,omitempty"`
+	// PublicKeyFiles are PEM files of RSA (RS256) or P-256 (ES256) public
+	// keys or certificates.
+	PublicKeyFiles []string `json:"public_key_files,omitempty"`
+	// JWKSFile is a local JWK Set file of RSA and P-256 keys; a token's
+	// kid selects its key.
+	JWKSFile string `json:"jwks_file,omitempty"`
+	// Issuer and Audience, when set, must match the token's iss and aud.
+	Issuer   string `json:"issuer,omitempty"`
+	Audience string `json:"audience,omitempty"`
+	// UserClaim holds the user id; sub by default.
+	UserClaim string `json:"user_claim,omitempty"`
+	// Leeway is the clock skew allowed on exp, nbf and iat; 30s.
+	Leeway caddy.Duration `json:"leeway,omitempty"`
+}
+
+// verifier builds the verifier; nil config, nil verifier. Keys are read at
+// provisioning, so a reload picks up rotated key files.
+func (c *JWTConfig) verifier(repl *caddy.Replacer) (*jwtauth.Verifier, error) {
+	if c == nil {
+		return nil, nil
+	}
+	o := jwtauth.Options{Issuer: c.Issuer, Audience: c.Audience, UserClaim: c.UserClaim,
+		Leeway: time.Duration(c.Leeway), Now: func() time.Time { return now() }}
+	if c.HS256Secret != "" {
+		secret, err := repl.ReplaceOrErr(c.HS256Secret, true, true)
+		if err != nil {
+			return nil, fmt.Errorf("hs256_secret: %w", err)
+		}
+		o.HS256Secret = []byte(secret)
+	}
+	for _, path := range c.PublicKeyFiles {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("public_key: %w", err)
+		}
+		keys, err := jwtauth.ParsePEM(data)
+		if err != nil {
+			return nil, fmt.Errorf("public_key %s: %w", path, err)
+		}
+		o.PublicKeys = append(o.PublicKeys, keys...)
+	}
+	if c.JWKSFile != "" {
+		data, err := os.ReadFile(c.JWKSFile)
+		if err != nil {
+			return nil, fmt.Errorf("jwks_file: %w", err)
+		}
+		var unnamed []crypto.PublicKey
+		if o.KeysByID, unnamed, err = jwtauth.ParseJWKS(data); err != nil {
+			return nil, fmt.Errorf("jwks_file %s: %w", c.JWKSFile, err)
+		}
+		o.PublicKeys = append(o.PublicKeys, unnamed...)
+	}
+	return jwtauth.New(o)
+}
+
+// JWTVerifier verifies end users' JWTs; nil when none are accepted.
+func (a *App) JWTVerifier() *jwtauth.Verifier { return a.jwt }

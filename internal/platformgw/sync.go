@@ -1,0 +1,382 @@
+package platformgw
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"maps"
+	"net/http"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/platformgw/gateway/internal/apierror"
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/store"
+)
+
+// reserve holds the call's units before it is forwarded and fills the
+// allowance the caller is shown.
+func (h *Handler) reserve(r *http.Request, c *call) (store.Reservation, *apierror.Error) {
+	res, err := h.rt.Meter().Reserve(r.Context(), c.account, c.ep.UnitCost(), c.started)
+	if errors.Is(err, store.ErrNoAccount) {
+		return res, apierror.New(apierror.NoSubscription, "no subscription to service "+c.svc.ID)
+	}
+	if errors.Is(err, store.ErrUnavailable) {
+		return res, apierror.Unavailable() // the store logs its failures, once per burst
+	}
+	if err != nil {
+		h.logger.Error("reserve", zap.Error(err))
+		return res, apierror.New(apierror.InternalError, "could not reserve usage")
+	}
+	return res, h.judge(c, res.Decision, res.State)
+}
+
+// judge fills the quota allowance the caller is shown from the
+// subscription's state and turns a refused decision into the caller's
+// error (with Retry-After for a quota or cap). Sync calls and async jobs
+// both judge the reservation they took.
+func (h *Handler) judge(c *call, dec billing.Decision, st billing.State) *apierror.Error {
+	if c.product != nil && c.product.Quota != nil {
+		// The subscription was read when the call was admitted; reading it
+		// again here cost a second store lookup on every call.
+		start, end := billing.PeriodBounds(c.product.Period, c.product.CalendarPeriods, c.subStarted, c.started)
+		c.allowance.setQuota(c.product, st, start, end, c.started)
+	}
+	if !dec.Allowed {
+		e := apierror.New(dec.Code, dec.Reason)
+		if dec.Code == billing.CodeQuotaExceeded && c.product != nil {
+			// A quota and a spending cap both reset with the period.
+			_, end := billing.PeriodBounds(c.product.Period, c.product.CalendarPeriods, c.subStarted, c.started)
+			e.Message = billing.WithReset(dec.Reason, end)
+			e.WithRetry(end.Sub(c.started))
+		}
+		return e
+	}
+	return nil
+}
+
+func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, next caddyhttp.Handler) error {
+	res, e := h.reserve(r, c)
+	if e != nil {
+		h.rt.CountKnownInvoke(c.svc.ID, c.ep.ID, "sync", "rejected")
+		c.allowance.write(w.Header())
+		h.refuse(w, r, c.requestID, e)
+		return nil
+	}
+	h.prepareForward(r, c, c.body, c.ep.Path)
+	setBody(r, &c.bodyReader, c.body)
+
+	out, wrapped := h.syncOutput(w, r, c) // wrapped.go: sync_response wrapped
+	m := &c.meter
+	*m = meterWriter{w: out, r: r, h: h, c: c, res: res, wrap: wrapped}
+	defer func() {
+		// The reverse proxy panics with http.ErrAbortHandler when a body
+		// is cut off, by the backend (it closed before its Content-Length)
+		// or by the caller (it hung up mid-download), so that the server
+		// aborts the connection. The call still ends here: a PER_BYTE or
+		// PER_TIME_UNIT call is charged what was delivered (nothing was
+		// settled at its status line), and a hold is never left behind.
+		// Then the panic goes on, and the connection is aborted as before.
+		if v := recover(); v != nil {
+			// A wrapped answer being buffered is not delivered: not charged.
+			m.end(false)
+			if v == http.ErrAbortHandler && m.atEnd {
+				// The backend cut its body off while it was buffered;
+				// nothing has reached the caller, who is told so.
+				wrapped.finish(false, errCutOff)
+				return
+			}
+			panic(v)
+		}
+	}()
+	err := next.ServeHTTP(m, r)
+	if !m.wroteHeader {
+		// Nothing reached the caller: the backend was not reached or did
+		// not answer. Not charged.
+		h.release(c, res)
+		h.rt.CountKnownInvoke(c.svc.ID, c.ep.ID, "sync", "backend_error")
+		c.allowance.write(w.Header())
+		h.refuse(w, r, c.requestID, h.unreachable(c, err))
+		return nil
+	}
+	m.end(wrapped.delivers(err))
+	wrapped.finish(m.failed, err)
+	if err != nil {
+		h.logger.Debug("response ended early", zap.String("request_id", c.requestID), zap.Error(err))
+	}
+	return nil
+}
+
+// end settles a call that is over, however it ended: the measured units of
+// a deferred call (the bytes that reached the caller, the time it took), or
+// the hold's release when nothing reached the caller. A call settled at its
+// status line is left as it is.
+//
+// delivered matters only for a wrapped answer the wrappedWriter buffers
+// (atEnd): whether the caller gets it. One that cannot be wrapped (cut off,
+// too large) reaches the caller as an error, and is not charged.
+func (m *meterWriter) end(delivered bool) {
+	switch {
+	case m.settled:
+	case m.atEnd && !delivered:
+		m.settled = true
+		m.h.release(m.c, m.res)
+		m.h.rt.CountKnownInvoke(m.c.svc.ID, m.c.ep.ID, "sync", "backend_error")
+	case m.atEnd:
+		units := m.endUnits
+		if m.deferred {
+			units = m.deferredUnits()
+		}
+		// Nothing has reached the caller yet: a settlement that fails
+		// releases the hold, and the answer is withheld.
+		m.deferred = false
+		if !m.settleNow(units) {
+			m.failed = true
+		}
+	case !m.wroteHeader:
+		m.settled = true
+		m.h.release(m.c, m.res)
+		m.h.rt.CountKnownInvoke(m.c.svc.ID, m.c.ep.ID, "sync", "backend_error")
+	case m.deferred && m.status < 500:
+		m.settleNow(m.deferredUnits())
+	default:
+		m.settled = true
+		m.h.release(m.c, m.res)
+	}
+}
+
+// errCutOff stands for the proxy's abort when a backend cut off the body of
+// a wrapped answer.
+var errCutOff = errors.New("the backend's response body ended early")
+
+// unreachable is the caller's error for a backend that was not reached or
+// did not answer (err is what the reverse proxy returned).
+func (h *Handler) unreachable(c *call, err error) *apierror.Error {
+	if err != nil {
+		h.logger.Warn("backend unreachable", zap.String("request_id", c.requestID),
+			zap.String("service", c.svc.ID), zap.Error(err))
+	}
+	var he caddyhttp.HandlerError
+	if errors.As(err, &he) && he.StatusCode == http.StatusGatewayTimeout {
+		return apierror.New(apierror.ServiceTimeout, "the service backend did not answer in time")
+	}
+	return apierror.New(apierror.ServiceError, "the service backend could not be reached")
+}
+
+// setBody puts the buffered body back for the proxy, with a known length,
+// through rd (the call's). The io.NopCloser is kept: net/http recognises
+// a *bytes.Reader inside it as a body in memory and sends the headers and
+// the body in one write.
+func setBody(r *http.Request, rd *bytes.Reader, body []byte) {
+	r.Header.Del("Expect")
+	r.TransferEncoding = nil
+	r.ContentLength = int64(len(body))
+	if len(body) == 0 {
+		r.Body = http.NoBody
+		return
+	}
+	rd.Reset(body)
+	r.Body = io.NopCloser(rd)
+}
+
+// release returns a reservation unused. Like settling, it runs to the end
+// even when the caller has gone away: the hold must not leak.
+func (h *Handler) release(c *call, res store.Reservation) {
+	if res.ID == "" {
+		return
+	}
+	_, err := h.rt.Meter().Settle(context.Background(), res, 0, store.LedgerEntry{})
+	if err != nil && !errors.Is(err, store.ErrUnavailable) { // the store logs those, once per burst
+		h.logger.Error("release reservation", zap.String("request_id", c.requestID), zap.Error(err))
+	}
+}
+
+// meterWriter watches the backend's response on its way to the caller: it
+// takes the X-<Brand>-Units header out, settles the call durably before the
+// status line goes out (or, for byte and time measured products, once the
+// body is done), and adds the allowance headers.
+type meterWriter struct {
+	w   http.ResponseWriter
+	r   *http.Request
+	h   *Handler
+	c   *call
+	res store.Reservation
+
+	wroteHeader bool
+	status      int
+	written     int64
+	deferred    bool // settle after the body: PER_BYTE, PER_TIME_UNIT
+	// wrap is the wrapped answer's writer (sync_response wrapped), nil for
+	// raw. While it buffers (atEnd), the caller gets nothing before the
+	// call ends, so the call is settled then, endUnits or the measured
+	// units, and only if the wrapped answer goes out.
+	wrap     *wrappedWriter
+	atEnd    bool
+	endUnits billing.Units
+	settled  bool
+	failed   bool // settling failed: the backend's answer is withheld
+}
+
+func (m *meterWriter) Header() http.Header { return m.w.Header() }
+
+// Unwrap lets http.ResponseController reach Flush and Hijack (streaming,
+// WebSocket upgrades).
+func (m *meterWriter) Unwrap() http.ResponseWriter { return m.w }
+
+func (m *meterWriter) WriteHeader(status int) {
+	if m.wroteHeader {
+		return
+	}
+	if status >= 100 && status < 200 && status != http.StatusSwitchingProtocols {
+		m.writeInformational(status)
+		return
+	}
+	m.wroteHeader, m.status = true, status
+	hdr := m.w.Header()
+	// The name is canonical already (platform.NewHeaders): the map is
+	// read and changed directly, as Get and Del would.
+	unitsName := m.h.hd.Units
+	var units0 string
+	if v := hdr[unitsName]; len(v) > 0 {
+		units0 = v[0]
+	}
+	claimed, claimedOK := m.claimedUnits(units0)
+	delete(hdr, unitsName)
+	m.c.allowance.write(hdr)
+	if status >= 500 {
+		m.h.release(m.c, m.res)
+		m.settled = true
+		m.h.rt.CountKnownInvoke(m.c.svc.ID, m.c.ep.ID, "sync", "backend_error")
+		m.w.WriteHeader(status)
+		return
+	}
+	units := m.c.ep.UnitCost()
+	if claimedOK {
+		units = claimed
+	} else if p := m.c.product; p != nil && (p.MeasurementType == billing.PerByte || p.MeasurementType == billing.PerTimeUnit) {
+		m.deferred = true
+	} else if m.c.account.Free && status == http.StatusSwitchingProtocols {
+		m.deferred = true
+	}
+	if m.wrap.buffers(status, hdr) {
+		// Nothing goes to the caller before the call ends: settle then,
+		// once the wrapped answer is known to go out.
+		m.atEnd, m.endUnits = true, units
+		m.w.WriteHeader(status)
+		return
+	}
+	if !m.deferred {
+		if !m.settleNow(units) {
+			m.failed = true
+			m.c.allowance = allowance{}
+			hdr.Del("Content-Length")
+			hdr.Del("Content-Type")
+			hdr.Del("Content-Encoding")
+			m.h.refuse(m.w, m.r, m.c.requestID,
+				apierror.New(apierror.InternalError, "the call could not be metered; it was not charged"))
+			return
+		}
+	}
+	m.w.WriteHeader(status)
+}
+
+// writeInformational sends a 1xx response (e.g. 103 Early Hints) without
+// any X-<Brand>-* header. net/http writes the header map as it is for a
+// 1xx, and the reverse proxy puts the backend's 1xx headers into that map
+// just before: an X-<Brand>-Units (or any header of ours) a backend sent
+// on a 103 reached the caller, where only the final response was cleaned.
+// They are put back afterwards: the map is also the final response's
+// (the proxy then replaces it with its own headers, and the final
+// WriteHeader cleans what is left).
+func (m *meterWriter) writeInformational(status int) {
+	hdr := m.w.Header()
+	prefix := m.h.rt.Headers.Prefix
+	var removed http.Header
+	for name, v := range hdr {
+		if hasBrandPrefix(name, prefix) {
+			if removed == nil {
+				removed = http.Header{}
+			}
+			removed[name] = v
+			delete(hdr, name)
+		}
+	}
+	m.w.WriteHeader(status)
+	maps.Copy(hdr, removed)
+}
+
+func (m *meterWriter) Write(b []byte) (int, error) {
+	if !m.wroteHeader {
+		m.WriteHeader(http.StatusOK)
+	}
+	if m.failed {
+		return len(b), nil
+	}
+	n, err := m.w.Write(b)
+	m.written += int64(n)
+	return n, err
+}
+
+// ReadFrom keeps byte counting when the proxy copies with io.Copy.
+func (m *meterWriter) ReadFrom(r io.Reader) (int64, error) {
+	return io.Copy(writerOnly{m}, r)
+}
+
+type writerOnly struct{ io.Writer }
+
+func (m *meterWriter) claimedUnits(v string) (billing.Units, bool) {
+	if v == "" {
+		return 0, false
+	}
+	u, err := billing.ParseUnits(v)
+	if err != nil {
+		m.h.logger.Warn("ignoring malformed units header from backend",
+			zap.String("service", m.c.svc.ID), zap.String("request_id", m.c.requestID))
+		return 0, false
+	}
+	return u, true
+}
+
+// deferredUnits measures a finished response: bytes for PER_BYTE, whole
+// seconds (rounded up) from the call's start for PER_TIME_UNIT.
+func (m *meterWriter) deferredUnits() billing.Units {
+	if p := m.c.product; p != nil && p.MeasurementType == billing.PerTimeUnit {
+		return billing.Whole(billing.CeilSeconds(m.h.rt.Now().Sub(m.c.started)))
+	}
+	return billing.Whole(m.written)
+}
+
+// settleNow charges units durably; false when the store failed.
+func (m *meterWriter) settleNow(units billing.Units) bool {
+	m.settled = true
+	c := m.c
+	entry := store.LedgerEntry{
+		Time:       m.h.rt.Now(),
+		UserID:     c.account.UserID,
+		ServiceID:  c.svc.ID,
+		EndpointID: c.ep.ID,
+		RequestID:  c.requestID,
+		Source:     store.SourceGateway,
+	}
+	if c.product != nil {
+		entry.ProductID = c.product.ID
+	}
+	e, err := m.h.rt.Meter().Settle(context.Background(), m.res, units, entry)
+	if err != nil {
+		if errors.Is(err, store.ErrUnavailable) && m.deferred {
+			// The body is delivered: the store charges it once it writes
+			// again (it logs its failures, once per burst).
+			return false
+		}
+		if !errors.Is(err, store.ErrUnavailable) {
+			m.h.logger.Error("settle", zap.String("request_id", c.requestID), zap.Error(err))
+		}
+		m.h.release(c, m.res)
+		return false
+	}
+	m.h.rt.CountKnownInvoke(c.svc.ID, c.ep.ID, "sync", "ok")
+	m.h.rt.CountUnits(c.svc.ID, store.SourceGateway, int64(e.Units))
+	return true
+}

@@ -1,0 +1,122 @@
+// Package portal is the caller portal, the platform_portal HTTP handler: a
+// caller signs in with one of their service keys and sees their own
+// subscriptions, usage against quota, credits and spend, recent calls,
+// jobs and keys; with allow_key_management they create and revoke their
+// own keys. Pages are server-rendered html/template with embedded assets
+// and no script; docs/portal.md is the guide.
+package portal
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/platformgw/gateway/internal/engine"
+	"github.com/platformgw/gateway/internal/platform"
+	"github.com/platformgw/gateway/internal/store"
+)
+
+func init() {
+	caddy.RegisterModule(new(Handler))
+}
+
+// Defaults of the handler's options.
+const (
+	DefaultSessionTTL  = 30 * time.Minute
+	DefaultSignInLimit = 10 // attempts per minute per client address
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed assets
+var assetFS embed.FS
+
+// Handler is the platform_portal handler. Mount it on a path of its own
+// with handle_path (it finds its base path from the original request), so
+// links, redirects and the session cookie stay under that path.
+type Handler struct {
+	// AllowKeyManagement lets a signed-in caller create and revoke their
+	// own service keys; off by default.
+	AllowKeyManagement bool `json:"allow_key_management,omitempty"`
+	// SessionTTL is how long a session lasts after sign-in; 30m.
+	SessionTTL caddy.Duration `json:"session_ttl,omitempty"`
+	// SignInLimit is how many sign-in attempts a client address may make
+	// per minute; 10.
+	SignInLimit int `json:"sign_in_limit,omitempty"`
+	// AllowPlainHTTP serves the portal over plain HTTP to clients that are
+	// not on loopback (behind a proxy that terminates TLS). Without it a
+	// plain HTTP request is only served from 127.0.0.1 or ::1 (the demo),
+	// since its session cookie cannot be marked Secure.
+	AllowPlainHTTP bool `json:"allow_plain_http,omitempty"`
+
+	// rt is the runtime the platform app built (engine.Runtime): the
+	// store, the clock, key authentication and the rate limiters; ops are
+	// the caller's own changes and period summaries, the same functions
+	// the admin API runs.
+	rt     *engine.Runtime
+	ops    Operations
+	logger *zap.Logger
+	pages  *template.Template
+	assets fs.FS
+}
+
+// Operations are what the portal does beyond the store, through the
+// functions of the admin API (*platform.App has them), with their
+// validation, errors and audit entries.
+type Operations interface {
+	CreateKey(ctx context.Context, actor string, req platform.CreateKeyRequest) (platform.KeyView, error)
+	RevokeKey(ctx context.Context, actor, keyID string) (platform.KeyView, error)
+	Summarize(ctx context.Context, sub store.Subscription, at time.Time) (platform.PeriodSummary, error)
+}
+
+var _ Operations = (*platform.App)(nil)
+
+// CaddyModule returns the Caddy module information.
+func (*Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: "http.handlers.platform_portal", New: func() caddy.Module { return new(Handler) }}
+}
+
+// Provision finds the platform app and parses the templates.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	h.logger = ctx.Logger()
+	app, err := platform.FromContext(ctx, "platform_portal")
+	if err != nil {
+		return err
+	}
+	h.rt, h.ops = app.Runtime(), app
+	if h.SessionTTL <= 0 {
+		h.SessionTTL = caddy.Duration(DefaultSessionTTL)
+	}
+	if h.SignInLimit <= 0 {
+		h.SignInLimit = DefaultSignInLimit
+	}
+	h.pages, err = parsePages()
+	if err != nil {
+		return err
+	}
+	h.assets, err = fs.Sub(assetFS, "assets")
+	return err
+}
+
+// parsePages parses the embedded templates.
+func parsePages() (*template.Template, error) {
+	t, err := template.New("").Funcs(funcs).ParseFS(templateFS, "templates/*.html")
+	if err != nil {
+		return nil, fmt.Errorf("platform_portal templates: %w", err)
+	}
+	return t, nil
+}
+
+// Interface guards.
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+)

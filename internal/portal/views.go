@@ -1,0 +1,448 @@
+package portal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/platform"
+	"github.com/platformgw/gateway/internal/store"
+)
+
+// page is what every template gets.
+type page struct {
+	Title  string
+	Base   string
+	CSRF   string
+	UserID string
+	Notice string
+	Error  string
+	Text   string
+	Job    *store.Job
+	*dashboard
+}
+
+// dashboard is a caller's own figures.
+type dashboard struct {
+	KeyID         string
+	AllowKeys     bool
+	NewKey        string
+	NewKeyID      string
+	Subscriptions []subscriptionView
+	Recent        []store.LedgerEntry
+	RecentSince   time.Time
+	Cut           []store.LedgerEntry
+	Jobs          []store.Job
+	FailedJobs    []store.Job
+	Keys          []keyRow
+	Partial       bool
+}
+
+type dashboardExtras struct {
+	Notice, Error    string
+	NewKey, NewKeyID string
+}
+
+// subscriptionView is one subscription's current period and its chart.
+type subscriptionView struct {
+	platform.PeriodSummary
+	Chart *chart
+	// Earlier are the periods before this one, newest first, back to the
+	// subscription's start (at most earlierPeriods).
+	Earlier []platform.PeriodSummary
+}
+
+type keyRow struct {
+	store.KeyRecord
+	Status  string
+	Current bool
+}
+
+// Bounds of what one dashboard reads.
+const (
+	recentDays      = 7
+	recentRows      = 25
+	maxJobsShown    = 50
+	maxJobPages     = 20
+	maxSubPages     = 10
+	maxLedgerScan   = 1_000_000
+	earlierPeriods  = 3
+	subscriptionCap = 1000
+)
+
+// errScanBound stops a ledger scan after maxLedgerScan entries; the page
+// then shows what was read and says it was cut.
+var errScanBound = errors.New("scan bound reached")
+
+func (h *Handler) dashboard(q *request, sess session, sessionKey store.KeyRecord, x dashboardExtras) {
+	h.dashboardStatus(q, http.StatusOK, sess, sessionKey, x)
+}
+
+func (h *Handler) dashboardStatus(q *request, status int, sess session, sessionKey store.KeyRecord, x dashboardExtras) {
+	d, err := h.load(q, sess, sessionKey)
+	if err != nil {
+		h.logger.Error("portal dashboard", zap.String("user_id", sess.UserID), zap.Error(err))
+		h.message(q, http.StatusInternalServerError, "Something went wrong", "Your figures could not be read; try again.")
+		return
+	}
+	d.NewKey, d.NewKeyID = x.NewKey, x.NewKeyID
+	h.render(q, status, "dashboard", page{
+		Title: "Your usage", Base: q.base, CSRF: sess.CSRF, UserID: sess.UserID,
+		Notice: x.Notice, Error: x.Error, dashboard: d,
+	})
+}
+
+// load reads the caller's own subscriptions, usage, calls, jobs and keys;
+// every read is filtered by the session's user id.
+func (h *Handler) load(q *request, sess session, sessionKey store.KeyRecord) (*dashboard, error) {
+	ctx := q.r.Context()
+	st := h.rt.Store()
+	d := &dashboard{KeyID: sessionKey.ID, AllowKeys: h.AllowKeyManagement}
+
+	var subs []store.Subscription
+	cursor := ""
+	for range maxSubPages {
+		pageSubs, next, err := st.ListSubscriptions(ctx, sess.UserID, cursor, subscriptionCap)
+		if err != nil {
+			return nil, fmt.Errorf("list subscriptions: %w", err)
+		}
+		subs = append(subs, pageSubs...)
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	from := q.now.Add(-recentDays * 24 * time.Hour)
+	d.RecentSince = from
+	for _, sub := range subs {
+		if sub.UserID != sess.UserID {
+			continue
+		}
+		ps, err := h.ops.Summarize(ctx, sub, q.now)
+		if err != nil {
+			return nil, fmt.Errorf("summarize %s: %w", sub.ServiceID, err)
+		}
+		v := subscriptionView{PeriodSummary: ps}
+		if !ps.PeriodStart.IsZero() {
+			// The whole period, the days still to come left empty.
+			v.Chart = newChart(ps.PeriodStart, ps.PeriodEnd.Add(-time.Nanosecond))
+			if ps.PeriodStart.Before(from) {
+				from = ps.PeriodStart
+			}
+		}
+		// The periods before, read by the same code at an earlier time.
+		for at := ps.PeriodStart; !at.IsZero() && len(v.Earlier) < earlierPeriods; {
+			at = at.Add(-time.Nanosecond)
+			if at.Before(sub.StartedAt) {
+				break
+			}
+			prev, err := h.ops.Summarize(ctx, sub, at)
+			if err != nil {
+				return nil, fmt.Errorf("summarize %s at %s: %w", sub.ServiceID, at, err)
+			}
+			v.Earlier = append(v.Earlier, prev)
+			at = prev.PeriodStart
+		}
+		d.Subscriptions = append(d.Subscriptions, v)
+	}
+
+	// The charts from the caller's hourly sums since the earliest period
+	// start (or a week), store.ScanUsage: the rollups where the store
+	// keeps them. An hour that a chart's day boundary cuts (a period that
+	// does not start on the hour) is read from its raw rows, so each bar
+	// is what the rows give. The newest rows and the rows a hard limit cut
+	// short are read from the raw rows of the hours that have them.
+	type serviceHour struct {
+		service string
+		hour    time.Time
+	}
+	var cutHours []serviceHour
+	var capped []serviceHour
+	seen := map[serviceHour]bool{}
+	var first time.Time
+	scanned := 0
+	err := store.ScanUsage(ctx, st, store.LedgerFilter{UserID: sess.UserID, From: from}, func(r store.Rollup) error {
+		if r.UserID != sess.UserID {
+			return nil
+		}
+		if scanned++; scanned > maxLedgerScan {
+			return errScanBound
+		}
+		if first.IsZero() {
+			first = r.Hour
+		}
+		k := serviceHour{r.ServiceID, r.Hour}
+		for i := range d.Subscriptions {
+			c := d.Subscriptions[i].Chart
+			if c == nil || d.Subscriptions[i].ServiceID != r.ServiceID {
+				continue
+			}
+			if c.cuts(r.Hour) {
+				if !seen[k] {
+					seen[k] = true
+					cutHours = append(cutHours, k)
+				}
+				continue
+			}
+			c.add(r.Hour, r.Units)
+		}
+		if r.Capped > 0 && !r.Hour.Add(time.Hour).Before(d.RecentSince) &&
+			(len(capped) == 0 || capped[len(capped)-1] != k) {
+			capped = append(capped, k)
+		}
+		return nil
+	})
+	if errors.Is(err, errScanBound) {
+		d.Partial = true
+	} else if err != nil {
+		return nil, fmt.Errorf("scan usage: %w", err)
+	}
+	for _, k := range cutHours {
+		err := st.ScanLedger(ctx, store.LedgerFilter{UserID: sess.UserID, ServiceID: k.service, From: k.hour, To: k.hour.Add(time.Hour)},
+			func(e store.LedgerEntry) error {
+				for i := range d.Subscriptions {
+					if c := d.Subscriptions[i].Chart; c != nil && d.Subscriptions[i].ServiceID == e.ServiceID && !e.Time.Before(from) {
+						c.add(e.Time, e.Units)
+					}
+				}
+				return nil
+			})
+		if err != nil {
+			return nil, fmt.Errorf("scan ledger: %w", err)
+		}
+	}
+	for _, k := range capped {
+		err := st.ScanLedger(ctx, store.LedgerFilter{UserID: sess.UserID, ServiceID: k.service, From: k.hour, To: k.hour.Add(time.Hour)},
+			func(e store.LedgerEntry) error {
+				if e.UnitsClaimed > e.Units && !e.Time.Before(d.RecentSince) {
+					d.Cut = append(d.Cut, e)
+				}
+				return nil
+			})
+		if err != nil {
+			return nil, fmt.Errorf("scan ledger: %w", err)
+		}
+	}
+	slices.SortStableFunc(d.Cut, func(a, b store.LedgerEntry) int { return a.Time.Compare(b.Time) })
+	if len(d.Cut) > recentRows {
+		d.Cut = d.Cut[len(d.Cut)-recentRows:]
+	}
+	slices.Reverse(d.Cut)
+	if !first.IsZero() {
+		recent, err := newestRows(ctx, st, sess.UserID, d.RecentSince, q.now)
+		if err != nil {
+			return nil, fmt.Errorf("scan ledger: %w", err)
+		}
+		d.Recent = recent
+	}
+	for i := range d.Subscriptions {
+		if c := d.Subscriptions[i].Chart; c != nil {
+			c.layout(d.Subscriptions[i].UnitLabel)
+		}
+	}
+
+	cursor = ""
+	for range maxJobPages {
+		jobs, nextCursor, err := st.ListJobs(ctx, store.JobFilter{UserID: sess.UserID}, cursor, maxJobsShown)
+		if err != nil {
+			return nil, fmt.Errorf("list jobs: %w", err)
+		}
+		for _, j := range jobs {
+			if j.UserID == sess.UserID {
+				d.Jobs = append(d.Jobs, j)
+			}
+		}
+		if nextCursor == "" {
+			break
+		}
+		cursor = nextCursor
+	}
+	slices.SortFunc(d.Jobs, func(a, b store.Job) int { return b.CreatedAt.Compare(a.CreatedAt) })
+	if len(d.Jobs) > maxJobsShown {
+		d.Jobs = d.Jobs[:maxJobsShown]
+	}
+	for _, j := range d.Jobs {
+		if j.Status == store.JobFailed {
+			d.FailedJobs = append(d.FailedJobs, j)
+		}
+	}
+
+	keys, err := st.ListKeys(ctx, sess.UserID)
+	if err != nil {
+		return nil, fmt.Errorf("list keys: %w", err)
+	}
+	slices.SortFunc(keys, func(a, b store.KeyRecord) int {
+		if c := b.Created.Compare(a.Created); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	for _, k := range keys {
+		if k.UserID != sess.UserID {
+			continue
+		}
+		d.Keys = append(d.Keys, keyRow{KeyRecord: k, Status: platform.KeyStatus(k, q.now), Current: k.ID == d.KeyID})
+	}
+	return d, nil
+}
+
+// chart is a bar chart of units per day (or per group of days in a long
+// period) over a billing period, laid out for an inline SVG.
+type chart struct {
+	start   time.Time
+	step    time.Duration
+	sums    []billing.Units
+	Bars    []bar
+	Max     billing.Units
+	Total   billing.Units
+	Unit    string
+	Caption string
+	First   string
+	Last    string
+}
+
+type bar struct {
+	X, Y, W, H float64
+	Label      string
+	Value      billing.Units
+}
+
+// Chart geometry, in SVG user units.
+const (
+	chartWidth  = 600
+	chartHeight = 160
+	maxBars     = 62
+)
+
+func newChart(start, end time.Time) *chart {
+	days := int(end.Sub(start).Hours()/24) + 1
+	per := 1
+	if days > maxBars {
+		per = (days + maxBars - 1) / maxBars
+	}
+	n := (days + per - 1) / per
+	return &chart{start: start, step: time.Duration(per) * 24 * time.Hour, sums: make([]billing.Units, max(n, 1))}
+}
+
+// cuts says whether a bucket boundary of c falls inside the hour starting
+// at h (the hour's rows belong to two bars, or one bar and none).
+func (c *chart) cuts(h time.Time) bool {
+	m := h.Sub(c.start) % c.step
+	if m < 0 {
+		m += c.step
+	}
+	return m > c.step-time.Hour
+}
+
+func (c *chart) add(t time.Time, u billing.Units) {
+	if t.Before(c.start) {
+		return
+	}
+	i := int(t.Sub(c.start) / c.step)
+	if i < len(c.sums) {
+		c.sums[i] += u
+	}
+}
+
+func (c *chart) layout(unit string) {
+	c.Unit = unit
+	for _, s := range c.sums {
+		c.Max = max(c.Max, s)
+		c.Total += s
+	}
+	w := float64(chartWidth) / float64(len(c.sums))
+	for i, s := range c.sums {
+		from := c.start.Add(time.Duration(i) * c.step)
+		label := from.Format("2006-01-02")
+		if c.step > 24*time.Hour {
+			label += " to " + from.Add(c.step-24*time.Hour).Format("2006-01-02")
+		}
+		b := bar{X: float64(i)*w + 1, W: max(w-2, 1), Label: label, Value: s}
+		if c.Max > 0 {
+			b.H = float64(s) / float64(c.Max) * (chartHeight - 20)
+		}
+		b.Y = chartHeight - b.H
+		c.Bars = append(c.Bars, b)
+	}
+	c.First = c.Bars[0].Label
+	c.Last = c.Bars[len(c.Bars)-1].Label
+	per := "day"
+	if c.step > 24*time.Hour {
+		per = fmt.Sprintf("%d days", int(c.step.Hours()/24))
+	}
+	c.Caption = fmt.Sprintf("Units used per %s this period, %s to %s: %s in all, at most %s in one %s", per, c.First, c.Last, c.Total, c.Max, per)
+}
+
+var funcs = template.FuncMap{
+	"when": func(t time.Time) string {
+		if t.IsZero() {
+			return "—"
+		}
+		return t.UTC().Format("2006-01-02 15:04 UTC")
+	},
+	"day": func(t time.Time) string {
+		if t.IsZero() {
+			return "—"
+		}
+		return t.UTC().Format("2006-01-02")
+	},
+	"px": func(f float64) string { return fmt.Sprintf("%.1f", f) },
+	"deref": func(u *billing.Units) billing.Units {
+		if u == nil {
+			return 0
+		}
+		return *u
+	},
+	"percent": func(part billing.Units, whole *billing.Units) string {
+		if whole == nil || *whole <= 0 {
+			return ""
+		}
+		return fmt.Sprintf("%.0f%%", float64(part)/float64(*whole)*100)
+	},
+	"add": func(a, b billing.Units) billing.Units { return a + b },
+	"pct": func(p float64) string { return fmt.Sprintf("%.0f%%", p) },
+}
+
+// newestRows reads the caller's newest recentRows rows since since, newest
+// first, in windows going back from now (an hour, then twice as long each
+// time): never the whole week's rows.
+func newestRows(ctx context.Context, st store.Store, userID string, since, now time.Time) ([]store.LedgerEntry, error) {
+	var rows []store.LedgerEntry
+	var to time.Time // open: rows stamped after now too
+	end := now
+	for span := time.Hour; ; span *= 2 {
+		from := end.Add(-span)
+		if from.Before(since) {
+			from = since
+		}
+		var win []store.LedgerEntry
+		err := st.ScanLedger(ctx, store.LedgerFilter{UserID: userID, From: from, To: to}, func(e store.LedgerEntry) error {
+			if e.UserID != userID {
+				return nil
+			}
+			if len(win) == recentRows {
+				win = slices.Delete(win, 0, 1)
+			}
+			win = append(win, e)
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		for i := len(win) - 1; i >= 0 && len(rows) < recentRows; i-- {
+			rows = append(rows, win[i])
+		}
+		if len(rows) >= recentRows || !from.After(since) {
+			return rows, nil
+		}
+		to, end = from, from
+	}
+}

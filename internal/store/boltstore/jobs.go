@@ -1,0 +1,527 @@
+package boltstore
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/store"
+)
+
+func openJobKey(j store.Job) []byte {
+	return append(u64(uint64(j.ExpiresAt.UnixNano())), j.ID...)
+}
+
+// Job changes are settlement records (settle.go): a job is durable once
+// its record is in the settlement log, with the hold it took, and its end
+// settles that hold in the same record. Until applied, the job's latest
+// state is in s.jobs; jobMu serialises the changes.
+
+// loadJob returns the job's latest state and hold. jobMu is held.
+func (s *Store) loadJob(id string) (*memJob, error) {
+	if j := s.jobs[id]; j != nil {
+		return j, nil
+	}
+	var m *memJob
+	err := s.view(func(tx *bolt.Tx) error {
+		var rec jobRecord
+		if err := getJSON(tx.Bucket(bucketJobs), []byte(id), &rec); err != nil {
+			return err
+		}
+		m = &memJob{job: rec.job()}
+		if rid := m.job.ReservationID; rid != "" {
+			n, err := strconv.ParseUint(rid, 10, 64)
+			if err != nil {
+				return fmt.Errorf("job %s: reservation id %q: %w", id, rid, err)
+			}
+			if raw := tx.Bucket(bucketReservations).Get(u64(n)); raw != nil {
+				h := &jobHold{id: n}
+				if err := json.Unmarshal(raw, &h.rec); err != nil {
+					return fmt.Errorf("reservation %s: %w", rid, err)
+				}
+				m.hold = h
+			}
+		}
+		return nil
+	})
+	return m, err
+}
+
+// jobExists tells whether a job of that id is stored or pending. jobMu is
+// held.
+func (s *Store) jobExists(id string) (bool, error) {
+	_, err := s.loadJob(id)
+	if err == store.ErrNotFound {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// putJob appends the record of a job's new state (prev: the state before,
+// nil for a new job) and makes it the job's latest. jobMu is held. The
+// returned function waits for the record and, if it was refused, puts the
+// job back as it was and takes back what the record did to the account.
+func (s *Store) putJob(rec *settlement, j store.Job, hold *jobHold, prev *memJob, p billing.Product) (func() error, error) {
+	raw, err := encodeJob(j)
+	if err != nil {
+		return nil, err
+	}
+	jc := rec.job
+	jc.raw = raw
+	wasOpen := prev != nil && !prev.job.Terminal()
+	moved := prev == nil || wasOpen && (j.Terminal() || !j.ExpiresAt.Equal(prev.job.ExpiresAt))
+	if wasOpen && moved {
+		jc.oldOpen = openJobKey(prev.job)
+	}
+	if !j.Terminal() && moved {
+		jc.newOpen = openJobKey(j)
+	}
+	pos, b, err := s.commitRecord(rec, nil)
+	if err != nil {
+		s.undo(rec.acct, p)
+		return nil, err
+	}
+	s.jobs[j.ID] = &memJob{job: j, hold: hold, pos: pos}
+	return func() error {
+		err := s.await(b)
+		if err != nil {
+			s.jobMu.Lock()
+			if cur := s.jobs[j.ID]; cur != nil && cur.pos == pos {
+				if prev != nil && prev.pos != 0 {
+					s.jobs[j.ID] = prev
+				} else {
+					delete(s.jobs, j.ID)
+				}
+			}
+			s.jobMu.Unlock()
+			s.undo(rec.acct, p)
+		}
+		return err
+	}, nil
+}
+
+// CreateJob stores a new job that holds nothing and indexes it for expiry.
+func (s *Store) CreateJob(ctx context.Context, j store.Job) error {
+	if err := ctxErr(ctx); err != nil {
+		return err
+	}
+	if err := s.usable(); err != nil {
+		return err
+	}
+	j.ReservationID = "" // only CreateJobReserved ties a hold to a job
+	s.jobMu.Lock()
+	if ok, err := s.jobExists(j.ID); err != nil || ok {
+		s.jobMu.Unlock()
+		if err == nil {
+			err = store.ErrExists
+		}
+		return err
+	}
+	wait, err := s.putJob(&settlement{job: &jobChange{id: j.ID, newJob: true}}, j, nil, nil, billing.Product{})
+	s.jobMu.Unlock()
+	if err != nil {
+		return err
+	}
+	return wait()
+}
+
+// CreateJobReserved holds units for a and stores the job in one settlement
+// record, the hold and the job naming each other; see store.Jobs.
+func (s *Store) CreateJobReserved(ctx context.Context, j store.Job, a store.Account, units billing.Units, now time.Time) (store.Reservation, error) {
+	if err := checkUnits(units); err != nil {
+		return store.Reservation{}, err
+	}
+	if j.Terminal() {
+		return store.Reservation{},
+			fmt.Errorf("create job %s: a job holding units must start open, not %s", j.ID, j.Status)
+	}
+	if err := ctxErr(ctx); err != nil {
+		return store.Reservation{}, err
+	}
+	if err := s.usable(); err != nil {
+		return store.Reservation{}, err
+	}
+	s.jobMu.Lock()
+	if ok, err := s.jobExists(j.ID); err != nil || ok {
+		s.jobMu.Unlock()
+		if err == nil {
+			err = store.ErrExists
+		}
+		return store.Reservation{}, err
+	}
+	job := j
+	job.ReservationID = ""
+	rec := &settlement{job: &jobChange{id: j.ID, newJob: true}}
+	res, dec := store.Reservation{Account: a, JobID: j.ID}, billing.Decision{Allowed: true, Units: units}
+	var state billing.State
+	var hold *jobHold
+	if !a.Free {
+		acc, err := s.account(a.UserID, a.ServiceID)
+		if err != nil {
+			s.jobMu.Unlock()
+			return store.Reservation{}, err
+		}
+		acc.mu.Lock()
+		period, c, err := s.period(acc, a.Product, 0, now)
+		if err != nil {
+			acc.mu.Unlock()
+			s.jobMu.Unlock()
+			return store.Reservation{}, err
+		}
+		st := acc.state(c, a.Product)
+		if dec = billing.Decide(a.Product, st, units); !dec.Allowed {
+			acc.mu.Unlock()
+			s.jobMu.Unlock()
+			return store.Reservation{Decision: dec, State: st}, nil // refused: nothing was written
+		}
+		st.Hold(a.Product, dec)
+		acc.set(c, st)
+		acc.mu.Unlock()
+		state = st
+		id := s.holdSeq.Add(1)
+		hold = &jobHold{id: id, rec: reservation{UserID: a.UserID, ServiceID: a.ServiceID, Product: a.Product,
+			Decision: toDecisionRecord(dec), PeriodKey: period, JobID: j.ID}}
+		raw, err := marshalHold(hold.rec)
+		if err != nil {
+			s.jobMu.Unlock()
+			s.undo(&acctChange{userID: a.UserID, serviceID: a.ServiceID, period: period,
+				ops: []acctOp{opOf(opHold, a.Product, dec)}}, a.Product)
+			return store.Reservation{}, err
+		}
+		rec.acct = &acctChange{userID: a.UserID, serviceID: a.ServiceID, period: period,
+			ops: []acctOp{opOf(opHold, a.Product, dec)}}
+		rec.job.holdID, rec.job.holdRaw = id, raw
+		job.ReservationID = strconv.FormatUint(id, 10)
+		res = store.Reservation{ID: job.ReservationID, Account: a, Decision: dec, PeriodKey: period, JobID: j.ID}
+	}
+	wait, err := s.putJob(rec, job, hold, nil, a.Product)
+	s.jobMu.Unlock()
+	if err == nil {
+		err = wait()
+	}
+	if err != nil {
+		return store.Reservation{}, err
+	}
+	if !a.Free {
+		s.noteChange(a.UserID, a.ServiceID)
+	}
+	res.Decision, res.State = dec, state
+	return res, nil
+}
+
+// GetJob reads a job. Callers poll their jobs' status, so jobs are served
+// from the read cache.
+func (s *Store) GetJob(_ context.Context, id string) (store.Job, error) {
+	s.jobMu.Lock()
+	m := s.jobs[id]
+	s.jobMu.Unlock()
+	if m != nil {
+		return m.job, nil
+	}
+	j, ok, gen := s.cache.job(id)
+	if ok {
+		return j, nil
+	}
+	var rec jobRecord
+	err := s.view(func(tx *bolt.Tx) error {
+		return getJSON(tx.Bucket(bucketJobs), []byte(id), &rec)
+	})
+	if err != nil {
+		return rec.job(), err
+	}
+	j = rec.job()
+	s.cache.fillJob(j, gen) // a job not yet stored is never cached, so creating one drops nothing
+	return j, nil
+}
+
+// UpdateJob changes a job through fn in one record.
+func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*store.Job) error) (store.Job, error) {
+	return s.CompleteJob(ctx, id, store.Account{}, store.LedgerEntry{}, fn)
+}
+
+// CompleteJob changes a job through fn and, when fn ends it, settles the
+// job's hold and meters e to a in the same record, so a completion's
+// units are charged exactly once; see store.Jobs.
+func (s *Store) CompleteJob(ctx context.Context, id string, a store.Account, e store.LedgerEntry, fn func(*store.Job) error) (store.Job, error) {
+	if err := checkUnits(e.Units); err != nil {
+		return store.Job{}, err
+	}
+	if err := ctxErr(ctx); err != nil {
+		return store.Job{}, err
+	}
+	if err := s.usable(); err != nil {
+		return store.Job{}, err
+	}
+	s.jobMu.Lock()
+	j, wait, err := s.changeJob(id, a, e, fn)
+	s.jobMu.Unlock()
+	if err != nil {
+		return store.Job{}, err
+	}
+	if err := wait(); err != nil {
+		return store.Job{}, err
+	}
+	return j, nil
+}
+
+// changeJob runs fn on the job and appends the record of the change.
+// jobMu is held.
+func (s *Store) changeJob(id string, a store.Account, e store.LedgerEntry, fn func(*store.Job) error) (store.Job, func() error, error) {
+	cur, err := s.loadJob(id)
+	if err != nil {
+		return store.Job{}, nil, err
+	}
+	j := cur.job
+	wasOpen := !j.Terminal()
+	if err := fn(&j); err != nil {
+		return store.Job{}, nil, err
+	}
+	j.ReservationID = cur.job.ReservationID // the store's, whatever fn did
+	rec := &settlement{job: &jobChange{id: id}}
+	hold := cur.hold
+	p := a.Product
+	if wasOpen && j.Terminal() {
+		if err := s.endJob(rec, &j, hold, a, e); err != nil {
+			return store.Job{}, nil, err
+		}
+		if hold != nil {
+			rec.job.holdDel = hold.id
+			if a.Free || a.UserID == "" {
+				p = hold.rec.Product
+			}
+		}
+		hold = nil
+	}
+	wait, err := s.putJob(rec, j, hold, cur, p)
+	if err != nil {
+		return store.Job{}, nil, err
+	}
+	return j, func() error {
+		err := wait()
+		if err == nil && rec.acct != nil {
+			s.noteChange(rec.acct.userID, rec.acct.serviceID)
+		}
+		return err
+	}, nil
+}
+
+// ExpireJobs fails every open job whose deadline has passed.
+func (s *Store) ExpireJobs(ctx context.Context, now time.Time, message string) (int, error) {
+	if err := ctxErr(ctx); err != nil {
+		return 0, err
+	}
+	// The open-jobs index is the database's: jobs created and not yet
+	// applied are not in it.
+	if err := s.applyAll(); err != nil {
+		return 0, err
+	}
+	var ids []string
+	err := s.view(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketOpenJobs).Cursor()
+		for k, _ := c.First(); k != nil && int64(binary.BigEndian.Uint64(k)) < now.UnixNano(); k, _ = c.Next() {
+			ids = append(ids, string(k[8:]))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	s.jobMu.Lock()
+	for id, m := range s.jobs {
+		if !m.job.Terminal() && m.job.ExpiresAt.Before(now) {
+			ids = append(ids, id)
+		}
+	}
+	var waits []func() error
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		_, wait, err := s.changeJob(id, store.Account{}, store.LedgerEntry{}, func(j *store.Job) error {
+			if j.Terminal() || !j.ExpiresAt.Before(now) {
+				return errSkip
+			}
+			j.Status = store.JobFailed
+			j.ErrorMessage = message
+			j.UpdatedAt = now.UTC()
+			j.CompletedAt = now.UTC()
+			return nil
+		})
+		if err == errSkip || err == store.ErrNotFound {
+			continue
+		}
+		if err != nil {
+			s.jobMu.Unlock()
+			return 0, err
+		}
+		waits = append(waits, wait)
+	}
+	s.jobMu.Unlock()
+	n := 0
+	var first error
+	for _, w := range waits {
+		if err := w(); err != nil {
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		n++
+	}
+	return n, first
+}
+
+// endJob ends the hold of a job that has just become terminal, into the
+// record that stores it: a COMPLETED job's units (e.Units) are settled
+// against the hold and charged to a, capped at the hard limits; a FAILED
+// job, or one without units, only gives the hold back. A job with no hold
+// (an owner's, or one created by CreateJob) is charged the same way, from
+// nothing held. j gets the units and cost charged.
+func (s *Store) endJob(rec *settlement, j *store.Job, h *jobHold, a store.Account, e store.LedgerEntry) error {
+	units := e.Units
+	if j.Status != store.JobCompleted {
+		units = 0
+	}
+	if units == 0 || a.Free {
+		if h != nil {
+			if err := s.releaseJobHold(rec, h); err != nil {
+				return err
+			}
+		}
+		if units == 0 {
+			return nil
+		}
+		entry := e
+		entry.ProductID = ""
+		rec.ledger = &entry
+		j.Units, j.Cost = entry.Units, 0
+		return nil
+	}
+	userID, serviceID := a.UserID, a.ServiceID
+	var period int64
+	if h != nil {
+		userID, serviceID, period = h.rec.UserID, h.rec.ServiceID, h.rec.PeriodKey
+	}
+	acc, err := s.account(userID, serviceID)
+	if err != nil {
+		return err
+	}
+	acc.mu.Lock()
+	defer acc.mu.Unlock()
+	period, c, err := s.period(acc, a.Product, period, e.Time)
+	if err != nil {
+		return err
+	}
+	p := a.Product
+	st := acc.state(c, p)
+	var ops []acctOp
+	if h != nil {
+		d := h.rec.Decision.decision()
+		st.Unhold(h.rec.Product, d)
+		ops = append(ops, opOf(opUnhold, h.rec.Product, d))
+	}
+	entry := e
+	entry.Units = units
+	dec := billing.DecideCharge(p, st, units)
+	if !dec.Allowed {
+		entry.UnitsClaimed = units
+		entry.Units = billing.FitCharge(p, st, units)
+		dec = billing.DecideCharge(p, st, entry.Units)
+	}
+	st.Charge(p, dec)
+	acc.set(c, st)
+	ops = append(ops, opOf(opCharge, p, dec))
+	entry.Overage, entry.Cost = dec.Overage, dec.Cost
+	rec.acct = &acctChange{userID: userID, serviceID: serviceID, period: period, ops: ops}
+	j.Units, j.Cost = 0, 0
+	if entry.Units > 0 || entry.UnitsClaimed > 0 {
+		rec.ledger = &entry
+		j.Units, j.Cost = entry.Units, entry.Cost
+	}
+	return nil
+}
+
+// releaseJobHold gives back what a job's hold took, charging nothing. A
+// subscription that is gone has nothing left to give back to.
+func (s *Store) releaseJobHold(rec *settlement, h *jobHold) error {
+	acc, err := s.account(h.rec.UserID, h.rec.ServiceID)
+	if err == store.ErrNoAccount {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	acc.mu.Lock()
+	defer acc.mu.Unlock()
+	p := h.rec.Product
+	_, c, err := s.period(acc, p, h.rec.PeriodKey, time.Now())
+	if err != nil {
+		return err
+	}
+	st := acc.state(c, p)
+	d := h.rec.Decision.decision()
+	st.Unhold(p, d)
+	acc.set(c, st)
+	rec.acct = &acctChange{userID: h.rec.UserID, serviceID: h.rec.ServiceID, period: h.rec.PeriodKey,
+		ops: []acctOp{opOf(opUnhold, p, d)}}
+	return nil
+}
+
+// jobHolds reports whether the hold stored under key still belongs to an
+// open job: the job exists, is not terminal, and names this hold.
+func jobHolds(tx *bolt.Tx, jobID string, key []byte) (bool, error) {
+	var rec jobRecord
+	if err := getJSON(tx.Bucket(bucketJobs), []byte(jobID), &rec); err != nil {
+		if err == store.ErrNotFound {
+			return false, nil
+		}
+		return false, err
+	}
+	j := rec.job()
+	return !j.Terminal() && j.ReservationID == strconv.FormatUint(binary.BigEndian.Uint64(key), 10), nil
+}
+
+// PruneIdempotency forgets idempotency keys claimed before cutoff.
+func (s *Store) PruneIdempotency(ctx context.Context, cutoff time.Time) (int, error) {
+	if err := ctxErr(ctx); err != nil {
+		return 0, err
+	}
+	if err := s.applyAll(); err != nil {
+		return 0, err
+	}
+	var n int
+	err := s.update(func(tx *bolt.Tx) error {
+		n = 0
+		b := tx.Bucket(bucketIdempotency)
+		var old [][]byte
+		err := b.ForEach(func(k, v []byte) error {
+			var rec idemRecord
+			if err := json.Unmarshal(v, &rec); err != nil {
+				return err
+			}
+			if rec.Created.Before(cutoff) {
+				old = append(old, append([]byte(nil), k...))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range old {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		n = len(old)
+		return nil
+	})
+	return n, err
+}

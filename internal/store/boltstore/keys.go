@@ -1,0 +1,253 @@
+package boltstore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/servicekey"
+	"github.com/platformgw/gateway/internal/store"
+)
+
+// CreateKey stores a new key under its hash.
+func (s *Store) CreateKey(ctx context.Context, k store.KeyRecord) error {
+	if err := ctxErr(ctx); err != nil {
+		return err
+	}
+	return s.update(func(tx *bolt.Tx) error {
+		keys := tx.Bucket(bucketKeys)
+		if keys.Get(k.Hash[:]) != nil || tx.Bucket(bucketKeyIDs).Get([]byte(k.ID)) != nil {
+			return fmt.Errorf("key %s: %w", k.ID, store.ErrExists)
+		}
+		if err := putJSON(keys, k.Hash[:], toKeyRecord(k)); err != nil {
+			return err
+		}
+		s.written.key(k.Hash)
+		if err := tx.Bucket(bucketKeyIDs).Put([]byte(k.ID), k.Hash[:]); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketKeyUsers).Put(joinKey(k.UserID, k.ID), k.Hash[:])
+	})
+}
+
+func readKey(tx *bolt.Tx, hash []byte) (store.KeyRecord, error) {
+	var rec keyRecord
+	if err := getJSON(tx.Bucket(bucketKeys), hash, &rec); err != nil {
+		return store.KeyRecord{}, err
+	}
+	k := rec.key()
+	copy(k.Hash[:], hash)
+	return k, nil
+}
+
+// KeyByHash finds a key by the SHA-256 of its text. Every call looks its
+// key up, so found keys are served from the read cache.
+func (s *Store) KeyByHash(_ context.Context, hash [32]byte) (store.KeyRecord, error) {
+	k, ok, gen := s.cache.key(hash)
+	if ok {
+		return k, nil
+	}
+	err := s.view(func(tx *bolt.Tx) (err error) {
+		k, err = readKey(tx, hash[:])
+		return err
+	})
+	if err == nil {
+		s.cache.fillKey(k, gen)
+	}
+	return k, err
+}
+
+// KeyByID finds a key by its id: a UUID in any case, or an id of the
+// older "key_…" form, which stores made before ids were UUIDs still hold.
+func (s *Store) KeyByID(_ context.Context, id string) (store.KeyRecord, error) {
+	var k store.KeyRecord
+	err := s.view(func(tx *bolt.Tx) (err error) {
+		h := tx.Bucket(bucketKeyIDs).Get([]byte(servicekey.CanonicalID(id)))
+		if h == nil {
+			return store.ErrNotFound
+		}
+		k, err = readKey(tx, h)
+		return err
+	})
+	return k, err
+}
+
+// ListKeys lists a user's keys (every key when userID is empty) in id order.
+func (s *Store) ListKeys(_ context.Context, userID string) ([]store.KeyRecord, error) {
+	var out []store.KeyRecord
+	err := s.view(func(tx *bolt.Tx) error {
+		if userID == "" {
+			return tx.Bucket(bucketKeyIDs).ForEach(func(_, h []byte) error {
+				k, err := readKey(tx, h)
+				out = append(out, k)
+				return err
+			})
+		}
+		prefix := append([]byte(userID), 0)
+		c := tx.Bucket(bucketKeyUsers).Cursor()
+		for key, h := c.Seek(prefix); key != nil && bytes.HasPrefix(key, prefix); key, h = c.Next() {
+			k, err := readKey(tx, h)
+			if err != nil {
+				return err
+			}
+			out = append(out, k)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// RevokeKey marks a key revoked; a second revocation keeps the first time.
+// The id is read as KeyByID reads it.
+func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) (store.KeyRecord, error) {
+	if err := ctxErr(ctx); err != nil {
+		return store.KeyRecord{}, err
+	}
+	var out store.KeyRecord
+	err := s.update(func(tx *bolt.Tx) error {
+		h := tx.Bucket(bucketKeyIDs).Get([]byte(servicekey.CanonicalID(id)))
+		if h == nil {
+			return store.ErrNotFound
+		}
+		k, err := readKey(tx, h)
+		if err != nil {
+			return err
+		}
+		if k.RevokedAt.IsZero() {
+			k.RevokedAt = at.UTC()
+			if err := putJSON(tx.Bucket(bucketKeys), h, toKeyRecord(k)); err != nil {
+				return err
+			}
+			s.written.key(k.Hash)
+		}
+		out = k
+		return nil
+	})
+	return out, err
+}
+
+func subKey(userID, serviceID string) []byte { return joinKey(userID, serviceID) }
+
+// readSub reads a subscription in tx. The commit loop's transactions take
+// it from the read cache when no write of the current commit changed it
+// (what the cache holds is then what tx sees); read-only transactions
+// always read the file, as they cannot tell whether the cache is newer
+// than their snapshot.
+func (s *Store) readSub(tx *bolt.Tx, userID, serviceID string) (store.Subscription, error) {
+	key := subKey(userID, serviceID)
+	cacheable := tx.Writable() && !s.written.hasSub(key)
+	var gen uint64
+	if cacheable {
+		var sub store.Subscription
+		var ok bool
+		if sub, ok, gen = s.cache.sub(key); ok {
+			return sub, nil
+		}
+	}
+	var rec subRecord
+	err := getJSON(tx.Bucket(bucketSubs), key, &rec)
+	if err == store.ErrNotFound {
+		return store.Subscription{}, store.ErrNoAccount
+	}
+	if err != nil {
+		return store.Subscription{}, err
+	}
+	sub := rec.subscription()
+	if cacheable {
+		s.cache.fillSub(key, sub, gen)
+	}
+	return sub, nil
+}
+
+func (s *Store) writeSub(tx *bolt.Tx, sub store.Subscription) error {
+	key := subKey(sub.UserID, sub.ServiceID)
+	s.written.sub(key)
+	s.changes.stage(sub.UserID, sub.ServiceID)
+	return putJSON(tx.Bucket(bucketSubs), key, toSubRecord(sub))
+}
+
+// PutSubscription creates or updates a subscription, keeping its start
+// (the period anchor) and credit balance.
+func (s *Store) PutSubscription(ctx context.Context, sub store.Subscription) (store.Subscription, error) {
+	if err := ctxErr(ctx); err != nil {
+		return sub, err
+	}
+	var out store.Subscription
+	err := s.update(func(tx *bolt.Tx) error {
+		next := sub
+		if cur, err := s.readSub(tx, sub.UserID, sub.ServiceID); err == nil {
+			next.StartedAt = cur.StartedAt
+			next.Credits = cur.Credits
+			next.CreditsHeld = cur.CreditsHeld
+		} else if err != store.ErrNoAccount {
+			return err
+		} else if next.StartedAt.IsZero() {
+			next.StartedAt = sub.UpdatedAt
+		}
+		if err := s.writeSub(tx, next); err != nil {
+			return err
+		}
+		out = next
+		return nil
+	})
+	return s.overlay(out), err
+}
+
+// GetSubscription reads a subscription; store.ErrNoAccount when none.
+// Every call reads its subscription, so it is served from the read cache.
+func (s *Store) GetSubscription(_ context.Context, userID, serviceID string) (store.Subscription, error) {
+	key := subKey(userID, serviceID)
+	sub, ok, gen := s.cache.sub(key)
+	if ok {
+		return s.overlay(sub), nil
+	}
+	err := s.view(func(tx *bolt.Tx) (err error) {
+		sub, err = s.readSub(tx, userID, serviceID)
+		return err
+	})
+	if err == nil {
+		s.cache.fillSub(key, sub, gen)
+	}
+	return s.overlay(sub), err
+}
+
+// AddCredits changes a prepaid balance by amount: a settlement record,
+// as the balance lives in memory with the calls that draw on it.
+func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount billing.Units, at time.Time) (store.Subscription, error) {
+	if err := ctxErr(ctx); err != nil {
+		return store.Subscription{}, err
+	}
+	if err := s.usable(); err != nil {
+		return store.Subscription{}, err
+	}
+	acc, err := s.account(userID, serviceID)
+	if err != nil {
+		return store.Subscription{}, err
+	}
+	rec := &settlement{acct: &acctChange{userID: userID, serviceID: serviceID, updated: at.UTC(),
+		ops: []acctOp{{kind: opCredit, units: amount}}}}
+	acc.mu.Lock()
+	acc.credits += amount
+	before := acc.updated
+	acc.updated = at.UTC()
+	_, b, err := s.commitRecord(rec, nil)
+	acc.mu.Unlock()
+	if err == nil {
+		err = s.await(b)
+	}
+	if err != nil {
+		acc.mu.Lock()
+		acc.credits -= amount
+		if acc.updated.Equal(at.UTC()) {
+			acc.updated = before
+		}
+		acc.mu.Unlock()
+		return store.Subscription{}, err
+	}
+	s.noteChange(userID, serviceID)
+	return s.GetSubscription(ctx, userID, serviceID)
+}

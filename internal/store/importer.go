@@ -1,0 +1,96 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/platformgw/gateway/internal/billing"
+)
+
+// Counter is one subscription's settled usage in one billing period, as a
+// store moving to another engine hands it over. What calls in flight hold
+// is not part of it: a store is moved while no gateway serves it, and the
+// holds of open jobs travel with their jobs (JobHold).
+type Counter struct {
+	UserID    string
+	ServiceID string
+	// PeriodKey is the start of the billing period, Unix seconds (as in
+	// Reservation).
+	PeriodKey int64
+	Used      billing.Units
+	Spend     billing.Units
+}
+
+// JobHold is the hold of an open async job (CreateJobReserved), moved
+// with the job so that its completion settles against it on the new store
+// and its expiry gives it back.
+type JobHold struct {
+	JobID     string
+	UserID    string
+	ServiceID string
+	Product   billing.Product
+	Decision  billing.Decision
+	PeriodKey int64
+}
+
+// IdempotencyClaim is a claimed Idempotency-Key of a usage report with the
+// response its first call got.
+type IdempotencyClaim struct {
+	ServiceID string
+	Key       string
+	Created   time.Time
+	Response  []byte
+}
+
+// Totals sums a store's contents, to check a move lost nothing: the same
+// figures read from the source and from the target must be equal.
+type Totals struct {
+	Keys          int
+	Subscriptions int
+	Credits       billing.Units // sum of the subscriptions' balances
+	Counters      int
+	Used          billing.Units // sum of the counters' settled units
+	Spend         billing.Units
+	Ledger        int
+	LedgerUnits   billing.Units
+	LedgerCost    billing.Units
+	Jobs          int
+	JobHolds      int
+	Idempotency   int
+	Alerts        int
+	Audit         int
+}
+
+// Importer is a store that can take another store's contents whole
+// (`caddy platform store migrate`). Every record is stored as given: ids,
+// sequence numbers, times, balances and the hashes of keys are kept. The
+// methods are called with batches, in the order they are listed, into a
+// store that was Empty, with no gateway serving it.
+type Importer interface {
+	// Empty reports whether the store holds nothing at all yet.
+	Empty(ctx context.Context) (bool, error)
+	ImportKeys(ctx context.Context, ks []KeyRecord) error
+	// ImportSubscriptions stores subscriptions with their StartedAt and
+	// Credits as given (CreditsHeld follows from the job holds).
+	ImportSubscriptions(ctx context.Context, subs []Subscription) error
+	ImportCounters(ctx context.Context, cs []Counter) error
+	// ImportLedger appends entries keeping their ID, Seq and Time; later
+	// entries of the store number after the highest Seq imported.
+	ImportLedger(ctx context.Context, es []LedgerEntry) error
+	// ImportJobs stores jobs as given and takes the holds of the open
+	// ones (each hold names its job).
+	ImportJobs(ctx context.Context, js []Job, holds []JobHold) error
+	ImportIdempotency(ctx context.Context, cs []IdempotencyClaim) error
+	// ImportAlerts keeps the alerts' ids; later alerts get fresh ones.
+	ImportAlerts(ctx context.Context, as []Alert) error
+	// ImportAudit keeps the entries' Seq; later entries number after.
+	ImportAudit(ctx context.Context, es []AuditEntry) error
+	// Totals sums what the store holds.
+	Totals(ctx context.Context) (Totals, error)
+}
+
+// Exporter is a store that can hand its whole contents to an Importer,
+// batch by batch, and sum what it handed over.
+type Exporter interface {
+	Export(ctx context.Context, to Importer, batch int) (Totals, error)
+}

@@ -1,0 +1,607 @@
+package ledger
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/platformgw/gateway/internal/store"
+)
+
+// A ledger directory holds segments named by the first sequence number
+// they may hold, so that name order is append order:
+//
+//	seg-00000000000000000001.raw   the active segment (or one waiting to be sealed)
+//	seg-00000000000000000001.zst   a sealed segment
+//	rollups.log                    the hourly rollups and what they cover (rollup.go)
+//	*.tmp                          a write that did not finish (removed at Open)
+//
+// A raw segment is a header and length-framed, CRC32C-checksummed blocks,
+// one per Append. A sealed segment is zstd-compressed chunks of columns and
+// a checksummed footer (dictionary, chunk index, time range). Sealed files
+// are written under a .tmp name, synced and renamed, so a reader sees a
+// whole sealed segment or none.
+const (
+	rawExt    = ".raw"
+	sealedExt = ".zst"
+	tmpExt    = ".tmp"
+
+	rawMagic    = "PLGRAW01"
+	sealedMagic = "PLGSEG01"
+	sealedEnd   = "PLGEND01"
+
+	rawHeaderLen = 28 // magic, start position, created, crc
+	frameHeader  = 8  // payload length, crc32c
+	maxBlock     = 256 << 20
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func crc(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+func segName(base uint64, ext string) string {
+	return fmt.Sprintf("seg-%020d%s", base, ext)
+}
+
+// parseSegName reads a segment file name; ok is false for other files.
+func parseSegName(name string) (base uint64, ext string, ok bool) {
+	rest, found := strings.CutPrefix(name, "seg-")
+	if !found {
+		return 0, "", false
+	}
+	num, ext, found := strings.Cut(rest, ".")
+	if !found || ("."+ext != rawExt && "."+ext != sealedExt) {
+		return 0, "", false
+	}
+	base, err := strconv.ParseUint(num, 10, 64)
+	if err != nil {
+		return 0, "", false
+	}
+	return base, "." + ext, true
+}
+
+// segMeta is what the ledger keeps in memory of a segment.
+type segMeta struct {
+	base     uint64
+	path     string
+	sealed   bool
+	startPos uint64 // the position before the segment's first block
+	pos      uint64 // the position its last block covers
+	created  int64
+	rows     int64
+	firstSeq uint64
+	lastSeq  uint64
+	minTime  int64 // of the rows' times, unix nanoseconds
+	maxTime  int64
+	size     int64 // bytes on disk (a raw segment: bytes committed)
+	// sealed only
+	dict   *dict
+	chunks []chunkMeta
+}
+
+type chunkMeta struct {
+	off, length int64
+	sum         uint32
+	rows        int64
+	firstSeq    uint64
+	minTime     int64
+	maxTime     int64
+}
+
+// note records a row's sequence number and time in m.
+func (m *segMeta) note(e *store.LedgerEntry) {
+	t := int64(math.MinInt64)
+	if !e.Time.IsZero() {
+		t = e.Time.UnixNano()
+	}
+	if m.rows == 0 {
+		m.firstSeq, m.minTime, m.maxTime = e.Seq, t, t
+	}
+	m.rows++
+	m.lastSeq = e.Seq
+	m.minTime, m.maxTime = min(m.minTime, t), max(m.maxTime, t)
+}
+
+// overlaps says whether rows in [from, to) may be in m (zero bounds open).
+func overlaps(minT, maxT int64, from, to int64) bool {
+	return (from == 0 || maxT >= from) && (to == 0 || minT < to)
+}
+
+// putFrame fills the frame header in b[:frameHeader] for payload.
+func putFrame(b, payload []byte) {
+	binary.LittleEndian.PutUint32(b[:4], uint32(len(payload)))
+	binary.LittleEndian.PutUint32(b[4:8], crc(payload))
+}
+
+func encodeRawHeader(startPos uint64, created int64) []byte {
+	b := make([]byte, 0, rawHeaderLen)
+	b = append(b, rawMagic...)
+	b = binary.LittleEndian.AppendUint64(b, startPos)
+	b = binary.LittleEndian.AppendUint64(b, uint64(created))
+	return binary.LittleEndian.AppendUint32(b, crc(b))
+}
+
+// rawState is a raw segment as read back: what the appender needs to go on.
+type rawState struct {
+	meta   segMeta
+	dict   *dict
+	row    rowState
+	end    int64 // offset after the last good block
+	torn   bool  // bytes after end were dropped
+	broken bool  // not even a whole header: written by a crash at creation
+}
+
+// readRaw reads a raw segment's blocks, calling fn (if not nil) for each
+// entry, up to limit bytes (limit < 0: the whole file). With tornOK a bad
+// tail (a block cut short by a crash) ends the segment and is reported in
+// torn; anything else wrong is an error naming the file.
+func readRaw(path string, base uint64, limit int64, tornOK bool, fn func(*store.LedgerEntry) error) (*rawState, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	size := limit
+	if size < 0 {
+		fi, err := f.Stat()
+		if err != nil {
+			return nil, err
+		}
+		size = fi.Size()
+	}
+	st := &rawState{dict: newDict()}
+	st.meta.base, st.meta.path = base, path
+	hdr := make([]byte, rawHeaderLen)
+	if _, err := io.ReadFull(f, hdr); err != nil || crc(hdr[:rawHeaderLen-4]) != binary.LittleEndian.Uint32(hdr[rawHeaderLen-4:]) ||
+		string(hdr[:8]) != rawMagic {
+		if tornOK && size < rawHeaderLen {
+			st.broken = true
+			return st, nil
+		}
+		return nil, fileError(path, errors.New("bad segment header"))
+	}
+	st.meta.startPos = binary.LittleEndian.Uint64(hdr[8:])
+	st.meta.pos = st.meta.startPos
+	st.meta.created = int64(binary.LittleEndian.Uint64(hdr[16:]))
+	off := int64(rawHeaderLen)
+	br := bufio.NewReaderSize(f, 1<<20)
+	var payload []byte
+	var fh [frameHeader]byte
+	var e store.LedgerEntry
+	r := colReader{rowMode: true}
+	for off < size {
+		bad := func(what string) (*rawState, error) {
+			if tornOK && tornTail(path, off, size) {
+				st.torn = true
+				st.end = off
+				return st, nil
+			}
+			return nil, fileError(path, fmt.Errorf("%s at offset %d", what, off))
+		}
+		if size-off < frameHeader {
+			return bad("short block header")
+		}
+		if _, err := io.ReadFull(br, fh[:]); err != nil {
+			return nil, err
+		}
+		n := int64(binary.LittleEndian.Uint32(fh[:4]))
+		if n > maxBlock || off+frameHeader+n > size {
+			return bad("short block")
+		}
+		if int64(cap(payload)) < n {
+			payload = make([]byte, n)
+		}
+		payload = payload[:n]
+		if _, err := io.ReadFull(br, payload); err != nil {
+			return nil, err
+		}
+		if crc(payload) != binary.LittleEndian.Uint32(fh[4:]) {
+			return bad("checksum mismatch")
+		}
+		// A block that passed its checksum but does not decode is damage
+		// (or a bug), never a torn write.
+		r.cols[0] = payload
+		upto := r.uvarint(0)
+		nNew := r.uvarint(0)
+		if nNew > maxBlock {
+			return nil, fileError(path, fmt.Errorf("malformed block at offset %d", off))
+		}
+		for range nNew {
+			st.dict.add(r.str(0))
+		}
+		nRows := r.uvarint(0)
+		if r.err != nil || nRows > maxBlock {
+			return nil, fileError(path, fmt.Errorf("malformed block at offset %d", off))
+		}
+		for range nRows {
+			if err := decodeEntry(&r, &st.row, st.dict.strs, &e); err != nil {
+				return nil, fileError(path, fmt.Errorf("malformed entry in block at offset %d", off))
+			}
+			st.meta.note(&e)
+			if fn != nil {
+				if err := fn(&e); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if len(r.cols[0]) != 0 {
+			return nil, fileError(path, fmt.Errorf("trailing bytes in block at offset %d", off))
+		}
+		st.meta.pos = upto
+		off += frameHeader + n
+	}
+	st.end = off
+	st.meta.size = off
+	return st, nil
+}
+
+// tornTail says whether the bad block at off is the end of a write a crash
+// cut short: nothing valid follows it. A valid block after a bad one is
+// damage in the middle of the file, which must not be dropped.
+func tornTail(path string, off, size int64) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var fh [frameHeader]byte
+	if _, err := f.ReadAt(fh[:], off); err != nil {
+		return true // not even a whole block header
+	}
+	next := off + frameHeader + int64(binary.LittleEndian.Uint32(fh[:4]))
+	if next+frameHeader > size || next < off {
+		return true
+	}
+	if _, err := f.ReadAt(fh[:], next); err != nil {
+		return true
+	}
+	n := int64(binary.LittleEndian.Uint32(fh[:4]))
+	if n > maxBlock || next+frameHeader+n > size {
+		return true
+	}
+	payload := make([]byte, n)
+	if _, err := f.ReadAt(payload, next+frameHeader); err != nil {
+		return true
+	}
+	return crc(payload) != binary.LittleEndian.Uint32(fh[4:])
+}
+
+// sealedWriter writes a sealed segment.
+type sealedWriter struct {
+	f    *os.File
+	bw   *bufio.Writer
+	off  int64
+	enc  *zstd.Encoder
+	meta segMeta
+	cw   colWriter
+	row  rowState
+	buf  []byte
+	rows []store.LedgerEntry
+	dict *dict
+	max  int
+
+	chunkList []chunkMeta
+}
+
+// sealRaw writes the raw segment src as a sealed segment at dst (a .tmp
+// name the caller renames), synced. It streams: at most one chunk of rows
+// is in memory.
+func sealRaw(src *segMeta, dst string, chunkRows int, level zstd.EncoderLevel) (segMeta, error) {
+	f, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return segMeta{}, err
+	}
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(level), zstd.WithEncoderConcurrency(1),
+		zstd.WithEncoderCRC(true))
+	if err != nil {
+		f.Close()
+		return segMeta{}, err
+	}
+	defer enc.Close()
+	w := &sealedWriter{f: f, bw: bufio.NewWriterSize(f, 1<<20), enc: enc, max: chunkRows, dict: newDict()}
+	w.bw.WriteString(sealedMagic)
+	w.off = int64(len(sealedMagic))
+	st, err := readRaw(src.path, src.base, src.size, false, func(e *store.LedgerEntry) error {
+		w.rows = append(w.rows, *e)
+		if len(w.rows) == w.max {
+			return w.flushChunk()
+		}
+		return nil
+	})
+	if err == nil {
+		err = w.flushChunk()
+	}
+	if err == nil {
+		w.meta = st.meta
+		w.meta.sealed = true
+		w.meta.chunks = w.chunkList
+		err = w.writeFooter()
+	}
+	if err == nil {
+		err = w.bw.Flush()
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(dst)
+		return segMeta{}, err
+	}
+	w.meta.size = w.off
+	w.meta.dict = w.dict
+	return w.meta, nil
+}
+
+// flushChunk encodes the pending rows as one compressed chunk. The
+// segment's dictionary grows as chunks are written (ids never change) and
+// goes into the footer at the end.
+func (w *sealedWriter) flushChunk() error {
+	if len(w.rows) == 0 {
+		return nil
+	}
+	w.cw.reset()
+	w.row = rowState{}
+	cm := chunkMeta{off: w.off, rows: int64(len(w.rows)), firstSeq: w.rows[0].Seq, minTime: math.MaxInt64, maxTime: math.MinInt64}
+	for i := range w.rows {
+		e := &w.rows[i]
+		var ids [5]uint64
+		for j, s := range [5]string{e.UserID, e.ServiceID, e.EndpointID, e.ProductID, e.Source} {
+			id, ok := w.dict.ids[s]
+			if !ok {
+				w.dict.add(s)
+				id = uint64(len(w.dict.strs) - 1)
+			}
+			ids[j] = id
+		}
+		if err := encodeEntry(&w.cw, &w.row, e, ids); err != nil {
+			return err
+		}
+		t := int64(math.MinInt64)
+		if !e.Time.IsZero() {
+			t = e.Time.UnixNano()
+		}
+		cm.minTime, cm.maxTime = min(cm.minTime, t), max(cm.maxTime, t)
+	}
+	w.buf = w.buf[:0]
+	w.buf = binary.AppendUvarint(w.buf, numCols)
+	for _, c := range w.cw.cols {
+		w.buf = binary.AppendUvarint(w.buf, uint64(len(c)))
+	}
+	for _, c := range w.cw.cols {
+		w.buf = append(w.buf, c...)
+	}
+	out := w.enc.EncodeAll(w.buf, nil)
+	cm.length = int64(len(out))
+	cm.sum = crc(out)
+	if _, err := w.bw.Write(out); err != nil {
+		return err
+	}
+	w.off += cm.length
+	w.chunkList = append(w.chunkList, cm)
+	w.rows = w.rows[:0]
+	return nil
+}
+
+func (w *sealedWriter) writeFooter() error {
+	b := encodeFooter(&w.meta, w.dict)
+	var t [8]byte
+	binary.LittleEndian.PutUint32(t[:4], uint32(len(b)))
+	binary.LittleEndian.PutUint32(t[4:], crc(b))
+	w.bw.Write(b)
+	w.bw.Write(t[:])
+	_, err := w.bw.WriteString(sealedEnd)
+	w.off += int64(len(b)) + 8 + int64(len(sealedEnd))
+	return err
+}
+
+func encodeFooter(m *segMeta, d *dict) []byte {
+	var b []byte
+	b = binary.AppendUvarint(b, 1) // version
+	b = binary.AppendUvarint(b, m.startPos)
+	b = binary.AppendUvarint(b, m.pos)
+	b = binary.AppendVarint(b, m.created)
+	b = binary.AppendUvarint(b, uint64(m.rows))
+	b = binary.AppendUvarint(b, m.firstSeq)
+	b = binary.AppendUvarint(b, m.lastSeq)
+	b = binary.AppendVarint(b, m.minTime)
+	b = binary.AppendVarint(b, m.maxTime)
+	b = binary.AppendUvarint(b, uint64(len(d.strs)))
+	for _, s := range d.strs {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	b = binary.AppendUvarint(b, uint64(len(m.chunks)))
+	for _, c := range m.chunks {
+		b = binary.AppendUvarint(b, uint64(c.off))
+		b = binary.AppendUvarint(b, uint64(c.length))
+		b = binary.AppendUvarint(b, uint64(c.sum))
+		b = binary.AppendUvarint(b, uint64(c.rows))
+		b = binary.AppendUvarint(b, c.firstSeq)
+		b = binary.AppendVarint(b, c.minTime)
+		b = binary.AppendVarint(b, c.maxTime)
+	}
+	return b
+}
+
+// readSealedMeta reads and checks a sealed segment's footer.
+func readSealedMeta(path string, base uint64) (segMeta, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return segMeta{}, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return segMeta{}, err
+	}
+	size := fi.Size()
+	var tail [16]byte
+	if size < int64(len(sealedMagic)+len(tail)) {
+		return segMeta{}, fileError(path, errors.New("file too short"))
+	}
+	if _, err := f.ReadAt(tail[:], size-16); err != nil {
+		return segMeta{}, err
+	}
+	n := int64(binary.LittleEndian.Uint32(tail[:4]))
+	if string(tail[8:]) != sealedEnd || n > size-24 {
+		return segMeta{}, fileError(path, errors.New("bad footer"))
+	}
+	b := make([]byte, n)
+	if _, err := f.ReadAt(b, size-16-n); err != nil {
+		return segMeta{}, err
+	}
+	if crc(b) != binary.LittleEndian.Uint32(tail[4:]) {
+		return segMeta{}, fileError(path, errors.New("footer checksum mismatch"))
+	}
+	r := colReader{rowMode: true}
+	r.cols[0] = b
+	m := segMeta{base: base, path: path, sealed: true, size: size, dict: newDict()}
+	if v := r.uvarint(0); v != 1 {
+		return segMeta{}, fileError(path, fmt.Errorf("unknown segment version %d", v))
+	}
+	m.startPos = r.uvarint(0)
+	m.pos = r.uvarint(0)
+	m.created = r.varint(0)
+	m.rows = int64(r.uvarint(0))
+	m.firstSeq = r.uvarint(0)
+	m.lastSeq = r.uvarint(0)
+	m.minTime = r.varint(0)
+	m.maxTime = r.varint(0)
+	nd := r.uvarint(0)
+	for i := uint64(0); i < nd && r.err == nil; i++ {
+		m.dict.add(r.str(0))
+	}
+	nc := r.uvarint(0)
+	for i := uint64(0); i < nc && r.err == nil; i++ {
+		c := chunkMeta{off: int64(r.uvarint(0)), length: int64(r.uvarint(0)), sum: uint32(r.uvarint(0)),
+			rows: int64(r.uvarint(0)), firstSeq: r.uvarint(0), minTime: r.varint(0), maxTime: r.varint(0)}
+		if c.off < 0 || c.length < 0 || c.off+c.length > size {
+			r.err = errCorrupt
+		}
+		m.chunks = append(m.chunks, c)
+	}
+	if r.err != nil {
+		return segMeta{}, fileError(path, errors.New("malformed footer"))
+	}
+	return m, nil
+}
+
+// chunkReader reads the chunks of sealed segments.
+type chunkReader struct {
+	dec  *zstd.Decoder
+	comp []byte
+	raw  []byte
+}
+
+func newChunkReader() (*chunkReader, error) {
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxBlock))
+	if err != nil {
+		return nil, err
+	}
+	return &chunkReader{dec: dec}, nil
+}
+
+func (c *chunkReader) close() { c.dec.Close() }
+
+// read decodes chunk i of m, calling fn for each row.
+func (c *chunkReader) read(f *os.File, m *segMeta, i int, fn func(*store.LedgerEntry) error) error {
+	cm := m.chunks[i]
+	if int64(cap(c.comp)) < cm.length {
+		c.comp = make([]byte, cm.length)
+	}
+	c.comp = c.comp[:cm.length]
+	if _, err := f.ReadAt(c.comp, cm.off); err != nil {
+		return fileError(m.path, fmt.Errorf("chunk %d: %v", i, err))
+	}
+	if crc(c.comp) != cm.sum {
+		return fileError(m.path, fmt.Errorf("chunk %d: checksum mismatch", i))
+	}
+	var err error
+	if c.raw, err = c.dec.DecodeAll(c.comp, c.raw[:0]); err != nil {
+		return fileError(m.path, fmt.Errorf("chunk %d: %v", i, err))
+	}
+	r := colReader{}
+	rest := c.raw
+	nc, n := binary.Uvarint(rest)
+	if n <= 0 || nc != numCols {
+		return fileError(m.path, fmt.Errorf("chunk %d: bad column count", i))
+	}
+	rest = rest[n:]
+	var lens [numCols]uint64
+	for j := range lens {
+		if lens[j], n = binary.Uvarint(rest); n <= 0 {
+			return fileError(m.path, fmt.Errorf("chunk %d: bad column table", i))
+		}
+		rest = rest[n:]
+	}
+	for j, l := range lens {
+		if l > uint64(len(rest)) {
+			return fileError(m.path, fmt.Errorf("chunk %d: bad column table", i))
+		}
+		r.cols[j], rest = rest[:l], rest[l:]
+	}
+	var st rowState
+	var e store.LedgerEntry
+	for range cm.rows {
+		if err := decodeEntry(&r, &st, m.dict.strs, &e); err != nil {
+			return fileError(m.path, fmt.Errorf("chunk %d: malformed row", i))
+		}
+		if err := fn(&e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// syncDir makes a rename or removal in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// writeFileAtomic writes b to path through a synced .tmp file and a rename.
+func writeFileAtomic(path string, b []byte) error {
+	tmp := path + tmpExt
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, bytes.NewReader(b))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err == nil {
+		err = syncDir(filepath.Dir(path))
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
+}

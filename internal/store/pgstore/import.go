@@ -1,0 +1,224 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/store"
+)
+
+// The import path of `caddy platform store migrate`: a whole store (a
+// bbolt file's contents) written into an empty database, every record as
+// it was (ids, sequence numbers, times, balances, key hashes), in batches
+// of one transaction and one round trip each.
+
+var _ store.Importer = (*Store)(nil)
+
+// Empty reports whether the database holds nothing a gateway wrote.
+func (s *Store) Empty(ctx context.Context) (bool, error) {
+	var found bool
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM keys) OR EXISTS (SELECT 1 FROM subscriptions)
+		OR EXISTS (SELECT 1 FROM allowances) OR EXISTS (SELECT 1 FROM ledger) OR EXISTS (SELECT 1 FROM jobs)
+		OR EXISTS (SELECT 1 FROM idempotency) OR EXISTS (SELECT 1 FROM alerts) OR EXISTS (SELECT 1 FROM audit)`).Scan(&found)
+	return !found, s.fail(err)
+}
+
+// importBatch sends the queued statements in one transaction.
+func (s *Store) importBatch(ctx context.Context, b *pgx.Batch) error {
+	if b.Len() == 0 {
+		return nil
+	}
+	return s.tx(ctx, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() })
+}
+
+// ImportKeys stores keys under their hashes, as given.
+func (s *Store) ImportKeys(ctx context.Context, ks []store.KeyRecord) error {
+	b := &pgx.Batch{}
+	for _, k := range ks {
+		rec, err := json.Marshal(k)
+		if err != nil {
+			return err
+		}
+		b.Queue("INSERT INTO keys (hash, id, user_id, rec) VALUES ($1, $2, $3, $4)", k.Hash[:], k.ID, k.UserID, rec)
+	}
+	return s.importBatch(ctx, b)
+}
+
+// ImportSubscriptions stores subscriptions with their start and balance;
+// the credits held by open jobs are added by ImportJobs.
+func (s *Store) ImportSubscriptions(ctx context.Context, subs []store.Subscription) error {
+	b := &pgx.Batch{}
+	for _, sub := range subs {
+		rec, err := subRecord(sub)
+		if err != nil {
+			return err
+		}
+		b.Queue("INSERT INTO subscriptions (user_id, service_id, rec, credits) VALUES ($1, $2, $3, $4)",
+			sub.UserID, sub.ServiceID, rec, int64(sub.Credits))
+	}
+	return s.importBatch(ctx, b)
+}
+
+// ImportCounters stores each period's settled usage.
+func (s *Store) ImportCounters(ctx context.Context, cs []store.Counter) error {
+	b := &pgx.Batch{}
+	for _, c := range cs {
+		b.Queue(`INSERT INTO allowances (user_id, service_id, period, used, spend) VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (user_id, service_id, period) DO UPDATE SET used = allowances.used + EXCLUDED.used,
+				spend = allowances.spend + EXCLUDED.spend`,
+			c.UserID, c.ServiceID, c.PeriodKey, int64(c.Used), int64(c.Spend))
+	}
+	return s.importBatch(ctx, b)
+}
+
+// ImportLedger appends entries with their sequence numbers (and so their
+// ids) and times; the sequence then continues after the highest.
+func (s *Store) ImportLedger(ctx context.Context, es []store.LedgerEntry) error {
+	b := &pgx.Batch{}
+	for _, e := range es {
+		if err := s.ensurePartition(ctx, e.Time); err != nil {
+			return err
+		}
+		e.Time = e.Time.UTC().Truncate(time.Microsecond)
+		raw, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		b.Queue("INSERT INTO ledger (seq, time, user_id, service_id, entry) VALUES ($1, $2, $3, $4, $5)",
+			int64(e.Seq), e.Time, e.UserID, e.ServiceID, raw)
+	}
+	importRollups(b, es)
+	b.Queue("SELECT setval(pg_get_serial_sequence('ledger', 'seq'), greatest((SELECT max(seq) FROM ledger), 1))")
+	return s.importBatch(ctx, b)
+}
+
+// ImportJobs stores jobs and, for the open ones that held units, takes
+// their holds again as CreateJobReserved does: a lease row held by the
+// job, counted in the allowance and the subscription's held credits.
+func (s *Store) ImportJobs(ctx context.Context, js []store.Job, holds []store.JobHold) error {
+	byJob := make(map[string]store.JobHold, len(holds))
+	for _, h := range holds {
+		byJob[h.JobID] = h
+	}
+	b := &pgx.Batch{}
+	for _, j := range js {
+		var key *AllowanceKey
+		j.ReservationID = ""
+		if h, ok := byJob[j.ID]; ok && !j.Terminal() {
+			key = &AllowanceKey{h.UserID, h.ServiceID, h.PeriodKey}
+			j.ReservationID = jobHolder(j.ID)
+			if lim := limitsOf(h.Product); lim.Hard() {
+				need := lim.Need(h.Decision.Units)
+				b.Queue(`INSERT INTO leases (holder, user_id, service_id, period, units, spend, credits, expires_at)
+					VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+					jobHolder(j.ID), h.UserID, h.ServiceID, h.PeriodKey, int64(need.Units), int64(need.Spend), int64(need.Credits),
+					time.Now().Add(jobHoldTTL))
+				b.Queue(`INSERT INTO allowances (user_id, service_id, period, leased_units, leased_spend) VALUES ($1, $2, $3, $4, $5)
+					ON CONFLICT (user_id, service_id, period) DO UPDATE SET leased_units = allowances.leased_units + EXCLUDED.leased_units,
+						leased_spend = allowances.leased_spend + EXCLUDED.leased_spend`,
+					h.UserID, h.ServiceID, h.PeriodKey, int64(need.Units), int64(need.Spend))
+				if need.Credits != 0 {
+					b.Queue("UPDATE subscriptions SET credits_held = credits_held + $3 WHERE user_id = $1 AND service_id = $2",
+						h.UserID, h.ServiceID, int64(need.Credits))
+				}
+			}
+		}
+		raw, err := json.Marshal(toJobRecord(j, key))
+		if err != nil {
+			return err
+		}
+		b.Queue("INSERT INTO jobs (id, open, expires_at, rec) VALUES ($1, $2, $3, $4)", j.ID, !j.Terminal(), j.ExpiresAt, raw)
+	}
+	return s.importBatch(ctx, b)
+}
+
+// ImportIdempotency stores claimed report keys with their responses.
+func (s *Store) ImportIdempotency(ctx context.Context, cs []store.IdempotencyClaim) error {
+	b := &pgx.Batch{}
+	for _, c := range cs {
+		resp := c.Response
+		if resp == nil {
+			resp = []byte{}
+		}
+		b.Queue("INSERT INTO idempotency (service_id, key, created, response) VALUES ($1, $2, $3, $4)",
+			c.ServiceID, c.Key, c.Created, resp)
+	}
+	return s.importBatch(ctx, b)
+}
+
+// ImportAlerts stores alerts under their ids; the numbering continues
+// after the highest.
+func (s *Store) ImportAlerts(ctx context.Context, as []store.Alert) error {
+	b := &pgx.Batch{}
+	for _, a := range as {
+		seq, ok := alertSeq(a.ID)
+		if !ok {
+			return fmt.Errorf("alert id %q is not alt_<n>", a.ID)
+		}
+		raw, err := json.Marshal(a)
+		if err != nil {
+			return err
+		}
+		next := a.NextAttempt
+		if a.Status != store.AlertPending {
+			next = time.Time{}
+		} else if next.IsZero() {
+			next = a.Created
+		}
+		b.Queue(`INSERT INTO alerts (seq, user_id, service_id, period_start, threshold, status, next_attempt, rec)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+			seq, a.UserID, a.ServiceID, a.PeriodStart.Unix(), a.Threshold, a.Status, nullTime(next), raw)
+	}
+	b.Queue("SELECT setval(pg_get_serial_sequence('alerts', 'seq'), greatest((SELECT max(seq) FROM alerts), 1))")
+	return s.importBatch(ctx, b)
+}
+
+// ImportAudit stores audit entries under their sequence numbers; the
+// numbering continues after the highest.
+func (s *Store) ImportAudit(ctx context.Context, es []store.AuditEntry) error {
+	b := &pgx.Batch{}
+	for _, e := range es {
+		rec, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		b.Queue("INSERT INTO audit (seq, rec) VALUES ($1, $2)", int64(e.Seq), rec)
+	}
+	b.Queue("SELECT setval(pg_get_serial_sequence('audit', 'seq'), greatest((SELECT max(seq) FROM audit), 1))")
+	return s.importBatch(ctx, b)
+}
+
+// Totals sums what the database holds, as the source's Export sums what
+// it handed over.
+func (s *Store) Totals(ctx context.Context) (store.Totals, error) {
+	var t store.Totals
+	var credits, used, spend int64
+	err := s.pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM keys),
+		(SELECT count(*) FROM subscriptions), (SELECT coalesce(sum(credits), 0) FROM subscriptions),
+		(SELECT count(*) FROM allowances WHERE used <> 0 OR spend <> 0),
+		(SELECT coalesce(sum(used), 0) FROM allowances), (SELECT coalesce(sum(spend), 0) FROM allowances),
+		(SELECT count(*) FROM jobs),
+		(SELECT count(*) FROM jobs WHERE open AND rec->'holdKey' IS NOT NULL),
+		(SELECT count(*) FROM idempotency),
+		(SELECT count(*) FROM alerts),
+		(SELECT count(*) FROM audit)`).Scan(&t.Keys, &t.Subscriptions, &credits, &t.Counters, &used, &spend,
+		&t.Jobs, &t.JobHolds, &t.Idempotency, &t.Alerts, &t.Audit)
+	if err != nil {
+		return t, s.fail(err)
+	}
+	t.Credits, t.Used, t.Spend = billing.Units(credits), billing.Units(used), billing.Units(spend)
+	// The ledger's sums are read as every reader reads it.
+	err = s.ScanLedger(ctx, store.LedgerFilter{}, func(e store.LedgerEntry) error {
+		t.Ledger++
+		t.LedgerUnits += e.Units
+		t.LedgerCost += e.Cost
+		return nil
+	})
+	return t, err
+}

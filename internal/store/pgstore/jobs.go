@@ -1,0 +1,380 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/store"
+)
+
+// jobHoldTTL is the expiry of a job's lease row: a job's hold ends with
+// the job (completion, failure or ExpireJobs), never by lease expiry.
+const jobHoldTTL = 100 * 365 * 24 * time.Hour
+
+// jobRecord is a job as stored, with what store.Job keeps out of JSON and
+// the allowance its hold (a lease held by the job) was taken on.
+type jobRecord struct {
+	store.Job
+	// Units and Cost as stored (store.Amount), so that a cost past
+	// billing.MaxUnits (one that saturated) reads back.
+	Units       store.Amount  `json:"units,omitempty"`
+	Cost        store.Amount  `json:"cost,omitempty"`
+	Digest      string        `json:"completionDigest,omitempty"`
+	Reservation string        `json:"reservationId,omitempty"`
+	HoldKey     *AllowanceKey `json:"holdKey,omitempty"`
+}
+
+func (r jobRecord) job() store.Job {
+	j := r.Job
+	j.Units, j.Cost = billing.Units(r.Units), billing.Units(r.Cost)
+	j.CompletionDigest, j.ReservationID = r.Digest, r.Reservation
+	return j
+}
+
+func toJobRecord(j store.Job, hold *AllowanceKey) jobRecord {
+	return jobRecord{Job: j, Units: store.Amount(j.Units), Cost: store.Amount(j.Cost), Digest: j.CompletionDigest,
+		Reservation: j.ReservationID, HoldKey: hold}
+}
+
+func jobHolder(id string) string { return "job/" + id }
+
+func insertJob(ctx context.Context, tx pgx.Tx, rec jobRecord) error {
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, "INSERT INTO jobs (id, open, expires_at, rec) VALUES ($1, $2, $3, $4)",
+		rec.ID, !rec.Terminal(), rec.ExpiresAt, raw)
+	if uniqueViolation(err) {
+		return store.ErrExists
+	}
+	return err
+}
+
+// CreateJob stores a new job that holds nothing.
+func (s *Store) CreateJob(ctx context.Context, j store.Job) error {
+	if err := ctxErr(ctx); err != nil {
+		return err
+	}
+	j.ReservationID = ""
+	return s.tx(ctx, func(tx pgx.Tx) error { return insertJob(ctx, tx, toJobRecord(j, nil)) })
+}
+
+// errJobRefused rolls back a job whose hold was refused.
+var errJobRefused = errors.New("job refused")
+
+// CreateJobReserved holds units for a and stores the job in one
+// transaction. The hold is a lease row held by the job, taken with the
+// same conditional statement as a node's lease, so any node can end it.
+func (s *Store) CreateJobReserved(ctx context.Context, j store.Job, a store.Account, units billing.Units, now time.Time) (store.Reservation, error) {
+	if err := checkUnits(units); err != nil {
+		return store.Reservation{}, err
+	}
+	if j.Terminal() {
+		return store.Reservation{},
+			fmt.Errorf("create job %s: a job holding units must start open, not %s", j.ID, j.Status)
+	}
+	if err := ctxErr(ctx); err != nil {
+		return store.Reservation{}, err
+	}
+	j.ReservationID = ""
+	if a.Free {
+		err := s.tx(ctx, func(tx pgx.Tx) error { return insertJob(ctx, tx, toJobRecord(j, nil)) })
+		if err != nil {
+			return store.Reservation{}, err
+		}
+		return store.Reservation{Account: a, Decision: billing.Decision{Allowed: true, Units: units}, JobID: j.ID}, nil
+	}
+	sub, err := s.getSubscription(ctx, a.UserID, a.ServiceID)
+	if err != nil {
+		return store.Reservation{}, err
+	}
+	k := AllowanceKey{a.UserID, a.ServiceID, periodOf(a.Product, sub.StartedAt, now)}
+	lim := limitsOf(a.Product)
+	var (
+		dec   billing.Decision
+		state billing.State
+	)
+	err = s.tx(ctx, func(tx pgx.Tx) error {
+		job := j
+		job.ReservationID = jobHolder(j.ID)
+		if err := insertJob(ctx, tx, toJobRecord(job, &k)); err != nil {
+			return err
+		}
+		// The hold is a lease row of the job, in every dimension its
+		// decision holds (so that State shows it as held, as bbolt does),
+		// checked against the product's hard limits.
+		before, err := scanRow(tx.QueryRow(ctx, stateSQL, k.UserID, k.ServiceID, k.Period))
+		if err != nil {
+			return err
+		}
+		if !before.hasSub {
+			return store.ErrNoAccount
+		}
+		state = s.view(k, a.Product, before)
+		dec = billing.Decide(a.Product, state, units)
+		need := lim.Need(units)
+		need.Units, need.Spend = units, dec.Cost
+		if a.Product.BillingModel == billing.Prepaid {
+			need.Credits = dec.Cost
+		}
+		g, _, err := grant(ctx, tx, jobHolder(j.ID), k, lim, need, need, jobHoldTTL)
+		if errors.Is(err, errNoSub) {
+			return store.ErrNoAccount
+		}
+		if err != nil {
+			return err
+		}
+		if g.Granted.IsZero() {
+			dec = refusal(a.Product, lim, g, units)
+			return errJobRefused
+		}
+		r, err := scanRow(tx.QueryRow(ctx, stateSQL, k.UserID, k.ServiceID, k.Period))
+		if err != nil {
+			return err
+		}
+		state = s.view(k, a.Product, r)
+		dec.Allowed, dec.Code, dec.Reason = true, "", ""
+		return nil
+	})
+	if errors.Is(err, errJobRefused) {
+		return store.Reservation{Decision: dec, State: state}, nil
+	}
+	if err != nil {
+		return store.Reservation{}, err
+	}
+	return store.Reservation{ID: jobHolder(j.ID), Account: a, Decision: dec, PeriodKey: k.Period, JobID: j.ID, State: state}, nil
+}
+
+func scanJob(row pgx.Row) (jobRecord, error) {
+	var raw []byte
+	var rec jobRecord
+	if err := row.Scan(&raw); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return rec, store.ErrNotFound
+		}
+		return rec, err
+	}
+	return rec, json.Unmarshal(raw, &rec)
+}
+
+// GetJob reads a job, whichever node created or changed it.
+func (s *Store) GetJob(ctx context.Context, id string) (store.Job, error) {
+	rec, err := scanJob(s.pool.QueryRow(ctx, "SELECT rec FROM jobs WHERE id = $1", id))
+	if err != nil {
+		return store.Job{}, s.fail(err)
+	}
+	return rec.job(), nil
+}
+
+// UpdateJob changes a job through fn in one transaction.
+func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*store.Job) error) (store.Job, error) {
+	return s.CompleteJob(ctx, id, store.Account{}, store.LedgerEntry{}, fn)
+}
+
+// CompleteJob changes a job through fn and, when fn ends it, settles the
+// job's hold and meters e in the same transaction.
+func (s *Store) CompleteJob(ctx context.Context, id string, a store.Account, e store.LedgerEntry, fn func(*store.Job) error) (store.Job, error) {
+	if err := checkUnits(e.Units); err != nil {
+		return store.Job{}, err
+	}
+	if err := ctxErr(ctx); err != nil {
+		return store.Job{}, err
+	}
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
+	if err := s.ensurePartition(ctx, e.Time); err != nil {
+		return store.Job{}, err
+	}
+	var out store.Job
+	var changed *AllowanceKey
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		changed = nil
+		rec, err := scanJob(tx.QueryRow(ctx, "SELECT rec FROM jobs WHERE id = $1 FOR UPDATE", id))
+		if err != nil {
+			return err
+		}
+		j := rec.job()
+		wasOpen := !j.Terminal()
+		before := j
+		if err := fn(&j); err != nil {
+			return err
+		}
+		j.ReservationID = before.ReservationID
+		if wasOpen && j.Terminal() {
+			if changed, err = endJob(ctx, tx, &j, rec.HoldKey, a, e); err != nil {
+				return err
+			}
+		}
+		raw, err := json.Marshal(toJobRecord(j, rec.HoldKey))
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "UPDATE jobs SET rec = $2, open = $3, expires_at = $4 WHERE id = $1",
+			id, raw, !j.Terminal(), j.ExpiresAt); err != nil {
+			return err
+		}
+		out = j
+		return nil
+	})
+	if err == nil && changed != nil {
+		s.touched(*changed)
+	}
+	return out, err
+}
+
+// ExpireJobs fails every open job whose deadline has passed, releasing
+// its hold, a bounded number per transaction.
+func (s *Store) ExpireJobs(ctx context.Context, now time.Time, message string) (int, error) {
+	if err := ctxErr(ctx); err != nil {
+		return 0, err
+	}
+	total := 0
+	for {
+		n := 0
+		var changed []AllowanceKey
+		err := s.tx(ctx, func(tx pgx.Tx) error {
+			n, changed = 0, nil
+			rows, err := tx.Query(ctx, `SELECT rec FROM jobs WHERE open AND expires_at < $1 ORDER BY expires_at
+				LIMIT 256 FOR UPDATE SKIP LOCKED`, now)
+			if err != nil {
+				return err
+			}
+			recs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (jobRecord, error) { return scanJob(r) })
+			if err != nil {
+				return err
+			}
+			for _, rec := range recs {
+				j := rec.job()
+				if j.Terminal() {
+					continue
+				}
+				j.Status, j.ErrorMessage = store.JobFailed, message
+				j.UpdatedAt, j.CompletedAt = now.UTC(), now.UTC()
+				k, err := endJob(ctx, tx, &j, rec.HoldKey, store.Account{}, store.LedgerEntry{})
+				if err != nil {
+					return err
+				}
+				if k != nil {
+					changed = append(changed, *k)
+				}
+				raw, err := json.Marshal(toJobRecord(j, rec.HoldKey))
+				if err != nil {
+					return err
+				}
+				if _, err := tx.Exec(ctx, "UPDATE jobs SET rec = $2, open = false WHERE id = $1", j.ID, raw); err != nil {
+					return err
+				}
+				n++
+			}
+			return nil
+		})
+		total += n
+		for _, k := range changed {
+			s.touched(k)
+		}
+		if err != nil || n < 256 {
+			return total, err
+		}
+	}
+}
+
+// endJob ends the hold of a job that has just become terminal, in the
+// transaction that stores it: the job's lease row is given back, and a
+// COMPLETED job's units are charged to a, capped at the hard limits, into
+// the period the hold was taken in. It returns the allowance it changed.
+func endJob(ctx context.Context, tx pgx.Tx, j *store.Job, hold *AllowanceKey, a store.Account, e store.LedgerEntry) (*AllowanceKey, error) {
+	units := e.Units
+	if j.Status != store.JobCompleted {
+		units = 0
+	}
+	var acc *account
+	if hold != nil && j.ReservationID != "" {
+		var err error
+		acc, err = lockAccount(ctx, tx, hold.UserID, hold.ServiceID, billing.Product{}, hold.Period, time.Now())
+		if errors.Is(err, store.ErrNoAccount) {
+			acc, err = nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if acc != nil {
+			var u, sp, c int64
+			err := tx.QueryRow(ctx, `DELETE FROM leases WHERE holder = $1 AND user_id = $2 AND service_id = $3 AND period = $4
+				RETURNING units, spend, credits`, jobHolder(j.ID), hold.UserID, hold.ServiceID, hold.Period).Scan(&u, &sp, &c)
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return nil, err
+			}
+			acc.state.Reserved -= billing.Units(u)
+			acc.state.ReservedSpend -= billing.Units(sp)
+			acc.state.CreditsHeld -= billing.Units(c)
+		}
+	}
+	if units == 0 || a.Free {
+		if acc != nil {
+			if err := acc.save(ctx, tx); err != nil {
+				return nil, err
+			}
+		}
+		if units == 0 {
+			return keyOf(acc), nil
+		}
+		entry := e
+		entry.Units, entry.ProductID = units, ""
+		if err := insertLedger(ctx, tx, "job:"+j.ID, &entry); err != nil {
+			return nil, err
+		}
+		j.Units, j.Cost = entry.Units, 0
+		return keyOf(acc), nil
+	}
+	if acc == nil {
+		var err error
+		if acc, err = lockAccount(ctx, tx, a.UserID, a.ServiceID, a.Product, 0, e.Time); err != nil {
+			return nil, err
+		}
+	}
+	p := a.Product
+	entry := e
+	entry.Units = units
+	dec := billing.DecideCharge(p, acc.state, units)
+	if !dec.Allowed {
+		entry.UnitsClaimed = units
+		entry.Units = billing.FitCharge(p, acc.state, units)
+		dec = billing.DecideCharge(p, acc.state, entry.Units)
+	}
+	acc.charge(p, dec)
+	entry.Overage, entry.Cost = dec.Overage, dec.Cost
+	if err := acc.save(ctx, tx); err != nil {
+		return nil, err
+	}
+	if entry.Units > 0 || entry.UnitsClaimed > 0 {
+		if err := insertLedger(ctx, tx, "job:"+j.ID, &entry); err != nil {
+			return nil, err
+		}
+	}
+	j.Units, j.Cost = entry.Units, entry.Cost
+	return keyOf(acc), nil
+}
+
+// touched drops what the node knows of an allowance another path than the
+// settlement batches changed, and tells the alerts.
+func (s *Store) touched(k AllowanceKey) {
+	s.cache.dropSub(k.UserID, k.ServiceID)
+	s.forget(k.UserID, k.ServiceID)
+	s.changes.add(k.UserID, k.ServiceID)
+	s.changes.publish()
+}
+
+func keyOf(acc *account) *AllowanceKey {
+	if acc == nil {
+		return nil
+	}
+	return &acc.key
+}

@@ -1,0 +1,288 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/platformgw/gateway/internal/billing"
+)
+
+// pgLeases is LeaseDB on PostgreSQL. Rows are locked in one order
+// everywhere (subscription, allowance, lease) so that grants, returns and
+// settlements never deadlock one another.
+type pgLeases struct{ s *Store }
+
+// querier runs statements on the pool or in a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// grantSQL leases $6.. (big) if every limit allows it, else $9.. (small),
+// in one statement: the subscription row (prepaid) and the allowance row
+// are locked and checked, and the lease row upserted, atomically. The
+// condition is the whole protocol: settled + leased + asked <= limit.
+// $1 holder, $2 user, $3 service, $4 period, $5 ttl seconds, $6-$8 big
+// units/spend/credits, $9-$11 small, $12 unit limit, $13 spend limit
+// (NULL: none), $14 whether credits are bounded.
+const grantSQL = `
+WITH sb AS (
+	SELECT credits - credits_held AS avail FROM subscriptions
+	WHERE user_id = $2 AND service_id = $3 AND $14::bool FOR UPDATE
+), av AS (
+	SELECT CASE WHEN $14::bool THEN (SELECT avail FROM sb) ELSE 9223372036854775807 END AS avail
+), b AS (
+	UPDATE allowances SET leased_units = leased_units + $6, leased_spend = leased_spend + $7
+	WHERE user_id = $2 AND service_id = $3 AND period = $4
+	  AND ($12::bigint IS NULL OR used + leased_units + $6 <= $12)
+	  AND ($13::bigint IS NULL OR spend + leased_spend + $7 <= $13)
+	  AND (SELECT avail FROM av) >= $8
+	RETURNING 'b'::text AS k
+), sm AS (
+	UPDATE allowances SET leased_units = leased_units + $9, leased_spend = leased_spend + $10
+	WHERE user_id = $2 AND service_id = $3 AND period = $4 AND NOT EXISTS (SELECT 1 FROM b)
+	  AND ($12::bigint IS NULL OR used + leased_units + $9 <= $12)
+	  AND ($13::bigint IS NULL OR spend + leased_spend + $10 <= $13)
+	  AND (SELECT avail FROM av) >= $11
+	RETURNING 's'::text AS k
+), g AS (
+	SELECT k, CASE k WHEN 'b' THEN $6 ELSE $9 END::bigint AS u, CASE k WHEN 'b' THEN $7 ELSE $10 END::bigint AS sp,
+		CASE k WHEN 'b' THEN $8 ELSE $11 END::bigint AS c
+	FROM (SELECT k FROM b UNION ALL SELECT k FROM sm) x
+), cr AS (
+	UPDATE subscriptions SET credits_held = credits_held + g.c FROM g
+	WHERE user_id = $2 AND service_id = $3 AND $14::bool
+), l AS (
+	INSERT INTO leases (holder, user_id, service_id, period, units, spend, credits, expires_at)
+	SELECT $1, $2, $3, $4, g.u, g.sp, g.c, now() + $5 * interval '1 second' FROM g
+	ON CONFLICT (holder, user_id, service_id, period) DO UPDATE SET
+		units = leases.units + EXCLUDED.units, spend = leases.spend + EXCLUDED.spend,
+		credits = leases.credits + EXCLUDED.credits, expires_at = EXCLUDED.expires_at
+)
+SELECT k FROM g`
+
+const ensureAllowanceSQL = `INSERT INTO allowances (user_id, service_id, period) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`
+
+func nullable(u *billing.Units) any {
+	if u == nil {
+		return nil
+	}
+	return int64(*u)
+}
+
+// row is an allowance and its subscription's balance as read.
+type row struct {
+	used, leased, spend, leasedSpend, credits, creditsHeld billing.Units
+	hasSub                                                 bool
+}
+
+func (r row) left(lim Limits) Vec {
+	var v Vec
+	if lim.Units != nil {
+		v.Units = *lim.Units - r.used - r.leased
+	}
+	if lim.Spend != nil {
+		v.Spend = *lim.Spend - r.spend - r.leasedSpend
+	}
+	if lim.Credits {
+		v.Credits = r.credits - r.creditsHeld
+	}
+	return v
+}
+
+// refusedIn names the first dimension need does not fit in.
+func refusedIn(need, left Vec) int {
+	switch {
+	case need.Units > left.Units:
+		return DimUnits
+	case need.Spend > left.Spend:
+		return DimSpend
+	case need.Credits > left.Credits:
+		return DimCredits
+	}
+	return DimNone
+}
+
+// Grant runs grantSQL in one round trip: the allowance row is made if
+// missing, the lease taken, and the row read back for the next block's
+// size (and a refusal's reason), all pipelined.
+func (p pgLeases) Grant(ctx context.Context, holder string, k AllowanceKey, lim Limits, big, small Vec, ttl time.Duration) (Grant, error) {
+	g, r, err := grant(ctx, p.s.pool, holder, k, lim, big, small, ttl)
+	if err == nil && r.hasSub {
+		p.s.learn(k, r)
+	}
+	return g, err
+}
+
+func grant(ctx context.Context, q querier, holder string, k AllowanceKey, lim Limits, big, small Vec, ttl time.Duration) (Grant, row, error) {
+	b := &pgx.Batch{}
+	b.Queue(ensureAllowanceSQL, k.UserID, k.ServiceID, k.Period)
+	b.Queue(grantSQL, holder, k.UserID, k.ServiceID, k.Period, ttl.Seconds(),
+		int64(big.Units), int64(big.Spend), int64(big.Credits), int64(small.Units), int64(small.Spend), int64(small.Credits),
+		nullable(lim.Units), nullable(lim.Spend), lim.Credits)
+	b.Queue(stateSQL, k.UserID, k.ServiceID, k.Period)
+	br := q.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return Grant{}, row{}, err
+	}
+	var kind string
+	if err := br.QueryRow().Scan(&kind); err != nil && err != pgx.ErrNoRows {
+		return Grant{}, row{}, err
+	}
+	r, err := scanRow(br.QueryRow())
+	if err != nil {
+		return Grant{}, row{}, err
+	}
+	g := Grant{Left: r.left(lim)}
+	switch kind {
+	case "b":
+		g.Granted = big
+	case "s":
+		g.Granted = small
+	default:
+		if !r.hasSub {
+			return Grant{}, row{}, errNoSub
+		}
+		g.Refused = refusedIn(small, g.Left)
+	}
+	return g, r, br.Close()
+}
+
+func scanRow(r pgx.Row) (row, error) {
+	var used, leased, spend, ls, credits, held int64
+	var out row
+	err := r.Scan(&used, &leased, &spend, &ls, &credits, &held, &out.hasSub)
+	if err == pgx.ErrNoRows {
+		return out, nil
+	}
+	out.used, out.leased, out.spend, out.leasedSpend = billing.Units(used), billing.Units(leased), billing.Units(spend), billing.Units(ls)
+	out.credits, out.creditsHeld = billing.Units(credits), billing.Units(held)
+	return out, err
+}
+
+// Renew extends the leases of holders that have not expired. The leases
+// other holders let expire are read in the same request (one implicit
+// transaction), for the sweep that follows (sweepExpired).
+func (p pgLeases) Renew(ctx context.Context, holders []string, ttl time.Duration) ([]string, error) {
+	b := &pgx.Batch{}
+	b.Queue(`UPDATE leases SET expires_at = now() + $2 * interval '1 second'
+		WHERE holder = ANY($1) AND expires_at > now() RETURNING holder`, holders, ttl.Seconds())
+	b.Queue(expiredSQL)
+	br := p.s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	rows, _ := br.Query()
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, p.s.fail(err)
+	}
+	rows, _ = br.Query()
+	refs, err := pgx.CollectRows(rows, scanLeaseRef)
+	if err != nil {
+		return nil, p.s.fail(err)
+	}
+	p.s.expiredMu.Lock()
+	p.s.expired, p.s.expiredRead = refs, true
+	p.s.expiredMu.Unlock()
+	return out, p.s.fail(br.Close())
+}
+
+// expiredSQL reads the leases past their expiry, oldest first, a bounded
+// number at a time.
+const expiredSQL = `SELECT holder, user_id, service_id, period FROM leases
+	WHERE expires_at < now() ORDER BY expires_at LIMIT 1024`
+
+func scanLeaseRef(r pgx.CollectableRow) (LeaseRef, error) {
+	var l LeaseRef
+	return l, r.Scan(&l.Holder, &l.Key.UserID, &l.Key.ServiceID, &l.Key.Period)
+}
+
+// returnSQL ends leases and gives back what they still hold, locking the
+// rows in the order every statement does (subscriptions, allowances,
+// leases). $1-$4: holders, users, services, periods; $5: only those
+// expired (the sweep: a lease renewed meanwhile is kept).
+const returnSQL = `
+WITH k AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS k(h, u, sv, p)
+), sb AS (
+	SELECT 1 FROM subscriptions s WHERE (s.user_id, s.service_id) IN (SELECT u, sv FROM k)
+	ORDER BY s.user_id, s.service_id FOR UPDATE
+), al AS (
+	SELECT 1 FROM allowances a WHERE (a.user_id, a.service_id, a.period) IN (SELECT u, sv, p FROM k)
+	ORDER BY a.user_id, a.service_id, a.period FOR UPDATE
+), d AS (
+	DELETE FROM leases l USING k
+	WHERE l.holder = k.h AND l.user_id = k.u AND l.service_id = k.sv AND l.period = k.p
+	  AND (NOT $5::bool OR l.expires_at < now())
+	  AND (SELECT count(*) FROM sb) >= 0 AND (SELECT count(*) FROM al) >= 0
+	RETURNING l.user_id, l.service_id, l.period, l.units, l.spend, l.credits
+), a AS (
+	UPDATE allowances x SET leased_units = x.leased_units - d.units, leased_spend = x.leased_spend - d.spend
+	FROM (SELECT user_id, service_id, period, sum(units) AS units, sum(spend) AS spend FROM d GROUP BY 1, 2, 3) d
+	WHERE x.user_id = d.user_id AND x.service_id = d.service_id AND x.period = d.period
+), c AS (
+	UPDATE subscriptions x SET credits_held = x.credits_held - d.credits
+	FROM (SELECT user_id, service_id, sum(credits) AS credits FROM d GROUP BY 1, 2) d
+	WHERE x.user_id = d.user_id AND x.service_id = d.service_id AND d.credits <> 0
+)
+SELECT count(*) FROM d`
+
+func returnLeases(ctx context.Context, q querier, refs []LeaseRef, onlyExpired bool) (int, error) {
+	hs, us, ss, ps := make([]string, len(refs)), make([]string, len(refs)), make([]string, len(refs)), make([]int64, len(refs))
+	for i, r := range refs {
+		hs[i], us[i], ss[i], ps[i] = r.Holder, r.Key.UserID, r.Key.ServiceID, r.Key.Period
+	}
+	var n int
+	err := q.QueryRow(ctx, returnSQL, hs, us, ss, ps, onlyExpired).Scan(&n)
+	return n, err
+}
+
+// Return ends leases, giving back what they hold, in one statement.
+func (p pgLeases) Return(ctx context.Context, refs []LeaseRef) error {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		if _, err = returnLeases(ctx, p.s.pool, refs, false); !retryable(err) {
+			break
+		}
+	}
+	return p.s.fail(err)
+}
+
+// sweepExpired gives back the leases whose holders let them expire (a
+// node that died, or lost the database for longer than the TTL), oldest
+// first, a bounded number per call, in one statement.
+func (s *Store) sweepExpired(ctx context.Context) (int, error) {
+	s.expiredMu.Lock()
+	refs, read := s.expired, s.expiredRead
+	s.expired, s.expiredRead = nil, false
+	s.expiredMu.Unlock()
+	if !read {
+		// No renewal read them just now.
+		rows, err := s.pool.Query(ctx, expiredSQL)
+		if err != nil {
+			return 0, s.fail(err)
+		}
+		if refs, err = pgx.CollectRows(rows, scanLeaseRef); err != nil {
+			return 0, s.fail(err)
+		}
+	}
+	if len(refs) == 0 {
+		return 0, nil
+	}
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		var n int
+		// Still expired when locked: a holder cannot revive it (Renew
+		// skips expired rows).
+		if n, err = returnLeases(ctx, s.pool, refs, true); !retryable(err) {
+			return n, s.fail(err)
+		}
+	}
+	return 0, s.fail(err)
+}
+
+var errNoSub = fmt.Errorf("no subscription for the allowance")

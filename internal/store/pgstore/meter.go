@@ -1,0 +1,521 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/store"
+)
+
+// openHold is a sync call's hold as its node keeps it: in memory, backed
+// by the node's lease. A node that dies takes its holds with it; the
+// lease's units come back when it expires.
+type openHold struct {
+	res   store.Reservation
+	lim   Limits
+	lease *Hold // nil: the product has no hard limit, nothing is leased
+}
+
+func checkUnits(u billing.Units) error {
+	if u < 0 {
+		return fmt.Errorf("negative quantity %s: %w", u, billing.ErrInvalidUnits)
+	}
+	return nil
+}
+
+// periodOf is the start of the billing period containing now, for a
+// subscription started at started.
+func periodOf(p billing.Product, started, now time.Time) int64 {
+	start, _ := billing.PeriodBounds(p.Period, p.CalendarPeriods, started, now)
+	return start.Unix()
+}
+
+// Reserve holds units for a call: from the node's lease when the product
+// has a hard limit (a database round trip only when a new block is
+// leased), in memory only otherwise.
+func (s *Store) Reserve(ctx context.Context, a store.Account, units billing.Units, now time.Time) (store.Reservation, error) {
+	if err := checkUnits(units); err != nil {
+		return store.Reservation{}, err
+	}
+	if a.Free {
+		return store.Reservation{Account: a, Decision: billing.Decision{Allowed: true, Units: units}}, nil
+	}
+	if err := ctxErr(ctx); err != nil {
+		return store.Reservation{}, err
+	}
+	sub, err := s.getSubscription(ctx, a.UserID, a.ServiceID)
+	if err != nil {
+		return store.Reservation{}, err
+	}
+	k := AllowanceKey{a.UserID, a.ServiceID, periodOf(a.Product, sub.StartedAt, now)}
+	lim := limitsOf(a.Product)
+	h := &openHold{lim: lim}
+	if lim.Hard() {
+		hold, g, err := s.leaser.Take(ctx, k, lim, units)
+		if errors.Is(err, errRefused) {
+			r, err := s.knownRow(ctx, k)
+			if err != nil {
+				return store.Reservation{}, err
+			}
+			return store.Reservation{Decision: refusal(a.Product, lim, g, units), State: s.view(k, a.Product, r)}, nil
+		}
+		if errors.Is(err, errNoSub) {
+			return store.Reservation{}, store.ErrNoAccount
+		}
+		if err != nil {
+			return store.Reservation{}, s.fail(err)
+		}
+		h.lease = &hold
+	}
+	r, err := s.knownRow(ctx, k)
+	if err != nil {
+		if h.lease != nil {
+			s.leaser.Release(*h.lease)
+		}
+		return store.Reservation{}, err
+	}
+	st := s.view(k, a.Product, r)
+	dec := billing.Decide(a.Product, st, units)
+	dec.Allowed, dec.Code, dec.Reason = true, "", ""
+	st.Hold(a.Product, dec)
+	s.addHold(k, a.Product, dec)
+	h.res = store.Reservation{ID: s.node + ":" + strconv.FormatUint(s.holdSeq.Add(1), 10), Account: a, Decision: dec, PeriodKey: k.Period}
+	s.holdsMu.Lock()
+	s.holds[h.res.ID] = h
+	s.holdsMu.Unlock()
+	res := h.res
+	res.State = st
+	return res, nil
+}
+
+// refusal is the decision a refused grant stands for, in the words of
+// billing.Decide.
+func refusal(p billing.Product, lim Limits, g Grant, units billing.Units) billing.Decision {
+	d := billing.Decision{Units: units}
+	switch g.Refused {
+	case DimCredits:
+		// The balance as the caller can use it: what no lease holds.
+		st := billing.State{Credits: max(0, g.Left.Credits)}
+		if p.Quota != nil {
+			st.Used = 0
+		}
+		dd := billing.Decide(billing.Product{ID: p.ID, BillingModel: billing.Prepaid, Price: p.Price, UnitLabel: p.UnitLabel}, st, units)
+		d.Code, d.Reason = dd.Code, dd.Reason
+	case DimSpend:
+		d.Code, d.Reason = billing.CodeQuotaExceeded, "spending cap for this period is reached"
+	default:
+		d.Code, d.Reason = billing.CodeQuotaExceeded, "quota for this period is used up"
+		if p.Quota != nil && p.OverageAllowed() {
+			d.Reason = "spending cap for this period is reached"
+		}
+	}
+	if d.Code == "" {
+		d.Code, d.Reason = billing.CodeInsufficientCredits, "not enough credits"
+	}
+	return d
+}
+
+// Settle releases the hold and charges units, capped at what the hard
+// limits allow, in the node's next group commit; it returns once the
+// charge is durable.
+func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.Units, e store.LedgerEntry) (store.LedgerEntry, error) {
+	if err := checkUnits(units); err != nil {
+		return store.LedgerEntry{}, err
+	}
+	if r.JobID != "" {
+		return store.LedgerEntry{}, store.ErrJobHold
+	}
+	if r.ID == "" && (!r.Account.Free || units <= 0) {
+		return e, nil // nothing was held, nothing to record
+	}
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
+	e.Time = e.Time.UTC().Truncate(time.Microsecond)
+	if r.Account.Free {
+		e.Units = units
+		st := &settlement{callID: s.node + ":f" + strconv.FormatUint(s.holdSeq.Add(1), 10), free: true, units: units, entry: e}
+		if s.ship != nil {
+			return s.logSettle(ctx, st)
+		}
+		return s.settle.submit(ctx, st)
+	}
+	s.holdsMu.Lock()
+	h := s.holds[r.ID]
+	delete(s.holds, r.ID)
+	s.holdsMu.Unlock()
+	if h == nil {
+		return store.LedgerEntry{}, store.ErrNotFound // already settled, or another node's
+	}
+	a := h.res.Account
+	k := AllowanceKey{a.UserID, a.ServiceID, h.res.PeriodKey}
+	s.dropHold(k, a.Product, h.res.Decision)
+	st := &settlement{callID: r.ID, key: k, product: a.Product, units: units, entry: e}
+	if h.lease != nil {
+		if units == 0 {
+			s.leaser.Release(*h.lease)
+			return store.LedgerEntry{}, nil
+		}
+		consume, covered, err := s.leaser.Settle(ctx, *h.lease, h.lim, h.lim.Need(units))
+		if err != nil && !covered {
+			err = nil // capped against the database instead
+		}
+		st.holder, st.consume, st.covered = h.lease.Holder, consume, covered
+		_ = err
+	} else if units == 0 {
+		return store.LedgerEntry{}, nil
+	}
+	// A charge decided here (its lease covers it, or nothing limits it, at
+	// a price the usage so far does not change) goes to the settlement
+	// log; any other is capped or priced against the database, in the
+	// group commit.
+	if s.ship != nil && fixedPrice(a.Product) && (h.lease == nil || st.covered) {
+		return s.logSettle(ctx, st)
+	}
+	return s.settle.submit(ctx, st)
+}
+
+// stateSQL reads a subscription's balance and its allowance in a period.
+const stateSQL = `
+SELECT coalesce(a.used, 0), coalesce(a.leased_units, 0), coalesce(a.spend, 0), coalesce(a.leased_spend, 0), s.credits, s.credits_held, true
+FROM subscriptions s LEFT JOIN allowances a ON a.user_id = s.user_id AND a.service_id = s.service_id AND a.period = $3
+WHERE s.user_id = $1 AND s.service_id = $2`
+
+// State returns the subscription's state in the period containing now.
+// Units and credits leased to nodes count as held.
+func (s *Store) State(ctx context.Context, a store.Account, now time.Time) (billing.State, error) {
+	if a.Free {
+		return billing.State{}, nil
+	}
+	sub, err := s.getSubscription(ctx, a.UserID, a.ServiceID)
+	if err != nil {
+		return billing.State{}, err
+	}
+	k := AllowanceKey{a.UserID, a.ServiceID, periodOf(a.Product, sub.StartedAt, now)}
+	r, err := scanRow(s.pool.QueryRow(ctx, stateSQL, k.UserID, k.ServiceID, k.Period))
+	if err != nil {
+		return billing.State{}, s.fail(err)
+	}
+	if !r.hasSub {
+		return billing.State{}, store.ErrNoAccount
+	}
+	s.learn(k, r)
+	return s.view(k, a.Product, r), nil
+}
+
+// pricingState is the state reported usage is priced against: the quota
+// consumed, not what is held (billing.DecideCharge says why).
+func pricingState(s billing.State) billing.State {
+	s.Reserved = 0
+	return s
+}
+
+// Record charges usage reported after the fact, claiming the idempotency
+// key in the same transaction: the key is unique across the fleet, and a
+// duplicate returns the first report's stored response.
+func (s *Store) Record(ctx context.Context, a store.Account, e store.LedgerEntry, response func(store.LedgerEntry, billing.State) ([]byte, error)) ([]byte, error) {
+	if err := checkUnits(e.Units); err != nil {
+		return nil, err
+	}
+	if err := ctxErr(ctx); err != nil {
+		return nil, err
+	}
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
+	e.Time = e.Time.UTC().Truncate(time.Microsecond)
+	if err := s.ensurePartition(ctx, e.Time); err != nil {
+		return nil, err
+	}
+	var (
+		stored []byte
+		dup    bool
+	)
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		stored, dup = nil, false
+		if e.IdempotencyKey != "" {
+			tag, err := tx.Exec(ctx, `INSERT INTO idempotency (service_id, key, created, response) VALUES ($1, $2, $3, '')
+				ON CONFLICT DO NOTHING`, a.ServiceID, e.IdempotencyKey, e.Time)
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() == 0 {
+				dup = true
+				return tx.QueryRow(ctx, "SELECT response FROM idempotency WHERE service_id = $1 AND key = $2",
+					a.ServiceID, e.IdempotencyKey).Scan(&stored)
+			}
+		}
+		entry := e
+		var state billing.State
+		if a.Free {
+			entry.ProductID = ""
+		} else {
+			acc, err := lockAccount(ctx, tx, a.UserID, a.ServiceID, a.Product, 0, entry.Time)
+			if err != nil {
+				return err
+			}
+			dec := billing.Decide(a.Product, pricingState(acc.state), entry.Units)
+			acc.charge(a.Product, dec)
+			entry.Overage, entry.Cost = dec.Overage, dec.Cost
+			if err := acc.save(ctx, tx); err != nil {
+				return err
+			}
+			state = acc.state
+		}
+		if err := insertLedger(ctx, tx, "", &entry); err != nil {
+			return err
+		}
+		body, err := response(entry, state)
+		if err != nil {
+			return err
+		}
+		if e.IdempotencyKey != "" {
+			if _, err := tx.Exec(ctx, "UPDATE idempotency SET response = $3 WHERE service_id = $1 AND key = $2",
+				a.ServiceID, e.IdempotencyKey, body); err != nil {
+				return err
+			}
+		}
+		stored = body
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !a.Free && !dup {
+		s.cache.dropSub(a.UserID, a.ServiceID)
+		s.forget(a.UserID, a.ServiceID)
+		s.changes.add(a.UserID, a.ServiceID)
+		s.changes.publish()
+	}
+	if dup {
+		return stored, store.ErrReplayed
+	}
+	return stored, nil
+}
+
+// insertLedger appends e in tx and sets its sequence number and id.
+func insertLedger(ctx context.Context, tx pgx.Tx, callID string, e *store.LedgerEntry) error {
+	e.Time = e.Time.UTC().Truncate(time.Microsecond)
+	raw, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	var call any
+	if callID != "" {
+		call = callID
+	}
+	var seq int64
+	if err := tx.QueryRow(ctx, insertOneLedgerSQL, insertOneArgs(call, e, raw)...).Scan(&seq); err != nil { // row and rollup (rollups.go)
+		return err
+	}
+	e.Seq, e.ID = uint64(seq), "led_"+strconv.FormatInt(seq, 10)
+	return nil
+}
+
+// account is a subscription's rows in one period, locked in a
+// transaction (subscription, then allowance) and written back after a
+// change.
+type account struct {
+	key   AllowanceKey
+	state billing.State
+}
+
+// lockAccount locks and reads the rows of a's allowance in period (the
+// one containing now when zero).
+func lockAccount(ctx context.Context, tx pgx.Tx, userID, serviceID string, p billing.Product, period int64, now time.Time) (*account, error) {
+	sub, err := scanSub(tx.QueryRow(ctx, "SELECT "+subColumns+" FROM subscriptions WHERE user_id = $1 AND service_id = $2 FOR UPDATE",
+		userID, serviceID))
+	if err != nil {
+		return nil, err
+	}
+	if period == 0 {
+		period = periodOf(p, sub.StartedAt, now)
+	}
+	acc := &account{key: AllowanceKey{userID, serviceID, period}}
+	if _, err := tx.Exec(ctx, ensureAllowanceSQL, userID, serviceID, period); err != nil {
+		return nil, err
+	}
+	var used, leased, spend, ls int64
+	if err := tx.QueryRow(ctx, `SELECT used, leased_units, spend, leased_spend FROM allowances
+		WHERE user_id = $1 AND service_id = $2 AND period = $3 FOR UPDATE`, userID, serviceID, period).Scan(&used, &leased, &spend, &ls); err != nil {
+		return nil, err
+	}
+	acc.state = billing.State{Used: billing.Units(used), Reserved: billing.Units(leased), Spend: billing.Units(spend),
+		ReservedSpend: billing.Units(ls), Credits: sub.Credits, CreditsHeld: sub.CreditsHeld}
+	return acc, nil
+}
+
+// charge applies a charge, keeping the leased spend as leased (billing's
+// repricing of held spend is not what the column counts).
+func (acc *account) charge(p billing.Product, d billing.Decision) {
+	ls := acc.state.ReservedSpend
+	acc.state.Charge(p, d)
+	acc.state.ReservedSpend = ls
+}
+
+func (acc *account) save(ctx context.Context, tx pgx.Tx) error {
+	st := acc.state
+	if _, err := tx.Exec(ctx, `UPDATE allowances SET used = $4, leased_units = $5, spend = $6, leased_spend = $7
+		WHERE user_id = $1 AND service_id = $2 AND period = $3`, acc.key.UserID, acc.key.ServiceID, acc.key.Period,
+		int64(st.Used), int64(st.Reserved), int64(st.Spend), int64(st.ReservedSpend)); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, `UPDATE subscriptions SET credits = $3, credits_held = $4 WHERE user_id = $1 AND service_id = $2`,
+		acc.key.UserID, acc.key.ServiceID, int64(st.Credits), int64(st.CreditsHeld))
+	return err
+}
+
+// scanChunk is how many ledger entries one query reads.
+const scanChunk = 512
+
+// ScanLedger streams matching entries in time order, a page at a time.
+// The settlements this node acknowledged from its settlement log are
+// shipped first, so that a node reads its own writes.
+func (s *Store) ScanLedger(ctx context.Context, f store.LedgerFilter, fn func(store.LedgerEntry) error) error {
+	if err := s.flushForRead(ctx); err != nil {
+		return err
+	}
+	from := time.Unix(0, 0).UTC().AddDate(-100, 0, 0)
+	if !f.From.IsZero() {
+		from = f.From
+	}
+	to := time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+	if !f.To.IsZero() {
+		to = f.To
+	}
+	afterT, afterSeq := from, int64(-1)
+	for {
+		if err := ctxErr(ctx); err != nil {
+			return err
+		}
+		rows, err := s.pool.Query(ctx, `SELECT time, seq, entry FROM ledger
+			WHERE time >= $1 AND time < $2 AND (time, seq) > ($3, $4)
+			  AND ($5 = '' OR user_id = $5) AND ($6 = '' OR service_id = $6)
+			ORDER BY time, seq LIMIT $7`, from, to, afterT, afterSeq, f.UserID, f.ServiceID, scanChunk)
+		if err != nil {
+			return s.fail(err)
+		}
+		var chunk []store.LedgerEntry
+		for rows.Next() {
+			var t time.Time
+			var seq int64
+			var raw []byte
+			if err := rows.Scan(&t, &seq, &raw); err != nil {
+				rows.Close()
+				return s.fail(err)
+			}
+			e, err := decodeEntry(raw)
+			if err != nil {
+				rows.Close()
+				return fmt.Errorf("ledger entry %d: %w", seq, err)
+			}
+			e.Seq, e.ID, e.Time = uint64(seq), "led_"+strconv.FormatInt(seq, 10), t.UTC()
+			chunk = append(chunk, e)
+			afterT, afterSeq = t, seq
+		}
+		if err := rows.Err(); err != nil {
+			return s.fail(err)
+		}
+		for _, e := range chunk {
+			if err := fn(e); err != nil {
+				return err
+			}
+		}
+		if len(chunk) < scanChunk {
+			return nil
+		}
+	}
+}
+
+// PruneIdempotency forgets idempotency keys claimed before cutoff.
+func (s *Store) PruneIdempotency(ctx context.Context, cutoff time.Time) (int, error) {
+	tag, err := s.pool.Exec(ctx, "DELETE FROM idempotency WHERE created < $1", cutoff)
+	if err != nil {
+		return 0, s.fail(err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// changeSet collects the subscriptions whose usage or credits changed on
+// this node, for the usage alerts (each node evaluates what it changed;
+// an alert is recorded once across the fleet by its unique key).
+type changeSet struct {
+	on      bool
+	mu      sync.Mutex
+	pending map[store.AccountRef]struct{}
+	ready   chan struct{}
+}
+
+func (c *changeSet) init() {
+	c.mu.Lock()
+	if c.ready == nil {
+		c.ready = make(chan struct{}, 1)
+	}
+	c.mu.Unlock()
+}
+
+func (c *changeSet) add(userID, serviceID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.on {
+		return
+	}
+	if c.pending == nil {
+		c.pending = make(map[store.AccountRef]struct{})
+	}
+	c.pending[store.AccountRef{UserID: userID, ServiceID: serviceID}] = struct{}{}
+}
+
+func (c *changeSet) publish() {
+	c.mu.Lock()
+	n, ready := len(c.pending), c.ready
+	c.mu.Unlock()
+	if n > 0 && ready != nil {
+		select {
+		case ready <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// ChangedAccounts returns the subscriptions whose counters or credits this
+// node changed since the last call, and a channel ready when there are
+// more.
+func (s *Store) ChangedAccounts() ([]store.AccountRef, <-chan struct{}) {
+	c := &s.changes
+	c.init()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.on = true
+	out := make([]store.AccountRef, 0, len(c.pending))
+	for ref := range c.pending {
+		out = append(out, ref)
+	}
+	clear(c.pending)
+	return out, c.ready
+}
+
+// decodeEntry reads a ledger row as stored: its quantities as store.Amount,
+// so that one past billing.MaxUnits (a cost that saturated) reads back.
+func decodeEntry(raw []byte) (store.LedgerEntry, error) {
+	var r struct {
+		store.LedgerEntry
+		Units        store.Amount `json:"units"`
+		Overage      store.Amount `json:"overage,omitempty"`
+		Cost         store.Amount `json:"cost,omitempty"`
+		UnitsClaimed store.Amount `json:"unitsClaimed,omitempty"`
+	}
+	err := json.Unmarshal(raw, &r)
+	e := r.LedgerEntry
+	e.Units, e.Overage, e.Cost, e.UnitsClaimed = billing.Units(r.Units), billing.Units(r.Overage), billing.Units(r.Cost),
+		billing.Units(r.UnitsClaimed)
+	return e, err
+}

@@ -1,0 +1,390 @@
+// Package pgstore is store.Store on PostgreSQL, for a fleet: the same
+// gateway binary on several machines against one database, any node
+// serving any request. bbolt (internal/store/boltstore) stays the embedded default.
+//
+// What lives where (docs/fleet.md has the whole story):
+//   - PostgreSQL holds everything durable: keys (as SHA-256 hashes),
+//     subscriptions and credits, per-period allowances, leases, the ledger
+//     (partitioned by month), idempotency claims, jobs, alerts and the
+//     audit log. The schema is migrated by the nodes themselves at start,
+//     under an advisory lock.
+//   - Each node holds leases on the allowances of hard-limited
+//     subscriptions (lease.go) and admits calls from them in memory; a
+//     settlement it can decide alone is acknowledged once in its own
+//     settlement log and shipped in batches (shiplog.go), any other is
+//     group-committed, one transaction per batch (settle.go); keys and
+//     subscriptions are cached and dropped on LISTEN/NOTIFY (notify.go).
+package pgstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/store/settlelog"
+)
+
+// Options configure a node's store.
+type Options struct {
+	// DSN is the PostgreSQL connection string (a URL or key=value pairs).
+	DSN string
+	// NodeID names this node in lease rows (its host name when empty). A
+	// random suffix per Open tells a node's restarts apart.
+	NodeID string
+	// LeaseTTL is how long a lease outlives its last renewal: how long a
+	// killed node's unused units stay unavailable. 30s when zero.
+	LeaseTTL time.Duration
+	// LeaseMax is the largest block of units a node leases at once. 100
+	// units when zero.
+	LeaseMax billing.Units
+	// CacheTTL is how long a cached key or subscription is trusted while
+	// the notification connection is down. 1s when zero.
+	CacheTTL time.Duration
+	// MaxConns bounds the pool; 16 when zero.
+	MaxConns int32
+	// Logger, when set, is told about failures (never a key or secret).
+	Logger *zap.Logger
+	// LogDir, when set, is the directory of the node's settlement log
+	// (shiplog.go): a settlement its lease covers is acknowledged once it
+	// is in the log and shipped to PostgreSQL in batches. Empty: every
+	// settlement is acknowledged once committed (group commit). One node
+	// per directory; it must survive the node's restarts.
+	LogDir string
+	// Durability says when a record of the settlement log is acknowledged
+	// (settlelog.Sync: once fdatasync'd; settlelog.Write: once written).
+	Durability settlelog.Mode
+	// FlushInterval is how often Write durability fdatasyncs (5ms).
+	FlushInterval time.Duration
+	// ShipInterval is how long a settlement waits in the log before it is
+	// shipped when fewer than a batch (1,000) are waiting; 200ms.
+	ShipInterval time.Duration
+}
+
+// Store is a node's store.Store on PostgreSQL.
+type Store struct {
+	pool   *pgxpool.Pool
+	cfg    *pgxpool.Config
+	opts   Options
+	node   string // NodeID/incarnation: the prefix of this node's lease rows
+	log    *zap.Logger
+	leaser *Leaser
+	cache  *readCache
+	settle *settler
+	ship   *shipper // nil: no settlement log
+
+	partMu     sync.Mutex
+	partitions map[time.Time]struct{}
+
+	holdSeq atomic.Uint64
+	holdsMu sync.Mutex
+	holds   map[string]*openHold
+
+	changes changeSet
+	listen  *listener
+
+	knownMu   sync.Mutex
+	knownRows map[AllowanceKey]row
+	holdSums  holdSums
+
+	roundTrips atomic.Int64
+
+	// subFlight shares one read of a key or a subscription among the
+	// callers that find its cache entry expired at once.
+	subFlight singleflight.Group
+
+	// expired are the expired leases the last renewal read, for the
+	// sweep after it (expiredRead: read and not swept yet).
+	expiredMu   sync.Mutex
+	expired     []LeaseRef
+	expiredRead bool
+
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open connects to the database, migrates its schema (one node at a time,
+// under an advisory lock), makes the ledger partitions ahead and starts
+// the node's background work: the settlement loop, lease renewal and
+// expiry, and the notification listener.
+func Open(ctx context.Context, o Options) (*Store, error) {
+	if o.DSN == "" {
+		return nil, errors.New("pgstore: no DSN (set dsn in the store postgres block)")
+	}
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = 30 * time.Second
+	}
+	if o.LeaseMax <= 0 {
+		o.LeaseMax = billing.Whole(100)
+	}
+	if o.CacheTTL <= 0 {
+		o.CacheTTL = time.Second
+	}
+	if o.MaxConns <= 0 {
+		o.MaxConns = 16
+	}
+	if o.NodeID == "" {
+		o.NodeID, _ = os.Hostname()
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	cfg, err := pgxpool.ParseConfig(o.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: the DSN does not parse (%v); see docs/configuration.md", redact(err))
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = 3 * time.Second
+	}
+	cfg.MaxConns = o.MaxConns
+	var b [4]byte
+	rand.Read(b[:])
+	s := &Store{
+		cfg:        cfg,
+		opts:       o,
+		node:       o.NodeID + "/" + hex.EncodeToString(b[:]),
+		log:        o.Logger,
+		cache:      newReadCache(),
+		partitions: make(map[time.Time]struct{}),
+		holds:      make(map[string]*openHold),
+		knownRows:  make(map[AllowanceKey]row),
+		holdSums:   holdSums{by: make(map[AllowanceKey]*billing.State)},
+		stop:       make(chan struct{}),
+	}
+	// Count round trips: pgx writes each request (a statement, a pipelined
+	// batch) to the socket in one write and then reads its answer.
+	dial := cfg.ConnConfig.DialFunc
+	if dial == nil {
+		d := &net.Dialer{KeepAlive: 30 * time.Second}
+		dial = d.DialContext
+	}
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return countingConn{c, &s.roundTrips}, nil
+	}
+	s.pool, err = pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: %v", redact(err))
+	}
+	if err := s.migrate(ctx); err != nil {
+		s.pool.Close()
+		return nil, err
+	}
+	if err := s.ensurePartitionsAhead(ctx, time.Now()); err != nil {
+		s.pool.Close()
+		return nil, fmt.Errorf("pgstore: make ledger partitions: %w", err)
+	}
+	s.leaser = NewLeaser(pgLeases{s}, s.node, LeaseConfig{TTL: o.LeaseTTL, Max: o.LeaseMax,
+		RefuseFor: 100 * time.Millisecond, Spawn: func(f func()) { go f() }, Busy: func(h string) bool { return s.ship.busy(h) }}, nil)
+	s.settle = newSettler(s)
+	s.listen = newListener(s)
+	s.settle.start(settleWorkers)
+	if o.LogDir != "" {
+		sh, err := openShipper(ctx, s, o.LogDir, o.Durability, o.FlushInterval, o.ShipInterval)
+		if err != nil {
+			s.settle.close()
+			s.pool.Close()
+			return nil, err
+		}
+		s.ship = sh
+	}
+	s.wg.Add(1)
+	go s.maintain()
+	s.listen.start()
+	return s, nil
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("pgstore: connect: %v: %w", redact(err), store.ErrUnavailable)
+	}
+	defer c.Release()
+	if err := migrate(ctx, c.Conn()); err != nil {
+		return fmt.Errorf("pgstore: %w", err)
+	}
+	return nil
+}
+
+// Node is the holder prefix of this node's leases (node id/incarnation).
+func (s *Store) Node() string { return s.node }
+
+// RoundTrips counts the requests this node sent to PostgreSQL.
+func (s *Store) RoundTrips() int64 { return s.roundTrips.Load() }
+
+// Close finishes the settlements queued, gives every lease back (units of
+// calls still in flight included: their charges are then capped against
+// the limits), stops the background work and closes the pool.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.settle.close()
+		if s.ship != nil {
+			s.ship.close()
+		}
+		close(s.stop)
+		s.wg.Wait()
+		s.listen.close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.leaser.ReturnAll(ctx); err != nil {
+			s.closeErr = fmt.Errorf("pgstore: give leases back (they expire by themselves within %s): %w", s.opts.LeaseTTL, err)
+		}
+		s.pool.Close()
+	})
+	return s.closeErr
+}
+
+// abandon stops the node as if it were killed: no settlement flushed, no
+// lease returned (tests of a node's death).
+func (s *Store) abandon() {
+	s.closeOnce.Do(func() {
+		s.settle.abandon()
+		if s.ship != nil {
+			s.ship.abandon()
+		}
+		close(s.stop)
+		s.wg.Wait()
+		s.listen.close()
+		s.pool.Close()
+	})
+}
+
+// leaseIdle is how long a lease with nothing held stays with a node that
+// has no calls for it before its units go back to the allowance.
+const leaseIdle = 2 * time.Second
+
+// maintain renews the node's leases every second (returning those idle for
+// leaseIdle), gives back leases other nodes let expire, and makes ledger
+// partitions ahead.
+func (s *Store) maintain() {
+	defer s.wg.Done()
+	tick := time.NewTicker(min(time.Second, s.opts.LeaseTTL/5))
+	defer tick.Stop()
+	lastPart := time.Now()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), min(time.Second, s.opts.LeaseTTL/5))
+		if _, err := s.leaser.Renew(ctx, leaseIdle); err != nil {
+			s.log.Warn("renew leases", zap.Error(err))
+		}
+		if _, err := s.sweepExpired(ctx); err != nil {
+			s.log.Warn("return expired leases", zap.Error(err))
+		}
+		if time.Since(lastPart) > time.Hour {
+			if s.ensurePartitionsAhead(ctx, time.Now()) == nil {
+				lastPart = time.Now()
+			}
+		}
+		cancel()
+	}
+}
+
+// countingConn counts the writes to the database socket: one per round
+// trip.
+type countingConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c countingConn) Write(b []byte) (int, error) {
+	c.n.Add(1)
+	return c.Conn.Write(b)
+}
+
+// fail maps a database error to what the store promises: a connection
+// that failed or a server that is down or starting is store.ErrUnavailable
+// (the gateway answers 503 store_unavailable), anything else is returned
+// as is.
+func (s *Store) fail(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrExists) ||
+		errors.Is(err, store.ErrReplayed) || errors.Is(err, store.ErrStale) || errors.Is(err, store.ErrJobHold) ||
+		errors.Is(err, store.ErrNoAccount) || errors.Is(err, store.ErrBadCursor) {
+		return err
+	}
+	if unavailable(err) {
+		return fmt.Errorf("%w: postgresql: %v", store.ErrUnavailable, redact(err))
+	}
+	return err
+}
+
+func unavailable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code[:2] {
+		case "08", "53", "57", "58": // connection, resources, operator intervention, system
+			return true
+		}
+		return false
+	}
+	var ne net.Error
+	var ce *pgconn.ConnectError
+	switch {
+	case errors.As(err, &ne), errors.As(err, &ce), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, context.DeadlineExceeded), pgconn.Timeout(err):
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "conn closed") || strings.Contains(msg, "closed pool") || strings.Contains(msg, "connection reset")
+}
+
+// retryable says a transaction lost a deadlock or a serialization race and
+// can simply run again.
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
+}
+
+// redact keeps a password out of an error that quotes the DSN.
+func redact(err error) string {
+	msg := err.Error()
+	return msg
+}
+
+// tx runs fn in a transaction, again when it loses a deadlock.
+func (s *Store) tx(ctx context.Context, fn func(pgx.Tx) error) error {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		err = pgx.BeginFunc(ctx, s.pool, fn)
+		if !retryable(err) {
+			break
+		}
+	}
+	return s.fail(err)
+}
+
+func ctxErr(ctx context.Context) error {
+	if ctx == nil {
+		return nil
+	}
+	return ctx.Err()
+}

@@ -1,0 +1,380 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/store"
+)
+
+// The ledger at a year's scale on PostgreSQL (docs/fleet.md, "Rollups and
+// retention"): the hourly rollups are the table ledger_rollups, written in
+// the same statement as the ledger rows they sum (so in the same
+// transaction as the settlement batch), and retention drops whole monthly
+// partitions of the ledger.
+
+// pruneLock is the pg_advisory_xact_lock key a node holds while it prunes
+// the ledger or the rollups: in a fleet every node runs ledger_retention,
+// and one prunes at a time (the others wait, then find nothing left).
+const pruneLock = 0x706c6174_70727565 // "platprue"
+
+// rollupCols are the rollup fields of ledger rows as unnest arrays, one
+// element per row, alongside ledgerRows.
+type rollupCols struct {
+	hours     []time.Time
+	endpoints []string
+	products  []string
+	units     []int64
+	overage   []int64
+	cost      []int64
+	capped    []int64
+}
+
+func (r *rollupCols) add(e store.LedgerEntry) {
+	r.hours = append(r.hours, e.Time.UTC().Truncate(time.Hour))
+	r.endpoints = append(r.endpoints, e.EndpointID)
+	r.products = append(r.products, e.ProductID)
+	r.units = append(r.units, int64(e.Units))
+	r.overage = append(r.overage, int64(e.Overage))
+	r.cost = append(r.cost, int64(e.Cost))
+	c := int64(0)
+	if e.UnitsClaimed != 0 {
+		c = 1
+	}
+	r.capped = append(r.capped, c)
+}
+
+// rollupUpsert adds the rows of the CTE named src that are also in the
+// CTE named ins (joined on call id and time) to their rollups. Keys go in
+// primary key order, so that batches of several nodes lock the rollup rows
+// they share in one order.
+const rollupUpsert = `
+	INSERT INTO ledger_rollups AS r (hour, user_id, service_id, endpoint_id, product_id, calls, units, overage, cost, capped)
+	SELECT src.hour, src.user_id, src.service_id, src.endpoint_id, src.product_id,
+		count(*), sum(src.units)::bigint, sum(src.overage)::bigint, sum(src.cost)::bigint, sum(src.capped)::bigint
+	FROM src JOIN ins ON ins.call_id = src.call_id AND ins.time = src.time
+	GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5
+	ON CONFLICT (hour, user_id, service_id, endpoint_id, product_id) DO UPDATE SET
+		calls = r.calls + EXCLUDED.calls, units = r.units + EXCLUDED.units, overage = r.overage + EXCLUDED.overage,
+		cost = r.cost + EXCLUDED.cost, capped = r.capped + EXCLUDED.capped`
+
+// insertLedgerSQL is the settlement batch's ledger insert: the rows (with
+// the seq a node's settlement log gave them, or a new one where it gave
+// none), and
+// the rollups of the rows that were inserted (a row already there, from an
+// attempt whose commit went unanswered, is neither inserted nor counted
+// again). It answers call_id, seq of the inserted rows.
+const insertLedgerSQL = `WITH src AS (
+	SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::jsonb[],
+		$6::timestamptz[], $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[],
+		$13::bigint[])
+		AS s(time, call_id, user_id, service_id, entry, hour, endpoint_id, product_id, units, overage, cost, capped, q)
+), ins AS (
+	INSERT INTO ledger (seq, time, call_id, user_id, service_id, entry)
+	SELECT CASE WHEN q > 0 THEN q ELSE nextval(pg_get_serial_sequence('ledger', 'seq')) END,
+		time, call_id, user_id, service_id, entry FROM src
+	ON CONFLICT DO NOTHING RETURNING call_id, seq, time
+), roll AS (` + rollupUpsert + `
+)
+SELECT call_id, seq FROM ins`
+
+// insertLedgerArgs are the arguments of insertLedgerSQL.
+func (l *ledgerRows) insertArgs() []any {
+	r := &l.roll
+	return []any{l.times, l.calls, l.users, l.services, l.entries,
+		r.hours, r.endpoints, r.products, r.units, r.overage, r.cost, r.capped, l.seqs}
+}
+
+// insertOneLedgerSQL appends one row (Record, a job's completion) and adds
+// it to its rollup, answering its seq. A duplicate call id fails the whole
+// statement, rollup included.
+var insertOneLedgerSQL = `WITH src AS (
+	SELECT $1::timestamptz AS time, $2::text AS call_id, $3::text AS user_id, $4::text AS service_id, $5::jsonb AS entry,
+		$6::timestamptz AS hour, $7::text AS endpoint_id, $8::text AS product_id, $9::bigint AS units,
+		$10::bigint AS overage, $11::bigint AS cost, $12::bigint AS capped
+), ins AS (
+	INSERT INTO ledger (time, call_id, user_id, service_id, entry)
+	SELECT time, call_id, user_id, service_id, entry FROM src RETURNING call_id, seq, time
+), roll AS (` + strings.Replace(rollupUpsert, "ins.call_id = src.call_id AND ", "ins.call_id IS NOT DISTINCT FROM src.call_id AND ", 1) + `
+)
+SELECT seq FROM ins`
+
+func insertOneArgs(callID any, e *store.LedgerEntry, raw []byte) []any {
+	var r rollupCols
+	r.add(*e)
+	return []any{e.Time, callID, e.UserID, e.ServiceID, raw,
+		r.hours[0], r.endpoints[0], r.products[0], r.units[0], r.overage[0], r.cost[0], r.capped[0]}
+}
+
+// importRollups adds imported ledger rows to their rollups, in b.
+func importRollups(b *pgx.Batch, es []store.LedgerEntry) {
+	type key struct {
+		hour                             time.Time
+		user, service, endpoint, product string
+	}
+	sums := map[key]*store.Rollup{}
+	var keys []key
+	for _, e := range es {
+		k := key{e.Time.UTC().Truncate(time.Hour), e.UserID, e.ServiceID, e.EndpointID, e.ProductID}
+		r := sums[k]
+		if r == nil {
+			r = &store.Rollup{}
+			sums[k] = r
+			keys = append(keys, k)
+		}
+		r.Calls++
+		r.Units += e.Units
+		r.Overage += e.Overage
+		r.Cost += e.Cost
+		if e.UnitsClaimed != 0 {
+			r.Capped++
+		}
+	}
+	slices.SortFunc(keys, func(a, b key) int {
+		if c := a.hour.Compare(b.hour); c != 0 {
+			return c
+		}
+		return strings.Compare(a.user+"\x00"+a.service+"\x00"+a.endpoint+"\x00"+a.product,
+			b.user+"\x00"+b.service+"\x00"+b.endpoint+"\x00"+b.product)
+	})
+	for _, k := range keys {
+		r := sums[k]
+		b.Queue(`INSERT INTO ledger_rollups AS r (hour, user_id, service_id, endpoint_id, product_id, calls, units, overage, cost, capped)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+			ON CONFLICT (hour, user_id, service_id, endpoint_id, product_id) DO UPDATE SET
+				calls = r.calls + EXCLUDED.calls, units = r.units + EXCLUDED.units, overage = r.overage + EXCLUDED.overage,
+				cost = r.cost + EXCLUDED.cost, capped = r.capped + EXCLUDED.capped`,
+			k.hour, k.user, k.service, k.endpoint, k.product, r.Calls, int64(r.Units), int64(r.Overage), int64(r.Cost), r.Capped)
+	}
+}
+
+// rollupChunk is how many rollups one query reads.
+const rollupChunk = 2000
+
+// ScanRollups streams the hourly rollups (store.RollupReader) in (hour,
+// user, service, endpoint, product) order. Every settlement acknowledged
+// before the call is in them: a batch writes its rows and their rollups in
+// one transaction.
+func (s *Store) ScanRollups(ctx context.Context, f store.RollupFilter, fn func(store.Rollup) error) error {
+	from := time.Unix(0, 0).UTC().AddDate(-100, 0, 0)
+	if !f.From.IsZero() {
+		from = f.From
+	}
+	to := time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+	if !f.To.IsZero() {
+		to = f.To
+	}
+	// Keyset paging: the first chunk from the start, the next ones after
+	// the last key read.
+	first, after := true, store.Rollup{Hour: from}
+	for {
+		if err := ctxErr(ctx); err != nil {
+			return err
+		}
+		rows, err := s.pool.Query(ctx, `SELECT hour, user_id, service_id, endpoint_id, product_id, calls, units, overage, cost, capped
+			FROM ledger_rollups
+			WHERE hour >= $1 AND hour < $2
+			  AND ($3 OR (hour, user_id, service_id, endpoint_id, product_id) > ($4, $5, $6, $7, $8))
+			  AND ($9 = '' OR user_id = $9) AND ($10 = '' OR service_id = $10)
+			ORDER BY hour, user_id, service_id, endpoint_id, product_id LIMIT $11`,
+			from, to, first, after.Hour, after.UserID, after.ServiceID, after.EndpointID, after.ProductID,
+			f.UserID, f.ServiceID, rollupChunk)
+		if err != nil {
+			return s.fail(err)
+		}
+		first = false
+		var chunk []store.Rollup
+		for rows.Next() {
+			var r store.Rollup
+			var units, overage, cost int64
+			if err := rows.Scan(&r.Hour, &r.UserID, &r.ServiceID, &r.EndpointID, &r.ProductID, &r.Calls, &units, &overage, &cost, &r.Capped); err != nil {
+				rows.Close()
+				return s.fail(err)
+			}
+			r.Hour = r.Hour.UTC()
+			r.Units, r.Overage, r.Cost = billing.Units(units), billing.Units(overage), billing.Units(cost)
+			chunk = append(chunk, r)
+		}
+		if err := rows.Err(); err != nil {
+			return s.fail(err)
+		}
+		for _, r := range chunk {
+			if err := fn(r); err != nil {
+				return err
+			}
+		}
+		if len(chunk) < rollupChunk {
+			return nil
+		}
+		after = chunk[len(chunk)-1]
+	}
+}
+
+// checkCutoff refuses a prune cutoff that is zero or in the future (it
+// would remove rows still being written).
+func checkCutoff(before time.Time) error {
+	if before.IsZero() || before.After(time.Now()) {
+		return fmt.Errorf("%w: %s", store.ErrBadCutoff, before.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// partition is one monthly partition of the ledger.
+type partition struct {
+	name  string
+	month time.Time
+}
+
+// ledgerPartitions lists the ledger's partitions named as ensurePartition
+// names them, oldest first.
+func ledgerPartitions(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}) ([]partition, error) {
+	rows, err := q.Query(ctx, `SELECT c.relname FROM pg_inherits i
+		JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent = 'ledger'::regclass ORDER BY c.relname`)
+	if err != nil {
+		return nil, err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	var out []partition
+	for _, n := range names {
+		m, err := time.Parse("ledger_2006_01", n)
+		if err != nil {
+			continue // not one of ours: never dropped
+		}
+		out = append(out, partition{n, m.UTC()})
+	}
+	return out, nil
+}
+
+// PruneLedger drops the monthly partitions of the ledger that end at or
+// before before (store.LedgerPruner): whole partitions, so a year's rows go
+// without a DELETE's dead tuples or vacuum. Rows of the partition that
+// straddles before (the month before falls in) stay until a later prune
+// passes its end; the rollups stay. Segments in the result counts the
+// partitions dropped, Rows their rows and Bytes their size on disk.
+//
+// One node of a fleet prunes at a time (a session advisory lock; the
+// others wait, then find nothing left). The rows are counted first, under
+// no lock that writes wait for; then each partition is dropped in a
+// transaction of its own that waits at most dropLockWait for the ledger's
+// lock (a DROP queued behind a long export would hold back every
+// settlement queued behind it), tried again a few times, and otherwise
+// left for the next prune: the answer is then store.ErrUnavailable with
+// what was dropped so far.
+func (s *Store) PruneLedger(ctx context.Context, before time.Time) (store.PruneResult, error) {
+	res := store.PruneResult{Before: before}
+	if err := checkCutoff(before); err != nil {
+		return res, err
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return res, s.fail(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(pruneLock)); err != nil {
+		return res, s.fail(err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", int64(pruneLock))
+	parts, err := ledgerPartitions(ctx, conn)
+	if err != nil {
+		return res, s.fail(err)
+	}
+	type counted struct {
+		name        string
+		rows, bytes int64
+	}
+	var drop []counted
+	for _, p := range parts {
+		if p.month.AddDate(0, 1, 0).After(before) {
+			break // this partition holds rows at or after before
+		}
+		c := counted{name: p.name}
+		if err := conn.QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT count(*) FROM %s), pg_total_relation_size('%s')`,
+			pgx.Identifier{p.name}.Sanitize(), p.name)).Scan(&c.rows, &c.bytes); err != nil {
+			return res, s.fail(err)
+		}
+		drop = append(drop, c)
+	}
+	for _, c := range drop {
+		var err error
+		for attempt := range dropAttempts {
+			if attempt > 0 {
+				select {
+				case <-time.After(time.Duration(attempt) * dropLockWait):
+				case <-ctx.Done():
+					return res, ctx.Err()
+				}
+			}
+			err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", dropLockWait.Milliseconds())); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, "DROP TABLE "+pgx.Identifier{c.name}.Sanitize())
+				return err
+			})
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) || pe.Code != "55P03" { // lock_not_available
+				break
+			}
+		}
+		if err != nil {
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && pe.Code == "55P03" {
+				return res, fmt.Errorf("pgstore: the ledger stayed busy; partition %s was not dropped (the next prune tries again): %w",
+					c.name, store.ErrUnavailable)
+			}
+			return res, s.fail(err)
+		}
+		res.Segments++
+		res.Rows += c.rows
+		res.Bytes += c.bytes
+	}
+	return res, nil
+}
+
+// dropLockWait is the longest a partition's DROP waits for the ledger's
+// lock, dropAttempts how often it tries.
+const (
+	dropLockWait = 200 * time.Millisecond
+	dropAttempts = 10
+)
+
+// PruneRollups forgets the rollups of the hours before the one before
+// falls in (store.RollupPruner), under the same lock as PruneLedger.
+func (s *Store) PruneRollups(ctx context.Context, before time.Time) (int, error) {
+	if err := checkCutoff(before); err != nil {
+		return 0, err
+	}
+	var n int64
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(pruneLock)); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, "DELETE FROM ledger_rollups WHERE hour < $1", before.UTC().Truncate(time.Hour))
+		n = tag.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, s.fail(err)
+	}
+	return int(n), nil
+}
+
+var (
+	_ store.RollupReader = (*Store)(nil)
+	_ store.LedgerPruner = (*Store)(nil)
+	_ store.RollupPruner = (*Store)(nil)
+)

@@ -1,0 +1,241 @@
+// Package store defines what the gateway keeps durably: service keys (as
+// hashes), subscriptions with their credits, per-period usage counters, the
+// append-only usage ledger, idempotency claims and async jobs. boltstore is
+// the embedded implementation (one file, one process); pgstore keeps a
+// fleet of gateways on one PostgreSQL database. internal/store/storetest is the
+// contract both keep, as one test suite.
+//
+// Every metering method takes the billing decision and records what it
+// implies as one unit: a charge is acknowledged once it is durable (in
+// boltstore, appended to the settlement log; in pgstore, committed), a
+// counter always equals the ledger it is derived from, and a hard limit is
+// never crossed under any concurrency.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/platformgw/gateway/internal/billing"
+)
+
+// Errors the store returns; callers map them to the JSON error codes.
+var (
+	// ErrNotFound says the record asked for (a key, a job, a hold) does
+	// not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrExists says a record with the same identity is stored already,
+	// so nothing was written: a key with the same id or hash (CreateKey),
+	// a job with the same id (CreateJob, CreateJobReserved), an alert of
+	// the same user, service, period and threshold (CreateAlert, which
+	// returns the stored alert with it).
+	ErrExists = errors.New("already exists")
+	// ErrReplayed says the idempotency key of a Record was claimed before:
+	// nothing was charged again, and the first call's stored response is
+	// returned with it.
+	ErrReplayed = errors.New("idempotency key already used")
+	// ErrStale says the record changed since the caller read it (another
+	// sender claimed the alert, or it is no longer pending): UpdateAlert
+	// wrote nothing and returns the stored alert with it.
+	ErrStale = errors.New("changed since it was read")
+	// ErrJobHold says Settle was given a job's hold (JobID set): it
+	// settles with its job (CompleteJob, UpdateJob, ExpireJobs), so
+	// nothing was written.
+	ErrJobHold = errors.New("a job's hold settles with its job")
+	// ErrNoAccount says the user has no subscription to the service: the
+	// lookup and every metering method that needs one.
+	ErrNoAccount = errors.New("no subscription")
+	// ErrUnavailable says the store cannot record writes now (a full
+	// disk, an I/O error): a call whose charge cannot be recorded is
+	// refused before it is forwarded. It clears by itself once a write
+	// commits again.
+	ErrUnavailable = errors.New("store unavailable")
+)
+
+// Store is the gateway's durable state.
+type Store interface {
+	Keys
+	Subscriptions
+	Meter
+	Jobs
+	Views
+	Alerts
+	Audit
+	// PruneIdempotency forgets idempotency keys claimed before cutoff.
+	PruneIdempotency(ctx context.Context, cutoff time.Time) (int, error)
+	// Close releases the store; in-flight commits finish first.
+	Close() error
+}
+
+// KeyRecord is a service key as stored: never the key, only its SHA-256.
+type KeyRecord struct {
+	ID        string    `json:"keyId"`
+	Hash      [32]byte  `json:"-"`
+	UserID    string    `json:"userId"`
+	Roles     []string  `json:"roles,omitempty"`
+	Label     string    `json:"label,omitempty"`
+	Created   time.Time `json:"createdAt"`
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
+	RevokedAt time.Time `json:"revokedAt,omitzero"`
+}
+
+// Keys stores service keys.
+type Keys interface {
+	CreateKey(ctx context.Context, k KeyRecord) error
+	// KeyByHash finds a key, revoked or expired ones included.
+	KeyByHash(ctx context.Context, hash [32]byte) (KeyRecord, error)
+	KeyByID(ctx context.Context, id string) (KeyRecord, error)
+	// ListKeys lists a user's keys, or every key when userID is empty.
+	ListKeys(ctx context.Context, userID string) ([]KeyRecord, error)
+	// RevokeKey marks the key revoked at the given time; revoking twice
+	// keeps the first time.
+	RevokeKey(ctx context.Context, id string, at time.Time) (KeyRecord, error)
+}
+
+// Subscription ties a user to a product of a service.
+type Subscription struct {
+	UserID    string `json:"userId"`
+	ServiceID string `json:"serviceId"`
+	ProductID string `json:"productId"`
+	// Status is ACTIVE, TRIAL, CANCELLING, CANCELLING_PENDING, EXPIRED,
+	// CANCELLED or SUSPENDED.
+	Status string `json:"status"`
+	// StartedAt anchors the billing periods.
+	StartedAt time.Time `json:"startedAt"`
+	UpdatedAt time.Time `json:"updatedAt"`
+	// Credits is the prepaid balance after settled charges.
+	Credits     billing.Units `json:"credits"`
+	CreditsHeld billing.Units `json:"creditsHeld"`
+}
+
+// Subscriptions stores subscriptions and credit balances.
+type Subscriptions interface {
+	// PutSubscription creates or updates the subscription of a user to a
+	// service. StartedAt and the credit balance are kept on update.
+	PutSubscription(ctx context.Context, s Subscription) (Subscription, error)
+	GetSubscription(ctx context.Context, userID, serviceID string) (Subscription, error)
+	// AddCredits adds (or, negative, removes) prepaid credits.
+	AddCredits(ctx context.Context, userID, serviceID string, amount billing.Units, at time.Time) (Subscription, error)
+}
+
+// Ledger sources.
+const (
+	SourceGateway    = "gateway"
+	SourceReport     = "report"
+	SourceCompletion = "completion"
+)
+
+// Account identifies whose usage is metered under which product.
+type Account struct {
+	UserID    string
+	ServiceID string
+	Product   billing.Product
+	// Free marks a service owner's own call: recorded in the ledger with
+	// no product, never counted against anything.
+	Free bool
+}
+
+// LedgerEntry is one metered event; the ledger is append-only.
+type LedgerEntry struct {
+	Seq        uint64    `json:"seq"`
+	ID         string    `json:"id"`
+	Time       time.Time `json:"time"`
+	UserID     string    `json:"userId"`
+	ServiceID  string    `json:"serviceId"`
+	EndpointID string    `json:"endpointId,omitempty"`
+	ProductID  string    `json:"productId,omitempty"`
+	RequestID  string    `json:"requestId,omitempty"`
+	// OccurredAt is when the usage happened as its reporter says (a
+	// report's timestamp); Time is when the gateway recorded it.
+	OccurredAt     time.Time     `json:"occurredAt,omitzero"`
+	Units          billing.Units `json:"units"`
+	Overage        billing.Units `json:"overage,omitempty"`
+	Cost           billing.Units `json:"cost,omitempty"`
+	Source         string        `json:"source"`
+	IdempotencyKey string        `json:"idempotencyKey,omitempty"`
+	// UnitsClaimed is what the backend stated when more than a hard limit
+	// allowed to charge; Units is what was charged.
+	UnitsClaimed billing.Units `json:"unitsClaimed,omitempty"`
+}
+
+// Reservation is a hold on units for a call in flight, as Reserve and
+// CreateJobReserved return it. It always carries the decision; a refused
+// one holds nothing: it has no ID and only Decision and State are set.
+type Reservation struct {
+	// ID names the hold; empty when nothing is held (a refusal, or a free
+	// account, which holds nothing).
+	ID        string
+	Account   Account
+	Decision  billing.Decision
+	PeriodKey int64 // start of the billing period, Unix seconds
+	// State is the subscription's period state after the hold (before it,
+	// when refused); zero for a free account.
+	State billing.State
+	// JobID is set on the hold of an async job (CreateJobReserved): it
+	// outlives the process and ends with the job, never through Settle.
+	JobID string
+}
+
+// Meter reserves, settles and records usage.
+type Meter interface {
+	// Reserve holds units for a call before it is forwarded. The
+	// reservation carries the decision and the state after the hold. When
+	// the decision refuses, nothing is written: the reservation has no ID
+	// and holds nothing. The hold belongs to the process and is not a
+	// charge: it lives in memory, and if the process dies before Settle it
+	// is gone, charging nothing. Only a job's hold (CreateJobReserved) is
+	// durable, with its job.
+	Reserve(ctx context.Context, a Account, units billing.Units, now time.Time) (Reservation, error)
+	// Settle releases the hold and charges units (at most what the hard
+	// limits allow), appending the ledger entry. Units zero only releases.
+	// A hold that is already gone is ErrNotFound; a job's hold (JobID set)
+	// is ErrJobHold, since it settles with its job.
+	Settle(ctx context.Context, r Reservation, units billing.Units, e LedgerEntry) (LedgerEntry, error)
+	// Record charges usage reported after the fact (reports), even past a
+	// limit, returning the entry and the state after it. With a non-empty
+	// e.IdempotencyKey the key is claimed in the same transaction; a
+	// duplicate returns ErrReplayed with the first call's stored response.
+	Record(ctx context.Context, a Account, e LedgerEntry, response func(LedgerEntry, billing.State) ([]byte, error)) (stored []byte, err error)
+	// State returns the subscription's current period state.
+	State(ctx context.Context, a Account, now time.Time) (billing.State, error)
+	// ScanLedger calls fn for each entry with from <= Time < to (zero
+	// bounds are open) in time order, stopping at fn's first error.
+	ScanLedger(ctx context.Context, f LedgerFilter, fn func(LedgerEntry) error) error
+}
+
+// LedgerFilter narrows a ledger scan.
+type LedgerFilter struct {
+	UserID    string
+	ServiceID string
+	From, To  time.Time
+}
+
+// AuditEntry is one change an operator made (a key created or revoked, a
+// subscription set, credits added), as the audit log keeps it: who, what,
+// when. It never holds a key or a secret.
+type AuditEntry struct {
+	// Seq orders the log; the store assigns it.
+	Seq  uint64    `json:"seq"`
+	Time time.Time `json:"time"`
+	// Actor is who made the change: "admin-api <remote addr>" for the admin
+	// API, "console:<operator>" for the console.
+	Actor string `json:"actor"`
+	// Action is key.create, key.revoke, subscription.put or credits.add.
+	Action    string `json:"action"`
+	UserID    string `json:"userId,omitempty"`
+	ServiceID string `json:"serviceId,omitempty"`
+	KeyID     string `json:"keyId,omitempty"`
+	// Detail says what changed, in words (a product and status, an amount).
+	Detail string `json:"detail,omitempty"`
+}
+
+// Audit is the append-only log of operator changes.
+type Audit interface {
+	// AppendAudit stores e with the next sequence number and returns it.
+	AppendAudit(ctx context.Context, e AuditEntry) (AuditEntry, error)
+	// ListAudit returns up to limit entries, newest first, starting
+	// before cursor ("" for the newest), and the cursor of the next (older)
+	// page, "" when there is none. A malformed cursor is ErrBadCursor.
+	ListAudit(ctx context.Context, cursor string, limit int) ([]AuditEntry, string, error)
+}

@@ -1,0 +1,232 @@
+package storetest
+
+import (
+	"crypto/subtle"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/platformgw/gateway/internal/servicekey"
+	"github.com/platformgw/gateway/internal/store"
+)
+
+// testKeys: keys are found by hash and id, listed per user (a user id that
+// is a prefix of another lists only its own), duplicates of either are
+// refused whole, and revoking keeps the first time.
+func testKeys(t *testing.T, c *suite) {
+	s := c.store(t)
+	keys := []store.KeyRecord{
+		{ID: "key_b", Hash: keyHash("sk_b"), UserID: "u1", Roles: []string{"admin", "reader"}, Label: "ci", Created: T0,
+			ExpiresAt: T0.Add(90 * 24 * time.Hour)},
+		{ID: "key_a", Hash: keyHash("sk_a"), UserID: "u1", Created: T0.Add(time.Minute)},
+		{ID: "key_c", Hash: keyHash("sk_c"), UserID: "u10", Created: T0}, // u1 is a prefix of u10
+		{ID: "key_d", Hash: keyHash("sk_d"), UserID: "u2", Created: T0},
+	}
+	for _, k := range keys {
+		if err := s.CreateKey(ctx, k); err != nil {
+			t.Fatalf("CreateKey(%s): %v", k.ID, err)
+		}
+	}
+	for _, want := range keys {
+		got, err := s.KeyByHash(ctx, want.Hash)
+		if err != nil || !sameKey(got, want) {
+			t.Errorf("KeyByHash(%s) = %+v, %v; want %+v", want.ID, got, err, want)
+		}
+		got, err = s.KeyByID(ctx, want.ID)
+		if err != nil || !sameKey(got, want) {
+			t.Errorf("KeyByID(%s) = %+v, %v; want %+v", want.ID, got, err, want)
+		}
+	}
+	lists := []struct {
+		user string
+		want []string
+	}{
+		{"u1", []string{"key_a", "key_b"}},
+		{"u10", []string{"key_c"}},
+		{"u2", []string{"key_d"}},
+		{"nobody", nil},
+		{"", []string{"key_a", "key_b", "key_c", "key_d"}},
+	}
+	for _, l := range lists {
+		got, err := s.ListKeys(ctx, l.user)
+		if err != nil {
+			t.Fatalf("ListKeys(%q): %v", l.user, err)
+		}
+		ids := keyIDs(got)
+		slices.Sort(ids) // the order is not promised
+		if !slices.Equal(ids, l.want) {
+			t.Errorf("ListKeys(%q) = %v, want %v", l.user, ids, l.want)
+		}
+		for _, k := range got {
+			if subtle.ConstantTimeCompare(k.Hash[:], make([]byte, len(k.Hash))) == 1 {
+				t.Errorf("ListKeys(%q): key %s without its hash", l.user, k.ID)
+			}
+		}
+	}
+
+	dups := []store.KeyRecord{
+		{ID: "key_new", Hash: keyHash("sk_a"), UserID: "u3"},
+		{ID: "key_a", Hash: keyHash("sk_new"), UserID: "u3"},
+	}
+	for _, k := range dups {
+		if err := s.CreateKey(ctx, k); !errors.Is(err, store.ErrExists) {
+			t.Errorf("CreateKey(duplicate %s) = %v, want ErrExists", k.ID, err)
+		}
+	}
+	if got, _ := s.ListKeys(ctx, "u3"); len(got) != 0 {
+		t.Errorf("a refused key was stored: %+v", got)
+	}
+	if _, err := s.KeyByHash(ctx, keyHash("sk_new")); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("a refused key was stored under its hash: %v", err)
+	}
+
+	first := T0.Add(time.Hour)
+	k, err := s.RevokeKey(ctx, "key_a", first)
+	if err != nil || !k.RevokedAt.Equal(first) {
+		t.Fatalf("RevokeKey = %+v, %v", k, err)
+	}
+	k, err = s.RevokeKey(ctx, "key_a", first.Add(time.Hour))
+	if err != nil || !k.RevokedAt.Equal(first) {
+		t.Errorf("second RevokeKey = %v, %v; want the first time %s", k.RevokedAt, err, first)
+	}
+	k, err = s.KeyByHash(ctx, keyHash("sk_a"))
+	if err != nil || !k.RevokedAt.Equal(first) {
+		t.Errorf("KeyByHash(revoked) = %+v, %v", k, err)
+	}
+	if k, _ := s.KeyByID(ctx, "key_b"); !k.RevokedAt.IsZero() {
+		t.Errorf("revoking key_a revoked key_b: %+v", k)
+	}
+	if _, err := s.KeyByHash(ctx, keyHash("sk_unknown")); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("KeyByHash(unknown) = %v, want ErrNotFound", err)
+	}
+	if _, err := s.KeyByID(ctx, "key_unknown"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("KeyByID(unknown) = %v, want ErrNotFound", err)
+	}
+	if _, err := s.RevokeKey(ctx, "key_unknown", T0); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("RevokeKey(unknown) = %v, want ErrNotFound", err)
+	}
+}
+
+// testKeyIDAnyCase: a key id issued as a UUID is found whatever its case,
+// next to an old "key_…" id.
+func testKeyIDAnyCase(t *testing.T, c *suite) {
+	s := c.store(t)
+	old := store.KeyRecord{ID: "key_AbCdEfGhIjKlMnOpQrSt", Hash: keyHash("sk_old"), UserID: "u1", Created: T0}
+	fresh := store.KeyRecord{ID: servicekey.NewID(), Hash: keyHash("sk_new"), UserID: "u1", Created: T0.Add(time.Minute)}
+	for _, k := range []store.KeyRecord{old, fresh} {
+		if err := s.CreateKey(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := s.KeyByID(ctx, strings.ToUpper(fresh.ID)); err != nil || !sameKey(got, fresh) {
+		t.Errorf("KeyByID(upper case UUID) = %+v, %v", got, err)
+	}
+	if got, err := s.KeyByID(ctx, old.ID); err != nil || !sameKey(got, old) {
+		t.Errorf("KeyByID(old id) = %+v, %v", got, err)
+	}
+	k, err := s.RevokeKey(ctx, old.ID, T0.Add(time.Hour))
+	if err != nil || k.ID != old.ID || !k.RevokedAt.Equal(T0.Add(time.Hour)) {
+		t.Fatalf("RevokeKey(old id) = %+v, %v", k, err)
+	}
+	if k, err := s.KeyByID(ctx, fresh.ID); err != nil || !k.RevokedAt.IsZero() {
+		t.Errorf("revoking the old key touched the new one: %+v, %v", k, err)
+	}
+}
+
+func sameKey(a, b store.KeyRecord) bool {
+	return a.ID == b.ID && subtle.ConstantTimeCompare(a.Hash[:], b.Hash[:]) == 1 && a.UserID == b.UserID && slices.Equal(a.Roles, b.Roles) &&
+		a.Label == b.Label && a.Created.Equal(b.Created) && a.ExpiresAt.Equal(b.ExpiresAt) && a.RevokedAt.Equal(b.RevokedAt)
+}
+
+func keyIDs(ks []store.KeyRecord) []string {
+	var ids []string
+	for _, k := range ks {
+		ids = append(ids, k.ID)
+	}
+	return ids
+}
+
+// testSubscriptions: a subscription starts when created unless given a
+// start; an update keeps the start and the balance whatever it sends.
+func testSubscriptions(t *testing.T, c *suite) {
+	s := c.store(t)
+	if _, err := s.GetSubscription(ctx, "u1", "svc"); !errors.Is(err, store.ErrNoAccount) {
+		t.Fatalf("GetSubscription(none) = %v, want ErrNoAccount", err)
+	}
+	if _, err := s.AddCredits(ctx, "u1", "svc", whole(5), T0); !errors.Is(err, store.ErrNoAccount) {
+		t.Fatalf("AddCredits(none) = %v, want ErrNoAccount", err)
+	}
+	created, err := s.PutSubscription(ctx, store.Subscription{UserID: "u1", ServiceID: "svc", ProductID: "basic",
+		Status: "TRIAL", UpdatedAt: T0})
+	if err != nil || !created.StartedAt.Equal(T0) {
+		t.Fatalf("PutSubscription(create) = %+v, %v; want StartedAt %s", created, err, T0)
+	}
+	start := T0.Add(-48 * time.Hour)
+	other, err := s.PutSubscription(ctx, store.Subscription{UserID: "u1", ServiceID: "svc2", ProductID: "basic",
+		Status: "ACTIVE", StartedAt: start, UpdatedAt: T0})
+	if err != nil || !other.StartedAt.Equal(start) {
+		t.Fatalf("PutSubscription(create with start) = %+v, %v", other, err)
+	}
+	sub, err := s.AddCredits(ctx, "u1", "svc", whole(10), T0.Add(time.Minute))
+	if err != nil || sub.Credits != whole(10) || !sub.UpdatedAt.Equal(T0.Add(time.Minute)) {
+		t.Fatalf("AddCredits(+10) = %+v, %v", sub, err)
+	}
+	if sub, err = s.AddCredits(ctx, "u1", "svc", -whole(3), T0.Add(2*time.Minute)); err != nil || sub.Credits != whole(7) {
+		t.Fatalf("AddCredits(-3) = %+v, %v", sub, err)
+	}
+	later := T0.Add(24 * time.Hour)
+	updated, err := s.PutSubscription(ctx, store.Subscription{UserID: "u1", ServiceID: "svc", ProductID: "pro",
+		Status: "ACTIVE", StartedAt: later, UpdatedAt: later, Credits: whole(1000), CreditsHeld: whole(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetSubscription(ctx, "u1", "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sub := range []store.Subscription{updated, got} {
+		if sub.ProductID != "pro" || sub.Status != "ACTIVE" || !sub.UpdatedAt.Equal(later) ||
+			!sub.StartedAt.Equal(T0) || sub.Credits != whole(7) || sub.CreditsHeld != 0 {
+			t.Errorf("after update: %+v; want product pro, ACTIVE, started %s, 7 credits", sub, T0)
+		}
+	}
+	if got, _ := s.GetSubscription(ctx, "u1", "svc2"); got.ProductID != "basic" || !got.StartedAt.Equal(start) {
+		t.Errorf("another service's subscription changed: %+v", got)
+	}
+	// Every status the store documents is stored as given.
+	for _, status := range []string{"ACTIVE", "TRIAL", "CANCELLING", "CANCELLING_PENDING", "EXPIRED", "CANCELLED", "SUSPENDED"} {
+		if _, err := s.PutSubscription(ctx, store.Subscription{UserID: "u1", ServiceID: "svc2", ProductID: "basic",
+			Status: status, UpdatedAt: later}); err != nil {
+			t.Fatalf("PutSubscription(%s): %v", status, err)
+		}
+		if got, err := s.GetSubscription(ctx, "u1", "svc2"); err != nil || got.Status != status || !got.StartedAt.Equal(start) {
+			t.Errorf("status %s stored as %+v, %v", status, got, err)
+		}
+	}
+}
+
+// testNegativeBalance: credits may go below zero; the subscription stays
+// readable, a hold is refused (not an error), and credits added bring it
+// back.
+func testNegativeBalance(t *testing.T, c *suite) {
+	s := c.store(t)
+	a := subscribe(t, s, "u1", "svc", prepaid, whole(1))
+	sub, err := s.AddCredits(ctx, "u1", "svc", -whole(3), T0)
+	if err != nil || sub.Credits != -whole(2) {
+		t.Fatalf("AddCredits(-3) = %+v, %v", sub, err)
+	}
+	if got, err := s.GetSubscription(ctx, "u1", "svc"); err != nil || got.Credits != -whole(2) {
+		t.Fatalf("GetSubscription of an overdrawn balance = %+v, %v", got, err)
+	}
+	if st := c.state(t, s, a, T0); st.Credits != -whole(2) {
+		t.Errorf("State.Credits = %s, want -2", st.Credits)
+	}
+	if res, err := s.Reserve(ctx, a, whole(1), T0); err != nil || res.Decision.Allowed {
+		t.Errorf("Reserve on an overdrawn balance = %+v, %v; want a refusal", res.Decision, err)
+	}
+	if sub, err := s.AddCredits(ctx, "u1", "svc", whole(3), T0); err != nil || sub.Credits != whole(1) {
+		t.Errorf("AddCredits(+3) = %+v, %v", sub, err)
+	}
+}

@@ -1,0 +1,175 @@
+package subscription
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/catalog"
+	"github.com/platformgw/gateway/internal/store"
+)
+
+func TestGrantsAccess(t *testing.T) {
+	for _, tc := range []struct {
+		status string
+		valid  bool
+		grants bool
+	}{
+		{"ACTIVE", true, true},
+		{"TRIAL", true, true},
+		{"CANCELLING", true, true},
+		{"CANCELLING_PENDING", true, true},
+		{"EXPIRED", true, false},
+		{"CANCELLED", true, false},
+		{"SUSPENDED", true, false},
+		{"active", true, true}, // any letter case
+		{"Trial", true, true},
+		{"suspended", true, false},
+		{"", false, false},
+		{"PENDING", false, false},
+		{" ACTIVE", false, false}, // not trimmed: the store holds exact values
+		{"ACTIVE_", false, false},
+	} {
+		if got := GrantsAccess(tc.status); got != tc.grants {
+			t.Errorf("GrantsAccess(%q) = %v, want %v", tc.status, got, tc.grants)
+		}
+		st, ok := ParseStatus(tc.status)
+		if ok != tc.valid {
+			t.Errorf("ParseStatus(%q) valid = %v, want %v", tc.status, ok, tc.valid)
+		}
+		if ok && st.GrantsAccess() != tc.grants {
+			t.Errorf("%s.GrantsAccess() = %v, want %v", st, st.GrantsAccess(), tc.grants)
+		}
+	}
+}
+
+func TestStatuses(t *testing.T) {
+	want := []string{"ACTIVE", "TRIAL", "CANCELLING", "CANCELLING_PENDING", "EXPIRED", "CANCELLED", "SUSPENDED"}
+	if got := StatusNames(); !slices.Equal(got, want) {
+		t.Errorf("StatusNames() = %v, want %v", got, want)
+	}
+	all := Statuses()
+	all[0] = "MUTATED"
+	if Statuses()[0] != Active {
+		t.Error("Statuses returns the package's own slice")
+	}
+	// The statuses that grant access come first: operators read the list
+	// in that order.
+	for i, s := range Statuses() {
+		if s.GrantsAccess() != (i < 4) {
+			t.Errorf("status %d %s: grants access %v", i, s, s.GrantsAccess())
+		}
+	}
+}
+
+func testService(t *testing.T) *catalog.Service {
+	t.Helper()
+	svc := &catalog.Service{
+		ID:        "svc",
+		Backend:   "http://127.0.0.1:1",
+		Secrets:   []string{"0123456789abcdef0123"},
+		Owners:    []string{"u-owner"},
+		Endpoints: []*catalog.Endpoint{{ID: "echo"}},
+		Products: []*billing.Product{{ID: "basic", BillingModel: billing.Subscription,
+			MeasurementType: billing.PerRequest}},
+	}
+	c, err := catalog.Compile([]*catalog.Service{svc}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := c.Service("svc")
+	return s
+}
+
+func TestResolve(t *testing.T) {
+	svc := testService(t)
+	basic, _ := svc.Product("basic")
+	lookupFailed := errors.New("disk on fire")
+	subs := map[string]store.Subscription{
+		"u-active":   {UserID: "u-active", ServiceID: "svc", ProductID: "basic", Status: "ACTIVE"},
+		"u-trial":    {UserID: "u-trial", ServiceID: "svc", ProductID: "basic", Status: "trial"},
+		"u-pending":  {UserID: "u-pending", ServiceID: "svc", ProductID: "basic", Status: "CANCELLING_PENDING"},
+		"u-expired":  {UserID: "u-expired", ServiceID: "svc", ProductID: "basic", Status: "EXPIRED"},
+		"u-suspend":  {UserID: "u-suspend", ServiceID: "svc", ProductID: "basic", Status: "suspended"},
+		"u-gone":     {UserID: "u-gone", ServiceID: "svc", ProductID: "retired", Status: "ACTIVE"},
+		"u-gone-off": {UserID: "u-gone-off", ServiceID: "svc", ProductID: "retired", Status: "CANCELLED"},
+	}
+	lookup := func(_ context.Context, userID, serviceID string) (store.Subscription, error) {
+		if serviceID != "svc" {
+			t.Errorf("looked up service %q", serviceID)
+		}
+		switch userID {
+		case "u-broken":
+			return store.Subscription{}, lookupFailed
+		case "u-notfound":
+			return store.Subscription{}, store.ErrNotFound
+		}
+		s, ok := subs[userID]
+		if !ok {
+			return store.Subscription{}, store.ErrNoAccount
+		}
+		return s, nil
+	}
+	for _, tc := range []struct {
+		user      string
+		recorded  bool // ResolveRecorded: the status is not checked
+		reason    Reason
+		message   string
+		product   string // "" for an owner
+		status    Status
+		lookupErr bool
+	}{
+		{user: "u-owner", status: Active},
+		{user: "u-owner", recorded: true, status: Active},
+		{user: "u-active", product: "basic", status: Active},
+		{user: "u-trial", product: "basic", status: Trial},
+		{user: "u-pending", product: "basic", status: CancellingPending},
+		{user: "u-nobody", reason: NoSubscription, message: "no subscription to service svc"},
+		{user: "u-notfound", reason: NoSubscription, message: "no subscription to service svc"},
+		{user: "u-nobody", recorded: true, reason: NoSubscription, message: "no subscription to service svc"},
+		{user: "u-expired", reason: Inactive, message: "the subscription is EXPIRED"},
+		{user: "u-suspend", reason: Inactive, message: "the subscription is SUSPENDED"},
+		{user: "u-expired", recorded: true, product: "basic", status: Expired},
+		{user: "u-gone", reason: ProductGone, message: `the subscription's product "retired" is no longer offered`},
+		{user: "u-gone", recorded: true, reason: ProductGone, message: `the subscription's product "retired" is no longer offered`},
+		// The status is judged before the product.
+		{user: "u-gone-off", reason: Inactive, message: "the subscription is CANCELLED"},
+		{user: "u-broken", lookupErr: true},
+		{user: "u-broken", recorded: true, lookupErr: true},
+	} {
+		resolve := Resolve
+		if tc.recorded {
+			resolve = ResolveRecorded
+		}
+		a, err := resolve(context.Background(), svc, tc.user, lookup)
+		name := tc.user
+		if tc.recorded {
+			name += " (recorded)"
+		}
+		var refusal *Error
+		switch {
+		case tc.lookupErr:
+			if !errors.Is(err, lookupFailed) || errors.As(err, &refusal) {
+				t.Errorf("%s: err %v, want the lookup's error, not a refusal", name, err)
+			}
+		case tc.reason != 0:
+			if !errors.As(err, &refusal) || refusal.Reason != tc.reason || err.Error() != tc.message {
+				t.Errorf("%s: err %v, want reason %d %q", name, err, tc.reason, tc.message)
+			}
+		case err != nil:
+			t.Errorf("%s: %v", name, err)
+		case tc.product == "":
+			if !a.Owner() || !a.Account.Free || a.Account.UserID != tc.user || a.Account.ServiceID != "svc" || a.Status() != tc.status {
+				t.Errorf("%s: owner access %+v", name, a)
+			}
+		default:
+			if a.Owner() || a.Account.Free || a.Product != basic || a.Account.Product.ID != tc.product ||
+				a.Account.UserID != tc.user || a.Account.ServiceID != "svc" || a.Status() != tc.status ||
+				a.Subscription.UserID != tc.user {
+				t.Errorf("%s: access %+v", name, a)
+			}
+		}
+	}
+}

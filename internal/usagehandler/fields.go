@@ -1,0 +1,206 @@
+package usagehandler
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/platformgw/gateway/internal/apierror"
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/signing"
+	"github.com/platformgw/gateway/internal/wire"
+)
+
+// fields is a JSON object body, read field by field so that a wrong type
+// is refused with the field's name while unknown fields are allowed (SDKs
+// add their own). null counts as absent.
+type fields map[string]json.RawMessage
+
+func parseObject(body []byte) (fields, *apierror.Error) {
+	var f fields
+	if err := json.Unmarshal(body, &f); err != nil || f == nil {
+		return nil, apierror.Invalid("body", "the body must be a JSON object")
+	}
+	for k, v := range f {
+		if bytes.Equal(v, []byte("null")) {
+			delete(f, k)
+		}
+	}
+	return f, nil
+}
+
+// str reads a string field; ok is false when it is absent.
+func (f fields) str(name string) (s string, ok bool, e *apierror.Error) {
+	raw, ok := f[name]
+	if !ok {
+		return "", false, nil
+	}
+	if raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+		return "", true, apierror.Invalid(name, name+" must be a string")
+	}
+	return s, true, nil
+}
+
+// serviceID reads a required service id: a non-empty string of printable
+// characters. It is only ever looked up in the catalog (whose ids are
+// catalog.ValidID), where one it does not have is refused as unknown
+// (401 invalid_signature: no secret of it can have signed), so this only
+// keeps bytes that are not text out of messages and logs.
+func (f fields) serviceID(name string) (string, *apierror.Error) {
+	s, ok, e := f.str(name)
+	if e != nil {
+		return "", e
+	}
+	if !ok || s == "" {
+		return "", apierror.Invalid(name, name+" is required")
+	}
+	// U+FFFD is what encoding/json makes of bytes that are not UTF-8 (or of
+	// a lone surrogate escape): "u\xff" and "u\xfe" were both recorded for
+	// the user "u\uFFFD", so such an id is refused, as the admin API does.
+	if len(s) > 256 || strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f || r == utf8.RuneError }) {
+		return "", apierror.Invalid(name, name+" must be at most 256 printable characters")
+	}
+	return s, nil
+}
+
+// userID reads a required user id: wire.ValidUserID, the rule the admin
+// API holds every user id to, so a report or estimate cannot name a user
+// no key or subscription can belong to.
+func (f fields) userID(name string) (string, *apierror.Error) {
+	s, ok, e := f.str(name)
+	if e != nil {
+		return "", e
+	}
+	if !ok || s == "" {
+		return "", apierror.Invalid(name, name+" is required")
+	}
+	if !wire.ValidUserID(s) {
+		return "", apierror.Invalid(name, name+" must be "+wire.UserIDRule)
+	}
+	return s, nil
+}
+
+// units reads a non-negative exact decimal: a JSON number, or a string
+// holding one (some SDKs serialise decimals as strings).
+func (f fields) units(name string) (u billing.Units, ok bool, e *apierror.Error) {
+	raw, ok := f[name]
+	if !ok {
+		return 0, false, nil
+	}
+	c := raw[0]
+	if c != '"' && c != '-' && (c < '0' || c > '9') {
+		return 0, true, apierror.Invalid(name, name+" must be a number")
+	}
+	if err := u.UnmarshalJSON(raw); err != nil {
+		return 0, true, apierror.Invalid(name, name+" must be a non-negative decimal with at most 6 decimal places")
+	}
+	return u, true, nil
+}
+
+// number reads a JSON number field.
+func (f fields) number(name string) (v float64, ok bool, e *apierror.Error) {
+	raw, ok := f[name]
+	if !ok {
+		return 0, false, nil
+	}
+	c := raw[0]
+	if c != '-' && (c < '0' || c > '9') || json.Unmarshal(raw, &v) != nil {
+		return 0, true, apierror.Invalid(name, name+" must be a number")
+	}
+	return v, true, nil
+}
+
+// timestamp reads the required body timestamp: an ISO-8601 string, or
+// epoch seconds or milliseconds as a number (or a string of digits). It
+// may not lie further in the future than the clock skew allowance.
+func (f fields) timestamp(now time.Time, skew time.Duration) (time.Time, *apierror.Error) {
+	raw, ok := f["timestamp"]
+	if !ok {
+		return time.Time{}, apierror.Invalid("timestamp", "timestamp is required")
+	}
+	var t time.Time
+	var err error
+	if raw[0] == '"' {
+		var s string
+		if err = json.Unmarshal(raw, &s); err == nil {
+			t, err = parseTime(s)
+		}
+	} else {
+		t, err = parseEpoch(string(raw))
+	}
+	if err != nil {
+		return time.Time{}, apierror.Invalid("timestamp", "timestamp must be an ISO-8601 date-time or epoch seconds or milliseconds")
+	}
+	if t.After(now.Add(skew)) {
+		return time.Time{}, apierror.Invalid("timestamp", "timestamp is in the future")
+	}
+	return t.UTC(), nil
+}
+
+// isoLayouts are the ISO-8601 forms SDKs send: RFC 3339 (JavaScript's
+// toISOString, Java's Instant), a numeric offset without colon, and
+// zone-less local date-times (Java's LocalDateTime, Python's isoformat),
+// read as UTC. Fractional seconds are accepted after the seconds by
+// time.Parse itself.
+var isoLayouts = []string{
+	time.RFC3339,
+	"2006-01-02T15:04:05Z0700",
+	"2006-01-02T15:04:05",
+	"2006-01-02T15:04Z07:00",
+	"2006-01-02T15:04",
+	"2006-01-02 15:04:05Z07:00",
+	"2006-01-02 15:04:05",
+}
+
+func parseTime(s string) (time.Time, error) {
+	if s != "" && s[0] >= '0' && s[0] <= '9' && !strings.ContainsAny(s, "-:T") {
+		return parseEpoch(s)
+	}
+	var err error
+	for _, layout := range isoLayouts {
+		var t time.Time
+		if t, err = time.Parse(layout, s); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, err
+}
+
+// parseEpoch reads epoch seconds (a fraction allowed, as Python's
+// time.time() gives) or milliseconds (13 digits or more, as JavaScript's
+// Date.now() gives).
+func parseEpoch(s string) (time.Time, error) {
+	whole, frac, hasFrac := strings.Cut(s, ".")
+	t, err := signing.ParseTimestamp(whole)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if !hasFrac {
+		return t, nil
+	}
+	if frac == "" || len(frac) > 9 || strings.Trim(frac, "0123456789") != "" {
+		return time.Time{}, signing.ErrTimestamp
+	}
+	n, _ := strconv.Atoi((frac + "000000000")[:9]) // nanoseconds of one unit
+	unit := time.Second
+	if len(whole) >= 13 {
+		unit = time.Millisecond
+	}
+	return t.Add(time.Duration(n) * unit / time.Second), nil
+}
+
+// cut returns s cut to at most max bytes at a UTF-8 boundary, and whether
+// it was cut.
+func cut(s string, max int) (string, bool) {
+	if len(s) <= max {
+		return s, false
+	}
+	i := max
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i], true
+}

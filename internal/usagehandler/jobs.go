@@ -1,0 +1,433 @@
+package usagehandler
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"mime"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/platformgw/gateway/internal/apierror"
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/catalog"
+	"github.com/platformgw/gateway/internal/engine"
+	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/wire"
+)
+
+// Limits of the short texts a backend sends about a job.
+const (
+	maxStageBytes        = 1 << 10
+	maxErrorMessageBytes = 4 << 10
+	maxResultURLBytes    = 8 << 10
+	maxContentTypeBytes  = 255
+)
+
+// Sentinels that stop a job update without writing anything.
+var (
+	// errExpired: the job ran past its deadline and is failed (or about
+	// to be, by the sweep): 409 to the backend.
+	errExpired = errors.New("job expired")
+	// errSameCompletion: the job completed with this very completion
+	// before; the backend's retry is answered 200 again.
+	errSameCompletion = errors.New("same completion again")
+)
+
+// signedJob authenticates a backend's request about a job: the job must
+// exist and the signer must be the job's service. A valid signature of a
+// different service gets the same 404 as an unknown job, so services learn
+// nothing about each other's jobs. The timestamp may be as old as the job,
+// since SDKs reuse the one handed to them in the callback URL.
+func (h *Handler) signedJob(r *http.Request, id, route string) (signedRequest, store.Job, *catalog.Service, *apierror.Error) {
+	s, e := h.readSigned(r)
+	if e != nil {
+		return s, store.Job{}, nil, e
+	}
+	notFound := apierror.New(apierror.RequestNotFound, "no request "+apierror.QuoteID(id))
+	job, err := h.rt.Jobs().GetJob(r.Context(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		return s, job, nil, notFound
+	}
+	if err != nil {
+		h.logger.Error("job lookup", zap.Error(err))
+		return s, job, nil, storeFailure(err, "job lookup failed")
+	}
+	svc, ok := h.rt.Catalog.Service(job.ServiceID)
+	if !ok { // the service left the catalog: nobody can sign for the job
+		return s, job, nil, notFound
+	}
+	if s.signature != "" && !s.signedBy(svc) && h.signedByAnother(s, svc.ID) {
+		h.rt.CountSignatureFailure(route)
+		return s, job, nil, notFound
+	}
+	if e := h.verify(s, svc, job.CreatedAt, h.rt.Now(), route); e != nil {
+		return s, job, nil, e
+	}
+	return s, job, svc, nil
+}
+
+// signedByAnother reports whether another service of the catalog signed.
+// It runs only for signatures the job's own service refused.
+func (h *Handler) signedByAnother(s signedRequest, except string) bool {
+	for _, other := range h.rt.Catalog.Services() {
+		if other.ID != except && s.signedBy(other) {
+			return true
+		}
+	}
+	return false
+}
+
+// progress records a backend's progress on a job: PENDING becomes RUNNING.
+func (h *Handler) progress(w http.ResponseWriter, r *http.Request, id string) {
+	s, _, _, e := h.signedJob(r, id, "progress")
+	if e != nil {
+		h.refuse(w, r, e)
+		return
+	}
+	now := h.rt.Now()
+	p, e := parseProgress(s.body, now, time.Duration(h.rt.Limits.TimestampTolerance))
+	if e != nil {
+		h.refuse(w, r, e)
+		return
+	}
+	var started bool
+	job, err := h.rt.Jobs().UpdateJob(r.Context(), id, func(j *store.Job) error {
+		if j.Terminal() {
+			return engine.ErrJobFinished
+		}
+		if !now.Before(j.ExpiresAt) {
+			return errExpired
+		}
+		started = j.Status == store.JobPending
+		j.Status = store.JobRunning
+		j.Stage = p.Stage
+		j.PercentageComplete = p.Percentage
+		if p.HasError {
+			j.ErrorMessage = p.ErrorMessage
+		}
+		j.UpdatedAt = now.UTC()
+		return nil
+	})
+	if e := h.jobWriteError(err, id); e != nil {
+		h.refuse(w, r, e)
+		return
+	}
+	if started {
+		h.rt.CountJobState(store.JobRunning)
+	}
+	body, _ := json.Marshal(wire.JobAck{RequestID: job.ID, Status: job.Status})
+	writeJSON(w, http.StatusOK, body)
+}
+
+// jobWriteError maps the outcome of a job update to the backend's answer.
+func (h *Handler) jobWriteError(err error, id string) *apierror.Error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, engine.ErrJobFinished):
+		return apierror.New(apierror.RequestAlreadyCompleted, "request "+apierror.QuoteID(id)+" has already finished")
+	case errors.Is(err, errExpired):
+		return apierror.New(apierror.RequestAlreadyCompleted, "request "+apierror.QuoteID(id)+" expired: "+engine.JobExpiredMessage)
+	case errors.Is(err, store.ErrNotFound):
+		return apierror.New(apierror.RequestNotFound, "no request "+apierror.QuoteID(id))
+	}
+	h.logger.Error("job update", zap.String("request_id", id), zap.Error(err))
+	return storeFailure(err, "the job could not be updated")
+}
+
+// progressUpdate is a validated progress body.
+type progressUpdate struct {
+	Stage        string
+	Percentage   float64
+	ErrorMessage string
+	HasError     bool
+}
+
+func parseProgress(body []byte, now time.Time, skew time.Duration) (progressUpdate, *apierror.Error) {
+	var p progressUpdate
+	f, e := parseObject(body)
+	if e != nil {
+		return p, e
+	}
+	stage, ok, e := f.str("stage")
+	if e != nil {
+		return p, e
+	}
+	if !ok || strings.TrimSpace(stage) == "" {
+		return p, apierror.Invalid("stage", "stage is required")
+	}
+	if len(stage) > maxStageBytes {
+		return p, apierror.Invalid("stage", "stage is longer than 1 KiB")
+	}
+	p.Stage = stage
+	pct, ok, e := f.number("percentageComplete")
+	if e != nil {
+		return p, e
+	}
+	if !ok {
+		return p, apierror.Invalid("percentageComplete", "percentageComplete is required")
+	}
+	if pct < 0 || pct > 100 {
+		return p, apierror.Invalid("percentageComplete", "percentageComplete must be between 0 and 100")
+	}
+	p.Percentage = pct
+	msg, ok, e := f.str("errorMessage")
+	if e != nil {
+		return p, e
+	}
+	p.ErrorMessage, _ = cut(msg, maxErrorMessageBytes)
+	p.HasError = ok
+	if _, e := f.timestamp(now, skew); e != nil {
+		return p, e
+	}
+	return p, nil
+}
+
+// completion is a validated completion body.
+type completion struct {
+	Status       string // COMPLETED or FAILED
+	Result       string // as sent, before the cap
+	HasResult    bool
+	ResultURL    string
+	ContentType  string
+	Units        billing.Units
+	HasUnits     bool
+	ErrorMessage string
+}
+
+// parseCompletion validates a completion. A status other than FAILED
+// (any case), blank or unknown, counts as COMPLETED. A result that is not
+// a string (an object, say) is kept as its JSON text, typed
+// application/json unless the backend said otherwise.
+func parseCompletion(body []byte, now time.Time, skew time.Duration) (completion, *apierror.Error) {
+	var c completion
+	f, e := parseObject(body)
+	if e != nil {
+		return c, e
+	}
+	status, _, e := f.str("status")
+	if e != nil {
+		return c, e
+	}
+	c.Status = store.JobCompleted
+	if strings.EqualFold(strings.TrimSpace(status), store.JobFailed) {
+		c.Status = store.JobFailed
+	}
+	if raw, ok := f["result"]; ok {
+		c.HasResult = true
+		if raw[0] == '"' {
+			if err := json.Unmarshal(raw, &c.Result); err != nil {
+				return c, apierror.Invalid("result", "result must be a string or JSON value")
+			}
+		} else {
+			c.Result = compactJSON(raw)
+			c.ContentType = "application/json"
+		}
+	}
+	if u, ok, e := f.str("resultUrl"); e != nil {
+		return c, e
+	} else if ok && u != "" {
+		if !webURL(u) {
+			return c, apierror.Invalid("resultUrl", "resultUrl must be an absolute http or https URL of at most 8 KiB")
+		}
+		c.ResultURL = u
+	}
+	if ct, ok, e := f.str("contentType"); e != nil {
+		return c, e
+	} else if ok && ct != "" {
+		if _, _, err := mime.ParseMediaType(ct); err != nil || len(ct) > maxContentTypeBytes {
+			return c, apierror.Invalid("contentType", "contentType must be a media type such as application/json")
+		}
+		c.ContentType = ct
+	}
+	if c.Units, c.HasUnits, e = f.units("units"); e != nil {
+		return c, e
+	}
+	msg, _, e := f.str("errorMessage")
+	if e != nil {
+		return c, e
+	}
+	c.ErrorMessage, _ = cut(msg, maxErrorMessageBytes)
+	if _, e := f.timestamp(now, skew); e != nil {
+		return c, e
+	}
+	return c, nil
+}
+
+func compactJSON(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+// webURL accepts an absolute http or https URL with a host.
+func webURL(s string) bool {
+	if len(s) > maxResultURLBytes {
+		return false
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" || u.User != nil {
+		return false
+	}
+	scheme := strings.ToLower(u.Scheme)
+	return scheme == "http" || scheme == "https"
+}
+
+// digest identifies a completion by what it says, not how it was written
+// or signed (the timestamp is left out), so a backend's retry of the same
+// completion is recognised.
+func (c completion) digest() string {
+	norm := struct {
+		Status, Result, ResultURL, ContentType, ErrorMessage string
+		HasResult, HasUnits                                  bool
+		Units                                                billing.Units
+	}{c.Status, c.Result, c.ResultURL, c.ContentType, c.ErrorMessage, c.HasResult, c.HasUnits, c.Units}
+	b, _ := json.Marshal(norm)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// chargedUnits is what a completion meters: the units the backend states;
+// when it states none, a COMPLETED job of a PER_REQUEST product (or a
+// service owner's free job) is one call at the endpoint's cost. A FAILED
+// job is not charged, as a sync call the backend fails is not.
+func chargedUnits(c completion, p *billing.Product, ep *catalog.Endpoint) billing.Units {
+	if c.Status == store.JobFailed {
+		return 0
+	}
+	if c.HasUnits {
+		return c.Units
+	}
+	if ep != nil && (p == nil || p.MeasurementType == billing.PerRequest) {
+		return ep.UnitCost()
+	}
+	return 0
+}
+
+// complete records a job's completion and meters its units, once: the
+// store settles them against the job's hold in the same transaction,
+// charging at most what the hard limits allow, and a FAILED job only
+// releases its hold.
+func (h *Handler) complete(w http.ResponseWriter, r *http.Request, id string) {
+	s, job, svc, e := h.signedJob(r, id, "complete")
+	if e != nil {
+		h.refuse(w, r, e)
+		return
+	}
+	now := h.rt.Now()
+	c, e := parseCompletion(s.body, now, time.Duration(h.rt.Limits.TimestampTolerance))
+	if e != nil {
+		h.refuse(w, r, e)
+		return
+	}
+	account, product := h.jobAccount(job, svc)
+	ep, _ := svc.Endpoint(job.EndpointID)
+	entry := store.LedgerEntry{
+		Time:       now.UTC(),
+		UserID:     job.UserID,
+		ServiceID:  job.ServiceID,
+		EndpointID: job.EndpointID,
+		RequestID:  job.ID,
+		Units:      chargedUnits(c, product, ep),
+		Source:     store.SourceCompletion,
+	}
+	if product != nil {
+		entry.ProductID = product.ID
+	}
+	digest := c.digest()
+	resultCap := h.rt.Limits.ResultMaxBytes
+	done, err := h.rt.Jobs().CompleteJob(r.Context(), id, account, entry, func(j *store.Job) error {
+		if j.Terminal() {
+			if j.CompletionDigest != "" && j.CompletionDigest == digest {
+				return errSameCompletion
+			}
+			return engine.ErrJobFinished
+		}
+		if !now.Before(j.ExpiresAt) {
+			return errExpired
+		}
+		t := now.UTC()
+		j.Status = c.Status
+		j.UpdatedAt, j.CompletedAt = t, t
+		j.CompletionDigest = digest
+		j.Result, j.ResultTruncated = cut(c.Result, resultCap)
+		j.ResultSize = len(c.Result)
+		j.ResultURL = c.ResultURL
+		j.ContentType = c.ContentType
+		if c.Status == store.JobCompleted {
+			j.PercentageComplete = 100
+		} else {
+			j.ErrorMessage = failureMessage(c, j.ErrorMessage)
+		}
+		return nil
+	})
+	if errors.Is(err, errSameCompletion) {
+		body, _ := json.Marshal(wire.JobAck{RequestID: id, Status: c.Status})
+		writeJSON(w, http.StatusOK, body)
+		return
+	}
+	if e := h.jobWriteError(err, id); e != nil {
+		h.refuse(w, r, e)
+		return
+	}
+	h.rt.CountJobState(done.Status)
+	if done.Units > 0 { // what was charged, which a hard limit may have cut
+		h.rt.CountUnits(job.ServiceID, store.SourceCompletion, int64(done.Units))
+	}
+	body, _ := json.Marshal(wire.JobAck{RequestID: done.ID, Status: done.Status})
+	writeJSON(w, http.StatusOK, body)
+}
+
+// failureMessage is the errorMessage of a job its backend failed: what the
+// backend said, else its inline result (the spec lets error text travel
+// there), else the last progress error, else a generic text.
+func failureMessage(c completion, previous string) string {
+	switch {
+	case c.ErrorMessage != "":
+		return c.ErrorMessage
+	case c.Result != "":
+		msg, _ := cut(c.Result, maxErrorMessageBytes)
+		return msg
+	case previous != "":
+		return previous
+	}
+	return "the service reported the job as failed"
+}
+
+// jobAccount is whom a job's units are charged to: the subscription under
+// the product the job was started with, or, when the catalog no longer
+// offers it, the subscription's current product. A service owner's job is
+// recorded free.
+func (h *Handler) jobAccount(job store.Job, svc *catalog.Service) (store.Account, *billing.Product) {
+	a := store.Account{UserID: job.UserID, ServiceID: job.ServiceID}
+	if job.Free {
+		a.Free = true
+		return a, nil
+	}
+	p, ok := svc.Product(job.ProductID)
+	if !ok {
+		if sub, err := h.rt.Subscriptions().GetSubscription(context.Background(), job.UserID, job.ServiceID); err == nil {
+			p, ok = svc.Product(sub.ProductID)
+		}
+	}
+	if !ok {
+		// Nothing left to price the units with: record them free rather
+		// than refuse a completion the backend cannot change.
+		h.logger.Error("job's product is no longer offered; its units are recorded unpriced",
+			zap.String("request_id", job.ID), zap.String("product", job.ProductID))
+		a.Free = true
+		return a, nil
+	}
+	a.Product = *p
+	return a, p
+}
