@@ -14,7 +14,8 @@
 #               limit, quota reservation, v3 signing, durable metering
 #               (durability sync: each settlement waits for an fdatasync
 #               of the settlement log, shared by the calls in flight)
-#   sync-256    the same at 256 connections
+#   proxy-256   plain reverse_proxy at 256 connections (the next row's baseline)
+#   sync-256    sync invoke at 256 connections
 #   sync-write  sync invoke against a second gateway process with
 #               durability write (acknowledged once written; fdatasync
 #               every 5 ms), its own store, same backend
@@ -28,7 +29,8 @@
 #               request's due time)
 #   sync-5ms    sync invoke at that same rate
 #   *-5ms-low   both again at half the sync invoke's own peak, which shows
-#               the latency a call adds when the gateway is not overloaded
+#               the latency a call adds when the gateway is not overloaded,
+#               and write-5ms-low: the durability write gateway at that rate
 #
 # and a table gives the median of the rounds: requests/s, p50, p99, the
 # ratio to plain reverse_proxy (peak rows) and the latency the gateway adds
@@ -217,6 +219,7 @@ if [ -n "$CADDY_W_PID" ]; then
 	[ -n "$key_w" ] || { log "could not create a service key on the write gateway"; exit 1; }
 	AUTH_W="Authorization: Bearer $key_w"
 	SYNC_URL_W=$GW_W/api/service/bench/endpoint/instant/invoke
+	SLOW_URL_W=$GW_W/api/service/bench/endpoint/slow/invoke
 	REPORT_URL_W=$GW_W/api/usage/report
 fi
 AUTH="Authorization: Bearer $key"
@@ -306,7 +309,7 @@ steady() {
 	local name=$1 url=$2 rate=$3
 	shift 3
 	local out
-	out=$(bin/bench/loadgen rate -url "$url" -rate "$rate" -duration "$DURATION" -warmup 2s -conns 128 -cpu-pid "$CADDY_PID" "$@")
+	out=$(bin/bench/loadgen rate -url "$url" -rate "$rate" -duration "$DURATION" -warmup 2s -conns 128 -cpu-pid "${STEADY_PID:-$CADDY_PID}" "$@")
 	local rps p50 p99 errors late cpu
 	rps=$(sed -n 's/.* rps=\([^ ]*\).*/\1/p' <<< "$out")
 	p50=$(sed -n 's/.* p50_ms=\([^ ]*\).*/\1/p' <<< "$out")
@@ -344,7 +347,11 @@ for round in $(seq 1 "$ROUNDS"); do
 	half=$(tail -1 "$work/results/proxy" | awk '{printf "%d", $1 / 2}')
 	echo "$half" >> "$work/results/rates"
 	if wanted sync; then peak sync "$SYNC_URL" -H "$AUTH"; fi
-	if wanted 256; then PEAK_CONNS=256 peak sync-256 "$SYNC_URL" -H "$AUTH"; fi
+	if wanted 256; then
+		# Paired with plain reverse_proxy at the same 256 connections.
+		PEAK_CONNS=256 peak proxy-256 "$PROXY/instant"
+		PEAK_CONNS=256 peak sync-256 "$SYNC_URL" -H "$AUTH"
+	fi
 	if [ -n "$CADDY_W_PID" ]; then PEAK_PID=$CADDY_W_PID peak sync-write "$SYNC_URL_W" -H "$AUTH_W"; fi
 	if wanted async; then
 		BENCH_BODY='{"q":1}' peak async "$ASYNC_URL" -H "$AUTH" -H 'Content-Type: application/json' -s "$work/post.lua"
@@ -370,6 +377,12 @@ for round in $(seq 1 "$ROUNDS"); do
 			echo "$low" >> "$work/results/low-rates"
 			steady proxy-5ms-low "$PROXY/slow" "$low"
 			steady sync-5ms-low "$SLOW_URL" "$low" -H "$AUTH"
+			# durability write at the same rate: its calls do not wait for
+			# an fdatasync, so the difference to the row above is what
+			# waiting for the disk adds.
+			if [ -n "$CADDY_W_PID" ]; then
+				STEADY_PID=$CADDY_W_PID steady write-5ms-low "$SLOW_URL_W" "$low" -H "$AUTH_W"
+			fi
 		fi
 	fi
 done
@@ -450,7 +463,7 @@ paired() {
 }
 
 r=$work/results
-for f in sync sync-256 sync-write report-write async status report proxy-5ms sync-5ms proxy-5ms-low sync-5ms-low low-rates; do touch "$r/$f"; done
+for f in sync proxy-256 sync-256 sync-write report-write async status report proxy-5ms sync-5ms proxy-5ms-low sync-5ms-low write-5ms-low low-rates; do touch "$r/$f"; done
 sync_ratio=$(paired "$r/sync" "$r/proxy" '$1 / $5')
 added_p50=$(paired "$r/sync-5ms" "$r/proxy-5ms" '$2 - $6')
 added_p99=$(paired "$r/sync-5ms" "$r/proxy-5ms" '$3 - $7')
@@ -487,7 +500,8 @@ printf '|%s|%s|%s|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..36})" "----------"
 	"$(printf -- '-%.0s' {1..34})" "---------" "---------" "---------"
 row "plain reverse_proxy" "$r/proxy" "1.00x (baseline)"
 row "sync invoke" "$r/sync" "${sync_ratio}x throughput" "$r/proxy"
-row "sync invoke, 256 connections" "$r/sync-256" "$(paired "$r/sync-256" "$r/proxy" '$1 / $5')x throughput" "$r/proxy"
+row "plain reverse_proxy, 256 connections" "$r/proxy-256" "baseline of the next row"
+row "sync invoke, 256 connections" "$r/sync-256" "$(paired "$r/sync-256" "$r/proxy-256" '$1 / $5')x throughput" "$r/proxy-256"
 row "sync invoke, durability write" "$r/sync-write" "$(paired "$r/sync-write" "$r/proxy" '$1 / $5')x throughput" "$r/proxy"
 row "async invoke (202)" "$r/async" "$(paired "$r/async" "$r/proxy" '$1 / $5')x throughput" "$r/proxy"
 row "job status poll" "$r/status" "$(paired "$r/status" "$r/proxy" '$1 / $5')x throughput" "$r/proxy"
@@ -501,6 +515,9 @@ if [ -s "$r/sync-5ms-low" ]; then
 	row "plain reverse_proxy, 5 ms, lower" "$r/proxy-5ms-low" "at half the sync peak ($(median "$r/low-rates" 1)/s)"
 	row "sync invoke, 5 ms, lower rate" "$r/sync-5ms-low" "$(printf '%+.3f ms p50, %+.3f ms p99' \
 		"$(paired "$r/sync-5ms-low" "$r/proxy-5ms-low" '$2 - $6')" "$(paired "$r/sync-5ms-low" "$r/proxy-5ms-low" '$3 - $7')")" \
+		"$r/proxy-5ms-low"
+	row "sync invoke, durability write, 5 ms, lower" "$r/write-5ms-low" "$(printf '%+.3f ms p50, %+.3f ms p99' \
+		"$(paired "$r/write-5ms-low" "$r/proxy-5ms-low" '$2 - $6')" "$(paired "$r/write-5ms-low" "$r/proxy-5ms-low" '$3 - $7')")" \
 		"$r/proxy-5ms-low"
 fi
 if [ -s "$r/sync" ]; then
@@ -528,7 +545,7 @@ if [ -s "$r/sync-write" ]; then
 	target "sync invoke, durability write: >= 0.75x plain" "$(printf '%.3fx' "$q")" "$q >= 0.75"
 fi
 if [ -s "$r/sync-256" ]; then
-	q=$(paired "$r/sync-256" "$r/proxy" '$1 / $5')
+	q=$(paired "$r/sync-256" "$r/proxy-256" '$1 / $5')
 	target "sync invoke, durability sync, 256 connections: >= 0.75x" "$(printf '%.3fx' "$q")" "$q >= 0.75"
 fi
 if [ -s "$r/async" ]; then
@@ -547,6 +564,12 @@ if [ -s "$r/sync-5ms-low" ]; then
 	p50=$(paired "$r/sync-5ms-low" "$r/proxy-5ms-low" '$2 - $6')
 	bound=$(awk -v f="$fsync_median" 'BEGIN { printf "%.3f", f + 0.5 }')
 	target "5 ms backend, durability sync: p50 <= fdatasync + 0.5 ms" "$(printf '%+.2f ms' "$p50")" "$p50 <= $bound"
+fi
+if [ -s "$r/write-5ms-low" ]; then
+	p50=$(paired "$r/write-5ms-low" "$r/proxy-5ms-low" '$2 - $6')
+	p99=$(paired "$r/write-5ms-low" "$r/proxy-5ms-low" '$3 - $7')
+	target "5 ms backend, durability write: p50 <= +1 ms" "$(printf '%+.2f ms' "$p50")" "$p50 <= 1"
+	target "5 ms backend, durability write: p99 <= +5 ms" "$(printf '%+.2f ms' "$p99")" "$p99 <= 5"
 fi
 
 # The chart of CPU per request (docs/performance.md shows the latest).
