@@ -2,7 +2,6 @@ package boltstore
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"path/filepath"
 	"testing"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/store/storetest"
 )
 
 // t0 is the tests' "now": times are passed explicitly, never waited for.
@@ -78,40 +78,19 @@ func stateOf(t testing.TB, s *Store, a store.Account, now time.Time) billing.Sta
 	return st
 }
 
+// The contract suite's helpers, shared by this package's own tests.
+var (
+	sumUnits   = storetest.SumUnits
+	entryFor   = storetest.EntryFor
+	okResponse = storetest.OKResponse
+	keyHash    = storetest.KeyHash
+)
+
 // ledger returns every ledger entry matching f.
 func ledger(t testing.TB, s *Store, f store.LedgerFilter) []store.LedgerEntry {
 	t.Helper()
-	var out []store.LedgerEntry
-	if err := s.ScanLedger(ctx, f, func(e store.LedgerEntry) error {
-		out = append(out, e)
-		return nil
-	}); err != nil {
-		t.Fatalf("ScanLedger: %v", err)
-	}
-	return out
+	return storetest.Ledger(t, s, f)
 }
-
-func sumUnits(entries []store.LedgerEntry) (units, cost billing.Units) {
-	for _, e := range entries {
-		units += e.Units
-		cost += e.Cost
-	}
-	return units, cost
-}
-
-func entryFor(a store.Account, units billing.Units, at time.Time) store.LedgerEntry {
-	return store.LedgerEntry{
-		Time: at, UserID: a.UserID, ServiceID: a.ServiceID, ProductID: a.Product.ID,
-		Units: units, Source: store.SourceReport,
-	}
-}
-
-// okResponse is a Record response that names the entry it answers.
-func okResponse(e store.LedgerEntry, st billing.State) ([]byte, error) {
-	return []byte(`{"id":"` + e.ID + `","used":"` + st.Used.String() + `"}`), nil
-}
-
-func keyHash(key string) [32]byte { return sha256.Sum256([]byte(key)) }
 
 func newJob(id string, expires time.Time) store.Job {
 	return store.Job{ID: id, UserID: "u1", KeyID: "key_1", ServiceID: "svc", EndpointID: "ep", ProductID: quotaAllow.ID,

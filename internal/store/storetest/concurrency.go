@@ -71,7 +71,7 @@ func testHardLimitsUnderConcurrency(t *testing.T, c *suite) {
 			}
 			for _, res := range held {
 				wg.Go(func() {
-					if _, err := s.Settle(ctx, res, whole(1), entryFor(a, 0, T0)); err != nil {
+					if _, err := s.Settle(ctx, res, whole(1), EntryFor(a, 0, T0)); err != nil {
 						failures.Add(1)
 					}
 				})
@@ -81,7 +81,7 @@ func testHardLimitsUnderConcurrency(t *testing.T, c *suite) {
 				t.Fatalf("%d settlements failed", failures.Load())
 			}
 			st := c.state(t, s, a, T0)
-			units, cost := sumUnits(ledger(t, s, store.LedgerFilter{}))
+			units, cost := SumUnits(Ledger(t, s, store.LedgerFilter{}))
 			if st.Used != whole(limit) || units != whole(limit) || st.Reserved != 0 || st.ReservedSpend != 0 || st.CreditsHeld != 0 {
 				t.Errorf("after settling: state %+v, ledger %s units; want %d used, nothing held", st, units, limit)
 			}
@@ -110,7 +110,7 @@ func testHardLimitsUnderConcurrency(t *testing.T, c *suite) {
 func testRecordIdempotent(t *testing.T, c *suite) {
 	s := c.store(t)
 	a := subscribe(t, s, "u1", "svc", unlimited, 0)
-	e := entryFor(a, whole(3), T0)
+	e := EntryFor(a, whole(3), T0)
 	e.IdempotencyKey = "idem-1"
 	const n = 10
 	var (
@@ -119,7 +119,7 @@ func testRecordIdempotent(t *testing.T, c *suite) {
 		errs   [n]error
 	)
 	for i := range n {
-		wg.Go(func() { bodies[i], errs[i] = s.Record(ctx, a, e, okResponse) })
+		wg.Go(func() { bodies[i], errs[i] = s.Record(ctx, a, e, OKResponse) })
 	}
 	wg.Wait()
 	first, dups := 0, 0
@@ -139,7 +139,7 @@ func testRecordIdempotent(t *testing.T, c *suite) {
 	if first != 1 || dups != n-1 {
 		t.Errorf("%d firsts and %d duplicates, want 1 and %d", first, dups, n-1)
 	}
-	entries := ledger(t, s, store.LedgerFilter{})
+	entries := Ledger(t, s, store.LedgerFilter{})
 	if len(entries) != 1 || c.state(t, s, a, T0).Used != whole(3) {
 		t.Fatalf("ledger %+v, state %+v; want one entry of 3", entries, c.state(t, s, a, T0))
 	}
@@ -150,14 +150,14 @@ func testRecordIdempotent(t *testing.T, c *suite) {
 	// The key is scoped per service: another service's report with the
 	// same key counts.
 	b := subscribe(t, s, "u1", "svc2", unlimited, 0)
-	e2 := entryFor(b, whole(3), T0)
+	e2 := EntryFor(b, whole(3), T0)
 	e2.IdempotencyKey = "idem-1"
-	if _, err := s.Record(ctx, b, e2, okResponse); err != nil {
+	if _, err := s.Record(ctx, b, e2, OKResponse); err != nil {
 		t.Errorf("same key, other service: %v", err)
 	}
 	// Without a key, every report counts.
 	for range 2 {
-		if _, err := s.Record(ctx, a, entryFor(a, whole(1), T0), okResponse); err != nil {
+		if _, err := s.Record(ctx, a, EntryFor(a, whole(1), T0), OKResponse); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -172,9 +172,9 @@ func testPruneIdempotency(t *testing.T, c *suite) {
 	s := c.store(t)
 	a := subscribe(t, s, "u1", "svc", unlimited, 0)
 	record := func(key string, at time.Time) error {
-		e := entryFor(a, whole(1), at)
+		e := EntryFor(a, whole(1), at)
 		e.IdempotencyKey = key
-		_, err := s.Record(ctx, a, e, okResponse)
+		_, err := s.Record(ctx, a, e, OKResponse)
 		return err
 	}
 	for _, c := range []struct {
@@ -198,7 +198,7 @@ func testPruneIdempotency(t *testing.T, c *suite) {
 	if err := record("old", T0); err != nil {
 		t.Errorf("pruned key: %v, want a fresh record", err)
 	}
-	if n := len(ledger(t, s, store.LedgerFilter{})); n != 4 {
+	if n := len(Ledger(t, s, store.LedgerFilter{})); n != 4 {
 		t.Errorf("%d ledger entries, want 4", n)
 	}
 }
@@ -213,7 +213,7 @@ func testScanLedger(t *testing.T, c *suite) {
 	// Ten entries a second apart: i%3 picks the account.
 	for i := range 10 {
 		a := accounts[i%3]
-		if _, err := s.Record(ctx, a, entryFor(a, whole(int64(i+1)), T0.Add(time.Duration(i)*time.Second)), okResponse); err != nil {
+		if _, err := s.Record(ctx, a, EntryFor(a, whole(int64(i+1)), T0.Add(time.Duration(i)*time.Second)), OKResponse); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -239,7 +239,7 @@ func testScanLedger(t *testing.T, c *suite) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var got []int
-			for _, e := range ledger(t, s, tt.f) {
+			for _, e := range Ledger(t, s, tt.f) {
 				got = append(got, int(e.Units/whole(1))-1)
 			}
 			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
@@ -305,7 +305,7 @@ func testCountersEqualLedger(t *testing.T, c *suite) {
 	want := whole(callers / int64(len(accounts)) * each)
 	for _, a := range accounts {
 		st := c.state(t, s, a, T0)
-		units, cost := sumUnits(ledger(t, s, store.LedgerFilter{UserID: a.UserID}))
+		units, cost := SumUnits(Ledger(t, s, store.LedgerFilter{UserID: a.UserID}))
 		if st.Used != want || units != want || st.Spend != cost || st.Reserved != 0 {
 			t.Errorf("%s: state %+v, ledger %s units %s cost; want %s used, as many in the ledger, nothing held", a.UserID, st, units, cost, want)
 		}

@@ -24,7 +24,7 @@ func testClose(t *testing.T, c *suite) {
 		wg.Go(func() {
 			<-start
 			for range 5 {
-				if _, err := s.Record(ctx, a, entryFor(a, whole(1), T0), okResponse); err == nil {
+				if _, err := s.Record(ctx, a, EntryFor(a, whole(1), T0), OKResponse); err == nil {
 					ok.Add(1)
 				}
 			}
@@ -42,7 +42,7 @@ func testClose(t *testing.T, c *suite) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("writers still blocked 20s after Close")
 	}
-	if _, err := s.Record(ctx, a, entryFor(a, whole(1), T0), okResponse); err == nil {
+	if _, err := s.Record(ctx, a, EntryFor(a, whole(1), T0), OKResponse); err == nil {
 		t.Error("Record after Close succeeded")
 	}
 	if err := s.Close(); err != nil {
@@ -52,7 +52,7 @@ func testClose(t *testing.T, c *suite) {
 		return
 	}
 	s = c.restart(t, s)
-	if n := len(ledger(t, s, store.LedgerFilter{})); n != int(ok.Load()) {
+	if n := len(Ledger(t, s, store.LedgerFilter{})); n != int(ok.Load()) {
 		t.Errorf("%d entries stored, %d writes reported committed", n, ok.Load())
 	}
 }
@@ -62,7 +62,7 @@ func testClose(t *testing.T, c *suite) {
 func testDurableAcrossReopen(t *testing.T, c *suite) {
 	c.needRestart(t)
 	s := c.store(t)
-	key := store.KeyRecord{ID: "key_1", Hash: keyHash("sk_1"), UserID: "u1", Roles: []string{"r"}, Label: "l", Created: T0}
+	key := store.KeyRecord{ID: "key_1", Hash: KeyHash("sk_1"), UserID: "u1", Roles: []string{"r"}, Label: "l", Created: T0}
 	if err := s.CreateKey(ctx, key); err != nil {
 		t.Fatal(err)
 	}
@@ -74,12 +74,12 @@ func testDurableAcrossReopen(t *testing.T, c *suite) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Settle(ctx, res, whole(4), entryFor(p, 0, T0.Add(time.Second))); err != nil {
+	if _, err := s.Settle(ctx, res, whole(4), EntryFor(p, 0, T0.Add(time.Second))); err != nil {
 		t.Fatal(err)
 	}
-	e := entryFor(p, whole(4), T0.Add(2*time.Second))
+	e := EntryFor(p, whole(4), T0.Add(2*time.Second))
 	e.IdempotencyKey = "idem"
-	first, err := s.Record(ctx, p, e, okResponse)
+	first, err := s.Record(ctx, p, e, OKResponse)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,11 +93,11 @@ func testDurableAcrossReopen(t *testing.T, c *suite) {
 	if _, err := s.AppendAudit(ctx, store.AuditEntry{Time: T0, Actor: "test", Action: "key.create", KeyID: "k0"}); err != nil {
 		t.Fatal(err)
 	}
-	before := ledger(t, s, store.LedgerFilter{})
+	before := Ledger(t, s, store.LedgerFilter{})
 	wantState := c.state(t, s, p, T0)
 
 	s = c.restart(t, s)
-	if k, err := s.KeyByHash(ctx, keyHash("sk_1")); err != nil || k.ID != "key_1" || !k.RevokedAt.Equal(T0.Add(time.Hour)) || k.Label != "l" {
+	if k, err := s.KeyByHash(ctx, KeyHash("sk_1")); err != nil || k.ID != "key_1" || !k.RevokedAt.Equal(T0.Add(time.Hour)) || k.Label != "l" {
 		t.Errorf("key after reopen: %+v, %v", k, err)
 	}
 	if sub, err := s.GetSubscription(ctx, "u1", "svc"); err != nil || sub.Credits != whole(8) || !sub.StartedAt.Equal(T0.Add(-time.Hour)) {
@@ -106,7 +106,7 @@ func testDurableAcrossReopen(t *testing.T, c *suite) {
 	if st := c.state(t, s, p, T0); st != wantState || st.Used != whole(8) {
 		t.Errorf("state after reopen %+v, want %+v", st, wantState)
 	}
-	after := ledger(t, s, store.LedgerFilter{})
+	after := Ledger(t, s, store.LedgerFilter{})
 	if len(after) != len(before) || len(after) != 2 {
 		t.Fatalf("ledger after reopen: %d entries, want %d", len(after), len(before))
 	}
@@ -124,13 +124,13 @@ func testDurableAcrossReopen(t *testing.T, c *suite) {
 	if got := auditPages(t, s, 10); got != "[k0]" {
 		t.Errorf("audit after reopen: %s", got)
 	}
-	if again, err := s.Record(ctx, p, e, okResponse); !errors.Is(err, store.ErrReplayed) || string(again) != string(first) {
+	if again, err := s.Record(ctx, p, e, OKResponse); !errors.Is(err, store.ErrReplayed) || string(again) != string(first) {
 		t.Errorf("retried report after reopen: %q, %v", again, err)
 	}
-	if _, err := s.Record(ctx, p, entryFor(p, whole(1), T0.Add(3*time.Second)), okResponse); err != nil {
+	if _, err := s.Record(ctx, p, EntryFor(p, whole(1), T0.Add(3*time.Second)), OKResponse); err != nil {
 		t.Fatal(err)
 	}
-	all := ledger(t, s, store.LedgerFilter{})
+	all := Ledger(t, s, store.LedgerFilter{})
 	if len(all) != 3 || all[2].ID == all[0].ID || all[2].ID == all[1].ID || all[2].Seq == all[0].Seq || all[2].Seq == all[1].Seq {
 		t.Errorf("ledger after a new entry: %+v", all)
 	}
@@ -174,11 +174,11 @@ func testRestartReleasesSyncHolds(t *testing.T, c *suite) {
 		t.Errorf("prepaid balance after restart: %+v", sub)
 	}
 	for _, res := range held {
-		if _, err := s.Settle(ctx, res, res.Decision.Units, entryFor(res.Account, 0, T0)); !errors.Is(err, store.ErrNotFound) {
+		if _, err := s.Settle(ctx, res, res.Decision.Units, EntryFor(res.Account, 0, T0)); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("Settle of a released hold = %v, want ErrNotFound", err)
 		}
 	}
-	if n := len(ledger(t, s, store.LedgerFilter{})); n != 0 {
+	if n := len(Ledger(t, s, store.LedgerFilter{})); n != 0 {
 		t.Errorf("%d ledger entries after restart", n)
 	}
 	if res, err := s.Reserve(ctx, q, whole(10), T0); err != nil || !res.Decision.Allowed {

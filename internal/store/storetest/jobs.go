@@ -113,7 +113,7 @@ func testCompleteJobChargesOnce(t *testing.T, c *suite) {
 	if _, err := s.CompleteJob(ctx, "job-1", a, e, func(j *store.Job) error { j.Status = store.JobCompleted; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	entries := ledger(t, s, store.LedgerFilter{})
+	entries := Ledger(t, s, store.LedgerFilter{})
 	if st := c.state(t, s, a, T0); len(entries) != 1 || st.Used != whole(12) || st.Spend != whole(1) {
 		t.Errorf("after repeated completions: %d entries, state %+v; want one charge of 12", len(entries), st)
 	}
@@ -133,7 +133,7 @@ func testCompleteJobChargesOnce(t *testing.T, c *suite) {
 	if _, err := s.CompleteJob(ctx, "job-2", a, store.LedgerEntry{Time: T0}, complete(store.JobFailed, "d")); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(ledger(t, s, store.LedgerFilter{})); n != 1 {
+	if n := len(Ledger(t, s, store.LedgerFilter{})); n != 1 {
 		t.Errorf("%d ledger entries, want 1", n)
 	}
 	// Completing an unknown job fails and charges nothing.
@@ -162,7 +162,7 @@ func testCompleteJobWithoutSubscription(t *testing.T, c *suite) {
 		t.Fatal(err)
 	}
 	a := store.Account{UserID: "u1", ServiceID: "svc", Product: quotaAllow}
-	if _, err := s.CompleteJob(ctx, "job-1", a, entryFor(a, whole(1), T0), complete(store.JobCompleted, "d")); !errors.Is(err, store.ErrNoAccount) {
+	if _, err := s.CompleteJob(ctx, "job-1", a, EntryFor(a, whole(1), T0), complete(store.JobCompleted, "d")); !errors.Is(err, store.ErrNoAccount) {
 		t.Errorf("CompleteJob = %v, want ErrNoAccount", err)
 	}
 	if j, _ := s.GetJob(ctx, "job-1"); j.Terminal() {
@@ -190,7 +190,7 @@ func testExpireJobs(t *testing.T, c *suite) {
 	if _, err := s.UpdateJob(ctx, "running-past", func(j *store.Job) error { j.Status = store.JobRunning; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CompleteJob(ctx, "done-past", a, entryFor(a, whole(1), T0), complete(store.JobCompleted, "d")); err != nil {
+	if _, err := s.CompleteJob(ctx, "done-past", a, EntryFor(a, whole(1), T0), complete(store.JobCompleted, "d")); err != nil {
 		t.Fatal(err)
 	}
 	// Moving a deadline moves it in the expiry index.
@@ -230,7 +230,7 @@ func testExpireJobs(t *testing.T, c *suite) {
 		t.Errorf("second ExpireJobs = %d, %v; want 0", n, err)
 	}
 	// An expired job's late completion charges nothing.
-	if _, err := s.CompleteJob(ctx, "past", a, entryFor(a, whole(5), now), complete(store.JobCompleted, "late")); !errors.Is(err, errOtherCompletion) {
+	if _, err := s.CompleteJob(ctx, "past", a, EntryFor(a, whole(5), now), complete(store.JobCompleted, "late")); !errors.Is(err, errOtherCompletion) {
 		t.Errorf("late completion = %v, want the fn's refusal", err)
 	}
 	if st := c.state(t, s, a, T0); st.Used != whole(1) {
@@ -329,13 +329,13 @@ func testCreateJobReserved(t *testing.T, c *suite) {
 	if _, err := s.CompleteJob(ctx, "owner-job", free, completion(free, "owner-job", whole(1000)), complete(store.JobCompleted, "d")); err != nil {
 		t.Fatal(err)
 	}
-	es := ledger(t, s, store.LedgerFilter{UserID: "owner"})
+	es := Ledger(t, s, store.LedgerFilter{UserID: "owner"})
 	if len(es) != 1 || es[0].Units != whole(1000) || es[0].ProductID != "" || es[0].Cost != 0 {
 		t.Errorf("owner's completion recorded as %+v", es)
 	}
 
 	// The hold of a job never settles as a sync call's.
-	if _, err := s.Settle(ctx, reserveJob(t, s, "job-5", a, whole(1)), whole(1), entryFor(a, 0, T0)); !errors.Is(err, store.ErrJobHold) {
+	if _, err := s.Settle(ctx, reserveJob(t, s, "job-5", a, whole(1)), whole(1), EntryFor(a, 0, T0)); !errors.Is(err, store.ErrJobHold) {
 		t.Errorf("Settle of a job's hold = %v, want ErrJobHold", err)
 	}
 	if st := c.state(t, s, a, T0); st.Reserved != whole(8) || st.Used != 0 {
@@ -383,7 +383,7 @@ func testCompleteJobSettlesHold(t *testing.T, c *suite) {
 			if st.Used != tt.used || st.Reserved != tt.others || st.CreditsHeld != 0 {
 				t.Errorf("state %+v, want %s used and %s held", st, tt.used, tt.others)
 			}
-			es := ledger(t, s, store.LedgerFilter{})
+			es := Ledger(t, s, store.LedgerFilter{})
 			if tt.complete == 0 {
 				if len(es) != 0 {
 					t.Errorf("a completion without units wrote %+v", es)
@@ -416,7 +416,7 @@ func testCompleteJobSettlesHold(t *testing.T, c *suite) {
 			if got := c.state(t, s, a, T0); got != want {
 				t.Errorf("repeated ends: state %+v, want %+v", got, want)
 			}
-			if n := len(ledger(t, s, store.LedgerFilter{})); n != 1 {
+			if n := len(Ledger(t, s, store.LedgerFilter{})); n != 1 {
 				t.Errorf("%d ledger entries after repeated ends", n)
 			}
 		})
@@ -484,7 +484,7 @@ func testJobEndsReleaseHold(t *testing.T, c *suite) {
 				if st := c.state(t, s, a, T0); st != before {
 					t.Errorf("after repeated ends: %+v, want %+v", st, before)
 				}
-				if n := len(ledger(t, s, store.LedgerFilter{})); n != 0 {
+				if n := len(Ledger(t, s, store.LedgerFilter{})); n != 0 {
 					t.Errorf("%d ledger entries", n)
 				}
 			})
@@ -499,7 +499,7 @@ func testCompleteJobNegativeUnits(t *testing.T, c *suite) {
 	if err := s.CreateJob(ctx, newJob("job-1", T0.Add(time.Hour))); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CompleteJob(ctx, "job-1", a, entryFor(a, -whole(1), T0), complete(store.JobCompleted, "d")); !errors.Is(err, billing.ErrInvalidUnits) {
+	if _, err := s.CompleteJob(ctx, "job-1", a, EntryFor(a, -whole(1), T0), complete(store.JobCompleted, "d")); !errors.Is(err, billing.ErrInvalidUnits) {
 		t.Errorf("CompleteJob(-1) = %v, want ErrInvalidUnits", err)
 	}
 	if j, _ := s.GetJob(ctx, "job-1"); j.Terminal() {
@@ -534,7 +534,7 @@ func testJobHoldProductChanged(t *testing.T, c *suite) {
 	if sub, _ := s.GetSubscription(ctx, "u1", "svc"); sub.CreditsHeld != 0 || sub.Credits != whole(10) {
 		t.Errorf("hold of a job completed free not given back: %+v", sub)
 	}
-	if es := ledger(t, s, store.LedgerFilter{}); len(es) != 2 || es[1].ProductID != "" || es[1].Units != whole(5) {
+	if es := Ledger(t, s, store.LedgerFilter{}); len(es) != 2 || es[1].ProductID != "" || es[1].Units != whole(5) {
 		t.Errorf("ledger %+v", es)
 	}
 }
@@ -624,7 +624,7 @@ func testCreateJobReservedConcurrent(t *testing.T, c *suite) {
 	if st := c.state(t, s, a, T0); st.Used != whole(57) || st.Reserved != 0 {
 		t.Errorf("after completions: %+v, want exactly the quota used", st)
 	}
-	if units, _ := sumUnits(ledger(t, s, store.LedgerFilter{})); units != whole(57) {
+	if units, _ := SumUnits(Ledger(t, s, store.LedgerFilter{})); units != whole(57) {
 		t.Errorf("ledger charges %s, want 57", units)
 	}
 }

@@ -18,11 +18,11 @@ import (
 func testKeys(t *testing.T, c *suite) {
 	s := c.store(t)
 	keys := []store.KeyRecord{
-		{ID: "key_b", Hash: keyHash("sk_b"), UserID: "u1", Roles: []string{"admin", "reader"}, Label: "ci", Created: T0,
+		{ID: "key_b", Hash: KeyHash("sk_b"), UserID: "u1", Roles: []string{"admin", "reader"}, Label: "ci", Created: T0,
 			ExpiresAt: T0.Add(90 * 24 * time.Hour)},
-		{ID: "key_a", Hash: keyHash("sk_a"), UserID: "u1", Created: T0.Add(time.Minute)},
-		{ID: "key_c", Hash: keyHash("sk_c"), UserID: "u10", Created: T0}, // u1 is a prefix of u10
-		{ID: "key_d", Hash: keyHash("sk_d"), UserID: "u2", Created: T0},
+		{ID: "key_a", Hash: KeyHash("sk_a"), UserID: "u1", Created: T0.Add(time.Minute)},
+		{ID: "key_c", Hash: KeyHash("sk_c"), UserID: "u10", Created: T0}, // u1 is a prefix of u10
+		{ID: "key_d", Hash: KeyHash("sk_d"), UserID: "u2", Created: T0},
 	}
 	for _, k := range keys {
 		if err := s.CreateKey(ctx, k); err != nil {
@@ -67,8 +67,8 @@ func testKeys(t *testing.T, c *suite) {
 	}
 
 	dups := []store.KeyRecord{
-		{ID: "key_new", Hash: keyHash("sk_a"), UserID: "u3"},
-		{ID: "key_a", Hash: keyHash("sk_new"), UserID: "u3"},
+		{ID: "key_new", Hash: KeyHash("sk_a"), UserID: "u3"},
+		{ID: "key_a", Hash: KeyHash("sk_new"), UserID: "u3"},
 	}
 	for _, k := range dups {
 		if err := s.CreateKey(ctx, k); !errors.Is(err, store.ErrExists) {
@@ -78,7 +78,7 @@ func testKeys(t *testing.T, c *suite) {
 	if got, _ := s.ListKeys(ctx, "u3"); len(got) != 0 {
 		t.Errorf("a refused key was stored: %+v", got)
 	}
-	if _, err := s.KeyByHash(ctx, keyHash("sk_new")); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.KeyByHash(ctx, KeyHash("sk_new")); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("a refused key was stored under its hash: %v", err)
 	}
 
@@ -91,14 +91,14 @@ func testKeys(t *testing.T, c *suite) {
 	if err != nil || !k.RevokedAt.Equal(first) {
 		t.Errorf("second RevokeKey = %v, %v; want the first time %s", k.RevokedAt, err, first)
 	}
-	k, err = s.KeyByHash(ctx, keyHash("sk_a"))
+	k, err = s.KeyByHash(ctx, KeyHash("sk_a"))
 	if err != nil || !k.RevokedAt.Equal(first) {
 		t.Errorf("KeyByHash(revoked) = %+v, %v", k, err)
 	}
 	if k, _ := s.KeyByID(ctx, "key_b"); !k.RevokedAt.IsZero() {
 		t.Errorf("revoking key_a revoked key_b: %+v", k)
 	}
-	if _, err := s.KeyByHash(ctx, keyHash("sk_unknown")); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.KeyByHash(ctx, KeyHash("sk_unknown")); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("KeyByHash(unknown) = %v, want ErrNotFound", err)
 	}
 	if _, err := s.KeyByID(ctx, "key_unknown"); !errors.Is(err, store.ErrNotFound) {
@@ -113,8 +113,8 @@ func testKeys(t *testing.T, c *suite) {
 // next to an old "key_…" id.
 func testKeyIDAnyCase(t *testing.T, c *suite) {
 	s := c.store(t)
-	old := store.KeyRecord{ID: "key_AbCdEfGhIjKlMnOpQrSt", Hash: keyHash("sk_old"), UserID: "u1", Created: T0}
-	fresh := store.KeyRecord{ID: servicekey.NewID(), Hash: keyHash("sk_new"), UserID: "u1", Created: T0.Add(time.Minute)}
+	old := store.KeyRecord{ID: "key_AbCdEfGhIjKlMnOpQrSt", Hash: KeyHash("sk_old"), UserID: "u1", Created: T0}
+	fresh := store.KeyRecord{ID: servicekey.NewID(), Hash: KeyHash("sk_new"), UserID: "u1", Created: T0.Add(time.Minute)}
 	for _, k := range []store.KeyRecord{old, fresh} {
 		if err := s.CreateKey(ctx, k); err != nil {
 			t.Fatal(err)

@@ -103,7 +103,7 @@ func testReserveSettle(t *testing.T, c *suite) {
 			if err != nil {
 				t.Fatalf("Settle: %v", err)
 			}
-			entries := ledger(t, s, store.LedgerFilter{})
+			entries := Ledger(t, s, store.LedgerFilter{})
 			if tt.noEntry {
 				if len(entries) != 0 || e.ID != "" {
 					t.Errorf("Settle(0) wrote %+v (returned %+v)", entries, e)
@@ -131,7 +131,7 @@ func testReserveSettle(t *testing.T, c *suite) {
 			if got := c.state(t, s, a, T0); got != tt.after {
 				t.Errorf("after Settle: %+v, want %+v", got, tt.after)
 			}
-			if units, cost := sumUnits(entries); units != tt.after.Used || cost != tt.after.Spend {
+			if units, cost := SumUnits(entries); units != tt.after.Used || cost != tt.after.Spend {
 				t.Errorf("ledger sums %s units %s cost; counter %s used %s spend", units, cost, tt.after.Used, tt.after.Spend)
 			}
 			if tt.p.BillingModel == billing.Prepaid {
@@ -151,7 +151,7 @@ func testReserveSettle(t *testing.T, c *suite) {
 			if got := c.state(t, s, a, T0); got != tt.after {
 				t.Errorf("after the second Settle: %+v, want %+v", got, tt.after)
 			}
-			if n := len(ledger(t, s, store.LedgerFilter{})); n != len(entries) {
+			if n := len(Ledger(t, s, store.LedgerFilter{})); n != len(entries) {
 				t.Errorf("second Settle wrote to the ledger: %d entries", n)
 			}
 		})
@@ -185,10 +185,10 @@ func testReserveRefused(t *testing.T, c *suite) {
 			if st != before || c.state(t, s, a, T0) != before {
 				t.Errorf("refused Reserve changed the state: %+v → %+v", before, c.state(t, s, a, T0))
 			}
-			if e, err := s.Settle(ctx, res, tt.units, entryFor(a, tt.units, T0)); err != nil || e.ID != "" {
+			if e, err := s.Settle(ctx, res, tt.units, EntryFor(a, tt.units, T0)); err != nil || e.ID != "" {
 				t.Errorf("Settle(refused) = %+v, %v", e, err)
 			}
-			if n := len(ledger(t, s, store.LedgerFilter{})); n != 0 || c.state(t, s, a, T0) != before {
+			if n := len(Ledger(t, s, store.LedgerFilter{})); n != 0 || c.state(t, s, a, T0) != before {
 				t.Errorf("Settle(refused) wrote: %d entries, state %+v", n, c.state(t, s, a, T0))
 			}
 			// Exactly what is left still goes through.
@@ -215,14 +215,14 @@ func testSettleAmongHolds(t *testing.T, c *suite) {
 	if err != nil || st.Reserved != whole(9) {
 		t.Fatalf("Reserve: %+v, %v", st, err)
 	}
-	e, err := s.Settle(ctx, r1, whole(9), entryFor(a, 0, T0))
+	e, err := s.Settle(ctx, r1, whole(9), EntryFor(a, 0, T0))
 	if err != nil || e.Units != whole(7) || e.UnitsClaimed != whole(9) {
 		t.Fatalf("Settle(9) with 3 held elsewhere = %+v, %v; want 7 charged, 9 claimed", e, err)
 	}
 	if st := c.state(t, s, a, T0); st.Used != whole(7) || st.Reserved != whole(3) {
 		t.Errorf("state %+v", st)
 	}
-	if e, err := s.Settle(ctx, r2, whole(3), entryFor(a, 0, T0)); err != nil || e.Units != whole(3) || e.UnitsClaimed != 0 {
+	if e, err := s.Settle(ctx, r2, whole(3), EntryFor(a, 0, T0)); err != nil || e.Units != whole(3) || e.UnitsClaimed != 0 {
 		t.Fatalf("Settle(3) = %+v, %v", e, err)
 	}
 	if st := c.state(t, s, a, T0); st != (billing.State{Used: whole(10)}) {
@@ -244,7 +244,7 @@ func testPeriods(t *testing.T, c *suite) {
 	if st := c.state(t, s, a, end); st != (billing.State{}) {
 		t.Errorf("next period's state %+v, want empty", st)
 	}
-	if _, err := s.Settle(ctx, res, whole(10), entryFor(a, 0, end.Add(time.Minute))); err != nil {
+	if _, err := s.Settle(ctx, res, whole(10), EntryFor(a, 0, end.Add(time.Minute))); err != nil {
 		t.Fatal(err)
 	}
 	if st := c.state(t, s, a, end.Add(-time.Second)); st.Used != whole(10) || st.Reserved != 0 {
@@ -266,13 +266,13 @@ func testNoSubscription(t *testing.T, c *suite) {
 	if _, err := s.Reserve(ctx, a, whole(1), T0); !errors.Is(err, store.ErrNoAccount) {
 		t.Errorf("Reserve = %v, want ErrNoAccount", err)
 	}
-	if _, err := s.Record(ctx, a, entryFor(a, whole(1), T0), okResponse); !errors.Is(err, store.ErrNoAccount) {
+	if _, err := s.Record(ctx, a, EntryFor(a, whole(1), T0), OKResponse); !errors.Is(err, store.ErrNoAccount) {
 		t.Errorf("Record = %v, want ErrNoAccount", err)
 	}
 	if _, err := s.State(ctx, a, T0); !errors.Is(err, store.ErrNoAccount) {
 		t.Errorf("State = %v, want ErrNoAccount", err)
 	}
-	if n := len(ledger(t, s, store.LedgerFilter{})); n != 0 {
+	if n := len(Ledger(t, s, store.LedgerFilter{})); n != 0 {
 		t.Errorf("%d ledger entries", n)
 	}
 }
@@ -297,10 +297,10 @@ func testFree(t *testing.T, c *suite) {
 		t.Fatalf("Settle(free) = %+v, %v", e, err)
 	}
 	if _, err := s.Record(ctx, freeElsewhere, store.LedgerEntry{Time: T0, UserID: "owner", ServiceID: "other",
-		ProductID: prepaid.ID, Units: whole(5), Source: store.SourceReport}, okResponse); err != nil {
+		ProductID: prepaid.ID, Units: whole(5), Source: store.SourceReport}, OKResponse); err != nil {
 		t.Fatalf("Record(free) = %v", err)
 	}
-	entries := ledger(t, s, store.LedgerFilter{})
+	entries := Ledger(t, s, store.LedgerFilter{})
 	if len(entries) != 2 {
 		t.Fatalf("ledger %+v, want two entries", entries)
 	}
@@ -319,7 +319,7 @@ func testFree(t *testing.T, c *suite) {
 	if e, err := s.Settle(ctx, res, 0, store.LedgerEntry{}); err != nil || e.ID != "" {
 		t.Errorf("Settle(free, 0) = %+v, %v", e, err)
 	}
-	if n := len(ledger(t, s, store.LedgerFilter{})); n != 2 {
+	if n := len(Ledger(t, s, store.LedgerFilter{})); n != 2 {
 		t.Errorf("%d entries after releasing a free call", n)
 	}
 }
@@ -331,7 +331,7 @@ func testRecord(t *testing.T, c *suite) {
 	a := subscribe(t, s, "u1", "svc", prepaid, whole(1))
 	var seen store.LedgerEntry
 	var seenState billing.State
-	body, err := s.Record(ctx, a, entryFor(a, whole(8), T0), func(e store.LedgerEntry, st billing.State) ([]byte, error) {
+	body, err := s.Record(ctx, a, EntryFor(a, whole(8), T0), func(e store.LedgerEntry, st billing.State) ([]byte, error) {
 		seen, seenState = e, st
 		return []byte("ok"), nil
 	})
@@ -342,19 +342,19 @@ func testRecord(t *testing.T, c *suite) {
 	if seenState != want || c.state(t, s, a, T0) != want {
 		t.Errorf("state handed %+v, stored %+v; want %+v", seenState, c.state(t, s, a, T0), want)
 	}
-	entries := ledger(t, s, store.LedgerFilter{})
+	entries := Ledger(t, s, store.LedgerFilter{})
 	if len(entries) != 1 || entries[0].ID != seen.ID || seen.ID == "" || entries[0].Cost != whole(2) || seen.Cost != whole(2) {
 		t.Errorf("entry handed %+v, stored %+v", seen, entries)
 	}
 
 	// A failing response builder records nothing.
 	boom := errors.New("boom")
-	if _, err := s.Record(ctx, a, entryFor(a, whole(8), T0), func(store.LedgerEntry, billing.State) ([]byte, error) {
+	if _, err := s.Record(ctx, a, EntryFor(a, whole(8), T0), func(store.LedgerEntry, billing.State) ([]byte, error) {
 		return nil, boom
 	}); !errors.Is(err, boom) {
 		t.Errorf("Record with a failing response = %v, want boom", err)
 	}
-	if c.state(t, s, a, T0) != want || len(ledger(t, s, store.LedgerFilter{})) != 1 {
+	if c.state(t, s, a, T0) != want || len(Ledger(t, s, store.LedgerFilter{})) != 1 {
 		t.Errorf("a failed Record was charged")
 	}
 }
@@ -367,14 +367,14 @@ func testNegativeUnits(t *testing.T, c *suite) {
 	if res, err := s.Reserve(ctx, a, -whole(5), T0); err == nil {
 		t.Errorf("Reserve(-5) = %+v, want an error", res.Decision)
 	}
-	if _, err := s.Record(ctx, a, entryFor(a, -whole(5), T0), okResponse); err == nil {
+	if _, err := s.Record(ctx, a, EntryFor(a, -whole(5), T0), OKResponse); err == nil {
 		t.Errorf("Record(-5) succeeded")
 	}
 	res, err := s.Reserve(ctx, a, whole(1), T0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Settle(ctx, res, -whole(5), entryFor(a, 0, T0)); err == nil {
+	if _, err := s.Settle(ctx, res, -whole(5), EntryFor(a, 0, T0)); err == nil {
 		t.Errorf("Settle(-5) succeeded")
 	}
 	if st := c.state(t, s, a, T0); st != (billing.State{Reserved: whole(1)}) {
@@ -421,11 +421,11 @@ func testOveragePricedOnce(t *testing.T, c *suite) {
 					}
 					held[st.n] = res
 				case "settle":
-					if e, err := s.Settle(ctx, held[st.n], st.units, entryFor(a, 0, T0)); err != nil || e.UnitsClaimed != 0 {
+					if e, err := s.Settle(ctx, held[st.n], st.units, EntryFor(a, 0, T0)); err != nil || e.UnitsClaimed != 0 {
 						t.Fatalf("Settle: %+v, %v", e, err)
 					}
 				case "report":
-					if _, err := s.Record(ctx, a, entryFor(a, st.units, T0), okResponse); err != nil {
+					if _, err := s.Record(ctx, a, EntryFor(a, st.units, T0), OKResponse); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -436,7 +436,7 @@ func testOveragePricedOnce(t *testing.T, c *suite) {
 				t.Errorf("state %+v, want %s used and %s spent", state, tt.used, wantSpend)
 			}
 			var overage billing.Units
-			for _, e := range ledger(t, s, store.LedgerFilter{}) {
+			for _, e := range Ledger(t, s, store.LedgerFilter{}) {
 				overage += e.Overage
 			}
 			if overage != max(0, tt.used-*p.Quota) {
@@ -452,7 +452,7 @@ func testStoredExtremes(t *testing.T, c *suite) {
 	s := c.store(t)
 	u := subscribe(t, s, "u1", "unlimited", unlimited, 0)
 	for range 3 {
-		if _, err := s.Record(ctx, u, entryFor(u, billing.MaxUnits, T0), okResponse); err != nil {
+		if _, err := s.Record(ctx, u, EntryFor(u, billing.MaxUnits, T0), OKResponse); err != nil {
 			t.Fatalf("Record(MaxUnits): %v", err)
 		}
 	}
@@ -462,7 +462,7 @@ func testStoredExtremes(t *testing.T, c *suite) {
 	// A report priced past MaxUnits (cost saturates) on an overdrawn balance.
 	p := subscribe(t, s, "u1", "prepaid", billing.Product{ID: "dear", BillingModel: billing.Prepaid,
 		MeasurementType: billing.PerToken, Price: whole(100)}, 0)
-	if _, err := s.Record(ctx, p, entryFor(p, billing.MaxUnits, T0), okResponse); err != nil {
+	if _, err := s.Record(ctx, p, EntryFor(p, billing.MaxUnits, T0), OKResponse); err != nil {
 		t.Fatalf("Record: %v", err)
 	}
 	if st := c.state(t, s, p, T0); st.Credits >= 0 || st.Spend <= billing.MaxUnits {
@@ -478,7 +478,7 @@ func testStoredExtremes(t *testing.T, c *suite) {
 		CreatedAt: T0, ExpiresAt: T0.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CompleteJob(ctx, "job", i, entryFor(i, billing.MaxUnits, T0), func(j *store.Job) error {
+	if _, err := s.CompleteJob(ctx, "job", i, EntryFor(i, billing.MaxUnits, T0), func(j *store.Job) error {
 		j.Status = store.JobCompleted
 		return nil
 	}); err != nil {
@@ -487,7 +487,7 @@ func testStoredExtremes(t *testing.T, c *suite) {
 	if j, err := s.GetJob(ctx, "job"); err != nil || j.Cost <= billing.MaxUnits {
 		t.Errorf("GetJob = %+v, %v", j, err)
 	}
-	if entries := ledger(t, s, store.LedgerFilter{}); len(entries) != 5 {
+	if entries := Ledger(t, s, store.LedgerFilter{}); len(entries) != 5 {
 		t.Errorf("%d ledger entries, want 5", len(entries))
 	}
 

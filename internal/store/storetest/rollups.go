@@ -115,14 +115,14 @@ func writeRollupRows(t *testing.T, s store.Store) {
 			if err != nil || !res.Decision.Allowed {
 				t.Fatalf("Reserve(%s/%s) = %+v, %v", acc.UserID, acc.ServiceID, res.Decision, err)
 			}
-			e := entryFor(acc, 0, at)
+			e := EntryFor(acc, 0, at)
 			e.EndpointID = fmt.Sprintf("ep%d", (i+j)%2)
 			e.Source = store.SourceGateway
 			if _, err := s.Settle(ctx, res, whole(int64(1+(i+j)%3)), e); err != nil {
 				t.Fatalf("Settle: %v", err)
 			}
-			r := entryFor(acc, whole(int64(2+i)), at.Add(time.Second))
-			if _, err := s.Record(ctx, acc, r, okResponse); err != nil {
+			r := EntryFor(acc, whole(int64(2+i)), at.Add(time.Second))
+			if _, err := s.Record(ctx, acc, r, OKResponse); err != nil {
 				t.Fatalf("Record: %v", err)
 			}
 		}
@@ -136,7 +136,7 @@ func testRollups(t *testing.T, c *suite) {
 	rollups(t, s, store.RollupFilter{}) // skips a store without rollups
 	writeRollupRows(t, s)
 	check := func(s store.Store, when string) {
-		all := ledger(t, s, store.LedgerFilter{})
+		all := Ledger(t, s, store.LedgerFilter{})
 		if len(all) != 2*3*len(rollupHours) {
 			t.Fatalf("%s: %d ledger rows, want %d", when, len(all), 2*3*len(rollupHours))
 		}
@@ -160,7 +160,7 @@ func testRollups(t *testing.T, c *suite) {
 				}
 			}
 			var rows []store.LedgerEntry
-			for _, e := range ledger(t, s, store.LedgerFilter{UserID: f.UserID, ServiceID: f.ServiceID}) {
+			for _, e := range Ledger(t, s, store.LedgerFilter{UserID: f.UserID, ServiceID: f.ServiceID}) {
 				h := e.Time.Truncate(time.Hour)
 				if (!from.IsZero() && h.Before(from)) || (!to.IsZero() && !h.Before(to)) {
 					continue
@@ -188,7 +188,7 @@ func testRollups(t *testing.T, c *suite) {
 			for _, r := range got {
 				calls += r.Calls
 			}
-			if n := len(ledger(t, s, f)); calls != int64(n) {
+			if n := len(Ledger(t, s, f)); calls != int64(n) {
 				t.Errorf("%s: ScanUsage(%+v) counts %d calls, the ledger has %d rows", when, f, calls, n)
 			}
 		}
@@ -219,12 +219,12 @@ func testPruneLedger(t *testing.T, c *suite) {
 	s := c.store(t)
 	lp, _ := pruner(t, s)
 	writeRollupRows(t, s)
-	all := ledger(t, s, store.LedgerFilter{})
+	all := Ledger(t, s, store.LedgerFilter{})
 	roll := rollups(t, s, store.RollupFilter{})
 
 	prune := func(before time.Time) {
 		t.Helper()
-		was := ledger(t, s, store.LedgerFilter{})
+		was := Ledger(t, s, store.LedgerFilter{})
 		res, err := lp.PruneLedger(ctx, before)
 		if err != nil {
 			t.Fatalf("PruneLedger(%v): %v", before, err)
@@ -232,7 +232,7 @@ func testPruneLedger(t *testing.T, c *suite) {
 		if !res.Before.Equal(before) {
 			t.Errorf("PruneLedger(%v) reports before %v", before, res.Before)
 		}
-		now := ledger(t, s, store.LedgerFilter{})
+		now := Ledger(t, s, store.LedgerFilter{})
 		kept := map[uint64]bool{}
 		for _, e := range now {
 			kept[e.Seq] = true
@@ -257,7 +257,7 @@ func testPruneLedger(t *testing.T, c *suite) {
 	prune(T0.Add(time.Hour))
 	// A month past every row: none is left.
 	prune(time.Date(2024, 5, 1, 0, 0, 0, 0, time.UTC))
-	if rest := ledger(t, s, store.LedgerFilter{}); len(rest) != 0 {
+	if rest := Ledger(t, s, store.LedgerFilter{}); len(rest) != 0 {
 		t.Errorf("%d rows left after a prune a month past them all", len(rest))
 	}
 	if len(roll) == 0 {
@@ -266,10 +266,10 @@ func testPruneLedger(t *testing.T, c *suite) {
 
 	// Writing goes on, in a month already pruned too.
 	a := store.Account{UserID: "u1", ServiceID: "svc1", Product: unlimited}
-	if _, err := s.Record(ctx, a, entryFor(a, whole(7), T0.Add(time.Minute)), okResponse); err != nil {
+	if _, err := s.Record(ctx, a, EntryFor(a, whole(7), T0.Add(time.Minute)), OKResponse); err != nil {
 		t.Fatalf("Record after a prune: %v", err)
 	}
-	if rows := ledger(t, s, store.LedgerFilter{}); len(rows) != 1 || rows[0].Units != whole(7) {
+	if rows := Ledger(t, s, store.LedgerFilter{}); len(rows) != 1 || rows[0].Units != whole(7) {
 		t.Errorf("ledger after a prune and a write: %+v", rows)
 	}
 	want := rollupsOf(append(all, store.LedgerEntry{Time: T0.Add(time.Minute), UserID: "u1", ServiceID: "svc1",
@@ -278,7 +278,7 @@ func testPruneLedger(t *testing.T, c *suite) {
 	if c.reopen != nil {
 		s = c.restart(t, s)
 		sameRollups(t, "after the prunes and a restart", rollups(t, s, store.RollupFilter{}), want)
-		if rows := ledger(t, s, store.LedgerFilter{}); len(rows) != 1 {
+		if rows := Ledger(t, s, store.LedgerFilter{}); len(rows) != 1 {
 			t.Errorf("ledger after the prunes and a restart: %+v", rows)
 		}
 	}
@@ -315,7 +315,7 @@ func testPruneRollups(t *testing.T, c *suite) {
 		t.Errorf("PruneRollups again = %d, %v; want 0", n, err)
 	}
 	// The raw rows are not the rollups' business.
-	if rows := ledger(t, s, store.LedgerFilter{}); len(rows) != 2*3*len(rollupHours) {
+	if rows := Ledger(t, s, store.LedgerFilter{}); len(rows) != 2*3*len(rollupHours) {
 		t.Errorf("%d ledger rows after PruneRollups", len(rows))
 	}
 }
@@ -326,7 +326,7 @@ func testPruneBadCutoff(t *testing.T, c *suite) {
 	s := c.store(t)
 	lp, rp := pruner(t, s)
 	writeRollupRows(t, s)
-	rows := ledger(t, s, store.LedgerFilter{})
+	rows := Ledger(t, s, store.LedgerFilter{})
 	roll := rollups(t, s, store.RollupFilter{})
 	for _, bad := range []time.Time{{}, time.Now().Add(time.Hour), time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)} {
 		if res, err := lp.PruneLedger(ctx, bad); !errors.Is(err, store.ErrBadCutoff) || res.Rows != 0 {
@@ -336,7 +336,7 @@ func testPruneBadCutoff(t *testing.T, c *suite) {
 			t.Errorf("PruneRollups(%v) = %d, %v; want ErrBadCutoff", bad, n, err)
 		}
 	}
-	if got := ledger(t, s, store.LedgerFilter{}); len(got) != len(rows) {
+	if got := Ledger(t, s, store.LedgerFilter{}); len(got) != len(rows) {
 		t.Errorf("%d ledger rows after refused prunes, want %d", len(got), len(rows))
 	}
 	if got := rollups(t, s, store.RollupFilter{}); fmt.Sprint(got) != fmt.Sprint(roll) {

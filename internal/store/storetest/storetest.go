@@ -220,8 +220,9 @@ func subscribe(t testing.TB, s store.Store, user, service string, p billing.Prod
 	return store.Account{UserID: user, ServiceID: service, Product: p}
 }
 
-// ledger returns every ledger entry matching f.
-func ledger(t testing.TB, s store.Store, f store.LedgerFilter) []store.LedgerEntry {
+// Ledger returns every ledger entry matching f (a helper for the stores'
+// own tests too).
+func Ledger(t testing.TB, s store.Store, f store.LedgerFilter) []store.LedgerEntry {
 	t.Helper()
 	var out []store.LedgerEntry
 	if err := s.ScanLedger(ctx, f, func(e store.LedgerEntry) error {
@@ -233,7 +234,8 @@ func ledger(t testing.TB, s store.Store, f store.LedgerFilter) []store.LedgerEnt
 	return out
 }
 
-func sumUnits(entries []store.LedgerEntry) (units, cost billing.Units) {
+// SumUnits adds up the units and the cost of entries.
+func SumUnits(entries []store.LedgerEntry) (units, cost billing.Units) {
 	for _, e := range entries {
 		units += e.Units
 		cost += e.Cost
@@ -241,16 +243,18 @@ func sumUnits(entries []store.LedgerEntry) (units, cost billing.Units) {
 	return units, cost
 }
 
-func entryFor(a store.Account, units billing.Units, at time.Time) store.LedgerEntry {
+// EntryFor is a usage report's ledger entry of units for a, at at.
+func EntryFor(a store.Account, units billing.Units, at time.Time) store.LedgerEntry {
 	return store.LedgerEntry{
 		Time: at, UserID: a.UserID, ServiceID: a.ServiceID, ProductID: a.Product.ID,
 		Units: units, Source: store.SourceReport,
 	}
 }
 
-// okResponse is a Record response that names the entry it answers.
-func okResponse(e store.LedgerEntry, st billing.State) ([]byte, error) {
+// OKResponse is a Record response that names the entry it answers.
+func OKResponse(e store.LedgerEntry, st billing.State) ([]byte, error) {
 	return []byte(`{"id":"` + e.ID + `","used":"` + st.Used.String() + `"}`), nil
 }
 
-func keyHash(key string) [32]byte { return sha256.Sum256([]byte(key)) }
+// KeyHash is a service key's hash as the stores keep it.
+func KeyHash(key string) [32]byte { return sha256.Sum256([]byte(key)) }

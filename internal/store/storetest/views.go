@@ -295,7 +295,7 @@ func testChangedAccounts(t *testing.T, c *suite) {
 	if err != nil || !d.Allowed {
 		t.Fatalf("Reserve: %v %+v", err, d)
 	}
-	if _, err := s.Settle(ctx, r, whole(1), entryFor(a, whole(1), T0)); err != nil {
+	if _, err := s.Settle(ctx, r, whole(1), EntryFor(a, whole(1), T0)); err != nil {
 		t.Fatal(err)
 	}
 	var refs []store.AccountRef
