@@ -59,45 +59,85 @@ func runCPUTime(args []string) {
 }
 
 // runFsync times -n writes of -size bytes, each followed by fdatasync, to
-// a file in -dir, and prints the median and p90. A durable commit of the
-// store waits for fsyncs like these (bbolt makes two per commit), so the
-// median bounds how fast one sync call's settlement can be acknowledged.
+// a file in -dir, and prints the median and p90 and the process's CPU time
+// per write. A durable commit of the store waits for fsyncs like these, so
+// the median bounds how fast one sync call's settlement can be
+// acknowledged. -mode says where the writes go: "overwrite" (the default)
+// rewrites the same block, as a bbolt commit rewrites its pages; "append"
+// appends, as the settlement log does (each fdatasync then also commits
+// the file's new size and blocks); "prealloc" writes the same sequence
+// into a file written full of zeros first (the size and blocks already
+// committed: what a preallocated log segment would cost).
 func runFsync(args []string) {
 	fs := flag.NewFlagSet("fsync", flag.ExitOnError)
 	dir := fs.String("dir", os.TempDir(), "directory on the disk to probe")
 	n := fs.Int("n", 200, "writes")
 	size := fs.Int("size", 4096, "bytes per write")
+	mode := fs.String("mode", "overwrite", "overwrite, append or prealloc")
 	fs.Parse(args)
 	if *n < 1 || *size < 1 {
 		fmt.Fprintln(os.Stderr, "loadgen fsync: -n and -size must be positive")
 		os.Exit(2)
 	}
-	path := filepath.Join(*dir, "fsync-probe")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
+	if *mode != "overwrite" && *mode != "append" && *mode != "prealloc" {
+		fmt.Fprintln(os.Stderr, "loadgen fsync: -mode must be overwrite, append or prealloc")
+		os.Exit(2)
+	}
+	fail := func(err error) {
 		fmt.Fprintf(os.Stderr, "loadgen fsync: %v\n", err)
 		os.Exit(1)
 	}
+	path := filepath.Join(*dir, "fsync-probe")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		fail(err)
+	}
 	defer os.Remove(path)
 	defer f.Close()
+	if *mode == "prealloc" {
+		if _, err := f.Write(make([]byte, *n**size)); err != nil {
+			fail(err)
+		}
+		if err := f.Sync(); err != nil {
+			fail(err)
+		}
+	}
 	buf := bytes.Repeat([]byte{'x'}, *size)
 	times := make([]time.Duration, *n)
+	cpu0, err := selfCPU()
+	if err != nil {
+		fail(err)
+	}
 	for i := range times {
 		start := time.Now()
-		// Overwrite the same block, as a commit rewrites its pages; the
-		// first write also allocates it, which the median leaves out.
-		if _, err := f.WriteAt(buf, 0); err != nil {
-			fmt.Fprintf(os.Stderr, "loadgen fsync: %v\n", err)
-			os.Exit(1)
+		off := int64(0) // overwrite: the first write also allocates the block, which the median leaves out
+		if *mode != "overwrite" {
+			off = int64(i) * int64(*size)
+		}
+		if _, err := f.WriteAt(buf, off); err != nil {
+			fail(err)
 		}
 		if err := syscall.Fdatasync(int(f.Fd())); err != nil {
-			fmt.Fprintf(os.Stderr, "loadgen fsync: %v\n", err)
-			os.Exit(1)
+			fail(err)
 		}
 		times[i] = time.Since(start)
 	}
+	cpu1, err := selfCPU()
+	if err != nil {
+		fail(err)
+	}
 	slices.Sort(times)
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	fmt.Printf("n=%d size=%d median_ms=%.3f p90_ms=%.3f max_ms=%.3f\n",
-		*n, *size, ms(times[len(times)/2]), ms(times[len(times)*9/10]), ms(times[len(times)-1]))
+	fmt.Printf("n=%d size=%d mode=%s median_ms=%.3f p90_ms=%.3f max_ms=%.3f cpu_us_per_write=%.1f\n",
+		*n, *size, *mode, ms(times[len(times)/2]), ms(times[len(times)*9/10]), ms(times[len(times)-1]),
+		float64((cpu1-cpu0).Microseconds())/float64(*n))
+}
+
+// selfCPU is this process's user + system CPU time so far.
+func selfCPU() (time.Duration, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, err
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
 }

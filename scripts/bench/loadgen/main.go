@@ -10,7 +10,7 @@
 //	        [-cpu-pid PID]
 //	loadgen sign -secret S -body TEXT -timestamp T
 //	loadgen cputime -pid PID
-//	loadgen fsync [-dir DIR] [-n 200] [-size 4096]
+//	loadgen fsync [-dir DIR] [-n 200] [-size 4096] [-mode overwrite|append|prealloc]
 //
 // rate prints one line: `requests=N errors=N late=N rps=R p50_ms=X
 // p90_ms=X p99_ms=X max_ms=X [cpu_us=X]`; cpu_us, with -cpu-pid, is the
