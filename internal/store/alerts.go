@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/platformgw/gateway/internal/billing"
@@ -34,6 +35,28 @@ type Alert struct {
 	// NextAttempt is when a pending alert is sent (again).
 	NextAttempt time.Time `json:"nextAttemptAt,omitzero"`
 	DeliveredAt time.Time `json:"deliveredAt,omitzero"`
+}
+
+// UnmarshalJSON reads an alert as the stores write it (json.Marshal of
+// Alert), its value and limit through Amount: a "credits below" alert fired
+// for an overdrawn prepaid balance carries a negative value, and a usage
+// figure summed from large reports can pass MaxUnits, which billing.Units
+// refuses to read. An alert that did not read back would stop the delivery
+// of every alert after it and the listing.
+func (a *Alert) UnmarshalJSON(b []byte) error {
+	type fields Alert // Alert's fields without this method
+	var r struct {
+		*fields
+		Value Amount `json:"value"` // shadows fields.Value: the shallower field is the one decoded
+		Limit Amount `json:"limit"`
+	}
+	r.fields = (*fields)(a)
+	r.Value, r.Limit = Amount(a.Value), Amount(a.Limit)
+	if err := json.Unmarshal(b, &r); err != nil {
+		return err
+	}
+	a.Value, a.Limit = billing.Units(r.Value), billing.Units(r.Limit)
+	return nil
 }
 
 // AlertFilter narrows an alert listing; empty fields match every alert.

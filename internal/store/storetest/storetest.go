@@ -112,6 +112,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"ListSubscriptions", testListSubscriptions},
 		{"ListJobs", testListJobs},
 		{"AlertFiresOnce", testAlertFiresOnce},
+		{"AlertOverdrawn", testAlertOverdrawn},
 		{"AlertDeliveryStates", testAlertDeliveryStates},
 		{"ListAlerts", testListAlerts},
 		{"ChangedAccounts", testChangedAccounts},

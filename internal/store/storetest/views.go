@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -186,6 +187,51 @@ func testAlertFiresOnce(t *testing.T, c *suite) {
 	}
 	if due, _ := s.DueAlerts(ctx, T0, 3); len(due) != 3 {
 		t.Errorf("DueAlerts(limit 3) = %d alerts", len(due))
+	}
+}
+
+// testAlertOverdrawn: a "credits below" alert fired for an overdrawn
+// prepaid balance carries a negative value, and a usage figure summed from
+// large reports can pass MaxUnits; such an alert reads back as it was
+// recorded, from DueAlerts and ListAlerts, before and after a restart
+// (one unreadable alert would stop every alert's delivery and the
+// listing).
+func testAlertOverdrawn(t *testing.T, c *suite) {
+	s := c.store(t)
+	low := newAlert("u1", "credits below 5")
+	low.Value, low.Limit = -whole(2)-500_000, whole(5)
+	big := newAlert("u2", "quota 80%")
+	big.Value, big.Limit = billing.MaxUnits+whole(7), billing.MaxUnits
+	for _, a := range []store.Alert{low, big} {
+		if _, err := s.CreateAlert(ctx, a); err != nil {
+			t.Fatalf("CreateAlert(value %s): %v", a.Value, err)
+		}
+	}
+	check := func(when string) {
+		t.Helper()
+		due, err := s.DueAlerts(ctx, T0, 10)
+		if err != nil || len(due) != 2 {
+			t.Fatalf("%s: DueAlerts = %d alerts, %v; want 2", when, len(due), err)
+		}
+		listed, _, err := s.ListAlerts(ctx, store.AlertFilter{}, "", 10)
+		if err != nil || len(listed) != 2 {
+			t.Fatalf("%s: ListAlerts = %d alerts, %v; want 2", when, len(listed), err)
+		}
+		for _, got := range [][]store.Alert{due, listed} {
+			values := map[string][2]billing.Units{}
+			for _, a := range got {
+				values[a.UserID] = [2]billing.Units{a.Value, a.Limit}
+			}
+			if values["u1"] != [2]billing.Units{low.Value, low.Limit} || values["u2"] != [2]billing.Units{big.Value, big.Limit} {
+				t.Fatalf("%s: values and limits read back %v; want u1 %s/%s, u2 %s/%s", when, values,
+					low.Value, low.Limit, big.Value, big.Limit)
+			}
+		}
+	}
+	check("recorded")
+	if c.reopen != nil {
+		s = c.restart(t, s)
+		check("after a restart")
 	}
 }
 
