@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -667,10 +666,22 @@ type ledgerRows struct {
 	entries  [][]byte
 	roll     rollupCols
 	seqs     []int64
+	buf      []byte // the entries' bytes
 }
 
 func (l *ledgerRows) add(i int, callID string, seq int64, e store.LedgerEntry) {
-	raw, _ := json.Marshal(e) // plain fields: never fails
+	// The entries of a batch share one buffer (each a slice of it: a
+	// buffer that grows leaves the earlier ones where they were).
+	n := len(l.buf)
+	buf, err := appendEntry(l.buf, &e)
+	if err != nil {
+		buf = l.buf[:n] // a time RFC 3339 cannot hold; json.Marshal writes nothing either
+	}
+	l.buf = buf
+	raw := l.buf[n:len(l.buf):len(l.buf)]
+	if err != nil {
+		raw = nil
+	}
 	l.index = append(l.index, i)
 	l.times = append(l.times, e.Time)
 	l.calls = append(l.calls, callID)
