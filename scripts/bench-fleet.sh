@@ -352,9 +352,10 @@ for round in $(seq 1 "$ROUNDS"); do
 	log "  pg1-5ms   $pg5 at $half/s, $((c4 - c3)) commits"
 done
 
-# BENCH_PROFILE=<dir>: a CPU profile of the PostgreSQL node and of the
-# bbolt node under the same load, after the rounds (go tool pprof
-# bin/caddy <dir>/pg1.pprof).
+# BENCH_PROFILE=<dir>: CPU profiles after the rounds, under the rounds'
+# loads: the bbolt node (bolt.pprof), PostgreSQL node a alone (pg1.pprof)
+# and node a while both PostgreSQL nodes take load (pg2.pprof); read them
+# with go tool pprof <dir>/caddy <dir>/pg1.pprof.
 if [ -n "${BENCH_PROFILE:-}" ]; then
 	mkdir -p "$BENCH_PROFILE"
 	for s in bolt:$((PB + 1)):$BOLT_URL:BOLT_AUTH pg1:$((PB + 3)):$PGA_URL:PG_AUTH; do
@@ -370,6 +371,14 @@ if [ -n "${BENCH_PROFILE:-}" ]; then
 		curl -fsS -o "$BENCH_PROFILE/$name.pprof" "http://127.0.0.1:$admin/debug/pprof/profile?seconds=6"
 		wait "$b"
 	done
+	# pg2: node a while both PostgreSQL nodes take the load.
+	wrk -t2 -c"$CONNS" -d9s -H "$PG_AUTH" "$PGB_URL/instant/invoke" > /dev/null &
+	b=$!
+	wrk -t2 -c"$CONNS" -d9s -H "$PG_AUTH" "$PGA_URL/instant/invoke" > /dev/null &
+	b2=$!
+	sleep 1
+	curl -fsS -o "$BENCH_PROFILE/pg2.pprof" "http://127.0.0.1:$((PB + 3))/debug/pprof/profile?seconds=6"
+	wait "$b" "$b2"
 	cp "$CADDY" "$BENCH_PROFILE/caddy"
 	log "profiles in $BENCH_PROFILE (go tool pprof $BENCH_PROFILE/caddy $BENCH_PROFILE/pg1.pprof)"
 fi
