@@ -7,7 +7,7 @@
 #   make bench   the benchmark against plain Caddy reverse_proxy: req/s and
 #                the Caddy process's CPU per request (~5 minutes)
 #   make bench-fleet  the gateway on PostgreSQL (1 and 2 nodes) against
-#                the same node on bbolt: req/s, round trips, added latency
+#                the same node on bbolt: req/s, CPU per call, round trips, latency
 #   make bench-scale  the store with 1M keys and 10M ledger rows against an
 #                empty one (minutes, several GB in a temp dir)
 #   make bench-scale-ledger  the segmented usage ledger grown to

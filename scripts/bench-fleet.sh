@@ -42,7 +42,16 @@
 # Settings: BENCH_ROUNDS (3), BENCH_DURATION (8s), BENCH_CONNS (64),
 # BENCH_FLEET_PORT_BASE (3450: backend +0, bolt admin/http +1/+2, pg-a
 # +3/+4, pg-b +5/+6, bolt2 +7/+8, pg-c +9/+10), BENCH_LEASE_MAX
-# (lease_max, 1000 units), BENCH_CADDY (a binary built already).
+# (lease_max, 1000 units), BENCH_CADDY (a binary built already),
+# BENCH_PROFILE (a directory: CPU profiles of the bbolt and PostgreSQL
+# nodes after the rounds).
+#
+# CPU per call: each gateway process's CPU time (user + system, from
+# /proc) and the PostgreSQL server's (every postgres process, and the
+# backends its postmaster reaped) over a run and the second after it,
+# divided by the calls served. On two shared cores this is steadier than
+# throughput, and a node on PostgreSQL is compared by what it and the
+# database spend together against what the bbolt node spends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -231,6 +240,52 @@ steady() {
 		"$(sed -n 's/.* p99_ms=\([^ ]*\).*/\1/p' <<< "$out") $(sed -n 's/^requests=\([^ ]*\).*/\1/p' <<< "$out")"
 }
 
+# ticks <pid...>: the processes' CPU time so far (user + system, clock
+# ticks). pgticks: the PostgreSQL server's, every live postgres process
+# and the children its postmaster has reaped (a backend that ended).
+ticks() {
+	local p t=0
+	for p in "$@"; do
+		t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+	done
+	echo "$t"
+}
+pgticks() {
+	local p t=0 pm
+	pm=$(pgrep -o -u postgres -x postgres)
+	t=$(awk '{print $16 + $17}' "/proc/$pm/stat")
+	for p in $(pgrep -u postgres -x postgres); do
+		t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2> /dev/null || echo 0)))
+	done
+	echo "$t"
+}
+HZ=$(getconf CLK_TCK)
+# cpurec <file> <requests> <gateway ticks before> <after> <pg before> <after>:
+# appends "gateway µs/call, PostgreSQL µs/call" of one run.
+cpurec() {
+	awk -v n="$2" -v g="$(($4 - $3))" -v p="$(($6 - $5))" -v hz="$HZ" \
+		'BEGIN { printf "%.1f %.1f\n", g * 1e6 / hz / n, p * 1e6 / hz / n }' >> "$1"
+}
+# measured <file> <gateway pids> <command...>: runs the command (a wrkrun),
+# prints its output, and records the CPU per call of the gateways named
+# and of PostgreSQL over the run and the second after it (the settlement
+# log's shipments of the run's last calls).
+measured() {
+	local file=$1 pids=$2 g0 p0 g1 p1 out reqs
+	shift 2
+	# shellcheck disable=SC2086
+	g0=$(ticks $pids)
+	p0=$(pgticks)
+	out=$("$@")
+	sleep 1
+	# shellcheck disable=SC2086
+	g1=$(ticks $pids)
+	p1=$(pgticks)
+	reqs=$(awk '{print $4}' <<< "$out")
+	cpurec "$file" "$reqs" "$g0" "$g1" "$p0" "$p1"
+	echo "$out"
+}
+
 r=$work/results
 mkdir -p "$r"
 log "warming up"
@@ -241,39 +296,49 @@ wrk -t2 -c"$CONNS" -d3s -H "$BOLT2_AUTH" "$BOLT2_URL/instant/invoke" > /dev/null
 wrk -t2 -c"$CONNS" -d3s -H "$PGC_AUTH" "$PGC_URL/instant/invoke" > /dev/null
 for round in $(seq 1 "$ROUNDS"); do
 	log "round $round of $ROUNDS"
-	bolt=$(wrkrun "$BOLT_URL/instant/invoke" "$BOLT_AUTH")
+	bolt=$(measured "$r/cpu-bolt" "$PID_bolt" wrkrun "$BOLT_URL/instant/invoke" "$BOLT_AUTH")
 	echo "$bolt" >> "$r/bolt"
-	log "  bolt      $bolt (req/s p50 p99 requests)"
+	log "  bolt      $bolt (req/s p50 p99 requests), CPU µs/call $(tail -1 "$r/cpu-bolt" | cut -d' ' -f1)"
 
 	c0=$(commits)
-	pg1=$(wrkrun "$PGA_URL/instant/invoke" "$PG_AUTH")
+	pg1=$(measured "$r/cpu-pg1" "$PID_pga" wrkrun "$PGA_URL/instant/invoke" "$PG_AUTH")
 	c1=$(commits)
 	echo "$pg1 $((c1 - c0))" >> "$r/pg1"
-	log "  pg1       $pg1, $((c1 - c0)) commits"
+	log "  pg1       $pg1, $((c1 - c0)) commits, CPU µs/call gateway, PostgreSQL: $(tail -1 "$r/cpu-pg1")"
 
 	cc0=$(commits "$DBC")
-	pgc=$(wrkrun "$PGC_URL/instant/invoke" "$PGC_AUTH")
+	pgc=$(measured "$r/cpu-pgc" "$PID_pgc" wrkrun "$PGC_URL/instant/invoke" "$PGC_AUTH")
 	cc1=$(commits "$DBC")
 	echo "$pgc $((cc1 - cc0))" >> "$r/pgc"
-	log "  pgc       $pgc, $((cc1 - cc0)) commits (settle commit)"
+	log "  pgc       $pgc, $((cc1 - cc0)) commits (settle commit), CPU µs/call gateway, PostgreSQL: $(tail -1 "$r/cpu-pgc")"
 
+	g0=$(ticks "$PID_bolt" "$PID_bolt2")
+	p0=$(pgticks)
 	wrkrun "$BOLT2_URL/instant/invoke" "$BOLT2_AUTH" > "$work/bolt2.out" &
 	b=$!
 	bolta=$(wrkrun "$BOLT_URL/instant/invoke" "$BOLT_AUTH")
 	wait "$b"
+	sleep 1
+	cpurec "$r/cpu-bolt2" "$(($(awk '{print $4}' <<< "$bolta") + $(awk '{print $4}' "$work/bolt2.out")))" \
+		"$g0" "$(ticks "$PID_bolt" "$PID_bolt2")" "$p0" "$(pgticks)"
 	boltb=$(cat "$work/bolt2.out")
 	echo "$bolta $boltb" >> "$r/bolt2"
-	log "  bolt2     a: $bolta; b: $boltb"
+	log "  bolt2     a: $bolta; b: $boltb, CPU µs/call $(tail -1 "$r/cpu-bolt2" | cut -d' ' -f1)"
 	c1=$(commits)
 
+	g0=$(ticks "$PID_pga" "$PID_pgb")
+	p0=$(pgticks)
 	wrkrun "$PGB_URL/instant/invoke" "$PG_AUTH" > "$work/pgb.out" &
 	b=$!
 	pga=$(wrkrun "$PGA_URL/instant/invoke" "$PG_AUTH")
 	wait "$b"
+	sleep 1
+	cpurec "$r/cpu-pg2" "$(($(awk '{print $4}' <<< "$pga") + $(awk '{print $4}' "$work/pgb.out")))" \
+		"$g0" "$(ticks "$PID_pga" "$PID_pgb")" "$p0" "$(pgticks)"
 	pgb=$(cat "$work/pgb.out")
 	c2=$(commits)
 	echo "$pga $pgb $((c2 - c1))" >> "$r/pg2"
-	log "  pg2       a: $pga; b: $pgb; $((c2 - c1)) commits"
+	log "  pg2       a: $pga; b: $pgb; $((c2 - c1)) commits, CPU µs/call gateways, PostgreSQL: $(tail -1 "$r/cpu-pg2")"
 
 	half=$(awk -v p="$(awk '{print $1}' <<< "$pg1")" '{printf "%d", ($1 < p ? $1 : p) / 2}' <<< "$bolt")
 	echo "$half" >> "$r/rates"
@@ -286,6 +351,37 @@ for round in $(seq 1 "$ROUNDS"); do
 	echo "$pg5 $((c4 - c3))" >> "$r/pg1-5ms"
 	log "  pg1-5ms   $pg5 at $half/s, $((c4 - c3)) commits"
 done
+
+# BENCH_PROFILE=<dir>: CPU profiles after the rounds, under the rounds'
+# loads: the bbolt node (bolt.pprof), PostgreSQL node a alone (pg1.pprof)
+# and node a while both PostgreSQL nodes take load (pg2.pprof); read them
+# with go tool pprof <dir>/caddy <dir>/pg1.pprof.
+if [ -n "${BENCH_PROFILE:-}" ]; then
+	mkdir -p "$BENCH_PROFILE"
+	for s in bolt:$((PB + 1)):$BOLT_URL:BOLT_AUTH pg1:$((PB + 3)):$PGA_URL:PG_AUTH; do
+		name=${s%%:*}
+		admin=${s#*:}
+		admin=${admin%%:*}
+		authvar=${s##*:}
+		url=${s#*:*:}
+		url=${url%:*}
+		wrk -t2 -c"$CONNS" -d9s -H "${!authvar}" "$url/instant/invoke" > /dev/null &
+		b=$!
+		sleep 1
+		curl -fsS -o "$BENCH_PROFILE/$name.pprof" "http://127.0.0.1:$admin/debug/pprof/profile?seconds=6"
+		wait "$b"
+	done
+	# pg2: node a while both PostgreSQL nodes take the load.
+	wrk -t2 -c"$CONNS" -d9s -H "$PG_AUTH" "$PGB_URL/instant/invoke" > /dev/null &
+	b=$!
+	wrk -t2 -c"$CONNS" -d9s -H "$PG_AUTH" "$PGA_URL/instant/invoke" > /dev/null &
+	b2=$!
+	sleep 1
+	curl -fsS -o "$BENCH_PROFILE/pg2.pprof" "http://127.0.0.1:$((PB + 3))/debug/pprof/profile?seconds=6"
+	wait "$b" "$b2"
+	cp "$CADDY" "$BENCH_PROFILE/caddy"
+	log "profiles in $BENCH_PROFILE (go tool pprof $BENCH_PROFILE/caddy $BENCH_PROFILE/pg1.pprof)"
+fi
 
 # --- table ----------------------------------------------------------------------
 median() { sort -g | awk '{v[NR] = $1} END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
@@ -335,6 +431,29 @@ row "sync invoke, 5 ms backend, bbolt" "$(f0 "$(col "$r/bolt-5ms" '$1')")" "$(f3
 	"$(f3 "$(col "$r/bolt-5ms" '$3')")" "at $(median < "$r/rates")/s" "-"
 row "sync invoke, 5 ms backend, PostgreSQL" "$(f0 "$(col "$r/pg1-5ms" '$1')")" "$(f3 "$(col "$r/pg1-5ms" '$2')")" \
 	"$(f3 "$(col "$r/pg1-5ms" '$3')")" "$(printf '%+.3f p50, %+.3f p99' "$add50" "$add99")" "$(f3 "$rt5")"
+
+# CPU per call: cpu-*: $1 gateway µs/call, $2 PostgreSQL µs/call
+cb=$(col "$r/cpu-bolt" '$1')
+cb2=$(col "$r/cpu-bolt2" '$1')
+echo
+echo "CPU per call (median over rounds; the process's own CPU time over the run and the second after it, divided by calls):"
+crow() { printf '| %-38s | %12s | %14s | %12s | %14s |\n' "$@"; }
+crow scenario "gateway µs" "PostgreSQL µs" "together µs" "vs. bbolt"
+printf '|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..40})" "--------------" "----------------" "--------------" "----------------"
+crow "bbolt, 1 node" "$(f0 "$cb")" "-" "$(f0 "$cb")" "1.00x"
+for s in pg1:"PostgreSQL settle log, 1 node" pgc:"PostgreSQL settle commit, 1 node" bolt2:"bbolt, 2 nodes at once" pg2:"PostgreSQL settle log, 2 nodes at once"; do
+	f=$r/cpu-${s%%:*}
+	g=$(col "$f" '$1')
+	if [ "${s%%:*}" = bolt2 ]; then
+		crow "${s#*:}" "$(f0 "$g")" "-" "$(f0 "$g")" "$(f2 "$(awk -v a="$g" -v b="$cb" 'BEGIN { print a / b }')")x of 1 node"
+		continue
+	fi
+	t=$(col "$f" '$1 + $2')
+	base=$cb
+	if [ "${s%%:*}" = pg2 ]; then base=$cb2; fi
+	crow "${s#*:}" "$(f0 "$g")" "$(f0 "$(col "$f" '$2')")" "$(f0 "$t")" \
+		"$(f2 "$(awk -v a="$t" -v b="$base" 'BEGIN { print a / b }')")x$([ "${s%%:*}" = pg2 ] && echo " of 2 bbolt")"
+done
 
 verdict() { if awk "BEGIN { exit !($1) }"; then echo met; else echo MISSED; fi; }
 echo

@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -273,16 +272,38 @@ func (s *Store) commitSettlements(batch []*settlement) error {
 		}
 	}
 	var err error
+	lookup := false
 	for attempt := 0; attempt < 5; attempt++ {
-		err = s.commitOnce(ctx, batch)
+		err = s.commitOnce(ctx, batch, lookup)
+		if errors.Is(err, errAlreadyWritten) {
+			// Some of the batch was written by an earlier attempt (a commit
+			// whose answer was lost, a replay after a crash): the same batch
+			// again, reading those rows first so they are not charged twice.
+			lookup, attempt = true, attempt-1
+			continue
+		}
 		if !retryable(err) {
 			break
 		}
+		lookup = true // an attempt that failed may have committed
 	}
 	return s.fail(err)
 }
 
-func (s *Store) commitOnce(ctx context.Context, batch []*settlement) (err error) {
+// errAlreadyWritten: a batch written without looking up its calls first
+// found some of them in the ledger already; the transaction was rolled
+// back and the batch is written again with the lookup.
+var errAlreadyWritten = errors.New("pgstore: some settlements of the batch are in the ledger already")
+
+// commitOnce writes batch in one transaction. With lookup, it first reads
+// the ledger rows the batch's calls already have (written by an earlier
+// attempt) and charges only the others. Without it, it charges every call
+// and checks, before the COMMIT, that every ledger row was inserted (the
+// insert skips a call id that is there already): if one was not, it rolls
+// back and answers errAlreadyWritten. Almost every batch is new, so the
+// lookup, a probe of the ledger's unique index per call, is paid only when
+// a row is found where none was expected.
+func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool) (err error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -365,8 +386,10 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement) (err error)
 		JOIN unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) k(h, u, sv, p)
 		  ON l.holder = k.h AND l.user_id = k.u AND l.service_id = k.sv AND l.period = k.p
 		ORDER BY 1, 2, 3, 4 FOR UPDATE OF l`, holders, hu, hs, hp)
-	b.Queue(`SELECT l.call_id, l.seq, l.entry FROM ledger l JOIN unnest($1::text[], $2::timestamptz[]) k(c, t)
+	if lookup {
+		b.Queue(`SELECT l.call_id, l.seq, l.entry FROM ledger l JOIN unnest($1::text[], $2::timestamptz[]) k(c, t)
 		ON l.call_id = k.c AND l.time = k.t`, callIDs, callTimes)
+	}
 	br := conn.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		br.Close()
@@ -429,28 +452,30 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement) (err error)
 		return err
 	}
 	dups := map[string]store.LedgerEntry{}
-	rows, _ = br.Query()
-	for rows.Next() {
-		var id string
-		var seq int64
-		var raw []byte
-		if err := rows.Scan(&id, &seq, &raw); err != nil {
-			rows.Close()
+	if lookup {
+		rows, _ = br.Query()
+		for rows.Next() {
+			var id string
+			var seq int64
+			var raw []byte
+			if err := rows.Scan(&id, &seq, &raw); err != nil {
+				rows.Close()
+				br.Close()
+				return err
+			}
+			e, err := decodeEntry(raw)
+			if err != nil {
+				rows.Close()
+				br.Close()
+				return err
+			}
+			e.Seq, e.ID = uint64(seq), "led_"+strconv.FormatInt(seq, 10)
+			dups[id] = e
+		}
+		if err := rows.Err(); err != nil {
 			br.Close()
 			return err
 		}
-		e, err := decodeEntry(raw)
-		if err != nil {
-			rows.Close()
-			br.Close()
-			return err
-		}
-		e.Seq, e.ID = uint64(seq), "led_"+strconv.FormatInt(seq, 10)
-		dups[id] = e
-	}
-	if err := rows.Err(); err != nil {
-		br.Close()
-		return err
 	}
 	if err := br.Close(); err != nil {
 		return err
@@ -549,7 +574,9 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement) (err error)
 	b.Queue(`UPDATE leases l SET units = k.units, spend = k.spend, credits = k.credits
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[]) k(h, u, sv, p, units, spend, credits)
 		WHERE l.holder = k.h AND l.user_id = k.u AND l.service_id = k.sv AND l.period = k.p`, lh, lu, ls2, lp, lun, lsp, lcr)
-	b.Queue("COMMIT")
+	if lookup {
+		b.Queue("COMMIT") // the rows already there are known: commit in the same round trip
+	}
 	br = conn.SendBatch(ctx, b)
 	rows, _ = br.Query()
 	seqs := map[string]int64{}
@@ -567,7 +594,7 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement) (err error)
 		br.Close()
 		return err
 	}
-	for range 4 {
+	for range b.Len() - 1 {
 		if _, err := br.Exec(); err != nil {
 			br.Close()
 			return err
@@ -575,6 +602,14 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement) (err error)
 	}
 	if err := br.Close(); err != nil {
 		return err
+	}
+	if !lookup {
+		if len(seqs) != len(ins.index) {
+			return errAlreadyWritten // rolled back (above), charged nothing
+		}
+		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+			return err
+		}
 	}
 	for _, i := range ins.index {
 		st := batch[i]
@@ -631,10 +666,22 @@ type ledgerRows struct {
 	entries  [][]byte
 	roll     rollupCols
 	seqs     []int64
+	buf      []byte // the entries' bytes
 }
 
 func (l *ledgerRows) add(i int, callID string, seq int64, e store.LedgerEntry) {
-	raw, _ := json.Marshal(e) // plain fields: never fails
+	// The entries of a batch share one buffer (each a slice of it: a
+	// buffer that grows leaves the earlier ones where they were).
+	n := len(l.buf)
+	buf, err := appendEntry(l.buf, &e)
+	if err != nil {
+		buf = l.buf[:n] // a time RFC 3339 cannot hold; json.Marshal writes nothing either
+	}
+	l.buf = buf
+	raw := l.buf[n:len(l.buf):len(l.buf)]
+	if err != nil {
+		raw = nil
+	}
 	l.index = append(l.index, i)
 	l.times = append(l.times, e.Time)
 	l.calls = append(l.calls, callID)

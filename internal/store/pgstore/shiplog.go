@@ -85,6 +85,10 @@ func (r shipRecord) settlement() *settlement {
 	return st
 }
 
+// recordBufs are the buffers records are encoded in before Append copies
+// them into the log.
+var recordBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
 type shipItem struct {
 	pos uint64
 	st  *settlement
@@ -229,9 +233,15 @@ func isJobHolder(h string) bool { return len(h) > 4 && h[:4] == "job/" }
 // append writes st to the log and queues it for shipping (an error:
 // not queued); the batch says when the record is durable.
 func (sh *shipper) append(st *settlement) (uint64, *settlelog.Batch, error) {
-	raw, err := json.Marshal(recordOf(st))
+	buf := recordBufs.Get().(*[]byte)
+	defer recordBufs.Put(buf)
+	r := recordOf(st)
+	raw, err := appendRecord((*buf)[:0], &r)
 	if err != nil {
 		return 0, nil, err
+	}
+	if cap(raw) <= 64<<10 {
+		*buf = raw // Append copies the record: the buffer serves the next one
 	}
 	sh.mu.Lock()
 	pos, b, err := sh.log.Append(raw)
