@@ -10,29 +10,6 @@ import (
 	"github.com/platformgw/gateway/internal/store"
 )
 
-// appendJSONString appends s, valid UTF-8, as a JSON string.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c < 0x20:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		default:
-			b = append(b, c)
-		}
-	}
-	return append(b, '"')
-}
-
-// appendJSONTime appends t as time.Time's MarshalJSON does.
-func appendJSONTime(b []byte, t time.Time) ([]byte, error) {
-	raw, err := t.MarshalJSON()
-	return append(b, raw...), err
-}
-
 // encodeCounter writes a counter as json.Marshal writes it.
 func encodeCounter(c counter) []byte {
 	b := make([]byte, 0, 96)
@@ -53,9 +30,10 @@ func encodeCounter(c counter) []byte {
 // encodeJob writes a job record as json.Marshal writes toJobRecord(j)
 // (what the store file holds and every reader of it decodes), without
 // reflection: every async invoke stores one. Anything the fast path does
-// not write byte for byte as encoding/json does (a string with a
-// character it escapes other than `"` and `\`, a time outside UTC or
-// years 0-9999, a percentage in exponent form) goes to json.Marshal.
+// not write byte for byte as encoding/json does (a time outside UTC or
+// years 0-9999, a percentage in exponent form) goes to json.Marshal;
+// strings are escaped as encoding/json escapes them
+// (store.AppendJSONString).
 func encodeJob(j store.Job) ([]byte, error) {
 	if b, ok := appendJob(make([]byte, 0, 384+len(j.Result)+len(j.ErrorMessage)), j); ok {
 		return b, nil
@@ -70,11 +48,7 @@ func appendJob(b []byte, j store.Job) ([]byte, bool) {
 			return
 		}
 		b = append(b, name...)
-		if !jsonPlain(v) {
-			ok = false
-			return
-		}
-		b = appendJSONString(b, v)
+		b = store.AppendJSONString(b, v)
 	}
 	tm := func(name string, t time.Time) {
 		b = append(b, name...)
@@ -131,17 +105,4 @@ func appendJob(b []byte, j store.Job) ([]byte, bool) {
 	str(`,"completionDigest":`, j.CompletionDigest, true)
 	str(`,"reservationId":`, j.ReservationID, true)
 	return append(b, '}'), ok
-}
-
-// jsonPlain reports whether encoding/json writes s as appendJSONString
-// does: printable ASCII, where only `"` and `\` are escaped (json.Marshal
-// also escapes <, > and &, control characters by name, and non-ASCII
-// line separators).
-func jsonPlain(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '<' || c == '>' || c == '&' {
-			return false
-		}
-	}
-	return true
 }

@@ -673,7 +673,7 @@ func (l *ledgerRows) add(i int, callID string, seq int64, e store.LedgerEntry) {
 	// The entries of a batch share one buffer (each a slice of it: a
 	// buffer that grows leaves the earlier ones where they were).
 	n := len(l.buf)
-	buf, err := appendEntry(l.buf, &e)
+	buf, err := store.AppendLedgerEntryJSON(l.buf, &e)
 	if err != nil {
 		buf = l.buf[:n] // a time RFC 3339 cannot hold; json.Marshal writes nothing either
 	}

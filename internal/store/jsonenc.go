@@ -1,0 +1,145 @@
+package store
+
+import (
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/platformgw/gateway/internal/billing"
+)
+
+// Hand-written JSON encoders for the records written on every call. Each
+// writes the very bytes encoding/json writes for the same value
+// (jsonenc_test.go compares them over random values), so what they write
+// and what json.Marshal wrote before read back alike, and json.Unmarshal
+// stays the one decoder.
+
+// AppendLedgerEntryJSON appends json.Marshal(e).
+func AppendLedgerEntryJSON(b []byte, e *LedgerEntry) ([]byte, error) {
+	b = append(b, `{"seq":`...)
+	b = strconv.AppendUint(b, e.Seq, 10)
+	b = append(b, `,"id":`...)
+	b = AppendJSONString(b, e.ID)
+	b = append(b, `,"time":`...)
+	b, err := AppendJSONTime(b, e.Time)
+	if err != nil {
+		return nil, err
+	}
+	b = append(b, `,"userId":`...)
+	b = AppendJSONString(b, e.UserID)
+	b = append(b, `,"serviceId":`...)
+	b = AppendJSONString(b, e.ServiceID)
+	if e.EndpointID != "" {
+		b = append(b, `,"endpointId":`...)
+		b = AppendJSONString(b, e.EndpointID)
+	}
+	if e.ProductID != "" {
+		b = append(b, `,"productId":`...)
+		b = AppendJSONString(b, e.ProductID)
+	}
+	if e.RequestID != "" {
+		b = append(b, `,"requestId":`...)
+		b = AppendJSONString(b, e.RequestID)
+	}
+	if !e.OccurredAt.IsZero() {
+		b = append(b, `,"occurredAt":`...)
+		if b, err = AppendJSONTime(b, e.OccurredAt); err != nil {
+			return nil, err
+		}
+	}
+	b = append(b, `,"units":`...)
+	b = AppendUnitsJSON(b, e.Units)
+	if e.Overage != 0 {
+		b = append(b, `,"overage":`...)
+		b = AppendUnitsJSON(b, e.Overage)
+	}
+	if e.Cost != 0 {
+		b = append(b, `,"cost":`...)
+		b = AppendUnitsJSON(b, e.Cost)
+	}
+	b = append(b, `,"source":`...)
+	b = AppendJSONString(b, e.Source)
+	if e.IdempotencyKey != "" {
+		b = append(b, `,"idempotencyKey":`...)
+		b = AppendJSONString(b, e.IdempotencyKey)
+	}
+	if e.UnitsClaimed != 0 {
+		b = append(b, `,"unitsClaimed":`...)
+		b = AppendUnitsJSON(b, e.UnitsClaimed)
+	}
+	return append(b, '}'), nil
+}
+
+// AppendUnitsJSON appends u as billing.Units.MarshalJSON writes it.
+func AppendUnitsJSON(b []byte, u billing.Units) []byte {
+	if u >= 0 && u%billing.Scale == 0 {
+		return strconv.AppendInt(b, int64(u/billing.Scale), 10) // whole units: no fraction, no allocation
+	}
+	return append(b, u.String()...)
+}
+
+// AppendJSONTime appends t as time.Time.MarshalJSON writes it, with its
+// error for a time RFC 3339 cannot hold.
+func AppendJSONTime(b []byte, t time.Time) ([]byte, error) {
+	raw, err := t.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return append(b, raw...), nil
+}
+
+const jsonHex = "0123456789abcdef"
+
+// AppendJSONString appends s as encoding/json writes a string: quoted,
+// with <, > and & escaped for HTML, invalid UTF-8 replaced by U+FFFD, and
+// U+2028 and U+2029 escaped.
+func AppendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '\\', '"':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', jsonHex[c>>4], jsonHex[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', jsonHex[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
