@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -66,31 +67,115 @@ const rollupUpsert = `
 		calls = r.calls + EXCLUDED.calls, units = r.units + EXCLUDED.units, overage = r.overage + EXCLUDED.overage,
 		cost = r.cost + EXCLUDED.cost, capped = r.capped + EXCLUDED.capped`
 
-// insertLedgerSQL is the settlement batch's ledger insert: the rows (with
-// the seq a node's settlement log gave them, or a new one where it gave
-// none), and
-// the rollups of the rows that were inserted (a row already there, from an
-// attempt whose commit went unanswered, is neither inserted nor counted
-// again). It answers call_id, seq of the inserted rows.
-const insertLedgerSQL = `WITH src AS (
-	SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::jsonb[],
-		$6::timestamptz[], $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[],
-		$13::bigint[])
-		AS s(time, call_id, user_id, service_id, entry, hour, endpoint_id, product_id, units, overage, cost, capped, q)
-), ins AS (
-	INSERT INTO ledger (seq, time, call_id, user_id, service_id, entry)
+// insertLedgerSQL inserts a settlement batch's ledger rows, each with the
+// seq a node's settlement log gave it, or a new one where it gave none. A
+// row already there (from an attempt whose commit went unanswered) is
+// skipped; commitOnce then rolls the whole batch back, so the rollups it
+// adds in the same transaction (addRollupsSQL) are only ever those of rows
+// inserted. It answers call_id, seq of the rows inserted.
+const insertLedgerSQL = `INSERT INTO ledger (seq, time, call_id, user_id, service_id, entry)
 	SELECT CASE WHEN q > 0 THEN q ELSE nextval(pg_get_serial_sequence('ledger', 'seq')) END,
-		time, call_id, user_id, service_id, entry FROM src
-	ON CONFLICT DO NOTHING RETURNING call_id, seq, time
-), roll AS (` + rollupUpsert + `
-)
-SELECT call_id, seq FROM ins`
+		time, call_id, user_id, service_id, entry
+	FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::bigint[])
+		AS s(time, call_id, user_id, service_id, entry, q)
+	ON CONFLICT DO NOTHING RETURNING call_id, seq`
 
-// insertLedgerArgs are the arguments of insertLedgerSQL.
+// insertNumberedLedgerSQL is insertLedgerSQL for a batch whose rows all
+// have their seq (a settlement log's shipment): the command tag's row count
+// says whether every row went in, and nothing comes back.
+const insertNumberedLedgerSQL = `INSERT INTO ledger (seq, time, call_id, user_id, service_id, entry)
+	SELECT * FROM unnest($6::bigint[], $1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::jsonb[])
+	ON CONFLICT DO NOTHING`
+
+// insertLedgerArgs are the arguments of insertLedgerSQL and
+// insertNumberedLedgerSQL.
 func (l *ledgerRows) insertArgs() []any {
-	r := &l.roll
-	return []any{l.times, l.calls, l.users, l.services, l.entries,
-		r.hours, r.endpoints, r.products, r.units, r.overage, r.cost, r.capped, l.seqs}
+	return []any{l.times, l.calls, l.users, l.services, l.entries, l.seqs}
+}
+
+// addRollupsSQL adds a batch's rollups, summed by the node (rollupSums),
+// one row per key in primary key order, so that batches of several nodes
+// lock the rollup rows they share in one order.
+const addRollupsSQL = `INSERT INTO ledger_rollups AS r (hour, user_id, service_id, endpoint_id, product_id, calls, units, overage, cost, capped)
+	SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[],
+		$6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[])
+	ON CONFLICT (hour, user_id, service_id, endpoint_id, product_id) DO UPDATE SET
+		calls = r.calls + EXCLUDED.calls, units = r.units + EXCLUDED.units, overage = r.overage + EXCLUDED.overage,
+		cost = r.cost + EXCLUDED.cost, capped = r.capped + EXCLUDED.capped`
+
+// rollupKey is a row of ledger_rollups: a subscription's endpoint and
+// product in one UTC hour.
+type rollupKey struct {
+	hour                             int64 // Unix seconds
+	user, service, endpoint, product string
+}
+
+// rollupSum is what a rollup row adds up.
+type rollupSum struct{ calls, units, overage, cost, capped int64 }
+
+// rollupSums sums ledger rows by rollup row, as addRollupsSQL adds them.
+type rollupSums struct {
+	keys []rollupKey
+	sums []rollupSum
+	at   map[rollupKey]int
+	last int // the key of the row added last: a batch's rows mostly share one
+}
+
+func (r *rollupSums) add(e *store.LedgerEntry) {
+	k := rollupKey{e.Time.UTC().Truncate(time.Hour).Unix(), e.UserID, e.ServiceID, e.EndpointID, e.ProductID}
+	i := r.last
+	if i >= len(r.keys) || r.keys[i] != k {
+		var ok bool
+		if i, ok = r.at[k]; !ok {
+			if r.at == nil {
+				r.at = map[rollupKey]int{}
+			}
+			i = len(r.keys)
+			r.at[k] = i
+			r.keys = append(r.keys, k)
+			r.sums = append(r.sums, rollupSum{})
+		}
+		r.last = i
+	}
+	s := &r.sums[i]
+	s.calls++
+	s.units += int64(e.Units)
+	s.overage += int64(e.Overage)
+	s.cost += int64(e.Cost)
+	if e.UnitsClaimed != 0 {
+		s.capped++
+	}
+}
+
+// args are addRollupsSQL's arguments, the rows in primary key order
+// (text compared bytewise, as the table's COLLATE "C").
+func (r *rollupSums) args() []any {
+	order := make([]int, len(r.keys))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		x, y := &r.keys[a], &r.keys[b]
+		if c := cmp.Compare(x.hour, y.hour); c != 0 {
+			return c
+		}
+		for _, p := range [][2]string{{x.user, y.user}, {x.service, y.service}, {x.endpoint, y.endpoint}, {x.product, y.product}} {
+			if c := strings.Compare(p[0], p[1]); c != 0 {
+				return c
+			}
+		}
+		return 0
+	})
+	n := len(order)
+	hours := make([]time.Time, n)
+	users, services, endpoints, products := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	calls, units, overage, cost, capped := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	for j, i := range order {
+		k, s := &r.keys[i], &r.sums[i]
+		hours[j], users[j], services[j], endpoints[j], products[j] = time.Unix(k.hour, 0).UTC(), k.user, k.service, k.endpoint, k.product
+		calls[j], units[j], overage[j], cost[j], capped[j] = s.calls, s.units, s.overage, s.cost, s.capped
+	}
+	return []any{hours, users, services, endpoints, products, calls, units, overage, cost, capped}
 }
 
 // insertOneLedgerSQL appends one row (Record, a job's completion) and adds

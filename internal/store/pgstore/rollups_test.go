@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -130,5 +131,45 @@ func TestFleetPrunesOnce(t *testing.T) {
 	// anew), the one that dropped it or not.
 	for i, n := range []*Store{nodes[1], nodes[0], nodes[2]} { // nodes[1] wrote the month before
 		writeReports(t, n, time.Date(2024, 1, 6+i, 1, 0, 0, 0, time.UTC))
+	}
+}
+
+// A batch's rollup sums go to the database one per rollup row, in the
+// table's primary key order (hour, then the texts bytewise), whatever
+// order the calls came in: the batches of several nodes lock the rows they
+// share in one order.
+func TestRollupSumsInKeyOrder(t *testing.T) {
+	base := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	var r rollupSums
+	var want []string
+	for i := range 200 {
+		e := store.LedgerEntry{Time: base.Add(time.Duration(199-i) % 3 * time.Hour).Add(time.Minute),
+			UserID: []string{"b", "a", "B", "é"}[i%4], ServiceID: "svc", EndpointID: fmt.Sprint("e", i/4%2),
+			ProductID: "p", Units: units(1)}
+		if i%10 == 0 {
+			e.UnitsClaimed = units(2)
+		}
+		r.add(&e)
+	}
+	args := r.args()
+	hours, users, endpoints := args[0].([]time.Time), args[1].([]string), args[3].([]string)
+	calls, capped := args[5].([]int64), args[9].([]int64)
+	var n, c int64
+	for i := range hours {
+		want = append(want, fmt.Sprintf("%s %s %s", hours[i].Format(time.RFC3339), users[i], endpoints[i]))
+		n += calls[i]
+		c += capped[i]
+		if hours[i].Location() != time.UTC || hours[i].Minute() != 0 {
+			t.Fatalf("hour %v: not a UTC hour", hours[i])
+		}
+	}
+	if len(hours) != 3*4*2 {
+		t.Fatalf("%d rollup rows, want 24: %q", len(hours), want)
+	}
+	if !slices.IsSorted(want) {
+		t.Fatalf("not in key order: %q", want)
+	}
+	if n != 200 || c != 20 {
+		t.Fatalf("calls %d, capped %d; want 200 and 20", n, c)
 	}
 }

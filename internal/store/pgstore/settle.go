@@ -266,9 +266,13 @@ type subKey struct{ user, service string }
 func (s *Store) commitSettlements(batch []*settlement) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
+	var month time.Time // a batch's calls mostly share one
 	for _, st := range batch {
-		if err := s.ensurePartition(ctx, st.entry.Time); err != nil {
-			return err
+		if m := monthStart(st.entry.Time); !m.Equal(month) {
+			if err := s.ensurePartition(ctx, st.entry.Time); err != nil {
+				return err
+			}
+			month = m
 		}
 	}
 	var err error
@@ -294,6 +298,10 @@ func (s *Store) commitSettlements(batch []*settlement) error {
 // found some of them in the ledger already; the transaction was rolled
 // back and the batch is written again with the lookup.
 var errAlreadyWritten = errors.New("pgstore: some settlements of the batch are in the ledger already")
+
+// errWrittenMeanwhile: a batch written after looking up its calls found
+// one of them inserted since the lookup; rolled back, charged nothing.
+var errWrittenMeanwhile = errors.New("pgstore: a settlement of the batch was written to the ledger by another writer")
 
 // commitOnce writes batch in one transaction. With lookup, it first reads
 // the ledger rows the batch's calls already have (written by an earlier
@@ -546,7 +554,15 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 	}
 
 	b = &pgx.Batch{}
-	b.Queue(insertLedgerSQL, ins.insertArgs()...) // the rows and their rollups (rollups.go)
+	numbered := ins.numbered()
+	if numbered {
+		b.Queue(insertNumberedLedgerSQL, ins.insertArgs()...) // rollups.go
+	} else {
+		b.Queue(insertLedgerSQL, ins.insertArgs()...)
+	}
+	if len(ins.roll.keys) > 0 {
+		b.Queue(addRollupsSQL, ins.roll.args()...)
+	}
 	var au, as []string
 	var ap, aused, aleased, aspend, als []int64
 	for k, r := range allow {
@@ -574,25 +590,34 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 	b.Queue(`UPDATE leases l SET units = k.units, spend = k.spend, credits = k.credits
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[]) k(h, u, sv, p, units, spend, credits)
 		WHERE l.holder = k.h AND l.user_id = k.u AND l.service_id = k.sv AND l.period = k.p`, lh, lu, ls2, lp, lun, lsp, lcr)
-	if lookup {
-		b.Queue("COMMIT") // the rows already there are known: commit in the same round trip
-	}
 	br = conn.SendBatch(ctx, b)
-	rows, _ = br.Query()
-	seqs := map[string]int64{}
-	for rows.Next() {
-		var id string
-		var seq int64
-		if err := rows.Scan(&id, &seq); err != nil {
-			rows.Close()
+	var inserted int
+	var seqs map[string]int64
+	if numbered {
+		tag, err := br.Exec()
+		if err != nil {
 			br.Close()
 			return err
 		}
-		seqs[id] = seq
-	}
-	if err := rows.Err(); err != nil {
-		br.Close()
-		return err
+		inserted = int(tag.RowsAffected())
+	} else {
+		seqs = make(map[string]int64, len(ins.index))
+		rows, _ = br.Query()
+		for rows.Next() {
+			var id string
+			var seq int64
+			if err := rows.Scan(&id, &seq); err != nil {
+				rows.Close()
+				br.Close()
+				return err
+			}
+			seqs[id] = seq
+		}
+		if err := rows.Err(); err != nil {
+			br.Close()
+			return err
+		}
+		inserted = len(seqs)
 	}
 	for range b.Len() - 1 {
 		if _, err := br.Exec(); err != nil {
@@ -603,19 +628,27 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 	if err := br.Close(); err != nil {
 		return err
 	}
-	if !lookup {
-		if len(seqs) != len(ins.index) {
-			return errAlreadyWritten // rolled back (above), charged nothing
+	// Every row must have gone in: the rollups added are the batch's sums.
+	// A row already there is a call an earlier attempt wrote (rolled back
+	// above, charged nothing; the batch is written again with the lookup).
+	// With the lookup done, one found here was written meanwhile by someone
+	// else: nothing this node does, so an error, never a double charge.
+	if inserted != len(ins.index) {
+		if lookup {
+			return errWrittenMeanwhile
 		}
-		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
-			return err
-		}
+		return errAlreadyWritten
+	}
+	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+		return err
 	}
 	for _, i := range ins.index {
 		st := batch[i]
-		if seq, ok := seqs[st.callID]; ok {
-			st.out.Seq, st.out.ID = uint64(seq), "led_"+strconv.FormatInt(seq, 10)
+		seq := st.seq
+		if !numbered {
+			seq = seqs[st.callID]
 		}
+		st.out.Seq, st.out.ID = uint64(seq), "led_"+strconv.FormatInt(seq, 10)
 	}
 	for k, r := range allow {
 		known := *r
@@ -664,7 +697,7 @@ type ledgerRows struct {
 	users    []string
 	services []string
 	entries  [][]byte
-	roll     rollupCols
+	roll     rollupSums
 	seqs     []int64
 	buf      []byte // the entries' bytes
 }
@@ -688,6 +721,16 @@ func (l *ledgerRows) add(i int, callID string, seq int64, e store.LedgerEntry) {
 	l.users = append(l.users, e.UserID)
 	l.services = append(l.services, e.ServiceID)
 	l.entries = append(l.entries, raw)
-	l.roll.add(e)
+	l.roll.add(&e)
 	l.seqs = append(l.seqs, seq)
+}
+
+// numbered reports whether every row has its seq (a settlement log's).
+func (l *ledgerRows) numbered() bool {
+	for _, q := range l.seqs {
+		if q <= 0 {
+			return false
+		}
+	}
+	return true
 }

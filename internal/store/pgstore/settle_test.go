@@ -13,8 +13,16 @@ import (
 // some of them in the ledger already (a commit whose answer was lost, a
 // settlement log replayed after a crash) is rolled back and written again
 // with the lookup: every call charged once, with the ledger number it got
-// the first time, the counters and the rollups equal to the rows.
+// the first time, the counters and the rollups equal to the rows. Both
+// kinds of batch: numbered by a node's settlement log, and numbered by the
+// database (settle commit).
 func TestSettlementBatchSentTwice(t *testing.T) {
+	for _, numbered := range []bool{false, true} {
+		t.Run(fmt.Sprint("numbered=", numbered), func(t *testing.T) { testSettlementBatchSentTwice(t, numbered) })
+	}
+}
+
+func testSettlementBatchSentTwice(t *testing.T, numbered bool) {
 	dsn := newDatabase(t)
 	s := openNode(t, dsn, "a")
 	subscribe(t, s, "u", "svc", "q")
@@ -26,14 +34,59 @@ func TestSettlementBatchSentTwice(t *testing.T) {
 	p := quotaProduct(1000)
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	key := AllowanceKey{"u", "svc", periodOf(p, sub.StartedAt, now)}
+	// The calls of a batch fall in up to three hours and on two
+	// endpoints, so that its rollups are several rows.
 	batch := func(from, to int) []*settlement {
 		var b []*settlement
 		for i := from; i < to; i++ {
-			b = append(b, &settlement{callID: fmt.Sprintf("call-%03d", i), key: key, product: p, units: units(2),
-				entry: store.LedgerEntry{UserID: "u", ServiceID: "svc", EndpointID: "e", ProductID: p.ID,
-					Source: store.SourceGateway, Time: now}})
+			at := now.Add(-time.Duration(i%3) * time.Hour)
+			if periodOf(p, sub.StartedAt, at) != key.Period {
+				at = now
+			}
+			st := &settlement{callID: fmt.Sprintf("call-%03d", i), key: key, product: p, units: units(2),
+				entry: store.LedgerEntry{UserID: "u", ServiceID: "svc", EndpointID: fmt.Sprint("e", i%2), ProductID: p.ID,
+					Source: store.SourceGateway, Time: at}}
+			if numbered {
+				st.seq = int64(5000 + i)
+			}
+			b = append(b, st)
 		}
 		return b
+	}
+	for _, at := range []time.Time{now, now.Add(-time.Hour), now.Add(-2 * time.Hour)} {
+		if err := s.ensurePartition(ctx, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The rollups as the ledger's rows sum up (the backfill's query).
+	rollupsEqualRows := func() {
+		t.Helper()
+		var diff int64
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM (
+			(SELECT hour, user_id, service_id, endpoint_id, product_id, calls, units, overage, cost, capped FROM ledger_rollups
+			 EXCEPT ALL
+			 SELECT date_trunc('hour', time AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', user_id, service_id,
+				coalesce(entry->>'endpointId', ''), coalesce(entry->>'productId', ''), count(*),
+				coalesce(sum(round((entry->>'units')::numeric * 1000000)), 0)::bigint,
+				coalesce(sum(round((entry->>'overage')::numeric * 1000000)), 0)::bigint,
+				coalesce(sum(round((entry->>'cost')::numeric * 1000000)), 0)::bigint,
+				count(*) FILTER (WHERE coalesce((entry->>'unitsClaimed')::numeric, 0) <> 0)
+			 FROM ledger GROUP BY 1, 2, 3, 4, 5)
+			UNION ALL
+			(SELECT date_trunc('hour', time AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', user_id, service_id,
+				coalesce(entry->>'endpointId', ''), coalesce(entry->>'productId', ''), count(*),
+				coalesce(sum(round((entry->>'units')::numeric * 1000000)), 0)::bigint,
+				coalesce(sum(round((entry->>'overage')::numeric * 1000000)), 0)::bigint,
+				coalesce(sum(round((entry->>'cost')::numeric * 1000000)), 0)::bigint,
+				count(*) FILTER (WHERE coalesce((entry->>'unitsClaimed')::numeric, 0) <> 0)
+			 FROM ledger GROUP BY 1, 2, 3, 4, 5
+			 EXCEPT ALL
+			 SELECT hour, user_id, service_id, endpoint_id, product_id, calls, units, overage, cost, capped FROM ledger_rollups)) d`).Scan(&diff); err != nil {
+			t.Fatal(err)
+		}
+		if diff != 0 {
+			t.Fatalf("%d rollup rows differ from the ledger's rows summed", diff)
+		}
 	}
 	used := func() int64 {
 		t.Helper()
@@ -62,8 +115,12 @@ func TestSettlementBatchSentTwice(t *testing.T) {
 		if st.out.Seq == 0 || st.out.Units != units(2) {
 			t.Fatalf("%s: %+v", st.callID, st.out)
 		}
+		if numbered && st.out.Seq != uint64(st.seq) {
+			t.Fatalf("%s: ledger number %d, the log gave %d", st.callID, st.out.Seq, st.seq)
+		}
 		seqs[st.callID] = st.out.Seq
 	}
+	rollupsEqualRows()
 	if got := used(); got != int64(units(20)) {
 		t.Fatalf("used after the first batch: %d, want %d", got, int64(units(20)))
 	}
@@ -91,6 +148,10 @@ func TestSettlementBatchSentTwice(t *testing.T) {
 	if n := count(`SELECT coalesce(sum(calls), 0) FROM ledger_rollups`); n != 20 {
 		t.Fatalf("rollup calls: %d, want 20", n)
 	}
+	if n := count(`SELECT count(*) FROM ledger_rollups`); n < 2 {
+		t.Fatalf("%d rollup rows: the batch was meant to span several", n)
+	}
+	rollupsEqualRows()
 
 	// Wholly sent before: nothing changes.
 	if err := s.commitSettlements(batch(0, 20)); err != nil {
@@ -105,4 +166,5 @@ func TestSettlementBatchSentTwice(t *testing.T) {
 	if n := count(`SELECT coalesce(sum(calls), 0) FROM ledger_rollups`); n != 20 {
 		t.Fatalf("rollup calls after the whole batch again: %d", n)
 	}
+	rollupsEqualRows()
 }
