@@ -69,7 +69,7 @@ func TestRollupMigrationBackfills(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := conn.Exec(ctx, "DROP TABLE ledger_rollups; DELETE FROM pgstore_migrations WHERE version >= 2"); err != nil {
+	if _, err := conn.Exec(ctx, ledgerIndexesOfVersion2+"DROP TABLE ledger_rollups; DELETE FROM pgstore_migrations WHERE version >= 2"); err != nil {
 		t.Fatal(err)
 	}
 	conn.Close(ctx)

@@ -4,9 +4,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/platformgw/gateway/internal/store"
 )
@@ -137,5 +142,118 @@ func TestAuditPages(t *testing.T) {
 	}
 	if _, _, err := s.ListAudit(ctx, "x", 2); !errors.Is(err, store.ErrBadCursor) {
 		t.Fatalf("bad cursor: %v", err)
+	}
+}
+
+// ledgerIndexesOfVersion2 puts back the ledger's indexes as schema
+// versions 1 and 2 made them (migration 3 replaced them).
+const ledgerIndexesOfVersion2 = `ALTER TABLE ledger DROP CONSTRAINT ledger_time_call_key;
+ALTER TABLE ledger ADD CONSTRAINT ledger_call_id_time_key UNIQUE (call_id, time);
+CREATE INDEX ledger_time ON ledger (time, seq);
+`
+
+// A ledger of schema version 2 (a unique index on (call_id, time) and one
+// on (time, seq)) is migrated to the one unique index on (time, call_id):
+// its rows stay, a batch sent again is still charged once, and the scans
+// in (time, seq) order read the same rows in the same order.
+func TestLedgerIndexMigration(t *testing.T) {
+	ctx := context.Background()
+	dsn := newDatabase(t)
+	s := openNode(t, dsn, "a")
+	subscribe(t, s, "u", "svc", "q")
+	sub, err := s.GetSubscription(ctx, "u", "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := quotaProduct(1000)
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	key := AllowanceKey{"u", "svc", periodOf(p, sub.StartedAt, now)}
+	batch := func() []*settlement {
+		var b []*settlement
+		for i := range 50 {
+			b = append(b, &settlement{callID: fmt.Sprintf("call-%03d", 49-i), key: key, product: p, units: units(1),
+				entry: store.LedgerEntry{UserID: "u", ServiceID: "svc", ProductID: p.ID, Source: store.SourceGateway,
+					Time: now.Add(time.Duration(i%5) * time.Microsecond)}})
+		}
+		return b
+	}
+	if err := s.commitSettlements(batch()); err != nil {
+		t.Fatal(err)
+	}
+	scan := func(s *Store) string {
+		t.Helper()
+		var out strings.Builder
+		if err := s.ScanLedger(ctx, store.LedgerFilter{}, func(e store.LedgerEntry) error {
+			fmt.Fprintf(&out, "%d %s %s\n", e.Seq, e.Time.Format(time.RFC3339Nano), e.Units)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return out.String()
+	}
+	want := scan(s)
+	if n := strings.Count(want, "\n"); n != 50 {
+		t.Fatalf("%d ledger rows, want 50", n)
+	}
+	s.Close()
+
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, ledgerIndexesOfVersion2+"DELETE FROM pgstore_migrations WHERE version >= 3"); err != nil {
+		t.Fatal(err)
+	}
+	indexes := func() string {
+		t.Helper()
+		var out string
+		if err := conn.QueryRow(ctx, `SELECT string_agg(indexdef, '; ' ORDER BY indexname) FROM pg_indexes
+			WHERE tablename = 'ledger'`).Scan(&out); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	if got := indexes(); !strings.Contains(got, "(call_id, \"time\")") {
+		t.Fatalf("the version 2 ledger was not put back: %s", got)
+	}
+
+	s = openNode(t, dsn, "b")
+	if got, want := indexes(), `CREATE UNIQUE INDEX ledger_time_call_key ON ONLY public.ledger USING btree ("time", call_id)`; got != want {
+		t.Fatalf("ledger indexes after the migration:\n%s\nwant\n%s", got, want)
+	}
+	if got := scan(s); got != want {
+		t.Fatalf("ledger after the migration:\n%s\nwant\n%s", got, want)
+	}
+	again := batch()
+	if err := s.commitSettlements(again); err != nil {
+		t.Fatal(err)
+	}
+	if got := scan(s); got != want {
+		t.Fatalf("ledger after the batch was sent again:\n%s\nwant\n%s", got, want)
+	}
+	var used int64
+	if err := conn.QueryRow(ctx, `SELECT used FROM allowances WHERE user_id = 'u' AND service_id = 'svc' AND period = $1`,
+		key.Period).Scan(&used); err != nil {
+		t.Fatal(err)
+	}
+	if used != int64(units(50)) {
+		t.Fatalf("used %d after the batch was sent again, want %d", used, int64(units(50)))
+	}
+	// A row of a new month's partition gets the index too.
+	if _, err := conn.Exec(ctx, `INSERT INTO ledger (time, call_id, user_id, service_id, entry) VALUES
+		('2031-05-01T00:00:00Z', 'x', 'u', 'svc', '{}')`); err == nil {
+		t.Fatal("a row outside every partition was inserted")
+	}
+	if err := s.ensurePartition(ctx, time.Date(2031, 5, 1, 0, 0, 0, 0, time.UTC)); err != nil {
+		t.Fatal(err)
+	}
+	ins := `INSERT INTO ledger (time, call_id, user_id, service_id, entry) VALUES ('2031-05-01T00:00:00Z', 'x', 'u', 'svc', '{}')`
+	if _, err := conn.Exec(ctx, ins); err != nil {
+		t.Fatal(err)
+	}
+	var pe *pgconn.PgError
+	if _, err := conn.Exec(ctx, ins); !errors.As(err, &pe) || pe.Code != "23505" {
+		t.Fatalf("the same call at the same time again: %v, want a unique violation", err)
 	}
 }

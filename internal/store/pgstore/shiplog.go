@@ -7,7 +7,7 @@ package pgstore
 // (internal/store/settlelog, durability sync or write as for the bbolt store) and
 // shipped to PostgreSQL in the background, up to shipBatch records per
 // transaction, by the transaction the group commit runs (settle.go): the
-// ledger row carries the call's id under UNIQUE (call_id, time), so a
+// ledger row carries the call's id under UNIQUE (time, call_id), so a
 // record shipped twice (a commit whose answer was lost, a replay after a
 // crash) is recognised and counted once. At start a node replays what its
 // log still holds, ships it, and gives back the leases of its previous
