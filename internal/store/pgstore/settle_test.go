@@ -168,3 +168,51 @@ func testSettlementBatchSentTwice(t *testing.T, numbered bool) {
 	}
 	rollupsEqualRows()
 }
+
+// The same call twice in one batch (a settlement log replayed over records
+// that were also queued) is charged once: the ledger row and the counters
+// alike. The batch as a whole is refused and rolled back, and the
+// settlement loops write its calls one by one (as settle.go's and
+// shiplog.go's do after a statement fails): the second finds the first.
+func TestSettlementBatchWithACallTwice(t *testing.T) {
+	dsn := newDatabase(t)
+	s := openNode(t, dsn, "a")
+	subscribe(t, s, "u", "svc", "q")
+	ctx := context.Background()
+	sub, err := s.GetSubscription(ctx, "u", "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := quotaProduct(1000)
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	key := AllowanceKey{"u", "svc", periodOf(p, sub.StartedAt, now)}
+	for _, numbered := range []bool{false, true} {
+		var batch []*settlement
+		for _, i := range []int{1, 2, 1} {
+			st := &settlement{callID: fmt.Sprintf("call-%v-%d", numbered, i), key: key, product: p, units: units(3),
+				entry: store.LedgerEntry{UserID: "u", ServiceID: "svc", ProductID: p.ID, Source: store.SourceGateway, Time: now}}
+			if numbered {
+				st.seq = int64(9000 + i)
+			}
+			batch = append(batch, st)
+		}
+		if err := s.commitSettlements(batch); err != nil {
+			for _, st := range batch {
+				if err := s.commitSettlements([]*settlement{st}); err != nil {
+					t.Fatalf("%s alone: %v", st.callID, err)
+				}
+			}
+		}
+	}
+	var used, rows, rolled int64
+	if err := s.pool.QueryRow(ctx, `SELECT used FROM allowances WHERE user_id = 'u' AND service_id = 'svc' AND period = $1`,
+		key.Period).Scan(&used); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.pool.QueryRow(ctx, `SELECT count(*), (SELECT coalesce(sum(calls), 0) FROM ledger_rollups) FROM ledger`).Scan(&rows, &rolled); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 4 || rolled != 4 || used != int64(units(12)) {
+		t.Fatalf("ledger rows %d, rollup calls %d, used %d; want 4, 4 and %d (four calls of 3)", rows, rolled, used, int64(units(12)))
+	}
+}
