@@ -128,6 +128,16 @@ func TestReloadUnderLoad(t *testing.T) {
 		defer close(done)
 		load.run(stopLoad)
 	}()
+	// Stopped before the next test starts, even when this one fails
+	// half way: its requests must not reach the next test's gateway.
+	var stopOnce sync.Once
+	stop := func() { stopOnce.Do(func() { close(stopLoad); <-done }) }
+	t.Cleanup(stop)
+	// The check after each reload dials a connection of its own: an idle
+	// keep-alive connection to the server a reload just shut down can be
+	// closed under a request sent on it (a client's race, not a refusal),
+	// which the load's own requests retry.
+	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 15 * time.Second}
 	var reloadTimes []time.Duration
 	for gen := 1; gen <= reloads; gen++ {
 		time.Sleep(time.Second)
@@ -144,7 +154,17 @@ func TestReloadUnderLoad(t *testing.T) {
 		reloadTimes = append(reloadTimes, time.Since(start))
 		// The new catalog answers at once: the new service exists (this
 		// user has no subscription to it).
-		resp2, body := call(t, "GET", invokeURL(fmt.Sprintf("extra%d", gen), "echo"), key, "")
+		req, err := http.NewRequest("GET", invokeURL(fmt.Sprintf("extra%d", gen), "echo"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp2, err := fresh.Do(req)
+		if err != nil {
+			t.Fatalf("after reload %d: %v", gen, err)
+		}
+		body, _ := io.ReadAll(resp2.Body)
+		resp2.Body.Close()
 		if resp2.StatusCode != 403 || errorCode(t, resp2, body) != "no_subscription" {
 			t.Errorf("after reload %d the new service answers %d %s", gen, resp2.StatusCode, body)
 		}
@@ -152,8 +172,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	// The last config serves for a while too, so that its connection pools
 	// are filled as the baseline's were.
 	time.Sleep(time.Second)
-	close(stopLoad)
-	<-done
+	stop()
 	after := settle(t, tr, &baseline)
 	t.Logf("after %d reloads under load: %s", reloads, after)
 	load.check(t, g)
