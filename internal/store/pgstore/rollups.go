@@ -74,7 +74,7 @@ const rollupUpsert = `
 // adds in the same transaction (addRollupsSQL) are only ever those of rows
 // inserted. It answers call_id, seq of the rows inserted.
 const insertLedgerSQL = `INSERT INTO ledger (seq, time, call_id, user_id, service_id, entry)
-	SELECT CASE WHEN q > 0 THEN q ELSE nextval(pg_get_serial_sequence('ledger', 'seq')) END,
+	SELECT CASE WHEN q > 0 THEN q ELSE nextval(` + ledgerSeq + `) END,
 		time, call_id, user_id, service_id, entry
 	FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::jsonb[], $6::bigint[])
 		AS s(time, call_id, user_id, service_id, entry, q)

@@ -257,3 +257,23 @@ func TestLedgerIndexMigration(t *testing.T) {
 		t.Fatalf("the same call at the same time again: %v, want a unique violation", err)
 	}
 }
+
+// The ledger's statements name its sequence (ledgerSeq): a database whose
+// seq column takes its numbers elsewhere is refused at start, naming it,
+// rather than numbered from a sequence the column does not use.
+func TestLedgerSequenceChecked(t *testing.T) {
+	dsn := newDatabase(t)
+	s := openNode(t, dsn, "a")
+	ctx := context.Background()
+	if _, err := s.pool.Exec(ctx, "ALTER SEQUENCE ledger_seq_seq RENAME TO ledger_numbers"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(ctx, Options{DSN: dsn, NodeID: "b"})
+	if err == nil || !strings.Contains(err.Error(), "ledger's sequence") {
+		t.Fatalf("open with the sequence renamed: %v, want the ledger's sequence named", err)
+	}
+	if _, err := s.pool.Exec(ctx, "ALTER SEQUENCE ledger_numbers RENAME TO ledger_seq_seq"); err != nil {
+		t.Fatal(err)
+	}
+	openNode(t, dsn, "c")
+}

@@ -286,7 +286,7 @@ func (sh *shipper) nextSeq(ctx context.Context) int64 {
 	if len(sh.seqs) == 0 {
 		ctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		rows, err := sh.s.pool.Query(ctx, `SELECT nextval(pg_get_serial_sequence('ledger', 'seq')) FROM generate_series(1, $1)`, seqBlock)
+		rows, err := sh.s.pool.Query(ctx, "SELECT nextval("+ledgerSeq+") FROM generate_series(1, $1)", seqBlock)
 		if err != nil {
 			return 0
 		}
