@@ -171,8 +171,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		holdSums:   holdSums{by: make(map[AllowanceKey]*billing.State)},
 		stop:       make(chan struct{}),
 	}
-	// Count round trips: pgx writes each request (a statement, a pipelined
-	// batch) to the socket in one write and then reads its answer.
+	// Count round trips (countingConn).
 	dial := cfg.ConnConfig.DialFunc
 	if dial == nil {
 		d := &net.Dialer{KeepAlive: 30 * time.Second}
@@ -183,7 +182,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		return countingConn{c, &s.roundTrips}, nil
+		return &countingConn{Conn: c, n: &s.roundTrips}, nil
 	}
 	s.pool, err = pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -306,16 +305,30 @@ func (s *Store) maintain() {
 	}
 }
 
-// countingConn counts the writes to the database socket: one per round
-// trip.
+// countingConn counts the round trips on a database socket: a write that
+// follows a read (or opens the connection) starts one. pgx writes a
+// request (a statement, or a pipelined batch) in one write and then reads
+// its answer; a COPY streams its rows in several writes before it reads,
+// and is one round trip too.
 type countingConn struct {
 	net.Conn
-	n *atomic.Int64
+	n       *atomic.Int64
+	writing atomic.Bool // the last call was a write
 }
 
-func (c countingConn) Write(b []byte) (int, error) {
-	c.n.Add(1)
+func (c *countingConn) Write(b []byte) (int, error) {
+	if !c.writing.Swap(true) {
+		c.n.Add(1)
+	}
 	return c.Conn.Write(b)
+}
+
+func (c *countingConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.writing.Store(false)
+	}
+	return n, err
 }
 
 // fail maps a database error to what the store promises: a connection

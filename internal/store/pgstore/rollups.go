@@ -87,6 +87,35 @@ const insertNumberedLedgerSQL = `INSERT INTO ledger (seq, time, call_id, user_id
 	SELECT * FROM unnest($6::bigint[], $1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::jsonb[])
 	ON CONFLICT DO NOTHING`
 
+// ledgerCopyColumns are the columns a shipment whose rows all have their
+// seq sends with COPY (commitOnce), in ledgerRows' Values order.
+var ledgerCopyColumns = []string{"seq", "time", "call_id", "user_id", "service_id", "entry"}
+
+// copyRows is ledgerRows as COPY's row source: a batch whose rows all
+// carry their seq (a settlement log's shipment) goes in by COPY, which
+// PostgreSQL writes with fewer calls and less WAL than an INSERT of
+// unnest arrays (a quarter less of its time per row, measured in
+// docs/fleet.md). COPY has no ON CONFLICT: a row already there fails the
+// whole statement with a unique violation, which commitOnce takes for
+// what the row count tells the INSERT.
+type copyRows struct {
+	l   *ledgerRows
+	i   int
+	row [6]any
+}
+
+func (c *copyRows) Next() bool { c.i++; return c.i <= len(c.l.index) }
+
+// Values answers pointers into the arrays, so that nothing is boxed a
+// row: COPY encodes a row before it asks for the next.
+func (c *copyRows) Values() ([]any, error) {
+	i := c.i - 1
+	c.row = [6]any{&c.l.seqs[i], &c.l.times[i], &c.l.calls[i], &c.l.users[i], &c.l.services[i], &c.l.entries[i]}
+	return c.row[:], nil
+}
+
+func (c *copyRows) Err() error { return nil }
+
 // insertLedgerArgs are the arguments of insertLedgerSQL and
 // insertNumberedLedgerSQL.
 func (l *ledgerRows) insertArgs() []any {

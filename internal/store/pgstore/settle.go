@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/billing"
@@ -555,10 +556,26 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 
 	b = &pgx.Batch{}
 	numbered := ins.numbered()
+	var inserted int
 	if numbered {
-		b.Queue(insertNumberedLedgerSQL, ins.insertArgs()...) // rollups.go
+		// Sent by COPY (rollups.go): all rows go in or the statement fails,
+		// a row already there with a unique violation.
+		if len(ins.index) > 0 {
+			n, err := conn.Conn().CopyFrom(ctx, pgx.Identifier{"ledger"}, ledgerCopyColumns, &copyRows{l: &ins})
+			if err != nil {
+				var pe *pgconn.PgError
+				if errors.As(err, &pe) && pe.Code == "23505" {
+					if lookup {
+						return errWrittenMeanwhile
+					}
+					return errAlreadyWritten
+				}
+				return err
+			}
+			inserted = int(n)
+		}
 	} else {
-		b.Queue(insertLedgerSQL, ins.insertArgs()...)
+		b.Queue(insertLedgerSQL, ins.insertArgs()...) // rollups.go
 	}
 	if len(ins.roll.keys) > 0 {
 		b.Queue(addRollupsSQL, ins.roll.args()...)
@@ -590,17 +607,13 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 	b.Queue(`UPDATE leases l SET units = k.units, spend = k.spend, credits = k.credits
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[]) k(h, u, sv, p, units, spend, credits)
 		WHERE l.holder = k.h AND l.user_id = k.u AND l.service_id = k.sv AND l.period = k.p`, lh, lu, ls2, lp, lun, lsp, lcr)
+	if numbered && inserted == len(ins.index) {
+		// Every row is in: the COMMIT goes with the rest.
+		b.Queue("COMMIT")
+	}
 	br = conn.SendBatch(ctx, b)
-	var inserted int
 	var seqs map[string]int64
-	if numbered {
-		tag, err := br.Exec()
-		if err != nil {
-			br.Close()
-			return err
-		}
-		inserted = int(tag.RowsAffected())
-	} else {
+	if !numbered {
 		seqs = make(map[string]int64, len(ins.index))
 		rows, _ = br.Query()
 		for rows.Next() {
@@ -619,11 +632,18 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 		}
 		inserted = len(seqs)
 	}
-	for range b.Len() - 1 {
-		if _, err := br.Exec(); err != nil {
+	rest := b.Len()
+	if !numbered {
+		rest-- // the insert's rows were read above
+	}
+	committed := false
+	for range rest {
+		tag, err := br.Exec()
+		if err != nil {
 			br.Close()
 			return err
 		}
+		committed = tag.String() == "COMMIT"
 	}
 	if err := br.Close(); err != nil {
 		return err
@@ -639,8 +659,14 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 		}
 		return errAlreadyWritten
 	}
-	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
-		return err
+	if !committed {
+		tag, err := conn.Exec(ctx, "COMMIT")
+		if err != nil {
+			return err
+		}
+		if tag.String() != "COMMIT" {
+			return fmt.Errorf("pgstore: the settlement batch's transaction ended with %s", tag)
+		}
 	}
 	for _, i := range ins.index {
 		st := batch[i]
