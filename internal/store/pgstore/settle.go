@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -561,7 +562,7 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 		// Sent by COPY (rollups.go): all rows go in or the statement fails,
 		// a row already there with a unique violation.
 		if len(ins.index) > 0 {
-			n, err := conn.Conn().CopyFrom(ctx, pgx.Identifier{"ledger"}, ledgerCopyColumns, &copyRows{l: &ins})
+			tag, err := conn.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(ins.copyData()), copyLedgerSQL)
 			if err != nil {
 				var pe *pgconn.PgError
 				if errors.As(err, &pe) && pe.Code == "23505" {
@@ -572,7 +573,7 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 				}
 				return err
 			}
-			inserted = int(n)
+			inserted = int(tag.RowsAffected())
 		}
 	} else {
 		b.Queue(insertLedgerSQL, ins.insertArgs()...) // rollups.go
