@@ -81,11 +81,13 @@ func AppendUnitsJSON(b []byte, u billing.Units) []byte {
 // AppendJSONTime appends t as time.Time.MarshalJSON writes it, with its
 // error for a time RFC 3339 cannot hold.
 func AppendJSONTime(b []byte, t time.Time) ([]byte, error) {
-	raw, err := t.MarshalJSON()
+	// AppendText writes what MarshalJSON quotes, and refuses what it
+	// refuses, without a buffer of its own.
+	b, err := t.AppendText(append(b, '"'))
 	if err != nil {
 		return nil, err
 	}
-	return append(b, raw...), nil
+	return append(b, '"'), nil
 }
 
 const jsonHex = "0123456789abcdef"

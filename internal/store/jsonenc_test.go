@@ -51,3 +51,19 @@ func TestLedgerEntryJSONRefusesWhatJSONRefuses(t *testing.T) {
 		}
 	}
 }
+
+// Encoding an entry into a buffer that has room allocates nothing: the
+// settlement paths encode one per call.
+func TestLedgerEntryJSONAllocates(t *testing.T) {
+	e := store.LedgerEntry{Seq: 7, ID: "led_7", Time: time.Date(2026, 11, 26, 1, 2, 3, 456789000, time.UTC), UserID: "user-42",
+		ServiceID: "weather", EndpointID: "forecast", ProductID: "pro", RequestID: "0193a8f2-7c1e-7b3a-9f00-000000000001",
+		OccurredAt: time.Date(2026, 11, 26, 1, 2, 0, 0, time.UTC), Units: 3_000_000, Source: "gateway"}
+	buf := make([]byte, 0, 1024)
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := store.AppendLedgerEntryJSON(buf, &e); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("AppendLedgerEntryJSON: %v allocations, want 0", n)
+	}
+}
