@@ -19,9 +19,10 @@ import (
 // by the node's lease. A node that dies takes its holds with it; the
 // lease's units come back when it expires.
 type openHold struct {
-	res   store.Reservation
-	lim   Limits
-	lease *Hold // nil: the product has no hard limit, nothing is leased
+	res    store.Reservation
+	lim    Limits
+	lease  Hold // what the call holds of the node's lease, when leased
+	leased bool // false: the product has no hard limit, nothing is leased
 }
 
 func checkUnits(u billing.Units) error {
@@ -73,12 +74,12 @@ func (s *Store) Reserve(ctx context.Context, a store.Account, units billing.Unit
 		if err != nil {
 			return store.Reservation{}, s.fail(err)
 		}
-		h.lease = &hold
+		h.lease, h.leased = hold, true
 	}
 	r, err := s.knownRow(ctx, k)
 	if err != nil {
-		if h.lease != nil {
-			s.leaser.Release(*h.lease)
+		if h.leased {
+			s.leaser.Release(h.lease)
 		}
 		return store.Reservation{}, err
 	}
@@ -159,12 +160,12 @@ func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.U
 	k := AllowanceKey{a.UserID, a.ServiceID, h.res.PeriodKey}
 	s.dropHold(k, a.Product, h.res.Decision)
 	st := &settlement{callID: r.ID, key: k, product: a.Product, units: units, entry: e}
-	if h.lease != nil {
+	if h.leased {
 		if units == 0 {
-			s.leaser.Release(*h.lease)
+			s.leaser.Release(h.lease)
 			return store.LedgerEntry{}, nil
 		}
-		consume, covered, err := s.leaser.Settle(ctx, *h.lease, h.lim, h.lim.Need(units))
+		consume, covered, err := s.leaser.Settle(ctx, h.lease, h.lim, h.lim.Need(units))
 		if err != nil && !covered {
 			err = nil // capped against the database instead
 		}
@@ -177,7 +178,7 @@ func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.U
 	// a price the usage so far does not change) goes to the settlement
 	// log; any other is capped or priced against the database, in the
 	// group commit.
-	if s.ship != nil && fixedPrice(a.Product) && (h.lease == nil || st.covered) {
+	if s.ship != nil && fixedPrice(a.Product) && (!h.leased || st.covered) {
 		return s.logSettle(ctx, st)
 	}
 	return s.settle.submit(ctx, st)

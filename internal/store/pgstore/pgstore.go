@@ -168,7 +168,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		partitions: make(map[time.Time]struct{}),
 		holds:      make(map[string]*openHold),
 		knownRows:  make(map[AllowanceKey]row),
-		holdSums:   holdSums{by: make(map[AllowanceKey]*billing.State)},
+		holdSums:   holdSums{by: make(map[AllowanceKey]billing.State)},
 		stop:       make(chan struct{}),
 	}
 	// Count round trips (countingConn).

@@ -62,6 +62,17 @@ type settlement struct {
 	sent time.Time
 }
 
+// result is the ledger entry written for the settlement, its ID made from
+// its number here: most settlements are shipped from the log with nobody
+// waiting to read it.
+func (st *settlement) result() store.LedgerEntry {
+	e := st.out
+	if e.Seq > 0 && e.ID == "" {
+		e.ID = "led_" + strconv.FormatUint(e.Seq, 10)
+	}
+	return e
+}
+
 type settler struct {
 	s       *Store
 	in      chan *settlement
@@ -93,7 +104,7 @@ func (t *settler) submit(ctx context.Context, st *settlement) (store.LedgerEntry
 	defer timer.Stop()
 	select {
 	case <-st.done:
-		return st.out, st.err
+		return st.result(), st.err
 	case <-timer.C:
 		return store.LedgerEntry{}, fmt.Errorf("pgstore: the settlement is not written yet (it will be once PostgreSQL answers): %w",
 			store.ErrUnavailable)
@@ -334,7 +345,7 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 		callTimes  []time.Time
 		seenKey    = map[AllowanceKey]bool{}
 		seenSub    = map[subKey]bool{}
-		seenHolder = map[string]bool{}
+		seenHolder = map[LeaseRef]bool{}
 	)
 	for _, st := range batch {
 		callIDs = append(callIDs, st.callID)
@@ -352,10 +363,9 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 			subs = append(subs, sk)
 		}
 		if st.holder != "" {
-			hk := st.holder + "\x00" + st.key.UserID + "\x00" + st.key.ServiceID + "\x00" + strconv.FormatInt(st.key.Period, 10)
-			if !seenHolder[hk] {
+			if hk := (LeaseRef{st.holder, st.key}); !seenHolder[hk] {
 				seenHolder[hk] = true
-				hrefs = append(hrefs, LeaseRef{st.holder, st.key})
+				hrefs = append(hrefs, hk)
 			}
 		}
 	}
@@ -675,7 +685,7 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 		if !numbered {
 			seq = seqs[st.callID]
 		}
-		st.out.Seq, st.out.ID = uint64(seq), "led_"+strconv.FormatInt(seq, 10)
+		st.out.Seq = uint64(seq) // its ID when someone asks: result
 	}
 	for k, r := range allow {
 		known := *r

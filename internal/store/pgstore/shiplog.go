@@ -286,17 +286,9 @@ func (sh *shipper) nextSeq(ctx context.Context) int64 {
 	if len(sh.seqs) == 0 {
 		ctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		rows, err := sh.s.pool.Query(ctx, "SELECT nextval("+ledgerSeq+") FROM generate_series(1, $1)", seqBlock)
-		if err != nil {
-			return 0
-		}
-		for rows.Next() {
-			var n int64
-			if rows.Scan(&n) == nil {
-				sh.seqs = append(sh.seqs, n)
-			}
-		}
-		if rows.Err() != nil {
+		// One row holding the block: a row per number cost the node an
+		// allocation or two each.
+		if err := sh.s.pool.QueryRow(ctx, "SELECT array_agg(nextval("+ledgerSeq+")) FROM generate_series(1, $1)", seqBlock).Scan(&sh.seqs); err != nil {
 			sh.seqs = sh.seqs[:0]
 			return 0
 		}
@@ -574,7 +566,7 @@ func (s *Store) logSettle(ctx context.Context, st *settlement) (store.LedgerEntr
 		if st.err != nil {
 			return store.LedgerEntry{}, st.err
 		}
-		return st.out, nil
+		return st.result(), nil
 	}
 	return e, nil
 }

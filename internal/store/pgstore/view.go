@@ -17,29 +17,26 @@ import (
 // holdSums is what a node's calls in flight hold, per allowance, in the
 // words of billing.State (Reserved, ReservedSpend, CreditsHeld).
 type holdSums struct {
-	by map[AllowanceKey]*billing.State
+	by map[AllowanceKey]billing.State // by value: a call's hold allocates nothing
 }
 
 func (s *Store) addHold(k AllowanceKey, p billing.Product, d billing.Decision) {
 	s.knownMu.Lock()
 	defer s.knownMu.Unlock()
 	st := s.holdSums.by[k]
-	if st == nil {
-		st = new(billing.State)
-		s.holdSums.by[k] = st
-	}
 	st.Reserved += d.Units
 	st.ReservedSpend += d.Cost
 	if p.BillingModel == billing.Prepaid {
 		st.CreditsHeld += d.Cost
 	}
+	s.holdSums.by[k] = st
 }
 
 func (s *Store) dropHold(k AllowanceKey, p billing.Product, d billing.Decision) {
 	s.knownMu.Lock()
 	defer s.knownMu.Unlock()
-	st := s.holdSums.by[k]
-	if st == nil {
+	st, ok := s.holdSums.by[k]
+	if !ok {
 		return
 	}
 	st.Reserved = max(0, st.Reserved-d.Units)
@@ -47,8 +44,10 @@ func (s *Store) dropHold(k AllowanceKey, p billing.Product, d billing.Decision) 
 	if p.BillingModel == billing.Prepaid {
 		st.CreditsHeld = max(0, st.CreditsHeld-d.Cost)
 	}
-	if *st == (billing.State{}) {
+	if st == (billing.State{}) {
 		delete(s.holdSums.by, k)
+	} else {
+		s.holdSums.by[k] = st
 	}
 }
 
@@ -58,8 +57,8 @@ func (s *Store) view(k AllowanceKey, p billing.Product, r row) billing.State {
 	mine := s.leaser.Mine(k)
 	s.knownMu.Lock()
 	var held billing.State
-	if h := s.holdSums.by[k]; h != nil {
-		held = *h
+	if h, ok := s.holdSums.by[k]; ok {
+		held = h
 	}
 	s.knownMu.Unlock()
 	st := billing.State{Used: r.used, Spend: r.spend, Credits: r.credits}
