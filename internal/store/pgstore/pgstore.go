@@ -231,7 +231,7 @@ func (s *Store) migrate(ctx context.Context) error {
 // Node is the holder prefix of this node's leases (node id/incarnation).
 func (s *Store) Node() string { return s.node }
 
-// RoundTrips counts the requests this node sent to PostgreSQL.
+// RoundTrips counts this node's round trips to PostgreSQL (countingConn).
 func (s *Store) RoundTrips() int64 { return s.roundTrips.Load() }
 
 // Close finishes the settlements queued, gives every lease back (units of

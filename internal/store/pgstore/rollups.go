@@ -81,20 +81,13 @@ const insertLedgerSQL = `INSERT INTO ledger (seq, time, call_id, user_id, servic
 		AS s(time, call_id, user_id, service_id, entry, q)
 	ON CONFLICT DO NOTHING RETURNING call_id, seq`
 
-// insertNumberedLedgerSQL is insertLedgerSQL for a batch whose rows all
-// have their seq (a settlement log's shipment): the command tag's row count
-// says whether every row went in, and nothing comes back.
-const insertNumberedLedgerSQL = `INSERT INTO ledger (seq, time, call_id, user_id, service_id, entry)
-	SELECT * FROM unnest($6::bigint[], $1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::jsonb[])
-	ON CONFLICT DO NOTHING`
-
 // copyLedgerSQL takes a batch whose rows all carry their seq (a settlement
 // log's shipment), in COPY's binary format (copyData), which PostgreSQL
 // writes with fewer calls and less WAL than an INSERT of unnest arrays
 // (a page's rows in one WAL record; docs/fleet.md has the figures). COPY
 // has no ON CONFLICT: a row already there fails the whole statement with a
-// unique violation, which commitOnce takes for what the INSERT's short row
-// count told.
+// unique violation, which commitOnce takes as it takes insertLedgerSQL's
+// short row count.
 const copyLedgerSQL = `COPY ledger (seq, time, call_id, user_id, service_id, entry) FROM STDIN (FORMAT binary)`
 
 // pgEpoch is PostgreSQL's timestamp epoch in Unix microseconds.
@@ -131,8 +124,7 @@ func (l *ledgerRows) copyData() []byte {
 	return be.AppendUint16(buf, 0xffff) // the end
 }
 
-// insertLedgerArgs are the arguments of insertLedgerSQL and
-// insertNumberedLedgerSQL.
+// insertArgs are the arguments of insertLedgerSQL.
 func (l *ledgerRows) insertArgs() []any {
 	return []any{l.times, l.calls, l.users, l.services, l.entries, l.seqs}
 }
