@@ -44,7 +44,7 @@
 # +3/+4, pg-b +5/+6, bolt2 +7/+8, pg-c +9/+10), BENCH_LEASE_MAX
 # (lease_max, 1000 units), BENCH_CADDY (a binary built already),
 # BENCH_PROFILE (a directory: CPU profiles of the bbolt and PostgreSQL
-# nodes after the rounds).
+# nodes after the rounds), BENCH_PROFILE_SECONDS (how long each, 6).
 #
 # CPU per call: each gateway process's CPU time (user + system, from
 # /proc) and the PostgreSQL server's (every postgres process, and the
@@ -354,10 +354,13 @@ done
 
 # BENCH_PROFILE=<dir>: CPU profiles after the rounds, under the rounds'
 # loads: the bbolt node (bolt.pprof), PostgreSQL node a alone (pg1.pprof)
-# and node a while both PostgreSQL nodes take load (pg2.pprof); read them
-# with go tool pprof <dir>/caddy <dir>/pg1.pprof.
+# and node a while both PostgreSQL nodes take load (pg2.pprof), each
+# BENCH_PROFILE_SECONDS long (6), with the load generator's output next
+# to it (<name>.wrk: its calls a second turn samples into CPU per call);
+# read them with go tool pprof <dir>/caddy <dir>/pg1.pprof.
 if [ -n "${BENCH_PROFILE:-}" ]; then
 	mkdir -p "$BENCH_PROFILE"
+	ps=${BENCH_PROFILE_SECONDS:-6}
 	for s in bolt:$((PB + 1)):$BOLT_URL:BOLT_AUTH pg1:$((PB + 3)):$PGA_URL:PG_AUTH; do
 		name=${s%%:*}
 		admin=${s#*:}
@@ -365,19 +368,19 @@ if [ -n "${BENCH_PROFILE:-}" ]; then
 		authvar=${s##*:}
 		url=${s#*:*:}
 		url=${url%:*}
-		wrk -t2 -c"$CONNS" -d9s -H "${!authvar}" "$url/instant/invoke" > /dev/null &
+		wrk -t2 -c"$CONNS" -d$((ps + 3))s -H "${!authvar}" "$url/instant/invoke" > "$BENCH_PROFILE/$name.wrk" &
 		b=$!
 		sleep 1
-		curl -fsS -o "$BENCH_PROFILE/$name.pprof" "http://127.0.0.1:$admin/debug/pprof/profile?seconds=6"
+		curl -fsS -o "$BENCH_PROFILE/$name.pprof" "http://127.0.0.1:$admin/debug/pprof/profile?seconds=$ps"
 		wait "$b"
 	done
 	# pg2: node a while both PostgreSQL nodes take the load.
-	wrk -t2 -c"$CONNS" -d9s -H "$PG_AUTH" "$PGB_URL/instant/invoke" > /dev/null &
+	wrk -t2 -c"$CONNS" -d$((ps + 3))s -H "$PG_AUTH" "$PGB_URL/instant/invoke" > /dev/null &
 	b=$!
-	wrk -t2 -c"$CONNS" -d9s -H "$PG_AUTH" "$PGA_URL/instant/invoke" > /dev/null &
+	wrk -t2 -c"$CONNS" -d$((ps + 3))s -H "$PG_AUTH" "$PGA_URL/instant/invoke" > "$BENCH_PROFILE/pg2.wrk" &
 	b2=$!
 	sleep 1
-	curl -fsS -o "$BENCH_PROFILE/pg2.pprof" "http://127.0.0.1:$((PB + 3))/debug/pprof/profile?seconds=6"
+	curl -fsS -o "$BENCH_PROFILE/pg2.pprof" "http://127.0.0.1:$((PB + 3))/debug/pprof/profile?seconds=$ps"
 	wait "$b" "$b2"
 	cp "$CADDY" "$BENCH_PROFILE/caddy"
 	log "profiles in $BENCH_PROFILE (go tool pprof $BENCH_PROFILE/caddy $BENCH_PROFILE/pg1.pprof)"
