@@ -158,16 +158,7 @@ CREATE INDEX ledger_time ON ledger (time, seq);
 // in (time, seq) order read the same rows in the same order.
 func TestLedgerIndexMigration(t *testing.T) {
 	ctx := context.Background()
-	dsn := newDatabase(t)
-	s := openNode(t, dsn, "a")
-	subscribe(t, s, "u", "svc", "q")
-	sub, err := s.GetSubscription(ctx, "u", "svc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := quotaProduct(1000)
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	key := AllowanceKey{"u", "svc", periodOf(p, sub.StartedAt, now)}
+	dsn, s, p, key, now := quotaNode(t)
 	batch := func() []*settlement {
 		var b []*settlement
 		for i := range 50 {
@@ -232,12 +223,7 @@ func TestLedgerIndexMigration(t *testing.T) {
 	if got := scan(s); got != want {
 		t.Fatalf("ledger after the batch was sent again:\n%s\nwant\n%s", got, want)
 	}
-	var used int64
-	if err := conn.QueryRow(ctx, `SELECT used FROM allowances WHERE user_id = 'u' AND service_id = 'svc' AND period = $1`,
-		key.Period).Scan(&used); err != nil {
-		t.Fatal(err)
-	}
-	if used != int64(units(50)) {
+	if used := usedOf(t, conn, key); used != int64(units(50)) {
 		t.Fatalf("used %d after the batch was sent again, want %d", used, int64(units(50)))
 	}
 	// A row of a new month's partition gets the index too.

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -23,17 +26,12 @@ func TestSettlementBatchSentTwice(t *testing.T) {
 }
 
 func testSettlementBatchSentTwice(t *testing.T, numbered bool) {
-	dsn := newDatabase(t)
-	s := openNode(t, dsn, "a")
-	subscribe(t, s, "u", "svc", "q")
+	_, s, p, key, now := quotaNode(t)
 	ctx := context.Background()
 	sub, err := s.GetSubscription(ctx, "u", "svc")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := quotaProduct(1000)
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	key := AllowanceKey{"u", "svc", periodOf(p, sub.StartedAt, now)}
 	// The calls of a batch fall in up to three hours and on two
 	// endpoints, so that its rollups are several rows.
 	batch := func(from, to int) []*settlement {
@@ -65,21 +63,9 @@ func testSettlementBatchSentTwice(t *testing.T, numbered bool) {
 		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM (
 			(SELECT hour, user_id, service_id, endpoint_id, product_id, calls, units, overage, cost, capped FROM ledger_rollups
 			 EXCEPT ALL
-			 SELECT date_trunc('hour', time AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', user_id, service_id,
-				coalesce(entry->>'endpointId', ''), coalesce(entry->>'productId', ''), count(*),
-				coalesce(sum(round((entry->>'units')::numeric * 1000000)), 0)::bigint,
-				coalesce(sum(round((entry->>'overage')::numeric * 1000000)), 0)::bigint,
-				coalesce(sum(round((entry->>'cost')::numeric * 1000000)), 0)::bigint,
-				count(*) FILTER (WHERE coalesce((entry->>'unitsClaimed')::numeric, 0) <> 0)
-			 FROM ledger GROUP BY 1, 2, 3, 4, 5)
+			 `+rollupsOfRowsSQL+`)
 			UNION ALL
-			(SELECT date_trunc('hour', time AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', user_id, service_id,
-				coalesce(entry->>'endpointId', ''), coalesce(entry->>'productId', ''), count(*),
-				coalesce(sum(round((entry->>'units')::numeric * 1000000)), 0)::bigint,
-				coalesce(sum(round((entry->>'overage')::numeric * 1000000)), 0)::bigint,
-				coalesce(sum(round((entry->>'cost')::numeric * 1000000)), 0)::bigint,
-				count(*) FILTER (WHERE coalesce((entry->>'unitsClaimed')::numeric, 0) <> 0)
-			 FROM ledger GROUP BY 1, 2, 3, 4, 5
+			(`+rollupsOfRowsSQL+`
 			 EXCEPT ALL
 			 SELECT hour, user_id, service_id, endpoint_id, product_id, calls, units, overage, cost, capped FROM ledger_rollups)) d`).Scan(&diff); err != nil {
 			t.Fatal(err)
@@ -88,15 +74,7 @@ func testSettlementBatchSentTwice(t *testing.T, numbered bool) {
 			t.Fatalf("%d rollup rows differ from the ledger's rows summed", diff)
 		}
 	}
-	used := func() int64 {
-		t.Helper()
-		var n int64
-		if err := s.pool.QueryRow(ctx, `SELECT used FROM allowances WHERE user_id = 'u' AND service_id = 'svc' AND period = $1`,
-			key.Period).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	used := func() int64 { t.Helper(); return usedOf(t, s.pool, key) }
 	count := func(sql string) int64 {
 		t.Helper()
 		var n int64
@@ -175,17 +153,8 @@ func testSettlementBatchSentTwice(t *testing.T, numbered bool) {
 // settlement loops write its calls one by one (as settle.go's and
 // shiplog.go's do after a statement fails): the second finds the first.
 func TestSettlementBatchWithACallTwice(t *testing.T) {
-	dsn := newDatabase(t)
-	s := openNode(t, dsn, "a")
-	subscribe(t, s, "u", "svc", "q")
+	_, s, p, key, now := quotaNode(t)
 	ctx := context.Background()
-	sub, err := s.GetSubscription(ctx, "u", "svc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := quotaProduct(1000)
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	key := AllowanceKey{"u", "svc", periodOf(p, sub.StartedAt, now)}
 	for _, numbered := range []bool{false, true} {
 		var batch []*settlement
 		for _, i := range []int{1, 2, 1} {
@@ -204,11 +173,8 @@ func TestSettlementBatchWithACallTwice(t *testing.T) {
 			}
 		}
 	}
-	var used, rows, rolled int64
-	if err := s.pool.QueryRow(ctx, `SELECT used FROM allowances WHERE user_id = 'u' AND service_id = 'svc' AND period = $1`,
-		key.Period).Scan(&used); err != nil {
-		t.Fatal(err)
-	}
+	used := usedOf(t, s.pool, key)
+	var rows, rolled int64
 	if err := s.pool.QueryRow(ctx, `SELECT count(*), (SELECT coalesce(sum(calls), 0) FROM ledger_rollups) FROM ledger`).Scan(&rows, &rolled); err != nil {
 		t.Fatal(err)
 	}
@@ -216,3 +182,44 @@ func TestSettlementBatchWithACallTwice(t *testing.T) {
 		t.Fatalf("ledger rows %d, rollup calls %d, used %d; want 4, 4 and %d (four calls of 3)", rows, rolled, used, int64(units(12)))
 	}
 }
+
+// quotaNode is a node on a database of its own with user u subscribed to
+// service svc under a quota of 1,000, the allowance key of the current
+// period, and now (to the microsecond, as the store keeps times).
+func quotaNode(t *testing.T) (dsn string, s *Store, p billing.Product, key AllowanceKey, now time.Time) {
+	t.Helper()
+	dsn = newDatabase(t)
+	s = openNode(t, dsn, "a")
+	subscribe(t, s, "u", "svc", "q")
+	sub, err := s.GetSubscription(context.Background(), "u", "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p = quotaProduct(1000)
+	now = time.Now().UTC().Truncate(time.Microsecond)
+	return dsn, s, p, AllowanceKey{"u", "svc", periodOf(p, sub.StartedAt, now)}, now
+}
+
+// usedOf is what the allowance row of key has used, as q reads it.
+func usedOf(t *testing.T, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, key AllowanceKey) int64 {
+	t.Helper()
+	var n int64
+	if err := q.QueryRow(context.Background(), `SELECT used FROM allowances WHERE user_id = $1 AND service_id = $2 AND period = $3`,
+		key.UserID, key.ServiceID, key.Period).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// rollupsOfRowsSQL sums the ledger's rows as the rollups sum them, from
+// the entries' JSON (the schema's backfill reads them the same way): the
+// tests compare it with ledger_rollups.
+const rollupsOfRowsSQL = `SELECT date_trunc('hour', time AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', user_id, service_id,
+	coalesce(entry->>'endpointId', ''), coalesce(entry->>'productId', ''), count(*),
+	coalesce(sum(round((entry->>'units')::numeric * 1000000)), 0)::bigint,
+	coalesce(sum(round((entry->>'overage')::numeric * 1000000)), 0)::bigint,
+	coalesce(sum(round((entry->>'cost')::numeric * 1000000)), 0)::bigint,
+	count(*) FILTER (WHERE coalesce((entry->>'unitsClaimed')::numeric, 0) <> 0)
+	FROM ledger GROUP BY 1, 2, 3, 4, 5`
