@@ -100,7 +100,11 @@ const pgEpoch = 946_684_800_000_000
 // column, as the INSERT refused it).
 func (l *ledgerRows) copyData() []byte {
 	be := binary.BigEndian
-	buf := make([]byte, 0, 19+len(l.buf)+len(l.index)*(2+6*4+8+8+1+36+40)+2)
+	n := 19 + 2 // header, trailer
+	for i := range l.index {
+		n += 2 + 6*4 + 8 + 8 + len(l.calls[i]) + len(l.users[i]) + len(l.services[i]) + 1 + len(l.entries[i])
+	}
+	buf := make([]byte, 0, n)
 	buf = append(buf, "PGCOPY\n\xff\r\n\x00"...)
 	buf = be.AppendUint32(buf, 0) // flags
 	buf = be.AppendUint32(buf, 0) // header extension
@@ -192,15 +196,8 @@ func (r *rollupSums) args() []any {
 	}
 	slices.SortFunc(order, func(a, b int) int {
 		x, y := &r.keys[a], &r.keys[b]
-		if c := cmp.Compare(x.hour, y.hour); c != 0 {
-			return c
-		}
-		for _, p := range [][2]string{{x.user, y.user}, {x.service, y.service}, {x.endpoint, y.endpoint}, {x.product, y.product}} {
-			if c := strings.Compare(p[0], p[1]); c != 0 {
-				return c
-			}
-		}
-		return 0
+		return cmp.Or(cmp.Compare(x.hour, y.hour), strings.Compare(x.user, y.user), strings.Compare(x.service, y.service),
+			strings.Compare(x.endpoint, y.endpoint), strings.Compare(x.product, y.product))
 	})
 	n := len(order)
 	hours := make([]time.Time, n)

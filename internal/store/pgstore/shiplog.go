@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -293,11 +294,7 @@ func (sh *shipper) nextSeq(ctx context.Context) int64 {
 			return 0
 		}
 		// Handed out in order, so that a node's entries number up.
-		for i := 1; i < len(sh.seqs); i++ {
-			for j := i; j > 0 && sh.seqs[j] < sh.seqs[j-1]; j-- {
-				sh.seqs[j], sh.seqs[j-1] = sh.seqs[j-1], sh.seqs[j]
-			}
-		}
+		slices.Sort(sh.seqs)
 	}
 	if len(sh.seqs) == 0 {
 		return 0
