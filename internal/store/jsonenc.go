@@ -29,6 +29,34 @@ func AppendLedgerEntryJSON(b []byte, e *LedgerEntry) ([]byte, error) {
 	b = AppendJSONString(b, e.UserID)
 	b = append(b, `,"serviceId":`...)
 	b = AppendJSONString(b, e.ServiceID)
+	return appendLedgerEntryDetail(b, e)
+}
+
+// AppendLedgerEntryDetailJSON appends what AppendLedgerEntryJSON writes of
+// e after its seq, id, time, userId and serviceId, as an object of its
+// own: json.Marshal(e) without those five, which json.Unmarshal reads
+// back with the five zero. A store that keeps them in columns of their own
+// keeps this beside them (the PostgreSQL ledger's entry column). Like
+// AppendLedgerEntryJSON it refuses an entry whose time RFC 3339 cannot
+// hold.
+func AppendLedgerEntryDetailJSON(b []byte, e *LedgerEntry) ([]byte, error) {
+	var tb [64]byte
+	if _, err := e.Time.AppendText(tb[:0]); err != nil {
+		return nil, err // what AppendJSONTime refuses, written nowhere
+	}
+	n := len(b)
+	b, err := appendLedgerEntryDetail(b, e)
+	if err != nil {
+		return nil, err
+	}
+	b[n] = '{' // every field is written with a comma before it: the first opens the object
+	return b, nil
+}
+
+// appendLedgerEntryDetail appends the fields of e after its serviceId,
+// each with a comma before it, and closes the object.
+func appendLedgerEntryDetail(b []byte, e *LedgerEntry) ([]byte, error) {
+	var err error
 	if e.EndpointID != "" {
 		b = append(b, `,"endpointId":`...)
 		b = AppendJSONString(b, e.EndpointID)

@@ -12,8 +12,10 @@ import (
 )
 
 // AppendLedgerEntryJSON writes what json.Marshal writes, byte for byte,
-// after whatever the buffer already holds; so does AppendJSONString for
-// every string (escapes, HTML characters, U+2028/2029, invalid UTF-8).
+// after whatever the buffer already holds, and AppendLedgerEntryDetailJSON
+// the same without seq, id, time, userId and serviceId; so does
+// AppendJSONString for every string (escapes, HTML characters,
+// U+2028/2029, invalid UTF-8).
 func TestLedgerEntryJSONMatchesEncodingJSON(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for i := range 20000 {
@@ -28,6 +30,38 @@ func TestLedgerEntryJSONMatchesEncodingJSON(t *testing.T) {
 		}
 		if string(got[:len("prefix")]) != "prefix" || !bytes.Equal(got[len("prefix"):], want) {
 			t.Fatalf("entry %d:\n got %s\nwant %s", i, got, want)
+		}
+		// The detail is the rest after serviceId, as an object of its own,
+		// and reads back as e with those five zero.
+		head, err := json.Marshal(struct {
+			Seq       uint64    `json:"seq"`
+			ID        string    `json:"id"`
+			Time      time.Time `json:"time"`
+			UserID    string    `json:"userId"`
+			ServiceID string    `json:"serviceId"`
+		}{e.Seq, e.ID, e.Time, e.UserID, e.ServiceID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.HasPrefix(want, head[:len(head)-1]) || want[len(head)-1] != ',' {
+			t.Fatalf("entry %d: %s does not begin with %s", i, want, head)
+		}
+		wantDetail := append([]byte("prefix{"), want[len(head):]...)
+		detail, err := store.AppendLedgerEntryDetailJSON([]byte("prefix"), &e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(detail, wantDetail) {
+			t.Fatalf("entry %d detail:\n got %s\nwant %s", i, detail, wantDetail)
+		}
+		var keys map[string]json.RawMessage
+		if err := json.Unmarshal(detail[len("prefix"):], &keys); err != nil {
+			t.Fatalf("entry %d detail %s: %v", i, detail, err)
+		}
+		for _, k := range []string{"seq", "id", "time", "userId", "serviceId"} {
+			if _, ok := keys[k]; ok {
+				t.Fatalf("entry %d detail %s holds %s", i, detail, k)
+			}
 		}
 		s := storetest.RandString(r)
 		wantS, _ := json.Marshal(s)
@@ -48,6 +82,10 @@ func TestLedgerEntryJSONRefusesWhatJSONRefuses(t *testing.T) {
 			if _, err := store.AppendLedgerEntryJSON(nil, &e); err == nil {
 				t.Fatalf("AppendLedgerEntryJSON accepted %v", tm)
 			}
+			// The detail leaves the time out, and refuses it all the same.
+			if b, err := store.AppendLedgerEntryDetailJSON(nil, &e); err == nil {
+				t.Fatalf("AppendLedgerEntryDetailJSON accepted %v: %s", tm, b)
+			}
 		}
 	}
 }
@@ -65,5 +103,12 @@ func TestLedgerEntryJSONAllocates(t *testing.T) {
 		}
 	}); n != 0 {
 		t.Fatalf("AppendLedgerEntryJSON: %v allocations, want 0", n)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := store.AppendLedgerEntryDetailJSON(buf, &e); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("AppendLedgerEntryDetailJSON: %v allocations, want 0", n)
 	}
 }

@@ -56,6 +56,7 @@ func TestShipmentCopyRows(t *testing.T) {
 	base := time.Now().UTC().Truncate(time.Second)
 	var l ledgerRows
 	sent := map[string]int{}
+	var entries []store.LedgerEntry
 	for i := range 600 {
 		e := storetest.RandEntry(r)
 		e.ID, e.EndpointID, e.ProductID, e.RequestID = clean(e.ID), clean(e.EndpointID), clean(e.ProductID), clean(e.RequestID)
@@ -71,6 +72,7 @@ func TestShipmentCopyRows(t *testing.T) {
 		call := "a:" + strconv.Itoa(i)
 		l.add(len(l.index), call, int64(1_000_000+i), e)
 		sent[call] = i
+		entries = append(entries, e)
 	}
 	if err := copyRows(t, s, &l); err != nil {
 		t.Fatal(err)
@@ -98,14 +100,25 @@ func TestShipmentCopyRows(t *testing.T) {
 			t.Fatalf("row %d: seq %d time %v user %q service %q; sent %d %v %q %q", i, seq, tm, user, service,
 				l.seqs[i], l.times[i], l.users[i], l.services[i])
 		}
-		got, err := decodeEntry(raw)
+		// The entry column holds the rest: the row reads back as the
+		// entry sent, its seq and id the row's.
+		if bytes.Contains(raw, []byte(`"userId"`)) || bytes.Contains(raw, []byte(`"time"`)) {
+			t.Fatalf("row %d: entry %s holds what its columns hold", i, raw)
+		}
+		got, err := rowEntry(raw, seq, tm, user, service)
 		if err != nil {
 			t.Fatalf("row %d: entry %s: %v", i, raw, err)
 		}
-		want, err := decodeEntry(l.entries[i])
+		// As JSON carries it (invalid UTF-8 replaced), whole.
+		full, err := store.AppendLedgerEntryJSON(nil, &entries[i])
 		if err != nil {
 			t.Fatal(err)
 		}
+		want, err := decodeEntry(full)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want.Seq, want.ID = uint64(seq), "led_"+strconv.FormatInt(seq, 10)
 		if !sameEntry(got, want) {
 			t.Fatalf("row %d: entry\n got %+v\nwant %+v", i, got, want)
 		}
@@ -154,4 +167,81 @@ func sameEntry(a, b store.LedgerEntry) bool {
 	}
 	a.Time, b.Time, a.OccurredAt, b.OccurredAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
 	return a == b
+}
+
+// A row keeps its seq, time, user and service in columns and the rest of
+// its entry in the entry column; rows written before kept the whole entry
+// there. Both read back whole, alike, through ScanLedger, and a batch
+// retried after a lost commit finds either (the lookup) and charges it
+// once.
+func TestLedgerRowsOfEitherForm(t *testing.T) {
+	s := openNode(t, newDatabase(t), "a")
+	ctx := context.Background()
+	at := time.Now().UTC().Truncate(time.Microsecond)
+	mk := func(i int) store.LedgerEntry {
+		return store.LedgerEntry{Time: at.Add(time.Duration(i) * time.Millisecond), UserID: "user-1", ServiceID: "weather",
+			EndpointID: "forecast", ProductID: "pro", RequestID: "req-" + strconv.Itoa(i), Units: 2_500_000,
+			Cost: 1_000_000, Source: store.SourceGateway, OccurredAt: at.Add(-time.Second)}
+	}
+	// The old form, as an earlier version wrote it: the whole entry.
+	old := mk(0)
+	raw, err := store.AppendLedgerEntryJSON(nil, &old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(ctx, `INSERT INTO ledger (seq, time, call_id, user_id, service_id, entry) VALUES ($1, $2, $3, $4, $5, $6)`,
+		int64(41), old.Time, "a:old", old.UserID, old.ServiceID, raw); err != nil {
+		t.Fatal(err)
+	}
+	// The new form, as a shipment writes it.
+	var l ledgerRows
+	l.add(0, "a:new", 42, mk(1))
+	if !bytes.HasPrefix(l.entries[0], []byte(`{"endpointId":"forecast",`)) {
+		t.Fatalf("a shipped entry: %s", l.entries[0])
+	}
+	if err := copyRows(t, s, &l); err != nil {
+		t.Fatal(err)
+	}
+	var got []store.LedgerEntry
+	if err := s.ScanLedger(ctx, store.LedgerFilter{UserID: "user-1"}, func(e store.LedgerEntry) error {
+		got = append(got, e)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d entries, want 2", len(got))
+	}
+	for i, seq := range []uint64{41, 42} {
+		want := mk(i)
+		want.Seq, want.ID = seq, "led_"+strconv.FormatUint(seq, 10)
+		if !sameEntry(got[i], want) {
+			t.Fatalf("entry %d:\n got %+v\nwant %+v", i, got[i], want)
+		}
+	}
+
+	// A batch holding both calls again, with the lookup an attempt after a
+	// lost commit makes: each is found, whole, and charged nothing more.
+	batch := []*settlement{
+		{callID: "a:old", free: true, units: old.Units, entry: mk(0)},
+		{callID: "a:new", free: true, units: old.Units, entry: mk(1)},
+	}
+	if err := s.commitOnce(ctx, batch, true); err != nil {
+		t.Fatal(err)
+	}
+	for i, st := range batch {
+		if st.err != nil {
+			t.Fatalf("settlement %d: %v", i, st.err)
+		}
+		if !sameEntry(st.out, got[i]) {
+			t.Fatalf("settlement %d found\n %+v\nwant %+v", i, st.out, got[i])
+		}
+	}
+	var n int
+	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM ledger").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Fatalf("%d ledger rows after the batch again, want 2", n)
+	}
 }

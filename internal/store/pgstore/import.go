@@ -85,7 +85,7 @@ func (s *Store) ImportLedger(ctx context.Context, es []store.LedgerEntry) error 
 			return err
 		}
 		e.Time = e.Time.UTC().Truncate(time.Microsecond)
-		raw, err := json.Marshal(e)
+		raw, err := store.AppendLedgerEntryDetailJSON(nil, &e) // the rest in columns: rowEntry
 		if err != nil {
 			return err
 		}

@@ -305,7 +305,7 @@ func (s *Store) Record(ctx context.Context, a store.Account, e store.LedgerEntry
 // insertLedger appends e in tx and sets its sequence number and id.
 func insertLedger(ctx context.Context, tx pgx.Tx, callID string, e *store.LedgerEntry) error {
 	e.Time = e.Time.UTC().Truncate(time.Microsecond)
-	raw, err := json.Marshal(e)
+	raw, err := store.AppendLedgerEntryDetailJSON(nil, e) // the rest in columns: rowEntry
 	if err != nil {
 		return err
 	}
@@ -397,7 +397,7 @@ func (s *Store) ScanLedger(ctx context.Context, f store.LedgerFilter, fn func(st
 		if err := ctxErr(ctx); err != nil {
 			return err
 		}
-		rows, err := s.pool.Query(ctx, `SELECT time, seq, entry FROM ledger
+		rows, err := s.pool.Query(ctx, `SELECT time, seq, user_id, service_id, entry FROM ledger
 			WHERE time >= $1 AND time < $2 AND (time, seq) > ($3, $4)
 			  AND ($5 = '' OR user_id = $5) AND ($6 = '' OR service_id = $6)
 			ORDER BY time, seq LIMIT $7`, from, to, afterT, afterSeq, f.UserID, f.ServiceID, scanChunk)
@@ -408,17 +408,17 @@ func (s *Store) ScanLedger(ctx context.Context, f store.LedgerFilter, fn func(st
 		for rows.Next() {
 			var t time.Time
 			var seq int64
+			var user, service string
 			var raw []byte
-			if err := rows.Scan(&t, &seq, &raw); err != nil {
+			if err := rows.Scan(&t, &seq, &user, &service, &raw); err != nil {
 				rows.Close()
 				return s.fail(err)
 			}
-			e, err := decodeEntry(raw)
+			e, err := rowEntry(raw, seq, t, user, service)
 			if err != nil {
 				rows.Close()
 				return fmt.Errorf("ledger entry %d: %w", seq, err)
 			}
-			e.Seq, e.ID, e.Time = uint64(seq), "led_"+strconv.FormatInt(seq, 10), t.UTC()
 			chunk = append(chunk, e)
 			afterT, afterSeq = t, seq
 		}
@@ -502,6 +502,17 @@ func (s *Store) ChangedAccounts() ([]store.AccountRef, <-chan struct{}) {
 	}
 	clear(c.pending)
 	return out, c.ready
+}
+
+// rowEntry is the ledger entry a row holds: its entry column read by
+// decodeEntry, with the seq, id, time, user and service its own columns
+// hold. A row keeps only the rest in its entry (store.AppendLedgerEntryDetailJSON:
+// five fields fewer for PostgreSQL to parse and store); rows written
+// before have all of it there, the same values.
+func rowEntry(raw []byte, seq int64, t time.Time, userID, serviceID string) (store.LedgerEntry, error) {
+	e, err := decodeEntry(raw)
+	e.Seq, e.ID, e.Time, e.UserID, e.ServiceID = uint64(seq), "led_"+strconv.FormatInt(seq, 10), t.UTC(), userID, serviceID
+	return e, err
 }
 
 // decodeEntry reads a ledger row as stored: its quantities as store.Amount,

@@ -407,7 +407,7 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 		  ON l.holder = k.h AND l.user_id = k.u AND l.service_id = k.sv AND l.period = k.p
 		ORDER BY 1, 2, 3, 4 FOR UPDATE OF l`, holders, hu, hs, hp)
 	if lookup {
-		b.Queue(`SELECT l.call_id, l.seq, l.entry FROM ledger l JOIN unnest($1::text[], $2::timestamptz[]) k(c, t)
+		b.Queue(`SELECT l.call_id, l.seq, l.time, l.user_id, l.service_id, l.entry FROM ledger l JOIN unnest($1::text[], $2::timestamptz[]) k(c, t)
 		ON l.call_id = k.c AND l.time = k.t`, callIDs, callTimes)
 	}
 	br := conn.SendBatch(ctx, b)
@@ -475,21 +475,21 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 	if lookup {
 		rows, _ = br.Query()
 		for rows.Next() {
-			var id string
+			var id, user, service string
 			var seq int64
+			var t time.Time
 			var raw []byte
-			if err := rows.Scan(&id, &seq, &raw); err != nil {
+			if err := rows.Scan(&id, &seq, &t, &user, &service, &raw); err != nil {
 				rows.Close()
 				br.Close()
 				return err
 			}
-			e, err := decodeEntry(raw)
+			e, err := rowEntry(raw, seq, t, user, service)
 			if err != nil {
 				rows.Close()
 				br.Close()
 				return err
 			}
-			e.Seq, e.ID = uint64(seq), "led_"+strconv.FormatInt(seq, 10)
 			dups[id] = e
 		}
 		if err := rows.Err(); err != nil {
@@ -743,7 +743,7 @@ func (l *ledgerRows) add(i int, callID string, seq int64, e store.LedgerEntry) {
 	// The entries of a batch share one buffer (each a slice of it: a
 	// buffer that grows leaves the earlier ones where they were).
 	n := len(l.buf)
-	buf, err := store.AppendLedgerEntryJSON(l.buf, &e)
+	buf, err := store.AppendLedgerEntryDetailJSON(l.buf, &e) // the rest in columns: rowEntry
 	if err != nil {
 		buf = l.buf[:n] // a time RFC 3339 cannot hold; json.Marshal writes nothing either
 	}
