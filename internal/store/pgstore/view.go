@@ -56,10 +56,7 @@ func (s *Store) dropHold(k AllowanceKey, p billing.Product, d billing.Decision) 
 func (s *Store) view(k AllowanceKey, p billing.Product, r row) billing.State {
 	mine := s.leaser.Mine(k)
 	s.knownMu.Lock()
-	var held billing.State
-	if h, ok := s.holdSums.by[k]; ok {
-		held = h
-	}
+	held := s.holdSums.by[k] // zero when nothing is held
 	s.knownMu.Unlock()
 	st := billing.State{Used: r.used, Spend: r.spend, Credits: r.credits}
 	st.Reserved = max(0, r.leased-mine.Units) + held.Reserved
