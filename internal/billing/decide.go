@@ -104,10 +104,27 @@ func judge(p Product, s State, units, overage, cost Units) Decision {
 		d.Allowed, d.Code, d.Reason = false, CodeQuotaExceeded, "quota for this period is used up"
 	case p.BillingModel == Prepaid && cost > s.Credits-s.CreditsHeld:
 		d.Allowed, d.Code, d.Reason = false, CodeInsufficientCredits, insufficientCredits(p, s, cost)
-	case p.SpendingCap != nil && cost > 0 && spendAfter(p, s, units, cost) > *p.SpendingCap:
+	case p.SpendingCap != nil && addsSpend(p, s, units, cost) && spendAfter(p, s, units, cost) > *p.SpendingCap:
 		d.Allowed, d.Code, d.Reason = false, CodeQuotaExceeded, "spending cap for this period is reached"
 	}
 	return d
+}
+
+// addsSpend tells whether consuming units adds to what the period will
+// spend once every hold settles: only such a call can cross the spending
+// cap (one that adds nothing is never refused by a cap a report already
+// passed). Under an order-priced quota that is not the call's own cost: a
+// charge priced against the settled usage alone costs nothing while it is
+// inside the quota, yet it pushes the calls in flight past the quota, into
+// the spend their holds were promised. Judged by its own cost, a backend
+// that stated more units than its call held took that room inside the
+// quota, and the calls whose holds it took were settled at 0 units: served
+// free.
+func addsSpend(p Product, s State, units, cost Units) bool {
+	if orderPriced(p) {
+		return spendAfter(p, s, units, cost) > spendAfter(p, s, 0, 0)
+	}
+	return cost > 0
 }
 
 // orderPriced tells whether which of a period's units are overage depends

@@ -315,6 +315,48 @@ func TestSpendingCapCountsHoldsTogether(t *testing.T) {
 	}
 }
 
+// TestOverClaimInsideQuotaKeepsHolds: 20 included, 0.5 a unit, cap 15;
+// 50 calls hold a unit each. The first to settle states 2.5 units: inside
+// the quota they cost nothing, but they push 1.5 of the units held in
+// flight past what the cap can pay. Its charge is cut to its own unit, so
+// every other hold still settles in full; judged by its own cost (0) it
+// took 2.5 and three calls in flight could only be settled at 0.
+func TestOverClaimInsideQuotaKeepsHolds(t *testing.T) {
+	p := billing.Product{ID: "c", BillingModel: billing.Subscription, MeasurementType: billing.PerRequest,
+		Quota: ptr(whole(20)), Overage: "allow", Price: 500_000, SpendingCap: ptr(whole(15))}
+	var s billing.State
+	var held []billing.Decision
+	for range 50 {
+		d := billing.Decide(p, s, whole(1))
+		s.Hold(p, d)
+		held = append(held, d)
+	}
+	s.Unhold(p, held[0])
+	if d := billing.DecideCharge(p, s, 2_500_000); d.Allowed {
+		t.Errorf("a claim of 2.5 with 49 units held on a 50-unit limit allowed: %+v", d)
+	}
+	if got := billing.FitCharge(p, s, 2_500_000); got != whole(1) {
+		t.Errorf("FitCharge = %s, want the call's own unit", got)
+	}
+	s.Charge(p, billing.DecideCharge(p, s, whole(1)))
+	for _, d := range held[1:] {
+		s.Unhold(p, d)
+		if got := billing.FitCharge(p, s, 2_500_000); got != whole(1) {
+			t.Fatalf("a held call fits %s of its claim in %+v, want its unit", got, s)
+		}
+		s.Charge(p, billing.DecideCharge(p, s, whole(1)))
+	}
+	if s.Used != whole(50) || s.Spend != whole(15) {
+		t.Errorf("after every settlement: %+v, want 50 used, spend 15", s)
+	}
+	// A call that adds nothing to the spend is not refused by a cap a
+	// report already passed.
+	over := billing.State{Used: whole(60), Spend: whole(20)}
+	if d := billing.DecideCharge(p, over, 0); !d.Allowed {
+		t.Errorf("a charge of 0 past the cap refused: %+v", d)
+	}
+}
+
 // TestRefusalReasons: an insufficient_credits refusal says the balance
 // (after what calls in flight hold) and what the call costs at which
 // price; a quota refusal gains the period's reset time in RFC 3339.

@@ -90,6 +90,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"OveragePricedOnce", testOveragePricedOnce},
 		{"StoredExtremes", testStoredExtremes},
 		{"HardLimitsUnderConcurrency", testHardLimitsUnderConcurrency},
+		{"OverClaimsUnderConcurrency", testOverClaimsUnderConcurrency},
+		{"OverClaimOnTheLimit", testOverClaimOnTheLimit},
 		{"CountersEqualLedger", testCountersEqualLedger},
 		{"RecordIdempotent", testRecordIdempotent},
 		{"PruneIdempotency", testPruneIdempotency},
