@@ -248,6 +248,41 @@ func TestConsoleUsageExport(t *testing.T) {
 	}
 }
 
+// A call a hard limit cut short shows as such: the explorer's totals
+// count it, its row says how much of what the backend stated went
+// uncharged.
+func TestConsoleUsageShowsCutCalls(t *testing.T) {
+	e := start(t)
+	h := direct(t, e, false)
+	ctx := context.Background()
+	if _, err := e.app.PutSubscription(ctx, "test", "alice", "weather", "basic", ""); err != nil {
+		t.Fatal(err)
+	}
+	svc, _ := e.app.Catalog().Service("weather")
+	p, _ := svc.Product("basic")
+	a := store.Account{UserID: "alice", ServiceID: "weather", Product: *p}
+	now := time.Now().UTC()
+	for _, claim := range []int64{98, 5} { // 98 of 100, then 5 with 2 left
+		res, err := e.app.DataStore().Reserve(ctx, a, billing.Whole(1), now)
+		if err != nil || !res.Decision.Allowed {
+			t.Fatalf("hold: %v %+v", err, res.Decision)
+		}
+		if _, err := e.app.DataStore().Settle(ctx, res, billing.Whole(claim), store.LedgerEntry{Time: now, UserID: "alice",
+			ServiceID: "weather", EndpointID: "hello", ProductID: "basic", Source: store.SourceGateway}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	body := serve(h, httptest.NewRequest("GET", "/console/usage?user=alice", nil), "bob").Body.String()
+	if !strings.Contains(body, `<span id="usage-cut" class="cut"><strong>1</strong> cut at a hard limit`) ||
+		!strings.Contains(body, "3 of 5 stated left uncharged") || strings.Count(body, "left uncharged") != 1 {
+		t.Errorf("the explorer does not show the call cut at the quota:\n%s", body)
+	}
+	body = serve(h, httptest.NewRequest("GET", "/console/usage?user=alice&source=gateway", nil), "bob").Body.String()
+	if !strings.Contains(body, `<strong>1</strong> cut at a hard limit`) {
+		t.Errorf("the explorer filtered by source does not count the cut call")
+	}
+}
+
 // Calls through the real gateway show in the overview's figures: each
 // invoke call is counted once with the status its caller got.
 func TestOverviewCountsGatewayCalls(t *testing.T) {

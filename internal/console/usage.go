@@ -125,6 +125,9 @@ type bar struct {
 	Label       string
 	Units, Cost billing.Units
 	Calls       int64
+	// Capped counts the entries a hard limit cut short (the backend
+	// stated more units than could be charged); totals only.
+	Capped int64
 	// Geometry in the SVG's coordinates.
 	X, UnitsY, UnitsH, CostY, CostH, W int
 	// ShowLabel marks the bars whose label is drawn under the axis.
@@ -250,6 +253,7 @@ func (h *Handler) usage(q *req) error {
 			total.Units += r.Units
 			total.Cost += r.Cost
 			total.Calls += r.Calls
+			total.Capped += r.Capped
 			at := r.Hour
 			if at.Before(f.ledger.From) {
 				at = f.ledger.From // a partial first hour: its rows are in the range
@@ -269,6 +273,9 @@ func (h *Handler) usage(q *req) error {
 			total.Units += e.Units
 			total.Cost += e.Cost
 			total.Calls++
+			if e.Uncharged() > 0 {
+				total.Capped++
+			}
 			c.add(e.Time, e.Units, e.Cost, 1)
 			if len(rows) == pageRows {
 				rows = slices.Delete(rows, 0, 1)

@@ -590,7 +590,7 @@ const (
 // usageColumns are the CSV columns, named like the JSON fields.
 var usageColumns = []string{
 	"time", "id", "userId", "serviceId", "endpointId", "productId", "requestId",
-	"source", "units", "overage", "cost", "unitsClaimed", "occurredAt", "idempotencyKey",
+	"source", "units", "overage", "cost", "unitsClaimed", "occurredAt", "idempotencyKey", "unitsUncharged",
 }
 
 // exportUsage: GET /platform/usage?userId=&serviceId=&from=&to=&format=
@@ -785,6 +785,7 @@ func UsageCSVRow(e store.LedgerEntry) []string {
 		e.UnitsClaimed.String(),
 		csvTime(e.OccurredAt),
 		csvText(e.IdempotencyKey),
+		e.Uncharged().String(),
 	}
 }
 

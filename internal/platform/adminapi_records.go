@@ -88,7 +88,12 @@ type ledgerRecord struct {
 	Cost           billing.Units `json:"cost,omitempty"`
 	Source         string        `json:"source"`
 	IdempotencyKey string        `json:"idempotencyKey,omitempty"`
+	// UnitsClaimed is what the backend stated for a call a hard limit
+	// cut short; UnitsUncharged is the part of it not charged (claimed
+	// minus units), so a reader needs no arithmetic to see what the
+	// limit gave away.
 	UnitsClaimed   billing.Units `json:"unitsClaimed,omitempty"`
+	UnitsUncharged billing.Units `json:"unitsUncharged,omitempty"`
 }
 
 // UsageJSON is a ledger entry as the usage exports write it in JSON (the
@@ -100,7 +105,7 @@ func viewLedgerEntry(e store.LedgerEntry) ledgerRecord {
 		Seq: e.Seq, ID: e.ID, Time: e.Time, UserID: e.UserID, ServiceID: e.ServiceID,
 		EndpointID: e.EndpointID, ProductID: e.ProductID, RequestID: e.RequestID, OccurredAt: e.OccurredAt,
 		Units: e.Units, Overage: e.Overage, Cost: e.Cost, Source: e.Source,
-		IdempotencyKey: e.IdempotencyKey, UnitsClaimed: e.UnitsClaimed,
+		IdempotencyKey: e.IdempotencyKey, UnitsClaimed: e.UnitsClaimed, UnitsUncharged: e.Uncharged(),
 	}
 }
 

@@ -30,7 +30,7 @@ func TestRecordViewsJSON(t *testing.T) {
 		{"ledger entry", viewLedgerEntry(store.LedgerEntry{Seq: 7, ID: "i", Time: at, UserID: "u", ServiceID: "s", EndpointID: "e",
 			ProductID: "p", RequestID: "r", OccurredAt: at, Units: billing.Whole(1), Overage: billing.Whole(1), Cost: billing.Whole(1),
 			Source: "report", IdempotencyKey: "ik", UnitsClaimed: billing.Whole(4)}),
-			`{"seq":7,"id":"i","time":"2026-03-01T12:00:00.0000005Z","userId":"u","serviceId":"s","endpointId":"e","productId":"p","requestId":"r","occurredAt":"2026-03-01T12:00:00.0000005Z","units":1,"overage":1,"cost":1,"source":"report","idempotencyKey":"ik","unitsClaimed":4}`},
+			`{"seq":7,"id":"i","time":"2026-03-01T12:00:00.0000005Z","userId":"u","serviceId":"s","endpointId":"e","productId":"p","requestId":"r","occurredAt":"2026-03-01T12:00:00.0000005Z","units":1,"overage":1,"cost":1,"source":"report","idempotencyKey":"ik","unitsClaimed":4,"unitsUncharged":3}`},
 		{"audit entry", viewAuditEntry(store.AuditEntry{Seq: 3, Time: at, Actor: "a", Action: "key.create", UserID: "u", ServiceID: "s", KeyID: "k", Detail: "d"}),
 			`{"seq":3,"time":"2026-03-01T12:00:00.0000005Z","actor":"a","action":"key.create","userId":"u","serviceId":"s","keyId":"k","detail":"d"}`},
 		{"alert", viewAlert(store.Alert{ID: "a", UserID: "u", ServiceID: "s", ProductID: "p", PeriodStart: at, Threshold: "quota 80%",

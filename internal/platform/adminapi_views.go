@@ -174,6 +174,10 @@ type periodSummary struct {
 	SpendHeld      billing.Units  `json:"spendHeld"`
 	SpendingCap    *billing.Units `json:"spendingCap,omitempty"`
 	SpendRemaining *billing.Units `json:"spendingCapRemaining,omitempty"`
+	// CallsCutAtLimit counts the period's calls, reports and completions
+	// whose backend stated more units than a hard limit let the gateway
+	// charge (their rows carry unitsClaimed and unitsUncharged).
+	CallsCutAtLimit int64 `json:"callsCutAtLimit,omitempty"`
 }
 
 // summarize reads the period of sub that contains at, under the product
@@ -211,7 +215,24 @@ func summarize(ctx context.Context, app *App, sub store.Subscription, at time.Ti
 		left := max(0, c-st.Spend-st.ReservedSpend)
 		ps.SpendingCap, ps.SpendRemaining = &c, &left
 	}
+	if hasHardLimit(*p) {
+		// From the hourly rollups: a handful of reads for a month.
+		f := store.LedgerFilter{UserID: sub.UserID, ServiceID: sub.ServiceID, From: ps.PeriodStart, To: at.Add(time.Nanosecond)}
+		err := store.ScanUsage(ctx, app.DataStore(), f, func(r store.Rollup) error {
+			ps.CallsCutAtLimit += r.Capped
+			return nil
+		})
+		if err != nil {
+			return ps, fmt.Errorf("count the calls cut at a limit: %w", err)
+		}
+	}
 	return ps, nil
+}
+
+// hasHardLimit tells whether a product can cut a claim short: a blocked
+// quota, a prepaid balance or a spending cap.
+func hasHardLimit(p billing.Product) bool {
+	return p.Quota != nil && !p.OverageAllowed() || p.BillingModel == billing.Prepaid || p.SpendingCap != nil
 }
 
 // userSummary is the answer of GET /platform/users/{userId}/summary.

@@ -189,6 +189,32 @@ func TestAdminUserSummary(t *testing.T) {
 		cp.Quota != "" || cp.PeriodEnd.Sub(cp.PeriodStart) != 24*time.Hour || cp.UnitLabel != "token" {
 		t.Errorf("summary of capped: %s", r.body)
 	}
+	if cp := exact.Subscriptions[0]; cp.CallsCutAtLimit != 0 {
+		t.Errorf("calls cut before any was: %s", r.body)
+	}
+	// A call whose backend states 30 tokens with 16 left under the cap:
+	// 16 are charged, the row says 30 were stated and 14 went uncharged,
+	// and the summary counts the call.
+	res, err := ds.Reserve(ctx, a, billing.Whole(1), time.Now())
+	if err != nil || !res.Decision.Allowed {
+		t.Fatalf("hold: %v %+v", err, res.Decision)
+	}
+	cut, err := ds.Settle(ctx, res, billing.Whole(30), store.LedgerEntry{Time: time.Now(), UserID: "alice", ServiceID: "weather",
+		ProductID: "capped", Source: store.SourceGateway})
+	if err != nil || cut.Units != billing.Whole(16) || cut.UnitsClaimed != billing.Whole(30) {
+		t.Fatalf("settle past the cap: %v %+v", err, cut)
+	}
+	r = admJSON(t, "GET", "/platform/users/alice/summary?serviceId=weather", "")
+	exact.Subscriptions = nil
+	r.decode(t, &exact)
+	if cp := exact.Subscriptions[0]; cp.CallsCutAtLimit != 1 || cp.SpendRemaining != "0" {
+		t.Errorf("summary after a call cut at the cap: %s", r.body)
+	}
+	r = admJSON(t, "GET", "/platform/usage?userId=alice&format=ndjson", "")
+	if lines := strings.Split(strings.TrimSpace(string(r.body)), "\n"); r.status != 200 ||
+		!strings.Contains(lines[len(lines)-1], `"units":16,`) || !strings.Contains(lines[len(lines)-1], `"unitsClaimed":30,"unitsUncharged":14}`) {
+		t.Errorf("the export of a cut call: %d %s", r.status, r.body)
+	}
 	// A time before the subscription: that period, nothing used.
 	r = admJSON(t, "GET", "/platform/users/alice/summary?at=2020-01-01", "")
 	var old struct {

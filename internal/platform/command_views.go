@@ -104,6 +104,7 @@ type cliPeriod struct {
 	SpendingCap     json.Number `json:"spendingCap"`
 	SpendRemaining  json.Number `json:"spendingCapRemaining"`
 	MeasurementType string      `json:"measurementType"`
+	CallsCutAtLimit int64       `json:"callsCutAtLimit"`
 }
 
 // usedLine says what the period used, against the quota when there is one.
@@ -147,6 +148,9 @@ func printPeriod(w io.Writer, p cliPeriod) error {
 		spend += fmt.Sprintf(" of cap %s, %s left", p.SpendingCap, p.SpendRemaining)
 	}
 	fmt.Fprintf(tw, "Spend:\t%s\n", spend)
+	if p.CallsCutAtLimit > 0 {
+		fmt.Fprintf(tw, "Cut at a limit:\t%d calls stated more units than a hard limit let be charged (unitsUncharged in the usage export)\n", p.CallsCutAtLimit)
+	}
 	return tw.Flush()
 }
 

@@ -155,8 +155,20 @@ type LedgerEntry struct {
 	Source         string        `json:"source"`
 	IdempotencyKey string        `json:"idempotencyKey,omitempty"`
 	// UnitsClaimed is what the backend stated when more than a hard limit
-	// allowed to charge; Units is what was charged.
+	// allowed to charge; Units is what was charged. A call is never
+	// charged less than it held before it was forwarded (its hold is a
+	// promise no other call may take), so a cut row has 0 < Units <
+	// UnitsClaimed (docs/wire-contract.md, "Claims past a hard limit").
 	UnitsClaimed billing.Units `json:"unitsClaimed,omitempty"`
+}
+
+// Uncharged is what a hard limit left uncharged of the units the backend
+// stated: 0 for a row charged in full.
+func (e LedgerEntry) Uncharged() billing.Units {
+	if e.UnitsClaimed > e.Units {
+		return e.UnitsClaimed - e.Units
+	}
+	return 0
 }
 
 // Reservation is a hold on units for a call in flight, as Reserve and
