@@ -36,6 +36,9 @@ func holesCatalog(backend string) string {
 			endpoint echo {
 				path /echo
 			}
+			endpoint units {
+				path /units
+			}
 			product capped {
 				billing SUBSCRIPTION
 				measurement PER_REQUEST
@@ -144,6 +147,95 @@ func TestSpendingCapNeverServesFree(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOverClaimsNeverServeFree: the second attack run's case. The same
+// product; the backend states 2.5 units on every call, each of which held
+// one; 300 callers from zero, round after round until refused. At 8c3d93a
+// the claims inside the quota took units other calls in flight held (a
+// charge inside the quota costs nothing, so the spending cap did not look
+// at it), and those calls were settled at 0 units: 12 of 50 in the attack
+// run. Now every served call has its row, none charged below the unit it
+// held, a cut row states the 2.5 claimed, the spend ends at the cap, and
+// the user's summary counts the cut calls. A second user makes one call
+// first: its calls then hold the 2.5 they are charged for, so exactly the
+// 20 calls the cap pays for are served, none cut.
+func TestOverClaimsNeverServeFree(t *testing.T) {
+	be := newTestBackend(t, holesSecret, "Platform")
+	g := startGateway(t, t.TempDir(), holesCatalog(be.URL))
+	first := overClaimRace(t, g, be, "over-claims-1", false)
+	t.Logf("cold: %d calls served, %d cut at the cap", first.served, first.cut)
+	second := overClaimRace(t, g, be, "over-claims-2", true)
+	if second.served != 20 || second.cut != 0 {
+		t.Errorf("with the caller's claims known: %d calls served, %d cut; want the 20 the cap pays for, none cut",
+			second.served, second.cut)
+	}
+}
+
+type overClaimOutcome struct{ served, cut int }
+
+// overClaimRace: 300 callers of user call until refused (after one call
+// alone when warm); every call is checked against its ledger row.
+func overClaimRace(t *testing.T, g *gateway, be *testBackend, user string, warm bool) overClaimOutcome {
+	t.Helper()
+	const callers = 300
+	url := invokeURL("holes", "units") + "?n=2.5"
+	g.subscribe(user, "holes", "capped", "ACTIVE")
+	key, _ := g.newKey(user)
+	warmed := 0
+	if warm {
+		if resp, body, err := raceInvokeResp(url, key); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("the first call: %v %s", err, body)
+		}
+		warmed = 1
+	}
+	count, errs := raceAll(callers, func(int) (int, error) {
+		ok := 0
+		for range 100 {
+			resp, body, err := raceInvokeResp(url, key)
+			if err != nil {
+				return 0, err
+			}
+			if resp.StatusCode != 200 {
+				if resp.StatusCode != 429 {
+					return ok, fmt.Errorf("%d %s", resp.StatusCode, body)
+				}
+				return ok, nil
+			}
+			ok++
+		}
+		return ok, nil
+	})
+	if len(errs) > 0 {
+		t.Fatalf("%d errors, first %v", len(errs), errs[0])
+	}
+	out := overClaimOutcome{served: warmed}
+	for ok, n := range count {
+		out.served += ok * n
+	}
+	rows := g.ledger(user)
+	if len(rows) != out.served || be.userCalls(user) != out.served {
+		t.Errorf("%d calls served, %d ledger rows, %d calls at the backend", out.served, len(rows), be.userCalls(user))
+	}
+	for _, e := range rows {
+		switch {
+		case e.Units < billing.Whole(1) || e.Units > 2_500_000:
+			t.Errorf("row %s charged %s units for a call that held at least 1 and stated 2.5", e.ID, e.Units)
+		case e.Units < 2_500_000 && e.UnitsClaimed != 2_500_000:
+			t.Errorf("row %s cut to %s does not state the claim: %s", e.ID, e.Units, e.UnitsClaimed)
+		case e.Units < 2_500_000:
+			out.cut++
+		}
+	}
+	st := raceState(t, g, user, "holes")
+	if st.Used != billing.Whole(50) || st.Spend != billing.Whole(15) || st.Reserved != 0 || ledgerSum(rows) != st.Used {
+		t.Errorf("state %+v, ledger %s; want 50 used, spend at the cap 15, nothing held", st, ledgerSum(rows))
+	}
+	sum, err := g.app().Summary(t.Context(), user, "holes", time.Now())
+	if err != nil || len(sum.Subscriptions) != 1 || sum.Subscriptions[0].CallsCutAtLimit != int64(out.cut) {
+		t.Errorf("summary %+v %v, want %d calls cut at a limit", sum, err, out.cut)
+	}
+	return out
 }
 
 // raceInvokeResp is a sync invoke that may run off the test goroutine and

@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/jwtauth"
 	"github.com/platformgw/gateway/internal/store"
@@ -80,6 +81,9 @@ type Runtime struct {
 	// Calls are the recent call figures of the console's overview; nil
 	// keeps none.
 	Calls *Calls
+	// Claims are what callers' calls were recently charged for, which
+	// their next calls hold (claims.go); nil holds the endpoint's cost.
+	Claims *Claims
 }
 
 // New fills what rt leaves empty (a no-op logger, time.Now, fresh rate
@@ -98,6 +102,9 @@ func New(rt Runtime) *Runtime {
 	if rt.Metrics == nil {
 		rt.Metrics = SharedMetrics(nil)
 	}
+	if rt.Claims == nil {
+		rt.Claims = NewClaims()
+	}
 	if rt.Headers == (Headers{}) {
 		rt.Headers = NewHeaders("Platform")
 	}
@@ -105,6 +112,19 @@ func New(rt Runtime) *Runtime {
 		rt.Prefixes = DefaultPrefixes()
 	}
 	return &rt
+}
+
+// HoldUnits is what a call of the account on endpoint ep holds before it
+// is forwarded: the endpoint's cost, or what the caller's recent calls
+// there were charged for when more (Claims).
+func (rt *Runtime) HoldUnits(a store.Account, ep *catalog.Endpoint) billing.Units {
+	return rt.Claims.Hold(a.UserID, a.ServiceID, ep.ID, ep.UnitCost())
+}
+
+// NoteCharge tells Claims what a call of the account on ep was charged
+// for (before any hard limit cut it).
+func (rt *Runtime) NoteCharge(a store.Account, ep *catalog.Endpoint, units billing.Units) {
+	rt.Claims.Note(a.UserID, a.ServiceID, ep.ID, ep.UnitCost(), units)
 }
 
 // Now is the runtime's clock.

@@ -115,6 +115,7 @@ type App struct {
 	logger   *zap.Logger
 	metrics  *metrics
 	limiters *engine.Limiters // held in limiterPool until Cleanup
+	claims   *engine.Claims   // the callers' hold estimates, pooled with limiters
 	rt       *engine.Runtime  // what the handlers serve from (runtime.go)
 	stop     chan struct{}
 }

@@ -75,7 +75,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 			a.storePath, running.storePath, running.storePath)
 	}
 	a.metrics = newMetrics(ctx.GetMetricsRegistry())
-	a.limiters = newLimiterSet()
+	a.limiters, a.claims = newLimiterSet()
 	a.rt = a.newRuntime()
 	a.stop = make(chan struct{})
 	return nil

@@ -13,29 +13,35 @@ import (
 // stores shares the store file: Caddy provisions the new config before it
 // cleans up the old one, so the buckets outlive a reload (which must not
 // hand every key a fresh burst) and are dropped once no config uses them.
+// The callers' hold estimates (engine.Claims) live and go with them: a
+// reload must not put every hold back at its endpoint's cost.
 var limiterPool = caddy.NewUsagePool()
 
 // limiterPoolKey names the one set of buckets of the process: every
 // config, whatever its store, limits the same keys.
 const limiterPoolKey = "rate-limiters"
 
-type pooledLimiters struct{ *engine.Limiters }
+type pooledLimiters struct {
+	*engine.Limiters
+	claims *engine.Claims
+}
 
 func (pooledLimiters) Destruct() error { return nil }
 
 // newLimiterSet takes a reference to the shared buckets; releaseLimiters
 // (from Cleanup) drops it.
-func newLimiterSet() *engine.Limiters {
+func newLimiterSet() (*engine.Limiters, *engine.Claims) {
 	v, _, _ := limiterPool.LoadOrNew(limiterPoolKey, func() (caddy.Destructor, error) {
-		return pooledLimiters{engine.NewLimiters()}, nil
+		return pooledLimiters{engine.NewLimiters(), engine.NewClaims()}, nil
 	})
-	return v.(pooledLimiters).Limiters
+	p := v.(pooledLimiters)
+	return p.Limiters, p.claims
 }
 
 func (a *App) releaseLimiters() {
 	if a.limiters != nil {
 		limiterPool.Delete(limiterPoolKey)
-		a.limiters = nil
+		a.limiters, a.claims = nil, nil
 	}
 }
 

@@ -13,11 +13,6 @@ import (
 // across reloads.
 var sharedCalls = new(engine.Calls)
 
-// sharedClaims are what callers' calls were recently charged for, kept
-// across reloads, so that a reload does not put every hold back at its
-// endpoint's cost.
-var sharedClaims = engine.NewClaims()
-
 // newRuntime builds what the handlers serve from out of this config's
 // settings (defaults applied), catalog, metrics and rate limiters. The
 // store is asked for on each use (DataStore), because it is opened in
@@ -43,7 +38,7 @@ func (a *App) newRuntime() *engine.Runtime {
 		Limiters:  a.limiters,
 		Metrics:   a.metrics.Metrics,
 		Calls:     sharedCalls,
-		Claims:    sharedClaims,
+		Claims:    a.claims,
 	})
 }
 

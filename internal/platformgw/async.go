@@ -95,7 +95,7 @@ func (h *Handler) invokeAsync(w http.ResponseWriter, r *http.Request, c *call, n
 // expiry), surviving restarts. A refusal stores nothing and becomes the
 // caller's error, with the codes a sync call gets.
 func (h *Handler) createJob(ctx context.Context, c *call, job store.Job) *apierror.Error {
-	res, err := h.rt.Jobs().CreateJobReserved(ctx, job, c.account, c.ep.UnitCost(), c.started)
+	res, err := h.rt.Jobs().CreateJobReserved(ctx, job, c.account, h.rt.HoldUnits(c.account, c.ep), c.started)
 	if errors.Is(err, store.ErrNoAccount) {
 		return apierror.New(apierror.NoSubscription, "no subscription to service "+c.svc.ID)
 	}

@@ -19,7 +19,7 @@ import (
 // reserve holds the call's units before it is forwarded and fills the
 // allowance the caller is shown.
 func (h *Handler) reserve(r *http.Request, c *call) (store.Reservation, *apierror.Error) {
-	res, err := h.rt.Meter().Reserve(r.Context(), c.account, c.ep.UnitCost(), c.started)
+	res, err := h.rt.Meter().Reserve(r.Context(), c.account, h.rt.HoldUnits(c.account, c.ep), c.started)
 	if errors.Is(err, store.ErrNoAccount) {
 		return res, apierror.New(apierror.NoSubscription, "no subscription to service "+c.svc.ID)
 	}
@@ -362,6 +362,9 @@ func (m *meterWriter) settleNow(units billing.Units) bool {
 	}
 	if c.product != nil {
 		entry.ProductID = c.product.ID
+	}
+	if units > 0 {
+		m.h.rt.NoteCharge(c.account, c.ep, units) // the caller's next calls hold what this one used
 	}
 	e, err := m.h.rt.Meter().Settle(context.Background(), m.res, units, entry)
 	if err != nil {

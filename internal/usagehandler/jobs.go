@@ -344,6 +344,9 @@ func (h *Handler) complete(w http.ResponseWriter, r *http.Request, id string) {
 	if product != nil {
 		entry.ProductID = product.ID
 	}
+	if ep != nil && entry.Units > 0 {
+		h.rt.NoteCharge(account, ep, entry.Units) // the caller's next jobs hold what this one used
+	}
 	digest := c.digest()
 	resultCap := h.rt.Limits.ResultMaxBytes
 	done, err := h.rt.Jobs().CompleteJob(r.Context(), id, account, entry, func(j *store.Job) error {
