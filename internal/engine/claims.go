@@ -24,6 +24,10 @@ import (
 type Claims struct {
 	mu sync.RWMutex
 	m  map[claimKey]*atomic.Int64
+	// n is len(m), read without the lock: where no caller's calls ever
+	// passed their cost (every PER_REQUEST deployment whose backends
+	// state no units), a call's hold costs no lock at all.
+	n atomic.Int64
 }
 
 type claimKey struct{ user, service, endpoint string }
@@ -37,7 +41,7 @@ func NewClaims() *Claims { return &Claims{m: map[claimKey]*atomic.Int64{}} }
 // Hold is what a call of user on service's endpoint holds: cost, or what
 // that caller's recent calls there were charged for when more.
 func (c *Claims) Hold(user, service, endpoint string, cost billing.Units) billing.Units {
-	if c == nil {
+	if c == nil || c.n.Load() == 0 {
 		return cost
 	}
 	c.mu.RLock()
@@ -70,6 +74,7 @@ func (c *Claims) Note(user, service, endpoint string, cost, units billing.Units)
 			}
 			v = new(atomic.Int64)
 			c.m[k] = v
+			c.n.Store(int64(len(c.m)))
 		}
 		c.mu.Unlock()
 	}
