@@ -20,6 +20,7 @@ func init() {
 //		prefix /console
 //		refresh 10
 //		allow_unauthenticated
+//		allow_plain_http
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
@@ -53,6 +54,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			h.RefreshSeconds = n
 		case "allow_unauthenticated":
 			h.AllowUnauthenticated = true
+		case "allow_plain_http":
+			h.AllowPlainHTTP = true
 		default:
 			return d.Errf("unknown platform_console option %q", name)
 		}

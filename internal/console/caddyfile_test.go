@@ -17,8 +17,12 @@ import (
 func TestUnmarshalCaddyfile(t *testing.T) {
 	var h Handler
 	d := caddyfile.NewTestDispenser("platform_console {\n prefix /ops\n refresh 30\n}")
-	if err := h.UnmarshalCaddyfile(d); err != nil || h.Prefix != "/ops" || h.RefreshSeconds != 30 || h.AllowUnauthenticated {
+	if err := h.UnmarshalCaddyfile(d); err != nil || h.Prefix != "/ops" || h.RefreshSeconds != 30 || h.AllowUnauthenticated || h.AllowPlainHTTP {
 		t.Fatalf("%+v %v", h, err)
+	}
+	h = Handler{}
+	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("platform_console {\n allow_plain_http\n}")); err != nil || !h.AllowPlainHTTP {
+		t.Fatalf("allow_plain_http: %+v %v", h, err)
 	}
 	for _, bad := range []string{
 		"platform_console arg",
@@ -27,6 +31,8 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		"platform_console {\n prefix /a\n prefix /b\n}",
 		"platform_console {\n open\n}",
 		"platform_console {\n allow_unauthenticated yes\n}",
+		"platform_console {\n allow_plain_http yes\n}",
+		"platform_console {\n allow_plain_http\n allow_plain_http\n}",
 	} {
 		var h Handler
 		if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(bad)); err == nil {

@@ -9,7 +9,9 @@
 // The console does not authenticate anyone itself: Caddy's basic_auth or
 // forward_auth in front of it does, and it refuses (403) any request
 // without an authenticated user ({http.auth.user.id}) unless
-// allow_unauthenticated is set.
+// allow_unauthenticated is set. Over plain HTTP it answers loopback
+// clients only (internal/httpsonly, the portal's rule), unless
+// allow_plain_http says TLS ends in a proxy in front of it.
 package console
 
 import (
@@ -24,6 +26,7 @@ import (
 
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/engine"
+	"github.com/platformgw/gateway/internal/httpsonly"
 	"github.com/platformgw/gateway/internal/platform"
 	"github.com/platformgw/gateway/internal/store"
 )
@@ -44,6 +47,12 @@ type Handler struct {
 	AllowUnauthenticated bool `json:"allow_unauthenticated,omitempty"`
 	// RefreshSeconds is how often the overview reloads itself; 10.
 	RefreshSeconds int `json:"refresh_seconds,omitempty"`
+	// AllowPlainHTTP serves the console over plain HTTP to clients that
+	// are not on loopback (behind a proxy that terminates TLS). Without
+	// it a plain HTTP request is only served from 127.0.0.1 or ::1 (make
+	// run), since the operator's password and the console's cookie would
+	// cross the network in the clear.
+	AllowPlainHTTP bool `json:"allow_plain_http,omitempty"`
 
 	// rt is the runtime the platform app built (engine.Runtime): the
 	// store, the catalog, the clock and the recent call figures; ops are
@@ -125,6 +134,15 @@ func operator(r *http.Request) string {
 // ServeHTTP serves the console's pages; it never calls next.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
 	securityHeaders(w.Header())
+	// Before the operator is even looked at: the refusal is the same
+	// whether or not the credentials sent were good, so it tells an
+	// eavesdropper's victim nothing and a guesser nothing either.
+	if !h.AllowPlainHTTP && httpsonly.PlainFromAfar(r) {
+		h.logger.Warn("console request over plain HTTP from a client not on loopback refused; serve the console over HTTPS (or set allow_plain_http behind a proxy that terminates TLS)",
+			zap.String("remote", r.RemoteAddr), zap.String("path", r.URL.Path))
+		http.Error(w, "403 forbidden: HTTPS required. The console is served over HTTPS only (plain HTTP from loopback excepted): an operator's password and the console's cookie must not travel in the clear.", http.StatusForbidden)
+		return nil
+	}
 	who := operator(r)
 	if who == "" {
 		if !h.AllowUnauthenticated {

@@ -32,8 +32,15 @@ func direct(t *testing.T, e *env, allowAnon bool) *Handler {
 }
 
 // serve sends r as the operator who (none when empty), as Caddy's
-// basic_auth would have signed them in.
+// basic_auth would have signed them in, from a loopback client (plain
+// HTTP from elsewhere is refused; serveFrom keeps r's address).
 func serve(h *Handler, r *http.Request, who string) *httptest.ResponseRecorder {
+	r.RemoteAddr = "127.0.0.1:40000"
+	return serveFrom(h, r, who)
+}
+
+// serveFrom is serve from r's own RemoteAddr (httptest's is 192.0.2.1).
+func serveFrom(h *Handler, r *http.Request, who string) *httptest.ResponseRecorder {
 	repl := caddy.NewReplacer()
 	if who != "" {
 		repl.Set("http.auth.user.id", who)

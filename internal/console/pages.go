@@ -238,7 +238,7 @@ func (h *Handler) user(q *req, userID string, newKey *platform.KeyView, formErr 
 	if err != nil {
 		return err
 	}
-	d.Done = q.r.URL.Query().Get("done")
+	d.Done = doneNotices[q.r.URL.Query().Get("done")]
 	status := http.StatusOK
 	if formErr != nil {
 		var ae *apierror.Error
@@ -255,8 +255,21 @@ func (h *Handler) user(q *req, userID string, newKey *platform.KeyView, formErr 
 // actor names the operator in the audit log.
 func (q *req) actor() string { return "console:" + q.who }
 
+// doneNotices are what the user's page says after a change, chosen by a
+// fixed code in the redirect's query (?done=revoked) so no text from a URL
+// is ever rendered: a link anyone can send would otherwise put a line of
+// their choosing (a phishing "call this number") on the operator's
+// trusted page. An unknown code shows nothing. The page itself shows the
+// new state (the key's status, the subscription, the balance).
+var doneNotices = map[string]string{
+	"revoked":      "The key was revoked.",
+	"subscription": "The subscription was set.",
+	"credits":      "The credits were added.",
+}
+
 // changed answers a change that is done: back to the user's page with a
-// GET (post/redirect/get), saying what was done.
+// GET (post/redirect/get), saying what was done by its code in
+// doneNotices.
 func (h *Handler) changed(q *req, userID, done string) error {
 	http.Redirect(q.w, q.r, h.link(map[string][]string{"done": {done}}, "users", userID), http.StatusSeeOther)
 	return nil
@@ -309,7 +322,7 @@ func (h *Handler) revokeKey(q *req, userID string) error {
 	if _, err := h.ops.RevokeKey(q.r.Context(), q.actor(), id); err != nil {
 		return h.refused(q, userID, err)
 	}
-	return h.changed(q, userID, "Key "+id+" revoked.")
+	return h.changed(q, userID, "revoked")
 }
 
 func (h *Handler) putSubscription(q *req, userID string) error {
@@ -317,7 +330,7 @@ func (h *Handler) putSubscription(q *req, userID string) error {
 	if _, err := h.ops.PutSubscription(q.r.Context(), q.actor(), userID, f("serviceId"), f("productId"), f("status")); err != nil {
 		return h.refused(q, userID, err)
 	}
-	return h.changed(q, userID, "Subscription to "+f("serviceId")+" set to "+f("productId")+".")
+	return h.changed(q, userID, "subscription")
 }
 
 func (h *Handler) addCredits(q *req, userID string) error {
@@ -326,11 +339,10 @@ func (h *Handler) addCredits(q *req, userID string) error {
 	if err != nil {
 		return h.refused(q, userID, err)
 	}
-	sub, err := h.ops.AddCredits(q.r.Context(), q.actor(), userID, f("serviceId"), amount)
-	if err != nil {
+	if _, err := h.ops.AddCredits(q.r.Context(), q.actor(), userID, f("serviceId"), amount); err != nil {
 		return h.refused(q, userID, err)
 	}
-	return h.changed(q, userID, "Credits on "+sub.ServiceID+" now "+sub.Credits.String()+".")
+	return h.changed(q, userID, "credits")
 }
 
 // jobs: the jobs by state, a page at a time.

@@ -285,7 +285,19 @@ func (a *adminAPI) pruneUsage(app *App, w http.ResponseWriter, r *http.Request, 
 	}
 	a.logger.Info("ledger pruned", zap.Time("before", before), zap.Int("segments", res.Segments),
 		zap.Int64("rows", res.Rows), zap.Int64("bytes", res.Bytes))
+	// Billing data went: audited like every other change of it. The rows
+	// are gone either way; a failed entry is answered as an error.
+	if err := app.audit(r.Context(), pruneAuditEntry(adminActor(r), before, res)); err != nil {
+		return err
+	}
 	return writeJSON(w, http.StatusOK, res)
+}
+
+// pruneAuditEntry is the audit entry of a ledger prune.
+func pruneAuditEntry(actor string, before time.Time, res store.PruneResult) store.AuditEntry {
+	return store.AuditEntry{Actor: actor, Action: AuditUsagePrune,
+		Detail: fmt.Sprintf("raw ledger rows before %s: %d segments, %d rows, %d bytes removed",
+			before.UTC().Format(time.RFC3339), res.Segments, res.Rows, res.Bytes)}
 }
 
 // pruneLedger is the maintenance side of ledger_retention and
@@ -305,6 +317,7 @@ func (a *App) pruneLedger(ctx context.Context, t time.Time) {
 			} else if res.Segments > 0 {
 				a.logger.Info("ledger pruned (ledger_retention)", zap.Int("segments", res.Segments),
 					zap.Int64("rows", res.Rows), zap.Int64("bytes", res.Bytes))
+				_ = a.audit(ctx, pruneAuditEntry("ledger_retention", t.Add(-d), res)) // a failure is logged there
 			}
 		}
 	}
@@ -314,6 +327,8 @@ func (a *App) pruneLedger(ctx context.Context, t time.Time) {
 				a.logger.Error("pruning hourly rollups (rollup_retention)", zap.Error(err))
 			} else if n > 0 {
 				a.logger.Info("hourly rollups pruned (rollup_retention)", zap.Int("rollups", n))
+				_ = a.audit(ctx, store.AuditEntry{Actor: "rollup_retention", Action: AuditRollupPrune,
+					Detail: fmt.Sprintf("hourly rollups before %s: %d removed", t.Add(-d).UTC().Format(time.RFC3339), n)})
 			}
 		}
 	}

@@ -273,6 +273,20 @@ func TestUsagePrune(t *testing.T) {
 	if len(rows) != 480 || len(rs) != 2*23*2+2 {
 		t.Fatalf("after the retentions: %d rows, %d rollups", len(rows), len(rs))
 	}
+	// Each removal of billing data is audited, the retentions' too.
+	entries, _, err := app.AuditLog(context.Background(), "", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range entries {
+		got = append(got, e.Actor+" "+e.Action+" "+e.Detail)
+	}
+	if len(got) != 3 || !strings.HasPrefix(got[0], "rollup_retention rollups.prune hourly rollups before 2026-05-02T01:00:00Z: ") ||
+		!strings.HasPrefix(got[1], "ledger_retention usage.prune raw ledger rows before 2026-05-03T01:00:00Z: ") ||
+		!strings.Contains(got[2], " usage.prune raw ledger rows before ") {
+		t.Fatalf("audit log after the prunes: %q", got)
+	}
 }
 
 // plainStore is a store with only the methods of store.Store: one without

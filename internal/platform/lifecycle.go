@@ -186,12 +186,19 @@ func (a *App) openStore() (store.Store, error) {
 	return s, nil
 }
 
-// Start opens the store and launches the background maintenance:
+// Start opens the store, records in the audit log the settings that
+// changed (auditConfig), and launches the background maintenance:
 // expiring overdue jobs and forgetting old idempotency keys. A store that
 // cannot be opened (damaged, locked by another process) fails the start.
 func (a *App) Start() error {
 	if _, err := a.openStore(); err != nil {
 		return err
+	}
+	// A change of where alerts go or of a retention is in the audit log
+	// before the config serves; one that cannot be recorded is not made
+	// (a reload is refused and the running config stays).
+	if err := a.auditConfig(context.Background()); err != nil {
+		return fmt.Errorf("platform: recording the config's changed settings in the audit log: %w", err)
 	}
 	go a.maintain(a.stop)
 	if a.alerter != nil {

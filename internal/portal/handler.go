@@ -16,6 +16,7 @@ import (
 
 	"github.com/platformgw/gateway/internal/apierror"
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/httpsonly"
 	"github.com/platformgw/gateway/internal/platform"
 	"github.com/platformgw/gateway/internal/store"
 )
@@ -60,7 +61,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 	hdr.Set("Referrer-Policy", "no-referrer")
 	hdr.Set("X-Frame-Options", "DENY")
 	q := &request{w: w, r: r, base: basePath(r)}
-	if r.TLS == nil && !h.AllowPlainHTTP && !loopbackClient(r) {
+	if !h.AllowPlainHTTP && httpsonly.PlainFromAfar(r) {
 		h.message(q, http.StatusForbidden, "HTTPS required",
 			"This portal is served over HTTPS only; its session cookie must not travel in the clear.")
 		return nil
@@ -127,15 +128,6 @@ func basePath(r *http.Request) string {
 		return ""
 	}
 	return "/" + base
-}
-
-func loopbackClient(r *http.Request) bool {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // clientAddress is the address sign-in attempts are counted against:

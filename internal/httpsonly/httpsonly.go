@@ -1,0 +1,31 @@
+// Package httpsonly is the one rule the operator console and the caller
+// portal share for plain HTTP: a page that takes a password, a key or a
+// session cookie is served over plain HTTP to loopback clients only (the
+// demo on 127.0.0.1), never to a client across the network, where the
+// secret would travel in the clear.
+package httpsonly
+
+import (
+	"net"
+	"net/http"
+)
+
+// PlainFromAfar reports whether r came over plain HTTP from a client that
+// is not on loopback: such a request must be refused before any secret
+// it carries is checked, so the answer says nothing about the secret.
+// The peer address is used, not X-Forwarded-For: a header the client
+// writes cannot make it local. Behind a proxy that terminates TLS the
+// handlers' allow_plain_http option skips this rule.
+func PlainFromAfar(r *http.Request) bool {
+	return r.TLS == nil && !Loopback(r)
+}
+
+// Loopback reports whether r's peer is on loopback (127.0.0.0/8 or ::1).
+func Loopback(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

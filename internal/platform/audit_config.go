@@ -1,0 +1,132 @@
+package platform
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/platformgw/gateway/internal/store"
+)
+
+// Audit actions beyond the operator's changes of operations.go: the
+// removal of billing data, and the settings of a config that say where
+// alerts go and how long billing data is kept.
+const (
+	// AuditUsagePrune is raw ledger rows removed: by POST
+	// /platform/usage/prune (the admin API's caller) or by
+	// ledger_retention (actor "ledger_retention").
+	AuditUsagePrune = "usage.prune"
+	// AuditRollupPrune is hourly rollups removed by rollup_retention.
+	AuditRollupPrune = "rollups.prune"
+	// AuditConfigChange is a loaded config whose audited setting differs
+	// from what the audit log last recorded for it; its detail is
+	// "<setting>: <new value>".
+	AuditConfigChange = "config.change"
+)
+
+// configActor names the author of a config change: the config API, a
+// reload or a restart with an edited Caddyfile cannot tell who.
+const configActor = "config"
+
+// configAuditScan bounds how many audit entries a start reads back to
+// find each setting's last recorded value (newest first). A setting not
+// found among them is recorded again: a restatement, never a miss.
+const configAuditScan = 10000
+
+// auditedSetting is a setting whose every change is audited, with its
+// value as recorded: never a secret.
+type auditedSetting struct{ name, value string }
+
+// auditedSettings are this config's settings that decide where alerts go
+// and how long billing data is kept. The alert secret is not among them:
+// nothing derived from it is ever recorded.
+func (a *App) auditedSettings() []auditedSetting {
+	webhook, signing := "none (no alerts block)", "none (no alerts block)"
+	if a.alerter != nil {
+		webhook = recordedWebhook(a.alerter.webhook)
+		signing = "the alerts block's secret"
+		if a.Alerts.byService() {
+			signing = "each service's secret (sign_with service)"
+		}
+	}
+	return []auditedSetting{
+		{"alerts webhook", webhook},
+		{"alerts signing", signing},
+		{"ledger_retention", recordedRetention(a.LedgerRetention)},
+		{"rollup_retention", recordedRetention(a.RollupRetention)},
+	}
+}
+
+// recordedWebhook is the webhook URL as the audit log shows it: its query
+// left out, since a receiver's token often travels there (credentials in
+// the URL are refused by validWebhookURL).
+func recordedWebhook(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	out := u.Scheme + "://" + u.Host + u.EscapedPath()
+	if u.RawQuery != "" {
+		out += "?(query not recorded)"
+	}
+	return out
+}
+
+func recordedRetention[D ~int64](d D) string {
+	if d <= 0 {
+		return "unset (kept for ever)"
+	}
+	return time.Duration(d).String()
+}
+
+// auditConfig records each audited setting of this config that differs
+// from the value the audit log last recorded for it (a setting never
+// recorded counts as its default: no alerts, no retention). Start runs
+// it once the store is open: a reload through the config API, `caddy
+// reload` and a restart with an edited Caddyfile are all recorded, and
+// `caddy validate` (which never starts) records nothing.
+func (a *App) auditConfig(ctx context.Context) error {
+	settings := a.auditedSettings()
+	last := map[string]string{}
+	for _, s := range (&App{}).auditedSettings() {
+		last[s.name] = s.value // the defaults, until an entry says otherwise
+	}
+	found := map[string]bool{}
+	cursor, read := "", 0
+	for read < configAuditScan && len(found) < len(settings) {
+		entries, next, err := a.DataStore().ListAudit(ctx, cursor, maxPageLimit)
+		if err != nil {
+			return fmt.Errorf("reading the audit log for the last recorded settings: %w", err)
+		}
+		for _, e := range entries {
+			if e.Action != AuditConfigChange {
+				continue
+			}
+			name, value, ok := strings.Cut(e.Detail, ": ")
+			if _, known := last[name]; ok && known && !found[name] {
+				last[name], found[name] = value, true
+			}
+		}
+		read += len(entries)
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	var errs []error
+	for _, s := range settings {
+		if last[s.name] == s.value {
+			continue
+		}
+		a.logger.Info("audited setting changed", zap.String("setting", s.name), zap.String("value", s.value))
+		if err := a.audit(ctx, store.AuditEntry{Actor: configActor, Action: AuditConfigChange, Detail: s.name + ": " + s.value}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
