@@ -1,6 +1,7 @@
 package boltstore
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -56,12 +57,21 @@ func (e *RecordError) Unwrap() error { return ErrRecordDamaged }
 
 // recordSum is the CRC32C of the key's length, the key and the payload
 // (the length keeps key "ab" + value "c" apart from key "a" + value "bc").
+// The few bytes before the payload go through the table by hand: handed
+// to crc32.Update they would escape to the heap (it dispatches through a
+// function value), and with them the caller's key, an allocation on every
+// read; the payload, long and already on the heap or the mapped file,
+// takes the hardware path.
 func recordSum(key, payload []byte) uint32 {
-	var n [4]byte
-	binary.BigEndian.PutUint32(n[:], uint32(len(key)))
-	c := crc32.Update(0, castagnoli, n[:])
-	c = crc32.Update(c, castagnoli, key)
-	return crc32.Update(c, castagnoli, payload)
+	c := ^uint32(0)
+	n := uint32(len(key))
+	for _, b := range [4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)} {
+		c = castagnoli[byte(c)^b] ^ c>>8
+	}
+	for _, b := range key {
+		c = castagnoli[byte(c)^b] ^ c>>8
+	}
+	return crc32.Update(^c, castagnoli, payload)
 }
 
 // seal returns payload with its trailer, in a new slice (bbolt keeps the
@@ -79,14 +89,22 @@ func seal(key, payload []byte) []byte {
 // payload (a sub-slice of raw, valid as long as raw is).
 func unseal(bucket, key, raw []byte) ([]byte, error) {
 	if len(raw) < trailerLen || raw[len(raw)-trailerLen] != sumMark || raw[len(raw)-trailerLen+1] != sumVersion {
-		return nil, &RecordError{Bucket: string(bucket), Key: key, Problem: "no checksum trailer"}
+		return nil, recordError(bucket, key, "no checksum trailer")
 	}
 	payload, t := raw[:len(raw)-trailerLen], raw[len(raw)-trailerLen:]
 	if want, got := binary.BigEndian.Uint32(t[2:]), recordSum(key, payload); want != got {
-		return nil, &RecordError{Bucket: string(bucket), Key: key,
-			Problem: fmt.Sprintf("checksum %08x, but the record sums to %08x", want, got)}
+		return nil, recordError(bucket, key, fmt.Sprintf("checksum %08x, but the record sums to %08x", want, got))
 	}
 	return payload, nil
+}
+
+// recordError builds a RecordError with its own copy of key: the caller's
+// key (often an array on its stack, or bbolt's mapped page) must not
+// escape on the path every read takes.
+//
+//go:noinline
+func recordError(bucket, key []byte, problem string) error {
+	return &RecordError{Bucket: string(bucket), Key: bytes.Clone(key), Problem: problem}
 }
 
 // getRaw returns the checked payload under key in bucket, or
@@ -134,9 +152,15 @@ func decodeJSON(bucket, key, raw []byte, v any) error {
 
 func decodeRecord(bucket, key, payload []byte, v any) error {
 	if err := json.Unmarshal(payload, v); err != nil {
-		return fmt.Errorf("store record %s %s: %w", bucket, describeKey(string(bucket), key), err)
+		return decodeError(bucket, key, err)
 	}
 	return nil
+}
+
+//go:noinline
+func decodeError(bucket, key []byte, err error) error {
+	k := bytes.Clone(key)
+	return fmt.Errorf("store record %s %s: %w", bucket, describeKey(string(bucket), k), err)
 }
 
 // sealedBuckets are the buckets whose every value carries the trailer:

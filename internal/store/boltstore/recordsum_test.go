@@ -2,7 +2,9 @@ package boltstore
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"os"
 	"regexp"
 	"strings"
@@ -259,5 +261,21 @@ func TestRecordWithoutTrailer(t *testing.T) {
 	s.Close()
 	if _, err := CheckFile(path); !errors.Is(err, ErrDamaged) || !regexp.MustCompile(`subscriptions \(user "u1", service "svc"\): no checksum`).MatchString(err.Error()) {
 		t.Fatalf("CheckFile: %v", err)
+	}
+}
+
+// TestRecordSumIsCRC32C pins the sum to CRC32C of the key's length (4
+// bytes, big-endian), the key and the payload, as a reader of the file
+// outside this package (e2e/reliability_helpers_test.go) computes it.
+func TestRecordSumIsCRC32C(t *testing.T) {
+	for _, c := range []struct{ key, payload string }{
+		{"", ""}, {"k", ""}, {"", "v"}, {"u1\x00svc", `{"credits":937642}`}, {strings.Repeat("k", 300), strings.Repeat("v", 5000)},
+	} {
+		var whole []byte
+		whole = binary.BigEndian.AppendUint32(whole, uint32(len(c.key)))
+		whole = append(append(whole, c.key...), c.payload...)
+		if got, want := recordSum([]byte(c.key), []byte(c.payload)), crc32.Checksum(whole, crc32.MakeTable(crc32.Castagnoli)); got != want {
+			t.Errorf("recordSum(%.20q, %.20q) = %08x, want %08x", c.key, c.payload, got, want)
+		}
 	}
 }
