@@ -344,6 +344,9 @@ type Report struct {
 	// start adds them).
 	Records  int64
 	Unsealed bool
+	// Cross is the check of the counters against the ledger and the
+	// stored holds (crossCheck).
+	Cross CrossCheck
 }
 
 // maxDamagedRecords bounds how many damaged records an error names.
@@ -425,7 +428,10 @@ func CheckFile(path string) (Report, error) {
 		return rep, fmt.Errorf("store %s: its ledger directory %s is missing (the file has %d ledger rows numbered): the store does not start without it; restore both from the same backup",
 			path, LedgerDir(path), seq)
 	}
-	rep.LedgerRows, err = checkLedger(path, applied)
+	rep.LedgerRows, rep.Cross, err = checkLedgerAgainst(path, applied, db, seq)
+	if err == nil && len(rep.Cross.Mismatches) > 0 {
+		err = disagree(path, rep.Cross.Mismatches)
+	}
 	return rep, err
 }
 

@@ -287,27 +287,42 @@ func (s *Store) LedgerStats() segledger.Stats {
 // not be running (CheckFile holds the file's lock); opening finishes what
 // a crash left, as a start would.
 func checkLedger(path string, applied uint64) (rows int64, err error) {
+	rows, _, err = checkLedgerAgainst(path, applied, nil, 0)
+	return rows, err
+}
+
+// checkLedgerAgainst is checkLedger, then, when db is not nil, the
+// counters of db compared with the ledger's rows up to ledgerSeq
+// (crossCheck). A store without a ledger directory has no rows: its
+// counters are compared with none.
+func checkLedgerAgainst(path string, applied uint64, db *bolt.DB, ledgerSeq uint64) (rows int64, cc CrossCheck, err error) {
 	dir := LedgerDir(path)
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		return 0, nil
+		if db != nil {
+			cc, err = crossCheck(db, nil, ledgerSeq)
+		}
+		return 0, cc, err
 	}
 	led, err := segledger.Open(dir, segledger.Options{})
 	if err != nil {
-		return 0, fmt.Errorf("ledger directory %s: %w", dir, err)
+		return 0, cc, fmt.Errorf("ledger directory %s: %w", dir, err)
 	}
 	if pos := led.Position(); pos < applied {
 		led.Close()
-		return 0, fmt.Errorf("ledger directory %s covers the settlement log up to %d, the file up to %d: the directory is older than the file; restore both from the same backup",
+		return 0, cc, fmt.Errorf("ledger directory %s covers the settlement log up to %d, the file up to %d: the directory is older than the file; restore both from the same backup",
 			dir, pos, applied)
 	}
 	rows, err = led.Verify(context.Background())
+	if err == nil && db != nil {
+		cc, err = crossCheck(db, led, ledgerSeq)
+	}
 	if cerr := led.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return rows, fmt.Errorf("ledger directory %s: %w", dir, err)
+		return rows, cc, fmt.Errorf("ledger directory %s: %w", dir, err)
 	}
-	return rows, nil
+	return rows, cc, nil
 }
 
 var (
