@@ -281,20 +281,14 @@ func (s *Store) LedgerStats() segledger.Stats {
 	return s.led.Stats()
 }
 
-// checkLedger verifies every row of the ledger directory of the store file
-// at path, if it has one, and that it is not behind the file (applied is
-// the file's settlement-log position): the ledger's part of CheckFile. The gateway must
-// not be running (CheckFile holds the file's lock); opening finishes what
-// a crash left, as a start would.
-func checkLedger(path string, applied uint64) (rows int64, err error) {
-	rows, _, err = checkLedgerAgainst(path, applied, nil, 0)
-	return rows, err
-}
-
-// checkLedgerAgainst is checkLedger, then, when db is not nil, the
-// counters of db compared with the ledger's rows up to ledgerSeq
-// (crossCheck). A store without a ledger directory has no rows: its
-// counters are compared with none.
+// checkLedgerAgainst verifies every row of the ledger directory of the
+// store file at path, if it has one, and that it is not behind the file
+// (applied is the file's settlement-log position): the ledger's part of
+// CheckFile. Then, when db is not nil, it compares the counters of db with
+// the ledger's rows up to ledgerSeq (crossCheck); a store without a ledger
+// directory has no rows, and its counters are compared with none. The
+// gateway must not be running (CheckFile holds the file's lock); opening
+// finishes what a crash left, as a start would.
 func checkLedgerAgainst(path string, applied uint64, db *bolt.DB, ledgerSeq uint64) (rows int64, cc CrossCheck, err error) {
 	dir := LedgerDir(path)
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
