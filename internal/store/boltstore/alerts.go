@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -57,10 +56,12 @@ func (s *Store) CreateAlert(ctx context.Context, a store.Alert) (store.Alert, er
 	}
 	var out store.Alert
 	err := s.update(func(tx *bolt.Tx) error {
-		keys := tx.Bucket(bucketAlertKeys)
 		key := alertKey(a.UserID, a.ServiceID, a.PeriodStart, a.Threshold)
-		if seq := keys.Get(key); seq != nil {
-			if err := getJSON(tx.Bucket(bucketAlerts), seq, &out); err != nil {
+		if seq, err := getRaw(tx, bucketAlertKeys, key); err != store.ErrNotFound {
+			if err != nil {
+				return err
+			}
+			if err := getJSON(tx, bucketAlerts, seq, &out); err != nil {
 				return err
 			}
 			return store.ErrExists
@@ -76,13 +77,13 @@ func (s *Store) CreateAlert(ctx context.Context, a store.Alert) (store.Alert, er
 		if out.NextAttempt.IsZero() {
 			out.NextAttempt = out.Created
 		}
-		if err := keys.Put(key, u64(seq)); err != nil {
+		if err := putRaw(tx, bucketAlertKeys, key, u64(seq)); err != nil {
 			return err
 		}
-		if err := tx.Bucket(bucketAlertsDue).Put(dueKey(out.NextAttempt, seq), nil); err != nil {
+		if err := putRaw(tx, bucketAlertsDue, dueKey(out.NextAttempt, seq), nil); err != nil {
 			return err
 		}
-		return putJSON(b, u64(seq), out)
+		return putJSON(tx, bucketAlerts, u64(seq), out)
 	})
 	return out, err
 }
@@ -94,8 +95,11 @@ func (s *Store) HasAlert(ctx context.Context, userID, serviceID string, periodSt
 	}
 	var found bool
 	err := s.view(func(tx *bolt.Tx) error {
-		found = tx.Bucket(bucketAlertKeys).Get(alertKey(userID, serviceID, periodStart, threshold)) != nil
-		return nil
+		_, err := getRaw(tx, bucketAlertKeys, alertKey(userID, serviceID, periodStart, threshold))
+		if found = err == nil; err == store.ErrNotFound {
+			return nil
+		}
+		return err
 	})
 	return found, err
 }
@@ -109,14 +113,16 @@ func (s *Store) DueAlerts(ctx context.Context, now time.Time, limit int) ([]stor
 	var out []store.Alert
 	err := s.view(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketAlertsDue).Cursor()
-		records := tx.Bucket(bucketAlerts)
 		end := uint64(max(now.UnixNano(), 0))
-		for k, _ := c.First(); k != nil && len(out) < limit; k, _ = c.Next() {
+		for k, v := c.First(); k != nil && len(out) < limit; k, v = c.Next() {
+			if _, err := unseal(bucketAlertsDue, k, v); err != nil {
+				return err
+			}
 			if len(k) != 16 || binary.BigEndian.Uint64(k) > end {
 				break
 			}
 			var a store.Alert
-			if err := getJSON(records, k[8:], &a); err != nil {
+			if err := getJSON(tx, bucketAlerts, k[8:], &a); err != nil {
 				return fmt.Errorf("alert %d: %w", binary.BigEndian.Uint64(k[8:]), err)
 			}
 			out = append(out, a)
@@ -138,9 +144,8 @@ func (s *Store) UpdateAlert(ctx context.Context, a store.Alert, attempts int) (s
 	}
 	var out store.Alert
 	err := s.update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketAlerts)
 		var cur store.Alert
-		if err := getJSON(b, u64(seq), &cur); err != nil {
+		if err := getJSON(tx, bucketAlerts, u64(seq), &cur); err != nil {
 			return err
 		}
 		if cur.Status != store.AlertPending || cur.Attempts != attempts {
@@ -155,13 +160,13 @@ func (s *Store) UpdateAlert(ctx context.Context, a store.Alert, attempts int) (s
 		out.Status, out.Attempts, out.LastError = a.Status, a.Attempts, a.LastError
 		out.NextAttempt, out.DeliveredAt = a.NextAttempt, a.DeliveredAt
 		if out.Status == store.AlertPending {
-			if err := due.Put(dueKey(out.NextAttempt, seq), nil); err != nil {
+			if err := putRaw(tx, bucketAlertsDue, dueKey(out.NextAttempt, seq), nil); err != nil {
 				return err
 			}
 		} else {
 			out.NextAttempt = time.Time{}
 		}
-		return putJSON(b, u64(seq), out)
+		return putJSON(tx, bucketAlerts, u64(seq), out)
 	})
 	return out, err
 }
@@ -203,7 +208,7 @@ func (s *Store) ListAlerts(ctx context.Context, f store.AlertFilter, cursor stri
 			scanned++
 			before = k
 			var a store.Alert
-			if err := json.Unmarshal(v, &a); err != nil {
+			if err := decodeJSON(bucketAlerts, k, v, &a); err != nil {
 				return fmt.Errorf("alert %d: %w", binary.BigEndian.Uint64(k), err)
 			}
 			if f.Matches(a) {

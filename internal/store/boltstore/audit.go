@@ -2,7 +2,6 @@ package boltstore
 
 import (
 	"context"
-	"encoding/json"
 	"strconv"
 
 	bolt "go.etcd.io/bbolt"
@@ -28,7 +27,7 @@ func (s *Store) AppendAudit(ctx context.Context, e store.AuditEntry) (store.Audi
 			return err
 		}
 		e.Seq = seq
-		return putJSON(b, u64(seq), e)
+		return putJSON(tx, bucketAudit, u64(seq), e)
 	})
 	return e, err
 }
@@ -68,7 +67,7 @@ func (s *Store) ListAudit(_ context.Context, cursor string, limit int) ([]store.
 				return nil
 			}
 			var e store.AuditEntry
-			if err := json.Unmarshal(v, &e); err != nil {
+			if err := decodeJSON(bucketAudit, k, v, &e); err != nil {
 				return err
 			}
 			out = append(out, e)

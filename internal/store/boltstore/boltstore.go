@@ -8,7 +8,6 @@ package boltstore
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -98,6 +97,9 @@ type Store struct {
 	// interrupted backup or restore that Open removed (backup.go).
 	staleNote string
 	staleWarn bool
+	// sealNote is said once a logger is set: how many records of an
+	// earlier build's store Open gave their checksum (recordsum.go).
+	sealNote string
 
 	// changes are the subscriptions whose usage changed, for the usage
 	// alerts (alerts.go).
@@ -200,6 +202,17 @@ func OpenWith(path string, o Options) (*Store, error) {
 			}
 		}
 		if m := tx.Bucket(bucketMarker); string(m.Get(keyFormat)) != string(storeFormat) {
+			// A store of an earlier build: every record gets its
+			// checksum now, in this transaction, so that from here on
+			// every read checks one.
+			n, err := sealStore(tx)
+			if err != nil {
+				return fmt.Errorf("add checksums to the records: %w", err)
+			}
+			if exists {
+				s.sealNote = fmt.Sprintf("store %s: added a checksum to each of its %d records (store format %s); every read checks it from now on, and gateways before this one no longer open the file",
+					path, n, storeFormat)
+			}
 			if err := m.Put(keyFormat, storeFormat); err != nil {
 				return err
 			}
@@ -474,22 +487,6 @@ func (s *Store) view(fn func(tx *bolt.Tx) error) error {
 		return ErrClosed
 	}
 	return err
-}
-
-func getJSON(b *bolt.Bucket, key []byte, v any) error {
-	raw := b.Get(key)
-	if raw == nil {
-		return store.ErrNotFound
-	}
-	return json.Unmarshal(raw, v)
-}
-
-func putJSON(b *bolt.Bucket, key []byte, v any) error {
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	return b.Put(key, raw)
 }
 
 // joinKey builds a composite key of parts separated by NUL bytes. Ids never

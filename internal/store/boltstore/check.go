@@ -31,10 +31,16 @@ var ErrLocked = errors.New("store file is locked by another process")
 // platformgw holds format = storeFormat. A bbolt file of another
 // application has other buckets and no marker, and is never mistaken for
 // an empty store.
+//
+// Format 2 is format 1 with a checksum trailer on every record
+// (recordsum.go). Open seals a format 1 store (or one from before the
+// marker) and records format 2; a gateway that reads format 1 only refuses
+// a format 2 file rather than misread its records.
 var (
-	bucketMarker = []byte("platformgw")
-	keyFormat    = []byte("format")
-	storeFormat  = []byte("1")
+	bucketMarker   = []byte("platformgw")
+	keyFormat      = []byte("format")
+	storeFormat    = []byte("2")
+	unsealedFormat = []byte("1")
 )
 
 // The on-disk layout of bbolt's meta pages (go.etcd.io/bbolt
@@ -295,8 +301,8 @@ func walk(b *bolt.Bucket) error {
 // created but no gateway filled yet).
 func layout(tx *bolt.Tx, path string) (fresh bool, err error) {
 	if m := tx.Bucket(bucketMarker); m != nil {
-		if v := m.Get(keyFormat); string(v) != string(storeFormat) {
-			return false, damaged(path, "store format %q, but this gateway reads format %q", v, storeFormat)
+		if v := m.Get(keyFormat); string(v) != string(storeFormat) && string(v) != string(unsealedFormat) {
+			return false, damaged(path, "store format %q, but this gateway reads formats %q and %q", v, unsealedFormat, storeFormat)
 		}
 		return false, nil
 	}
@@ -332,7 +338,19 @@ type Report struct {
 	// LedgerRows counts the rows of the ledger directory beside the file
 	// (LedgerDir), every one read and its checksum checked.
 	LedgerRows int64
+	// Records counts the records whose checksum was checked (every record
+	// of the sealed buckets, recordsum.go); Unsealed is set instead for a
+	// store of an earlier build, whose records have none yet (the next
+	// start adds them).
+	Records  int64
+	Unsealed bool
+	// Cross is the check of the counters against the ledger and the
+	// stored holds (crossCheck).
+	Cross CrossCheck
 }
+
+// maxDamagedRecords bounds how many damaged records an error names.
+const maxDamagedRecords = 20
 
 // CheckFile verifies the store file at path without a running gateway:
 // its meta pages and size, every page it references, bbolt's consistency
@@ -381,6 +399,21 @@ func CheckFile(path string) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
+	err = db.View(func(tx *bolt.Tx) error {
+		if m := tx.Bucket(bucketMarker); m == nil || string(m.Get(keyFormat)) != string(storeFormat) {
+			rep.Unsealed = true
+			return nil
+		}
+		bad, nbad, n := checkRecords(tx, maxDamagedRecords)
+		rep.Records = n
+		if nbad > 0 {
+			return damagedRecords(path, bad, nbad)
+		}
+		return nil
+	})
+	if err != nil {
+		return rep, err
+	}
 	var seq, applied uint64
 	db.View(func(tx *bolt.Tx) error {
 		if m := tx.Bucket(bucketMarker); m != nil {
@@ -395,8 +428,31 @@ func CheckFile(path string) (Report, error) {
 		return rep, fmt.Errorf("store %s: its ledger directory %s is missing (the file has %d ledger rows numbered): the store does not start without it; restore both from the same backup",
 			path, LedgerDir(path), seq)
 	}
-	rep.LedgerRows, err = checkLedger(path, applied)
+	rep.LedgerRows, rep.Cross, err = checkLedgerAgainst(path, applied, db, seq)
+	if err == nil && len(rep.Cross.Mismatches) > 0 {
+		err = disagree(path, rep.Cross.Mismatches)
+	}
 	return rep, err
+}
+
+// damagedRecords is the error for records whose checksum failed: each
+// named (bucket and key), at most maxDamagedRecords of them.
+func damagedRecords(path string, bad []error, n int64) error {
+	lines := make([]string, len(bad))
+	for i, err := range bad {
+		var re *RecordError
+		if errors.As(err, &re) {
+			lines[i] = fmt.Sprintf("%s %s: %s", re.Bucket, describeKey(re.Bucket, re.Key), re.Problem)
+		} else {
+			lines[i] = err.Error()
+		}
+	}
+	more := ""
+	if n > int64(len(bad)) {
+		more = fmt.Sprintf(", the first %d named", len(bad))
+	}
+	return damaged(path, "%d damaged records%s (their bytes changed after they were written; restore a backup):\n  %s",
+		n, more, strings.Join(lines, "\n  "))
 }
 
 // Unusable is a store that answers every call with err: what a gateway

@@ -3,7 +3,6 @@ package boltstore
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"strconv"
 
@@ -84,11 +83,11 @@ func (b *batcher[T]) done() error {
 	return err
 }
 
-func eachJSON[T any](b *bolt.Bucket, fn func(k []byte, v T) error) error {
-	return b.ForEach(func(k, raw []byte) error {
+func eachJSON[T any](tx *bolt.Tx, bucket []byte, fn func(k []byte, v T) error) error {
+	return tx.Bucket(bucket).ForEach(func(k, raw []byte) error {
 		var v T
-		if err := json.Unmarshal(raw, &v); err != nil {
-			return fmt.Errorf("record %q: %w", k, err)
+		if err := decodeJSON(bucket, k, raw, &v); err != nil {
+			return err
 		}
 		return fn(k, v)
 	})
@@ -96,7 +95,7 @@ func eachJSON[T any](b *bolt.Bucket, fn func(k []byte, v T) error) error {
 
 func exportKeys(ctx context.Context, tx *bolt.Tx, to store.Importer, n int, t *store.Totals) error {
 	b := &batcher[store.KeyRecord]{n: n, flush: func(ks []store.KeyRecord) error { return to.ImportKeys(ctx, ks) }}
-	err := eachJSON(tx.Bucket(bucketKeys), func(k []byte, rec store.KeyRecord) error {
+	err := eachJSON(tx, bucketKeys, func(k []byte, rec store.KeyRecord) error {
 		copy(rec.Hash[:], k)
 		t.Keys++
 		return b.add(rec)
@@ -109,7 +108,7 @@ func exportKeys(ctx context.Context, tx *bolt.Tx, to store.Importer, n int, t *s
 
 func exportSubs(ctx context.Context, tx *bolt.Tx, to store.Importer, n int, t *store.Totals) error {
 	b := &batcher[store.Subscription]{n: n, flush: func(ss []store.Subscription) error { return to.ImportSubscriptions(ctx, ss) }}
-	err := eachJSON(tx.Bucket(bucketSubs), func(_ []byte, rec subRecord) error {
+	err := eachJSON(tx, bucketSubs, func(_ []byte, rec subRecord) error {
 		sub := rec.subscription()
 		t.Subscriptions++
 		t.Credits += sub.Credits
@@ -123,7 +122,7 @@ func exportSubs(ctx context.Context, tx *bolt.Tx, to store.Importer, n int, t *s
 
 func exportCounters(ctx context.Context, tx *bolt.Tx, to store.Importer, n int, t *store.Totals) error {
 	b := &batcher[store.Counter]{n: n, flush: func(cs []store.Counter) error { return to.ImportCounters(ctx, cs) }}
-	err := eachJSON(tx.Bucket(bucketCounters), func(k []byte, rec counter) error {
+	err := eachJSON(tx, bucketCounters, func(k []byte, rec counter) error {
 		// user \0 service \0 period(8)
 		if len(k) < 10 {
 			return fmt.Errorf("counter key %q too short", k)
@@ -183,8 +182,7 @@ func exportJobs(ctx context.Context, tx *bolt.Tx, to store.Importer, n int, t *s
 		jobs, holds = jobs[:0], holds[:0]
 		return err
 	}
-	res := tx.Bucket(bucketReservations)
-	err := eachJSON(tx.Bucket(bucketJobs), func(_ []byte, rec jobRecord) error {
+	err := eachJSON(tx, bucketJobs, func(_ []byte, rec jobRecord) error {
 		j := rec.job()
 		t.Jobs++
 		jobs = append(jobs, j)
@@ -195,7 +193,9 @@ func exportJobs(ctx context.Context, tx *bolt.Tx, to store.Importer, n int, t *s
 			if perr != nil {
 				return fmt.Errorf("job %s: hold id %q is not a number", j.ID, j.ReservationID)
 			}
-			if err := getJSON(res, u64(n), &r); err == nil && r.JobID == j.ID {
+			if err := getJSON(tx, bucketReservations, u64(n), &r); isDamage(err) {
+				return err
+			} else if err == nil && r.JobID == j.ID {
 				holds = append(holds, store.JobHold{JobID: j.ID, UserID: r.UserID, ServiceID: r.ServiceID,
 					Product: r.Product, Decision: r.Decision.decision(), PeriodKey: r.PeriodKey})
 				t.JobHolds++
@@ -214,7 +214,7 @@ func exportJobs(ctx context.Context, tx *bolt.Tx, to store.Importer, n int, t *s
 
 func exportIdempotency(ctx context.Context, tx *bolt.Tx, to store.Importer, n int, t *store.Totals) error {
 	b := &batcher[store.IdempotencyClaim]{n: n, flush: func(cs []store.IdempotencyClaim) error { return to.ImportIdempotency(ctx, cs) }}
-	err := eachJSON(tx.Bucket(bucketIdempotency), func(k []byte, rec idemRecord) error {
+	err := eachJSON(tx, bucketIdempotency, func(k []byte, rec idemRecord) error {
 		service, key, ok := splitUserService(k)
 		if !ok {
 			return fmt.Errorf("idempotency key %q has no service", k)
@@ -230,7 +230,7 @@ func exportIdempotency(ctx context.Context, tx *bolt.Tx, to store.Importer, n in
 
 func exportAlerts(ctx context.Context, tx *bolt.Tx, to store.Importer, n int, t *store.Totals) error {
 	b := &batcher[store.Alert]{n: n, flush: func(as []store.Alert) error { return to.ImportAlerts(ctx, as) }}
-	err := eachJSON(tx.Bucket(bucketAlerts), func(_ []byte, a store.Alert) error {
+	err := eachJSON(tx, bucketAlerts, func(_ []byte, a store.Alert) error {
 		t.Alerts++
 		return b.add(a)
 	})
@@ -242,7 +242,7 @@ func exportAlerts(ctx context.Context, tx *bolt.Tx, to store.Importer, n int, t 
 
 func exportAudit(ctx context.Context, tx *bolt.Tx, to store.Importer, n int, t *store.Totals) error {
 	b := &batcher[store.AuditEntry]{n: n, flush: func(es []store.AuditEntry) error { return to.ImportAudit(ctx, es) }}
-	err := eachJSON(tx.Bucket(bucketAudit), func(_ []byte, e store.AuditEntry) error {
+	err := eachJSON(tx, bucketAudit, func(_ []byte, e store.AuditEntry) error {
 		t.Audit++
 		return b.add(e)
 	})

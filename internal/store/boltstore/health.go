@@ -94,12 +94,13 @@ var (
 // The first logger set is also told what Open found worth saying: a torn
 // record dropped from the end of the settlement log, the ledger bucket
 // moved into the ledger directory, the directories of an interrupted
-// backup or restore removed. The ledger logs through it too.
+// backup or restore removed, the records of an earlier build's store
+// given their checksum. The ledger logs through it too.
 func (s *Store) SetLogger(l *zap.Logger) {
 	s.health.mu.Lock()
 	s.health.logger = l
-	note, moved, stale := s.startNote, s.ledgerNote, s.staleNote
-	s.startNote, s.ledgerNote, s.staleNote = "", "", ""
+	note, moved, stale, sealed := s.startNote, s.ledgerNote, s.staleNote, s.sealNote
+	s.startNote, s.ledgerNote, s.staleNote, s.sealNote = "", "", "", ""
 	s.health.mu.Unlock()
 	if s.led != nil {
 		s.led.SetLogger(l)
@@ -112,6 +113,9 @@ func (s *Store) SetLogger(l *zap.Logger) {
 	}
 	if moved != "" {
 		l.Info(moved)
+	}
+	if sealed != "" {
+		l.Info(sealed)
 	}
 	switch {
 	case stale != "" && s.staleWarn:

@@ -3,7 +3,6 @@ package boltstore
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -31,7 +30,7 @@ func (s *Store) loadJob(id string) (*memJob, error) {
 	var m *memJob
 	err := s.view(func(tx *bolt.Tx) error {
 		var rec jobRecord
-		if err := getJSON(tx.Bucket(bucketJobs), []byte(id), &rec); err != nil {
+		if err := getJSON(tx, bucketJobs, []byte(id), &rec); err != nil {
 			return err
 		}
 		m = &memJob{job: rec.job()}
@@ -42,7 +41,7 @@ func (s *Store) loadJob(id string) (*memJob, error) {
 			}
 			if raw := tx.Bucket(bucketReservations).Get(u64(n)); raw != nil {
 				h := &jobHold{id: n}
-				if err := json.Unmarshal(raw, &h.rec); err != nil {
+				if err := decodeJSON(bucketReservations, u64(n), raw, &h.rec); err != nil {
 					return fmt.Errorf("reservation %s: %w", rid, err)
 				}
 				m.hold = h
@@ -230,7 +229,7 @@ func (s *Store) GetJob(_ context.Context, id string) (store.Job, error) {
 	}
 	var rec jobRecord
 	err := s.view(func(tx *bolt.Tx) error {
-		return getJSON(tx.Bucket(bucketJobs), []byte(id), &rec)
+		return getJSON(tx, bucketJobs, []byte(id), &rec)
 	})
 	if err != nil {
 		return rec.job(), err
@@ -479,7 +478,7 @@ func (s *Store) releaseJobHold(rec *settlement, h *jobHold) error {
 // open job: the job exists, is not terminal, and names this hold.
 func jobHolds(tx *bolt.Tx, jobID string, key []byte) (bool, error) {
 	var rec jobRecord
-	if err := getJSON(tx.Bucket(bucketJobs), []byte(jobID), &rec); err != nil {
+	if err := getJSON(tx, bucketJobs, []byte(jobID), &rec); err != nil {
 		if err == store.ErrNotFound {
 			return false, nil
 		}
@@ -504,7 +503,7 @@ func (s *Store) PruneIdempotency(ctx context.Context, cutoff time.Time) (int, er
 		var old [][]byte
 		err := b.ForEach(func(k, v []byte) error {
 			var rec idemRecord
-			if err := json.Unmarshal(v, &rec); err != nil {
+			if err := decodeJSON(bucketIdempotency, k, v, &rec); err != nil {
 				return err
 			}
 			if rec.Created.Before(cutoff) {

@@ -23,20 +23,20 @@ func (s *Store) CreateKey(ctx context.Context, k store.KeyRecord) error {
 		if keys.Get(k.Hash[:]) != nil || tx.Bucket(bucketKeyIDs).Get([]byte(k.ID)) != nil {
 			return fmt.Errorf("key %s: %w", k.ID, store.ErrExists)
 		}
-		if err := putJSON(keys, k.Hash[:], toKeyRecord(k)); err != nil {
+		if err := putJSON(tx, bucketKeys, k.Hash[:], toKeyRecord(k)); err != nil {
 			return err
 		}
 		s.written.key(k.Hash)
-		if err := tx.Bucket(bucketKeyIDs).Put([]byte(k.ID), k.Hash[:]); err != nil {
+		if err := putRaw(tx, bucketKeyIDs, []byte(k.ID), k.Hash[:]); err != nil {
 			return err
 		}
-		return tx.Bucket(bucketKeyUsers).Put(joinKey(k.UserID, k.ID), k.Hash[:])
+		return putRaw(tx, bucketKeyUsers, joinKey(k.UserID, k.ID), k.Hash[:])
 	})
 }
 
 func readKey(tx *bolt.Tx, hash []byte) (store.KeyRecord, error) {
 	var rec keyRecord
-	if err := getJSON(tx.Bucket(bucketKeys), hash, &rec); err != nil {
+	if err := getJSON(tx, bucketKeys, hash, &rec); err != nil {
 		return store.KeyRecord{}, err
 	}
 	k := rec.key()
@@ -66,9 +66,9 @@ func (s *Store) KeyByHash(_ context.Context, hash [32]byte) (store.KeyRecord, er
 func (s *Store) KeyByID(_ context.Context, id string) (store.KeyRecord, error) {
 	var k store.KeyRecord
 	err := s.view(func(tx *bolt.Tx) (err error) {
-		h := tx.Bucket(bucketKeyIDs).Get([]byte(servicekey.CanonicalID(id)))
-		if h == nil {
-			return store.ErrNotFound
+		h, err := getRaw(tx, bucketKeyIDs, []byte(servicekey.CanonicalID(id)))
+		if err != nil {
+			return err
 		}
 		k, err = readKey(tx, h)
 		return err
@@ -81,7 +81,11 @@ func (s *Store) ListKeys(_ context.Context, userID string) ([]store.KeyRecord, e
 	var out []store.KeyRecord
 	err := s.view(func(tx *bolt.Tx) error {
 		if userID == "" {
-			return tx.Bucket(bucketKeyIDs).ForEach(func(_, h []byte) error {
+			return tx.Bucket(bucketKeyIDs).ForEach(func(id, v []byte) error {
+				h, err := unseal(bucketKeyIDs, id, v)
+				if err != nil {
+					return err
+				}
 				k, err := readKey(tx, h)
 				out = append(out, k)
 				return err
@@ -89,7 +93,11 @@ func (s *Store) ListKeys(_ context.Context, userID string) ([]store.KeyRecord, e
 		}
 		prefix := append([]byte(userID), 0)
 		c := tx.Bucket(bucketKeyUsers).Cursor()
-		for key, h := c.Seek(prefix); key != nil && bytes.HasPrefix(key, prefix); key, h = c.Next() {
+		for key, v := c.Seek(prefix); key != nil && bytes.HasPrefix(key, prefix); key, v = c.Next() {
+			h, err := unseal(bucketKeyUsers, key, v)
+			if err != nil {
+				return err
+			}
 			k, err := readKey(tx, h)
 			if err != nil {
 				return err
@@ -109,9 +117,9 @@ func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) (store.K
 	}
 	var out store.KeyRecord
 	err := s.update(func(tx *bolt.Tx) error {
-		h := tx.Bucket(bucketKeyIDs).Get([]byte(servicekey.CanonicalID(id)))
-		if h == nil {
-			return store.ErrNotFound
+		h, err := getRaw(tx, bucketKeyIDs, []byte(servicekey.CanonicalID(id)))
+		if err != nil {
+			return err
 		}
 		k, err := readKey(tx, h)
 		if err != nil {
@@ -119,7 +127,7 @@ func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) (store.K
 		}
 		if k.RevokedAt.IsZero() {
 			k.RevokedAt = at.UTC()
-			if err := putJSON(tx.Bucket(bucketKeys), h, toKeyRecord(k)); err != nil {
+			if err := putJSON(tx, bucketKeys, h, toKeyRecord(k)); err != nil {
 				return err
 			}
 			s.written.key(k.Hash)
@@ -149,7 +157,7 @@ func (s *Store) readSub(tx *bolt.Tx, userID, serviceID string) (store.Subscripti
 		}
 	}
 	var rec subRecord
-	err := getJSON(tx.Bucket(bucketSubs), key, &rec)
+	err := getJSON(tx, bucketSubs, key, &rec)
 	if err == store.ErrNotFound {
 		return store.Subscription{}, store.ErrNoAccount
 	}
@@ -167,7 +175,7 @@ func (s *Store) writeSub(tx *bolt.Tx, sub store.Subscription) error {
 	key := subKey(sub.UserID, sub.ServiceID)
 	s.written.sub(key)
 	s.changes.stage(sub.UserID, sub.ServiceID)
-	return putJSON(tx.Bucket(bucketSubs), key, toSubRecord(sub))
+	return putJSON(tx, bucketSubs, key, toSubRecord(sub))
 }
 
 // PutSubscription creates or updates a subscription, keeping its start

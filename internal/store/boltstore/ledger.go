@@ -281,33 +281,42 @@ func (s *Store) LedgerStats() segledger.Stats {
 	return s.led.Stats()
 }
 
-// checkLedger verifies every row of the ledger directory of the store file
-// at path, if it has one, and that it is not behind the file (applied is
-// the file's settlement-log position): the ledger's part of CheckFile. The gateway must
-// not be running (CheckFile holds the file's lock); opening finishes what
-// a crash left, as a start would.
-func checkLedger(path string, applied uint64) (rows int64, err error) {
+// checkLedgerAgainst verifies every row of the ledger directory of the
+// store file at path, if it has one, and that it is not behind the file
+// (applied is the file's settlement-log position): the ledger's part of
+// CheckFile. Then, when db is not nil, it compares the counters of db with
+// the ledger's rows up to ledgerSeq (crossCheck); a store without a ledger
+// directory has no rows, and its counters are compared with none. The
+// gateway must not be running (CheckFile holds the file's lock); opening
+// finishes what a crash left, as a start would.
+func checkLedgerAgainst(path string, applied uint64, db *bolt.DB, ledgerSeq uint64) (rows int64, cc CrossCheck, err error) {
 	dir := LedgerDir(path)
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		return 0, nil
+		if db != nil {
+			cc, err = crossCheck(db, nil, ledgerSeq)
+		}
+		return 0, cc, err
 	}
 	led, err := segledger.Open(dir, segledger.Options{})
 	if err != nil {
-		return 0, fmt.Errorf("ledger directory %s: %w", dir, err)
+		return 0, cc, fmt.Errorf("ledger directory %s: %w", dir, err)
 	}
 	if pos := led.Position(); pos < applied {
 		led.Close()
-		return 0, fmt.Errorf("ledger directory %s covers the settlement log up to %d, the file up to %d: the directory is older than the file; restore both from the same backup",
+		return 0, cc, fmt.Errorf("ledger directory %s covers the settlement log up to %d, the file up to %d: the directory is older than the file; restore both from the same backup",
 			dir, pos, applied)
 	}
 	rows, err = led.Verify(context.Background())
+	if err == nil && db != nil {
+		cc, err = crossCheck(db, led, ledgerSeq)
+	}
 	if cerr := led.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return rows, fmt.Errorf("ledger directory %s: %w", dir, err)
+		return rows, cc, fmt.Errorf("ledger directory %s: %w", dir, err)
 	}
-	return rows, nil
+	return rows, cc, nil
 }
 
 var (

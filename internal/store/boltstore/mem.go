@@ -2,7 +2,6 @@ package boltstore
 
 import (
 	"context"
-	"encoding/json"
 	"hash/maphash"
 	"sync"
 	"time"
@@ -124,11 +123,11 @@ func (s *Store) period(acc *memAccount, p billing.Product, period int64, now tim
 	}
 	var rec counter
 	err := s.view(func(tx *bolt.Tx) error {
-		raw := tx.Bucket(bucketCounters).Get(counterKey(acc.userID, acc.serviceID, period))
-		if raw == nil {
+		err := getJSON(tx, bucketCounters, counterKey(acc.userID, acc.serviceID, period), &rec)
+		if err == store.ErrNotFound {
 			return nil
 		}
-		return json.Unmarshal(raw, &rec)
+		return err
 	})
 	if err != nil {
 		return 0, nil, err

@@ -2,7 +2,6 @@ package boltstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -66,7 +65,7 @@ func (s *Store) releaseAbandoned(tx *bolt.Tx) error {
 	var keys [][]byte
 	err := rb.ForEach(func(k, v []byte) error {
 		var r reservation
-		if err := json.Unmarshal(v, &r); err != nil {
+		if err := decodeJSON(bucketReservations, k, v, &r); err != nil {
 			return err
 		}
 		if r.JobID != "" {
@@ -306,7 +305,7 @@ func (s *Store) Record(ctx context.Context, a store.Account, e store.LedgerEntry
 		}
 		var rec idemRecord
 		err := s.view(func(tx *bolt.Tx) error {
-			return getJSON(tx.Bucket(bucketIdempotency), []byte(claimKey), &rec)
+			return getJSON(tx, bucketIdempotency, []byte(claimKey), &rec)
 		})
 		if err == nil {
 			return rec.Response, store.ErrReplayed

@@ -230,7 +230,7 @@ func loadScale(t *testing.T, path string, nKeys, nLedger int) {
 			for _, r := range part {
 				k := store.KeyRecord{ID: fmt.Sprintf("key_%08d", r.i), Hash: r.hash,
 					UserID: fmt.Sprintf("user-%d", r.i%100_000), Label: "scale", Created: created}
-				if err := putJSON(b, r.hash[:], k); err != nil {
+				if err := putJSON(tx, bucketKeys, r.hash[:], toKeyRecord(k)); err != nil {
 					return err
 				}
 			}
@@ -247,7 +247,7 @@ func loadScale(t *testing.T, path string, nKeys, nLedger int) {
 			b.FillPercent = 0.9
 			for i := from; i < to; i++ {
 				h := scaleKeyHash(i)
-				if err := b.Put([]byte(fmt.Sprintf("key_%08d", i)), h[:]); err != nil {
+				if err := putRaw(tx, bucketKeyIDs, []byte(fmt.Sprintf("key_%08d", i)), h[:]); err != nil {
 					return err
 				}
 			}
@@ -272,7 +272,7 @@ func loadScale(t *testing.T, path string, nKeys, nLedger int) {
 			b.FillPercent = 0.9
 			for _, i := range part {
 				h := scaleKeyHash(i)
-				if err := b.Put(joinKey(userOf(i), fmt.Sprintf("key_%08d", i)), h[:]); err != nil {
+				if err := putRaw(tx, bucketKeyUsers, joinKey(userOf(i), fmt.Sprintf("key_%08d", i)), h[:]); err != nil {
 					return err
 				}
 			}

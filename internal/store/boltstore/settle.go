@@ -388,13 +388,13 @@ func (s *Store) applyRecords(tx *bolt.Tx, batch []queued, applied, ledgerAt uint
 // applyRecord writes one record's claim and job.
 func (s *Store) applyRecord(tx *bolt.Tx, r *settlement) error {
 	if c := r.idem; c != nil {
-		if err := putJSON(tx.Bucket(bucketIdempotency), joinKey(c.serviceID, c.key),
+		if err := putJSON(tx, bucketIdempotency, joinKey(c.serviceID, c.key),
 			idemRecord{Created: c.created, Response: c.response}); err != nil {
 			return err
 		}
 	}
 	if j := r.job; j != nil {
-		if err := tx.Bucket(bucketJobs).Put([]byte(j.id), j.raw); err != nil {
+		if err := putRaw(tx, bucketJobs, []byte(j.id), j.raw); err != nil {
 			return err
 		}
 		s.written.job(j.id)
@@ -405,13 +405,13 @@ func (s *Store) applyRecord(tx *bolt.Tx, r *settlement) error {
 			}
 		}
 		if len(j.newOpen) > 0 {
-			if err := open.Put(j.newOpen, nil); err != nil {
+			if err := putRaw(tx, bucketOpenJobs, j.newOpen, nil); err != nil {
 				return err
 			}
 		}
 		rb := tx.Bucket(bucketReservations)
 		if j.holdID != 0 {
-			if err := rb.Put(u64(j.holdID), j.holdRaw); err != nil {
+			if err := putRaw(tx, bucketReservations, u64(j.holdID), j.holdRaw); err != nil {
 				return err
 			}
 			if j.holdID > rb.Sequence() {
@@ -451,7 +451,7 @@ func (a *applyState) apply(tx *bolt.Tx, c *acctChange) error {
 	if ss == nil {
 		ss = &subState{exists: true}
 		var rec subRecord
-		if err := getJSON(tx.Bucket(bucketSubs), []byte(skey), &rec); err == store.ErrNotFound {
+		if err := getJSON(tx, bucketSubs, []byte(skey), &rec); err == store.ErrNotFound {
 			ss.exists = false
 		} else if err != nil {
 			return err
@@ -466,7 +466,7 @@ func (a *applyState) apply(tx *bolt.Tx, c *acctChange) error {
 		ckey := string(counterKey(c.userID, c.serviceID, c.period))
 		if cnt = a.counters[ckey]; cnt == nil {
 			cnt = &counter{}
-			if err := getJSON(tx.Bucket(bucketCounters), []byte(ckey), cnt); err != nil && err != store.ErrNotFound {
+			if err := getJSON(tx, bucketCounters, []byte(ckey), cnt); err != nil && err != store.ErrNotFound {
 				return err
 			}
 			a.counters[ckey] = cnt
@@ -495,9 +495,8 @@ func (a *applyState) apply(tx *bolt.Tx, c *acctChange) error {
 
 // write stores the changed counters and balances.
 func (a *applyState) write(tx *bolt.Tx, s *Store) error {
-	b := tx.Bucket(bucketCounters)
 	for _, k := range a.order {
-		if err := b.Put([]byte(k), encodeCounter(*a.counters[k])); err != nil {
+		if err := putRaw(tx, bucketCounters, []byte(k), encodeCounter(*a.counters[k])); err != nil {
 			return err
 		}
 	}

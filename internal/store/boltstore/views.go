@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
-	"fmt"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -84,8 +82,8 @@ func (s *Store) ListSubscriptions(ctx context.Context, userID, cursor string, li
 			}
 			last = k
 			var rec subRecord
-			if err := json.Unmarshal(v, &rec); err != nil {
-				return fmt.Errorf("subscription %q: %w", k, err)
+			if err := decodeJSON(bucketSubs, k, v, &rec); err != nil {
+				return err
 			}
 			out = append(out, s.overlay(rec.subscription()))
 		}
@@ -124,8 +122,8 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter, cursor string, 
 			scanned++
 			last = k
 			var rec jobRecord
-			if err := json.Unmarshal(v, &rec); err != nil {
-				return fmt.Errorf("job %q: %w", k, err)
+			if err := decodeJSON(bucketJobs, k, v, &rec); err != nil {
+				return err
 			}
 			if j := rec.job(); f.Matches(j) {
 				out = append(out, j)
