@@ -352,14 +352,24 @@ func (h *Handler) createKey(q *request) {
 		return
 	}
 	label := strings.TrimSpace(q.r.PostForm.Get("label"))
-	// The new key has the roles of the key the caller signed in with, so
-	// a caller cannot grant themselves more than they have.
-	rec, err := h.ops.CreateKey(q.r.Context(), "portal:"+sess.UserID,
-		platform.CreateKeyRequest{UserID: sess.UserID, Roles: sessionKey.Roles, Label: label})
+	rec, refusal, err := h.mint(q, sessionKey, label)
 	if err != nil && rec.ID != "" {
 		// The key exists but its audit entry failed (the server log says
 		// so): it is shown, once, as the admin API does.
 		err = nil
+	}
+	if refusal != nil {
+		if refusal.retryAfter > 0 {
+			q.w.Header().Set("Retry-After", retryAfter(refusal.retryAfter))
+		}
+		h.dashboardStatus(q, refusal.status, sess, sessionKey, dashboardExtras{Error: refusal.message})
+		return
+	}
+	if errors.Is(err, errParentEnded) {
+		// The key signed in with was revoked while the new one was made;
+		// the new one went with it.
+		q.redirect("/?m=ended")
+		return
 	}
 	if err != nil {
 		var ae *apierror.Error
