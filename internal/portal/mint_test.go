@@ -114,7 +114,7 @@ func TestPortalMintedKeysRevokedWithParent(t *testing.T) {
 		otherKey, _ := e.user("lena", "basic")
 		parentKey, parent := e.keyFor("lena", nil, time.Time{})
 		c := newClient(t)
-		page := c.signIn(parentKey)
+		c.signIn(parentKey)
 		key, rec := c.mint(e)
 		if !rec.ExpiresAt.IsZero() || !rec.EndsWithParent {
 			t.Fatalf("minted key %+v", rec)
@@ -122,7 +122,7 @@ func TestPortalMintedKeysRevokedWithParent(t *testing.T) {
 		if st, _ := invoke(t, key); st != http.StatusOK {
 			t.Fatalf("minted key before: %d", st)
 		}
-		_, page = c.get("/portal/")
+		_, page := c.get("/portal/")
 		resp, _ := c.post("/portal/keys/revoke", url.Values{"csrf": {csrf(t, page)}, "key_id": {parent.ID}})
 		if resp.StatusCode != http.StatusSeeOther {
 			t.Fatalf("revoking the session's key: %d", resp.StatusCode)
