@@ -361,6 +361,10 @@ type keyView struct {
 	CreatedAt time.Time `json:"createdAt"`
 	ExpiresAt time.Time `json:"expiresAt,omitzero"`
 	RevokedAt time.Time `json:"revokedAt,omitzero"`
+	// ParentKeyID is the key a caller made this one under in the portal;
+	// EndsWithParent says revoking that one revokes this one too.
+	ParentKeyID    string `json:"parentKeyId,omitempty"`
+	EndsWithParent bool   `json:"endsWithParent,omitempty"`
 }
 
 // Key statuses shown by the admin API.
@@ -374,6 +378,7 @@ func viewKey(k store.KeyRecord, now time.Time) keyView {
 	v := keyView{
 		ID: k.ID, UserID: k.UserID, Roles: k.Roles, Label: k.Label,
 		Status: KeyStatus(k, now), CreatedAt: k.Created, ExpiresAt: k.ExpiresAt, RevokedAt: k.RevokedAt,
+		ParentKeyID: k.ParentKeyID, EndsWithParent: k.EndsWithParent,
 	}
 	if v.Roles == nil {
 		v.Roles = []string{}

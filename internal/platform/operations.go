@@ -53,6 +53,13 @@ type CreateKeyRequest struct {
 	Label  string   `json:"label"`
 	// ExpiresAt is an RFC 3339 time, or empty for a key that never expires.
 	ExpiresAt string `json:"expiresAt"`
+	// ParentKeyID is the key the new one is made under (the portal's
+	// signed-in key): the new key is the same user's, expires no later
+	// and has no role the parent lacks. Set in process only, never from
+	// a request body.
+	ParentKeyID string `json:"-"`
+	// EndsWithParent: revoking the parent revokes the new key too.
+	EndsWithParent bool `json:"-"`
 }
 
 // audit appends an entry for a change that is done. A failure to record
@@ -98,6 +105,11 @@ func (a *App) CreateKey(ctx context.Context, actor string, req CreateKeyRequest)
 		}
 		expires = expires.UTC()
 	}
+	if req.ParentKeyID != "" {
+		if expires, err = a.underParent(ctx, req, roles, expires, now); err != nil {
+			return KeyView{}, err
+		}
+	}
 	key, hash, err := servicekey.Generate()
 	if err != nil {
 		return KeyView{}, err
@@ -105,6 +117,7 @@ func (a *App) CreateKey(ctx context.Context, actor string, req CreateKeyRequest)
 	rec := store.KeyRecord{
 		ID: servicekey.NewID(), Hash: hash, UserID: req.UserID, Roles: roles,
 		Label: req.Label, Created: now, ExpiresAt: expires,
+		ParentKeyID: req.ParentKeyID, EndsWithParent: req.ParentKeyID != "" && req.EndsWithParent,
 	}
 	if err := a.DataStore().CreateKey(ctx, rec); err != nil {
 		return KeyView{}, fmt.Errorf("create key for user %s: %w", rec.UserID, err)
@@ -121,6 +134,13 @@ func (a *App) CreateKey(ctx context.Context, actor string, req CreateKeyRequest)
 		fields = append(fields, zap.Time("expires_at", expires))
 		detail = "expires " + expires.Format(time.RFC3339)
 	}
+	if rec.ParentKeyID != "" {
+		fields = append(fields, zap.String("parent_key_id", rec.ParentKeyID), zap.Bool("ends_with_parent", rec.EndsWithParent))
+		detail += ", made under key " + rec.ParentKeyID
+		if rec.EndsWithParent {
+			detail += " (revoked with it)"
+		}
+	}
 	a.logger.Info("service key created", fields...)
 	v := viewKey(rec, now)
 	v.Key = key
@@ -128,14 +148,28 @@ func (a *App) CreateKey(ctx context.Context, actor string, req CreateKeyRequest)
 	return v, err
 }
 
-// RevokeKey revokes a key; revoking again answers the same record with the
-// first revocation time (and is audited again, as an operator's act).
+// RevokeKey revokes a key, and with it every key made under it that ends
+// with it (keychain.go); revoking again answers the same record with the
+// first revocation time (and is audited again, as an operator's act), and
+// finishes a cascade a failure cut short.
 func (a *App) RevokeKey(ctx context.Context, actor, keyID string) (KeyView, error) {
 	now := a.Now().UTC()
-	k, err := a.DataStore().RevokeKey(ctx, keyID, now)
+	k, err := a.DataStore().KeyByID(ctx, keyID)
 	if errors.Is(err, store.ErrNotFound) {
 		return KeyView{}, keyNotFound(keyID)
 	}
+	if err != nil {
+		return KeyView{}, fmt.Errorf("revoke key %s: %w", keyID, err)
+	}
+	// The keys made under it go first, so that at no time is it revoked
+	// while one that ends with it still works; a second pass after it
+	// takes any made in the meantime (the portal checks its session key
+	// again after making one, see internal/portal).
+	auditErr, err := a.revokeMinted(ctx, actor, k, now)
+	if err != nil {
+		return KeyView{}, err
+	}
+	k, err = a.DataStore().RevokeKey(ctx, k.ID, now)
 	if err != nil {
 		return KeyView{}, fmt.Errorf("revoke key %s: %w", keyID, err)
 	}
@@ -144,8 +178,17 @@ func (a *App) RevokeKey(ctx context.Context, actor, keyID string) (KeyView, erro
 		zap.String("user_id", k.UserID),
 		zap.Time("revoked_at", k.RevokedAt),
 		zap.String("actor", actor))
-	err = a.audit(ctx, store.AuditEntry{Actor: actor, Action: AuditKeyRevoke, UserID: k.UserID, KeyID: k.ID})
-	return viewKey(k, now), err
+	if err := a.audit(ctx, store.AuditEntry{Actor: actor, Action: AuditKeyRevoke, UserID: k.UserID, KeyID: k.ID}); err != nil {
+		auditErr = err
+	}
+	later, err := a.revokeMinted(ctx, actor, k, now)
+	if err != nil {
+		return KeyView{}, err
+	}
+	if auditErr == nil {
+		auditErr = later
+	}
+	return viewKey(k, now), auditErr
 }
 
 // PutSubscription creates or replaces the subscription of userID to

@@ -24,6 +24,9 @@ func init() {
 //		session_ttl 30m
 //		sign_in_limit 10
 //		allow_plain_http
+//		minted_keys follow_parent|independent
+//		max_active_keys 20
+//		key_create_limit 5
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
@@ -68,6 +71,41 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("sign_in_limit %q: attempts per minute, 1 to 10000", d.Val())
 			}
 			h.SignInLimit = n
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		case "minted_keys":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			if v := d.Val(); v != MintedFollowParent && v != MintedIndependent {
+				return d.Errf("minted_keys %q: %s or %s", v, MintedFollowParent, MintedIndependent)
+			}
+			h.MintedKeys = d.Val()
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		case "max_active_keys":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			n, err := strconv.Atoi(d.Val())
+			if err != nil || n < 1 || n > 1000 {
+				return d.Errf("max_active_keys %q: active keys per user, 1 to 1000", d.Val())
+			}
+			h.MaxActiveKeys = n
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		case "key_create_limit":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			n, err := strconv.Atoi(d.Val())
+			if err != nil || n < 1 || n > 1000 {
+				return d.Errf("key_create_limit %q: keys per minute per user, 1 to 1000", d.Val())
+			}
+			h.KeyCreateLimit = n
 			if d.NextArg() {
 				return d.ArgErr()
 			}

@@ -254,11 +254,12 @@ func (h *Handler) home(q *request) {
 	h.signInPage(q, http.StatusOK, notices[q.r.URL.Query().Get("m")], "")
 }
 
-// signInPage renders the sign-in form with a fresh pre-sign-in token.
+// signInPage renders the sign-in form with a fresh pre-sign-in cookie and
+// the token the server binds to it (signintoken.go).
 func (h *Handler) signInPage(q *request, status int, notice, problem string) {
-	token := randomToken()
-	http.SetCookie(q.w, q.cookie(preCookie, token, 3600))
-	h.render(q, status, "signin", page{Title: "Sign in", Base: q.base, CSRF: token, Notice: notice, Error: problem})
+	c := randomToken()
+	http.SetCookie(q.w, q.cookie(preCookie, c, int(signInFormTTL/time.Second)))
+	h.render(q, status, "signin", page{Title: "Sign in", Base: q.base, CSRF: signInToken(c, q.now), Notice: notice, Error: problem})
 }
 
 func (h *Handler) signIn(q *request) {
@@ -268,14 +269,16 @@ func (h *Handler) signIn(q *request) {
 		h.signInPage(q, http.StatusTooManyRequests, "", "Too many sign-in attempts from your address; wait a minute and try again.")
 		return
 	}
-	want := ""
+	pre := ""
 	if c, err := q.r.Cookie(preCookie); err == nil {
-		want = c.Value
+		pre = c.Value
 	}
 	q.r.Body = http.MaxBytesReader(q.w, q.r.Body, maxFormBytes)
-	if err := q.r.ParseForm(); err != nil || !sameToken(q.r.PostForm.Get("csrf"), want) {
-		// A stale form (its cookie lasts an hour) or one posted from
-		// another site: nothing is checked, the form is shown afresh.
+	if err := q.r.ParseForm(); err != nil || crossOrigin(q.r.Header.Get("Sec-Fetch-Site")) ||
+		!signInTokenOK(pre, q.r.PostForm.Get("csrf"), q.now) {
+		// A stale form, one posted from another site or origin, or a
+		// cookie and token this server did not issue together: nothing
+		// is checked, the form is shown afresh.
 		h.signInPage(q, http.StatusForbidden, "", "This sign-in form expired or did not come from this portal; sign in again.")
 		return
 	}
@@ -344,14 +347,24 @@ func (h *Handler) createKey(q *request) {
 		return
 	}
 	label := strings.TrimSpace(q.r.PostForm.Get("label"))
-	// The new key has the roles of the key the caller signed in with, so
-	// a caller cannot grant themselves more than they have.
-	rec, err := h.ops.CreateKey(q.r.Context(), "portal:"+sess.UserID,
-		platform.CreateKeyRequest{UserID: sess.UserID, Roles: sessionKey.Roles, Label: label})
+	rec, refusal, err := h.mint(q, sessionKey, label)
 	if err != nil && rec.ID != "" {
 		// The key exists but its audit entry failed (the server log says
 		// so): it is shown, once, as the admin API does.
 		err = nil
+	}
+	if refusal != nil {
+		if refusal.retryAfter > 0 {
+			q.w.Header().Set("Retry-After", retryAfter(refusal.retryAfter))
+		}
+		h.dashboardStatus(q, refusal.status, sess, sessionKey, dashboardExtras{Error: refusal.message})
+		return
+	}
+	if errors.Is(err, errParentEnded) {
+		// The key signed in with was revoked while the new one was made;
+		// the new one went with it.
+		q.redirect("/?m=ended")
+		return
 	}
 	if err != nil {
 		var ae *apierror.Error

@@ -29,8 +29,16 @@ func init() {
 
 // Defaults of the handler's options.
 const (
-	DefaultSessionTTL  = 30 * time.Minute
-	DefaultSignInLimit = 10 // attempts per minute per client address
+	DefaultSessionTTL     = 30 * time.Minute
+	DefaultSignInLimit    = 10 // attempts per minute per client address
+	DefaultMaxActiveKeys  = 20 // active keys per user, past which the portal makes no more
+	DefaultKeyCreateLimit = 5  // keys a user may create per minute
+)
+
+// The values of minted_keys.
+const (
+	MintedFollowParent = "follow_parent"
+	MintedIndependent  = "independent"
 )
 
 //go:embed templates/*.html
@@ -56,6 +64,17 @@ type Handler struct {
 	// plain HTTP request is only served from 127.0.0.1 or ::1 (the demo),
 	// since its session cookie cannot be marked Secure.
 	AllowPlainHTTP bool `json:"allow_plain_http,omitempty"`
+	// MintedKeys is what revoking the key a caller signed in with does to
+	// the keys they made with it: "follow_parent" (the default) revokes
+	// them too, "independent" leaves them. Either way a key made in the
+	// portal has that key's roles and expires no later than it.
+	MintedKeys string `json:"minted_keys,omitempty"`
+	// MaxActiveKeys is how many active keys a user may have for the
+	// portal to make another; 20.
+	MaxActiveKeys int `json:"max_active_keys,omitempty"`
+	// KeyCreateLimit is how many keys a user may create in the portal per
+	// minute; 5.
+	KeyCreateLimit int `json:"key_create_limit,omitempty"`
 
 	// rt is the runtime the platform app built (engine.Runtime): the
 	// store, the clock, key authentication and the rate limiters; ops are
@@ -97,6 +116,19 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	if h.SignInLimit <= 0 {
 		h.SignInLimit = DefaultSignInLimit
+	}
+	switch h.MintedKeys {
+	case "":
+		h.MintedKeys = MintedFollowParent
+	case MintedFollowParent, MintedIndependent:
+	default:
+		return fmt.Errorf("platform_portal: minted_keys %q: %s or %s", h.MintedKeys, MintedFollowParent, MintedIndependent)
+	}
+	if h.MaxActiveKeys <= 0 {
+		h.MaxActiveKeys = DefaultMaxActiveKeys
+	}
+	if h.KeyCreateLimit <= 0 {
+		h.KeyCreateLimit = DefaultKeyCreateLimit
 	}
 	h.pages, err = parsePages()
 	if err != nil {

@@ -417,6 +417,9 @@ func TestCaddyfile(t *testing.T) {
 		{"platform_portal {\n bogus\n}", false, Handler{}},
 		{"platform_portal {\n session_ttl 10m\n session_ttl 20m\n}", false, Handler{}},
 		{"platform_portal {\n sign_in_limit 5 6\n}", false, Handler{}},
+		{"platform_portal {\n minted_keys independent\n max_active_keys 3\n key_create_limit 2\n}", true,
+			Handler{MintedKeys: MintedIndependent, MaxActiveKeys: 3, KeyCreateLimit: 2}},
+		{"platform_portal {\n minted_keys follow_parent\n}", true, Handler{MintedKeys: MintedFollowParent}},
 	} {
 		var h Handler
 		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.in))
@@ -424,9 +427,33 @@ func TestCaddyfile(t *testing.T) {
 			t.Errorf("%q: error %v", tc.in, err)
 			continue
 		}
-		if tc.ok && (h.AllowKeyManagement != tc.want.AllowKeyManagement || h.SessionTTL != tc.want.SessionTTL ||
-			h.SignInLimit != tc.want.SignInLimit || h.AllowPlainHTTP != tc.want.AllowPlainHTTP) {
+		if tc.ok && h != tc.want {
 			t.Errorf("%q: got %+v", tc.in, h)
+		}
+	}
+	// The new options' mistakes are refused with the line they are on.
+	for _, tc := range []struct{ in, line string }{
+		{"platform_portal {\n minted_keys\n}", ":2"},
+		{"platform_portal {\n minted_keys follow-parent\n}", ":2"},
+		{"platform_portal {\n minted_keys FOLLOW_PARENT\n}", ":2"},
+		{"platform_portal {\n minted_keys independent follow_parent\n}", ":2"},
+		{"platform_portal {\n minted_keys independent\n minted_keys follow_parent\n}", ":3"},
+		{"platform_portal {\n max_active_keys 0\n}", ":2"},
+		{"platform_portal {\n max_active_keys 1001\n}", ":2"},
+		{"platform_portal {\n max_active_keys ten\n}", ":2"},
+		{"platform_portal {\n max_active_keys\n}", ":2"},
+		{"platform_portal {\n max_active_keys 5 6\n}", ":2"},
+		{"platform_portal {\n max_active_keys 5\n max_active_keys 6\n}", ":3"},
+		{"platform_portal {\n key_create_limit 0\n}", ":2"},
+		{"platform_portal {\n key_create_limit -1\n}", ":2"},
+		{"platform_portal {\n key_create_limit 1001\n}", ":2"},
+		{"platform_portal {\n key_create_limit\n}", ":2"},
+		{"platform_portal {\n session_ttl 10m\n key_create_limit 2\n key_create_limit 2\n}", ":4"},
+	} {
+		var h Handler
+		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.in))
+		if err == nil || !strings.Contains(err.Error(), "Testfile"+tc.line) {
+			t.Errorf("%q: error %v, want one at line %s", tc.in, err, tc.line)
 		}
 	}
 }

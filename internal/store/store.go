@@ -78,6 +78,13 @@ type KeyRecord struct {
 	Created   time.Time `json:"createdAt"`
 	ExpiresAt time.Time `json:"expiresAt,omitzero"`
 	RevokedAt time.Time `json:"revokedAt,omitzero"`
+	// ParentKeyID is the key a caller was signed in to the portal with
+	// when they made this one; empty for a key an operator made. Records
+	// written before it existed read back without it.
+	ParentKeyID string `json:"parentKeyId,omitempty"`
+	// EndsWithParent: revoking the parent key revokes this one too (the
+	// portal's minted_keys follow_parent, chosen when the key was made).
+	EndsWithParent bool `json:"endsWithParent,omitempty"`
 }
 
 // Keys stores service keys.

@@ -29,18 +29,22 @@ type keyRecord struct {
 	Created   time.Time `json:"createdAt"`
 	ExpiresAt time.Time `json:"expiresAt,omitzero"`
 	RevokedAt time.Time `json:"revokedAt,omitzero"`
+	// Added later: absent from older records, which read back as keys an
+	// operator made.
+	ParentKeyID    string `json:"parentKeyId,omitempty"`
+	EndsWithParent bool   `json:"endsWithParent,omitempty"`
 }
 
 func toKeyRecord(k store.KeyRecord) keyRecord {
 	return keyRecord{ID: k.ID, UserID: k.UserID, Roles: k.Roles, Label: k.Label, Created: k.Created,
-		ExpiresAt: k.ExpiresAt, RevokedAt: k.RevokedAt}
+		ExpiresAt: k.ExpiresAt, RevokedAt: k.RevokedAt, ParentKeyID: k.ParentKeyID, EndsWithParent: k.EndsWithParent}
 }
 
 // key is the record without its hash, which the caller sets from the
 // bucket's key.
 func (r keyRecord) key() store.KeyRecord {
 	return store.KeyRecord{ID: r.ID, UserID: r.UserID, Roles: r.Roles, Label: r.Label, Created: r.Created,
-		ExpiresAt: r.ExpiresAt, RevokedAt: r.RevokedAt}
+		ExpiresAt: r.ExpiresAt, RevokedAt: r.RevokedAt, ParentKeyID: r.ParentKeyID, EndsWithParent: r.EndsWithParent}
 }
 
 // subRecord is a subscription as stored.

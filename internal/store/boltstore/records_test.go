@@ -64,11 +64,21 @@ func TestRecordsKeepTheFileFormat(t *testing.T) {
 		}
 	}
 	k := store.KeyRecord{ID: "key", Hash: [32]byte{1}, UserID: "u", Roles: []string{"a", "b"}, Label: "l", Created: at,
-		ExpiresAt: at.Add(time.Hour), RevokedAt: at.Add(time.Minute)}
+		ExpiresAt: at.Add(time.Hour), RevokedAt: at.Add(time.Minute), ParentKeyID: "parent", EndsWithParent: true}
 	same("key", toKeyRecord(k), k, nil)
 	if back := toKeyRecord(k).key(); back.ID != k.ID || !reflect.DeepEqual(back.Roles, k.Roles) || back.Hash != ([32]byte{}) ||
-		!back.RevokedAt.Equal(k.RevokedAt) || !back.ExpiresAt.Equal(k.ExpiresAt) || back.Label != k.Label {
+		!back.RevokedAt.Equal(k.RevokedAt) || !back.ExpiresAt.Equal(k.ExpiresAt) || back.Label != k.Label ||
+		back.ParentKeyID != "parent" || !back.EndsWithParent {
 		t.Errorf("key read back as %+v", back)
+	}
+	// A key record written before keys had a parent reads back as a key
+	// an operator made.
+	var old keyRecord
+	if err := json.Unmarshal([]byte(`{"keyId":"key","userId":"u","createdAt":"2026-11-23T12:00:00Z"}`), &old); err != nil {
+		t.Fatal(err)
+	}
+	if back := old.key(); back.ID != "key" || back.ParentKeyID != "" || back.EndsWithParent {
+		t.Errorf("an older key record read back as %+v", back)
 	}
 	same("subscription", toSubRecord(sub), sub, nil)
 	same("ledger entry", toLedgerRecord(e), e, nil)

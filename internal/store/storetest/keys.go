@@ -23,6 +23,8 @@ func testKeys(t *testing.T, c *suite) {
 		{ID: "key_a", Hash: KeyHash("sk_a"), UserID: "u1", Created: T0.Add(time.Minute)},
 		{ID: "key_c", Hash: KeyHash("sk_c"), UserID: "u10", Created: T0}, // u1 is a prefix of u10
 		{ID: "key_d", Hash: KeyHash("sk_d"), UserID: "u2", Created: T0},
+		// A key made in the portal: its parent and whether it ends with it.
+		{ID: "key_e", Hash: KeyHash("sk_e"), UserID: "u2", Created: T0, ParentKeyID: "key_d", EndsWithParent: true},
 	}
 	for _, k := range keys {
 		if err := s.CreateKey(ctx, k); err != nil {
@@ -45,9 +47,9 @@ func testKeys(t *testing.T, c *suite) {
 	}{
 		{"u1", []string{"key_a", "key_b"}},
 		{"u10", []string{"key_c"}},
-		{"u2", []string{"key_d"}},
+		{"u2", []string{"key_d", "key_e"}},
 		{"nobody", nil},
-		{"", []string{"key_a", "key_b", "key_c", "key_d"}},
+		{"", []string{"key_a", "key_b", "key_c", "key_d", "key_e"}},
 	}
 	for _, l := range lists {
 		got, err := s.ListKeys(ctx, l.user)
@@ -98,6 +100,14 @@ func testKeys(t *testing.T, c *suite) {
 	if k, _ := s.KeyByID(ctx, "key_b"); !k.RevokedAt.IsZero() {
 		t.Errorf("revoking key_a revoked key_b: %+v", k)
 	}
+	// Revoking keeps what the key was made from.
+	k, err = s.RevokeKey(ctx, "key_e", first)
+	if err != nil || !k.RevokedAt.Equal(first) || k.ParentKeyID != "key_d" || !k.EndsWithParent {
+		t.Errorf("RevokeKey(minted) = %+v, %v", k, err)
+	}
+	if k, err := s.KeyByHash(ctx, KeyHash("sk_e")); err != nil || k.ParentKeyID != "key_d" || !k.EndsWithParent || !k.RevokedAt.Equal(first) {
+		t.Errorf("KeyByHash(revoked minted) = %+v, %v", k, err)
+	}
 	if _, err := s.KeyByHash(ctx, KeyHash("sk_unknown")); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("KeyByHash(unknown) = %v, want ErrNotFound", err)
 	}
@@ -137,7 +147,8 @@ func testKeyIDAnyCase(t *testing.T, c *suite) {
 
 func sameKey(a, b store.KeyRecord) bool {
 	return a.ID == b.ID && subtle.ConstantTimeCompare(a.Hash[:], b.Hash[:]) == 1 && a.UserID == b.UserID && slices.Equal(a.Roles, b.Roles) &&
-		a.Label == b.Label && a.Created.Equal(b.Created) && a.ExpiresAt.Equal(b.ExpiresAt) && a.RevokedAt.Equal(b.RevokedAt)
+		a.Label == b.Label && a.Created.Equal(b.Created) && a.ExpiresAt.Equal(b.ExpiresAt) && a.RevokedAt.Equal(b.RevokedAt) &&
+		a.ParentKeyID == b.ParentKeyID && a.EndsWithParent == b.EndsWithParent
 }
 
 func keyIDs(ks []store.KeyRecord) []string {
