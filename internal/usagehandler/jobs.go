@@ -103,7 +103,7 @@ func (h *Handler) progress(w http.ResponseWriter, r *http.Request, id string) {
 		if j.Terminal() {
 			return engine.ErrJobFinished
 		}
-		if !now.Before(j.ExpiresAt) {
+		if j.Expired(now) {
 			return errExpired
 		}
 		started = j.Status == store.JobPending
@@ -353,7 +353,7 @@ func (h *Handler) complete(w http.ResponseWriter, r *http.Request, id string) {
 			}
 			return engine.ErrJobFinished
 		}
-		if !now.Before(j.ExpiresAt) {
+		if j.Expired(now) {
 			return errExpired
 		}
 		t := now.UTC()

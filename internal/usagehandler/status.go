@@ -62,7 +62,7 @@ func (h *Handler) callerJob(r *http.Request, id string) (store.Job, *apierror.Er
 // effective shows a job past its deadline as the expiry sweep will leave
 // it, so callers never see a job running beyond its TTL between sweeps.
 func effective(j store.Job, now time.Time) store.Job {
-	if !j.Terminal() && !j.ExpiresAt.IsZero() && !now.Before(j.ExpiresAt) {
+	if !j.Terminal() && j.Expired(now) {
 		j.Status = store.JobFailed
 		j.ErrorMessage = engine.JobExpiredMessage
 		j.CompletedAt = j.ExpiresAt
