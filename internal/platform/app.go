@@ -117,6 +117,8 @@ type App struct {
 	limiters *engine.Limiters // held in limiterPool until Cleanup
 	rt       *engine.Runtime  // what the handlers serve from (runtime.go)
 	stop     chan struct{}
+	// serverTimeouts are the timeouts hardenServers set, logged at Start.
+	serverTimeouts []serverTimeouts
 }
 
 // Prefixes are the path prefixes of each group of routes (engine.Prefixes).

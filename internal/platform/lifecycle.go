@@ -193,6 +193,7 @@ func (a *App) Start() error {
 	if _, err := a.openStore(); err != nil {
 		return err
 	}
+	a.logServerTimeouts()
 	go a.maintain(a.stop)
 	if a.alerter != nil {
 		done, stop := make(chan struct{}), a.stop
@@ -318,10 +319,16 @@ var (
 // FromContext returns the platform app of the config being provisioned,
 // for the handlers that serve from it; who names the asking module in the
 // error.
+//
+// Every handler of the platform asks, while its server is being
+// provisioned: the app gives the servers that host them safe timeouts
+// where their operator set none (hardenServers).
 func FromContext(ctx caddy.Context, who string) (*App, error) {
 	a, err := ctx.App("platform")
 	if err != nil {
 		return nil, fmt.Errorf("%s needs the platform app: %w", who, err)
 	}
-	return a.(*App), nil
+	app := a.(*App)
+	app.hardenServers(ctx)
+	return app, nil
 }
