@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"crypto/hmac"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -752,65 +751,7 @@ func TestWireSlowClientsAreCutOff(t *testing.T) {
 	g.subscribe("u-wire", "wire", "basic", "ACTIVE")
 	addr := fmt.Sprintf("127.0.0.1:%d", gwPort)
 
-	// closedBy reads from conn until it ends; the channel says whether
-	// the server closed it (EOF or reset) rather than the test's deadline.
-	closedBy := func(conn net.Conn) <-chan bool {
-		done := make(chan bool, 1)
-		go func() {
-			_, err := io.Copy(io.Discard, conn)
-			var ne net.Error
-			done <- !(errors.As(err, &ne) && ne.Timeout())
-		}()
-		return done
-	}
-
-	t.Run("headers trickled a byte at a time", func(t *testing.T) {
-		conn, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		conn.SetReadDeadline(time.Now().Add(30 * time.Second))
-		closed := closedBy(conn)
-		// 200 bytes at one per 100 ms would take 20 s; the server gives 1 s.
-		req := "GET /api/service/wire/endpoint/echo/invoke HTTP/1.1\r\nHost: " + addr + "\r\nAuthorization: Bearer " + key + "\r\nX-Padding: " + strings.Repeat("a", 200) + "\r\n\r\n"
-		for i := 0; i < len(req); i++ {
-			select {
-			case byServer := <-closed:
-				if !byServer {
-					t.Fatal("the test's own deadline ended the read")
-				}
-				t.Logf("cut off after %d of %d header bytes", i, len(req))
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-			if _, err := conn.Write([]byte{req[i]}); err != nil {
-				t.Logf("cut off after %d of %d header bytes (write: %v)", i, len(req), err)
-				return
-			}
-		}
-		t.Error("the server read a whole request header trickled over many seconds")
-	})
-
-	t.Run("idle keep-alive connection", func(t *testing.T) {
-		conn, rd := rawRequest(t, "GET /api/service/wire/endpoint/echo/invoke HTTP/1.1\r\nHost: "+addr+"\r\nAuthorization: Bearer "+key+"\r\n\r\n")
-		defer conn.Close()
-		resp, err := http.ReadResponse(rd, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 || resp.Close {
-			t.Fatalf("first request: %d, close %v", resp.StatusCode, resp.Close)
-		}
-		conn.SetReadDeadline(time.Now().Add(30 * time.Second))
-		if _, err := rd.ReadByte(); err == nil {
-			t.Error("the server sent bytes on an idle connection")
-		} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
-			t.Error("the idle keep-alive connection was never closed")
-		}
-	})
+	slowClientsCutOff(t, addr, key)
 
 	t.Run("a stream longer than the timeouts arrives whole", func(t *testing.T) {
 		resp, body := call(t, "GET", invokeURL("wire", "slowstream"), key, "")

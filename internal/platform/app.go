@@ -118,6 +118,8 @@ type App struct {
 	claims   *engine.Claims   // the callers' hold estimates, pooled with limiters
 	rt       *engine.Runtime  // what the handlers serve from (runtime.go)
 	stop     chan struct{}
+	// serverTimeouts are the timeouts hardenServers set, logged at Start.
+	serverTimeouts []serverTimeouts
 }
 
 // Prefixes are the path prefixes of each group of routes (engine.Prefixes).

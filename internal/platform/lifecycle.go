@@ -200,6 +200,7 @@ func (a *App) Start() error {
 	if err := a.auditConfig(context.Background()); err != nil {
 		return fmt.Errorf("platform: recording the config's changed settings in the audit log: %w", err)
 	}
+	a.logServerTimeouts()
 	go a.maintain(a.stop)
 	if a.alerter != nil {
 		done, stop := make(chan struct{}), a.stop
@@ -325,10 +326,16 @@ var (
 // FromContext returns the platform app of the config being provisioned,
 // for the handlers that serve from it; who names the asking module in the
 // error.
+//
+// Every handler of the platform asks, while its server is being
+// provisioned: the app gives the servers that host them safe timeouts
+// where their operator set none (hardenServers).
 func FromContext(ctx caddy.Context, who string) (*App, error) {
 	a, err := ctx.App("platform")
 	if err != nil {
 		return nil, fmt.Errorf("%s needs the platform app: %w", who, err)
 	}
-	return a.(*App), nil
+	app := a.(*App)
+	app.hardenServers(ctx)
+	return app, nil
 }

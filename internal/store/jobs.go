@@ -56,6 +56,15 @@ type Job struct {
 // Terminal reports whether the job's state can no longer change.
 func (j Job) Terminal() bool { return j.Status == JobCompleted || j.Status == JobFailed }
 
+// Expired reports whether the job's deadline has come at now: ExpiresAt is
+// the first instant the job is out of time (now >= ExpiresAt), as a
+// context's deadline is, so a completion or progress report dated exactly
+// at the deadline is refused and the sweep fails the job then. This is the
+// one rule: the usage handler and both stores' ExpireJobs decide with it
+// (pgstore's query selects with the same comparison and checks each row
+// here). It says nothing of the state: a terminal job is never expired.
+func (j Job) Expired(now time.Time) bool { return !now.Before(j.ExpiresAt) }
+
 // Jobs stores async jobs.
 //
 // A job started by a caller holds quota like a sync call does: the units
@@ -94,7 +103,8 @@ type Jobs interface {
 	// releases the hold. A free account records the units with no product.
 	// The job returned carries the units and cost charged.
 	CompleteJob(ctx context.Context, id string, a Account, e LedgerEntry, fn func(*Job) error) (Job, error)
-	// ExpireJobs fails every unfinished job whose ExpiresAt is before now,
-	// releasing its hold, and returns how many it failed.
+	// ExpireJobs fails every unfinished job that is Expired at now (its
+	// ExpiresAt not after now), releasing its hold, and returns how many it
+	// failed.
 	ExpireJobs(ctx context.Context, now time.Time, message string) (int, error)
 }

@@ -284,8 +284,8 @@ func (h *Handler) estimate(w http.ResponseWriter, r *http.Request, c *coreCall, 
 		var err error
 		state, err = h.rt.Meter().State(r.Context(), st.Account, c.now)
 		if err != nil {
-			h.logger.Error("usage state", zap.String("request_id", c.requestID), zap.String("service", svc.ID), zap.Error(err))
-			h.coreRefuse(w, r, c, storeFailure(err, "usage state lookup failed"))
+			h.coreRefuse(w, r, c, h.storeError(err, "usage state lookup failed", "usage state",
+				zap.String("request_id", c.requestID), zap.String("service", svc.ID)))
 			return
 		}
 	}
@@ -453,8 +453,7 @@ func (h *Handler) standingOf(ctx context.Context, svc *catalog.Service, userID s
 func (h *Handler) accessRefusal(err error) *apierror.Error {
 	var refusal *subscription.Error
 	if !errors.As(err, &refusal) {
-		h.logger.Error("subscription lookup", zap.Error(err))
-		return storeFailure(err, "subscription lookup failed")
+		return h.storeError(err, "subscription lookup failed", "subscription lookup")
 	}
 	if refusal.Reason == subscription.NoSubscription {
 		return apierror.New(apierror.NoSubscription, refusal.Error())

@@ -57,8 +57,7 @@ func (h *Handler) signedJob(r *http.Request, id, route string) (signedRequest, s
 		return s, job, nil, notFound
 	}
 	if err != nil {
-		h.logger.Error("job lookup", zap.Error(err))
-		return s, job, nil, storeFailure(err, "job lookup failed")
+		return s, job, nil, h.storeError(err, "job lookup failed", "job lookup")
 	}
 	svc, ok := h.rt.Catalog.Service(job.ServiceID)
 	if !ok { // the service left the catalog: nobody can sign for the job
@@ -103,7 +102,7 @@ func (h *Handler) progress(w http.ResponseWriter, r *http.Request, id string) {
 		if j.Terminal() {
 			return engine.ErrJobFinished
 		}
-		if !now.Before(j.ExpiresAt) {
+		if j.Expired(now) {
 			return errExpired
 		}
 		started = j.Status == store.JobPending
@@ -139,8 +138,7 @@ func (h *Handler) jobWriteError(err error, id string) *apierror.Error {
 	case errors.Is(err, store.ErrNotFound):
 		return apierror.New(apierror.RequestNotFound, "no request "+apierror.QuoteID(id))
 	}
-	h.logger.Error("job update", zap.String("request_id", id), zap.Error(err))
-	return storeFailure(err, "the job could not be updated")
+	return h.storeError(err, "the job could not be updated", "job update", zap.String("request_id", id))
 }
 
 // progressUpdate is a validated progress body.
@@ -356,7 +354,7 @@ func (h *Handler) complete(w http.ResponseWriter, r *http.Request, id string) {
 			}
 			return engine.ErrJobFinished
 		}
-		if !now.Before(j.ExpiresAt) {
+		if j.Expired(now) {
 			return errExpired
 		}
 		t := now.UTC()

@@ -106,8 +106,7 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 		h.refuse(w, r, h.accessRefusal(&subscription.Error{Reason: subscription.NoSubscription, ServiceID: svc.ID}))
 		return
 	case err != nil:
-		h.logger.Error("record report", zap.String("service", svc.ID), zap.Error(err))
-		h.refuse(w, r, storeFailure(err, "the report could not be recorded"))
+		h.refuse(w, r, h.storeError(err, "the report could not be recorded", "record report", zap.String("service", svc.ID)))
 		return
 	default:
 		h.rt.CountUnits(svc.ID, store.SourceReport, int64(rep.Units))

@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/platformgw/gateway/internal/apierror"
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/engine"
@@ -53,8 +51,7 @@ func (h *Handler) callerJob(r *http.Request, id string) (store.Job, *apierror.Er
 		return store.Job{}, apierror.New(apierror.RequestNotFound, "no request "+apierror.QuoteID(id))
 	}
 	if err != nil {
-		h.logger.Error("job lookup", zap.Error(err))
-		return store.Job{}, storeFailure(err, "job lookup failed")
+		return store.Job{}, h.storeError(err, "job lookup failed", "job lookup")
 	}
 	return effective(job, h.rt.Now()), nil
 }
@@ -62,7 +59,7 @@ func (h *Handler) callerJob(r *http.Request, id string) (store.Job, *apierror.Er
 // effective shows a job past its deadline as the expiry sweep will leave
 // it, so callers never see a job running beyond its TTL between sweeps.
 func effective(j store.Job, now time.Time) store.Job {
-	if !j.Terminal() && !j.ExpiresAt.IsZero() && !now.Before(j.ExpiresAt) {
+	if !j.Terminal() && j.Expired(now) {
 		j.Status = store.JobFailed
 		j.ErrorMessage = engine.JobExpiredMessage
 		j.CompletedAt = j.ExpiresAt

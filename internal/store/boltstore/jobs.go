@@ -323,7 +323,9 @@ func (s *Store) ExpireJobs(ctx context.Context, now time.Time, message string) (
 	var ids []string
 	err := s.view(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketOpenJobs).Cursor()
-		for k, _ := c.First(); k != nil && int64(binary.BigEndian.Uint64(k)) < now.UnixNano(); k, _ = c.Next() {
+		// The index is ordered by deadline: every key up to now (inclusive,
+		// store.Job.Expired) is a candidate; changeJob decides.
+		for k, _ := c.First(); k != nil && int64(binary.BigEndian.Uint64(k)) <= now.UnixNano(); k, _ = c.Next() {
 			ids = append(ids, string(k[8:]))
 		}
 		return nil
@@ -333,7 +335,7 @@ func (s *Store) ExpireJobs(ctx context.Context, now time.Time, message string) (
 	}
 	s.jobMu.Lock()
 	for id, m := range s.jobs {
-		if !m.job.Terminal() && m.job.ExpiresAt.Before(now) {
+		if !m.job.Terminal() && m.job.Expired(now) {
 			ids = append(ids, id)
 		}
 	}
@@ -345,7 +347,7 @@ func (s *Store) ExpireJobs(ctx context.Context, now time.Time, message string) (
 		}
 		seen[id] = true
 		_, wait, err := s.changeJob(id, store.Account{}, store.LedgerEntry{}, func(j *store.Job) error {
-			if j.Terminal() || !j.ExpiresAt.Before(now) {
+			if j.Terminal() || !j.Expired(now) {
 				return errSkip
 			}
 			j.Status = store.JobFailed

@@ -60,10 +60,11 @@ var ledgerAppended func() error
 // starting an empty one would lose the usage history.
 func (s *Store) openLedger() error {
 	dir := LedgerDir(s.path)
-	var seq, applied uint64
+	var seq, applied, covers uint64
 	err := s.db.View(func(tx *bolt.Tx) error {
 		m := tx.Bucket(bucketMarker)
 		seq, applied = markerU64(m, keyLedgerSeq), markerU64(m, keySettled)
+		covers = ledgerCovers(tx, applied)
 		return nil
 	})
 	if err != nil {
@@ -73,7 +74,7 @@ func (s *Store) openLedger() error {
 		return fmt.Errorf("open store %s: its ledger directory %s is missing (the file has %d ledger rows numbered): move or restore the directory with the file (docs/operations.md, backups); the store is not started without its ledger",
 			s.path, dir, seq)
 	}
-	led, err := segledger.Open(dir, segledger.Options{})
+	led, err := segledger.Open(dir, segledger.Options{Covers: covers})
 	if err != nil {
 		return fmt.Errorf("open store %s: ledger directory %s: %w (restore it from the backup the store file came from; `caddy platform store check` names the damaged file)",
 			s.path, dir, err)
@@ -90,6 +91,18 @@ func (s *Store) openLedger() error {
 			s.path, dir, pos, applied)
 	}
 	return nil
+}
+
+// ledgerCovers is the position the ledger directory must reach by the
+// file's own record (applied), for the ledger to tell a damaged tail from a
+// torn one (segledger.Options.Covers). While the old ledger bucket is
+// still being moved, the directory may legitimately be short of it (the
+// move's last blocks torn by a crash): then nothing is asked.
+func ledgerCovers(tx *bolt.Tx, applied uint64) uint64 {
+	if tx.Bucket(bucketLedger) != nil {
+		return 0
+	}
+	return applied
 }
 
 // migrateLedger moves the rows of the ledger bucket (the store's ledger
@@ -297,7 +310,9 @@ func checkLedgerAgainst(path string, applied uint64, db *bolt.DB, ledgerSeq uint
 		}
 		return 0, cc, err
 	}
-	led, err := segledger.Open(dir, segledger.Options{})
+	// applied is 0 while the old ledger bucket is still in the file, as
+	// ledgerCovers asks.
+	led, err := segledger.Open(dir, segledger.Options{Covers: applied})
 	if err != nil {
 		return 0, cc, fmt.Errorf("ledger directory %s: %w", dir, err)
 	}

@@ -48,6 +48,14 @@ type Options struct {
 	Now func() time.Time
 	// Level is the zstd level sealed segments are compressed at.
 	Level zstd.EncoderLevel
+	// Covers is the position the caller's own records say the ledger
+	// reached (the store file's settlement-log position), 0 when it knows
+	// none. Append syncs a block before the caller records its position,
+	// so a bad tail of the active segment that would leave the ledger
+	// short of Covers held acknowledged rows: Open refuses it as damage,
+	// naming the file, the offset and the fault, and changes nothing,
+	// instead of dropping it as a write a crash cut short.
+	Covers uint64
 }
 
 func (o *Options) defaults() {
@@ -209,6 +217,12 @@ func (l *Ledger) load() error {
 		st, err := readRaw(raws[base], base, -1, isLast, replay)
 		if err != nil {
 			return err
+		}
+		if (st.broken || st.torn) && l.opts.Covers > max(l.pos, st.meta.pos) {
+			// Moving the file out (fileError's advice) would leave the
+			// directory short of the store file too: restoring is the way.
+			return fmt.Errorf("ledger file %s is damaged (%s): the store file records the ledger up to settlement-log position %d and the segment's whole blocks reach %d, so what is missing held acknowledged rows, not a write a crash cut short; nothing was changed",
+				raws[base], st.fault, l.opts.Covers, max(l.pos, st.meta.pos))
 		}
 		if st.broken {
 			l.logger().Warn("removing a ledger segment a crash left without a header", zap.String("file", raws[base]))

@@ -140,6 +140,9 @@ type rawState struct {
 	end    int64 // offset after the last good block
 	torn   bool  // bytes after end were dropped
 	broken bool  // not even a whole header: written by a crash at creation
+	// fault says what is wrong with a torn or broken segment's tail and
+	// where, for the error when the tail turns out to be damage (Open).
+	fault string
 }
 
 // readRaw reads a raw segment's blocks, calling fn (if not nil) for each
@@ -165,11 +168,15 @@ func readRaw(path string, base uint64, limit int64, tornOK bool, fn func(*store.
 	hdr := make([]byte, rawHeaderLen)
 	if _, err := io.ReadFull(f, hdr); err != nil || crc(hdr[:rawHeaderLen-4]) != binary.LittleEndian.Uint32(hdr[rawHeaderLen-4:]) ||
 		string(hdr[:8]) != rawMagic {
-		if tornOK && size < rawHeaderLen {
-			st.broken = true
-			return st, nil
+		if size < rawHeaderLen {
+			st.fault = fmt.Sprintf("truncated segment header at offset 0: the file has %d bytes of the header's %d", size, rawHeaderLen)
+			if tornOK {
+				st.broken = true
+				return st, nil
+			}
+			return nil, fileError(path, errors.New(st.fault))
 		}
-		return nil, fileError(path, errors.New("bad segment header"))
+		return nil, fileError(path, errors.New("bad segment header at offset 0"))
 	}
 	st.meta.startPos = binary.LittleEndian.Uint64(hdr[8:])
 	st.meta.pos = st.meta.startPos
@@ -181,23 +188,27 @@ func readRaw(path string, base uint64, limit int64, tornOK bool, fn func(*store.
 	var e store.LedgerEntry
 	r := colReader{rowMode: true}
 	for off < size {
-		bad := func(what string) (*rawState, error) {
+		bad := func(fault string) (*rawState, error) {
 			if tornOK && tornTail(path, off, size) {
 				st.torn = true
 				st.end = off
+				st.fault = fault
 				return st, nil
 			}
-			return nil, fileError(path, fmt.Errorf("%s at offset %d", what, off))
+			return nil, fileError(path, errors.New(fault))
 		}
 		if size-off < frameHeader {
-			return bad("short block header")
+			return bad(fmt.Sprintf("truncated block header at offset %d: %d bytes of the %d-byte file are left", off, size-off, size))
 		}
 		if _, err := io.ReadFull(br, fh[:]); err != nil {
 			return nil, err
 		}
 		n := int64(binary.LittleEndian.Uint32(fh[:4]))
-		if n > maxBlock || off+frameHeader+n > size {
-			return bad("short block")
+		if n > maxBlock {
+			return bad(fmt.Sprintf("bad block length at offset %d: %d bytes, more than a block holds", off, n))
+		}
+		if off+frameHeader+n > size {
+			return bad(fmt.Sprintf("truncated block at offset %d: it holds %d bytes, %d of the %d-byte file are left", off, n, size-off-frameHeader, size))
 		}
 		if int64(cap(payload)) < n {
 			payload = make([]byte, n)
@@ -207,7 +218,7 @@ func readRaw(path string, base uint64, limit int64, tornOK bool, fn func(*store.
 			return nil, err
 		}
 		if crc(payload) != binary.LittleEndian.Uint32(fh[4:]) {
-			return bad("checksum mismatch")
+			return bad(fmt.Sprintf("bad checksum in the %d-byte block at offset %d", n, off))
 		}
 		// A block that passed its checksum but does not decode is damage
 		// (or a bug), never a torn write.

@@ -242,7 +242,12 @@ func (s *Store) ExpireJobs(ctx context.Context, now time.Time, message string) (
 		var changed []AllowanceKey
 		err := s.tx(ctx, func(tx pgx.Tx) error {
 			n, changed = 0, nil
-			rows, err := tx.Query(ctx, `SELECT rec FROM jobs WHERE open AND expires_at < $1 ORDER BY expires_at
+			// expires_at <= now is store.Job.Expired's rule (now >= ExpiresAt).
+			// The column holds microseconds and pgx truncates both sides
+			// alike, so the query never misses a job the rule expires; a
+			// job due within the same microsecond after now is selected too
+			// and left alone by the check below on its full deadline.
+			rows, err := tx.Query(ctx, `SELECT rec FROM jobs WHERE open AND expires_at <= $1 ORDER BY expires_at
 				LIMIT 256 FOR UPDATE SKIP LOCKED`, now)
 			if err != nil {
 				return err
@@ -253,7 +258,7 @@ func (s *Store) ExpireJobs(ctx context.Context, now time.Time, message string) (
 			}
 			for _, rec := range recs {
 				j := rec.job()
-				if j.Terminal() {
+				if j.Terminal() || !j.Expired(now) {
 					continue
 				}
 				j.Status, j.ErrorMessage = store.JobFailed, message

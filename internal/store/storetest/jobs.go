@@ -177,7 +177,7 @@ func testExpireJobs(t *testing.T, c *suite) {
 	jobs := []store.Job{
 		newJob("past", now.Add(-time.Minute)),
 		newJob("running-past", now.Add(-time.Second)),
-		newJob("at-now", now), // not before now: still open
+		newJob("at-now", now), // the deadline itself is expired (store.Job.Expired)
 		newJob("future", now.Add(time.Hour)),
 		newJob("done-past", now.Add(-time.Hour)),
 		newJob("extended", T0.Add(time.Hour)),
@@ -205,11 +205,11 @@ func testExpireJobs(t *testing.T, c *suite) {
 	}
 
 	n, err := s.ExpireJobs(ctx, now, "job expired after 24h")
-	if err != nil || n != 2 {
-		t.Fatalf("ExpireJobs = %d, %v; want 2", n, err)
+	if err != nil || n != 3 {
+		t.Fatalf("ExpireJobs = %d, %v; want 3", n, err)
 	}
 	want := map[string]string{
-		"past": store.JobFailed, "running-past": store.JobFailed, "at-now": store.JobPending, "future": store.JobPending,
+		"past": store.JobFailed, "running-past": store.JobFailed, "at-now": store.JobFailed, "future": store.JobPending,
 		"done-past": store.JobCompleted, "extended": store.JobPending, "created-done": store.JobFailed,
 	}
 	for id, status := range want {
@@ -218,7 +218,7 @@ func testExpireJobs(t *testing.T, c *suite) {
 			t.Errorf("%s: %+v, %v; want %s", id, j.Status, err, status)
 			continue
 		}
-		expired := id == "past" || id == "running-past"
+		expired := id == "past" || id == "running-past" || id == "at-now"
 		if expired && (j.ErrorMessage != "job expired after 24h" || !j.CompletedAt.Equal(now) || !j.UpdatedAt.Equal(now)) {
 			t.Errorf("%s expired as %+v", id, j)
 		}
@@ -237,9 +237,60 @@ func testExpireJobs(t *testing.T, c *suite) {
 		t.Errorf("state %+v, want only done-past's unit", st)
 	}
 	// Later, the rest expire.
-	if n, err := s.ExpireJobs(ctx, now.Add(2*time.Hour), "expired"); err != nil || n != 3 {
-		t.Errorf("ExpireJobs later = %d, %v; want 3 (at-now, future, extended)", n, err)
+	if n, err := s.ExpireJobs(ctx, now.Add(2*time.Hour), "expired"); err != nil || n != 2 {
+		t.Errorf("ExpireJobs later = %d, %v; want 2 (future, extended)", n, err)
 	}
+}
+
+// testExpireJobsBoundary pins the one expiry rule (store.Job.Expired: a job
+// is expired from its deadline on) at the nanosecond: a job due just
+// before now and one due at now are failed, one due just after is not, and
+// the sweep agrees with Expired on every job. With a restart the jobs are
+// swept from what the store reloaded, not from what it held in memory.
+func testExpireJobsBoundary(t *testing.T, c *suite) {
+	now := T0.Add(2 * time.Hour)
+	check := func(t *testing.T, s store.Store, prefix string) {
+		t.Helper()
+		n, err := s.ExpireJobs(ctx, now, "expired")
+		if err != nil || n != 2 {
+			t.Errorf("%sExpireJobs(now) = %d, %v; want 2 (before, at)", prefix, n, err)
+		}
+		for id, want := range map[string]string{"before": store.JobFailed, "at": store.JobFailed, "after": store.JobPending} {
+			j, err := s.GetJob(ctx, prefix+id)
+			if err != nil || j.Status != want {
+				t.Errorf("%s%s: %s, %v; want %s", prefix, id, j.Status, err, want)
+				continue
+			}
+			// Expired says the same of the stored job as the sweep did.
+			if j.Expired(now) != (want == store.JobFailed) {
+				t.Errorf("%s%s: Expired(now) = %v with deadline %v, the sweep left it %s", prefix, id, j.Expired(now), j.ExpiresAt, j.Status)
+			}
+		}
+		// One nanosecond on, the last one is due.
+		if n, err := s.ExpireJobs(ctx, now.Add(time.Nanosecond), "expired"); err != nil || n != 1 {
+			t.Errorf("%sExpireJobs(now+1ns) = %d, %v; want 1 (after)", prefix, n, err)
+		}
+		if j, err := s.GetJob(ctx, prefix+"after"); err != nil || j.Status != store.JobFailed {
+			t.Errorf("%safter at now+1ns: %s, %v; want FAILED", prefix, j.Status, err)
+		}
+	}
+	create := func(t *testing.T, s store.Store, prefix string) {
+		t.Helper()
+		for id, d := range map[string]time.Duration{"before": -time.Nanosecond, "at": 0, "after": time.Nanosecond} {
+			if err := s.CreateJob(ctx, newJob(prefix+id, now.Add(d))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s := c.store(t)
+	create(t, s, "mem-")
+	check(t, s, "mem-")
+	if c.reopen == nil {
+		return
+	}
+	create(t, s, "reloaded-")
+	s = c.restart(t, s)
+	check(t, s, "reloaded-")
 }
 
 // reserveJob creates job id holding units for a, and fails the test unless

@@ -104,6 +104,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"CompleteJobChargesOnce", testCompleteJobChargesOnce},
 		{"CompleteJobWithoutSubscription", testCompleteJobWithoutSubscription},
 		{"ExpireJobs", testExpireJobs},
+		{"ExpireJobsBoundary", testExpireJobsBoundary},
 		{"CreateJobReserved", testCreateJobReserved},
 		{"CompleteJobSettlesHold", testCompleteJobSettlesHold},
 		{"JobEndsReleaseHold", testJobEndsReleaseHold},
