@@ -199,7 +199,7 @@ func TestWireSlowClientsCutOffWithoutTimeouts(t *testing.T) {
 	var lines []map[string]any
 	for _, l := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
 		var m map[string]any
-		if json.Unmarshal([]byte(l), &m) == nil && strings.Contains(fmt.Sprint(m["msg"]), "sets no read_header or idle timeout") {
+		if json.Unmarshal([]byte(l), &m) == nil && strings.Contains(fmt.Sprint(m["msg"]), "sets no read_header or idle limit") {
 			lines = append(lines, m)
 		}
 	}

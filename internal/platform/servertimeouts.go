@@ -80,7 +80,7 @@ func (a *App) logServerTimeouts() {
 		if s.idle > 0 {
 			fields = append(fields, zap.Duration("idle", s.idle))
 		}
-		a.logger.Info("the server hosting the platform handlers sets no read_header or idle timeout: the platform's are used (set `servers { timeouts { ... } }` to choose)", fields...)
+		a.logger.Info("the server hosting the platform handlers sets no read_header or idle limit for slow clients: the platform's are used (set them in the global servers options to choose)", fields...)
 	}
 }
 
