@@ -216,3 +216,36 @@ func TestCheckRefusesOtherDatabases(t *testing.T) {
 		t.Fatalf("schema version 1: %v", err)
 	}
 }
+
+// The check while three nodes serve a quota and a prepaid balance, one of
+// them from its settlement log: every snapshot agrees, whatever is leased,
+// settled or waiting to be shipped at that moment.
+func TestCheckWhileServing(t *testing.T) {
+	dsn := newDatabase(t)
+	nodes := []*Store{openNode(t, dsn, "a"), openNode(t, dsn, "b"), openNode(t, dsn, "c", func(o *Options) {
+		o.LogDir, o.ShipInterval, o.LeaseMax = t.TempDir(), 50*time.Millisecond, units(10)
+	})}
+	subscribe(t, nodes[0], "u", "svc", "q")
+	subscribe(t, nodes[0], "p", "pp", "pp")
+	if _, err := nodes[0].AddCredits(context.Background(), "p", "pp", units(400), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		race(t, nodes, 6, store.Account{UserID: "u", ServiceID: "svc", Product: quotaProduct(300)})
+		race(t, nodes, 6, store.Account{UserID: "p", ServiceID: "pp", Product: prepaidProduct(2)})
+	}()
+	checks := 0
+	for serving := true; serving; checks++ {
+		select {
+		case <-done:
+			serving = false
+		default:
+		}
+		if _, err := Check(context.Background(), dsn); err != nil {
+			t.Fatalf("check %d while serving: %v", checks, err)
+		}
+	}
+	t.Logf("%d checks while serving", checks)
+}
