@@ -65,8 +65,8 @@ restore, and start the gateway on <store file>.
 		RunE: runCommand(cmdStoreRestore),
 	}
 	check := &cobra.Command{
-		Use:   "check <file>",
-		Short: "Verifies a store file offline",
+		Use:   "check <file> | check --dsn <dsn>",
+		Short: "Verifies a store file offline, or a fleet's PostgreSQL store",
 		Long: `
 Checks a store file without a running gateway, read-only: bbolt's meta
 pages and their checksums, the file's size against the pages they count,
@@ -78,10 +78,23 @@ over its periods against its ledger rows, reserved of each period against
 the holds stored for it. Credit balances are not checked (a grant writes no
 ledger row). It exits non-zero and says what is wrong with a damaged file
 or names each figure that differs. A file a running gateway holds is locked: back
-it up with 'caddy platform store backup' and check the copy.`,
-		Args: cobra.ExactArgs(1),
+it up with 'caddy platform store backup' and check the copy.
+
+With --dsn it checks a fleet's PostgreSQL database instead, read-only, in
+one consistent snapshot, while the fleet serves: each rollup against the
+ledger rows it sums, used and spend of each subscription against its ledger
+rows (and the rollups of partitions retention dropped), leased_units and
+leased_spend of each allowance and credits_held of each subscription
+against the lease rows of the nodes and the jobs, and that every job's lease
+is of an open job. Settlements waiting in a node's settlement log are in
+neither the ledger nor the counters yet (their units are leased), so they
+make no difference. A prune waits while the check runs.
+
+	caddy platform store check --dsn "$PLATFORM_PG_DSN"`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: runCommand(cmdStoreCheck),
 	}
+	check.Flags().String("dsn", "", "PostgreSQL connection string of a fleet's store to check instead of a file (a URL or key=value pairs)")
 	st.AddCommand(path, backup, restore, check, storeMigrateCommand())
 	return st
 }
@@ -195,6 +208,15 @@ func writeSynced(path string, r io.Reader) (int64, error) {
 }
 
 func cmdStoreCheck(c cli, args []string) error {
+	if dsn := c.fl.String("dsn"); dsn != "" {
+		if len(args) > 0 {
+			return fmt.Errorf("check a store file (%s) or a database (--dsn), not both", args[0])
+		}
+		return cmdStoreCheckPostgres(c, dsn)
+	}
+	if len(args) == 0 {
+		return errors.New("name the store file to check, or pass --dsn <dsn> to check a fleet's PostgreSQL store")
+	}
 	rep, err := boltstore.CheckFile(args[0])
 	if errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("%s does not exist", args[0])
