@@ -261,7 +261,8 @@ const cutSecret = "cut-secret-cut-secret-cut-000001"
 // test's own code, then answers by the query's mode: "cut" declares a
 // Content-Length of 100000, sends 1,000 bytes and closes the connection;
 // "drip" streams 64 KiB chunks until the connection fails (at most 64 MiB);
-// "hints" sends 103 Early Hints carrying X-Platform-* headers, then a
+// "sized" sends size=N bytes with a Content-Length of N, 64 KiB a write,
+// until the connection fails; "hints" sends 103 Early Hints carrying X-Platform-* headers, then a
 // normal answer. With units=N it states N units on the final response.
 func cutBackend(t *testing.T) *testBackend {
 	b := &testBackend{secret: cutSecret, brand: "Platform"}
@@ -295,6 +296,17 @@ func cutBackend(t *testing.T) *testBackend {
 					return
 				}
 				w.(http.Flusher).Flush()
+			}
+		case "sized":
+			n, _ := strconv.Atoi(q.Get("size"))
+			w.Header().Set("Content-Length", strconv.Itoa(n))
+			chunk := bytes.Repeat([]byte("s"), 64<<10)
+			for n > 0 {
+				k := min(n, len(chunk))
+				if _, err := w.Write(chunk[:k]); err != nil {
+					return
+				}
+				n -= k
 			}
 		case "hints":
 			h := w.Header()

@@ -193,11 +193,19 @@ func startGateway(t *testing.T, dir, platformBlock string) *gateway {
 // transport (timeouts, say), one per line.
 func startGatewayWithTransport(t *testing.T, dir, platformBlock, transportOptions string) *gateway {
 	t.Helper()
+	return startGatewayWithOptions(t, dir, platformBlock, transportOptions, "")
+}
+
+// startGatewayWithOptions is startGatewayWithTransport with more global
+// options (a servers block, say), one per line.
+func startGatewayWithOptions(t *testing.T, dir, platformBlock, transportOptions, globalOptions string) *gateway {
+	t.Helper()
 	cfg := fmt.Sprintf(`{
 	admin localhost:%d
 	http_port %d
 	https_port 9443
 	grace_period 10s
+%s
 	platform {
 		store %s/platform.db
 %s
@@ -214,7 +222,7 @@ func startGatewayWithTransport(t *testing.T, dir, platformBlock, transportOption
 		}
 	}
 }
-`, adminPort, gwPort, dir, platformBlock, gwPort, transportOptions)
+`, adminPort, gwPort, globalOptions, dir, platformBlock, gwPort, transportOptions)
 	tester := testerFor(t, filepath.Join(dir, "platform.db"))
 	tester.InitServer(cfg, "caddyfile")
 	return &gateway{t: t, tester: tester, dir: dir}

@@ -60,6 +60,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.init(app.Runtime(), ctx.Logger())
+	registerConnContext(ctx) // PER_BYTE measures a caller's connection (delivered.go)
 	return nil
 }
 

@@ -207,6 +207,7 @@ type meterWriter struct {
 	wroteHeader bool
 	status      int
 	written     int64
+	writeFailed bool // a write to the caller failed (delivered.go)
 	deferred    bool // settle after the body: PER_BYTE, PER_TIME_UNIT
 	// wrap is the wrapped answer's writer (sync_response wrapped), nil for
 	// raw. While it buffers (atEnd), the caller gets nothing before the
@@ -316,6 +317,9 @@ func (m *meterWriter) Write(b []byte) (int, error) {
 	}
 	n, err := m.w.Write(b)
 	m.written += int64(n)
+	if err != nil {
+		m.writeFailed = true
+	}
 	return n, err
 }
 
@@ -339,13 +343,14 @@ func (m *meterWriter) claimedUnits(v string) (billing.Units, bool) {
 	return u, true
 }
 
-// deferredUnits measures a finished response: bytes for PER_BYTE, whole
-// seconds (rounded up) from the call's start for PER_TIME_UNIT.
+// deferredUnits measures a finished response: bytes for PER_BYTE (those
+// that reached the caller, delivered.go), whole seconds (rounded up) from
+// the call's start for PER_TIME_UNIT.
 func (m *meterWriter) deferredUnits() billing.Units {
 	if p := m.c.product; p != nil && p.MeasurementType == billing.PerTimeUnit {
 		return billing.Whole(billing.CeilSeconds(m.h.rt.Now().Sub(m.c.started)))
 	}
-	return billing.Whole(m.written)
+	return billing.Whole(m.deliveredBytes())
 }
 
 // settleNow charges units durably; false when the store failed.
