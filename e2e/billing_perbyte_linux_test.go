@@ -101,9 +101,22 @@ func readSlowly(r io.Reader, n int64) (int64, error) {
 // kernel send queue, never sent or never acknowledged (the outside attack
 // run: 3,301,538 bytes for 1 MiB read). A slow caller that reads the whole
 // answer is charged exactly its bytes, and the hold is released each time.
+//
+// Both with the platform_delivery listener wrapper (which measures in the
+// failed write) and without it (the call holds a second descriptor of the
+// caller's socket for that): the charge is the same.
 func TestHungUpCallerIsChargedWhatReachedIt(t *testing.T) {
+	for _, srv := range []struct{ name, opts string }{
+		{"with platform_delivery", deliveryServers},
+		{"without platform_delivery", ""},
+	} {
+		t.Run(srv.name, func(t *testing.T) { hungUpCharges(t, srv.opts) })
+	}
+}
+
+func hungUpCharges(t *testing.T, servers string) {
 	be := cutBackend(t)
-	g := startGatewayWithOptions(t, t.TempDir(), cutCatalog(be.URL), "", deliveryServers)
+	g := startGatewayWithOptions(t, t.TempDir(), cutCatalog(be.URL), "", servers)
 	const readLimit = 1 << 20
 	cases := []struct {
 		name  string

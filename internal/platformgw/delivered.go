@@ -127,12 +127,52 @@ func registerConnContext(ctx caddy.Context) {
 		return // not inside an HTTP server (unit tests): calls are not measured
 	}
 	srv.RegisterConnContext(func(ctx context.Context, c net.Conn) context.Context {
-		dc := deliveryConnOf(c)
-		if dc == nil || ctx.Value(connCtxKey{}) != nil {
+		if ctx.Value(connCtxKey{}) != nil || ctx.Value(tcpConnCtxKey{}) != nil {
 			return ctx
 		}
-		return context.WithValue(ctx, connCtxKey{}, dc)
+		if dc := deliveryConnOf(c); dc != nil {
+			return context.WithValue(ctx, connCtxKey{}, dc)
+		}
+		if tc := tcpConnOf(c); tc != nil {
+			return context.WithValue(ctx, tcpConnCtxKey{}, tc)
+		}
+		return ctx
 	})
+}
+
+// tcpConnCtxKey is the request context key of the caller's TCP connection
+// on a server without platform_delivery.
+type tcpConnCtxKey struct{}
+
+// tcpConnOf finds the TCP connection under c, as deliveryConnOf does.
+func tcpConnOf(c net.Conn) *net.TCPConn {
+	for range 4 {
+		switch v := c.(type) {
+		case *net.TCPConn:
+			return v
+		case interface{ NetConn() net.Conn }:
+			c = v.NetConn()
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
+// holdCallerConn is how a PER_BYTE call is measured on a server without
+// platform_delivery: when its answer starts, it takes a second descriptor
+// of the caller's socket (heldSocket, delivered_linux.go), so that the
+// socket outlives net/http's close of its own descriptor in a failed
+// write and its send queue can still be read. A system call at the start
+// and one at the end of each such call, where the wrapper costs none;
+// nothing for any other call, or when the server has the wrapper.
+func (m *meterWriter) holdCallerConn() {
+	if m.r.ProtoMajor != 1 || m.held.ok() || m.r.Context().Value(connCtxKey{}) != nil {
+		return
+	}
+	if tc, _ := m.r.Context().Value(tcpConnCtxKey{}).(*net.TCPConn); tc != nil {
+		m.held = holdSocket(tc)
+	}
 }
 
 // deliveryConnOf finds the deliveryConn under c: c itself, or the
@@ -168,7 +208,7 @@ func (m *meterWriter) deliveredBytes() int64 {
 	if !m.callerLeft() {
 		return m.written
 	}
-	return delivered(m.r, m.written)
+	return delivered(m.r, m.written, m.held)
 }
 
 // delivered is written less the bytes the caller's connection held in its
@@ -176,17 +216,19 @@ func (m *meterWriter) deliveredBytes() int64 {
 // stack (they include the body's framing: chunk sizes, TLS records). It is
 // written when the connection cannot be measured: HTTP/2 and HTTP/3, where
 // one connection carries many calls (HTTP/2's flow control bounds what the
-// gateway writes ahead of the caller instead), a server without
-// platform_delivery, a system other than Linux.
-func delivered(r *http.Request, written int64) int64 {
+// gateway writes ahead of the caller instead), a connection that is not
+// TCP, a system other than Linux.
+func delivered(r *http.Request, written int64, held heldSocket) int64 {
 	if r.ProtoMajor != 1 {
 		return written
 	}
-	dc, _ := r.Context().Value(connCtxKey{}).(*deliveryConn)
-	if dc == nil {
-		return written
+	var q int64
+	var ok bool
+	if dc, _ := r.Context().Value(connCtxKey{}).(*deliveryConn); dc != nil {
+		q, ok = dc.unacked()
+	} else {
+		q, ok = held.unacked()
 	}
-	q, ok := dc.unacked()
 	if !ok {
 		return written
 	}

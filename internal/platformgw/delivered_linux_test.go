@@ -125,7 +125,7 @@ func TestDeliveredFallsBackToWhatWasWritten(t *testing.T) {
 		{"HTTP/1.1 on a live connection with nothing unacknowledged", req(1, dc)},
 	}
 	for _, tc := range cases {
-		if got := delivered(tc.r, 12345); got != 12345 {
+		if got := delivered(tc.r, 12345, heldSocket{}); got != 12345 {
 			t.Errorf("%s: delivered %d, want the 12345 written", tc.name, got)
 		}
 	}
@@ -135,7 +135,7 @@ func TestDeliveredFallsBackToWhatWasWritten(t *testing.T) {
 	if q, ok := closed.unacked(); ok {
 		t.Errorf("a closed connection measured %d", q)
 	}
-	if got := delivered(req(1, closed), 777); got != 777 {
+	if got := delivered(req(1, closed), 777, heldSocket{}); got != 777 {
 		t.Errorf("closed connection: delivered %d, want the 777 written", got)
 	}
 }

@@ -118,6 +118,7 @@ func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, ne
 // (atEnd): whether the caller gets it. One that cannot be wrapped (cut off,
 // too large) reaches the caller as an error, and is not charged.
 func (m *meterWriter) end(delivered bool) {
+	defer m.held.release()
 	switch {
 	case m.settled:
 	case m.atEnd && !delivered:
@@ -208,6 +209,9 @@ type meterWriter struct {
 	status      int
 	written     int64
 	writeFailed bool // a write to the caller failed (delivered.go)
+	// held keeps the caller's socket open for a PER_BYTE call on a server
+	// without platform_delivery, until the call is settled (delivered.go).
+	held heldSocket
 	deferred    bool // settle after the body: PER_BYTE, PER_TIME_UNIT
 	// wrap is the wrapped answer's writer (sync_response wrapped), nil for
 	// raw. While it buffers (atEnd), the caller gets nothing before the
@@ -258,6 +262,9 @@ func (m *meterWriter) WriteHeader(status int) {
 		units = claimed
 	} else if p := m.c.product; p != nil && (p.MeasurementType == billing.PerByte || p.MeasurementType == billing.PerTimeUnit) {
 		m.deferred = true
+		if p.MeasurementType == billing.PerByte {
+			m.holdCallerConn()
+		}
 	} else if m.c.account.Free && status == http.StatusSwitchingProtocols {
 		m.deferred = true
 	}
