@@ -189,8 +189,12 @@ func hungUpCharges(t *testing.T, servers string) {
 					t.Errorf("charged %s bytes for %d read, at most %d reached the caller's machine (receive buffer %d)",
 						e.Units, read, most, rcvbuf.Load())
 				}
-				if !tc.chunked && e.Units < billing.Whole(read) {
-					t.Errorf("charged %s bytes, below the %d the caller read", e.Units, read)
+				// The caller's kernel may not have acknowledged the last
+				// bytes it received when its program closed (a delayed
+				// ACK); those are not charged: at most its receive
+				// buffer, in its favour.
+				if least := read - rcvbuf.Load(); !tc.chunked && e.Units < billing.Whole(least) {
+					t.Errorf("charged %s bytes for %d read: below what its kernel acknowledged (at least %d)", e.Units, read, least)
 				}
 				if e.Units <= 0 {
 					t.Errorf("charged %s for %d bytes read", e.Units, read)
