@@ -16,7 +16,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/billing"
-	"github.com/platformgw/gateway/internal/platform"
+	"github.com/platformgw/gateway/internal/engine"
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -25,7 +26,7 @@ import (
 func direct(t *testing.T, e *env, allowAnon bool) *Handler {
 	t.Helper()
 	h := &Handler{Prefix: "/console", AllowUnauthenticated: allowAnon}
-	if err := h.setup(e.app.Runtime(), e.app, zap.NewNop()); err != nil {
+	if err := h.setup(e.app.Runtime(), e.app.Ops(), zap.NewNop()); err != nil {
 		t.Fatal(err)
 	}
 	return h
@@ -122,7 +123,7 @@ func TestConsoleCSRF(t *testing.T) {
 	e := start(t)
 	h := direct(t, e, false)
 	ctx := context.Background()
-	if _, err := e.app.PutSubscription(ctx, "test", "alice", "weather", "credits", ""); err != nil {
+	if _, err := e.app.Ops().PutSubscription(ctx, "test", "alice", "weather", "credits", ""); err != nil {
 		t.Fatal(err)
 	}
 	c, token := session(t, h, "/console/users/alice", "bob")
@@ -156,7 +157,7 @@ func TestConsoleCSRF(t *testing.T) {
 		t.Errorf("cross-site POST: %d", w.Code)
 	}
 	sub, _ := e.app.DataStore().GetSubscription(ctx, "alice", "weather")
-	entries, _, _ := e.app.AuditLog(ctx, "", 10)
+	entries, _, _ := e.app.Ops().AuditLog(ctx, "", 10)
 	if sub.Credits != 0 || len(entries) != 1 {
 		t.Fatalf("refused POSTs changed something: credits %v, %d audit entries", sub.Credits, len(entries))
 	}
@@ -166,8 +167,8 @@ func TestConsoleCSRF(t *testing.T) {
 		t.Fatalf("good POST: %d %s", w.Code, w.Body)
 	}
 	sub, _ = e.app.DataStore().GetSubscription(ctx, "alice", "weather")
-	entries, _, _ = e.app.AuditLog(ctx, "", 10)
-	if sub.Credits.String() != "5" || entries[0].Actor != "console:bob" || entries[0].Action != platform.AuditCreditsAdd {
+	entries, _, _ = e.app.Ops().AuditLog(ctx, "", 10)
+	if sub.Credits.String() != "5" || entries[0].Actor != "console:bob" || entries[0].Action != ops.AuditCreditsAdd {
 		t.Fatalf("credits %v, audit %+v", sub.Credits, entries[0])
 	}
 	// The admin API's validation, and its message, on a bad amount.
@@ -215,7 +216,7 @@ func TestConsoleUsageExport(t *testing.T) {
 	e := start(t)
 	h := direct(t, e, false)
 	ctx := context.Background()
-	if _, err := e.app.PutSubscription(ctx, "test", "alice", "weather", "basic", ""); err != nil {
+	if _, err := e.app.Ops().PutSubscription(ctx, "test", "alice", "weather", "basic", ""); err != nil {
 		t.Fatal(err)
 	}
 	svc, _ := e.app.Catalog().Service("weather")
@@ -262,7 +263,7 @@ func TestConsoleUsageShowsCutCalls(t *testing.T) {
 	e := start(t)
 	h := direct(t, e, false)
 	ctx := context.Background()
-	if _, err := e.app.PutSubscription(ctx, "test", "alice", "weather", "basic", ""); err != nil {
+	if _, err := e.app.Ops().PutSubscription(ctx, "test", "alice", "weather", "basic", ""); err != nil {
 		t.Fatal(err)
 	}
 	svc, _ := e.app.Catalog().Service("weather")
@@ -295,10 +296,10 @@ func TestConsoleUsageShowsCutCalls(t *testing.T) {
 func TestOverviewCountsGatewayCalls(t *testing.T) {
 	e := start(t)
 	ctx := context.Background()
-	if _, err := e.app.PutSubscription(ctx, "test", "alice", "weather", "basic", ""); err != nil {
+	if _, err := e.app.Ops().PutSubscription(ctx, "test", "alice", "weather", "basic", ""); err != nil {
 		t.Fatal(err)
 	}
-	k, err := e.app.CreateKey(ctx, "test", platform.CreateKeyRequest{UserID: "alice"})
+	k, err := e.app.Ops().CreateKey(ctx, "test", ops.CreateKeyRequest{UserID: "alice"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +311,7 @@ func TestOverviewCountsGatewayCalls(t *testing.T) {
 		t.Fatalf("invoke with a bad key: %d", s)
 	}
 	after := e.app.RecentCalls()
-	fours := func(c platform.CallStats) float64 { return c.Share4xx * float64(c.Calls) }
+	fours := func(c engine.CallStats) float64 { return c.Share4xx * float64(c.Calls) }
 	if after.Calls-before.Calls != 2 || int(fours(after)+0.5)-int(fours(before)+0.5) != 1 || after.P50 == 0 {
 		t.Fatalf("figures before %+v, after %+v: want 2 more calls, 1 more 4xx", before, after)
 	}
@@ -371,7 +372,7 @@ func TestConsoleKeyLastUsed(t *testing.T) {
 	if !strings.Contains(w.Body.String(), "not since start") {
 		t.Fatalf("before any call: %d\n%s", w.Code, w.Body)
 	}
-	if _, ok := e.app.KeyLastUsed(v.ID); ok {
+	if _, ok := e.app.Ops().KeyLastUsed(v.ID); ok {
 		t.Fatal("a key never used has a last use")
 	}
 	r, _ := http.NewRequest("GET", e.base+"/api/service/weather/endpoint/hello/invoke", nil)
@@ -381,7 +382,7 @@ func TestConsoleKeyLastUsed(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	at, ok := e.app.KeyLastUsed(v.ID)
+	at, ok := e.app.Ops().KeyLastUsed(v.ID)
 	if !ok || time.Since(at) > time.Minute {
 		t.Fatalf("after a call: %v %v", at, ok)
 	}
@@ -392,9 +393,9 @@ func TestConsoleKeyLastUsed(t *testing.T) {
 }
 
 // createKeyFor makes a key through the operations the admin API uses.
-func createKeyFor(t *testing.T, e *env, user string) (string, platform.KeyView) {
+func createKeyFor(t *testing.T, e *env, user string) (string, ops.KeyView) {
 	t.Helper()
-	v, err := e.app.CreateKey(context.Background(), "test", platform.CreateKeyRequest{UserID: user})
+	v, err := e.app.Ops().CreateKey(context.Background(), "test", ops.CreateKeyRequest{UserID: user})
 	if err != nil {
 		t.Fatal(err)
 	}

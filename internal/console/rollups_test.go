@@ -25,10 +25,10 @@ var csrfValue = regexp.MustCompile(`(name="csrf" value=")[^"]+`)
 func TestFiguresFromRollups(t *testing.T) {
 	e := start(t)
 	ctx := context.Background()
-	if _, err := e.app.PutSubscription(ctx, "test", "alice", "weather", "basic", ""); err != nil {
+	if _, err := e.app.Ops().PutSubscription(ctx, "test", "alice", "weather", "basic", ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.app.PutSubscription(ctx, "test", "bob", "weather", "basic", ""); err != nil {
+	if _, err := e.app.Ops().PutSubscription(ctx, "test", "bob", "weather", "basic", ""); err != nil {
 		t.Fatal(err)
 	}
 	svc, _ := e.app.Catalog().Service("weather")
@@ -58,7 +58,7 @@ func TestFiguresFromRollups(t *testing.T) {
 	raw := *e.app.Runtime()
 	raw.OpenStore, raw.Data = nil, struct{ store.Store }{e.app.DataStore()} // its rollups hidden
 	rawRows := &Handler{Prefix: "/console"}
-	if err := rawRows.setup(&raw, e.app, zap.NewNop()); err != nil {
+	if err := rawRows.setup(&raw, e.app.Ops(), zap.NewNop()); err != nil {
 		t.Fatal(err)
 	}
 	all := serve(withRollups, httptest.NewRequest("GET", "/console/usage?from="+now.Add(-30*24*time.Hour).Format(minuteLayout), nil), "op")

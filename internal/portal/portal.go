@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/engine"
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/platform"
 	"github.com/platformgw/gateway/internal/store"
 )
@@ -88,15 +89,15 @@ type Handler struct {
 }
 
 // Operations are what the portal does beyond the store, through the
-// functions of the admin API (*platform.App has them), with their
+// functions of the admin API (*ops.Ops has them), with their
 // validation, errors and audit entries.
 type Operations interface {
-	CreateKey(ctx context.Context, actor string, req platform.CreateKeyRequest) (platform.KeyView, error)
-	RevokeKey(ctx context.Context, actor, keyID string) (platform.KeyView, error)
-	Summarize(ctx context.Context, sub store.Subscription, at time.Time) (platform.PeriodSummary, error)
+	CreateKey(ctx context.Context, actor string, req ops.CreateKeyRequest) (ops.KeyView, error)
+	RevokeKey(ctx context.Context, actor, keyID string) (ops.KeyView, error)
+	Summarize(ctx context.Context, sub store.Subscription, at time.Time) (ops.PeriodSummary, error)
 }
 
-var _ Operations = (*platform.App)(nil)
+var _ Operations = (*ops.Ops)(nil)
 
 // CaddyModule returns the Caddy module information.
 func (*Handler) CaddyModule() caddy.ModuleInfo {
@@ -110,7 +111,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	h.rt, h.ops = app.Runtime(), app
+	h.rt, h.ops = app.Runtime(), app.Ops()
 	if h.SessionTTL <= 0 {
 		h.SessionTTL = caddy.Duration(DefaultSessionTTL)
 	}

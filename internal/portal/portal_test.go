@@ -12,7 +12,6 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"go.uber.org/zap"
 
-	"github.com/platformgw/gateway/internal/platform"
 	"github.com/platformgw/gateway/internal/servicekey"
 	"github.com/platformgw/gateway/internal/store"
 )
@@ -332,8 +331,7 @@ func TestPortalSessionExpiry(t *testing.T) {
 	key, _ := e.user("gina", "basic")
 	c := newClient(t)
 	c.signIn(key)
-	platform.SetClock(func() time.Time { return time.Now().Add(2 * time.Minute) })
-	t.Cleanup(func() { platform.SetClock(time.Now) })
+	e.app().SetClock(func() time.Time { return time.Now().Add(2 * time.Minute) })
 	resp, _ := c.get("/portal/jobs/x")
 	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/portal/?m=expired" {
 		t.Fatalf("after the TTL: %d %s", resp.StatusCode, resp.Header.Get("Location"))
@@ -473,8 +471,7 @@ func TestPortalExpiredKeyEndsSession(t *testing.T) {
 	}
 	c := newClient(t)
 	c.signIn(key)
-	platform.SetClock(func() time.Time { return time.Now().Add(2 * time.Hour) })
-	t.Cleanup(func() { platform.SetClock(time.Now) })
+	e.app().SetClock(func() time.Time { return time.Now().Add(2 * time.Hour) })
 	resp, _ := c.get("/portal/")
 	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/portal/?m=ended" {
 		t.Fatalf("after the key's expiry: %d %s", resp.StatusCode, resp.Header.Get("Location"))
@@ -518,8 +515,7 @@ func TestPortalEarlierPeriods(t *testing.T) {
 		}
 	}
 	// A month and a bit later (the product's period is a month).
-	platform.SetClock(func() time.Time { return time.Now().Add(35 * 24 * time.Hour) })
-	t.Cleanup(func() { platform.SetClock(time.Now) })
+	e.app().SetClock(func() time.Time { return time.Now().Add(35 * 24 * time.Hour) })
 	page := newClient(t).signIn(key)
 	for _, want := range []string{"Used this period</dt><dd>0", "Earlier periods", "</td><td>3</td><td>100</td>"} {
 		if !strings.Contains(page, want) {

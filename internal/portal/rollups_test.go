@@ -55,7 +55,7 @@ func TestDashboardFromRollups(t *testing.T) {
 		if !rollups {
 			rt.OpenStore, rt.Data = nil, struct{ store.Store }{e.store()}
 		}
-		h := &Handler{rt: &rt, ops: e.app()}
+		h := &Handler{rt: &rt, ops: e.app().Ops()}
 		q := &request{r: httptest.NewRequest("GET", "/portal/", nil), now: now}
 		d, err := h.load(q, session{UserID: "alice", KeyID: key.ID}, key)
 		if err != nil {

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/platformgw/gateway/internal/platform"
 )
 
 // TestPortalSignInTokenBoundToServer: a page on another port of the same
@@ -81,9 +79,9 @@ func TestPortalSignInTokenBoundToServer(t *testing.T) {
 		c := newClient(t)
 		_, page := c.get("/portal/")
 		now := time.Now()
-		platform.SetClock(func() time.Time { return now.Add(time.Hour + time.Second) })
+		e.app().SetClock(func() time.Time { return now.Add(time.Hour + time.Second) })
 		refused("a form over an hour old", c, url.Values{"csrf": {csrf(t, page)}, "key": {attackerKey}}, nil)
-		platform.SetClock(time.Now)
+		e.app().SetClock(nil)
 	}
 
 	// The pair the server issued, from the portal's own page.
