@@ -92,7 +92,7 @@ func TestPortalMintedKeyNeverOutlivesItsParent(t *testing.T) {
 			if !grand.ExpiresAt.Equal(expires) || grand.ParentKeyID != rec.ID {
 				t.Fatalf("key made under the minted key: %+v", grand)
 			}
-			e.app().SetClock(func() time.Time { return time.Now().Add(2 * time.Hour) })
+			e.setClock(func() time.Time { return time.Now().Add(2 * time.Hour) })
 			for name, k := range map[string]string{"parent": parentKey, "minted": key, "minted under minted": grandKey} {
 				if st, _ := invoke(t, k); st != http.StatusUnauthorized {
 					t.Errorf("%s key after the parent's expiry: %d, want 401", name, st)
@@ -192,9 +192,9 @@ func TestPortalMintedKeysRevokedWithParent(t *testing.T) {
 // page and changes nothing; time (an injected clock) and a revocation
 // make room again.
 func TestPortalKeyCreationLimits(t *testing.T) {
-	e := start(t, "sign_in_limit 1000\nallow_key_management\nmax_active_keys 4\nkey_create_limit 2")
+	e := local(t, "sign_in_limit 1000\nallow_key_management\nmax_active_keys 4\nkey_create_limit 2")
 	key, _ := e.user("olga", "basic")
-	c := newClient(t)
+	c := e.newClient()
 	c.signIn(key)
 	count := func() int {
 		t.Helper()
@@ -220,7 +220,7 @@ func TestPortalKeyCreationLimits(t *testing.T) {
 		t.Fatalf("%d keys after a refused creation, want 3", n)
 	}
 	now := time.Now()
-	e.app().SetClock(func() time.Time { return now.Add(61 * time.Second) })
+	e.setClock(func() time.Time { return now.Add(61 * time.Second) })
 	c.mint(e) // the fourth active key
 	resp, body = create()
 	if resp.StatusCode != http.StatusConflict || !strings.Contains(body, "the most this portal allows") || newKeyField.MatchString(body) {
@@ -237,7 +237,7 @@ func TestPortalKeyCreationLimits(t *testing.T) {
 	c.mint(e)
 	// Another user's limits are their own.
 	otherKey, _ := e.user("olga2", "basic")
-	c2 := newClient(t)
+	c2 := e.newClient()
 	c2.signIn(otherKey)
 	c2.mint(e)
 }
@@ -248,9 +248,9 @@ func TestPortalKeyCreationLimits(t *testing.T) {
 // revoked or expired parent and another user's key are refused and store
 // nothing; revoking a parent is audited for each key revoked with it.
 func TestMintUnderParentRules(t *testing.T) {
-	e := start(t, "")
+	e := local(t, "")
 	ctx := context.Background()
-	app := e.app().Ops()
+	app := e.ops
 	e.user("pia", "basic")
 	e.user("quinn", "basic")
 	expires := time.Now().UTC().Add(2 * time.Hour).Truncate(time.Second)

@@ -104,14 +104,21 @@ func (*Handler) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{ID: "http.handlers.platform_portal", New: func() caddy.Module { return new(Handler) }}
 }
 
-// Provision finds the platform app and parses the templates.
+// Provision finds the platform app and readies the handler around its
+// runtime and operations.
 func (h *Handler) Provision(ctx caddy.Context) error {
-	h.logger = ctx.Logger()
 	app, err := platform.FromContext(ctx, "platform_portal")
 	if err != nil {
 		return err
 	}
-	h.rt, h.ops = app.Runtime(), app.Ops()
+	return h.setup(app.Runtime(), app.Ops(), ctx.Logger())
+}
+
+// setup applies the options' defaults, parses the templates and readies
+// the handler around a runtime and the operations (Provision, and tests
+// that serve the portal with no Caddy).
+func (h *Handler) setup(rt *engine.Runtime, o Operations, logger *zap.Logger) error {
+	h.rt, h.ops, h.logger = rt, o, logger
 	if h.SessionTTL <= 0 {
 		h.SessionTTL = caddy.Duration(DefaultSessionTTL)
 	}
@@ -131,6 +138,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.KeyCreateLimit <= 0 {
 		h.KeyCreateLimit = DefaultKeyCreateLimit
 	}
+	var err error
 	h.pages, err = parsePages()
 	if err != nil {
 		return err
