@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/platformgw/gateway/internal/platform"
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -163,7 +163,7 @@ func invokeOK(t *testing.T, key string, n int) {
 
 func (g *gateway) alerts(user string) []store.Alert {
 	g.t.Helper()
-	page, err := g.app().ListAlerts(context.Background(), platform.AlertQuery{UserID: user})
+	page, err := g.app().Ops().ListAlerts(context.Background(), ops.AlertQuery{UserID: user})
 	if err != nil {
 		g.t.Fatal(err)
 	}

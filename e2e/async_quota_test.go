@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/platformgw/gateway/internal/billing"
-	"github.com/platformgw/gateway/internal/platform"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -230,8 +229,7 @@ func TestAsyncHoldReleased(t *testing.T) {
 	// The job expires: the sweep releases it.
 	usageStart(t, be, job, key, "{}")
 	overQuota("with another job running")
-	t.Cleanup(func() { platform.SetClock(time.Now) })
-	platform.SetClock(func() time.Time { return time.Now().Add(61 * time.Minute) })
+	g.app().SetClock(func() time.Time { return time.Now().Add(61 * time.Minute) })
 	g.app().RunMaintenance(context.Background())
 	if st := asyncReserved(t, g, "u-one"); st.Reserved != 0 || st.Used != 0 {
 		t.Fatalf("after expiry: %+v", st)

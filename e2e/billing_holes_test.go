@@ -231,7 +231,7 @@ func overClaimRace(t *testing.T, g *gateway, be *testBackend, user string, warm 
 	if st.Used != billing.Whole(50) || st.Spend != billing.Whole(15) || st.Reserved != 0 || ledgerSum(rows) != st.Used {
 		t.Errorf("state %+v, ledger %s; want 50 used, spend at the cap 15, nothing held", st, ledgerSum(rows))
 	}
-	sum, err := g.app().Summary(t.Context(), user, "holes", time.Now())
+	sum, err := g.app().Ops().Summary(t.Context(), user, "holes", time.Now())
 	if err != nil || len(sum.Subscriptions) != 1 || sum.Subscriptions[0].CallsCutAtLimit != int64(out.cut) {
 		t.Errorf("summary %+v %v, want %d calls cut at a limit", sum, err, out.cut)
 	}

@@ -273,14 +273,13 @@ func TestUsageJobExpiry(t *testing.T) {
 	acc, env := usageStart(t, be, asyncURL("/api", "svc", "job"), key, "x")
 	fresh, _ := usageStart(t, be, asyncURL("/api", "svc", "job"), key, "y")
 
-	t.Cleanup(func() { platform.SetClock(time.Now) })
-	platform.SetClock(func() time.Time { return time.Now().Add(59 * time.Minute) })
+	g.app().SetClock(func() time.Time { return time.Now().Add(59 * time.Minute) })
 	g.app().RunMaintenance(context.Background())
 	if j, _ := g.store().GetJob(context.Background(), acc.RequestID); j.Status != store.JobPending {
 		t.Fatalf("job expired before its TTL: %+v", j)
 	}
 
-	platform.SetClock(func() time.Time { return time.Now().Add(61 * time.Minute) })
+	g.app().SetClock(func() time.Time { return time.Now().Add(61 * time.Minute) })
 	resp, body := call(t, "GET", acc.ProgressURL, key, "")
 	if st := usageJSON(t, body); st["status"] != "FAILED" || st["errorMessage"] != platform.JobExpiredMessage {
 		t.Fatalf("overdue job before the sweep: %d %s", resp.StatusCode, body)

@@ -38,7 +38,7 @@ targets="
 ./internal/platformgw FuzzAcceptedBody
 ./internal/store/boltstore FuzzEncodeJob
 ./internal/platform FuzzCaddyfile
-./internal/platform FuzzParseSignedUnits
+./internal/ops FuzzParseSignedUnits
 ./internal/billing FuzzParseUnits
 "
 

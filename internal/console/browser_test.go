@@ -184,7 +184,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	if body := text(t, ctx, "body"); !strings.Contains(body, "403 forbidden: missing or wrong CSRF token") {
 		t.Errorf("cross-site POST answered %q", body)
 	}
-	if sub, _ := e.app.DataStore().GetSubscription(context.Background(), "alice", "weather"); sub.Credits != 0 {
+	if sub, _ := e.rt.Store().GetSubscription(context.Background(), "alice", "weather"); sub.Credits != 0 {
 		t.Fatalf("a refused POST added credits: %v", sub.Credits)
 	}
 
@@ -203,7 +203,7 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// A running job: listed by state, its page shows the timeline.
 	now := time.Now().UTC()
-	if err := e.app.DataStore().CreateJob(context.Background(), store.Job{
+	if err := e.rt.Store().CreateJob(context.Background(), store.Job{
 		ID: "job-browser-1", UserID: "alice", ServiceID: "weather", EndpointID: "hello", ProductID: "basic",
 		Status: store.JobRunning, Stage: "rendering", PercentageComplete: 40,
 		CreatedAt: now.Add(-time.Minute), UpdatedAt: now, ExpiresAt: now.Add(time.Hour),

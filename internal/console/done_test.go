@@ -14,7 +14,7 @@ import (
 // never rendered, and an unknown code shows no notice at all. Each change
 // redirects with its code, and the page after it says what was done.
 func TestConsoleDoneNoticeByCode(t *testing.T) {
-	e := start(t)
+	e := local(t)
 	h := direct(t, e, false)
 	const phish = "Your session expired: call +1 555 0100 to restore access"
 	for _, done := range []string{phish, "Key k-1 revoked.", "REVOKED", "revoked ", "constructor", "__proto__", "credits<script>"} {
@@ -51,7 +51,7 @@ func TestConsoleDoneNoticeByCode(t *testing.T) {
 			t.Errorf("after %s the page does not say %q:\n%s", tc.path, tc.notice, page)
 		}
 	}
-	sub, err := e.app.DataStore().GetSubscription(context.Background(), "alice", "weather")
+	sub, err := e.rt.Store().GetSubscription(context.Background(), "alice", "weather")
 	if err != nil || sub.Credits.String() != "3" || sub.ProductID != "credits" {
 		t.Fatalf("the changes were not made: %+v %v", sub, err)
 	}

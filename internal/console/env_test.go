@@ -18,6 +18,8 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
 	"github.com/platformgw/gateway/examples/backend/app"
+	"github.com/platformgw/gateway/internal/engine"
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/platform"
 	_ "github.com/platformgw/gateway/internal/platformgw"
 	_ "github.com/platformgw/gateway/internal/usagehandler"
@@ -49,9 +51,14 @@ const (
 // that verifies the gateway's signatures with the SDK (examples/backend),
 // the gateway routes, the console under /console behind basic_auth, and a
 // console with no authentication in front of it under /open-console.
+//
+// local (local_test.go) builds the same console over a runtime and its
+// operations with no Caddy: base and app are then unset.
 type env struct {
 	base string // http://127.0.0.1:port
 	app  *platform.App
+	rt   *engine.Runtime
+	ops  *ops.Ops
 }
 
 func start(t *testing.T) *env {
@@ -133,5 +140,6 @@ http://127.0.0.1:%d {
 			resp.Body.Close()
 		}
 	})
-	return &env{base: "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(httpPort)), app: a.(*platform.App)}
+	app := a.(*platform.App)
+	return &env{base: "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(httpPort)), app: app, rt: app.Runtime(), ops: app.Ops()}
 }

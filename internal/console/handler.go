@@ -2,8 +2,8 @@
 // console (overview, services, users and their keys, subscriptions and
 // credits, the usage explorer, jobs and the audit log), server-rendered
 // with html/template, its assets embedded. Every change goes through the
-// same functions as the admin API (platform.App.CreateKey and the rest),
-// with the same validation and errors, and is written to the audit log
+// same functions as the admin API (internal/ops: Ops.CreateKey and the
+// rest), with the same validation and errors, and is written to the audit log
 // under the signed-in operator's name.
 //
 // The console does not authenticate anyone itself: Caddy's basic_auth or
@@ -27,6 +27,7 @@ import (
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/engine"
 	"github.com/platformgw/gateway/internal/httpsonly"
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/platform"
 	"github.com/platformgw/gateway/internal/store"
 )
@@ -64,20 +65,20 @@ type Handler struct {
 }
 
 // Operations are what the console changes and reads beyond the store,
-// through the functions of the admin API (*platform.App has them), with
-// their validation, errors and audit entries.
+// through the functions of the admin API (*ops.Ops has them), with their
+// validation, errors and audit entries.
 type Operations interface {
-	CreateKey(ctx context.Context, actor string, req platform.CreateKeyRequest) (platform.KeyView, error)
-	RevokeKey(ctx context.Context, actor, keyID string) (platform.KeyView, error)
-	PutSubscription(ctx context.Context, actor, userID, serviceID, productID, status string) (platform.SubscriptionChange, error)
+	CreateKey(ctx context.Context, actor string, req ops.CreateKeyRequest) (ops.KeyView, error)
+	RevokeKey(ctx context.Context, actor, keyID string) (ops.KeyView, error)
+	PutSubscription(ctx context.Context, actor, userID, serviceID, productID, status string) (ops.SubscriptionChange, error)
 	AddCredits(ctx context.Context, actor, userID, serviceID string, amount billing.Units) (store.Subscription, error)
-	Summary(ctx context.Context, userID, serviceID string, at time.Time) (platform.UserSummary, error)
-	ListAlerts(ctx context.Context, q platform.AlertQuery) (platform.AlertPage, error)
+	Summary(ctx context.Context, userID, serviceID string, at time.Time) (ops.UserSummary, error)
+	ListAlerts(ctx context.Context, q ops.AlertQuery) (ops.AlertPage, error)
 	AuditLog(ctx context.Context, cursor string, limit int) ([]store.AuditEntry, string, error)
 	KeyLastUsed(id string) (time.Time, bool)
 }
 
-var _ Operations = (*platform.App)(nil)
+var _ Operations = (*ops.Ops)(nil)
 
 // CaddyModule returns the Caddy module information.
 func (*Handler) CaddyModule() caddy.ModuleInfo {
@@ -93,7 +94,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	return h.setup(app.Runtime(), app, ctx.Logger())
+	return h.setup(app.Runtime(), app.Ops(), ctx.Logger())
 }
 
 // setup readies a handler around a runtime and the operations (Provision,

@@ -16,7 +16,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/billing"
-	"github.com/platformgw/gateway/internal/platform"
+	"github.com/platformgw/gateway/internal/engine"
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -25,7 +26,7 @@ import (
 func direct(t *testing.T, e *env, allowAnon bool) *Handler {
 	t.Helper()
 	h := &Handler{Prefix: "/console", AllowUnauthenticated: allowAnon}
-	if err := h.setup(e.app.Runtime(), e.app, zap.NewNop()); err != nil {
+	if err := h.setup(e.rt, e.ops, zap.NewNop()); err != nil {
 		t.Fatal(err)
 	}
 	return h
@@ -89,7 +90,7 @@ func post(h *Handler, path string, form url.Values, c *http.Cookie, who string) 
 // unless allow_unauthenticated says otherwise; every answer carries the
 // strict Content-Security-Policy.
 func TestConsoleRefusesUnauthenticated(t *testing.T) {
-	e := start(t)
+	e := local(t)
 	h := direct(t, e, false)
 	for _, path := range []string{"/console/", "/console/users", "/console/audit", "/console/usage/export?format=csv"} {
 		w := serve(h, httptest.NewRequest("GET", path, nil), "")
@@ -119,10 +120,10 @@ func TestConsoleRefusesUnauthenticated(t *testing.T) {
 // the right one the change is made, through the admin API's code, and
 // audited under the operator's name.
 func TestConsoleCSRF(t *testing.T) {
-	e := start(t)
+	e := local(t)
 	h := direct(t, e, false)
 	ctx := context.Background()
-	if _, err := e.app.PutSubscription(ctx, "test", "alice", "weather", "credits", ""); err != nil {
+	if _, err := e.ops.PutSubscription(ctx, "test", "alice", "weather", "credits", ""); err != nil {
 		t.Fatal(err)
 	}
 	c, token := session(t, h, "/console/users/alice", "bob")
@@ -155,8 +156,8 @@ func TestConsoleCSRF(t *testing.T) {
 	if w := serve(h, r, "bob"); w.Code != http.StatusForbidden {
 		t.Errorf("cross-site POST: %d", w.Code)
 	}
-	sub, _ := e.app.DataStore().GetSubscription(ctx, "alice", "weather")
-	entries, _, _ := e.app.AuditLog(ctx, "", 10)
+	sub, _ := e.rt.Store().GetSubscription(ctx, "alice", "weather")
+	entries, _, _ := e.ops.AuditLog(ctx, "", 10)
 	if sub.Credits != 0 || len(entries) != 1 {
 		t.Fatalf("refused POSTs changed something: credits %v, %d audit entries", sub.Credits, len(entries))
 	}
@@ -165,9 +166,9 @@ func TestConsoleCSRF(t *testing.T) {
 	if w.Code != http.StatusSeeOther {
 		t.Fatalf("good POST: %d %s", w.Code, w.Body)
 	}
-	sub, _ = e.app.DataStore().GetSubscription(ctx, "alice", "weather")
-	entries, _, _ = e.app.AuditLog(ctx, "", 10)
-	if sub.Credits.String() != "5" || entries[0].Actor != "console:bob" || entries[0].Action != platform.AuditCreditsAdd {
+	sub, _ = e.rt.Store().GetSubscription(ctx, "alice", "weather")
+	entries, _, _ = e.ops.AuditLog(ctx, "", 10)
+	if sub.Credits.String() != "5" || entries[0].Actor != "console:bob" || entries[0].Action != ops.AuditCreditsAdd {
 		t.Fatalf("credits %v, audit %+v", sub.Credits, entries[0])
 	}
 	// The admin API's validation, and its message, on a bad amount.
@@ -180,7 +181,7 @@ func TestConsoleCSRF(t *testing.T) {
 // A key is shown on the answer that created it and never again; its
 // user, label and roles are escaped by the templates.
 func TestConsoleKeyShownOnce(t *testing.T) {
-	e := start(t)
+	e := local(t)
 	h := direct(t, e, false)
 	user := `<b onclick="x">`
 	c, token := session(t, h, "/console/users/"+url.PathEscape(user), "bob")
@@ -193,7 +194,7 @@ func TestConsoleKeyShownOnce(t *testing.T) {
 	if strings.Contains(body, "<b onclick") || strings.Contains(body, "<i>ci") {
 		t.Fatal("user id or label not escaped")
 	}
-	keys, _ := e.app.DataStore().ListKeys(context.Background(), user)
+	keys, _ := e.rt.Store().ListKeys(context.Background(), user)
 	if len(keys) != 1 || keys[0].Label != "<i>ci</i>" || strings.Join(keys[0].Roles, ",") != "a,b" {
 		t.Fatalf("stored keys %+v", keys)
 	}
@@ -212,13 +213,13 @@ func TestConsoleKeyShownOnce(t *testing.T) {
 // The export streams exactly the selection the explorer shows, endpoint
 // and source filters included; bad filters are refused.
 func TestConsoleUsageExport(t *testing.T) {
-	e := start(t)
+	e := local(t)
 	h := direct(t, e, false)
 	ctx := context.Background()
-	if _, err := e.app.PutSubscription(ctx, "test", "alice", "weather", "basic", ""); err != nil {
+	if _, err := e.ops.PutSubscription(ctx, "test", "alice", "weather", "basic", ""); err != nil {
 		t.Fatal(err)
 	}
-	svc, _ := e.app.Catalog().Service("weather")
+	svc, _ := e.rt.Catalog.Service("weather")
 	p, _ := svc.Product("basic")
 	now := time.Now().UTC()
 	for i, ep := range []string{"hello", "other", "hello"} {
@@ -226,7 +227,7 @@ func TestConsoleUsageExport(t *testing.T) {
 		if i == 2 {
 			src = store.SourceCompletion
 		}
-		_, err := e.app.DataStore().Record(ctx, store.Account{UserID: "alice", ServiceID: "weather", Product: *p},
+		_, err := e.rt.Store().Record(ctx, store.Account{UserID: "alice", ServiceID: "weather", Product: *p},
 			store.LedgerEntry{ID: "e" + ep + string(rune('0'+i)), Time: now, UserID: "alice", ServiceID: "weather", EndpointID: ep,
 				ProductID: "basic", Source: src, Units: 1000000},
 			func(store.LedgerEntry, billing.State) ([]byte, error) { return []byte("{}"), nil })
@@ -259,22 +260,22 @@ func TestConsoleUsageExport(t *testing.T) {
 // count it, its row says how much of what the backend stated went
 // uncharged.
 func TestConsoleUsageShowsCutCalls(t *testing.T) {
-	e := start(t)
+	e := local(t)
 	h := direct(t, e, false)
 	ctx := context.Background()
-	if _, err := e.app.PutSubscription(ctx, "test", "alice", "weather", "basic", ""); err != nil {
+	if _, err := e.ops.PutSubscription(ctx, "test", "alice", "weather", "basic", ""); err != nil {
 		t.Fatal(err)
 	}
-	svc, _ := e.app.Catalog().Service("weather")
+	svc, _ := e.rt.Catalog.Service("weather")
 	p, _ := svc.Product("basic")
 	a := store.Account{UserID: "alice", ServiceID: "weather", Product: *p}
 	now := time.Now().UTC()
 	for _, claim := range []int64{98, 5} { // 98 of 100, then 5 with 2 left
-		res, err := e.app.DataStore().Reserve(ctx, a, billing.Whole(1), now)
+		res, err := e.rt.Store().Reserve(ctx, a, billing.Whole(1), now)
 		if err != nil || !res.Decision.Allowed {
 			t.Fatalf("hold: %v %+v", err, res.Decision)
 		}
-		if _, err := e.app.DataStore().Settle(ctx, res, billing.Whole(claim), store.LedgerEntry{Time: now, UserID: "alice",
+		if _, err := e.rt.Store().Settle(ctx, res, billing.Whole(claim), store.LedgerEntry{Time: now, UserID: "alice",
 			ServiceID: "weather", EndpointID: "hello", ProductID: "basic", Source: store.SourceGateway}); err != nil {
 			t.Fatal(err)
 		}
@@ -295,22 +296,22 @@ func TestConsoleUsageShowsCutCalls(t *testing.T) {
 func TestOverviewCountsGatewayCalls(t *testing.T) {
 	e := start(t)
 	ctx := context.Background()
-	if _, err := e.app.PutSubscription(ctx, "test", "alice", "weather", "basic", ""); err != nil {
+	if _, err := e.ops.PutSubscription(ctx, "test", "alice", "weather", "basic", ""); err != nil {
 		t.Fatal(err)
 	}
-	k, err := e.app.CreateKey(ctx, "test", platform.CreateKeyRequest{UserID: "alice"})
+	k, err := e.ops.CreateKey(ctx, "test", ops.CreateKeyRequest{UserID: "alice"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := e.app.RecentCalls()
+	before := e.rt.Calls.Recent()
 	if s := invoke(t, e, k.Key); s != 200 {
 		t.Fatalf("invoke: %d", s)
 	}
 	if s := invoke(t, e, "psk_not-a-key"); s != 401 {
 		t.Fatalf("invoke with a bad key: %d", s)
 	}
-	after := e.app.RecentCalls()
-	fours := func(c platform.CallStats) float64 { return c.Share4xx * float64(c.Calls) }
+	after := e.rt.Calls.Recent()
+	fours := func(c engine.CallStats) float64 { return c.Share4xx * float64(c.Calls) }
 	if after.Calls-before.Calls != 2 || int(fours(after)+0.5)-int(fours(before)+0.5) != 1 || after.P50 == 0 {
 		t.Fatalf("figures before %+v, after %+v: want 2 more calls, 1 more 4xx", before, after)
 	}
@@ -324,7 +325,7 @@ func TestOverviewCountsGatewayCalls(t *testing.T) {
 // the admin API's ListAlerts: filters narrow it, a bad filter is the same
 // error as the admin API's, and the page never carries a secret.
 func TestConsoleAlerts(t *testing.T) {
-	e := start(t)
+	e := local(t)
 	h := direct(t, e, false)
 	ctx := context.Background()
 	period := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
@@ -334,7 +335,7 @@ func TestConsoleAlerts(t *testing.T) {
 		{UserID: "bob", ServiceID: "weather", ProductID: "basic", PeriodStart: period, Threshold: "quota 100%",
 			Value: billing.Whole(10), Limit: billing.Whole(10), Created: period.Add(2 * time.Hour), Status: "PENDING"},
 	} {
-		if _, err := e.app.DataStore().CreateAlert(ctx, a); err != nil {
+		if _, err := e.rt.Store().CreateAlert(ctx, a); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -371,7 +372,7 @@ func TestConsoleKeyLastUsed(t *testing.T) {
 	if !strings.Contains(w.Body.String(), "not since start") {
 		t.Fatalf("before any call: %d\n%s", w.Code, w.Body)
 	}
-	if _, ok := e.app.KeyLastUsed(v.ID); ok {
+	if _, ok := e.ops.KeyLastUsed(v.ID); ok {
 		t.Fatal("a key never used has a last use")
 	}
 	r, _ := http.NewRequest("GET", e.base+"/api/service/weather/endpoint/hello/invoke", nil)
@@ -381,7 +382,7 @@ func TestConsoleKeyLastUsed(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	at, ok := e.app.KeyLastUsed(v.ID)
+	at, ok := e.ops.KeyLastUsed(v.ID)
 	if !ok || time.Since(at) > time.Minute {
 		t.Fatalf("after a call: %v %v", at, ok)
 	}
@@ -392,9 +393,9 @@ func TestConsoleKeyLastUsed(t *testing.T) {
 }
 
 // createKeyFor makes a key through the operations the admin API uses.
-func createKeyFor(t *testing.T, e *env, user string) (string, platform.KeyView) {
+func createKeyFor(t *testing.T, e *env, user string) (string, ops.KeyView) {
 	t.Helper()
-	v, err := e.app.CreateKey(context.Background(), "test", platform.CreateKeyRequest{UserID: user})
+	v, err := e.ops.CreateKey(context.Background(), "test", ops.CreateKeyRequest{UserID: user})
 	if err != nil {
 		t.Fatal(err)
 	}

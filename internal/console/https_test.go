@@ -24,7 +24,7 @@ import (
 // a POST. Loopback over plain HTTP, any client over TLS, and any client
 // with allow_plain_http (TLS ended in a proxy in front) are served.
 func TestConsolePlainHTTPOnlyOnLoopback(t *testing.T) {
-	e := start(t)
+	e := local(t)
 	h := direct(t, e, false)
 	for _, addr := range []string{"203.0.113.7:5000", "[2001:db8::1]:443", "10.0.0.1:1", "192.168.1.20:8080"} {
 		var bodies []string
@@ -63,7 +63,7 @@ func TestConsolePlainHTTPOnlyOnLoopback(t *testing.T) {
 	if w := serveFrom(h, r, "alice"); w.Code != http.StatusForbidden || !strings.Contains(w.Body.String(), "HTTPS required") {
 		t.Fatalf("POST from afar: %d %q", w.Code, w.Body)
 	}
-	if subs, _, err := e.app.Runtime().Store().ListSubscriptions(context.Background(), "u-far", "", 10); err != nil || len(subs) != 0 {
+	if subs, _, err := e.rt.Store().ListSubscriptions(context.Background(), "u-far", "", 10); err != nil || len(subs) != 0 {
 		t.Fatalf("POST from afar made subscriptions %v (%v)", subs, err)
 	}
 	// The same POST from loopback is made.

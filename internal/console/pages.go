@@ -13,7 +13,8 @@ import (
 	"github.com/platformgw/gateway/internal/apierror"
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/catalog"
-	"github.com/platformgw/gateway/internal/platform"
+	"github.com/platformgw/gateway/internal/engine"
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -79,7 +80,7 @@ func (h *Handler) overview(q *req) error {
 	today := now.Truncate(24 * time.Hour)
 	month := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
 	var d struct {
-		Calls                 platform.CallStats
+		Calls                 engine.CallStats
 		Today, Month          ranked
 		Services, Users       []ranked
 		Partial               bool
@@ -200,14 +201,14 @@ func (h *Handler) users(q *req) error {
 // userData is the user page.
 type userData struct {
 	UserID string
-	Keys   []platform.KeyView
+	Keys   []ops.KeyView
 	// LastUsed is when each key last authenticated a request on this
 	// gateway since it started (kept in memory, per node).
 	LastUsed  map[string]time.Time
-	Summary   platform.UserSummary
+	Summary   ops.UserSummary
 	Services  []*catalog.Service
 	Statuses  []string
-	NewKey    *platform.KeyView
+	NewKey    *ops.KeyView
 	Done      string
 	Error     string
 	ErrorForm string
@@ -215,8 +216,8 @@ type userData struct {
 
 // user: one user's keys, subscriptions with their period, credits.
 // newKey is a key just created (shown this once); formErr a refused change.
-func (h *Handler) user(q *req, userID string, newKey *platform.KeyView, formErr error) error {
-	if !platform.ValidUserID(userID) {
+func (h *Handler) user(q *req, userID string, newKey *ops.KeyView, formErr error) error {
+	if !ops.ValidUserID(userID) {
 		return apierror.Invalid("userId", "not a valid user id")
 	}
 	ctx := q.r.Context()
@@ -225,11 +226,11 @@ func (h *Handler) user(q *req, userID string, newKey *platform.KeyView, formErr 
 		return err
 	}
 	slices.SortFunc(recs, func(x, y store.KeyRecord) int { return x.Created.Compare(y.Created) })
-	d := userData{UserID: userID, Services: h.rt.Catalog.Services(), Statuses: platform.SubscriptionStatuses(), NewKey: newKey}
+	d := userData{UserID: userID, Services: h.rt.Catalog.Services(), Statuses: ops.SubscriptionStatuses(), NewKey: newKey}
 	now := h.rt.Now()
 	d.LastUsed = map[string]time.Time{}
 	for _, k := range recs {
-		d.Keys = append(d.Keys, platform.ViewKey(k, now))
+		d.Keys = append(d.Keys, ops.ViewKey(k, now))
 		if t, ok := h.ops.KeyLastUsed(k.ID); ok {
 			d.LastUsed[k.ID] = t
 		}
@@ -286,7 +287,7 @@ func (h *Handler) refused(q *req, userID string, err error) error {
 }
 
 func (h *Handler) createKey(q *req, userID string) error {
-	req := platform.CreateKeyRequest{UserID: userID, Label: q.r.PostFormValue("label")}
+	req := ops.CreateKeyRequest{UserID: userID, Label: q.r.PostFormValue("label")}
 	if exp := q.r.PostFormValue("expires"); exp != "" {
 		t, err := time.Parse(time.DateOnly, exp)
 		if err != nil {
@@ -335,7 +336,7 @@ func (h *Handler) putSubscription(q *req, userID string) error {
 
 func (h *Handler) addCredits(q *req, userID string) error {
 	f := q.r.PostFormValue
-	amount, err := platform.ParseCreditAmount(strings.TrimSpace(f("amount")))
+	amount, err := ops.ParseCreditAmount(strings.TrimSpace(f("amount")))
 	if err != nil {
 		return h.refused(q, userID, err)
 	}
@@ -419,7 +420,7 @@ var alertStatuses = []string{"PENDING", "DELIVERED", "FAILED"}
 // filters, the same validation and errors.
 func (h *Handler) alerts(q *req) error {
 	v := q.r.URL.Query()
-	aq := platform.AlertQuery{
+	aq := ops.AlertQuery{
 		UserID:    v.Get("userId"),
 		ServiceID: v.Get("serviceId"),
 		Status:    v.Get("status"),

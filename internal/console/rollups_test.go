@@ -23,15 +23,15 @@ var csrfValue = regexp.MustCompile(`(name="csrf" value=")[^"]+`)
 // hour, with an endpoint filter, and with a source filter (which only the
 // raw rows know).
 func TestFiguresFromRollups(t *testing.T) {
-	e := start(t)
+	e := local(t)
 	ctx := context.Background()
-	if _, err := e.app.PutSubscription(ctx, "test", "alice", "weather", "basic", ""); err != nil {
+	if _, err := e.ops.PutSubscription(ctx, "test", "alice", "weather", "basic", ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.app.PutSubscription(ctx, "test", "bob", "weather", "basic", ""); err != nil {
+	if _, err := e.ops.PutSubscription(ctx, "test", "bob", "weather", "basic", ""); err != nil {
 		t.Fatal(err)
 	}
-	svc, _ := e.app.Catalog().Service("weather")
+	svc, _ := e.rt.Catalog.Service("weather")
 	p, _ := svc.Product("basic")
 	now := time.Now().UTC()
 	n := 0
@@ -42,7 +42,7 @@ func TestFiguresFromRollups(t *testing.T) {
 				ep, src = "other", store.SourceCompletion
 			}
 			n++
-			_, err := e.app.DataStore().Record(ctx, store.Account{UserID: user, ServiceID: "weather", Product: *p},
+			_, err := e.rt.Store().Record(ctx, store.Account{UserID: user, ServiceID: "weather", Product: *p},
 				store.LedgerEntry{Time: now.Add(-back), UserID: user, ServiceID: "weather", EndpointID: ep,
 					ProductID: "basic", Source: src, Units: billing.Units(n) * 250_000},
 				func(store.LedgerEntry, billing.State) ([]byte, error) { return []byte("{}"), nil })
@@ -51,14 +51,14 @@ func TestFiguresFromRollups(t *testing.T) {
 			}
 		}
 	}
-	if _, ok := e.app.DataStore().(store.RollupReader); !ok {
+	if _, ok := e.rt.Store().(store.RollupReader); !ok {
 		t.Fatal("the bbolt store keeps no rollups")
 	}
 	withRollups := direct(t, e, false)
-	raw := *e.app.Runtime()
-	raw.OpenStore, raw.Data = nil, struct{ store.Store }{e.app.DataStore()} // its rollups hidden
+	raw := *e.rt
+	raw.OpenStore, raw.Data = nil, struct{ store.Store }{e.rt.Store()} // its rollups hidden
 	rawRows := &Handler{Prefix: "/console"}
-	if err := rawRows.setup(&raw, e.app, zap.NewNop()); err != nil {
+	if err := rawRows.setup(&raw, e.ops, zap.NewNop()); err != nil {
 		t.Fatal(err)
 	}
 	all := serve(withRollups, httptest.NewRequest("GET", "/console/usage?from="+now.Add(-30*24*time.Hour).Format(minuteLayout), nil), "op")

@@ -14,7 +14,7 @@ import (
 	"github.com/platformgw/gateway/internal/apierror"
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/catalog"
-	"github.com/platformgw/gateway/internal/platform"
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -57,7 +57,7 @@ func parseBound(s string, upper bool) (time.Time, error) {
 func (h *Handler) readFilter(q url.Values) (usageFilter, error) {
 	f := usageFilter{User: q.Get("user"), Service: q.Get("service"), Endpoint: q.Get("endpoint"),
 		Source: q.Get("source"), FromText: q.Get("from"), ToText: q.Get("to"), Bucket: q.Get("bucket")}
-	if f.User != "" && !platform.ValidUserID(f.User) {
+	if f.User != "" && !ops.ValidUserID(f.User) {
 		return f, apierror.Invalid("user", "not a valid user id")
 	}
 	if f.Service != "" && !catalog.ValidID(f.Service) {
@@ -338,7 +338,7 @@ func (h *Handler) export(q *req) error {
 		w.WriteHeader(http.StatusOK)
 		if format == "csv" {
 			cw = csv.NewWriter(w)
-			return cw.Write(platform.UsageCSVColumns())
+			return cw.Write(ops.UsageCSVColumns())
 		}
 		_, err := w.Write([]byte("["))
 		return err
@@ -354,11 +354,11 @@ func (h *Handler) export(q *req) error {
 			}
 		}
 		if format == "csv" {
-			if err := cw.Write(platform.UsageCSVRow(e)); err != nil {
+			if err := cw.Write(ops.UsageCSVRow(e)); err != nil {
 				return err
 			}
 		} else {
-			b, err := platform.UsageJSON(e)
+			b, err := ops.UsageJSON(e)
 			if err != nil {
 				return err
 			}

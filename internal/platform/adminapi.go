@@ -1,9 +1,7 @@
 package platform
 
 import (
-	"bufio"
 	"bytes"
-	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,18 +10,14 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/apierror"
-	"github.com/platformgw/gateway/internal/billing"
-	"github.com/platformgw/gateway/internal/catalog"
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/store"
-	"github.com/platformgw/gateway/internal/wire"
 )
 
 func init() {
@@ -294,105 +288,13 @@ func checkQuery(q url.Values, known ...string) error {
 	return nil
 }
 
-// Limits of the operator-supplied values of a key.
-const (
-	maxRoleLen  = 64
-	maxRoles    = 32
-	maxLabelLen = 256
-)
-
-// ValidUserID reports whether s can be a user id (wire.ValidUserID, the
-// one rule for user ids: the admin API, the console, the usage routes and
-// the catalog's owners all use it).
-func ValidUserID(s string) bool { return wire.ValidUserID(s) }
-
-func checkUserID(field, s string) error {
-	if !ValidUserID(s) {
-		return apierror.Invalid(field, field+" must be "+wire.UserIDRule)
-	}
-	return nil
-}
-
-// checkRoles validates roles: visible ASCII without ',' (they are sent
-// comma-joined in a header and in the signed context, where a comma inside
-// a role would split it). Duplicates are dropped, order is kept.
-func checkRoles(roles []string) ([]string, error) {
-	if len(roles) > maxRoles {
-		return nil, apierror.Invalid("roles", fmt.Sprintf("at most %d roles", maxRoles))
-	}
-	out := make([]string, 0, len(roles))
-	for _, role := range roles {
-		if role == "" || len(role) > maxRoleLen {
-			return nil, apierror.Invalid("roles", fmt.Sprintf("a role is 1 to %d characters", maxRoleLen))
-		}
-		for i := 0; i < len(role); i++ {
-			if c := role[i]; c <= ' ' || c > '~' || c == ',' {
-				return nil, apierror.Invalid("roles", fmt.Sprintf("role %q: visible ASCII characters other than ',' only", role))
-			}
-		}
-		if !slices.Contains(out, role) {
-			out = append(out, role)
-		}
-	}
-	return out, nil
-}
-
-func checkLabel(s string) error {
-	if len(s) > maxLabelLen || !utf8.ValidString(s) {
-		return apierror.Invalid("label", fmt.Sprintf("label must be UTF-8 text of at most %d bytes", maxLabelLen))
-	}
-	for _, c := range s {
-		if unicode.IsControl(c) {
-			return apierror.Invalid("label", "label must not hold control characters")
-		}
-	}
-	return nil
-}
-
-// keyView is a service key as the admin API shows it: never the key's hash,
-// and the key itself only in the response that created it.
-type keyView struct {
-	ID        string    `json:"keyId"`
-	Key       string    `json:"key,omitempty"`
-	UserID    string    `json:"userId"`
-	Roles     []string  `json:"roles"`
-	Label     string    `json:"label"`
-	Status    string    `json:"status"`
-	CreatedAt time.Time `json:"createdAt"`
-	ExpiresAt time.Time `json:"expiresAt,omitzero"`
-	RevokedAt time.Time `json:"revokedAt,omitzero"`
-	// ParentKeyID is the key a caller made this one under in the portal;
-	// EndsWithParent says revoking that one revokes this one too.
-	ParentKeyID    string `json:"parentKeyId,omitempty"`
-	EndsWithParent bool   `json:"endsWithParent,omitempty"`
-}
-
-// Key statuses shown by the admin API.
-const (
-	keyActive  = "active"
-	keyExpired = "expired"
-	keyRevoked = "revoked"
-)
-
-func viewKey(k store.KeyRecord, now time.Time) keyView {
-	v := keyView{
-		ID: k.ID, UserID: k.UserID, Roles: k.Roles, Label: k.Label,
-		Status: KeyStatus(k, now), CreatedAt: k.Created, ExpiresAt: k.ExpiresAt, RevokedAt: k.RevokedAt,
-		ParentKeyID: k.ParentKeyID, EndsWithParent: k.EndsWithParent,
-	}
-	if v.Roles == nil {
-		v.Roles = []string{}
-	}
-	return v
-}
-
 // createKey: POST /platform/keys {userId, roles?, label?, expiresAt?}.
 func (a *adminAPI) createKey(app *App, w http.ResponseWriter, r *http.Request, _ []string) error {
-	var req CreateKeyRequest
+	var req ops.CreateKeyRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
 	}
-	v, err := app.CreateKey(r.Context(), adminActor(r), req)
+	v, err := app.ops.CreateKey(r.Context(), adminActor(r), req)
 	if v.ID == "" {
 		return err
 	}
@@ -416,7 +318,7 @@ func (a *adminAPI) listKeys(app *App, w http.ResponseWriter, r *http.Request, _ 
 	}
 	userID := q.Get("userId")
 	if q.Has("userId") {
-		if err := checkUserID("userId", userID); err != nil {
+		if err := ops.CheckUserID("userId", userID); err != nil {
 			return err
 		}
 	}
@@ -432,61 +334,41 @@ func (a *adminAPI) listKeys(app *App, w http.ResponseWriter, r *http.Request, _ 
 	})
 	now := app.Now()
 	out := struct {
-		Keys []keyView `json:"keys"`
-	}{Keys: make([]keyView, 0, len(recs))}
+		Keys []ops.KeyView `json:"keys"`
+	}{Keys: make([]ops.KeyView, 0, len(recs))}
 	for _, k := range recs {
-		out.Keys = append(out.Keys, viewKey(k, now))
+		out.Keys = append(out.Keys, ops.ViewKey(k, now))
 	}
 	return writeJSON(w, http.StatusOK, out)
-}
-
-func keyNotFound(id string) error {
-	return apierror.New(apierror.NotFound, "no service key "+apierror.QuoteID(id))
 }
 
 // getKey: GET /platform/keys/{keyId}.
 func (a *adminAPI) getKey(app *App, w http.ResponseWriter, r *http.Request, args []string) error {
 	k, err := app.DataStore().KeyByID(r.Context(), args[0])
 	if errors.Is(err, store.ErrNotFound) {
-		return keyNotFound(args[0])
+		return ops.KeyNotFound(args[0])
 	}
 	if err != nil {
 		return fmt.Errorf("read key %s: %w", args[0], err)
 	}
-	return writeJSON(w, http.StatusOK, viewKey(k, app.Now()))
+	return writeJSON(w, http.StatusOK, ops.ViewKey(k, app.Now()))
 }
 
 // revokeKey: DELETE /platform/keys/{keyId}. Revoking again answers the
 // same record with the first revocation time.
 func (a *adminAPI) revokeKey(app *App, w http.ResponseWriter, r *http.Request, args []string) error {
-	v, err := app.RevokeKey(r.Context(), adminActor(r), args[0])
+	v, err := app.ops.RevokeKey(r.Context(), adminActor(r), args[0])
 	if err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, v)
 }
 
-// subscriptionIDs validates the {userId}/{serviceId} of a subscription path.
-func subscriptionIDs(args []string) (userID, serviceID string, err error) {
-	userID, serviceID = args[0], args[1]
-	if err := checkUserID("userId", userID); err != nil {
-		return "", "", err
-	}
-	if !catalog.ValidID(serviceID) {
-		return "", "", apierror.Invalid("serviceId", "serviceId is not a valid id")
-	}
-	return userID, serviceID, nil
-}
-
-func subscriptionNotFound(userID, serviceID string) error {
-	return apierror.New(apierror.NotFound, "user "+apierror.QuoteID(userID)+" has no subscription to service "+serviceID)
-}
-
 // putSubscription: PUT /platform/subscriptions/{userId}/{serviceId}
 // {productId, status?}. It creates or replaces the subscription; the start
 // (the anchor of its billing periods) and the credit balance are kept.
 func (a *adminAPI) putSubscription(app *App, w http.ResponseWriter, r *http.Request, args []string) error {
-	if _, _, err := subscriptionIDs(args); err != nil {
+	if _, _, err := ops.SubscriptionIDs(args); err != nil {
 		return err
 	}
 	var req struct {
@@ -496,7 +378,7 @@ func (a *adminAPI) putSubscription(app *App, w http.ResponseWriter, r *http.Requ
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
 	}
-	out, err := app.PutSubscription(r.Context(), adminActor(r), args[0], args[1], req.ProductID, req.Status)
+	out, err := app.ops.PutSubscription(r.Context(), adminActor(r), args[0], args[1], req.ProductID, req.Status)
 	if err != nil {
 		return err
 	}
@@ -505,25 +387,25 @@ func (a *adminAPI) putSubscription(app *App, w http.ResponseWriter, r *http.Requ
 
 // getSubscription: GET /platform/subscriptions/{userId}/{serviceId}.
 func (a *adminAPI) getSubscription(app *App, w http.ResponseWriter, r *http.Request, args []string) error {
-	userID, serviceID, err := subscriptionIDs(args)
+	userID, serviceID, err := ops.SubscriptionIDs(args)
 	if err != nil {
 		return err
 	}
 	sub, err := app.DataStore().GetSubscription(r.Context(), userID, serviceID)
 	if errors.Is(err, store.ErrNoAccount) || errors.Is(err, store.ErrNotFound) {
-		return subscriptionNotFound(userID, serviceID)
+		return ops.SubscriptionNotFound(userID, serviceID)
 	}
 	if err != nil {
 		return fmt.Errorf("read subscription of %s to %s: %w", userID, serviceID, err)
 	}
-	return writeJSON(w, http.StatusOK, viewSubscription(sub))
+	return writeJSON(w, http.StatusOK, ops.ViewSubscription(sub))
 }
 
 // addCredits: POST /platform/subscriptions/{userId}/{serviceId}/credits
 // {amount}. A negative amount corrects an earlier top-up; the balance may
 // go below zero, which records what the user owes.
 func (a *adminAPI) addCredits(app *App, w http.ResponseWriter, r *http.Request, args []string) error {
-	if _, _, err := subscriptionIDs(args); err != nil {
+	if _, _, err := ops.SubscriptionIDs(args); err != nil {
 		return err
 	}
 	var req struct {
@@ -532,39 +414,15 @@ func (a *adminAPI) addCredits(app *App, w http.ResponseWriter, r *http.Request, 
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
 	}
-	amount, err := ParseCreditAmount(string(req.Amount))
+	amount, err := ops.ParseCreditAmount(string(req.Amount))
 	if err != nil {
 		return err
 	}
-	sub, err := app.AddCredits(r.Context(), adminActor(r), args[0], args[1], amount)
+	sub, err := app.ops.AddCredits(r.Context(), adminActor(r), args[0], args[1], amount)
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, viewSubscription(sub))
-}
-
-// parseSignedUnits reads a JSON number (or a string holding one) that may
-// be negative, exactly, without going through float64.
-func parseSignedUnits(raw json.RawMessage) (billing.Units, error) {
-	s := string(raw)
-	if len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' {
-		s = s[1 : len(s)-1]
-	}
-	neg := strings.HasPrefix(s, "-")
-	if neg {
-		s = s[1:]
-	}
-	if s == "" || s[0] == '+' || s[0] == '-' {
-		return 0, billing.ErrInvalidUnits
-	}
-	u, err := billing.ParseUnits(s)
-	if err != nil {
-		return 0, err
-	}
-	if neg {
-		u = -u
-	}
-	return u, nil
+	return writeJSON(w, http.StatusOK, ops.ViewSubscription(sub))
 }
 
 // getJob: GET /platform/jobs/{requestId}, the job as operators see it.
@@ -576,7 +434,7 @@ func (a *adminAPI) getJob(app *App, w http.ResponseWriter, r *http.Request, args
 	if err != nil {
 		return fmt.Errorf("read job %s: %w", args[0], err)
 	}
-	return writeJSON(w, http.StatusOK, viewJob(j))
+	return writeJSON(w, http.StatusOK, ops.ViewJob(j))
 }
 
 // Interface guards.
@@ -584,237 +442,3 @@ var (
 	_ caddy.Provisioner = (*adminAPI)(nil)
 	_ caddy.AdminRouter = (*adminAPI)(nil)
 )
-
-// Usage export formats.
-const (
-	formatJSON   = "json"   // one JSON array, written entry by entry
-	formatNDJSON = "ndjson" // one JSON object per line
-	formatCSV    = "csv"    // a header row, then one row per entry
-)
-
-// usageColumns are the CSV columns, named like the JSON fields.
-var usageColumns = []string{
-	"time", "id", "userId", "serviceId", "endpointId", "productId", "requestId",
-	"source", "units", "overage", "cost", "unitsClaimed", "occurredAt", "idempotencyKey", "unitsUncharged",
-}
-
-// exportUsage: GET /platform/usage?userId=&serviceId=&from=&to=&format=
-// &rollup=hour&gzip=. It streams the ledger in time order straight from
-// the store's chunked scan to the client, so a ledger of any size is
-// exported in bounded memory; rollup=hour exports the hourly rollups
-// instead (adminapi_ledger.go), gzip compresses either.
-func (a *adminAPI) exportUsage(app *App, w http.ResponseWriter, r *http.Request, _ []string) error {
-	q := r.URL.Query()
-	if err := checkQuery(q, "userId", "serviceId", "from", "to", "format", "gzip", "rollup"); err != nil {
-		return err
-	}
-	f := store.LedgerFilter{UserID: q.Get("userId"), ServiceID: q.Get("serviceId")}
-	if q.Has("userId") {
-		if err := checkUserID("userId", f.UserID); err != nil {
-			return err
-		}
-	}
-	if q.Has("serviceId") && !catalog.ValidID(f.ServiceID) {
-		return apierror.Invalid("serviceId", "serviceId is not a valid id")
-	}
-	var err error
-	if f.From, err = parseTimeBound(q.Get("from"), false); err != nil {
-		return apierror.Invalid("from", "from must be an RFC 3339 time or a date (YYYY-MM-DD)")
-	}
-	if f.To, err = parseTimeBound(q.Get("to"), true); err != nil {
-		return apierror.Invalid("to", "to must be an RFC 3339 time or a date (YYYY-MM-DD)")
-	}
-	if !f.From.IsZero() && !f.To.IsZero() && !f.From.Before(f.To) {
-		return apierror.Invalid("to", "to must be after from")
-	}
-	format := strings.ToLower(q.Get("format"))
-	if format == "" {
-		format = formatJSON
-	}
-	if q.Has("rollup") && q.Get("rollup") != rollupHour {
-		return apierror.Invalid("rollup", "rollup must be hour (hourly sums per subscription, endpoint and product)")
-	}
-	var enc ledgerEncoder
-	switch format {
-	case formatJSON:
-		enc = &jsonArrayEncoder{}
-	case formatNDJSON:
-		enc = &ndjsonEncoder{}
-	case formatCSV:
-		enc = &csvEncoder{}
-	default:
-		return apierror.Invalid("format", "format must be json, ndjson or csv")
-	}
-
-	gz, err := wantGzip(r)
-	if err != nil {
-		return err
-	}
-	if q.Has("rollup") {
-		return a.exportRollups(app, w, r, f, format, gz)
-	}
-	filename := ""
-	if format == formatCSV {
-		filename = "usage.csv"
-	}
-	return streamExport(a, w, r, enc, filename, gz, func(fn func(store.LedgerEntry) error) error {
-		return app.DataStore().ScanLedger(r.Context(), f, fn)
-	})
-}
-
-// parseTimeBound reads an RFC 3339 time or a date. A date as the upper
-// bound means the end of that day, so from=2026-01-01&to=2026-01-31 is all
-// of January.
-func parseTimeBound(s string, upper bool) (time.Time, error) {
-	if s == "" {
-		return time.Time{}, nil
-	}
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t, nil
-	}
-	d, err := time.Parse(time.DateOnly, s)
-	if err != nil {
-		return time.Time{}, err
-	}
-	if upper {
-		d = d.AddDate(0, 0, 1)
-	}
-	return d, nil
-}
-
-// lazyWriter calls start before its first write.
-type lazyWriter struct {
-	w       io.Writer
-	start   func()
-	started bool
-}
-
-func (l *lazyWriter) Write(p []byte) (int, error) {
-	if !l.started {
-		l.started = true
-		l.start()
-	}
-	return l.w.Write(p)
-}
-
-// newFlushWriter buffers small entry writes into larger chunks.
-func newFlushWriter(w io.Writer) *bufio.Writer { return bufio.NewWriterSize(w, 32<<10) }
-
-// ledgerEncoder writes ledger entries in one export format.
-type ledgerEncoder interface {
-	contentType() string
-	begin(w io.Writer) error
-	entry(w io.Writer, e store.LedgerEntry) error
-	end(w io.Writer) error
-}
-
-type jsonArrayEncoder struct{ n int }
-
-func (*jsonArrayEncoder) contentType() string { return "application/json" }
-func (*jsonArrayEncoder) begin(w io.Writer) error {
-	_, err := io.WriteString(w, "[")
-	return err
-}
-
-func (j *jsonArrayEncoder) entry(w io.Writer, e store.LedgerEntry) error {
-	b, err := UsageJSON(e)
-	if err != nil {
-		return err
-	}
-	sep := ",\n"
-	if j.n == 0 {
-		sep = "\n"
-	}
-	j.n++
-	if _, err := io.WriteString(w, sep); err != nil {
-		return err
-	}
-	_, err = w.Write(b)
-	return err
-}
-
-func (j *jsonArrayEncoder) end(w io.Writer) error {
-	closing := "\n]\n"
-	if j.n == 0 {
-		closing = "]\n"
-	}
-	_, err := io.WriteString(w, closing)
-	return err
-}
-
-type ndjsonEncoder struct{}
-
-func (ndjsonEncoder) contentType() string   { return "application/x-ndjson" }
-func (ndjsonEncoder) begin(io.Writer) error { return nil }
-func (ndjsonEncoder) end(io.Writer) error   { return nil }
-func (ndjsonEncoder) entry(w io.Writer, e store.LedgerEntry) error {
-	b, err := UsageJSON(e)
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(append(b, '\n'))
-	return err
-}
-
-type csvEncoder struct{ cw *csv.Writer }
-
-func (*csvEncoder) contentType() string { return "text/csv; charset=utf-8" }
-
-func (c *csvEncoder) begin(w io.Writer) error {
-	c.cw = csv.NewWriter(w)
-	return c.cw.Write(usageColumns)
-}
-
-func (c *csvEncoder) entry(_ io.Writer, e store.LedgerEntry) error {
-	return c.cw.Write(UsageCSVRow(e))
-}
-
-// UsageCSVColumns are the columns of a usage CSV export.
-func UsageCSVColumns() []string { return slices.Clone(usageColumns) }
-
-// UsageCSVRow is a ledger entry as a row of a usage CSV export, text
-// fields defused against formula injection.
-func UsageCSVRow(e store.LedgerEntry) []string {
-	return []string{
-		csvTime(e.Time),
-		csvText(e.ID),
-		csvText(e.UserID),
-		csvText(e.ServiceID),
-		csvText(e.EndpointID),
-		csvText(e.ProductID),
-		csvText(e.RequestID),
-		csvText(e.Source),
-		e.Units.String(),
-		e.Overage.String(),
-		e.Cost.String(),
-		e.UnitsClaimed.String(),
-		csvTime(e.OccurredAt),
-		csvText(e.IdempotencyKey),
-		e.Uncharged().String(),
-	}
-}
-
-func (c *csvEncoder) end(io.Writer) error {
-	c.cw.Flush()
-	return c.cw.Error()
-}
-
-func csvTime(t time.Time) string {
-	if t.IsZero() {
-		return ""
-	}
-	return t.UTC().Format(time.RFC3339Nano)
-}
-
-// csvText defuses CSV formula injection: a spreadsheet runs a cell that
-// starts with = + - @ (or a tab or carriage return that hides one) as a
-// formula, and text fields such as user ids and idempotency keys come from
-// outside. Such a value is prefixed with a single quote, which spreadsheets
-// show as text, as OWASP recommends. Numbers are written by us and left
-// alone.
-func csvText(s string) string {
-	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
-		return "'" + s
-	}
-	return s
-}

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/platformgw/gateway/internal/apierror"
+	"github.com/platformgw/gateway/internal/ops"
 )
 
 // listAlerts: GET /platform/alerts[?userId=&serviceId=&status=&limit=&cursor=],
@@ -15,7 +16,7 @@ func (a *adminAPI) listAlerts(app *App, w http.ResponseWriter, r *http.Request, 
 	}
 	// Given but empty is a mistake, not "every user".
 	if q.Has("userId") {
-		if err := checkUserID("userId", q.Get("userId")); err != nil {
+		if err := ops.CheckUserID("userId", q.Get("userId")); err != nil {
 			return err
 		}
 	}
@@ -28,20 +29,20 @@ func (a *adminAPI) listAlerts(app *App, w http.ResponseWriter, r *http.Request, 
 	if err != nil {
 		return err
 	}
-	page, err := app.ListAlerts(r.Context(), AlertQuery{UserID: q.Get("userId"), ServiceID: q.Get("serviceId"),
+	page, err := app.ops.ListAlerts(r.Context(), ops.AlertQuery{UserID: q.Get("userId"), ServiceID: q.Get("serviceId"),
 		Status: q.Get("status"), Cursor: cursor, Limit: limit})
 	if err != nil {
 		return err
 	}
-	out := alertRecordPage{Alerts: make([]alertRecord, len(page.Alerts)), NextCursor: page.NextCursor}
+	out := alertRecordPage{Alerts: make([]ops.AlertRecord, len(page.Alerts)), NextCursor: page.NextCursor}
 	for i, al := range page.Alerts {
-		out.Alerts[i] = viewAlert(al)
+		out.Alerts[i] = ops.ViewAlert(al)
 	}
 	return writeJSON(w, http.StatusOK, out)
 }
 
 // alertRecordPage is a page of alerts as the admin API writes it.
 type alertRecordPage struct {
-	Alerts     []alertRecord `json:"alerts"`
-	NextCursor string        `json:"nextCursor,omitempty"`
+	Alerts     []ops.AlertRecord `json:"alerts"`
+	NextCursor string            `json:"nextCursor,omitempty"`
 }

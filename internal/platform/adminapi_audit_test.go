@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/platformgw/gateway/internal/ops"
 )
 
 // Every change made through the admin API is in the audit log, newest
@@ -18,7 +20,7 @@ func TestAdminAuditLog(t *testing.T) {
 	if len(audit.Entries) != 0 {
 		t.Fatalf("fresh store has audit entries: %+v", audit.Entries)
 	}
-	var key KeyView
+	var key ops.KeyView
 	r := admJSON(t, "POST", "/platform/keys", `{"userId": "alice"}`)
 	r.decode(t, &key)
 	if r.status != 201 || key.Key == "" {
@@ -91,7 +93,7 @@ func TestAdminAuditUsagePrune(t *testing.T) {
 		t.Fatalf("audit entries %+v, want the one prune", audit.Entries)
 	}
 	e := audit.Entries[0]
-	if e.Action != AuditUsagePrune || !strings.HasPrefix(e.Actor, "admin-api 127.0.0.1:") || e.Time.IsZero() ||
+	if e.Action != ops.AuditUsagePrune || !strings.HasPrefix(e.Actor, "admin-api 127.0.0.1:") || e.Time.IsZero() ||
 		e.Detail != "raw ledger rows before 2026-01-01T00:00:00Z: 0 segments, 0 rows, 0 bytes removed" {
 		t.Fatalf("prune entry %+v", e)
 	}
@@ -105,7 +107,7 @@ func configAudit(t *testing.T) []string {
 	var out []string
 	for i := len(audit.Entries) - 1; i >= 0; i-- {
 		e := audit.Entries[i]
-		if e.Action == AuditConfigChange {
+		if e.Action == ops.AuditConfigChange {
 			if e.Actor != "config" || e.Time.IsZero() {
 				t.Errorf("config entry %+v", e)
 			}

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/apierror"
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -166,22 +167,13 @@ func (a *adminAPI) exportRollups(app *App, w http.ResponseWriter, r *http.Reques
 	case formatNDJSON:
 		enc = ndjsonOf[store.Rollup]{}
 	case formatCSV:
-		enc = &csvOf[store.Rollup]{columns: rollupColumns, row: RollupCSVRow}
+		enc = &csvOf[store.Rollup]{columns: ops.RollupCSVColumns(), row: ops.RollupCSVRow}
 		filename = "usage-hourly.csv"
 	}
 	rf := store.RollupFilter(f)
 	return streamExport(a, w, r, enc, filename, gz, func(fn func(store.Rollup) error) error {
 		return rr.ScanRollups(r.Context(), rf, fn)
 	})
-}
-
-// rollupColumns are the CSV columns of a rollup export.
-var rollupColumns = []string{"hour", "userId", "serviceId", "endpointId", "productId", "calls", "units", "overage", "cost", "capped"}
-
-// RollupCSVRow is a rollup as a row of a CSV export.
-func RollupCSVRow(r store.Rollup) []string {
-	return []string{csvTime(r.Hour), csvText(r.UserID), csvText(r.ServiceID), csvText(r.EndpointID), csvText(r.ProductID),
-		strconv.FormatInt(r.Calls, 10), r.Units.String(), r.Overage.String(), r.Cost.String(), strconv.FormatInt(r.Capped, 10)}
 }
 
 type jsonArrayOf[T any] struct{ n int }
@@ -263,41 +255,18 @@ func (a *adminAPI) pruneUsage(app *App, w http.ResponseWriter, r *http.Request, 
 	if !q.Has("before") {
 		return apierror.Invalid("before", "before is required: the time (RFC 3339) or date before which raw rows go")
 	}
-	before, err := parseTimeBound(q.Get("before"), false)
+	before, err := ops.ParseTimeBound(q.Get("before"), false)
 	if err != nil || before.IsZero() {
 		return apierror.Invalid("before", "before must be an RFC 3339 time or a date (YYYY-MM-DD)")
 	}
-	if before.After(now()) {
-		return apierror.Invalid("before", "before is in the future: pruning would remove rows still being written")
-	}
-	p, ok := app.DataStore().(store.LedgerPruner)
-	if !ok {
+	res, err := app.ops.PruneLedger(r.Context(), adminActor(r), before)
+	if errors.Is(err, ops.ErrNotSupported) {
 		return notSupported(w, "a prunable ledger")
 	}
-	res, err := p.PruneLedger(r.Context(), before)
-	switch {
-	case errors.Is(err, store.ErrBadCutoff):
-		return apierror.Invalid("before", "before must be a time in the past")
-	case errors.Is(err, store.ErrUnavailable):
-		return apierror.New(apierror.StoreUnavailable, "the ledger could not be pruned right now (nothing was removed); try again")
-	case err != nil:
-		return fmt.Errorf("prune ledger: %w", err)
-	}
-	a.logger.Info("ledger pruned", zap.Time("before", before), zap.Int("segments", res.Segments),
-		zap.Int64("rows", res.Rows), zap.Int64("bytes", res.Bytes))
-	// Billing data went: audited like every other change of it. The rows
-	// are gone either way; a failed entry is answered as an error.
-	if err := app.audit(r.Context(), pruneAuditEntry(adminActor(r), before, res)); err != nil {
+	if err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, res)
-}
-
-// pruneAuditEntry is the audit entry of a ledger prune.
-func pruneAuditEntry(actor string, before time.Time, res store.PruneResult) store.AuditEntry {
-	return store.AuditEntry{Actor: actor, Action: AuditUsagePrune,
-		Detail: fmt.Sprintf("raw ledger rows before %s: %d segments, %d rows, %d bytes removed",
-			before.UTC().Format(time.RFC3339), res.Segments, res.Rows, res.Bytes)}
 }
 
 // pruneLedger is the maintenance side of ledger_retention and
@@ -310,26 +279,5 @@ func (a *App) pruneLedger(ctx context.Context, t time.Time) {
 		return
 	}
 	a.lastLedgerPrune.Store(t.UnixNano())
-	if d := time.Duration(a.LedgerRetention); d > 0 {
-		if p, ok := a.DataStore().(store.LedgerPruner); ok {
-			if res, err := p.PruneLedger(ctx, t.Add(-d)); err != nil {
-				a.logger.Error("pruning the ledger (ledger_retention)", zap.Error(err))
-			} else if res.Segments > 0 {
-				a.logger.Info("ledger pruned (ledger_retention)", zap.Int("segments", res.Segments),
-					zap.Int64("rows", res.Rows), zap.Int64("bytes", res.Bytes))
-				_ = a.audit(ctx, pruneAuditEntry("ledger_retention", t.Add(-d), res)) // a failure is logged there
-			}
-		}
-	}
-	if d := time.Duration(a.RollupRetention); d > 0 {
-		if p, ok := a.DataStore().(store.RollupPruner); ok {
-			if n, err := p.PruneRollups(ctx, t.Add(-d)); err != nil {
-				a.logger.Error("pruning hourly rollups (rollup_retention)", zap.Error(err))
-			} else if n > 0 {
-				a.logger.Info("hourly rollups pruned (rollup_retention)", zap.Int("rollups", n))
-				_ = a.audit(ctx, store.AuditEntry{Actor: "rollup_retention", Action: AuditRollupPrune,
-					Detail: fmt.Sprintf("hourly rollups before %s: %d removed", t.Add(-d).UTC().Format(time.RFC3339), n)})
-			}
-		}
-	}
+	a.ops.ApplyRetention(ctx, t, time.Duration(a.LedgerRetention), time.Duration(a.RollupRetention))
 }

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/pgtest"
 	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/store/boltstore"
@@ -97,7 +98,7 @@ func ledgerEnv(t *testing.T) (*App, *httptest.Server, []store.LedgerEntry) {
 		}
 		all = append(all, es...)
 	}
-	app := &App{store: segmentedStore{bolt, l}, logger: zap.NewNop()}
+	app := appOver(segmentedStore{bolt, l})
 	api := &adminAPI{logger: zap.NewNop()}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := api.exportUsage
@@ -212,7 +213,7 @@ func TestUsageExportRollups(t *testing.T) {
 	// The sums equal the rows'.
 	r = ledgerGet(t, srv.URL+"?rollup=hour&format=csv", http.Header{"Accept-Encoding": {"gzip"}})
 	rows, err := csv.NewReader(bytes.NewReader(gunzip(t, r.body))).ReadAll()
-	if err != nil || len(rows) != 1+3*24*2 || strings.Join(rows[0], ",") != strings.Join(rollupColumns, ",") {
+	if err != nil || len(rows) != 1+3*24*2 || strings.Join(rows[0], ",") != strings.Join(ops.RollupCSVColumns(), ",") {
 		t.Fatalf("csv rollups: %d rows %v (%v)", len(rows), rows[:1], err)
 	}
 	calls := 0
@@ -274,7 +275,7 @@ func TestUsagePrune(t *testing.T) {
 		t.Fatalf("after the retentions: %d rows, %d rollups", len(rows), len(rs))
 	}
 	// Each removal of billing data is audited, the retentions' too.
-	entries, _, err := app.AuditLog(context.Background(), "", 10)
+	entries, _, err := app.ops.AuditLog(context.Background(), "", 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +301,7 @@ func TestUsageLedgerNotSupported(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer bolt.Close()
-	app := &App{store: plainStore{bolt}, logger: zap.NewNop()}
+	app := appOver(plainStore{bolt})
 	api := &adminAPI{logger: zap.NewNop()}
 	for _, c := range []struct {
 		method, target string
@@ -397,7 +398,7 @@ func TestUsageLedgerPostgres(t *testing.T) {
 	if err := pg.ImportLedger(context.Background(), all); err != nil {
 		t.Fatal(err)
 	}
-	app := &App{store: pg, logger: zap.NewNop()}
+	app := appOver(pg)
 	api := &adminAPI{logger: zap.NewNop()}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := api.exportUsage

@@ -24,6 +24,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/servicekey"
 	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/store/boltstore"
@@ -234,14 +235,14 @@ func TestAdminKeys(t *testing.T) {
 	if cc := r.header.Get("Cache-Control"); cc != "no-store" {
 		t.Errorf("Cache-Control %q, want no-store", cc)
 	}
-	var alice keyView
+	var alice ops.KeyView
 	r.decode(t, &alice)
 	if !servicekey.WellFormed(alice.Key) {
 		t.Fatalf("key %q is not well formed", alice.Key)
 	}
 	if !isUUID(alice.ID) || alice.UserID != "alice" || alice.Label != "laptop" ||
 		!slices.Equal(alice.Roles, []string{"reader", "writer"}) || !alice.ExpiresAt.Equal(expires) ||
-		alice.Status != keyActive || alice.CreatedAt.IsZero() {
+		alice.Status != ops.KeyActive || alice.CreatedAt.IsZero() {
 		t.Errorf("created key %+v", alice)
 	}
 	if loc := r.header.Get("Location"); loc != "/platform/keys/"+alice.ID {
@@ -257,7 +258,7 @@ func TestAdminKeys(t *testing.T) {
 	if r.status != http.StatusCreated {
 		t.Fatalf("create: %d %s", r.status, r.body)
 	}
-	var bob keyView
+	var bob ops.KeyView
 	r.decode(t, &bob)
 	if bob.Key == alice.Key || bob.ID == alice.ID || !servicekey.WellFormed(bob.Key) {
 		t.Fatalf("second key %+v", bob)
@@ -312,15 +313,15 @@ func TestAdminKeys(t *testing.T) {
 	if r.status != http.StatusOK {
 		t.Fatalf("revoke: %d %s", r.status, r.body)
 	}
-	var revoked keyView
+	var revoked ops.KeyView
 	r.decode(t, &revoked)
-	if revoked.ID != bob.ID || revoked.Status != keyRevoked || revoked.RevokedAt.IsZero() || revoked.Key != "" {
+	if revoked.ID != bob.ID || revoked.Status != ops.KeyRevoked || revoked.RevokedAt.IsZero() || revoked.Key != "" {
 		t.Fatalf("revoked %+v", revoked)
 	}
 	r = admJSON(t, "DELETE", "/platform/keys/"+bob.ID, "")
-	var again keyView
+	var again ops.KeyView
 	r.decode(t, &again)
-	if r.status != http.StatusOK || !again.RevokedAt.Equal(revoked.RevokedAt) || again.Status != keyRevoked {
+	if r.status != http.StatusOK || !again.RevokedAt.Equal(revoked.RevokedAt) || again.Status != ops.KeyRevoked {
 		t.Fatalf("second revoke: %d %s", r.status, r.body)
 	}
 	if rec, err := env.app.DataStore().KeyByHash(ctx, servicekey.Hash(bob.Key)); err != nil || rec.RevokedAt.IsZero() {
@@ -395,7 +396,7 @@ func TestAdminKeys(t *testing.T) {
 	if !bytes.Contains(logged, []byte("service key created")) || !bytes.Contains(logged, []byte(alice.ID)) {
 		t.Errorf("the log does not record the key's creation:\n%s", logged)
 	}
-	for _, k := range []keyView{alice, bob} {
+	for _, k := range []ops.KeyView{alice, bob} {
 		if bytes.Contains(db, []byte(k.Key)) {
 			t.Errorf("the store file holds the key %s", k.ID)
 		}
@@ -647,10 +648,10 @@ func TestAdminUsageExport(t *testing.T) {
 	if err != nil {
 		t.Fatalf("csv does not parse: %v\n%s", err, r.body)
 	}
-	if len(rows) != 4 || !slices.Equal(rows[0], usageColumns) {
+	if len(rows) != 4 || !slices.Equal(rows[0], ops.UsageCSVColumns()) {
 		t.Fatalf("csv rows %q", rows)
 	}
-	col := func(row []string, name string) string { return row[slices.Index(usageColumns, name)] }
+	col := func(row []string, name string) string { return row[slices.Index(ops.UsageCSVColumns(), name)] }
 	if col(rows[1], "time") != "2026-01-10T12:00:00Z" || col(rows[1], "units") != "2" || col(rows[1], "cost") != "1" ||
 		col(rows[1], "userId") != "alice" || col(rows[1], "overage") != "0" || col(rows[1], "occurredAt") != "" {
 		t.Errorf("csv row %q", rows[1])
@@ -667,7 +668,7 @@ func TestAdminUsageExport(t *testing.T) {
 		t.Errorf("csv does not quote a field with quotes and a comma:\n%s", r.body)
 	}
 	r = admJSON(t, "GET", "/platform/usage?format=csv&userId=nobody", "")
-	if string(r.body) != strings.Join(usageColumns, ",")+"\n" {
+	if string(r.body) != strings.Join(ops.UsageCSVColumns(), ",")+"\n" {
 		t.Errorf("empty csv %q, want the header row", r.body)
 	}
 
@@ -741,7 +742,7 @@ func TestAdminUsageExportStreams(t *testing.T) {
 				t.Fatalf("csv: %v", err)
 			}
 			for _, row := range rows[1:] {
-				ids = append(ids, row[slices.Index(usageColumns, "requestId")])
+				ids = append(ids, row[slices.Index(ops.UsageCSVColumns(), "requestId")])
 			}
 		}
 		if len(ids) != n || !slices.IsSorted(ids) || ids[0] != "req-00000" || ids[n-1] != fmt.Sprintf("req-%05d", n-1) {
@@ -798,7 +799,7 @@ func TestAdminFollowsReload(t *testing.T) {
 	if r := admJSON(t, "PUT", "/platform/subscriptions/alice/weather", `{"productId": "gold"}`); r.status != http.StatusOK {
 		t.Fatalf("subscribing to the product added by the reload: %d %s", r.status, r.body)
 	}
-	var list struct{ Keys []keyView }
+	var list struct{ Keys []ops.KeyView }
 	admJSON(t, "GET", "/platform/keys", "").decode(t, &list)
 	if len(list.Keys) != 1 {
 		t.Fatalf("keys after reload: %+v", list.Keys)
@@ -824,80 +825,6 @@ func TestAdminWithoutPlatformApp(t *testing.T) {
 	tester.InitServer(fmt.Sprintf(`{"admin": {"listen": %q}}`, admAddr), "json")
 	for _, path := range []string{"/platform/keys", "/platform/usage", "/platform/nothing"} {
 		admExpectError(t, admJSON(t, "GET", path, ""), 503, codeNotConfigured, "")
-	}
-}
-
-func TestValidUserID(t *testing.T) {
-	for _, tt := range []struct {
-		id   string
-		want bool
-	}{
-		{"alice", true},
-		{"sub-ext-id", true},
-		{"user@example.com", true},
-		{"Jürgen Müller", true},
-		{"+15551234567", true},
-		{strings.Repeat("x", 128), true},
-		{"", false},
-		{strings.Repeat("x", 129), false},
-		{"a/b", false},
-		{"a\x00b", false},
-		{"a\tb", false},
-		{"a\r\nX-Injected: 1", false},
-		{" alice", false},
-		{"alice ", false},
-		{"\xff", false},
-		{"a\u200bb", false}, // zero-width space: not printable
-	} {
-		if got := ValidUserID(tt.id); got != tt.want {
-			t.Errorf("ValidUserID(%q) = %v, want %v", tt.id, got, tt.want)
-		}
-	}
-}
-
-func TestParseSignedUnits(t *testing.T) {
-	for _, tt := range []struct {
-		in   string
-		want billing.Units
-		ok   bool
-	}{
-		{`10.5`, 10_500_000, true},
-		{`"10.5"`, 10_500_000, true},
-		{`-0.25`, -250_000, true},
-		{`"-3"`, -3_000_000, true},
-		{`1e2`, 100_000_000, true},
-		{`0`, 0, true},
-		{`-`, 0, false},
-		{`--1`, 0, false},
-		{`-+1`, 0, false},
-		{`"abc"`, 0, false},
-		{`0.0000001`, 0, false},
-		{`true`, 0, false},
-	} {
-		got, err := parseSignedUnits(json.RawMessage(tt.in))
-		if (err == nil) != tt.ok || got != tt.want {
-			t.Errorf("parseSignedUnits(%s) = %v, %v; want %v, ok %v", tt.in, got, err, tt.want, tt.ok)
-		}
-	}
-}
-
-func TestCSVText(t *testing.T) {
-	for in, want := range map[string]string{
-		"":             "",
-		"alice":        "alice",
-		"=1+1":         "'=1+1",
-		"+1":           "'+1",
-		"-1":           "'-1",
-		"@SUM(A1)":     "'@SUM(A1)",
-		"\t=1":         "'\t=1",
-		"\r=1":         "'\r=1",
-		"a=b":          "a=b",
-		"'already":     "'already",
-		"req-1,with,,": "req-1,with,,",
-	} {
-		if got := csvText(in); got != want {
-			t.Errorf("csvText(%q) = %q, want %q", in, got, want)
-		}
 	}
 }
 
@@ -928,7 +855,7 @@ func TestAdminUsageExportStoreFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer bolt.Close()
-	app := &App{store: bolt, logger: zap.NewNop()}
+	app := appOver(bolt)
 	start := time.Date(2026, 4, 1, 0, 0, 0, 0, time.UTC)
 	for i := range 700 {
 		admRecord(t, app, store.LedgerEntry{Time: start.Add(time.Duration(i) * time.Second), UserID: "owner",
@@ -936,7 +863,7 @@ func TestAdminUsageExportStoreFailure(t *testing.T) {
 	}
 	api := &adminAPI{logger: zap.NewNop()}
 	serve := func(after int) *httptest.Server {
-		failing := &App{store: admFailingLedger{Store: bolt, after: after}, logger: zap.NewNop()}
+		failing := appOver(admFailingLedger{Store: bolt, after: after})
 		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if err := api.exportUsage(failing, w, r, nil); err != nil {
 				api.writeError(w, r, err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/catalog"
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -129,7 +130,7 @@ func TestAdminUserSummary(t *testing.T) {
 	ds := env.app.DataStore()
 
 	r := admJSON(t, "PUT", "/platform/subscriptions/alice/weather", `{"productId":"pro"}`)
-	var sub subscriptionChange
+	var sub ops.SubscriptionChange
 	r.decode(t, &sub)
 	if r.status != 200 || sub.CurrentPeriod == nil || sub.PreviousProductID != "" || sub.CurrentPeriod.UnitsUsed != 0 {
 		t.Fatalf("subscribe: %d %s", r.status, r.body)
@@ -144,7 +145,7 @@ func TestAdminUserSummary(t *testing.T) {
 	}
 
 	r = admJSON(t, "GET", "/platform/users/alice/summary", "")
-	var sum userSummary
+	var sum ops.UserSummary
 	r.decode(t, &sum)
 	if r.status != 200 || len(sum.Subscriptions) != 1 {
 		t.Fatalf("summary: %d %s", r.status, r.body)
@@ -159,7 +160,7 @@ func TestAdminUserSummary(t *testing.T) {
 	// A change of product: the answer says from what, and what the
 	// current period now is: the 15 units stay, now against basic.
 	r = admJSON(t, "PUT", "/platform/subscriptions/alice/weather", `{"productId":"basic"}`)
-	sub = subscriptionChange{}
+	sub = ops.SubscriptionChange{}
 	r.decode(t, &sub)
 	if r.status != 200 || sub.PreviousProductID != "pro" || sub.CurrentPeriod == nil ||
 		sub.CurrentPeriod.ProductID != "basic" || sub.CurrentPeriod.UnitsUsed != billing.Whole(15) || sub.CurrentPeriod.Quota != nil {

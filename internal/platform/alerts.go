@@ -16,9 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/alerts"
-	"github.com/platformgw/gateway/internal/apierror"
 	"github.com/platformgw/gateway/internal/billing"
-	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -244,7 +242,7 @@ func (a *App) EvaluateAlerts(ctx context.Context, ref store.AccountRef) []store.
 	if len(thresholds) == 0 || !ok {
 		return nil
 	}
-	t := now()
+	t := a.Now()
 	state, err := st.State(ctx, store.Account{UserID: ref.UserID, ServiceID: ref.ServiceID, Product: *p}, t)
 	if err != nil {
 		a.logger.Error("usage alerts: reading usage", zap.String("user", ref.UserID),
@@ -313,7 +311,7 @@ func (a *App) deliverAlerts(ctx context.Context, stop <-chan struct{}) {
 
 // DeliverDueAlerts makes one attempt at every pending alert that is due.
 func (a *App) DeliverDueAlerts(ctx context.Context) {
-	due, err := a.DataStore().DueAlerts(ctx, now(), alertBatch)
+	due, err := a.DataStore().DueAlerts(ctx, a.Now(), alertBatch)
 	if err != nil {
 		a.logger.Error("usage alerts: reading due alerts", zap.Error(err))
 		return
@@ -329,7 +327,7 @@ func (a *App) DeliverDueAlerts(ctx context.Context) {
 // and a crash mid-attempt leaves it due again once the claim runs out.
 func (a *App) deliverAlert(ctx context.Context, al store.Alert) {
 	st := a.DataStore()
-	t := now()
+	t := a.Now()
 	claim := al
 	claim.Attempts++
 	claim.NextAttempt = t.Add(a.alerter.client.Timeout + a.alerter.interval)
@@ -342,7 +340,7 @@ func (a *App) deliverAlert(ctx context.Context, al store.Alert) {
 	}
 	sendErr := a.sendAlert(ctx, claimed, t)
 	done := claimed
-	t = now()
+	t = a.Now()
 	switch {
 	case sendErr == nil:
 		done.Status, done.DeliveredAt, done.LastError, done.NextAttempt = store.AlertDelivered, t, "", time.Time{}
@@ -431,66 +429,4 @@ func alertEvent(al store.Alert) alerts.Event {
 		EventID: al.ID, CreatedAt: al.Created, UserID: al.UserID, ServiceID: al.ServiceID, ProductID: al.ProductID,
 		PeriodStart: al.PeriodStart, Threshold: al.Threshold, Metric: metric, Value: al.Value, Limit: al.Limit,
 	}
-}
-
-// alertStatuses are the states an alert listing filters on.
-var alertStatuses = []string{store.AlertPending, store.AlertDelivered, store.AlertFailed}
-
-// AlertQuery selects a page of alerts; empty fields match every alert.
-type AlertQuery struct {
-	UserID    string
-	ServiceID string
-	Status    string // PENDING, DELIVERED or FAILED
-	Cursor    string
-	Limit     int // 1 to 1000; 0 is the default page size
-}
-
-// AlertPage is a page of alerts, newest first.
-type AlertPage struct {
-	Alerts     []store.Alert `json:"alerts"`
-	NextCursor string        `json:"nextCursor,omitempty"`
-}
-
-// ListAlerts lists the usage alerts of the running config's store: the
-// admin API's GET /platform/alerts and the console show it. A bad filter
-// or cursor is an *apierror.Error.
-func ListAlerts(ctx context.Context, q AlertQuery) (AlertPage, error) {
-	app := runningApp()
-	if app == nil {
-		return AlertPage{}, apierror.New(codeNotConfigured, "the running config has no platform app")
-	}
-	return app.ListAlerts(ctx, q)
-}
-
-// ListAlerts lists the usage alerts of this app's store.
-func (a *App) ListAlerts(ctx context.Context, q AlertQuery) (AlertPage, error) {
-	if q.UserID != "" {
-		if err := checkUserID("userId", q.UserID); err != nil {
-			return AlertPage{}, err
-		}
-	}
-	if q.ServiceID != "" && !catalog.ValidID(q.ServiceID) {
-		return AlertPage{}, apierror.Invalid("serviceId", "serviceId is not a valid id")
-	}
-	q.Status = strings.ToUpper(q.Status)
-	if q.Status != "" && !slices.Contains(alertStatuses, q.Status) {
-		return AlertPage{}, apierror.Invalid("status", "status must be one of "+strings.Join(alertStatuses, ", "))
-	}
-	if q.Limit == 0 {
-		q.Limit = defaultPageLimit
-	}
-	if q.Limit < 1 || q.Limit > maxPageLimit {
-		return AlertPage{}, apierror.Invalid("limit", fmt.Sprintf("limit must be a whole number from 1 to %d", maxPageLimit))
-	}
-	list, next, err := a.DataStore().ListAlerts(ctx, store.AlertFilter{UserID: q.UserID, ServiceID: q.ServiceID, Status: q.Status}, q.Cursor, q.Limit)
-	if e := badCursor(err); e != nil {
-		return AlertPage{}, e
-	}
-	if err != nil {
-		return AlertPage{}, fmt.Errorf("list alerts: %w", err)
-	}
-	if list == nil {
-		list = []store.Alert{}
-	}
-	return AlertPage{Alerts: list, NextCursor: next}, nil
 }

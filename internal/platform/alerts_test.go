@@ -13,6 +13,7 @@ import (
 	"github.com/platformgw/gateway/internal/alerts"
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/catalog"
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -129,7 +130,7 @@ func TestCLIAlerts(t *testing.T) {
 		t.Errorf("alerts --user ann --status pending printed:\n%s", out)
 	}
 	out = cliMust(t, "alerts", "--status", "DELIVERED", "--json")
-	var page AlertPage
+	var page ops.AlertPage
 	if err := json.Unmarshal([]byte(out), &page); err != nil || len(page.Alerts) != 1 || page.Alerts[0].ID != "alt_1" {
 		t.Errorf("alerts --json printed %s (%v)", out, err)
 	}

@@ -1,7 +1,9 @@
 // Package platform is the `platform` Caddy app: it owns the catalog (from the
 // configuration) and the store (a bbolt file shared across config reloads),
-// and hands both to the platform_gateway and platform_usage handlers. It also
-// serves the admin API (admin.api.platform) and the `caddy platform` CLI.
+// and hands both to the platform_gateway and platform_usage handlers, as an
+// engine.Runtime, and to the console and the portal, with the operations
+// over it (internal/ops). It also serves the admin API (admin.api.platform),
+// an HTTP front of those operations, and the `caddy platform` CLI.
 package platform
 
 import (
@@ -18,6 +20,7 @@ import (
 	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/engine"
 	"github.com/platformgw/gateway/internal/jwtauth"
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/store/settlelog"
 	"github.com/platformgw/gateway/internal/wire"
@@ -102,7 +105,7 @@ type App struct {
 	storePath string
 	storeMu   sync.Mutex
 	held      atomic.Pointer[heldStore]
-	keyUse    atomic.Pointer[keyUse] // with the pooled store (keyuse.go)
+	keyUse    atomic.Pointer[ops.KeyUse] // with the pooled store
 	poolKey   string
 	cleanedUp bool
 	// store, when set, is served instead (unit tests build an App around
@@ -117,6 +120,8 @@ type App struct {
 	limiters *engine.Limiters // held in limiterPool until Cleanup
 	claims   *engine.Claims   // the callers' hold estimates, pooled with limiters
 	rt       *engine.Runtime  // what the handlers serve from (runtime.go)
+	ops      *ops.Ops         // the operations over rt (internal/ops)
+	clock    clock            // rt's clock (clock.go)
 	stop     chan struct{}
 	// serverTimeouts are the timeouts hardenServers set, logged at Start.
 	serverTimeouts []serverTimeouts

@@ -10,24 +10,12 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/store"
 )
 
-// Audit actions beyond the operator's changes of operations.go: the
-// removal of billing data, and the settings of a config that say where
-// alerts go and how long billing data is kept.
-const (
-	// AuditUsagePrune is raw ledger rows removed: by POST
-	// /platform/usage/prune (the admin API's caller) or by
-	// ledger_retention (actor "ledger_retention").
-	AuditUsagePrune = "usage.prune"
-	// AuditRollupPrune is hourly rollups removed by rollup_retention.
-	AuditRollupPrune = "rollups.prune"
-	// AuditConfigChange is a loaded config whose audited setting differs
-	// from what the audit log last recorded for it; its detail is
-	// "<setting>: <new value>".
-	AuditConfigChange = "config.change"
-)
+// The settings of a config that say where alerts go and how long billing
+// data is kept are audited when they change (ops.AuditConfigChange).
 
 // configActor names the author of a config change: the config API, a
 // reload or a restart with an edited Caddyfile cannot tell who.
@@ -99,12 +87,12 @@ func (a *App) auditConfig(ctx context.Context) error {
 	found := map[string]bool{}
 	cursor, read := "", 0
 	for read < configAuditScan && len(found) < len(settings) {
-		entries, next, err := a.DataStore().ListAudit(ctx, cursor, maxPageLimit)
+		entries, next, err := a.DataStore().ListAudit(ctx, cursor, ops.MaxPageLimit)
 		if err != nil {
 			return fmt.Errorf("reading the audit log for the last recorded settings: %w", err)
 		}
 		for _, e := range entries {
-			if e.Action != AuditConfigChange {
+			if e.Action != ops.AuditConfigChange {
 				continue
 			}
 			name, value, ok := strings.Cut(e.Detail, ": ")
@@ -124,7 +112,7 @@ func (a *App) auditConfig(ctx context.Context) error {
 			continue
 		}
 		a.logger.Info("audited setting changed", zap.String("setting", s.name), zap.String("value", s.value))
-		if err := a.audit(ctx, store.AuditEntry{Actor: configActor, Action: AuditConfigChange, Detail: s.name + ": " + s.value}); err != nil {
+		if err := a.ops.RecordAudit(ctx, store.AuditEntry{Actor: configActor, Action: ops.AuditConfigChange, Detail: s.name + ": " + s.value}); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/platformgw/gateway/internal/apierror"
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/subscription"
 )
 
@@ -297,7 +298,7 @@ func cmdKeyCreate(c cli, _ []string) error {
 		}
 		body["expiresAt"] = at.Format(time.RFC3339)
 	}
-	var k keyView
+	var k ops.KeyView
 	if printed, err := c.call(http.MethodPost, "/platform/keys", body, &k); printed || err != nil {
 		return err
 	}
@@ -337,7 +338,7 @@ func cmdKeyList(c cli, _ []string) error {
 		uri += "?" + url.Values{"userId": {user}}.Encode()
 	}
 	var resp struct {
-		Keys []keyView `json:"keys"`
+		Keys []ops.KeyView `json:"keys"`
 	}
 	if printed, err := c.call(http.MethodGet, uri, nil, &resp); printed || err != nil {
 		return err
@@ -352,7 +353,7 @@ func cmdKeyList(c cli, _ []string) error {
 }
 
 func cmdKeyShow(c cli, args []string) error {
-	var k keyView
+	var k ops.KeyView
 	if printed, err := c.call(http.MethodGet, "/platform/keys/"+url.PathEscape(args[0]), nil, &k); printed || err != nil {
 		return err
 	}
@@ -360,7 +361,7 @@ func cmdKeyShow(c cli, args []string) error {
 }
 
 func cmdKeyRevoke(c cli, args []string) error {
-	var k keyView
+	var k ops.KeyView
 	if printed, err := c.call(http.MethodDelete, "/platform/keys/"+url.PathEscape(args[0]), nil, &k); printed || err != nil {
 		return err
 	}
@@ -368,7 +369,7 @@ func cmdKeyRevoke(c cli, args []string) error {
 	return err
 }
 
-func printKey(w io.Writer, k keyView) error {
+func printKey(w io.Writer, k ops.KeyView) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
 	fmt.Fprintf(tw, "Key ID:\t%s\n", k.ID)
 	fmt.Fprintf(tw, "User:\t%s\n", k.UserID)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/platformgw/gateway/internal/ops"
 )
 
 // alertsCommand is `caddy platform alerts`: the usage alerts as recorded,
@@ -30,7 +32,7 @@ last error, when delivered. It follows the admin API's pages to the end
 	cmd.Flags().String("user", "", "Only this user's alerts")
 	cmd.Flags().String("service", "", "Only this service's alerts")
 	cmd.Flags().String("status", "", "Only alerts in this state")
-	cmd.Flags().Int("limit", defaultPageLimit, "Page size asked of the admin API (1 to 1000)")
+	cmd.Flags().Int("limit", ops.DefaultPageLimit, "Page size asked of the admin API (1 to 1000)")
 	return cmd
 }
 

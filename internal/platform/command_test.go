@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/servicekey"
 	"github.com/platformgw/gateway/internal/store"
 )
@@ -78,7 +79,7 @@ func TestCLIKeys(t *testing.T) {
 
 	// --json is for scripts: the API's response as is.
 	out = cliMust(t, "key", "create", "--user", "carol", "--expires", "2099-01-01T00:00:00Z", "--json")
-	var created keyView
+	var created ops.KeyView
 	if err := json.Unmarshal([]byte(out), &created); err != nil || !servicekey.WellFormed(created.Key) ||
 		created.UserID != "carol" || !created.ExpiresAt.Equal(time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)) {
 		t.Fatalf("key create --json printed %s (%v)", out, err)
@@ -90,7 +91,7 @@ func TestCLIKeys(t *testing.T) {
 		t.Fatalf("key list printed:\n%s", out)
 	}
 	out = cliMust(t, "key", "list", "--json")
-	var list struct{ Keys []keyView }
+	var list struct{ Keys []ops.KeyView }
 	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list.Keys) != 2 {
 		t.Fatalf("key list --json printed %s (%v)", out, err)
 	}
@@ -194,7 +195,7 @@ func TestCLIUsageAndJob(t *testing.T) {
 
 	out := cliMust(t, "usage")
 	rows, err := csv.NewReader(strings.NewReader(out)).ReadAll()
-	if err != nil || len(rows) != 3 || !slices.Equal(rows[0], usageColumns) || rows[1][1] == "" {
+	if err != nil || len(rows) != 3 || !slices.Equal(rows[0], ops.UsageCSVColumns()) || rows[1][1] == "" {
 		t.Fatalf("usage (csv by default) printed %q (%v)", out, err)
 	}
 	out = cliMust(t, "usage", "--user", "erin", "--format", "json")

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/platformgw/gateway/internal/ops"
 )
 
 // addViewCommands adds the operator's views to `caddy platform`:
@@ -42,7 +44,7 @@ store with millions of subscriptions is listed in bounded memory. With
 		RunE: runCommand(cmdSubscriptionList),
 	}
 	list.Flags().String("user", "", "Only the subscriptions of this user")
-	list.Flags().Int("limit", defaultPageLimit, "Page size asked of the admin API (1 to 1000)")
+	list.Flags().Int("limit", ops.DefaultPageLimit, "Page size asked of the admin API (1 to 1000)")
 	subscription.AddCommand(show, list)
 
 	summary := &cobra.Command{
@@ -76,7 +78,7 @@ jobs a backend never completed:
 	jobs.Flags().String("user", "", "Only this user's jobs")
 	jobs.Flags().String("service", "", "Only this service's jobs")
 	jobs.Flags().String("status", "", "Only jobs in this state")
-	jobs.Flags().Int("limit", defaultPageLimit, "Page size asked of the admin API (1 to 1000)")
+	jobs.Flags().Int("limit", ops.DefaultPageLimit, "Page size asked of the admin API (1 to 1000)")
 
 	cmd.AddCommand(subscription, summary, jobs)
 }

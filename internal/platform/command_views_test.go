@@ -14,6 +14,7 @@ import (
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
 
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -134,7 +135,7 @@ func TestKeyCreatedLogExpiry(t *testing.T) {
 	env := admStart(t)
 	never := cliMust(t, "key", "create", "--user", "nora", "--json")
 	expiring := cliMust(t, "key", "create", "--user", "nora", "--expires", "2099-01-01", "--json")
-	var k1, k2 keyView
+	var k1, k2 ops.KeyView
 	json.Unmarshal([]byte(never), &k1)
 	json.Unmarshal([]byte(expiring), &k2)
 	env.stop()

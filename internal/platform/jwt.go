@@ -34,14 +34,15 @@ type JWTConfig struct {
 	Leeway caddy.Duration `json:"leeway,omitempty"`
 }
 
-// verifier builds the verifier; nil config, nil verifier. Keys are read at
-// provisioning, so a reload picks up rotated key files.
-func (c *JWTConfig) verifier(repl *caddy.Replacer) (*jwtauth.Verifier, error) {
+// verifier builds the verifier, checking times against now (the app's
+// clock); nil config, nil verifier. Keys are read at provisioning, so a
+// reload picks up rotated key files.
+func (c *JWTConfig) verifier(repl *caddy.Replacer, now func() time.Time) (*jwtauth.Verifier, error) {
 	if c == nil {
 		return nil, nil
 	}
 	o := jwtauth.Options{Issuer: c.Issuer, Audience: c.Audience, UserClaim: c.UserClaim,
-		Leeway: time.Duration(c.Leeway), Now: func() time.Time { return now() }}
+		Leeway: time.Duration(c.Leeway), Now: now}
 	if c.HS256Secret != "" {
 		secret, err := repl.ReplaceOrErr(c.HS256Secret, true, true)
 		if err != nil {

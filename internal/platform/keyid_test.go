@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/servicekey"
 	"github.com/platformgw/gateway/internal/store"
 )
@@ -36,9 +37,9 @@ func TestAdminLegacyKeyID(t *testing.T) {
 	}
 
 	r := admJSON(t, "GET", "/platform/keys/"+oldID, "")
-	var shown keyView
+	var shown ops.KeyView
 	r.decode(t, &shown)
-	if r.status != 200 || shown.ID != oldID || shown.UserID != "olduser" || shown.Status != keyActive {
+	if r.status != 200 || shown.ID != oldID || shown.UserID != "olduser" || shown.Status != ops.KeyActive {
 		t.Fatalf("show old id: %d %s", r.status, r.body)
 	}
 	if out := cliMust(t, "key", "list", "--user", "olduser"); !strings.Contains(out, oldID) {
@@ -53,15 +54,15 @@ func TestAdminLegacyKeyID(t *testing.T) {
 	}
 
 	r = admJSON(t, "POST", "/platform/keys", `{"userId": "newuser"}`)
-	var created keyView
+	var created ops.KeyView
 	r.decode(t, &created)
 	if r.status != 201 || !isUUID(created.ID) {
 		t.Fatalf("create: %d %s", r.status, r.body)
 	}
 	r = admJSON(t, "DELETE", "/platform/keys/"+strings.ToUpper(created.ID), "")
-	var revoked keyView
+	var revoked ops.KeyView
 	r.decode(t, &revoked)
-	if r.status != 200 || revoked.ID != created.ID || revoked.Status != keyRevoked {
+	if r.status != 200 || revoked.ID != created.ID || revoked.Status != ops.KeyRevoked {
 		t.Fatalf("revoke by upper-case UUID: %d %s", r.status, r.body)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/engine"
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/store/boltstore"
 	"github.com/platformgw/gateway/internal/store/settlelog"
@@ -28,13 +29,10 @@ var stores = caddy.NewUsagePool()
 // it: when each key was last used.
 type pooledStore struct {
 	store.Store
-	used *keyUse
+	used *ops.KeyUse
 }
 
 func (p pooledStore) Destruct() error { return p.Store.Close() }
-
-// now is the clock of the app; tests replace it.
-var now = time.Now
 
 // Provision compiles the catalog and settles which store file this config
 // serves, without opening it: `caddy validate` provisions too, and must
@@ -54,7 +52,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("platform catalog: %w", err)
 	}
 	a.catalog = cat
-	if a.jwt, err = a.JWT.verifier(repl); err != nil {
+	if a.jwt, err = a.JWT.verifier(repl, a.Now); err != nil {
 		return fmt.Errorf("platform jwt: %w", err)
 	}
 	if err := a.provisionAlerts(repl); err != nil {
@@ -77,6 +75,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.metrics = newMetrics(ctx.GetMetricsRegistry())
 	a.limiters, a.claims = newLimiterSet()
 	a.rt = a.newRuntime()
+	a.ops = ops.New(a.rt, a.keyLastUsed)
 	a.stop = make(chan struct{})
 	return nil
 }
@@ -143,7 +142,7 @@ func (a *App) openStore() (store.Store, error) {
 			if err != nil {
 				return nil, err
 			}
-			return pooledStore{s, newKeyUse()}, nil
+			return pooledStore{s, ops.NewKeyUse()}, nil
 		}
 		if err := strandedStore(a.Store, path); err != nil {
 			return nil, err
@@ -156,7 +155,7 @@ func (a *App) openStore() (store.Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		return pooledStore{s, newKeyUse()}, nil
+		return pooledStore{s, ops.NewKeyUse()}, nil
 	})
 	if err != nil {
 		return nil, err
@@ -267,7 +266,7 @@ const JobExpiredMessage = engine.JobExpiredMessage
 
 // RunMaintenance expires overdue jobs and prunes idempotency keys once.
 func (a *App) RunMaintenance(ctx context.Context) {
-	t := now()
+	t := a.Now()
 	if n, err := a.DataStore().ExpireJobs(ctx, t, JobExpiredMessage); err != nil {
 		a.logger.Error("expiring jobs", zap.Error(err))
 	} else if n > 0 {
@@ -309,12 +308,6 @@ func (a *App) Headers() Headers { return a.headers }
 
 // Logger is the app's logger.
 func (a *App) Logger() *zap.Logger { return a.logger }
-
-// Now is the app's clock.
-func (a *App) Now() time.Time { return now() }
-
-// SetClock replaces the clock of every platform app (tests only).
-func SetClock(fn func() time.Time) { now = fn }
 
 // Interface guards.
 var (

@@ -6,6 +6,7 @@ import (
 
 	"github.com/platformgw/gateway/internal/apierror"
 	"github.com/platformgw/gateway/internal/engine"
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -32,9 +33,9 @@ func (a *App) newRuntime() *engine.Runtime {
 		},
 		JWT:       a.jwt,
 		Logger:    a.logger,
-		Clock:     func() time.Time { return now() },
+		Clock:     a.Now,
 		OpenStore: a.DataStore,
-		KeyUsed:   func(id string, at time.Time) { a.keyUse.Load().touch(id, at) },
+		KeyUsed:   func(id string, at time.Time) { a.keyUse.Load().Touch(id, at) },
 		Limiters:  a.limiters,
 		Metrics:   a.metrics.Metrics,
 		Calls:     sharedCalls,
@@ -45,6 +46,14 @@ func (a *App) newRuntime() *engine.Runtime {
 // Runtime is what the platform_gateway and platform_usage handlers serve
 // from; set by Provision.
 func (a *App) Runtime() *engine.Runtime { return a.rt }
+
+// Ops are the operator's and the caller's operations over the runtime
+// (internal/ops): the admin API, the console and the portal run them.
+func (a *App) Ops() *ops.Ops { return a.ops }
+
+// keyLastUsed is when key id last authenticated a request, as the pooled
+// store's KeyUse remembers (the runtime's KeyUsed feeds it).
+func (a *App) keyLastUsed(id string) (time.Time, bool) { return a.keyUse.Load().Get(id) }
 
 // CallStats are the figures of the last minute (engine.CallStats).
 type CallStats = engine.CallStats

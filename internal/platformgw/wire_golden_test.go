@@ -44,8 +44,6 @@ func TestWireBytes(t *testing.T) {
 		t.Skip("starts a Caddy server")
 	}
 	fixed := time.Date(2026, 11, 17, 10, 30, 0, 0, time.UTC)
-	platform.SetClock(func() time.Time { return fixed })
-	t.Cleanup(func() { platform.SetClock(time.Now) })
 
 	be := newRawBackend(t)
 	dir := t.TempDir()
@@ -111,7 +109,9 @@ http://127.0.0.1:%d {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := a.(*platform.App).DataStore()
+	app := a.(*platform.App)
+	app.SetClock(func() time.Time { return fixed })
+	st := app.DataStore()
 	key, hash, err := servicekey.Generate()
 	if err != nil {
 		t.Fatal(err)

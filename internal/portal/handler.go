@@ -17,7 +17,7 @@ import (
 	"github.com/platformgw/gateway/internal/apierror"
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/httpsonly"
-	"github.com/platformgw/gateway/internal/platform"
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -213,7 +213,7 @@ func (h *Handler) signedIn(q *request) (id string, sess session, sessionKey stor
 		h.message(q, http.StatusInternalServerError, "Something went wrong", "The portal could not read your key; try again.")
 		return "", session{}, store.KeyRecord{}, false
 	}
-	if err != nil || sessionKey.UserID != sess.UserID || platform.KeyStatus(sessionKey, q.now) != "active" {
+	if err != nil || sessionKey.UserID != sess.UserID || ops.KeyStatus(sessionKey, q.now) != "active" {
 		sessions.end(c.Value)
 		http.SetCookie(q.w, q.cookie(sessionCookie, "", -1))
 		q.redirect("/?m=ended")
@@ -402,7 +402,7 @@ func (h *Handler) revokeKey(q *request) {
 		return
 	}
 	if err == nil {
-		var v platform.KeyView
+		var v ops.KeyView
 		// A revocation whose audit entry failed is still done (the
 		// server log says so).
 		if v, err = h.ops.RevokeKey(q.r.Context(), "portal:"+sess.UserID, target.ID); v.ID != "" {

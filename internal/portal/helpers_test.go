@@ -22,6 +22,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddytest"
 
+	"github.com/platformgw/gateway/internal/engine"
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/platform"
 	"github.com/platformgw/gateway/internal/servicekey"
 	"github.com/platformgw/gateway/internal/store"
@@ -72,10 +74,17 @@ func signingBackend(t *testing.T) *httptest.Server {
 	return srv
 }
 
-// env is a running gateway with the portal under /portal/.
+// env is a running gateway with the portal under /portal/ (start), or
+// the portal alone served by httptest with no Caddy (local, local_test.go).
+// Tests reach the store, the runtime and the operations alike through it.
 type env struct {
-	t   *testing.T
-	dir string
+	t    *testing.T
+	dir  string
+	base string // the site's root URL: siteBase, or local's server
+	rt   *engine.Runtime
+	ops  *ops.Ops
+	// clock moves the runtime's clock (nil: time.Now again).
+	clock func(func() time.Time)
 }
 
 // start loads a config with the echo service, the gateway and the portal
@@ -136,7 +145,10 @@ func start(t *testing.T, portalOptions string) *env {
 	unloadOtherStore(filepath.Join(dir, "platform.db"))
 	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: adminPort})
 	tester.InitServer(cfg, "caddyfile")
-	return &env{t: t, dir: dir}
+	e := &env{t: t, dir: dir, base: siteBase}
+	app := e.app()
+	e.rt, e.ops, e.clock = app.Runtime(), app.Ops(), app.SetClock
+	return e
 }
 
 // unloadOtherStore unloads a running config that serves another store: a
@@ -162,7 +174,17 @@ func (e *env) app() *platform.App {
 	return a.(*platform.App)
 }
 
-func (e *env) store() store.Store { return e.app().DataStore() }
+func (e *env) store() store.Store { return e.rt.Store() }
+
+// setClock moves the portal's clock; nil puts time.Now back.
+func (e *env) setClock(fn func() time.Time) { e.clock(fn) }
+
+// newClient is a client of this env's site.
+func (e *env) newClient() *client {
+	c := newClient(e.t)
+	c.base = e.base
+	return c
+}
 
 // user gives a user a key and a subscription to echo under product.
 func (e *env) user(id, product string) (string, store.KeyRecord) {
@@ -225,13 +247,14 @@ func invoke(t *testing.T, key string) (int, string) {
 // client is a browser without a browser: a cookie jar, redirects not
 // followed so each answer is seen.
 type client struct {
-	t *testing.T
-	c *http.Client
+	t    *testing.T
+	c    *http.Client
+	base string // the site's root URL
 }
 
 func newClient(t *testing.T) *client {
 	jar, _ := cookiejar.New(nil)
-	return &client{t: t, c: &http.Client{
+	return &client{t: t, base: siteBase, c: &http.Client{
 		Jar: jar, Timeout: 10 * time.Second,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}}
@@ -250,13 +273,13 @@ func (c *client) do(req *http.Request) (*http.Response, string) {
 
 func (c *client) get(p string) (*http.Response, string) {
 	c.t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, siteBase+p, nil)
+	req, _ := http.NewRequest(http.MethodGet, c.base+p, nil)
 	return c.do(req)
 }
 
 func (c *client) post(p string, form url.Values) (*http.Response, string) {
 	c.t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, siteBase+p, strings.NewReader(form.Encode()))
+	req, _ := http.NewRequest(http.MethodPost, c.base+p, strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	return c.do(req)
 }
@@ -289,7 +312,7 @@ func (c *client) signIn(key string) string {
 }
 
 func (c *client) cookie(name string) *http.Cookie {
-	u, _ := url.Parse(siteBase + "/portal/")
+	u, _ := url.Parse(c.base + "/portal/")
 	for _, ck := range c.c.Jar.Cookies(u) {
 		if ck.Name == name {
 			return ck

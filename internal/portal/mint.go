@@ -10,12 +10,12 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/billing"
-	"github.com/platformgw/gateway/internal/platform"
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/store"
 )
 
 // A key made in the portal is made under the key the caller signed in
-// with (platform.CreateKeyRequest.ParentKeyID): it has that key's roles,
+// with (ops.CreateKeyRequest.ParentKeyID): it has that key's roles,
 // expires no later than it, and with minted_keys follow_parent is revoked
 // with it. A user may hold at most max_active_keys active keys and create
 // at most key_create_limit a minute, so one session cannot mint keys
@@ -39,33 +39,33 @@ type refusal struct {
 var errParentEnded = errors.New("the session's key ended while a key was made under it")
 
 // mint makes a key under sessionKey, within the limits.
-func (h *Handler) mint(q *request, sessionKey store.KeyRecord, label string) (platform.KeyView, *refusal, error) {
+func (h *Handler) mint(q *request, sessionKey store.KeyRecord, label string) (ops.KeyView, *refusal, error) {
 	ctx := q.r.Context()
 	minting.Lock()
 	defer minting.Unlock()
 	keys, err := h.rt.Store().ListKeys(ctx, sessionKey.UserID)
 	if err != nil {
-		return platform.KeyView{}, nil, fmt.Errorf("list keys: %w", err)
+		return ops.KeyView{}, nil, fmt.Errorf("list keys: %w", err)
 	}
 	active := 0
 	for _, k := range keys {
-		if platform.KeyStatus(k, q.now) == "active" {
+		if ops.KeyStatus(k, q.now) == "active" {
 			active++
 		}
 	}
 	if active >= h.MaxActiveKeys {
-		return platform.KeyView{}, &refusal{status: http.StatusConflict, message: fmt.Sprintf(
+		return ops.KeyView{}, &refusal{status: http.StatusConflict, message: fmt.Sprintf(
 			"You have %d active keys, the most this portal allows. Revoke a key you no longer use, then create the new one. Nothing was changed.", active)}, nil
 	}
 	// Counted only once the creation is otherwise allowed: a refusal for
 	// the number of keys does not use up the rate.
 	limit := &billing.RateLimit{Requests: h.KeyCreateLimit, WindowSeconds: 60}
 	if ok, wait, _ := h.rt.Allow("portal-key-create:"+sessionKey.UserID, "", limit, q.now); !ok {
-		return platform.KeyView{}, &refusal{status: http.StatusTooManyRequests, retryAfter: wait,
+		return ops.KeyView{}, &refusal{status: http.StatusTooManyRequests, retryAfter: wait,
 			message: "You are creating keys too quickly; wait a minute and try again. Nothing was changed."}, nil
 	}
 	follow := h.MintedKeys != MintedIndependent
-	rec, err := h.ops.CreateKey(ctx, "portal:"+sessionKey.UserID, platform.CreateKeyRequest{
+	rec, err := h.ops.CreateKey(ctx, "portal:"+sessionKey.UserID, ops.CreateKeyRequest{
 		UserID: sessionKey.UserID, Roles: sessionKey.Roles, Label: label,
 		ParentKeyID: sessionKey.ID, EndsWithParent: follow,
 	})
@@ -76,13 +76,13 @@ func (h *Handler) mint(q *request, sessionKey store.KeyRecord, label string) (pl
 	// one was stored has not revoked it: if the session's key is no longer
 	// active now, the new key goes too.
 	parent, perr := h.rt.Store().KeyByID(ctx, sessionKey.ID)
-	if perr == nil && platform.KeyStatus(parent, q.now) == "active" {
+	if perr == nil && ops.KeyStatus(parent, q.now) == "active" {
 		return rec, nil, err
 	}
 	if _, rerr := h.ops.RevokeKey(ctx, "portal:"+sessionKey.UserID, rec.ID); rerr != nil {
 		h.logger.Error("portal: a key made under a key revoked meanwhile was not revoked",
 			zap.String("key_id", rec.ID), zap.String("parent_key_id", sessionKey.ID), zap.Error(rerr))
-		return platform.KeyView{}, nil, fmt.Errorf("revoke key %s made under ended key %s: %w", rec.ID, sessionKey.ID, rerr)
+		return ops.KeyView{}, nil, fmt.Errorf("revoke key %s made under ended key %s: %w", rec.ID, sessionKey.ID, rerr)
 	}
-	return platform.KeyView{}, nil, errParentEnded
+	return ops.KeyView{}, nil, errParentEnded
 }

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/platformgw/gateway/internal/platform"
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/servicekey"
 	"github.com/platformgw/gateway/internal/store"
 )
@@ -92,8 +92,7 @@ func TestPortalMintedKeyNeverOutlivesItsParent(t *testing.T) {
 			if !grand.ExpiresAt.Equal(expires) || grand.ParentKeyID != rec.ID {
 				t.Fatalf("key made under the minted key: %+v", grand)
 			}
-			platform.SetClock(func() time.Time { return time.Now().Add(2 * time.Hour) })
-			t.Cleanup(func() { platform.SetClock(time.Now) })
+			e.setClock(func() time.Time { return time.Now().Add(2 * time.Hour) })
 			for name, k := range map[string]string{"parent": parentKey, "minted": key, "minted under minted": grandKey} {
 				if st, _ := invoke(t, k); st != http.StatusUnauthorized {
 					t.Errorf("%s key after the parent's expiry: %d, want 401", name, st)
@@ -193,9 +192,9 @@ func TestPortalMintedKeysRevokedWithParent(t *testing.T) {
 // page and changes nothing; time (an injected clock) and a revocation
 // make room again.
 func TestPortalKeyCreationLimits(t *testing.T) {
-	e := start(t, "sign_in_limit 1000\nallow_key_management\nmax_active_keys 4\nkey_create_limit 2")
+	e := local(t, "sign_in_limit 1000\nallow_key_management\nmax_active_keys 4\nkey_create_limit 2")
 	key, _ := e.user("olga", "basic")
-	c := newClient(t)
+	c := e.newClient()
 	c.signIn(key)
 	count := func() int {
 		t.Helper()
@@ -221,8 +220,7 @@ func TestPortalKeyCreationLimits(t *testing.T) {
 		t.Fatalf("%d keys after a refused creation, want 3", n)
 	}
 	now := time.Now()
-	platform.SetClock(func() time.Time { return now.Add(61 * time.Second) })
-	t.Cleanup(func() { platform.SetClock(time.Now) })
+	e.setClock(func() time.Time { return now.Add(61 * time.Second) })
 	c.mint(e) // the fourth active key
 	resp, body = create()
 	if resp.StatusCode != http.StatusConflict || !strings.Contains(body, "the most this portal allows") || newKeyField.MatchString(body) {
@@ -239,20 +237,20 @@ func TestPortalKeyCreationLimits(t *testing.T) {
 	c.mint(e)
 	// Another user's limits are their own.
 	otherKey, _ := e.user("olga2", "basic")
-	c2 := newClient(t)
+	c2 := e.newClient()
 	c2.signIn(otherKey)
 	c2.mint(e)
 }
 
-// TestMintUnderParentRules: what platform.App.CreateKey does with a
+// TestMintUnderParentRules: what ops.Ops.CreateKey does with a
 // parent, the function the portal calls: the parent's expiry caps the
 // one asked for (an earlier one is kept), a role the parent lacks, a
 // revoked or expired parent and another user's key are refused and store
 // nothing; revoking a parent is audited for each key revoked with it.
 func TestMintUnderParentRules(t *testing.T) {
-	e := start(t, "")
+	e := local(t, "")
 	ctx := context.Background()
-	app := e.app()
+	app := e.ops
 	e.user("pia", "basic")
 	e.user("quinn", "basic")
 	expires := time.Now().UTC().Add(2 * time.Hour).Truncate(time.Second)
@@ -265,7 +263,7 @@ func TestMintUnderParentRules(t *testing.T) {
 	_, quinns := e.keyFor("quinn", nil, time.Time{})
 	before, _ := e.store().ListKeys(ctx, "pia")
 
-	for name, req := range map[string]platform.CreateKeyRequest{
+	for name, req := range map[string]ops.CreateKeyRequest{
 		"a role the parent lacks": {UserID: "pia", Roles: []string{"reader", "admin"}, ParentKeyID: parent.ID},
 		"a revoked parent":        {UserID: "pia", ParentKeyID: revoked.ID},
 		"an expired parent":       {UserID: "pia", ParentKeyID: expired.ID},
@@ -281,13 +279,13 @@ func TestMintUnderParentRules(t *testing.T) {
 	}
 
 	later := expires.Add(time.Hour).Format(time.RFC3339)
-	v, err := app.CreateKey(ctx, "test", platform.CreateKeyRequest{UserID: "pia", Roles: []string{"reader"}, ExpiresAt: later,
+	v, err := app.CreateKey(ctx, "test", ops.CreateKeyRequest{UserID: "pia", Roles: []string{"reader"}, ExpiresAt: later,
 		ParentKeyID: parent.ID, EndsWithParent: true})
 	if err != nil || !v.ExpiresAt.Equal(expires) || v.ParentKeyID != parent.ID || !v.EndsWithParent {
 		t.Fatalf("a later expiry than the parent's: %+v, %v; want %s", v, err, expires)
 	}
 	sooner := expires.Add(-time.Hour)
-	v2, err := app.CreateKey(ctx, "test", platform.CreateKeyRequest{UserID: "pia", ExpiresAt: sooner.Format(time.RFC3339),
+	v2, err := app.CreateKey(ctx, "test", ops.CreateKeyRequest{UserID: "pia", ExpiresAt: sooner.Format(time.RFC3339),
 		ParentKeyID: v.ID, EndsWithParent: true})
 	if err != nil || !v2.ExpiresAt.Equal(sooner) || v2.ParentKeyID != v.ID {
 		t.Fatalf("an earlier expiry than the parent's: %+v, %v; want %s", v2, err, sooner)
@@ -302,7 +300,7 @@ func TestMintUnderParentRules(t *testing.T) {
 	}
 	revokedIDs := map[string]string{}
 	for _, a := range audit {
-		if a.Action == platform.AuditKeyRevoke {
+		if a.Action == ops.AuditKeyRevoke {
 			revokedIDs[a.KeyID] = a.Detail
 		}
 	}

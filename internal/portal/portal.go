@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/engine"
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/platform"
 	"github.com/platformgw/gateway/internal/store"
 )
@@ -88,29 +89,36 @@ type Handler struct {
 }
 
 // Operations are what the portal does beyond the store, through the
-// functions of the admin API (*platform.App has them), with their
+// functions of the admin API (*ops.Ops has them), with their
 // validation, errors and audit entries.
 type Operations interface {
-	CreateKey(ctx context.Context, actor string, req platform.CreateKeyRequest) (platform.KeyView, error)
-	RevokeKey(ctx context.Context, actor, keyID string) (platform.KeyView, error)
-	Summarize(ctx context.Context, sub store.Subscription, at time.Time) (platform.PeriodSummary, error)
+	CreateKey(ctx context.Context, actor string, req ops.CreateKeyRequest) (ops.KeyView, error)
+	RevokeKey(ctx context.Context, actor, keyID string) (ops.KeyView, error)
+	Summarize(ctx context.Context, sub store.Subscription, at time.Time) (ops.PeriodSummary, error)
 }
 
-var _ Operations = (*platform.App)(nil)
+var _ Operations = (*ops.Ops)(nil)
 
 // CaddyModule returns the Caddy module information.
 func (*Handler) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{ID: "http.handlers.platform_portal", New: func() caddy.Module { return new(Handler) }}
 }
 
-// Provision finds the platform app and parses the templates.
+// Provision finds the platform app and readies the handler around its
+// runtime and operations.
 func (h *Handler) Provision(ctx caddy.Context) error {
-	h.logger = ctx.Logger()
 	app, err := platform.FromContext(ctx, "platform_portal")
 	if err != nil {
 		return err
 	}
-	h.rt, h.ops = app.Runtime(), app
+	return h.setup(app.Runtime(), app.Ops(), ctx.Logger())
+}
+
+// setup applies the options' defaults, parses the templates and readies
+// the handler around a runtime and the operations (Provision, and tests
+// that serve the portal with no Caddy).
+func (h *Handler) setup(rt *engine.Runtime, o Operations, logger *zap.Logger) error {
+	h.rt, h.ops, h.logger = rt, o, logger
 	if h.SessionTTL <= 0 {
 		h.SessionTTL = caddy.Duration(DefaultSessionTTL)
 	}
@@ -130,6 +138,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.KeyCreateLimit <= 0 {
 		h.KeyCreateLimit = DefaultKeyCreateLimit
 	}
+	var err error
 	h.pages, err = parsePages()
 	if err != nil {
 		return err

@@ -12,7 +12,6 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"go.uber.org/zap"
 
-	"github.com/platformgw/gateway/internal/platform"
 	"github.com/platformgw/gateway/internal/servicekey"
 	"github.com/platformgw/gateway/internal/store"
 )
@@ -90,9 +89,9 @@ func TestPortalShowsOnlyOwnData(t *testing.T) {
 // under the portal's path, and not Secure over plain HTTP (the demo); the
 // pages are not cached.
 func TestPortalSessionCookie(t *testing.T) {
-	e := start(t, "sign_in_limit 1000\nsession_ttl 10m")
+	e := local(t, "sign_in_limit 1000\nsession_ttl 10m")
 	key, _ := e.user("carol", "basic")
-	c := newClient(t)
+	c := e.newClient()
 	_, page := c.get("/portal/")
 	resp, _ := c.post("/portal/signin", url.Values{"csrf": {csrf(t, page)}, "key": {key}})
 	var set string
@@ -118,9 +117,9 @@ func TestPortalSessionCookie(t *testing.T) {
 	n := sessions.count()
 	// A signed-in browser is shown the dashboard, not the form: take the
 	// form from a fresh browser, then post it with the session cookie.
-	f := newClient(t)
+	f := e.newClient()
 	_, form := f.get("/portal/")
-	u, _ := url.Parse(siteBase + "/portal/")
+	u, _ := url.Parse(e.base + "/portal/")
 	c.c.Jar.SetCookies(u, []*http.Cookie{f.cookie(preCookie)})
 	if resp, _ := c.post("/portal/signin", url.Values{"csrf": {csrf(t, form)}, "key": {key}}); resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("signing in again: %d", resp.StatusCode)
@@ -278,9 +277,9 @@ func TestPortalKeyManagement(t *testing.T) {
 // TestPortalKeyManagementOff: by default a caller can neither create nor
 // revoke keys, and the page offers no form for it.
 func TestPortalKeyManagementOff(t *testing.T) {
-	e := start(t, "sign_in_limit 1000")
+	e := local(t, "sign_in_limit 1000")
 	key, rec := e.user("erin", "basic")
-	c := newClient(t)
+	c := e.newClient()
 	page := c.signIn(key)
 	if strings.Contains(page, `action="/portal/keys"`) || strings.Contains(page, "/portal/keys/revoke") {
 		t.Error("key forms shown with key management off")
@@ -300,9 +299,9 @@ func TestPortalKeyManagementOff(t *testing.T) {
 // TestPortalRevokedKeyEndsSession: a session ends at the next request once
 // its key is revoked (by the operator here) or expires.
 func TestPortalRevokedKeyEndsSession(t *testing.T) {
-	e := start(t, "sign_in_limit 1000")
+	e := local(t, "sign_in_limit 1000")
 	key, rec := e.user("frank", "basic")
-	c := newClient(t)
+	c := e.newClient()
 	c.signIn(key)
 	before := sessions.count()
 	if _, err := e.store().RevokeKey(context.Background(), rec.ID, time.Now()); err != nil {
@@ -328,12 +327,11 @@ func TestPortalRevokedKeyEndsSession(t *testing.T) {
 
 // TestPortalSessionExpiry: a session ends after session_ttl.
 func TestPortalSessionExpiry(t *testing.T) {
-	e := start(t, "sign_in_limit 1000\nsession_ttl 1m")
+	e := local(t, "sign_in_limit 1000\nsession_ttl 1m")
 	key, _ := e.user("gina", "basic")
-	c := newClient(t)
+	c := e.newClient()
 	c.signIn(key)
-	platform.SetClock(func() time.Time { return time.Now().Add(2 * time.Minute) })
-	t.Cleanup(func() { platform.SetClock(time.Now) })
+	e.setClock(func() time.Time { return time.Now().Add(2 * time.Minute) })
 	resp, _ := c.get("/portal/jobs/x")
 	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/portal/?m=expired" {
 		t.Fatalf("after the TTL: %d %s", resp.StatusCode, resp.Header.Get("Location"))
@@ -343,17 +341,17 @@ func TestPortalSessionExpiry(t *testing.T) {
 // TestPortalSignOut: signing out ends the session; its cookie replayed is
 // no session.
 func TestPortalSignOut(t *testing.T) {
-	e := start(t, "sign_in_limit 1000")
+	e := local(t, "sign_in_limit 1000")
 	key, _ := e.user("hank", "basic")
-	c := newClient(t)
+	c := e.newClient()
 	page := c.signIn(key)
 	old := c.cookie(sessionCookie).Value
 	resp, _ := c.post("/portal/signout", url.Values{"csrf": {csrf(t, page)}})
 	if resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("sign-out: %d", resp.StatusCode)
 	}
-	f := newClient(t)
-	u, _ := url.Parse(siteBase + "/portal/")
+	f := e.newClient()
+	u, _ := url.Parse(e.base + "/portal/")
 	f.c.Jar.SetCookies(u, []*http.Cookie{{Name: sessionCookie, Value: old, Path: "/portal/"}})
 	if _, body := f.get("/portal/"); !strings.Contains(body, "Sign in") || strings.Contains(body, "hank") {
 		t.Error("the old session cookie still works")
@@ -363,9 +361,9 @@ func TestPortalSignOut(t *testing.T) {
 // TestPortalSignInRateLimit: sign-in attempts past sign_in_limit per
 // minute from one address are refused with 429, even with a good key.
 func TestPortalSignInRateLimit(t *testing.T) {
-	e := start(t, "sign_in_limit 3")
+	e := local(t, "sign_in_limit 3")
 	key, _ := e.user("ivan", "basic")
-	c := newClient(t)
+	c := e.newClient()
 	for i := range 3 {
 		_, page := c.get("/portal/")
 		resp, _ := c.post("/portal/signin", url.Values{"csrf": {csrf(t, page)}, "key": {"pk_wrong"}})
@@ -382,8 +380,8 @@ func TestPortalSignInRateLimit(t *testing.T) {
 
 // TestPortalRoutes: unknown paths, wrong methods and the stylesheet.
 func TestPortalRoutes(t *testing.T) {
-	start(t, "")
-	c := newClient(t)
+	e := local(t, "")
+	c := e.newClient()
 	if resp, _ := c.get("/portal/nope"); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("unknown path: %d", resp.StatusCode)
 	}
@@ -461,7 +459,7 @@ func TestCaddyfile(t *testing.T) {
 // TestPortalExpiredKeyEndsSession: a session ends at the first request
 // after its key's expiry, even within the session's own TTL.
 func TestPortalExpiredKeyEndsSession(t *testing.T) {
-	e := start(t, "sign_in_limit 1000\nsession_ttl 24h")
+	e := local(t, "sign_in_limit 1000\nsession_ttl 24h")
 	key, hash, err := servicekey.Generate()
 	if err != nil {
 		t.Fatal(err)
@@ -471,10 +469,9 @@ func TestPortalExpiredKeyEndsSession(t *testing.T) {
 	if err := e.store().CreateKey(context.Background(), rec); err != nil {
 		t.Fatal(err)
 	}
-	c := newClient(t)
+	c := e.newClient()
 	c.signIn(key)
-	platform.SetClock(func() time.Time { return time.Now().Add(2 * time.Hour) })
-	t.Cleanup(func() { platform.SetClock(time.Now) })
+	e.setClock(func() time.Time { return time.Now().Add(2 * time.Hour) })
 	resp, _ := c.get("/portal/")
 	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/portal/?m=ended" {
 		t.Fatalf("after the key's expiry: %d %s", resp.StatusCode, resp.Header.Get("Location"))
@@ -518,8 +515,7 @@ func TestPortalEarlierPeriods(t *testing.T) {
 		}
 	}
 	// A month and a bit later (the product's period is a month).
-	platform.SetClock(func() time.Time { return time.Now().Add(35 * 24 * time.Hour) })
-	t.Cleanup(func() { platform.SetClock(time.Now) })
+	e.setClock(func() time.Time { return time.Now().Add(35 * 24 * time.Hour) })
 	page := newClient(t).signIn(key)
 	for _, want := range []string{"Used this period</dt><dd>0", "Earlier periods", "</td><td>3</td><td>100</td>"} {
 		if !strings.Contains(page, want) {

@@ -16,7 +16,7 @@ import (
 // raw rows alone (the same store with its rollups hidden), for a period
 // that starts mid-hour, so that its day boundaries cut hours in two.
 func TestDashboardFromRollups(t *testing.T) {
-	e := start(t, "")
+	e := local(t, "")
 	ctx := context.Background()
 	now := time.Now().UTC()
 	started := now.Add(-10 * 24 * time.Hour).Truncate(time.Hour).Add(37 * time.Minute)
@@ -25,7 +25,7 @@ func TestDashboardFromRollups(t *testing.T) {
 		Status: "ACTIVE", StartedAt: started, UpdatedAt: started}); err != nil {
 		t.Fatal(err)
 	}
-	svc, _ := e.app().Catalog().Service("echo")
+	svc, _ := e.rt.Catalog.Service("echo")
 	p, _ := svc.Product("capped")
 	var at []time.Time
 	for day := range 10 {
@@ -51,11 +51,11 @@ func TestDashboardFromRollups(t *testing.T) {
 	}
 	load := func(rollups bool) *dashboard {
 		t.Helper()
-		rt := *e.app().Runtime()
+		rt := *e.rt
 		if !rollups {
 			rt.OpenStore, rt.Data = nil, struct{ store.Store }{e.store()}
 		}
-		h := &Handler{rt: &rt, ops: e.app()}
+		h := &Handler{rt: &rt, ops: e.ops}
 		q := &request{r: httptest.NewRequest("GET", "/portal/", nil), now: now}
 		d, err := h.load(q, session{UserID: "alice", KeyID: key.ID}, key)
 		if err != nil {

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/platformgw/gateway/internal/platform"
 )
 
 // TestPortalSignInTokenBoundToServer: a page on another port of the same
@@ -18,13 +16,13 @@ import (
 // token, a form over an hour old, and a form the browser says came from
 // another origin. The pair the server issued works.
 func TestPortalSignInTokenBoundToServer(t *testing.T) {
-	e := start(t, "sign_in_limit 1000")
+	e := local(t, "sign_in_limit 1000")
 	attackerKey, _ := e.user("mallory", "basic")
-	u, _ := url.Parse(siteBase + "/portal/")
+	u, _ := url.Parse(e.base + "/portal/")
 	refused := func(name string, c *client, form url.Values, hdr map[string]string) {
 		t.Helper()
 		before := sessions.count()
-		req, _ := http.NewRequest(http.MethodPost, siteBase+"/portal/signin", strings.NewReader(form.Encode()))
+		req, _ := http.NewRequest(http.MethodPost, e.base+"/portal/signin", strings.NewReader(form.Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		for k, v := range hdr {
 			req.Header.Set(k, v)
@@ -46,7 +44,7 @@ func TestPortalSignInTokenBoundToServer(t *testing.T) {
 		{"x", ""},
 		{"", ""},
 	} {
-		c := newClient(t)
+		c := e.newClient()
 		if pair[0] != "" {
 			c.c.Jar.SetCookies(u, []*http.Cookie{{Name: preCookie, Value: pair[0], Path: "/portal/"}})
 		}
@@ -55,7 +53,7 @@ func TestPortalSignInTokenBoundToServer(t *testing.T) {
 	// A token the server issued, under a time of the attacker's choosing:
 	// the HMAC covers the time.
 	{
-		c := newClient(t)
+		c := e.newClient()
 		_, page := c.get("/portal/")
 		tok := csrf(t, page)
 		_, mac, _ := strings.Cut(tok, ".")
@@ -63,7 +61,7 @@ func TestPortalSignInTokenBoundToServer(t *testing.T) {
 	}
 	// A server-issued cookie with the token of another form.
 	{
-		a, b := newClient(t), newClient(t)
+		a, b := e.newClient(), e.newClient()
 		a.get("/portal/")
 		_, pageB := b.get("/portal/")
 		refused("another form's token", a, url.Values{"csrf": {csrf(t, pageB)}, "key": {attackerKey}}, nil)
@@ -71,25 +69,25 @@ func TestPortalSignInTokenBoundToServer(t *testing.T) {
 	// A pair the server issued, posted from another origin (a page on
 	// another port is same-site, not same-origin).
 	for _, site := range []string{"same-site", "cross-site", "none"} {
-		c := newClient(t)
+		c := e.newClient()
 		_, page := c.get("/portal/")
 		refused("Sec-Fetch-Site "+site, c, url.Values{"csrf": {csrf(t, page)}, "key": {attackerKey}},
 			map[string]string{"Sec-Fetch-Site": site})
 	}
 	// A pair the server issued over an hour ago.
 	{
-		c := newClient(t)
+		c := e.newClient()
 		_, page := c.get("/portal/")
 		now := time.Now()
-		platform.SetClock(func() time.Time { return now.Add(time.Hour + time.Second) })
+		e.setClock(func() time.Time { return now.Add(time.Hour + time.Second) })
 		refused("a form over an hour old", c, url.Values{"csrf": {csrf(t, page)}, "key": {attackerKey}}, nil)
-		platform.SetClock(time.Now)
+		e.setClock(nil)
 	}
 
 	// The pair the server issued, from the portal's own page.
-	c := newClient(t)
+	c := e.newClient()
 	_, page := c.get("/portal/")
-	req, _ := http.NewRequest(http.MethodPost, siteBase+"/portal/signin",
+	req, _ := http.NewRequest(http.MethodPost, e.base+"/portal/signin",
 		strings.NewReader(url.Values{"csrf": {csrf(t, page)}, "key": {attackerKey}}.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Sec-Fetch-Site", "same-origin")

@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/billing"
-	"github.com/platformgw/gateway/internal/platform"
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -53,11 +53,11 @@ type dashboardExtras struct {
 
 // subscriptionView is one subscription's current period and its chart.
 type subscriptionView struct {
-	platform.PeriodSummary
+	ops.PeriodSummary
 	Chart *chart
 	// Earlier are the periods before this one, newest first, back to the
 	// subscription's start (at most earlierPeriods).
-	Earlier []platform.PeriodSummary
+	Earlier []ops.PeriodSummary
 }
 
 type keyRow struct {
@@ -289,7 +289,7 @@ func (h *Handler) load(q *request, sess session, sessionKey store.KeyRecord) (*d
 		if k.UserID != sess.UserID {
 			continue
 		}
-		d.Keys = append(d.Keys, keyRow{KeyRecord: k, Status: platform.KeyStatus(k, q.now), Current: k.ID == d.KeyID})
+		d.Keys = append(d.Keys, keyRow{KeyRecord: k, Status: ops.KeyStatus(k, q.now), Current: k.ID == d.KeyID})
 	}
 	return d, nil
 }

@@ -1,4 +1,4 @@
-package platform
+package ops
 
 import (
 	"context"
@@ -21,16 +21,16 @@ import (
 
 // underParent checks a key to be made under req.ParentKeyID and returns
 // its expiry: the one asked for, but no later than the parent's.
-func (a *App) underParent(ctx context.Context, req CreateKeyRequest, roles []string, expires, now time.Time) (time.Time, error) {
-	parent, err := a.DataStore().KeyByID(ctx, req.ParentKeyID)
+func (o *Ops) underParent(ctx context.Context, req CreateKeyRequest, roles []string, expires, now time.Time) (time.Time, error) {
+	parent, err := o.rt.Store().KeyByID(ctx, req.ParentKeyID)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return time.Time{}, fmt.Errorf("read parent key %s: %w", req.ParentKeyID, err)
 	}
 	// Another user's key is answered like a missing one.
 	if err != nil || parent.UserID != req.UserID {
-		return time.Time{}, keyNotFound(req.ParentKeyID)
+		return time.Time{}, KeyNotFound(req.ParentKeyID)
 	}
-	if KeyStatus(parent, now) != keyActive {
+	if KeyStatus(parent, now) != KeyActive {
 		return time.Time{}, apierror.Invalid("parentKeyId", "the key to make the new one under is "+KeyStatus(parent, now))
 	}
 	for _, r := range roles {
@@ -50,8 +50,8 @@ func (a *App) underParent(ctx context.Context, req CreateKeyRequest, roles []str
 // the walk: what was made under it follows it, not its parent. The error
 // is a store failure (the cascade is cut short: revoking the parent again
 // finishes it); auditErr is the first audit entry that was not recorded.
-func (a *App) revokeMinted(ctx context.Context, actor string, parent store.KeyRecord, now time.Time) (auditErr, err error) {
-	keys, err := a.DataStore().ListKeys(ctx, parent.UserID)
+func (o *Ops) revokeMinted(ctx context.Context, actor string, parent store.KeyRecord, now time.Time) (auditErr, err error) {
+	keys, err := o.rt.Store().ListKeys(ctx, parent.UserID)
 	if err != nil {
 		return nil, fmt.Errorf("list the keys made under key %s: %w", parent.ID, err)
 	}
@@ -72,17 +72,17 @@ func (a *App) revokeMinted(ctx context.Context, actor string, parent store.KeyRe
 			if !c.RevokedAt.IsZero() {
 				continue
 			}
-			rk, err := a.DataStore().RevokeKey(ctx, c.ID, now)
+			rk, err := o.rt.Store().RevokeKey(ctx, c.ID, now)
 			if err != nil {
 				return auditErr, fmt.Errorf("key %s: revoking key %s made under it: %w; revoke key %s again", parent.ID, c.ID, err, parent.ID)
 			}
-			a.logger.Info("service key revoked with the key it was made under",
+			o.rt.Logger.Info("service key revoked with the key it was made under",
 				zap.String("key_id", rk.ID),
 				zap.String("parent_key_id", rk.ParentKeyID),
 				zap.String("user_id", rk.UserID),
 				zap.Time("revoked_at", rk.RevokedAt),
 				zap.String("actor", actor))
-			if err := a.audit(ctx, store.AuditEntry{Actor: actor, Action: AuditKeyRevoke, UserID: rk.UserID, KeyID: rk.ID,
+			if err := o.RecordAudit(ctx, store.AuditEntry{Actor: actor, Action: AuditKeyRevoke, UserID: rk.UserID, KeyID: rk.ID,
 				Detail: "with key " + rk.ParentKeyID + ", which it was made under"}); err != nil && auditErr == nil {
 				auditErr = err
 			}

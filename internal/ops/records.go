@@ -1,4 +1,4 @@
-package platform
+package ops
 
 import (
 	"encoding/json"
@@ -12,10 +12,10 @@ import (
 // records are kept; these are what operators read, field by field, so a
 // change to how the store keeps a record never changes the admin API's
 // JSON (docs/operations.md documents it). Service keys have theirs in
-// adminapi.go (keyView).
+// keys.go (KeyView).
 
-// subscriptionRecord is a subscription and its credit balance.
-type subscriptionRecord struct {
+// SubscriptionRecord is a subscription and its credit balance.
+type SubscriptionRecord struct {
 	UserID      string        `json:"userId"`
 	ServiceID   string        `json:"serviceId"`
 	ProductID   string        `json:"productId"`
@@ -26,16 +26,17 @@ type subscriptionRecord struct {
 	CreditsHeld billing.Units `json:"creditsHeld"`
 }
 
-func viewSubscription(s store.Subscription) subscriptionRecord {
-	return subscriptionRecord{
+// ViewSubscription is how operators see a stored subscription.
+func ViewSubscription(s store.Subscription) SubscriptionRecord {
+	return SubscriptionRecord{
 		UserID: s.UserID, ServiceID: s.ServiceID, ProductID: s.ProductID, Status: s.Status,
 		StartedAt: s.StartedAt, UpdatedAt: s.UpdatedAt, Credits: s.Credits, CreditsHeld: s.CreditsHeld,
 	}
 }
 
-// jobRecord is an async job as operators list it: everything but the
+// JobRecord is an async job as operators list it: everything but the
 // store's bookkeeping (the completion digest, the hold).
-type jobRecord struct {
+type JobRecord struct {
 	ID                 string        `json:"requestId"`
 	UserID             string        `json:"userId"`
 	KeyID              string        `json:"keyId,omitempty"`
@@ -60,8 +61,9 @@ type jobRecord struct {
 	Cost               billing.Units `json:"cost,omitempty"`
 }
 
-func viewJob(j store.Job) jobRecord {
-	return jobRecord{
+// ViewJob is how operators see a stored job.
+func ViewJob(j store.Job) JobRecord {
+	return JobRecord{
 		ID: j.ID, UserID: j.UserID, KeyID: j.KeyID, ServiceID: j.ServiceID, EndpointID: j.EndpointID,
 		ProductID: j.ProductID, Free: j.Free, Status: j.Status, Stage: j.Stage,
 		PercentageComplete: j.PercentageComplete, ErrorMessage: j.ErrorMessage,
@@ -71,9 +73,9 @@ func viewJob(j store.Job) jobRecord {
 	}
 }
 
-// ledgerRecord is one ledger entry of a usage export (JSON and NDJSON;
+// LedgerRecord is one ledger entry of a usage export (JSON and NDJSON;
 // the CSV export has its columns in UsageCSVRow).
-type ledgerRecord struct {
+type LedgerRecord struct {
 	Seq            uint64        `json:"seq"`
 	ID             string        `json:"id"`
 	Time           time.Time     `json:"time"`
@@ -98,10 +100,11 @@ type ledgerRecord struct {
 
 // UsageJSON is a ledger entry as the usage exports write it in JSON (the
 // admin API's and the console's).
-func UsageJSON(e store.LedgerEntry) ([]byte, error) { return json.Marshal(viewLedgerEntry(e)) }
+func UsageJSON(e store.LedgerEntry) ([]byte, error) { return json.Marshal(ViewLedgerEntry(e)) }
 
-func viewLedgerEntry(e store.LedgerEntry) ledgerRecord {
-	return ledgerRecord{
+// ViewLedgerEntry is how a usage export shows a ledger entry.
+func ViewLedgerEntry(e store.LedgerEntry) LedgerRecord {
+	return LedgerRecord{
 		Seq: e.Seq, ID: e.ID, Time: e.Time, UserID: e.UserID, ServiceID: e.ServiceID,
 		EndpointID: e.EndpointID, ProductID: e.ProductID, RequestID: e.RequestID, OccurredAt: e.OccurredAt,
 		Units: e.Units, Overage: e.Overage, Cost: e.Cost, Source: e.Source,
@@ -109,8 +112,8 @@ func viewLedgerEntry(e store.LedgerEntry) ledgerRecord {
 	}
 }
 
-// auditRecord is one entry of the audit log.
-type auditRecord struct {
+// AuditRecord is one entry of the audit log.
+type AuditRecord struct {
 	Seq       uint64    `json:"seq"`
 	Time      time.Time `json:"time"`
 	Actor     string    `json:"actor"`
@@ -121,13 +124,14 @@ type auditRecord struct {
 	Detail    string    `json:"detail,omitempty"`
 }
 
-func viewAuditEntry(e store.AuditEntry) auditRecord {
-	return auditRecord{Seq: e.Seq, Time: e.Time, Actor: e.Actor, Action: e.Action,
+// ViewAuditEntry is how operators see an audit entry.
+func ViewAuditEntry(e store.AuditEntry) AuditRecord {
+	return AuditRecord{Seq: e.Seq, Time: e.Time, Actor: e.Actor, Action: e.Action,
 		UserID: e.UserID, ServiceID: e.ServiceID, KeyID: e.KeyID, Detail: e.Detail}
 }
 
-// alertRecord is a usage alert as the admin API lists it.
-type alertRecord struct {
+// AlertRecord is a usage alert as the admin API lists it.
+type AlertRecord struct {
 	ID          string        `json:"alertId"`
 	UserID      string        `json:"userId"`
 	ServiceID   string        `json:"serviceId"`
@@ -144,8 +148,9 @@ type alertRecord struct {
 	DeliveredAt time.Time     `json:"deliveredAt,omitzero"`
 }
 
-func viewAlert(a store.Alert) alertRecord {
-	return alertRecord{
+// ViewAlert is how operators see a stored alert.
+func ViewAlert(a store.Alert) AlertRecord {
+	return AlertRecord{
 		ID: a.ID, UserID: a.UserID, ServiceID: a.ServiceID, ProductID: a.ProductID, PeriodStart: a.PeriodStart,
 		Threshold: a.Threshold, Value: a.Value, Limit: a.Limit, Created: a.Created, Status: a.Status,
 		Attempts: a.Attempts, LastError: a.LastError, NextAttempt: a.NextAttempt, DeliveredAt: a.DeliveredAt,

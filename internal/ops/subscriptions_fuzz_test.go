@@ -1,4 +1,4 @@
-package platform
+package ops
 
 import (
 	"encoding/json"

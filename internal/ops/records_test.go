@@ -1,4 +1,4 @@
-package platform
+package ops
 
 import (
 	"encoding/json"
@@ -19,32 +19,32 @@ func TestRecordViewsJSON(t *testing.T) {
 		view any
 		want string
 	}{
-		{"subscription", viewSubscription(store.Subscription{UserID: "u", ServiceID: "s", ProductID: "p", Status: "ACTIVE",
+		{"subscription", ViewSubscription(store.Subscription{UserID: "u", ServiceID: "s", ProductID: "p", Status: "ACTIVE",
 			StartedAt: at, UpdatedAt: at.Add(time.Hour), Credits: billing.Whole(5), CreditsHeld: billing.Whole(1) / 2}),
 			`{"userId":"u","serviceId":"s","productId":"p","status":"ACTIVE","startedAt":"2026-03-01T12:00:00.0000005Z","updatedAt":"2026-03-01T13:00:00.0000005Z","credits":5,"creditsHeld":0.5}`},
-		{"job", viewJob(store.Job{ID: "r", UserID: "u", KeyID: "k", ServiceID: "s", EndpointID: "e", ProductID: "p", Free: true,
+		{"job", ViewJob(store.Job{ID: "r", UserID: "u", KeyID: "k", ServiceID: "s", EndpointID: "e", ProductID: "p", Free: true,
 			Status: "COMPLETED", Stage: "st", PercentageComplete: 50.5, ErrorMessage: "m", CreatedAt: at, UpdatedAt: at, ExpiresAt: at,
 			CompletedAt: at, Result: "res", ResultSize: 9, ResultTruncated: true, ResultURL: "https://x", ContentType: "text/plain",
 			Units: billing.Whole(2), Cost: billing.Whole(3), CompletionDigest: "d", ReservationID: "h"}),
 			`{"requestId":"r","userId":"u","keyId":"k","serviceId":"s","endpointId":"e","productId":"p","free":true,"status":"COMPLETED","currentStage":"st","percentageComplete":50.5,"errorMessage":"m","startTime":"2026-03-01T12:00:00.0000005Z","updatedAt":"2026-03-01T12:00:00.0000005Z","expiresAt":"2026-03-01T12:00:00.0000005Z","completedAt":"2026-03-01T12:00:00.0000005Z","result":"res","size":9,"resultTruncated":true,"resultUrl":"https://x","contentType":"text/plain","units":2,"cost":3}`},
-		{"ledger entry", viewLedgerEntry(store.LedgerEntry{Seq: 7, ID: "i", Time: at, UserID: "u", ServiceID: "s", EndpointID: "e",
+		{"ledger entry", ViewLedgerEntry(store.LedgerEntry{Seq: 7, ID: "i", Time: at, UserID: "u", ServiceID: "s", EndpointID: "e",
 			ProductID: "p", RequestID: "r", OccurredAt: at, Units: billing.Whole(1), Overage: billing.Whole(1), Cost: billing.Whole(1),
 			Source: "report", IdempotencyKey: "ik", UnitsClaimed: billing.Whole(4)}),
 			`{"seq":7,"id":"i","time":"2026-03-01T12:00:00.0000005Z","userId":"u","serviceId":"s","endpointId":"e","productId":"p","requestId":"r","occurredAt":"2026-03-01T12:00:00.0000005Z","units":1,"overage":1,"cost":1,"source":"report","idempotencyKey":"ik","unitsClaimed":4,"unitsUncharged":3}`},
-		{"audit entry", viewAuditEntry(store.AuditEntry{Seq: 3, Time: at, Actor: "a", Action: "key.create", UserID: "u", ServiceID: "s", KeyID: "k", Detail: "d"}),
+		{"audit entry", ViewAuditEntry(store.AuditEntry{Seq: 3, Time: at, Actor: "a", Action: "key.create", UserID: "u", ServiceID: "s", KeyID: "k", Detail: "d"}),
 			`{"seq":3,"time":"2026-03-01T12:00:00.0000005Z","actor":"a","action":"key.create","userId":"u","serviceId":"s","keyId":"k","detail":"d"}`},
-		{"alert", viewAlert(store.Alert{ID: "a", UserID: "u", ServiceID: "s", ProductID: "p", PeriodStart: at, Threshold: "quota 80%",
+		{"alert", ViewAlert(store.Alert{ID: "a", UserID: "u", ServiceID: "s", ProductID: "p", PeriodStart: at, Threshold: "quota 80%",
 			Value: billing.Whole(8), Limit: billing.Whole(10), Created: at, Status: "FAILED", Attempts: 3, LastError: "e", NextAttempt: at, DeliveredAt: at}),
 			`{"alertId":"a","userId":"u","serviceId":"s","productId":"p","periodStart":"2026-03-01T12:00:00.0000005Z","threshold":"quota 80%","value":8,"limit":10,"createdAt":"2026-03-01T12:00:00.0000005Z","status":"FAILED","attempts":3,"lastError":"e","nextAttemptAt":"2026-03-01T12:00:00.0000005Z","deliveredAt":"2026-03-01T12:00:00.0000005Z"}`},
-		{"empty alert", viewAlert(store.Alert{}),
+		{"empty alert", ViewAlert(store.Alert{}),
 			`{"alertId":"","userId":"","serviceId":"","productId":"","periodStart":"0001-01-01T00:00:00Z","threshold":"","value":0,"limit":0,"createdAt":"0001-01-01T00:00:00Z","status":"","attempts":0}`},
-		{"empty subscription", viewSubscription(store.Subscription{}),
+		{"empty subscription", ViewSubscription(store.Subscription{}),
 			`{"userId":"","serviceId":"","productId":"","status":"","startedAt":"0001-01-01T00:00:00Z","updatedAt":"0001-01-01T00:00:00Z","credits":0,"creditsHeld":0}`},
-		{"empty job", viewJob(store.Job{}),
+		{"empty job", ViewJob(store.Job{}),
 			`{"requestId":"","userId":"","serviceId":"","endpointId":"","status":"","percentageComplete":0,"startTime":"0001-01-01T00:00:00Z","updatedAt":"0001-01-01T00:00:00Z","expiresAt":"0001-01-01T00:00:00Z"}`},
-		{"empty ledger entry", viewLedgerEntry(store.LedgerEntry{}),
+		{"empty ledger entry", ViewLedgerEntry(store.LedgerEntry{}),
 			`{"seq":0,"id":"","time":"0001-01-01T00:00:00Z","userId":"","serviceId":"","units":0,"source":""}`},
-		{"empty audit entry", viewAuditEntry(store.AuditEntry{}),
+		{"empty audit entry", ViewAuditEntry(store.AuditEntry{}),
 			`{"seq":0,"time":"0001-01-01T00:00:00Z","actor":"","action":""}`},
 	}
 	for _, tt := range tests {

@@ -1,0 +1,62 @@
+package ops
+
+import (
+	"context"
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/platformgw/gateway/internal/store"
+)
+
+// Audit actions: the operator's changes, the removal of billing data, and
+// the settings of a config that say where alerts go and how long billing
+// data is kept.
+const (
+	AuditKeyCreate       = "key.create"
+	AuditKeyRevoke       = "key.revoke"
+	AuditSubscriptionPut = "subscription.put"
+	AuditCreditsAdd      = "credits.add"
+	// AuditUsagePrune is raw ledger rows removed: by POST
+	// /platform/usage/prune (the admin API's caller) or by
+	// ledger_retention (actor "ledger_retention").
+	AuditUsagePrune = "usage.prune"
+	// AuditRollupPrune is hourly rollups removed by rollup_retention.
+	AuditRollupPrune = "rollups.prune"
+	// AuditConfigChange is a loaded config whose audited setting differs
+	// from what the audit log last recorded for it; its detail is
+	// "<setting>: <new value>".
+	AuditConfigChange = "config.change"
+)
+
+// RecordAudit appends an entry for a change that is done, stamped now. A
+// failure to record it is logged (the change stands and cannot be taken
+// back) and answered as an error, so the operator knows the log misses
+// it. The changes of this package record their own; others (a config's
+// changed settings) call it.
+func (o *Ops) RecordAudit(ctx context.Context, e store.AuditEntry) error {
+	e.Time = o.rt.Now().UTC()
+	if _, err := o.rt.Store().AppendAudit(ctx, e); err != nil {
+		o.rt.Logger.Error("audit entry not recorded", zap.String("action", e.Action),
+			zap.String("actor", e.Actor), zap.String("user_id", e.UserID), zap.Error(err))
+		return fmt.Errorf("the change was made but its audit entry was not recorded: %w", err)
+	}
+	return nil
+}
+
+// AuditLog reads a page of the audit log, newest first; limit is 1 to
+// 1000 (the admin API's page sizes).
+func (o *Ops) AuditLog(ctx context.Context, cursor string, limit int) ([]store.AuditEntry, string, error) {
+	limit = min(max(limit, 1), MaxPageLimit)
+	entries, next, err := o.rt.Store().ListAudit(ctx, cursor, limit)
+	if e := BadCursor(err); e != nil {
+		return nil, "", e
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("list audit log: %w", err)
+	}
+	if entries == nil {
+		entries = []store.AuditEntry{}
+	}
+	return entries, next, nil
+}
