@@ -16,7 +16,7 @@
 #                the sync invoke chain's allocation budget
 #   make build   just the binary (bin/caddy)
 #   make xcaddy  the same binary built the xcaddy way (bin/caddy-xcaddy)
-#   make lint    go vet, gofmt and staticcheck (CI runs it too)
+#   make lint    go vet, gofmt, staticcheck and the docs' links (CI runs it too)
 #   make screenshots  the browser tests (chromium) with SCREENSHOTS_DIR set:
 #                docs/img/*.png, shown in docs/console.md
 
@@ -54,10 +54,12 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l .)" || (gofmt -l . && false)
 
-# staticcheck, built from the pinned tools module (tools/staticcheck).
+# staticcheck, built from the pinned tools module (tools/staticcheck), and
+# the docs' links, anchors and cited files and tests (scripts/doccheck).
 lint: vet
 	cd tools/staticcheck && $(GO) build -o ../../$(BIN)/staticcheck honnef.co/go/tools/cmd/staticcheck
 	$(BIN)/staticcheck ./...
+	$(GO) run ./scripts/doccheck
 
 # xcaddy itself is built from the tools module (tools/xcaddy/go.mod pins
 # its version), as `go install …@version` is not available everywhere; the
