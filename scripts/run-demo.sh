@@ -171,8 +171,9 @@ echo
 echo "Try it (sync, examples/backend):"
 echo "  curl -i -H '$auth' '$url'"
 echo
-echo "An async job (examples/asyncbackend): start it, then poll the status URL"
-echo "it answers with, and fetch the result (swap /status for /result):"
+echo "An async job (examples/asyncbackend): start it, then poll the progressUrl"
+echo "it answers with (.../requests/<requestId>/status), and fetch the result"
+echo "(swap /status for /result):"
 echo "  curl -H '$auth' -d 'make this loud' $gw/api/service/jobs/endpoint/upper/invoke/async"
 echo "  curl -H '$auth' $gw/api/requests/<requestId>/status"
 echo
