@@ -2,7 +2,10 @@
 #
 #   make run     build, start the gateway with Caddyfile.example, the example
 #                backends and a demo key, and print curl lines to try it
-#   make test    every test, race detector on, package by package (what CI runs)
+#   make test    every test, race detector on, package by package (what CI runs;
+#                the first run compiles the dependencies under -race: minutes)
+#   make test-quick  every test without -race, unchanged packages' results
+#                from Go's test cache: what to run while editing
 #   make fuzz    every fuzz target for FUZZTIME (10s) each (CI runs it too)
 #   make bench   the benchmark against plain Caddy reverse_proxy: req/s and
 #                the Caddy process's CPU per request (~5 minutes)
@@ -16,7 +19,7 @@
 #                the sync invoke chain's allocation budget
 #   make build   just the binary (bin/caddy)
 #   make xcaddy  the same binary built the xcaddy way (bin/caddy-xcaddy)
-#   make lint    go vet, gofmt and staticcheck (CI runs it too)
+#   make lint    go vet, gofmt, staticcheck and the docs' links (CI runs it too)
 #   make screenshots  the browser tests (chromium) with SCREENSHOTS_DIR set:
 #                docs/img/*.png, shown in docs/console.md
 
@@ -24,7 +27,11 @@ GO      ?= go
 BIN     := bin
 CADDY   := $(BIN)/caddy
 
-.PHONY: screenshots build run test verify-systemd test-short fuzz bench bench-fleet bench-scale bench-scale-ledger bench-micro xcaddy vet lint clean
+# Every package of the module but tmp/ (make run's scratch directory,
+# ignored by git: a Go file left there is no package of the gateway).
+PKGS     = $(shell $(GO) list -e ./... | grep -v '^$(shell $(GO) list -m)/tmp\(/\|$$\)')
+
+.PHONY: screenshots build run test test-quick verify-systemd test-short fuzz bench bench-fleet bench-scale bench-scale-ledger bench-micro xcaddy vet lint clean
 
 build:
 	$(GO) build -o $(CADDY) ./caddy
@@ -39,8 +46,15 @@ run: build
 # packages share caddytest's admin port), each announced as it starts so a
 # long end-to-end package is not minutes of silence; scripts/test.sh.
 test:
-	$(GO) vet ./...
+	$(GO) vet $(PKGS)
 	GO=$(GO) ./scripts/test.sh
+
+# The quick variant: no race detector (so no -race build of the
+# dependencies), test results cached per package while its code and
+# inputs are unchanged, still one package at a time (-p 1: caddytest's
+# shared admin port). Not what CI runs; make test before you push.
+test-quick:
+	$(GO) test -p 1 $(PKGS)
 
 # The systemd unit in contrib/systemd, checked with systemd-analyze verify
 # (CI runs it; it installs systemd when missing and it can).
@@ -48,16 +62,18 @@ verify-systemd:
 	./scripts/verify-systemd.sh
 
 test-short:
-	$(GO) test -p 1 -count=1 ./...
+	$(GO) test -p 1 -count=1 $(PKGS)
 
 vet:
-	$(GO) vet ./...
-	@test -z "$$(gofmt -l .)" || (gofmt -l . && false)
+	$(GO) vet $(PKGS)
+	@test -z "$$(gofmt -l $$(find . -name '*.go' -not -path './tmp/*'))" || (gofmt -l $$(find . -name '*.go' -not -path './tmp/*') && false)
 
-# staticcheck, built from the pinned tools module (tools/staticcheck).
+# staticcheck, built from the pinned tools module (tools/staticcheck), and
+# the docs' links, anchors and cited files and tests (scripts/doccheck).
 lint: vet
 	cd tools/staticcheck && $(GO) build -o ../../$(BIN)/staticcheck honnef.co/go/tools/cmd/staticcheck
-	$(BIN)/staticcheck ./...
+	$(BIN)/staticcheck $(PKGS)
+	$(GO) run ./scripts/doccheck
 
 # xcaddy itself is built from the tools module (tools/xcaddy/go.mod pins
 # its version), as `go install …@version` is not available everywhere; the
@@ -71,7 +87,12 @@ CADDY_VERSION  = $(shell $(GO) list -m -f '{{.Version}}' github.com/caddyserver/
 $(XCADDY): tools/xcaddy/go.mod tools/xcaddy/go.sum
 	cd tools/xcaddy && $(GO) build -o ../../$(XCADDY) github.com/caddyserver/xcaddy/cmd/xcaddy
 
-xcaddy: $(XCADDY)
+xcaddy:
+	@echo "make xcaddy: builds xcaddy from tools/xcaddy (bin/xcaddy), then xcaddy builds Caddy $(CADDY_VERSION)"
+	@echo "  with this module in a temp dir into $(CADDY_XCADDY). Nothing to install by hand, but the first"
+	@echo "  run downloads about 70 modules and compiles Caddy once more: several minutes (about 4 on"
+	@echo "  2 cores); later runs take them from Go's module and build caches (about a minute)."
+	@$(MAKE) --no-print-directory $(XCADDY)
 	XCADDY_SKIP_CLEANUP=0 $(XCADDY) build $(CADDY_VERSION) \
 		--output $(CADDY_XCADDY) --with github.com/platformgw/gateway@v0.0.0=.
 

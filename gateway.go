@@ -7,7 +7,8 @@
 // gateway, as `go build ./caddy` does. The modules:
 //
 //   - platform (package platform): the app holding the catalog, store and
-//     settings, its admin API (admin.api.platform) and the
+//     settings, its admin API (admin.api.platform, and
+//     admin.api.platform_store for the store's backup route) and the
 //     `caddy platform` command;
 //   - http.handlers.platform_gateway, http.reverse_proxy.upstreams.platform
 //     and http.reverse_proxy.transport.platform (package platformgw): the

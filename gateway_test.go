@@ -12,6 +12,7 @@ func TestImportRegistersModules(t *testing.T) {
 	for _, id := range []string{
 		"platform",
 		"admin.api.platform",
+		"admin.api.platform_store",
 		"http.handlers.platform_gateway",
 		"http.handlers.platform_usage",
 		"http.handlers.platform_portal",

@@ -14,6 +14,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -127,6 +129,41 @@ func TestRunDemoReportsDeadBackend(t *testing.T) {
 	}
 }
 
+// demoUntilUp starts the demo with DEMO_PORTS empty and the extra
+// environment, waits for its closing line, stops it as Ctrl-C would, and
+// returns what it printed.
+func demoUntilUp(t *testing.T, root string, env ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "scripts", "run-demo.sh"))
+	cmd.Env = append(append(os.Environ(), "DEMO_PORTS="), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		out.WriteString(sc.Text() + "\n")
+		if strings.Contains(sc.Text(), "Ctrl-C stops everything.") {
+			break
+		}
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	go io.Copy(io.Discard, stdout)
+	cmd.Wait()
+	if !strings.Contains(out.String(), "Ctrl-C stops everything.") {
+		t.Fatalf("the demo did not come up; stdout:\n%s\nstderr:\n%s", out.String(), stderr.String())
+	}
+	return out.String()
+}
+
 // Each run revokes the demo key of the run before, so only the key it
 // prints works. The stand-in caddy creates numbered keys and records the
 // revocations it is asked for.
@@ -153,39 +190,7 @@ esac
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "{}") }))
 	defer srv.Close()
 
-	// run starts the demo, waits for its closing line, stops it as Ctrl-C
-	// would, and returns what it printed.
-	run := func() string {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "scripts", "run-demo.sh"))
-		cmd.Env = append(os.Environ(), "DEMO_PORTS=", "DEMO_CHECK_URL="+srv.URL)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		var out strings.Builder
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			out.WriteString(sc.Text() + "\n")
-			if strings.Contains(sc.Text(), "Ctrl-C stops everything.") {
-				break
-			}
-		}
-		cmd.Process.Signal(syscall.SIGTERM)
-		go io.Copy(io.Discard, stdout)
-		cmd.Wait()
-		if !strings.Contains(out.String(), "Ctrl-C stops everything.") {
-			t.Fatalf("the demo did not come up; stdout:\n%s\nstderr:\n%s", out.String(), stderr.String())
-		}
-		return out.String()
-	}
+	run := func() string { return demoUntilUp(t, root, "DEMO_CHECK_URL="+srv.URL) }
 
 	first := run()
 	if !strings.Contains(first, "psk_demo1") || strings.Contains(first, "Revoked") || !strings.Contains(first, "/console/") {
@@ -241,5 +246,72 @@ esac
 	}
 	if !strings.Contains(stderr, "run-demo: the first call through the gateway failed") {
 		t.Errorf("stderr lacks the failure of the first call:\n%s", stderr)
+	}
+}
+
+// The reload line the demo prints must give `caddy reload` every
+// adapt-time placeholder ({$VAR}) of Caddyfile.example the demo's gateway
+// was started with: the reload adapts the file in the shell it is pasted
+// into, and a missing CONSOLE_PASSWORD_HASH put the console behind a hash
+// nobody knows, locking the operator out. The printed line is run in a
+// shell with none of the demo's environment, and the stand-in caddy
+// records what each command saw.
+func TestRunDemoReloadLineKeepsSettings(t *testing.T) {
+	caddyfile, err := os.ReadFile("../Caddyfile.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vars []string
+	for _, m := range regexp.MustCompile(`\{\$([A-Za-z0-9_]+)`).FindAllStringSubmatch(string(caddyfile), -1) {
+		if !slices.Contains(vars, m[1]) {
+			vars = append(vars, m[1])
+		}
+	}
+	if len(vars) == 0 {
+		t.Fatal("no {$VAR} in Caddyfile.example; this test checks nothing")
+	}
+	state := t.TempDir()
+	record := "for v in " + strings.Join(vars, " ") + `; do eval "printf '%s=%s\n' \$v \"\${$v-<unset>}\""; done`
+	caddy := `#!/bin/sh
+state=` + state + `
+case "$1 $2 $3" in
+"run "*) (` + record + `) > "$state/run.env"; exec sleep 30 ;;
+"reload "*) (` + record + `) > "$state/reload.env" ;;
+"hash-password "*) echo '$2a$14$stand.in.hash/with$dollars' ;;
+"platform key create") printf '{"keyId":"key_demo1","key":"psk_demo1","userId":"demo-user"}\n' ;;
+"platform subscribe"*) ;;
+*) echo "unexpected: $*" >&2; exit 1 ;;
+esac
+`
+	sleeper := "#!/bin/sh\nexec sleep 30\n"
+	root := demoRoot(t, map[string]string{
+		"caddy": caddy, "example-backend": sleeper, "example-asyncbackend": sleeper, "example-reporter": sleeper,
+	})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "{}") }))
+	defer srv.Close()
+	out := demoUntilUp(t, root, "DEMO_CHECK_URL="+srv.URL)
+
+	var line string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "bin/caddy reload") {
+			line = strings.TrimSpace(l)
+		}
+	}
+	if line == "" {
+		t.Fatalf("the demo printed no reload line:\n%s", out)
+	}
+	cmd := exec.Command("bash", "-c", line)
+	cmd.Dir = root
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the printed reload line failed: %v\n%s\n%s", err, line, b)
+	}
+	runEnv, _ := os.ReadFile(filepath.Join(state, "run.env"))
+	reloadEnv, _ := os.ReadFile(filepath.Join(state, "reload.env"))
+	if !strings.Contains(string(runEnv), "CONSOLE_PASSWORD_HASH=$2a$14$stand.in.hash/with$dollars\n") {
+		t.Fatalf("the stand-in did not see the demo's hash at run; it saw:\n%s", runEnv)
+	}
+	if string(reloadEnv) != string(runEnv) {
+		t.Errorf("the printed reload line\n  %s\nadapts Caddyfile.example with\n%s\nbut the gateway was started with\n%s", line, reloadEnv, runEnv)
 	}
 }

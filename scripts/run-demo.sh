@@ -171,8 +171,9 @@ echo
 echo "Try it (sync, examples/backend):"
 echo "  curl -i -H '$auth' '$url'"
 echo
-echo "An async job (examples/asyncbackend): start it, then poll the status URL"
-echo "it answers with, and fetch the result (swap /status for /result):"
+echo "An async job (examples/asyncbackend): start it, then poll the progressUrl"
+echo "it answers with (.../requests/<requestId>/status), and fetch the result"
+echo "(swap /status for /result):"
 echo "  curl -H '$auth' -d 'make this loud' $gw/api/service/jobs/endpoint/upper/invoke/async"
 echo "  curl -H '$auth' $gw/api/requests/<requestId>/status"
 echo
@@ -195,8 +196,15 @@ echo
 echo "Usage so far:  bin/caddy platform usage --user demo-user"
 echo "Operator console (docs/console.md): $gw/console/"
 echo "  sign in as $CONSOLE_USER, password $console_password (tmp/console-secret)"
-echo "Reload after editing Caddyfile.example (the store path must stay the same):"
-echo "  PLATFORM_STORE=$PLATFORM_STORE bin/caddy reload --config Caddyfile.example --adapter caddyfile"
+# The {$VAR} placeholders of Caddyfile.example are read by whoever adapts
+# it, so the reload line carries each one this run set: without
+# CONSOLE_PASSWORD_HASH the reloaded console would fall back to a hash
+# nobody knows, and without PLATFORM_STORE the reload is refused.
+quote() { printf "'%s'" "${1//\'/\'\\\'\'}"; }
+reload_env="PLATFORM_STORE=$(quote "$PLATFORM_STORE") CONSOLE_USER=$(quote "$CONSOLE_USER")"
+reload_env+=" CONSOLE_PASSWORD_HASH=$(quote "$CONSOLE_PASSWORD_HASH")"
+echo "Reload after editing Caddyfile.example (with the settings of this run):"
+echo "  $reload_env bin/caddy reload --config Caddyfile.example --adapter caddyfile"
 echo "Logs: tmp/caddy.log, tmp/backend.log, tmp/asyncbackend.log, tmp/reporter.log;"
 echo "reconciliation logs: tmp/jobs-reconciliation.jsonl, tmp/wordcount-reconciliation.jsonl."
 echo "Ctrl-C stops everything."

@@ -93,6 +93,10 @@ type App struct {
 	JWT *JWTConfig `json:"jwt,omitempty"`
 	// Alerts is where usage alerts are sent (alerts.go).
 	Alerts *AlertsConfig `json:"alerts,omitempty"`
+	// AllowSharedPorts lets this gateway start on an address another
+	// process already listens on (ports.go), for a deliberate SO_REUSEPORT
+	// setup; without it that start is refused.
+	AllowSharedPorts bool `json:"allow_shared_ports,omitempty"`
 
 	jwt     *jwtauth.Verifier
 	catalog *catalog.Catalog
@@ -114,6 +118,8 @@ type App struct {
 	// lastLedgerPrune is when the retentions were last applied (unix ns).
 	lastLedgerPrune atomic.Int64
 
+	// ctx is the config's context, for the http app's addresses at Start.
+	ctx      caddy.Context
 	headers  Headers
 	logger   *zap.Logger
 	metrics  *metrics

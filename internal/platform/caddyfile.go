@@ -56,6 +56,7 @@ func parsePlatform(d *caddyfile.Dispenser, existing any) (any, error) {
 //		result_max_bytes     <size>              # 16KiB
 //		max_body_bytes       <size>              # 10MiB
 //		usage_max_body_bytes <size>              # 1MiB
+//		allow_shared_ports                       # start although another process listens on our ports
 //		jwt {                                    # end users' JWTs on the billing estimate
 //			hs256_secret <secret>                # 32 bytes or more
 //			public_key   <PEM file>...           # RS256 / ES256 keys; may repeat
@@ -170,6 +171,8 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			a.MaxBodyBytes, err = sizeArg(d, math.MaxInt64)
 		case "usage_max_body_bytes":
 			a.UsageMaxBodyBytes, err = sizeArg(d, math.MaxInt64)
+		case "allow_shared_ports":
+			a.AllowSharedPorts, err = flagArg(d)
 		case "jwt":
 			a.JWT, err = parseJWT(d)
 		case "alerts":

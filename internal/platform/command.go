@@ -41,8 +41,18 @@ Add --json to print the admin API's JSON response instead of text.`,
 	})
 }
 
+// platformDocsFooter closes the help of `caddy platform` and its
+// subcommands.
+const platformDocsFooter = `Documented in the gateway's repository: docs/operations.md, sections "CLI"
+and "Admin API" (README.md starts there). Caddy's own commands:
+https://caddyserver.com/docs/command-line`
+
 // buildPlatformCommand adds the subcommands of `caddy platform` to cmd.
 func buildPlatformCommand(cmd *cobra.Command) {
+	// Caddy's root help ends with Caddy's docs link, which every command
+	// inherits; `caddy platform` is not in Caddy's docs, so its help (and
+	// its subcommands') ends with where this one is documented instead.
+	cmd.SetHelpTemplate(cmd.HelpTemplate() + "\n" + platformDocsFooter + "\n")
 	pf := cmd.PersistentFlags()
 	pf.String("address", "", "Address of the administration API listener (if --config is not used)")
 	pf.StringP("config", "c", "", "Configuration file whose admin address to use (if --address is not used)")

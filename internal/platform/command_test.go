@@ -281,3 +281,21 @@ func TestReadableError(t *testing.T) {
 		}
 	}
 }
+
+// `caddy platform --help` (and a subcommand's) ends with where the
+// platform commands are documented, not with Caddy's docs link alone,
+// which does not know them (issue 33).
+func TestCLIHelpNamesItsDocs(t *testing.T) {
+	for _, args := range [][]string{{"platform", "--help"}, {"platform", "key", "create", "--help"}} {
+		out, err := caddyProcess(t, nil, args...)
+		if err != nil {
+			t.Fatalf("caddy %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		if !strings.Contains(out, "docs/operations.md") {
+			t.Errorf("caddy %s does not name docs/operations.md:\n%s", strings.Join(args, " "), out)
+		}
+		if strings.Count(out, "https://caddyserver.com/docs/command-line") != 1 {
+			t.Errorf("caddy %s names Caddy's docs link other than once:\n%s", strings.Join(args, " "), out)
+		}
+	}
+}

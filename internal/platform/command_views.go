@@ -115,7 +115,7 @@ func (p cliPeriod) usedLine() string {
 	if unit == "" {
 		unit = "unit"
 	}
-	s := fmt.Sprintf("%s %s used", p.UnitsUsed, unit)
+	s := fmt.Sprintf("%s %s used", p.UnitsUsed, unitsOf(p.UnitsUsed, unit))
 	if p.Quota != "" {
 		s += fmt.Sprintf(" of %s included, %s left", p.Quota, p.UnitsRemaining)
 		if p.OverageUnits != "" && p.OverageUnits != "0" {
@@ -126,6 +126,15 @@ func (p cliPeriod) usedLine() string {
 		s += fmt.Sprintf(" (%s held by calls in flight)", p.UnitsHeld)
 	}
 	return s
+}
+
+// unitsOf is the unit label for an amount: "6 requests", "1 request";
+// a label that is not a plain lowercase word (ms, KB, tokens) as written.
+func unitsOf(amount json.Number, label string) string {
+	if amount == "1" || strings.HasSuffix(label, "s") || strings.TrimFunc(label, func(r rune) bool { return r >= 'a' && r <= 'z' }) != "" {
+		return label
+	}
+	return label + "s"
 }
 
 func printPeriod(w io.Writer, p cliPeriod) error {

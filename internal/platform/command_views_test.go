@@ -65,7 +65,7 @@ func TestCLIViews(t *testing.T) {
 		t.Errorf("subscription list --json printed one JSON page a line? %s", out)
 	}
 	out = cliMust(t, "subscription", "show", "--user", "erin", "--service", "weather")
-	for _, want := range []string{"User:    erin", "Product: pro (SUBSCRIPTION)", "Usage:   0 unit used of 1000 included, 1000 left", "Period:"} {
+	for _, want := range []string{"User:    erin", "Product: pro (SUBSCRIPTION)", "Usage:   0 units used of 1000 included, 1000 left", "Period:"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("subscription show lacks %q:\n%s", want, out)
 		}
@@ -77,7 +77,7 @@ func TestCLIViews(t *testing.T) {
 
 	// A product change says what it did to the current period.
 	out = cliMust(t, "subscribe", "--user", "erin", "--service", "weather", "--product", "basic")
-	if !strings.Contains(out, "Product changed from pro to basic") || !strings.Contains(out, "Current period ") || !strings.Contains(out, "0 request used") {
+	if !strings.Contains(out, "Product changed from pro to basic") || !strings.Contains(out, "Current period ") || !strings.Contains(out, "0 requests used") {
 		t.Errorf("subscribe (a change) printed:\n%s", out)
 	}
 
@@ -168,5 +168,24 @@ func TestKeyCreatedLogExpiry(t *testing.T) {
 	}
 	if found != 2 {
 		t.Errorf("found %d key-created lines, want 2", found)
+	}
+}
+
+// The CLI's usage line reads as English: "6 requests used", not "6
+// request used" (issue 33); abbreviations and plurals stay as written.
+func TestUnitsOf(t *testing.T) {
+	for _, c := range []struct{ amount, label, want string }{
+		{"6", "request", "requests"},
+		{"0", "word", "words"},
+		{"1", "request", "request"},
+		{"2.5", "token", "tokens"},
+		{"3", "tokens", "tokens"},
+		{"40", "ms", "ms"},
+		{"7", "KB", "KB"},
+		{"7", "page view", "page view"},
+	} {
+		if got := unitsOf(json.Number(c.amount), c.label); got != c.want {
+			t.Errorf("unitsOf(%s, %q) = %q, want %q", c.amount, c.label, got, c.want)
+		}
 	}
 }

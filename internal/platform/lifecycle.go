@@ -40,6 +40,7 @@ func (p pooledStore) Destruct() error { return p.Store.Close() }
 // is opened (or shared with the running config) in Start.
 func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger()
+	a.ctx = ctx
 	if err := a.defaults(); err != nil {
 		return err
 	}
@@ -188,8 +189,15 @@ func (a *App) openStore() (store.Store, error) {
 // Start opens the store, records in the audit log the settings that
 // changed (auditConfig), and launches the background maintenance:
 // expiring overdue jobs and forgetting old idempotency keys. A store that
-// cannot be opened (damaged, locked by another process) fails the start.
+// cannot be opened (damaged, locked by another process) fails the start,
+// and so does another process listening on this gateway's addresses
+// (ports.go), unless allow_shared_ports says it is meant to.
 func (a *App) Start() error {
+	if !a.AllowSharedPorts {
+		if err := checkSharedPorts(a.ctx); err != nil {
+			return fmt.Errorf("platform: %w", err)
+		}
+	}
 	if _, err := a.openStore(); err != nil {
 		return err
 	}
