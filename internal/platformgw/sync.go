@@ -211,8 +211,8 @@ type meterWriter struct {
 	writeFailed bool // a write to the caller failed (delivered.go)
 	// held keeps the caller's socket open for a PER_BYTE call on a server
 	// without platform_delivery, until the call is settled (delivered.go).
-	held heldSocket
-	deferred    bool // settle after the body: PER_BYTE, PER_TIME_UNIT
+	held     heldSocket
+	deferred bool // settle after the body: PER_BYTE, PER_TIME_UNIT
 	// wrap is the wrapped answer's writer (sync_response wrapped), nil for
 	// raw. While it buffers (atEnd), the caller gets nothing before the
 	// call ends, so the call is settled then, endUnits or the measured
