@@ -11,10 +11,10 @@ import (
 	"time"
 )
 
-func storeFile(t *testing.T) string { return filepath.Join(t.TempDir(), "platform.db") }
+func storeFile(t testing.TB) string { return filepath.Join(t.TempDir(), "platform.db") }
 
 // appendAll starts a log at path and appends n records, "rec-<i>".
-func appendAll(t *testing.T, path string, opts Options, n int) *Log {
+func appendAll(t testing.TB, path string, opts Options, n int) *Log {
 	t.Helper()
 	l, err := Open(path, opts)
 	if err != nil {
