@@ -14,8 +14,8 @@ type Reader struct {
 	r    io.Reader // the file from off on (New)
 	off  int64     // the next frame; the end of the whole records read
 	size int64
-	last int64 // the frame of the record Next returned last
-	hdr  [HeaderSize]byte
+	last int64  // the frame of the record Next returned last
+	hdr  []byte // New: the frame header (on the heap: a Reader of NewBytes stays off it)
 	buf  []byte // New: the payload, reused
 	err  error
 }
@@ -30,7 +30,7 @@ func NewBytes(path string, data []byte, off int64, f Format) *Reader {
 // from r, which is at off (the end of its header). The payload Next
 // returns is valid until the next call.
 func New(path string, r io.Reader, off, size int64, f Format) *Reader {
-	return &Reader{path: path, f: f, r: r, off: off, size: size}
+	return &Reader{path: path, f: f, r: r, off: off, size: size, hdr: make([]byte, HeaderSize)}
 }
 
 // Next returns the next record's payload, or false at the end of the file

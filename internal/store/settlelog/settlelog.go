@@ -15,18 +15,19 @@
 // across segments (a segment starts at or after the end of the one before),
 // so "applied up to p" names a prefix of the log.
 //
-// A record cut short or damaged at the very end of the last segment (a
-// write torn by a crash or power loss, never acknowledged) is dropped with
-// a log line; damage anywhere else is a clear error naming the file and the
-// offset, and the store refuses to start rather than skip a settlement.
+// The framing, and the rule for a record that does not read, are
+// internal/store/framed's, shared with the ledger: a torn tail of the last
+// segment (a write torn by a crash or power loss, never acknowledged) is
+// dropped with a log line, and left in the file, which is never appended
+// to again and goes once applied; damage anywhere else is a clear error
+// naming the file and the offset, and the store refuses to start rather
+// than skip a settlement.
 package settlelog
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"os"
 	"path/filepath"
 	"sort"
@@ -34,6 +35,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/platformgw/gateway/internal/store/framed"
 )
 
 // Mode says when an append is acknowledged.
@@ -84,7 +87,6 @@ const (
 	magic         = "PGWSETL\x00"
 	version       = 1
 	headerSize    = 24 // magic(8) version(4) start(8) crc(4)
-	frameSize     = 8
 	maxRecord     = 1 << 30
 	defaultSegMax = 64 << 20
 	segSuffix     = ".settle"
@@ -93,7 +95,8 @@ const (
 	maxSpare = 1 << 20
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+// recordFormat is what framed reads a segment's records as.
+var recordFormat = framed.Format{Noun: "record", Max: maxRecord}
 
 // ErrNotOurs marks a file named like a segment that is not one of ours.
 var ErrNotOurs = errors.New("not a settlement log segment of this gateway")
@@ -248,7 +251,7 @@ func readHeader(path string, h []byte) (uint64, error) {
 	if len(h) < headerSize || string(h[:8]) != magic {
 		return 0, fmt.Errorf("%s: %w (no settlement log header); move it out of the store's directory", path, ErrNotOurs)
 	}
-	if crc32.Checksum(h[:20], castagnoli) != binary.LittleEndian.Uint32(h[20:24]) {
+	if framed.Checksum(h[:20]) != binary.LittleEndian.Uint32(h[20:24]) {
 		return 0, fmt.Errorf("%s: header checksum mismatch: %w", path, ErrCorrupt)
 	}
 	if v := binary.LittleEndian.Uint32(h[8:12]); v != version {
@@ -258,8 +261,8 @@ func readHeader(path string, h []byte) (uint64, error) {
 }
 
 // scanSegment validates a segment, calling fn (when not nil) for each
-// record. A damaged record at the end of the last segment ends it (torn
-// says so); elsewhere it is ErrCorrupt.
+// record. A torn tail (framed's rule) of the last segment ends it, and torn
+// says so; any other bad record is ErrCorrupt.
 func scanSegment(path string, last bool, fn func(pos uint64, rec []byte) error) (seg segment, torn string, err error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -270,42 +273,31 @@ func scanSegment(path string, last bool, fn func(pos uint64, rec []byte) error) 
 		return seg, "", err
 	}
 	seg = segment{path: path, start: start, end: start}
-	off := headerSize
-	for off < len(data) {
-		bad := ""
-		var n int
-		if len(data)-off < frameSize {
-			bad = "a record frame cut short"
-		} else {
-			n = int(binary.LittleEndian.Uint32(data[off:]))
-			switch {
-			case n == 0 || n > maxRecord:
-				bad = fmt.Sprintf("implausible record length %d", n)
-			case off+frameSize+n > len(data):
-				bad = "a record cut short"
-			case crc32.Checksum(data[off+frameSize:off+frameSize+n], castagnoli) != binary.LittleEndian.Uint32(data[off+4:]):
-				bad = "record checksum mismatch"
-			}
+	r := framed.NewBytes(path, data, headerSize, recordFormat)
+	for {
+		rec, ok := r.Next()
+		if !ok {
+			break
 		}
-		if bad != "" {
-			tail := bad == "a record frame cut short" || bad == "a record cut short" ||
-				len(bytes.Trim(data[off:], "\x00")) == 0 ||
-				(n > 0 && n <= maxRecord && off+frameSize+n == len(data))
-			if last && tail {
-				return seg, fmt.Sprintf("%s at offset %d: %s (%d bytes dropped)", path, off, bad, len(data)-off), nil
-			}
-			return seg, "", fmt.Errorf("settlement log segment %s at offset %d: %s: %w; the records after it cannot be trusted, restore the store directory from a backup",
-				path, off, bad, ErrCorrupt)
-		}
-		off += frameSize + n
-		seg.end = start + uint64(off-headerSize)
+		seg.end = start + uint64(r.End()-headerSize)
 		if fn != nil {
-			if err := fn(seg.end, data[off-n:off]); err != nil {
+			if err := fn(seg.end, rec); err != nil {
 				return seg, "", err
 			}
 		}
 	}
-	return seg, "", nil
+	if r.Err() == nil {
+		return seg, "", nil
+	}
+	var bad *framed.Error
+	if !errors.As(r.Err(), &bad) {
+		return seg, "", r.Err() // read from memory: nothing else fails
+	}
+	if last && bad.Torn {
+		return seg, fmt.Sprintf("%s (%d bytes dropped)", bad, bad.Cut()), nil
+	}
+	return seg, "", fmt.Errorf("settlement log segment %w: %w; the records after it cannot be trusted, restore the store directory from a backup",
+		bad, ErrCorrupt)
 }
 
 // Replay calls fn for every record found at Open whose position is past
@@ -361,7 +353,7 @@ func (l *Log) newSegment(start uint64) error {
 	copy(h, magic)
 	binary.LittleEndian.PutUint32(h[8:], version)
 	binary.LittleEndian.PutUint64(h[12:], start)
-	binary.LittleEndian.PutUint32(h[20:], crc32.Checksum(h[:20], castagnoli))
+	binary.LittleEndian.PutUint32(h[20:], framed.Checksum(h[:20]))
 	if _, err := f.Write(h); err != nil {
 		f.Close()
 		os.Remove(path)
@@ -398,14 +390,6 @@ func syncDir(dir string) error {
 	return nil
 }
 
-// frame appends rec's frame to b.
-func frame(b, rec []byte) []byte {
-	var h [frameSize]byte
-	binary.LittleEndian.PutUint32(h[:], uint32(len(rec)))
-	binary.LittleEndian.PutUint32(h[4:], crc32.Checksum(rec, castagnoli))
-	return append(append(b, h[:]...), rec...)
-}
-
 // Append adds rec to the log and returns its position and the batch that
 // makes it durable (nil in write mode, where it was written before Append
 // returned, or failed with the error returned). Appends are ordered: a
@@ -422,7 +406,7 @@ func (l *Log) Append(rec []byte) (uint64, *Batch, error) {
 	}
 	start := l.end
 	if l.opts.Mode == Write {
-		buf := frame(l.wbuf[:0], rec)
+		buf := framed.Append(l.wbuf[:0], rec)
 		if cap(buf) <= maxSpare {
 			l.wbuf = buf
 		}
@@ -443,9 +427,9 @@ func (l *Log) Append(rec []byte) (uint64, *Batch, error) {
 		l.spare = nil
 		l.batch = b
 	}
-	b.buf = frame(b.buf, rec)
+	b.buf = framed.Append(b.buf, rec)
 	b.n++
-	l.end = start + frameSize + uint64(len(rec))
+	l.end = start + framed.HeaderSize + uint64(len(rec))
 	b.end = l.end
 	select {
 	case l.wake <- struct{}{}:

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/platformgw/gateway/internal/store/framed"
 )
 
 func storeFile(t testing.TB) string { return filepath.Join(t.TempDir(), "platform.db") }
@@ -162,7 +164,7 @@ func TestCorruptMiddle(t *testing.T) {
 			segs, _ := filepath.Glob(path + ".*" + segSuffix)
 			seg := segs[0] // with records after the damaged one either way
 			data, _ := os.ReadFile(seg)
-			data[headerSize+frameSize] ^= 0xff // the first record's payload
+			data[headerSize+framed.HeaderSize] ^= 0xff // the first record's payload
 			os.WriteFile(seg, data, 0o600)
 			_, err := Open(path, Options{})
 			off := fmt.Sprintf("offset %d", headerSize)
