@@ -28,6 +28,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/store/framed"
 )
 
 // Options tune a ledger; the zero value is the defaults.
@@ -165,9 +166,17 @@ func (l *Ledger) load() error {
 	}
 	slices.Sort(bases)
 	rollPath := filepath.Join(l.dir, rollupFile)
-	roll, rollSeq, end, err := loadRollups(rollPath)
+	roll, rollSeq, end, tail, err := loadRollups(rollPath)
 	if err != nil {
 		return err
+	}
+	if tail != nil {
+		l.logger().Warn("dropping the torn last frame of the rollup log (a write a crash cut short; its rows are replayed)",
+			zap.String("file", rollPath), zap.Int64("kept_bytes", end), zap.Int64("dropped_bytes", tail.Cut()),
+			zap.String("fault", tail.What()))
+		if err := framed.Repair(tail); err != nil {
+			return err
+		}
 	}
 	l.roll = roll
 	if end == 0 && len(bases) > 0 {
@@ -218,7 +227,7 @@ func (l *Ledger) load() error {
 		if err != nil {
 			return err
 		}
-		if (st.broken || st.torn) && l.opts.Covers > max(l.pos, st.meta.pos) {
+		if (st.broken || st.tail != nil) && l.opts.Covers > max(l.pos, st.meta.pos) {
 			// Moving the file out (fileError's advice) would leave the
 			// directory short of the store file too: restoring is the way.
 			return fmt.Errorf("ledger file %s is damaged (%s): the store file records the ledger up to settlement-log position %d and the segment's whole blocks reach %d, so what is missing held acknowledged rows, not a write a crash cut short; nothing was changed",
@@ -231,11 +240,11 @@ func (l *Ledger) load() error {
 			}
 			continue
 		}
-		if st.torn {
-			fi, _ := os.Stat(raws[base])
+		if st.tail != nil {
 			l.logger().Warn("dropping the torn tail of the ledger's active segment (a write a crash cut short, never acknowledged)",
-				zap.String("file", raws[base]), zap.Int64("kept_bytes", st.end), zap.Int64("dropped_bytes", fi.Size()-st.end))
-			if err := os.Truncate(raws[base], st.end); err != nil {
+				zap.String("file", raws[base]), zap.Int64("kept_bytes", st.end), zap.Int64("dropped_bytes", st.tail.Cut()),
+				zap.String("fault", st.tail.What()))
+			if err := framed.Repair(st.tail); err != nil {
 				return err
 			}
 			st.meta.size = st.end
@@ -347,7 +356,7 @@ func (l *Ledger) Append(entries []store.LedgerEntry, upto uint64) error {
 		}
 	}
 	w := colWriter{rowMode: true}
-	w.cols[0] = make([]byte, frameHeader, frameHeader+64+len(entries)*48)
+	w.cols[0] = make([]byte, framed.HeaderSize, framed.HeaderSize+64+len(entries)*48)
 	w.uvarint(0, upto)
 	w.uvarint(0, uint64(len(pending)))
 	for _, s := range pending {
@@ -361,11 +370,11 @@ func (l *Ledger) Append(entries []store.LedgerEntry, upto uint64) error {
 		}
 	}
 	b := w.cols[0]
-	payload := b[frameHeader:]
+	payload := b[framed.HeaderSize:]
 	if len(payload) > maxBlock {
 		return fmt.Errorf("ledger: a batch of %d bytes is over the %d a block holds; append smaller batches", len(payload), maxBlock)
 	}
-	putFrame(b, payload)
+	framed.Put(b)
 	if _, err := l.active.Write(b); err != nil {
 		return l.undo(seg, err)
 	}
@@ -523,15 +532,14 @@ func (l *Ledger) replace(m *segMeta, sealed *segMeta) error {
 	return syncDir(l.dir)
 }
 
-// openRollupLog opens the rollup log for appending, dropping a torn last
-// frame (end is where the good frames end), or starts one.
+// openRollupLog opens the rollup log for appending (end is where its
+// frames end: load cut a torn tail off already), or starts one.
 func (l *Ledger) openRollupLog(path string, end int64) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o600)
 	if err != nil {
 		return err
 	}
-	fi, err := f.Stat()
-	if err == nil && end == 0 {
+	if end == 0 {
 		// A new log: its header, durable before any frame.
 		if err = f.Truncate(0); err == nil {
 			_, err = f.WriteAt([]byte(rollupMagic), 0)
@@ -543,12 +551,6 @@ func (l *Ledger) openRollupLog(path string, end int64) error {
 			err = syncDir(l.dir)
 		}
 		end = int64(len(rollupMagic))
-	} else if err == nil && fi.Size() > end {
-		l.logger().Warn("dropping the torn last frame of the rollup log (a write a crash cut short; its rows are replayed)",
-			zap.String("file", path), zap.Int64("kept_bytes", end), zap.Int64("dropped_bytes", fi.Size()-end))
-		if err = f.Truncate(end); err == nil {
-			err = f.Sync()
-		}
 	}
 	if err != nil {
 		f.Close()
