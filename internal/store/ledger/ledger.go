@@ -12,10 +12,8 @@
 package ledger
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -28,6 +26,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/store/framed"
 )
 
 // Options tune a ledger; the zero value is the defaults.
@@ -165,9 +164,17 @@ func (l *Ledger) load() error {
 	}
 	slices.Sort(bases)
 	rollPath := filepath.Join(l.dir, rollupFile)
-	roll, rollSeq, end, err := loadRollups(rollPath)
+	roll, rollSeq, end, tail, err := loadRollups(rollPath)
 	if err != nil {
 		return err
+	}
+	if tail != nil {
+		l.logger().Warn("dropping the torn last frame of the rollup log (a write a crash cut short; its rows are replayed)",
+			zap.String("file", rollPath), zap.Int64("kept_bytes", end), zap.Int64("dropped_bytes", tail.Cut()),
+			zap.String("fault", tail.What()))
+		if err := framed.Repair(tail); err != nil {
+			return err
+		}
 	}
 	l.roll = roll
 	if end == 0 && len(bases) > 0 {
@@ -218,7 +225,7 @@ func (l *Ledger) load() error {
 		if err != nil {
 			return err
 		}
-		if (st.broken || st.torn) && l.opts.Covers > max(l.pos, st.meta.pos) {
+		if (st.broken || st.tail != nil) && l.opts.Covers > max(l.pos, st.meta.pos) {
 			// Moving the file out (fileError's advice) would leave the
 			// directory short of the store file too: restoring is the way.
 			return fmt.Errorf("ledger file %s is damaged (%s): the store file records the ledger up to settlement-log position %d and the segment's whole blocks reach %d, so what is missing held acknowledged rows, not a write a crash cut short; nothing was changed",
@@ -231,11 +238,11 @@ func (l *Ledger) load() error {
 			}
 			continue
 		}
-		if st.torn {
-			fi, _ := os.Stat(raws[base])
+		if st.tail != nil {
 			l.logger().Warn("dropping the torn tail of the ledger's active segment (a write a crash cut short, never acknowledged)",
-				zap.String("file", raws[base]), zap.Int64("kept_bytes", st.end), zap.Int64("dropped_bytes", fi.Size()-st.end))
-			if err := os.Truncate(raws[base], st.end); err != nil {
+				zap.String("file", raws[base]), zap.Int64("kept_bytes", st.end), zap.Int64("dropped_bytes", st.tail.Cut()),
+				zap.String("fault", st.tail.What()))
+			if err := framed.Repair(st.tail); err != nil {
 				return err
 			}
 			st.meta.size = st.end
@@ -347,7 +354,7 @@ func (l *Ledger) Append(entries []store.LedgerEntry, upto uint64) error {
 		}
 	}
 	w := colWriter{rowMode: true}
-	w.cols[0] = make([]byte, frameHeader, frameHeader+64+len(entries)*48)
+	w.cols[0] = make([]byte, framed.HeaderSize, framed.HeaderSize+64+len(entries)*48)
 	w.uvarint(0, upto)
 	w.uvarint(0, uint64(len(pending)))
 	for _, s := range pending {
@@ -361,11 +368,11 @@ func (l *Ledger) Append(entries []store.LedgerEntry, upto uint64) error {
 		}
 	}
 	b := w.cols[0]
-	payload := b[frameHeader:]
+	payload := b[framed.HeaderSize:]
 	if len(payload) > maxBlock {
 		return fmt.Errorf("ledger: a batch of %d bytes is over the %d a block holds; append smaller batches", len(payload), maxBlock)
 	}
-	putFrame(b, payload)
+	framed.Put(b)
 	if _, err := l.active.Write(b); err != nil {
 		return l.undo(seg, err)
 	}
@@ -403,228 +410,6 @@ func (l *Ledger) undo(seg *segMeta, err error) error {
 	return fmt.Errorf("ledger: append: %w", err)
 }
 
-// rotate closes the active segment for sealing and starts a new one. A
-// failure to start the new one is logged, and appends go on in the old.
-func (l *Ledger) rotate() {
-	old := l.active
-	if err := l.newActive(); err != nil {
-		l.logger().Error("could not start a new ledger segment; the active one grows on", zap.Error(err))
-		return
-	}
-	old.Close()
-	l.kickSealer()
-}
-
-func (l *Ledger) kickSealer() {
-	select {
-	case l.sealReq <- struct{}{}:
-	default:
-	}
-}
-
-// sealer seals, in the background, every raw segment but the active one.
-func (l *Ledger) sealer() {
-	defer l.wg.Done()
-	for {
-		select {
-		case <-l.done:
-			return
-		case <-l.sealReq:
-		}
-		for {
-			select {
-			case <-l.done:
-				return
-			default:
-			}
-			l.mu.Lock()
-			var next *segMeta
-			for _, m := range l.segs[:len(l.segs)-1] {
-				if !m.sealed {
-					c := *m
-					next = &c
-					break
-				}
-			}
-			l.mu.Unlock()
-			if next == nil {
-				break
-			}
-			if err := l.sealOnce(next); err != nil {
-				l.mu.Lock()
-				l.bg = err
-				l.mu.Unlock()
-				l.logger().Error("sealing a ledger segment failed; it stays raw (readable) and is retried at the next seal",
-					zap.String("file", next.path), zap.Error(err))
-				break
-			}
-		}
-	}
-}
-
-// sealOnce seals m unless it is sealed already (by Seal or the sealer).
-func (l *Ledger) sealOnce(m *segMeta) error {
-	l.sealMu.Lock()
-	defer l.sealMu.Unlock()
-	l.mu.Lock()
-	i := slices.IndexFunc(l.segs, func(s *segMeta) bool { return s.base == m.base })
-	still := i >= 0 && !l.segs[i].sealed
-	l.mu.Unlock()
-	if !still {
-		return nil
-	}
-	return l.seal(m)
-}
-
-// seal replaces raw segment m by its sealed form: written under a .tmp
-// name, synced, renamed, the directory synced; only then is the raw file
-// removed, and a rollup log frame written to cover it.
-func (l *Ledger) seal(m *segMeta) error {
-	final := filepath.Join(l.dir, segName(m.base, sealedExt))
-	tmp := final + tmpExt
-	if m.rows == 0 {
-		return l.replace(m, nil)
-	}
-	sm, err := sealRaw(m, tmp, l.opts.ChunkRows, l.opts.Level)
-	if err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := syncDir(l.dir); err != nil {
-		return err
-	}
-	sm.path, sm.base = final, m.base
-	if err := l.replace(m, &sm); err != nil {
-		return err
-	}
-	return l.saveRollups()
-}
-
-// replace swaps raw segment m for sealed (nil: just drops an empty one)
-// and removes the raw file. A scan that holds the raw segment reads on
-// from its open file, or from the sealed one if it had not opened it yet.
-func (l *Ledger) replace(m *segMeta, sealed *segMeta) error {
-	l.mu.Lock()
-	i := slices.IndexFunc(l.segs, func(s *segMeta) bool { return s.base == m.base })
-	if i >= 0 {
-		if sealed != nil {
-			l.segs[i] = sealed
-		} else {
-			l.segs = slices.Delete(l.segs, i, i+1)
-		}
-	}
-	l.mu.Unlock()
-	if err := os.Remove(m.path); err != nil {
-		return err
-	}
-	return syncDir(l.dir)
-}
-
-// openRollupLog opens the rollup log for appending, dropping a torn last
-// frame (end is where the good frames end), or starts one.
-func (l *Ledger) openRollupLog(path string, end int64) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o600)
-	if err != nil {
-		return err
-	}
-	fi, err := f.Stat()
-	if err == nil && end == 0 {
-		// A new log: its header, durable before any frame.
-		if err = f.Truncate(0); err == nil {
-			_, err = f.WriteAt([]byte(rollupMagic), 0)
-		}
-		if err == nil {
-			err = f.Sync()
-		}
-		if err == nil {
-			err = syncDir(l.dir)
-		}
-		end = int64(len(rollupMagic))
-	} else if err == nil && fi.Size() > end {
-		l.logger().Warn("dropping the torn last frame of the rollup log (a write a crash cut short; its rows are replayed)",
-			zap.String("file", path), zap.Int64("kept_bytes", end), zap.Int64("dropped_bytes", fi.Size()-end))
-		if err = f.Truncate(end); err == nil {
-			err = f.Sync()
-		}
-	}
-	if err != nil {
-		f.Close()
-		return err
-	}
-	l.rlog, l.rlogSize = f, end
-	return nil
-}
-
-// rollupLogSlack is how much bigger than its content the rollup log may
-// grow before it is rewritten whole.
-const rollupLogSlack = 4
-
-// saveRollups writes a rollup log frame covering every row appended so
-// far: the rollups changed since the last frame, or, when the log has
-// grown to rollupLogSlack times its content or a write failed, all of them
-// in a new log.
-func (l *Ledger) saveRollups() error {
-	l.snapMu.Lock()
-	defer l.snapMu.Unlock()
-	l.mu.Lock()
-	if l.lastSeq == l.rlogSeq && !l.roll.changed() && !l.rlogBroken {
-		l.mu.Unlock()
-		return nil
-	}
-	full := l.rlogBroken || (l.rlogSize > 16<<20 && l.rlogSize > rollupLogSlack*40*int64(l.roll.n))
-	b, sent, gone := l.roll.frame(l.lastSeq, full)
-	seq := l.lastSeq
-	l.mu.Unlock()
-	var err error
-	if full {
-		err = l.rewriteRollupLog(b)
-	} else {
-		err = l.appendRollupLog(b)
-	}
-	if err != nil {
-		l.mu.Lock()
-		l.roll.redo(sent, gone)
-		l.mu.Unlock()
-		l.rlogBroken = true
-		return fmt.Errorf("ledger: writing the rollup log: %w", err)
-	}
-	l.rlogSeq = seq
-	return nil
-}
-
-// appendRollupLog appends frame b, synced; a failed write is cut off.
-func (l *Ledger) appendRollupLog(b []byte) error {
-	_, err := l.rlog.WriteAt(b, l.rlogSize)
-	if err == nil {
-		err = l.rlog.Sync()
-	}
-	if err != nil {
-		l.rlog.Truncate(l.rlogSize)
-		return err
-	}
-	l.rlogSize += int64(len(b))
-	return nil
-}
-
-// rewriteRollupLog replaces the log by one holding frame b (every rollup).
-func (l *Ledger) rewriteRollupLog(b []byte) error {
-	path := filepath.Join(l.dir, rollupFile)
-	if err := writeFileAtomic(path, append([]byte(rollupMagic), b...)); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	l.rlog.Close()
-	l.rlog, l.rlogSize = f, int64(len(rollupMagic)+len(b))
-	l.rlogBroken = false
-	return nil
-}
-
 // Position is the settlement-log position everything up to which is in
 // the ledger.
 func (l *Ledger) Position() uint64 {
@@ -657,227 +442,6 @@ func (l *Ledger) LastTime() time.Time {
 	return time.Unix(0, last).UTC()
 }
 
-// Verify reads every row of every segment, checking every checksum: the
-// ledger's part of a store check. The first damage is an error naming its
-// file.
-func (l *Ledger) Verify(ctx context.Context) (rows int64, err error) {
-	err = l.Scan(ctx, store.LedgerFilter{}, func(store.LedgerEntry) error {
-		rows++
-		return nil
-	})
-	return rows, err
-}
-
-// Scan calls fn for each entry matching f (From <= Time < To, zero bounds
-// open) in append order, which is time order, stopping at fn's first
-// error. It reads one block or chunk at a time, so its memory does not
-// grow with the ledger, and takes no lock while fn runs. A damaged
-// segment is an error naming its file.
-func (l *Ledger) Scan(ctx context.Context, f store.LedgerFilter, fn func(store.LedgerEntry) error) error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return ErrClosed
-	}
-	segs := make([]segMeta, len(l.segs))
-	for i, m := range l.segs {
-		segs[i] = *m
-	}
-	l.mu.Unlock()
-	from, to := int64(0), int64(0)
-	if !f.From.IsZero() {
-		from = f.From.UnixNano()
-	}
-	if !f.To.IsZero() {
-		to = f.To.UnixNano()
-	}
-	visit := func(e *store.LedgerEntry) error {
-		if (f.UserID != "" && e.UserID != f.UserID) || (f.ServiceID != "" && e.ServiceID != f.ServiceID) ||
-			(!f.From.IsZero() && e.Time.Before(f.From)) || (!f.To.IsZero() && !e.Time.Before(f.To)) {
-			return nil
-		}
-		return fn(*e)
-	}
-	var cr *chunkReader
-	defer func() {
-		if cr != nil {
-			cr.close()
-		}
-	}()
-	for i := range segs {
-		m := &segs[i]
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if m.rows == 0 || !overlaps(m.minTime, m.maxTime, from, to) {
-			continue
-		}
-		if !m.sealed {
-			_, err := readRaw(m.path, m.base, m.size, false, visit)
-			if !errors.Is(err, os.ErrNotExist) {
-				if err != nil {
-					return err
-				}
-				continue
-			}
-			// Sealed since the scan began: read the sealed file.
-			sm, err := readSealedMeta(filepath.Join(l.dir, segName(m.base, sealedExt)), m.base)
-			if err != nil {
-				return err
-			}
-			*m = sm
-		}
-		if (f.UserID != "" && !m.dict.has(f.UserID)) || (f.ServiceID != "" && !m.dict.has(f.ServiceID)) {
-			continue
-		}
-		if cr == nil {
-			var err error
-			if cr, err = newChunkReader(); err != nil {
-				return err
-			}
-		}
-		if err := l.readSealed(cr, m, from, to, visit); err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				continue // pruned while the scan ran
-			}
-			return err
-		}
-	}
-	return nil
-}
-
-// readSealed reads the chunks of a sealed segment that may hold rows in
-// [from, to).
-func (l *Ledger) readSealed(cr *chunkReader, m *segMeta, from, to int64, fn func(*store.LedgerEntry) error) error {
-	f, err := os.Open(m.path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	for i := range m.chunks {
-		c := &m.chunks[i]
-		if !overlaps(c.minTime, c.maxTime, from, to) {
-			continue
-		}
-		if err := cr.read(f, m, i, fn); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// ScanRollups calls fn for each hourly rollup matching f in (hour, user,
-// service, endpoint, product) order.
-func (l *Ledger) ScanRollups(ctx context.Context, f store.RollupFilter, fn func(store.Rollup) error) error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return ErrClosed
-	}
-	rs := l.roll.collect(f)
-	l.mu.Unlock()
-	for i, r := range rs {
-		if i%1024 == 0 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-		}
-		if err := fn(r); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// Prune removes the sealed segments whose newest row is older than before,
-// at once and whole. A rollup log frame is written first, so that rollups
-// never depend on rows that are gone. The active segment is never removed:
-// it is sealed by size or age (SealAge), or here when all its rows are
-// older than before, and goes then.
-func (l *Ledger) Prune(before time.Time) (store.PruneResult, error) {
-	res := store.PruneResult{Before: before}
-	cut := before.UnixNano()
-	if before.Year() < 1678 {
-		cut = math.MinInt64
-	} else if before.Year() > 2261 {
-		cut = math.MaxInt64
-	}
-	prunable := func(i int, m *segMeta) bool { return m.sealed && i < len(l.segs)-1 && m.maxTime < cut }
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return res, ErrClosed
-	}
-	// An active segment whose rows are all older (a gateway that went
-	// quiet, so nothing sealed it by age) is sealed now, to go too.
-	if a := l.segs[len(l.segs)-1]; a.rows > 0 && a.maxTime < cut {
-		l.mu.Unlock()
-		if err := l.Seal(); err != nil {
-			return res, err
-		}
-		l.mu.Lock()
-	}
-	l.mu.Unlock()
-	// Files go under sealMu, so that a Snapshot never lists one that is
-	// about to go.
-	l.sealMu.Lock()
-	defer l.sealMu.Unlock()
-	l.mu.Lock()
-	any := false
-	for i, m := range l.segs {
-		any = any || prunable(i, m)
-	}
-	l.mu.Unlock()
-	if !any {
-		return res, nil
-	}
-	if err := l.saveRollups(); err != nil {
-		return res, err
-	}
-	l.mu.Lock()
-	var gone []*segMeta
-	keep := l.segs[:0:0]
-	for i, m := range l.segs {
-		if prunable(i, m) {
-			gone = append(gone, m)
-			continue
-		}
-		keep = append(keep, m)
-	}
-	l.segs = keep
-	l.mu.Unlock()
-	var errs []error
-	for _, m := range gone {
-		if err := os.Remove(m.path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-			continue
-		}
-		res.Segments++
-		res.Rows += m.rows
-		res.Bytes += m.size
-	}
-	if len(gone) > 0 {
-		errs = append(errs, syncDir(l.dir))
-	}
-	return res, errors.Join(errs...)
-}
-
-// PruneRollups forgets the hourly rollups of hours before before and
-// records that in the rollup log; it returns how many went.
-func (l *Ledger) PruneRollups(before time.Time) (int, error) {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return 0, ErrClosed
-	}
-	n := l.roll.dropBefore(hourOf(before))
-	l.mu.Unlock()
-	if n == 0 {
-		return 0, nil
-	}
-	return n, l.saveRollups()
-}
-
 // Stats describes the ledger on disk.
 type Stats struct {
 	Segments, Sealed int
@@ -901,108 +465,6 @@ func (l *Ledger) Stats() Stats {
 		s.Bytes += m.size
 	}
 	return s
-}
-
-// Seal seals the active segment now (if it holds rows) and waits until
-// every raw segment but the new active one is sealed: tests, the scale
-// benchmark and an operator's "make it prunable now".
-func (l *Ledger) Seal() error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return ErrClosed
-	}
-	if seg := l.segs[len(l.segs)-1]; seg.rows > 0 {
-		l.rotate()
-	}
-	var todo []segMeta
-	for _, m := range l.segs[:len(l.segs)-1] {
-		if !m.sealed {
-			todo = append(todo, *m)
-		}
-	}
-	l.mu.Unlock()
-	for i := range todo {
-		if err := l.sealOnce(&todo[i]); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// Snapshot writes a consistent copy of the ledger into dir (created; it
-// must not exist): sealed segments hard-linked (they never change once
-// written; copied where a link cannot be made), the raw segments and the
-// rollup log copied up to the sizes that end with their last whole block
-// and frame. The caller stops appending meanwhile (the store holds its
-// applier); sealing and pruning wait until the copy is made. The copy
-// opens as the ledger did at the moment of the snapshot.
-func (l *Ledger) Snapshot(dir string) error {
-	l.sealMu.Lock()
-	defer l.sealMu.Unlock()
-	l.snapMu.Lock()
-	defer l.snapMu.Unlock()
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return ErrClosed
-	}
-	type part struct {
-		path   string
-		size   int64
-		sealed bool
-	}
-	parts := make([]part, 0, len(l.segs)+1)
-	for _, m := range l.segs {
-		parts = append(parts, part{m.path, m.size, m.sealed})
-	}
-	parts = append(parts, part{filepath.Join(l.dir, rollupFile), l.rlogSize, false})
-	l.mu.Unlock()
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return err
-	}
-	for _, p := range parts {
-		to := filepath.Join(dir, filepath.Base(p.path))
-		if p.sealed {
-			if err := os.Link(p.path, to); err == nil {
-				continue
-			}
-			p.size = -1
-		}
-		if err := copyPrefix(p.path, to, p.size); err != nil {
-			return fmt.Errorf("ledger snapshot of %s: %w", p.path, err)
-		}
-	}
-	return syncDir(dir)
-}
-
-// copyPrefix copies the first size bytes of from (all of it when size is
-// negative) to a new file to, synced.
-func copyPrefix(from, to string, size int64) error {
-	src, err := os.Open(from)
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	dst, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	var r io.Reader = src
-	if size >= 0 {
-		r = io.LimitReader(src, size)
-	}
-	n, err := io.Copy(dst, r)
-	if err == nil && size >= 0 && n != size {
-		err = fmt.Errorf("%d bytes, want %d", n, size)
-	}
-	if err == nil {
-		err = dst.Sync()
-	}
-	if cerr := dst.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // Abandon lets go of the ledger as a crash would: no rollup log frame is

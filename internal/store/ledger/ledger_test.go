@@ -17,6 +17,7 @@ import (
 
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/store/framed"
 )
 
 var t0 = time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
@@ -475,7 +476,7 @@ func TestDamageIsReported(t *testing.T) {
 		}
 		path := l.segs[0].path
 		l.abandon()
-		flip(t, path, rawHeaderLen+frameHeader+5) // the first block's payload
+		flip(t, path, rawHeaderLen+framed.HeaderSize+5) // the first block's payload
 		if _, err := Open(dir, Options{}); err == nil || !strings.Contains(err.Error(), path) {
 			t.Fatalf("Open with a damaged block before good ones: %v", err)
 		}

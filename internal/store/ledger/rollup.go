@@ -11,10 +11,11 @@ import (
 
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/store/framed"
 )
 
-// rollupFile is the log of the hourly rollups: frames (length, CRC32C,
-// payload) each holding the rollups that changed since the frame before, at
+// rollupFile is the log of the hourly rollups: after its magic, frames
+// (internal/store/framed: length, CRC-32C, payload) each holding the rollups that changed since the frame before, at
 // their full values, and the last sequence number they cover. Loading
 // replays the frames (a later value replaces an earlier one, a tombstone
 // removes one); what was appended after the last frame is replayed from the
@@ -29,6 +30,10 @@ const (
 	rollupFile  = "rollups.log"
 	rollupMagic = "PLGROL02"
 )
+
+// rollupFormat is what framed reads the rollup log's frames as. A frame
+// holds every rollup when the log is rewritten: no limit but the frame's.
+var rollupFormat = framed.Format{Noun: "frame"}
 
 // rollKey is one rollup of a user: ids interned in the rollups' names,
 // so that neither the key nor the entry holds a pointer (the garbage
@@ -320,7 +325,7 @@ func (r *rollups) frame(lastSeq uint64, full bool) (payload []byte, sent, gone [
 		}
 	}
 	r.dropped = nil
-	b := make([]byte, frameHeader, frameHeader+len(body)+64)
+	b := make([]byte, framed.HeaderSize, framed.HeaderSize+len(body)+64)
 	b = binary.AppendUvarint(b, lastSeq)
 	b = binary.AppendUvarint(b, uint64(len(d.strs)))
 	for _, s := range d.strs {
@@ -329,7 +334,7 @@ func (r *rollups) frame(lastSeq uint64, full bool) (payload []byte, sent, gone [
 	}
 	b = binary.AppendUvarint(b, uint64(n))
 	b = append(b, body...)
-	putFrame(b, b[frameHeader:])
+	framed.Put(b)
 	return b, sent, gone
 }
 
@@ -346,44 +351,41 @@ func (r *rollups) redo(sent, gone []rollupRef) {
 }
 
 // loadRollups replays the rollup log. A missing log is empty rollups
-// covering nothing; a frame cut short at the end (a crash while it was
-// written) is dropped, and end says where the good frames end; anything
-// else wrong is an error naming the file.
-func loadRollups(path string) (ro *rollups, lastSeq uint64, end int64, err error) {
+// covering nothing. A torn tail (framed's rule: a frame a crash cut short)
+// ends the log, and tail says what it is, for the caller to cut; end says
+// where the good frames end. Anything else wrong is an error naming the
+// file.
+func loadRollups(path string) (ro *rollups, lastSeq uint64, end int64, tail *framed.Error, err error) {
 	ro = newRollups()
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return ro, 0, 0, nil
+		return ro, 0, 0, nil, nil
 	}
 	if err != nil {
-		return nil, 0, 0, err
+		return nil, 0, 0, nil, err
 	}
 	if len(b) < len(rollupMagic) || string(b[:len(rollupMagic)]) != rollupMagic {
-		return nil, 0, 0, fileError(path, errors.New("not a rollup log"))
+		return nil, 0, 0, nil, fileError(path, errors.New("not a rollup log"))
 	}
-	off := int64(len(rollupMagic))
-	for off < int64(len(b)) {
-		rest := b[off:]
-		if len(rest) < frameHeader {
-			break // torn
-		}
-		n := int64(binary.LittleEndian.Uint32(rest[:4]))
-		if n > int64(len(rest))-frameHeader {
-			break // torn
-		}
-		payload := rest[frameHeader : frameHeader+n]
-		if crc(payload) != binary.LittleEndian.Uint32(rest[4:8]) {
-			if off+frameHeader+n < int64(len(b)) {
-				return nil, 0, 0, fileError(path, fmt.Errorf("checksum mismatch at offset %d", off))
-			}
-			break // the last frame, torn
+	frames := framed.NewBytes(path, b, int64(len(rollupMagic)), rollupFormat)
+	for {
+		payload, ok := frames.Next()
+		if !ok {
+			break
 		}
 		seq, err := ro.apply(payload)
 		if err != nil {
-			return nil, 0, 0, fileError(path, fmt.Errorf("malformed frame at offset %d", off))
+			return nil, 0, 0, nil, fileError(path, fmt.Errorf("malformed frame at offset %d", frames.Offset()))
 		}
 		lastSeq = seq
-		off += frameHeader + n
+	}
+	if err := frames.Err(); err != nil {
+		if !errors.As(err, &tail) {
+			return nil, 0, 0, nil, err
+		}
+		if !tail.Torn {
+			return nil, 0, 0, nil, fileError(path, errors.New(tail.What()))
+		}
 	}
 	for _, u := range ro.byUser {
 		for i := range u.order {
@@ -392,7 +394,7 @@ func loadRollups(path string) (ro *rollups, lastSeq uint64, end int64, err error
 		u.dirty, u.dirtyLo = false, 0
 	}
 	ro.dropped = nil
-	return ro, lastSeq, off, nil
+	return ro, lastSeq, frames.End(), tail, nil
 }
 
 // apply replays one frame.

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"math"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/store/framed"
 )
 
 // A ledger directory holds segments named by the first sequence number
@@ -27,8 +27,8 @@ import (
 //	rollups.log                    the hourly rollups and what they cover (rollup.go)
 //	*.tmp                          a write that did not finish (removed at Open)
 //
-// A raw segment is a header and length-framed, CRC32C-checksummed blocks,
-// one per Append. A sealed segment is zstd-compressed chunks of columns and
+// A raw segment is a header and blocks in internal/store/framed's frames
+// (length, CRC-32C), one per Append. A sealed segment is zstd-compressed chunks of columns and
 // a checksummed footer (dictionary, chunk index, time range). Sealed files
 // are written under a .tmp name, synced and renamed, so a reader sees a
 // whole sealed segment or none.
@@ -42,13 +42,14 @@ const (
 	sealedEnd   = "PLGEND01"
 
 	rawHeaderLen = 28 // magic, start position, created, crc
-	frameHeader  = 8  // payload length, crc32c
 	maxBlock     = 256 << 20
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+// blockFormat is what framed reads a raw segment's blocks as.
+var blockFormat = framed.Format{Noun: "block", Max: maxBlock}
 
-func crc(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+// crc is the checksum of every block, chunk, header and footer: framed's.
+func crc(b []byte) uint32 { return framed.Checksum(b) }
 
 func segName(base uint64, ext string) string {
 	return fmt.Sprintf("seg-%020d%s", base, ext)
@@ -118,12 +119,6 @@ func overlaps(minT, maxT int64, from, to int64) bool {
 	return (from == 0 || maxT >= from) && (to == 0 || minT < to)
 }
 
-// putFrame fills the frame header in b[:frameHeader] for payload.
-func putFrame(b, payload []byte) {
-	binary.LittleEndian.PutUint32(b[:4], uint32(len(payload)))
-	binary.LittleEndian.PutUint32(b[4:8], crc(payload))
-}
-
 func encodeRawHeader(startPos uint64, created int64) []byte {
 	b := make([]byte, 0, rawHeaderLen)
 	b = append(b, rawMagic...)
@@ -137,18 +132,18 @@ type rawState struct {
 	meta   segMeta
 	dict   *dict
 	row    rowState
-	end    int64 // offset after the last good block
-	torn   bool  // bytes after end were dropped
-	broken bool  // not even a whole header: written by a crash at creation
+	end    int64         // offset after the last good block
+	tail   *framed.Error // a torn tail after end (tornOK), for the caller to cut
+	broken bool          // not even a whole header: written by a crash at creation
 	// fault says what is wrong with a torn or broken segment's tail and
 	// where, for the error when the tail turns out to be damage (Open).
 	fault string
 }
 
 // readRaw reads a raw segment's blocks, calling fn (if not nil) for each
-// entry, up to limit bytes (limit < 0: the whole file). With tornOK a bad
-// tail (a block cut short by a crash) ends the segment and is reported in
-// torn; anything else wrong is an error naming the file.
+// entry, up to limit bytes (limit < 0: the whole file). With tornOK a torn
+// tail (framed's rule: a block cut short by a crash) ends the segment and
+// is reported in tail; anything else wrong is an error naming the file.
 func readRaw(path string, base uint64, limit int64, tornOK bool, fn func(*store.LedgerEntry) error) (*rawState, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -181,45 +176,15 @@ func readRaw(path string, base uint64, limit int64, tornOK bool, fn func(*store.
 	st.meta.startPos = binary.LittleEndian.Uint64(hdr[8:])
 	st.meta.pos = st.meta.startPos
 	st.meta.created = int64(binary.LittleEndian.Uint64(hdr[16:]))
-	off := int64(rawHeaderLen)
-	br := bufio.NewReaderSize(f, 1<<20)
-	var payload []byte
-	var fh [frameHeader]byte
+	blocks := framed.New(path, bufio.NewReaderSize(f, 1<<20), rawHeaderLen, size, blockFormat)
 	var e store.LedgerEntry
 	r := colReader{rowMode: true}
-	for off < size {
-		bad := func(fault string) (*rawState, error) {
-			if tornOK && tornTail(path, off, size) {
-				st.torn = true
-				st.end = off
-				st.fault = fault
-				return st, nil
-			}
-			return nil, fileError(path, errors.New(fault))
+	for {
+		payload, ok := blocks.Next()
+		if !ok {
+			break
 		}
-		if size-off < frameHeader {
-			return bad(fmt.Sprintf("truncated block header at offset %d: %d bytes of the %d-byte file are left", off, size-off, size))
-		}
-		if _, err := io.ReadFull(br, fh[:]); err != nil {
-			return nil, err
-		}
-		n := int64(binary.LittleEndian.Uint32(fh[:4]))
-		if n > maxBlock {
-			return bad(fmt.Sprintf("bad block length at offset %d: %d bytes, more than a block holds", off, n))
-		}
-		if off+frameHeader+n > size {
-			return bad(fmt.Sprintf("truncated block at offset %d: it holds %d bytes, %d of the %d-byte file are left", off, n, size-off-frameHeader, size))
-		}
-		if int64(cap(payload)) < n {
-			payload = make([]byte, n)
-		}
-		payload = payload[:n]
-		if _, err := io.ReadFull(br, payload); err != nil {
-			return nil, err
-		}
-		if crc(payload) != binary.LittleEndian.Uint32(fh[4:]) {
-			return bad(fmt.Sprintf("bad checksum in the %d-byte block at offset %d", n, off))
-		}
+		off := blocks.Offset()
 		// A block that passed its checksum but does not decode is damage
 		// (or a bug), never a torn write.
 		r.cols[0] = payload
@@ -250,42 +215,21 @@ func readRaw(path string, base uint64, limit int64, tornOK bool, fn func(*store.
 			return nil, fileError(path, fmt.Errorf("trailing bytes in block at offset %d", off))
 		}
 		st.meta.pos = upto
-		off += frameHeader + n
 	}
-	st.end = off
-	st.meta.size = off
+	st.end = blocks.End()
+	if err := blocks.Err(); err != nil {
+		var bad *framed.Error
+		if !errors.As(err, &bad) {
+			return nil, err
+		}
+		if !tornOK || !bad.Torn {
+			return nil, fileError(path, errors.New(bad.What()))
+		}
+		st.tail, st.fault = bad, bad.What()
+		return st, nil
+	}
+	st.meta.size = st.end
 	return st, nil
-}
-
-// tornTail says whether the bad block at off is the end of a write a crash
-// cut short: nothing valid follows it. A valid block after a bad one is
-// damage in the middle of the file, which must not be dropped.
-func tornTail(path string, off, size int64) bool {
-	f, err := os.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	var fh [frameHeader]byte
-	if _, err := f.ReadAt(fh[:], off); err != nil {
-		return true // not even a whole block header
-	}
-	next := off + frameHeader + int64(binary.LittleEndian.Uint32(fh[:4]))
-	if next+frameHeader > size || next < off {
-		return true
-	}
-	if _, err := f.ReadAt(fh[:], next); err != nil {
-		return true
-	}
-	n := int64(binary.LittleEndian.Uint32(fh[:4]))
-	if n > maxBlock || next+frameHeader+n > size {
-		return true
-	}
-	payload := make([]byte, n)
-	if _, err := f.ReadAt(payload, next+frameHeader); err != nil {
-		return true
-	}
-	return crc(payload) != binary.LittleEndian.Uint32(fh[4:])
 }
 
 // sealedWriter writes a sealed segment.

@@ -15,18 +15,18 @@
 // across segments (a segment starts at or after the end of the one before),
 // so "applied up to p" names a prefix of the log.
 //
-// A record cut short or damaged at the very end of the last segment (a
-// write torn by a crash or power loss, never acknowledged) is dropped with
-// a log line; damage anywhere else is a clear error naming the file and the
-// offset, and the store refuses to start rather than skip a settlement.
+// The framing, and the rule for a record that does not read, are
+// internal/store/framed's, shared with the ledger: a torn tail of the last
+// segment (a write torn by a crash or power loss, never acknowledged) is
+// dropped with a log line, and left in the file, which is never appended
+// to again and goes once applied; damage anywhere else is a clear error
+// naming the file and the offset, and the store refuses to start rather
+// than skip a settlement.
 package settlelog
 
 import (
-	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"os"
 	"path/filepath"
 	"sort"
@@ -84,7 +84,6 @@ const (
 	magic         = "PGWSETL\x00"
 	version       = 1
 	headerSize    = 24 // magic(8) version(4) start(8) crc(4)
-	frameSize     = 8
 	maxRecord     = 1 << 30
 	defaultSegMax = 64 << 20
 	segSuffix     = ".settle"
@@ -92,8 +91,6 @@ const (
 	// batch is left to the garbage collector.
 	maxSpare = 1 << 20
 )
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // ErrNotOurs marks a file named like a segment that is not one of ours.
 var ErrNotOurs = errors.New("not a settlement log segment of this gateway")
@@ -103,13 +100,6 @@ var ErrCorrupt = errors.New("settlement log damaged")
 
 // ErrClosed is returned by appends after Close.
 var ErrClosed = errors.New("settlement log closed")
-
-// segment is one file of the log.
-type segment struct {
-	path  string
-	start uint64 // position of the first record
-	end   uint64 // position past the last valid record
-}
 
 // Log is an open settlement log.
 type Log struct {
@@ -185,12 +175,6 @@ func (b *Batch) Wait() error {
 	return b.err
 }
 
-// SegmentPrefix is the file name prefix of the segments of the store file
-// named base.
-func segName(prefix string, start uint64) string {
-	return fmt.Sprintf("%s.%020d%s", prefix, start, segSuffix)
-}
-
 // Open reads the segments of the log of the store file storePath (in its
 // directory, named after it) and checks every one; it appends nothing
 // until Start. A file named like a segment that is not ours, or damage
@@ -243,71 +227,6 @@ func (l *Log) End() uint64 {
 	return l.old[len(l.old)-1].end
 }
 
-// readHeader checks a segment's header and returns its start position.
-func readHeader(path string, h []byte) (uint64, error) {
-	if len(h) < headerSize || string(h[:8]) != magic {
-		return 0, fmt.Errorf("%s: %w (no settlement log header); move it out of the store's directory", path, ErrNotOurs)
-	}
-	if crc32.Checksum(h[:20], castagnoli) != binary.LittleEndian.Uint32(h[20:24]) {
-		return 0, fmt.Errorf("%s: header checksum mismatch: %w", path, ErrCorrupt)
-	}
-	if v := binary.LittleEndian.Uint32(h[8:12]); v != version {
-		return 0, fmt.Errorf("%s: settlement log format %d, this gateway reads %d: %w", path, v, version, ErrNotOurs)
-	}
-	return binary.LittleEndian.Uint64(h[12:20]), nil
-}
-
-// scanSegment validates a segment, calling fn (when not nil) for each
-// record. A damaged record at the end of the last segment ends it (torn
-// says so); elsewhere it is ErrCorrupt.
-func scanSegment(path string, last bool, fn func(pos uint64, rec []byte) error) (seg segment, torn string, err error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return seg, "", fmt.Errorf("settlement log segment %s: %w", path, err)
-	}
-	start, err := readHeader(path, data)
-	if err != nil {
-		return seg, "", err
-	}
-	seg = segment{path: path, start: start, end: start}
-	off := headerSize
-	for off < len(data) {
-		bad := ""
-		var n int
-		if len(data)-off < frameSize {
-			bad = "a record frame cut short"
-		} else {
-			n = int(binary.LittleEndian.Uint32(data[off:]))
-			switch {
-			case n == 0 || n > maxRecord:
-				bad = fmt.Sprintf("implausible record length %d", n)
-			case off+frameSize+n > len(data):
-				bad = "a record cut short"
-			case crc32.Checksum(data[off+frameSize:off+frameSize+n], castagnoli) != binary.LittleEndian.Uint32(data[off+4:]):
-				bad = "record checksum mismatch"
-			}
-		}
-		if bad != "" {
-			tail := bad == "a record frame cut short" || bad == "a record cut short" ||
-				len(bytes.Trim(data[off:], "\x00")) == 0 ||
-				(n > 0 && n <= maxRecord && off+frameSize+n == len(data))
-			if last && tail {
-				return seg, fmt.Sprintf("%s at offset %d: %s (%d bytes dropped)", path, off, bad, len(data)-off), nil
-			}
-			return seg, "", fmt.Errorf("settlement log segment %s at offset %d: %s: %w; the records after it cannot be trusted, restore the store directory from a backup",
-				path, off, bad, ErrCorrupt)
-		}
-		off += frameSize + n
-		seg.end = start + uint64(off-headerSize)
-		if fn != nil {
-			if err := fn(seg.end, data[off-n:off]); err != nil {
-				return seg, "", err
-			}
-		}
-	}
-	return seg, "", nil
-}
-
 // Replay calls fn for every record found at Open whose position is past
 // after, in log order.
 func (l *Log) Replay(after uint64, fn func(pos uint64, rec []byte) error) error {
@@ -340,303 +259,6 @@ func (l *Log) Start(from uint64) error {
 	l.running = true
 	go l.run()
 	return nil
-}
-
-// newSegment creates the segment starting at start and makes it current.
-// Called with l.mu held (or by the flusher, which owns cur).
-func (l *Log) newSegment(start uint64) error {
-	path := filepath.Join(l.dir, segName(l.prefix, start))
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o600)
-	if errors.Is(err, os.ErrExist) {
-		// A segment of the same start left by a failure: it holds no
-		// acknowledged record past start (or start would have moved on).
-		if err = os.Remove(path); err == nil {
-			f, err = os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o600)
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("create settlement log segment: %w", err)
-	}
-	h := make([]byte, headerSize)
-	copy(h, magic)
-	binary.LittleEndian.PutUint32(h[8:], version)
-	binary.LittleEndian.PutUint64(h[12:], start)
-	binary.LittleEndian.PutUint32(h[20:], crc32.Checksum(h[:20], castagnoli))
-	if _, err := f.Write(h); err != nil {
-		f.Close()
-		os.Remove(path)
-		return fmt.Errorf("write settlement log segment header %s: %w", path, err)
-	}
-	if err := fdatasync(f); err != nil {
-		f.Close()
-		os.Remove(path)
-		return fmt.Errorf("sync settlement log segment %s: %w", path, err)
-	}
-	if err := syncDir(l.dir); err != nil {
-		f.Close()
-		os.Remove(path)
-		return err
-	}
-	l.cur, l.curSize = f, headerSize
-	l.curSeg = segment{path: path, start: start, end: start}
-	l.segs = append(l.segs, l.curSeg)
-	l.syncMu.Lock()
-	l.synced[path] = headerSize
-	l.syncMu.Unlock()
-	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("settlement log directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync settlement log directory %s: %w", dir, err)
-	}
-	return nil
-}
-
-// frame appends rec's frame to b.
-func frame(b, rec []byte) []byte {
-	var h [frameSize]byte
-	binary.LittleEndian.PutUint32(h[:], uint32(len(rec)))
-	binary.LittleEndian.PutUint32(h[4:], crc32.Checksum(rec, castagnoli))
-	return append(append(b, h[:]...), rec...)
-}
-
-// Append adds rec to the log and returns its position and the batch that
-// makes it durable (nil in write mode, where it was written before Append
-// returned, or failed with the error returned). Appends are ordered: a
-// caller that needs its records in an order appends them under its own
-// lock.
-func (l *Log) Append(rec []byte) (uint64, *Batch, error) {
-	if len(rec) == 0 || len(rec) > maxRecord {
-		return 0, nil, fmt.Errorf("settlement record of %d bytes", len(rec))
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return 0, nil, ErrClosed
-	}
-	start := l.end
-	if l.opts.Mode == Write {
-		buf := frame(l.wbuf[:0], rec)
-		if cap(buf) <= maxSpare {
-			l.wbuf = buf
-		}
-		pos := start + uint64(len(buf))
-		if err := l.writeLocked(start, buf); err != nil {
-			return 0, nil, err
-		}
-		l.end = pos
-		l.unsynced++
-		l.syncMu.Lock()
-		l.written = pos
-		l.syncMu.Unlock()
-		return pos, nil, nil
-	}
-	b := l.batch
-	if b == nil {
-		b = &Batch{start: start, done: make(chan struct{}), buf: l.spare}
-		l.spare = nil
-		l.batch = b
-	}
-	b.buf = frame(b.buf, rec)
-	b.n++
-	l.end = start + frameSize + uint64(len(rec))
-	b.end = l.end
-	select {
-	case l.wake <- struct{}{}:
-	default:
-	}
-	return l.end, b, nil
-}
-
-// writeLocked writes buf, whose first byte is at position start, to the
-// current segment, starting a new one when needed (after a failure, or
-// when the current one is full). A failed write is cut off the file, and
-// the segment given up: the next write starts a new segment at its own
-// position, so no damaged bytes ever precede an acknowledged record.
-func (l *Log) writeLocked(start uint64, buf []byte) error {
-	if l.cur != nil && l.curSize >= l.opts.SegmentBytes {
-		l.retire()
-	}
-	if l.cur == nil {
-		if err := l.newSegment(start); err != nil {
-			return err
-		}
-	}
-	if _, err := l.cur.Write(buf); err != nil {
-		l.cur.Truncate(l.curSize)
-		l.retire()
-		return fmt.Errorf("append to settlement log: %w", err)
-	}
-	l.curSize += int64(len(buf))
-	l.curSeg.end = start + uint64(len(buf))
-	l.segs[len(l.segs)-1].end = l.curSeg.end
-	return nil
-}
-
-// retire syncs and closes the current segment; its records stay until
-// applied.
-func (l *Log) retire() {
-	if l.cur == nil {
-		return
-	}
-	if fdatasync(l.cur) == nil {
-		l.noteSynced(l.curSeg.path, l.curSize, l.curSeg.end)
-	}
-	if l.syncing > 0 {
-		l.closeLater = l.cur // an fdatasync outside mu still uses it
-	} else {
-		l.cur.Close()
-	}
-	l.cur = nil
-}
-
-// beginSync takes cur for an fdatasync outside mu (mu held); endSync
-// gives it back, closing it if it was retired meanwhile.
-func (l *Log) beginSync() *os.File {
-	if l.cur != nil {
-		l.syncing++
-	}
-	return l.cur
-}
-
-func (l *Log) endSync(f *os.File) {
-	l.mu.Lock()
-	l.syncing--
-	if l.syncing == 0 && l.closeLater != nil {
-		l.closeLater.Close()
-		l.closeLater = nil
-	}
-	l.mu.Unlock()
-}
-
-func (l *Log) noteSynced(path string, size int64, pos uint64) {
-	l.syncMu.Lock()
-	if size > l.synced[path] {
-		l.synced[path] = size
-	}
-	l.syncedPos = max(l.syncedPos, pos)
-	l.syncMu.Unlock()
-}
-
-// run is the background writer: in sync mode it writes and fdatasyncs
-// each batch; in write mode it fdatasyncs every FlushInterval.
-func (l *Log) run() {
-	defer close(l.done)
-	if l.opts.Mode == Write {
-		t := time.NewTicker(l.opts.FlushInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				l.syncWritten()
-			case <-l.stop:
-				l.syncWritten()
-				return
-			}
-		}
-	}
-	for {
-		select {
-		case <-l.wake:
-			l.flush()
-		case <-l.stop:
-			l.flush()
-			return
-		}
-	}
-}
-
-// syncWritten fdatasyncs what write mode wrote.
-func (l *Log) syncWritten() {
-	l.mu.Lock()
-	path, size, pos := l.curSeg.path, l.curSize, l.curSeg.end
-	l.syncMu.Lock()
-	done := l.synced[path] >= size
-	l.syncMu.Unlock()
-	if l.cur == nil || done {
-		l.mu.Unlock()
-		return
-	}
-	f := l.beginSync()
-	n := l.unsynced
-	l.unsynced = 0
-	l.mu.Unlock()
-	defer l.endSync(f)
-	start := time.Now()
-	if fdatasync(f) == nil {
-		l.noteSynced(path, size, pos)
-		l.observed(start, n)
-	}
-}
-
-// flush writes and fdatasyncs the pending batch (sync mode).
-func (l *Log) flush() {
-	l.mu.Lock()
-	b := l.batch
-	l.batch = nil
-	if b == nil {
-		l.mu.Unlock()
-		return
-	}
-	// The batch is written under mu (appends queue into the next batch
-	// meanwhile, they do not wait for the write), then synced outside it.
-	before, was := l.curSize, l.curSeg.path
-	err := l.writeLocked(b.start, b.buf)
-	if cap(b.buf) <= maxSpare {
-		l.spare = b.buf[:0]
-	}
-	b.buf = nil
-	path, size := l.curSeg.path, l.curSize
-	if path != was {
-		before = headerSize // a new segment was started for this batch
-	}
-	var f *os.File
-	if err == nil {
-		f = l.beginSync()
-	}
-	l.mu.Unlock()
-	if err == nil {
-		defer l.endSync(f)
-		start := time.Now()
-		if err = fdatasync(f); err == nil {
-			l.noteSynced(path, size, b.end)
-			l.observed(start, b.n)
-		} else {
-			err = fmt.Errorf("sync settlement log: %w", err)
-			l.mu.Lock()
-			if l.cur == f {
-				// The batch is refused: cut it off so that it is never
-				// replayed, and start anew.
-				l.cur.Truncate(before)
-				l.cur.Close()
-				l.cur = nil
-			}
-			l.mu.Unlock()
-		}
-	}
-	b.err = err
-	close(b.done)
-}
-
-// Observe sets a function told of every fdatasync of the log (nil: none).
-func (l *Log) Observe(fn func(d time.Duration, records int)) {
-	if fn == nil {
-		l.observe.Store(nil)
-		return
-	}
-	l.observe.Store(&fn)
-}
-
-func (l *Log) observed(start time.Time, n int) {
-	if fn := l.observe.Load(); fn != nil && n > 0 {
-		(*fn)(time.Since(start), n)
-	}
 }
 
 // Release deletes the segments wholly at or before upto, other than the

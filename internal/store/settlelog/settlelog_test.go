@@ -9,12 +9,14 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/platformgw/gateway/internal/store/framed"
 )
 
-func storeFile(t *testing.T) string { return filepath.Join(t.TempDir(), "platform.db") }
+func storeFile(t testing.TB) string { return filepath.Join(t.TempDir(), "platform.db") }
 
 // appendAll starts a log at path and appends n records, "rec-<i>".
-func appendAll(t *testing.T, path string, opts Options, n int) *Log {
+func appendAll(t testing.TB, path string, opts Options, n int) *Log {
 	t.Helper()
 	l, err := Open(path, opts)
 	if err != nil {
@@ -162,7 +164,7 @@ func TestCorruptMiddle(t *testing.T) {
 			segs, _ := filepath.Glob(path + ".*" + segSuffix)
 			seg := segs[0] // with records after the damaged one either way
 			data, _ := os.ReadFile(seg)
-			data[headerSize+frameSize] ^= 0xff // the first record's payload
+			data[headerSize+framed.HeaderSize] ^= 0xff // the first record's payload
 			os.WriteFile(seg, data, 0o600)
 			_, err := Open(path, Options{})
 			off := fmt.Sprintf("offset %d", headerSize)
