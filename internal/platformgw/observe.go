@@ -8,7 +8,7 @@ import (
 )
 
 // observedCall notes what the operator console's overview shows of an
-// invoke call (platform.App.ObserveCall): the status the caller got and
+// invoke call (engine.Runtime.ObserveCall): the status the caller got and
 // the time spent in the rest of the route (the backend, through
 // reverse_proxy), which is not latency the gateway adds. Unwrap keeps
 // http.ResponseController (flush, hijack for upgrades) working through it.
