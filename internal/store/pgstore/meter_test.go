@@ -190,8 +190,8 @@ func TestDeadNodeStrandsItsLeaseUntilExpiry(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(100 * time.Millisecond) // a refill in flight lands
-	a.abandon()                        // killed: no lease given back
+	a.refills.Wait() // a refill in flight lands before the node dies
+	a.abandon()      // killed: no lease given back
 	st, err := b.State(context.Background(), acct, time.Now())
 	if err != nil || st.Used != units(10) || st.Reserved <= 0 || st.Reserved > units(10) {
 		t.Fatalf("after a died: used %s, stranded %s (%v); want 10 used and a lease of at most lease_max stranded", st.Used, st.Reserved, err)
@@ -281,7 +281,7 @@ func TestLeaseRowsMatchTheNode(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	time.Sleep(100 * time.Millisecond) // refills in flight land
+	s.refills.Wait() // refills in flight land: the node counts them meanwhile
 	for _, a := range accts {
 		var leased, credits int64
 		if err := s.pool.QueryRow(ctx, "SELECT coalesce(sum(units), 0), coalesce(sum(credits), 0) FROM leases WHERE user_id = $1",
