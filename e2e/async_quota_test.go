@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/e2etest"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -154,7 +155,7 @@ func TestAsyncQuotaConcurrent(t *testing.T) {
 			defer wg.Done()
 			body := `{"status":"COMPLETED","units":2,"timestamp":` + ts + `}`
 			status, answer, err := asyncPost(env.CallbackURL, body, "Content-Type", "application/json",
-				"X-Platform-Signature", usageSign(usageSecret, []byte(body), ts), "X-Platform-Timestamp", ts)
+				"X-Platform-Signature", e2etest.UsageSign(usageSecret, []byte(body), ts), "X-Platform-Timestamp", ts)
 			if err != nil || status != 200 {
 				t.Errorf("complete: %d %s %v", status, answer, err)
 			}

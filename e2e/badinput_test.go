@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/e2etest"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -250,7 +251,7 @@ func sendBad(t *testing.T, tc badCase, jobCreated time.Time) (*http.Response, []
 		}
 		sig := tc.sign
 		if sig == "ok" {
-			sig = usageSign(badSecret, []byte(tc.body), ts)
+			sig = e2etest.UsageSign(badSecret, []byte(tc.body), ts)
 		}
 		req.Header.Set("X-Platform-Signature", sig)
 		req.Header.Set("X-Platform-Timestamp", ts)
@@ -315,7 +316,7 @@ func badCases(key, otherKey, nosubKey, revoked, job string) []badCase {
 	stale := strconv.FormatInt(now-3600, 10)
 	future := strconv.FormatInt(now+3600, 10)
 	otherSig := func(body string) string {
-		return usageSign(usageSecret2, []byte(body), strconv.FormatInt(now, 10))
+		return e2etest.UsageSign(usageSecret2, []byte(body), strconv.FormatInt(now, 10))
 	}
 
 	cases := []badCase{
@@ -388,7 +389,7 @@ func badCases(key, otherKey, nosubKey, revoked, job string) []badCase {
 		{name: "report/signature of another service", method: "POST", url: report, body: rep("1"), sign: otherSig(rep("1")), ts: strconv.FormatInt(now, 10), status: 401, code: "invalid_signature"},
 		{name: "report/signature not base64", method: "POST", url: report, body: rep("1"), sign: "%%%not-base64%%%", status: 401, code: "invalid_signature"},
 		{name: "report/signature of 10k bytes", method: "POST", url: report, body: rep("1"), sign: strings.Repeat("A", 10000), status: 401, code: "invalid_signature"},
-		{name: "report/tampered body", method: "POST", url: report, body: rep("1"), sign: usageSign(badSecret, []byte(rep("2")), strconv.FormatInt(now, 10)), ts: strconv.FormatInt(now, 10), status: 401, code: "invalid_signature"},
+		{name: "report/tampered body", method: "POST", url: report, body: rep("1"), sign: e2etest.UsageSign(badSecret, []byte(rep("2")), strconv.FormatInt(now, 10)), ts: strconv.FormatInt(now, 10), status: 401, code: "invalid_signature"},
 		{name: "report/stale timestamp", method: "POST", url: report, body: rep("1"), sign: "ok", ts: stale, status: 401, code: "stale_timestamp"},
 		{name: "report/future timestamp", method: "POST", url: report, body: rep("1"), sign: "ok", ts: future, status: 401, code: "stale_timestamp"},
 		{name: "report/timestamp not a number", method: "POST", url: report, body: rep("1"), sign: "ok", ts: "yesterday", status: 401, code: "stale_timestamp"},
@@ -437,7 +438,7 @@ func badCases(key, otherKey, nosubKey, revoked, job string) []badCase {
 		{name: "progress/DELETE", method: "DELETE", url: progress, status: 405, code: "method_not_allowed"},
 		{name: "progress/unsigned", method: "POST", url: progress, body: prog("5"), status: 401, code: "invalid_signature"},
 		{name: "progress/signed by another service", method: "POST", url: progress, body: prog("5"), sign: otherSig(prog("5")), ts: strconv.FormatInt(now, 10), status: 404, code: "request_not_found"},
-		{name: "progress/tampered body", method: "POST", url: progress, body: prog("6"), sign: usageSign(badSecret, []byte(prog("5")), strconv.FormatInt(now, 10)), ts: strconv.FormatInt(now, 10), status: 401, code: "invalid_signature"},
+		{name: "progress/tampered body", method: "POST", url: progress, body: prog("6"), sign: e2etest.UsageSign(badSecret, []byte(prog("5")), strconv.FormatInt(now, 10)), ts: strconv.FormatInt(now, 10), status: 401, code: "invalid_signature"},
 		{name: "progress/timestamp before the job", method: "POST", url: progress, body: prog("5"), sign: "ok", ts: stale, status: 401, code: "stale_timestamp"},
 		{name: "progress/timestamp in the future", method: "POST", url: progress, body: prog("5"), sign: "ok", ts: future, status: 401, code: "stale_timestamp"},
 		{name: "progress/percentage 101", method: "POST", url: progress, body: prog("101"), sign: "ok", status: 400, code: "invalid_request", field: "percentageComplete"},
@@ -464,7 +465,7 @@ func badCases(key, otherKey, nosubKey, revoked, job string) []badCase {
 		{name: "complete/GET", method: "GET", url: complete, key: key, status: 405, code: "method_not_allowed"},
 		{name: "complete/unsigned", method: "POST", url: complete, body: done(""), status: 401, code: "invalid_signature"},
 		{name: "complete/signed by another service", method: "POST", url: complete, body: done(""), sign: otherSig(done("")), ts: strconv.FormatInt(now, 10), status: 404, code: "request_not_found"},
-		{name: "complete/tampered units", method: "POST", url: complete, body: done(`"units":1000,`), sign: usageSign(badSecret, []byte(done(`"units":1,`)), strconv.FormatInt(now, 10)), ts: strconv.FormatInt(now, 10), status: 401, code: "invalid_signature"},
+		{name: "complete/tampered units", method: "POST", url: complete, body: done(`"units":1000,`), sign: e2etest.UsageSign(badSecret, []byte(done(`"units":1,`)), strconv.FormatInt(now, 10)), ts: strconv.FormatInt(now, 10), status: 401, code: "invalid_signature"},
 		{name: "complete/replayed from before the job", method: "POST", url: complete, body: done(""), sign: "ok", ts: stale, status: 401, code: "stale_timestamp"},
 		{name: "complete/timestamp in milliseconds, stale", method: "POST", url: complete, body: done(""), sign: "ok", ts: stale + "000", status: 401, code: "stale_timestamp"},
 		{name: "complete/units negative", method: "POST", url: complete, body: done(`"units":-3,`), sign: "ok", status: 400, code: "invalid_request", field: "units"},
@@ -572,7 +573,7 @@ func rawSigned(url, body, extra string) string {
 	ts := strconv.FormatInt(time.Now().Unix(), 10)
 	path := strings.TrimPrefix(url, "{gw}")
 	return "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
-		"X-Platform-Signature: " + usageSign(badSecret, []byte(body), ts) + "\r\nX-Platform-Timestamp: " + ts + "\r\n" +
+		"X-Platform-Signature: " + e2etest.UsageSign(badSecret, []byte(body), ts) + "\r\nX-Platform-Timestamp: " + ts + "\r\n" +
 		extra + "\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\nConnection: close\r\n\r\n" + body
 }
 

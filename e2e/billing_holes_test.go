@@ -11,7 +11,6 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/disktest"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -568,22 +568,6 @@ func TestEarlyHintsCarryNoBrandHeaders(t *testing.T) {
 	}
 }
 
-// smallDisk mounts a tmpfs of size on a temp dir: a real file system that
-// really fills up. Mounting needs root (CI runs as root); elsewhere the
-// test is skipped. The mount is lazily detached when the test ends.
-func smallDisk(t *testing.T, size string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("a full disk is simulated with a small tmpfs, which needs root")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
-	return dir
-}
-
 // TestFullDiskGivesNoWorkAway: the gateway's store on a real file system
 // that fills up. Once a write has failed, every call is refused with 503
 // store_unavailable and Retry-After before it is forwarded: the backend
@@ -592,7 +576,7 @@ func smallDisk(t *testing.T, size string) string {
 // filled reached the backend unsettled, and its answer was withheld. Once
 // the disk has room the gateway serves and charges calls again by itself.
 func TestFullDiskGivesNoWorkAway(t *testing.T) {
-	dir := smallDisk(t, "2m")
+	dir := disktest.Small(t, "2m")
 	be := newTestBackend(t, cutSecret, "Platform")
 	g := startGateway(t, dir, cutCatalog(be.URL))
 	user := "full-disk"

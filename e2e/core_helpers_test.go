@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/e2etest"
 	"github.com/platformgw/gateway/internal/servicekey"
 	"github.com/platformgw/gateway/internal/store"
 )
@@ -115,7 +116,7 @@ func corePost(t *testing.T, s usageSigned, verifySecret string) coreAnswer {
 	a.Timestamp = resp.Header.Get("X-Platform-Timestamp")
 	a.Signed = sig != ""
 	if a.Signed && verifySecret != "" {
-		want := usageSign(verifySecret, body, a.Timestamp)
+		want := e2etest.UsageSign(verifySecret, body, a.Timestamp)
 		a.SigOK = hmac.Equal([]byte(want), []byte(sig))
 		ts, err := strconv.ParseInt(a.Timestamp, 10, 64)
 		if err != nil || time.Since(time.Unix(ts, 0)).Abs() > time.Minute {

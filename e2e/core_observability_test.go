@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/platformgw/gateway/internal/e2etest"
 )
 
 // observedConfig is the standard site with Caddy's metrics handler at
@@ -160,7 +162,7 @@ func TestCoreMetricsAndLogs(t *testing.T) {
 			if s.SignBody != nil {
 				body = *s.SignBody
 			}
-			secrets = append(secrets, usageSign(s.Secret, []byte(body), ts))
+			secrets = append(secrets, e2etest.UsageSign(s.Secret, []byte(body), ts))
 		}
 		resp, out := usagePost(t, s)
 		if sig := resp.Header.Get("X-Platform-Signature"); sig != "" {

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -19,6 +17,7 @@ import (
 	"time"
 
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/e2etest"
 	"github.com/platformgw/gateway/internal/store/boltstore"
 )
 
@@ -111,104 +110,6 @@ func crashCatalog(backend string) string {
 		}`, crashService, backend)
 }
 
-// crashProcess is one run of the binary.
-type crashProcess struct {
-	cmd   *exec.Cmd
-	admin string
-	base  string
-	done  chan struct{}
-}
-
-func startCrashProcess(t *testing.T, bin, dir, cfg string, adminPort, httpPort int, logFile *os.File) *crashProcess {
-	t.Helper()
-	cmd := exec.Command(bin, "run", "--config", cfg, "--adapter", "caddyfile")
-	cmd.Env = append(os.Environ(),
-		"CRASH_SECRET="+crashSecret,
-		"XDG_CONFIG_HOME="+filepath.Join(dir, "config"),
-		"XDG_DATA_HOME="+filepath.Join(dir, "data"),
-		"HOME="+dir,
-	)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &crashProcess{cmd: cmd, done: make(chan struct{}),
-		admin: fmt.Sprintf("http://127.0.0.1:%d", adminPort),
-		base:  fmt.Sprintf("http://127.0.0.1:%d", httpPort)}
-	go func() { cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() { p.kill() })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		select {
-		case <-p.done:
-			t.Fatalf("the binary exited at start: %v (log in %s)", cmd.ProcessState, logFile.Name())
-		default:
-		}
-		resp, err := client.Get(p.admin + "/platform/keys?userId=probe")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				if r2, err := client.Get(p.base + "/"); err == nil {
-					r2.Body.Close()
-					return p
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the binary did not come up (log in %s)", logFile.Name())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// kill sends SIGKILL and waits until the process is gone, so its flock on
-// the store file is released.
-func (p *crashProcess) kill() {
-	p.cmd.Process.Kill()
-	<-p.done
-}
-
-// stop asks Caddy to exit gracefully through its admin API.
-func (p *crashProcess) stop(t *testing.T) {
-	t.Helper()
-	resp, err := client.Post(p.admin+"/stop", "", nil)
-	if err == nil {
-		resp.Body.Close()
-	}
-	select {
-	case <-p.done:
-	case <-time.After(20 * time.Second):
-		t.Error("the binary did not stop within 20s; killing it")
-		p.kill()
-	}
-}
-
-// adminJSON sends a JSON request to the admin API and decodes the answer.
-func adminJSON(t *testing.T, method, url string, body any, wantStatus int, out any) {
-	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, url, rd)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != wantStatus {
-		t.Fatalf("%s %s: %d %s", method, url, resp.StatusCode, raw)
-	}
-	if out != nil {
-		if err := json.Unmarshal(raw, out); err != nil {
-			t.Fatalf("%s %s: %v: %s", method, url, err, raw)
-		}
-	}
-}
-
 // crashBackend answers sync calls with 200 and takes async jobs with 202,
 // handing each job's callback URL to the completers.
 func crashBackend(t *testing.T, jobs chan<- crashJob) *httptest.Server {
@@ -242,7 +143,7 @@ func TestCrashKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and kills the real binary")
 	}
-	bin := gatewayBinary(t)
+	bin := e2etest.GatewayBinary(t)
 	for _, mode := range []string{"sync", "write"} {
 		t.Run(mode, func(t *testing.T) { crashKill9(t, bin, mode) })
 	}
@@ -254,13 +155,13 @@ func crashKill9(t *testing.T, bin, durability string) {
 	if s, err := strconv.ParseUint(os.Getenv("CRASH_SEED"), 10, 64); err == nil {
 		seed = s
 	}
-	rounds := envInt("CRASH_ROUNDS", 6)
+	rounds := e2etest.EnvInt("CRASH_ROUNDS", 6)
 	rng := rand.New(rand.NewPCG(seed, seed>>1))
 	t.Logf("seed %d (CRASH_SEED reproduces the kill points), %d rounds", seed, rounds)
 
 	jobs := make(chan crashJob, 100000)
 	be := crashBackend(t, jobs)
-	adminPort, httpPort := freePort(t), freePort(t)
+	adminPort, httpPort := e2etest.FreePort(t), e2etest.FreePort(t)
 	cfg := filepath.Join(dir, "Caddyfile")
 	dbPath := filepath.Join(dir, "platform.db")
 	os.WriteFile(cfg, []byte(fmt.Sprintf(`{
@@ -284,13 +185,12 @@ func crashKill9(t *testing.T, bin, durability string) {
 		transport platform
 	}
 }
-`, adminPort, httpPort, freePort(t), dbPath, durability, crashCatalog(be.URL), httpPort)), 0o644)
+`, adminPort, httpPort, e2etest.FreePort(t), dbPath, durability, crashCatalog(be.URL), httpPort)), 0o644)
 	logPath := filepath.Join(dir, "caddy.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close()
+	// Every round's process appends to one log, grepped for secrets at
+	// the end.
+	run := e2etest.Run{Name: "the binary", Bin: bin, Config: cfg, Home: dir, Env: []string{"CRASH_SECRET=" + crashSecret},
+		Log: logPath, AdminPort: adminPort, HTTPPort: httpPort}
 
 	acks := &crashAcks{invokes: map[string]billing.Units{}, jobs: map[string]bool{},
 		reports: map[string]billing.Units{}, completions: map[string]billing.Units{}, attempts: map[string]int{}}
@@ -304,18 +204,18 @@ func crashKill9(t *testing.T, bin, durability string) {
 	start := time.Now()
 	var loadTime time.Duration
 	for round := 0; round < rounds; round++ {
-		p := startCrashProcess(t, bin, dir, cfg, adminPort, httpPort, logFile)
+		p := e2etest.Start(t, run)
 		if round == 0 {
 			for _, u := range users {
 				var k struct {
 					Key string `json:"key"`
 				}
-				adminJSON(t, "POST", p.admin+"/platform/keys", map[string]any{"userId": u}, 201, &k)
+				e2etest.AdminJSON(t, "POST", p.Admin+"/platform/keys", map[string]any{"userId": u}, 201, &k)
 				keys[u] = k.Key
-				adminJSON(t, "PUT", p.admin+"/platform/subscriptions/"+u+"/"+crashService,
+				e2etest.AdminJSON(t, "PUT", p.Admin+"/platform/subscriptions/"+u+"/"+crashService,
 					map[string]any{"productId": products[u]}, 200, nil)
 			}
-			adminJSON(t, "POST", p.admin+"/platform/subscriptions/u-prepaid/"+crashService+"/credits",
+			e2etest.AdminJSON(t, "POST", p.Admin+"/platform/subscriptions/u-prepaid/"+crashService+"/credits",
 				map[string]any{"amount": topUp}, 200, nil)
 		}
 		killAfter := time.Duration(300+rng.IntN(2200)) * time.Millisecond
@@ -338,14 +238,14 @@ func crashKill9(t *testing.T, bin, durability string) {
 
 	// A last start releases the holds of calls the kills cut short; a
 	// graceful stop must then leave only the holds of open jobs.
-	p := startCrashProcess(t, bin, dir, cfg, adminPort, httpPort, logFile)
-	resp, body := call(t, "GET", p.base+"/api/service/"+crashService+"/endpoint/echo/invoke", keys["u-quota"], "")
+	p := e2etest.Start(t, run)
+	resp, body := call(t, "GET", p.Base+"/api/service/"+crashService+"/endpoint/echo/invoke", keys["u-quota"], "")
 	if resp.StatusCode != 200 {
 		t.Errorf("after the last restart: %d %s", resp.StatusCode, body)
 	} else {
 		acks.invokes[resp.Header.Get("X-Platform-Request-ID")] = billing.Whole(1)
 	}
-	p.stop(t)
+	p.Stop(t, 20*time.Second)
 	sf := readStoreFile(t, dbPath)
 	checkCrashStore(t, sf, acks, products, topUp)
 	openJobs := 0
@@ -405,7 +305,7 @@ func (a *crashAcks) snapshotCounts() [4]int {
 
 // runCrashLoad drives load at p until killAfter, then kills p and waits
 // for every worker to notice.
-func runCrashLoad(t *testing.T, p *crashProcess, acks *crashAcks, keys map[string]string, users []string,
+func runCrashLoad(t *testing.T, p *e2etest.Process, acks *crashAcks, keys map[string]string, users []string,
 	jobs chan crashJob, killAfter time.Duration, round int, signatures *[]string, sigMu *sync.Mutex) {
 	tr := &http.Transport{MaxIdleConnsPerHost: 128, MaxConnsPerHost: 256}
 	defer tr.CloseIdleConnections()
@@ -441,7 +341,7 @@ func runCrashLoad(t *testing.T, p *crashProcess, acks *crashAcks, keys map[strin
 	}
 	sign := func(body string) (string, string) {
 		ts := strconv.FormatInt(time.Now().Unix(), 10)
-		sig := usageSign(crashSecret, []byte(body), ts)
+		sig := e2etest.UsageSign(crashSecret, []byte(body), ts)
 		sigMu.Lock()
 		if len(*signatures) < 2000 {
 			*signatures = append(*signatures, sig)
@@ -461,7 +361,7 @@ func runCrashLoad(t *testing.T, p *crashProcess, acks *crashAcks, keys map[strin
 		user := users[w%len(users)]
 		worker(func(n int) bool {
 			acks.count("invoke")
-			resp, body, err := post("POST", p.base+"/api/service/"+crashService+"/endpoint/echo/invoke", keys[user], "x")
+			resp, body, err := post("POST", p.Base+"/api/service/"+crashService+"/endpoint/echo/invoke", keys[user], "x")
 			if err != nil {
 				return !dead.Load()
 			}
@@ -480,7 +380,7 @@ func runCrashLoad(t *testing.T, p *crashProcess, acks *crashAcks, keys map[strin
 		user := users[w%2] // quota and prepaid
 		worker(func(n int) bool {
 			acks.count("async")
-			resp, body, err := post("POST", p.base+"/api/service/"+crashService+"/endpoint/job/invoke/async", keys[user], "job")
+			resp, body, err := post("POST", p.Base+"/api/service/"+crashService+"/endpoint/job/invoke/async", keys[user], "job")
 			if err != nil {
 				return !dead.Load()
 			}
@@ -574,7 +474,7 @@ func runCrashLoad(t *testing.T, p *crashProcess, acks *crashAcks, keys map[strin
 			body := fmt.Sprintf(`{"userId":%q,"serviceId":%q,"unitsUsed":"%s","timestamp":%q}`,
 				rep.user, crashService, rep.units, time.Now().UTC().Format(time.RFC3339Nano))
 			sig, ts := sign(body)
-			resp, rb, err := post("POST", p.base+"/api/usage/report", "", body, "X-Platform-Signature", sig,
+			resp, rb, err := post("POST", p.Base+"/api/usage/report", "", body, "X-Platform-Signature", sig,
 				"X-Platform-Timestamp", ts, "Idempotency-Key", rep.key, "Content-Type", "application/json")
 			if err != nil {
 				acks.mu.Lock()
@@ -595,7 +495,7 @@ func runCrashLoad(t *testing.T, p *crashProcess, acks *crashAcks, keys map[strin
 
 	time.Sleep(killAfter)
 	dead.Store(true)
-	p.kill()
+	p.Kill()
 	wg.Wait()
 	// Jobs the backend took but nobody completed stay open; completing
 	// them in a later round shows jobs survive a crash.

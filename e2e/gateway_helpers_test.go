@@ -14,9 +14,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +27,7 @@ import (
 
 	"github.com/platformgw/gateway/internal/billing"
 	_ "github.com/platformgw/gateway/internal/console" // Caddyfile.example has a console
+	"github.com/platformgw/gateway/internal/e2etest"
 	"github.com/platformgw/gateway/internal/platform"
 	_ "github.com/platformgw/gateway/internal/platformgw"
 	_ "github.com/platformgw/gateway/internal/portal"
@@ -43,17 +42,10 @@ const testSecret = "s3cret-s3cret-s3cret-s3cret-0001"
 // 2999; E2E_ADMIN_PORT and E2E_HTTP_PORT move them, so two test processes
 // on one machine do not talk to each other's server.
 var (
-	adminPort = envInt("E2E_ADMIN_PORT", 2999)
-	gwPort    = envInt("E2E_HTTP_PORT", 9080)
+	adminPort = e2etest.EnvInt("E2E_ADMIN_PORT", 2999)
+	gwPort    = e2etest.EnvInt("E2E_HTTP_PORT", 9080)
 	gwBase    = fmt.Sprintf("http://127.0.0.1:%d", gwPort)
 )
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
-}
 
 // newTester is a caddytest tester on this package's admin port, for a
 // config on a store of its own.

@@ -9,12 +9,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/crc32"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -296,56 +292,6 @@ func digestBucket(h interface{ Write([]byte) (int, error) }, name []byte, b *bol
 		put(v)
 		return nil
 	})
-}
-
-// freePort returns a loopback TCP port nothing listens on right now, for
-// the subprocess servers whose ports must not collide with a colleague's
-// concurrent test run.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-var (
-	gatewayBinOnce sync.Once
-	gatewayBin     string
-	gatewayBinErr  error
-)
-
-// gatewayBinary builds the real binary (go build ./caddy) once per test
-// process into a temp dir, or uses $E2E_CADDY_BIN when set. After `go vet`
-// (which `make test` runs first) the packages are in the build cache and
-// this is mostly a link.
-func gatewayBinary(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("E2E_CADDY_BIN"); p != "" {
-		return p
-	}
-	gatewayBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "platformgw-bin-")
-		if err != nil {
-			gatewayBinErr = err
-			return
-		}
-		gatewayBin = filepath.Join(dir, "caddy")
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", gatewayBin, "./caddy")
-		cmd.Dir = ".."
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			gatewayBinErr = fmt.Errorf("go build ./caddy: %v\n%s", err, out)
-		}
-	})
-	if gatewayBinErr != nil {
-		t.Fatal(gatewayBinErr)
-	}
-	return gatewayBin
 }
 
 // secretsIn returns which of the needles occur in the file, for the log

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/e2etest"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -289,7 +290,7 @@ func TestRaceCompletions(t *testing.T) {
 	complete := func(id, body string) (int, []byte, error) {
 		ts := fmt.Sprint(time.Now().Unix())
 		return asyncPost(gwBase+"/api/usage/complete/"+id, body,
-			"X-Platform-Signature", usageSign(usageSecret, []byte(body), ts), "X-Platform-Timestamp", ts,
+			"X-Platform-Signature", e2etest.UsageSign(usageSecret, []byte(body), ts), "X-Platform-Timestamp", ts,
 			"Content-Type", "application/json")
 	}
 	completionEntries := func(id string) []store.LedgerEntry {

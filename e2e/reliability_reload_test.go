@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/e2etest"
 )
 
 // TestReloadUnderLoad reloads a changed catalog (POST /load, what `caddy
@@ -405,7 +406,7 @@ func (l *reloadLoad) run(stop <-chan struct{}) {
 			idem := "reload-" + strconv.FormatInt(l.seq.Add(1), 10)
 			ts := strconv.FormatInt(time.Now().Unix(), 10)
 			body := usageReportBody("u-reload", "jobs", "2", ts)
-			status, rb := l.do("POST", usageReportURL, body, "X-Platform-Signature", usageSign(usageSecret, []byte(body), ts),
+			status, rb := l.do("POST", usageReportURL, body, "X-Platform-Signature", e2etest.UsageSign(usageSecret, []byte(body), ts),
 				"X-Platform-Timestamp", ts, "Idempotency-Key", idem, "Content-Type", "application/json")
 			if status != 200 {
 				l.fail("report", status, rb)
@@ -444,7 +445,7 @@ func (l *reloadLoad) run(stop <-chan struct{}) {
 			q, _ := url.ParseQuery(query)
 			ts := q.Get("timestamp") // as SDKs do: sign with the URL's timestamp
 			done := fmt.Sprintf(`{"status":"COMPLETED","units":3,"timestamp":%s}`, ts)
-			status, rb := l.do("POST", callback, done, "X-Platform-Signature", usageSign(usageSecret, []byte(done), ts),
+			status, rb := l.do("POST", callback, done, "X-Platform-Signature", e2etest.UsageSign(usageSecret, []byte(done), ts),
 				"X-Platform-Timestamp", ts, "Content-Type", "application/json")
 			if status != 200 {
 				l.fail("completion", status, rb)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/e2etest"
 )
 
 // The security suite runs the real server with its default log level and no
@@ -418,7 +419,7 @@ func TestSecurity(t *testing.T) {
 			if ts == "" {
 				ts = strconv.FormatInt(now, 10)
 			}
-			sig := usageSign(a.secret, []byte(a.signed), ts)
+			sig := e2etest.UsageSign(a.secret, []byte(a.signed), ts)
 			seen.add(sig)
 			resp, body := call(t, "POST", a.url, "", a.body, "X-Platform-Signature", sig, "X-Platform-Timestamp", ts, "Content-Type", "application/json")
 			if resp.StatusCode != a.status || errorCode(t, resp, body) != a.code {
@@ -433,7 +434,7 @@ func TestSecurity(t *testing.T) {
 		}
 		// The real completion, then the same bytes replayed: answered 200
 		// and charged once.
-		sig := usageSign(usageSecret, []byte(done), strconv.FormatInt(now, 10))
+		sig := e2etest.UsageSign(usageSecret, []byte(done), strconv.FormatInt(now, 10))
 		seen.add(sig)
 		for i := range 3 {
 			resp, body := call(t, "POST", complete, "", done, "X-Platform-Signature", sig, "X-Platform-Timestamp", strconv.FormatInt(now, 10))
@@ -489,7 +490,7 @@ func TestSecurity(t *testing.T) {
 			var k struct {
 				Key string `json:"key"`
 			}
-			adminJSON(t, "POST", fmt.Sprintf("http://localhost:%d/platform/keys", adminPort), map[string]any{"userId": user, "label": "scan me"}, 201, &k)
+			e2etest.AdminJSON(t, "POST", fmt.Sprintf("http://localhost:%d/platform/keys", adminPort), map[string]any{"userId": user, "label": "scan me"}, 201, &k)
 			seen.add(k.Key, k.Key[len("psk_"):])
 			return k.Key
 		}
@@ -535,9 +536,9 @@ func TestSecurity(t *testing.T) {
 		// that carry secrets in every place a client might put them.
 		call(t, "GET", invokeURL("sec", "echo")+"?key="+url.QueryEscape(key), "", "")
 		call(t, "GET", invokeURL("sec", "echo"), key+"x", "")
-		call(t, "POST", usageReportURL+"?signature="+url.QueryEscape(usageSign(usageSecret, []byte("x"), "1")), "", "x",
-			"X-Platform-Signature", usageSign(usageSecret, []byte("x"), "1"), "X-Platform-Timestamp", "1")
-		seen.add(usageSign(usageSecret, []byte("x"), "1"))
+		call(t, "POST", usageReportURL+"?signature="+url.QueryEscape(e2etest.UsageSign(usageSecret, []byte("x"), "1")), "", "x",
+			"X-Platform-Signature", e2etest.UsageSign(usageSecret, []byte("x"), "1"), "X-Platform-Timestamp", "1")
+		seen.add(e2etest.UsageSign(usageSecret, []byte("x"), "1"))
 		g.tester.InitServer(fmt.Sprintf("{\n\tadmin localhost:%d\n}\n", adminPort), "caddyfile") // flush and close the log
 		logPath := filepath.Join(dir, "caddy.log")
 		data, _ := os.ReadFile(logPath)

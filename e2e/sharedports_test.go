@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/platformgw/gateway/internal/e2etest"
 )
 
 // freshClient opens a new connection per request, so that with two
@@ -73,7 +75,7 @@ func (l *lockedBuffer) String() string {
 func startSharedPortsGateway(t *testing.T, dir, cfg string) *sharedPortsGateway {
 	t.Helper()
 	g := &sharedPortsGateway{out: new(lockedBuffer), done: make(chan struct{})}
-	g.cmd = exec.Command(gatewayBinary(t), "run", "--config", cfg, "--adapter", "caddyfile")
+	g.cmd = exec.Command(e2etest.GatewayBinary(t), "run", "--config", cfg, "--adapter", "caddyfile")
 	g.cmd.Env = append(os.Environ(),
 		"XDG_CONFIG_HOME="+filepath.Join(dir, "config"),
 		"XDG_DATA_HOME="+filepath.Join(dir, "data"),
@@ -122,7 +124,7 @@ func waitServing(t *testing.T, httpPort int, dir string, g *sharedPortsGateway) 
 // It must refuse to start, naming both ports and the running gateway's
 // pid; with allow_shared_ports it starts.
 func TestSecondGatewayOnSamePortsRefused(t *testing.T) {
-	adminPort, httpPort := freePort(t), freePort(t)
+	adminPort, httpPort := e2etest.FreePort(t), e2etest.FreePort(t)
 	dirA, dirB := t.TempDir(), t.TempDir()
 	a := startSharedPortsGateway(t, dirA, sharedPortsConfig(t, dirA, adminPort, httpPort, ""))
 	waitServing(t, httpPort, dirA, a)

@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,6 +15,7 @@ import (
 	"time"
 
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/e2etest"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -198,15 +197,6 @@ func usageJSString(s string) string {
 	return b.String()
 }
 
-// usageSign is a backend SDK's signature: Base64(HMAC-SHA256(secret,
-// body + timestamp)).
-func usageSign(secret string, body []byte, ts string) string {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write(body)
-	m.Write([]byte(ts))
-	return base64.StdEncoding.EncodeToString(m.Sum(nil))
-}
-
 // usageSigned is a backend's request to the usage service.
 type usageSigned struct {
 	URL       string
@@ -229,7 +219,7 @@ func usagePost(t *testing.T, s usageSigned) (*http.Response, []byte) {
 		if s.SignBody != nil {
 			signed = *s.SignBody
 		}
-		hdr = append(hdr, "X-Platform-Signature", usageSign(s.Secret, []byte(signed), ts), "X-Platform-Timestamp", ts)
+		hdr = append(hdr, "X-Platform-Signature", e2etest.UsageSign(s.Secret, []byte(signed), ts), "X-Platform-Timestamp", ts)
 	}
 	hdr = append(hdr, "Content-Type", "application/json")
 	hdr = append(hdr, s.Header...)

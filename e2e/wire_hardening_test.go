@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig"
+
+	"github.com/platformgw/gateway/internal/e2etest"
 )
 
 // The wire hardening tests: what an attack run and callers using other
@@ -260,7 +262,7 @@ func TestWireNoSignatureInDebugOrAbortLogs(t *testing.T) {
 	if resp, body := usagePost(t, usageSigned{URL: env.CallbackURL, Body: complete, Secret: usageSecret, Timestamp: ts}); resp.StatusCode != 200 {
 		t.Errorf("complete: %d %s", resp.StatusCode, body)
 	}
-	completionSig := usageSign(usageSecret, []byte(complete), ts)
+	completionSig := e2etest.UsageSign(usageSecret, []byte(complete), ts)
 
 	// Every forward reached the backend signed, and the log gets its abort
 	// lines before it is closed.

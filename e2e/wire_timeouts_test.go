@@ -17,6 +17,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/platformgw/gateway/internal/e2etest"
 	"github.com/platformgw/gateway/internal/platform"
 )
 
@@ -126,7 +127,7 @@ func TestWireSlowClientsCutOffWithoutTimeouts(t *testing.T) {
 	be := newAbortBackend(t, wireSecret)
 	jobs := newUsageBackend(t, usageSecret)
 	dir := t.TempDir()
-	plain := freePort(t)
+	plain := e2etest.FreePort(t)
 	config := func(servers string, grace int) string {
 		return fmt.Sprintf(`{
 	admin localhost:%d

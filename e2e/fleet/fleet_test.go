@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/platformgw/gateway/internal/e2etest"
 	"github.com/platformgw/gateway/internal/pgtest"
 )
 
@@ -111,7 +112,7 @@ func TestFleetExactLimits(t *testing.T) {
 			Credits json.Number `json:"credits"`
 		}
 		for {
-			adminJSON(t, "GET", nd.admin+"/platform/subscriptions/u-prepaid/"+fleetService, nil, 200, &sub)
+			e2etest.AdminJSON(t, "GET", nd.admin+"/platform/subscriptions/u-prepaid/"+fleetService, nil, 200, &sub)
 			if sub.Credits.String() == "0" || time.Since(settled) > 5*time.Second {
 				break
 			}
@@ -359,7 +360,7 @@ func TestFleetPostgresRestart(t *testing.T) {
 	var sub struct {
 		Credits json.Number `json:"credits"`
 	}
-	adminJSON(t, "GET", f.nodes[0].admin+"/platform/subscriptions/u-pg/"+fleetService, nil, 200, &sub)
+	e2etest.AdminJSON(t, "GET", f.nodes[0].admin+"/platform/subscriptions/u-pg/"+fleetService, nil, 200, &sub)
 	entries := exportLedger(t, f.nodes[0], "u-pg")
 	credits, err := strconv.ParseFloat(sub.Credits.String(), 64)
 	if err != nil || int(credits) != topUp-len(entries) {
@@ -378,7 +379,7 @@ func TestFleetRevokeAcrossNodes(t *testing.T) {
 			t.Fatalf("before the revocation %s answered %d %s %v", nd.name, r.status, r.code, r.err)
 		}
 	}
-	adminJSON(t, "DELETE", f.nodes[0].admin+"/platform/keys/"+keyID, nil, 200, nil)
+	e2etest.AdminJSON(t, "DELETE", f.nodes[0].admin+"/platform/keys/"+keyID, nil, 200, nil)
 	revoked := time.Now()
 	for _, nd := range f.nodes[1:] {
 		var took time.Duration
@@ -465,7 +466,7 @@ func TestFleetJobAcrossNodes(t *testing.T) {
 		ts := strconv.FormatInt(time.Now().Unix(), 10)
 		req, _ := http.NewRequest("POST", c.base+cb.Path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-Platform-Signature", usageSign(fleetSecret, []byte(body), ts))
+		req.Header.Set("X-Platform-Signature", e2etest.UsageSign(fleetSecret, []byte(body), ts))
 		req.Header.Set("X-Platform-Timestamp", ts)
 		resp, err := client.Do(req)
 		if err != nil {
@@ -504,4 +505,4 @@ func fleetDB(t *testing.T) string {
 	return pgtest.Cluster(t, pgPort()).DB("fleet")
 }
 
-func pgPort() int { return envInt("FLEET_PG_PORT", 55441) }
+func pgPort() int { return e2etest.EnvInt("FLEET_PG_PORT", 55441) }

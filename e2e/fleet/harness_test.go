@@ -11,26 +11,19 @@
 package fleet
 
 import (
-	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/platformgw/gateway/internal/e2etest"
 	"github.com/platformgw/gateway/internal/pgtest"
 )
 
@@ -38,57 +31,6 @@ const (
 	fleetSecret  = "fleet-secret-fleet-secret-000001"
 	fleetService = "fleet"
 )
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
-		return v
-	}
-	return def
-}
-
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
-
-// gatewayBinary builds ./caddy once per test binary (E2E_CADDY_BIN names
-// a binary built already).
-func gatewayBinary(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("E2E_CADDY_BIN"); p != "" {
-		return p
-	}
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "platformgw-fleet-bin-")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "caddy")
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", binPath, "./caddy")
-		cmd.Dir = "../.."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build ./caddy: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // node is one gateway process of the fleet.
 type node struct {
@@ -99,8 +41,7 @@ type node struct {
 	log       string
 	adminPort int
 	httpPort  int
-	cmd       *exec.Cmd
-	done      chan struct{}
+	proc      *e2etest.Process // the run in progress, or the last
 }
 
 // fleet is N nodes on one database, a backend they all forward to, and
@@ -175,7 +116,7 @@ func newFleet(t *testing.T, dsn string, n int) *fleet {
 	if testing.Short() {
 		t.Skip("builds and runs the real binary as a fleet")
 	}
-	f := &fleet{t: t, bin: gatewayBinary(t), dir: t.TempDir(), dsn: dsn, jobs: make(chan envelope, 1000),
+	f := &fleet{t: t, bin: e2etest.GatewayBinary(t), dir: t.TempDir(), dsn: dsn, jobs: make(chan envelope, 1000),
 		leaseTTL: "5s", leaseMax: "10"}
 	f.backend = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -195,7 +136,7 @@ func newFleet(t *testing.T, dsn string, n int) *fleet {
 		io.WriteString(w, "ok")
 	}))
 	t.Cleanup(f.backend.Close)
-	httpBase, adminBase := envInt("FLEET_HTTP_PORT", 8402), envInt("FLEET_ADMIN_PORT", 2402)
+	httpBase, adminBase := e2etest.EnvInt("FLEET_HTTP_PORT", 8402), e2etest.EnvInt("FLEET_ADMIN_PORT", 2402)
 	for i := range n {
 		nd := &node{name: fmt.Sprintf("node-%c", 'a'+i), httpPort: httpBase + i, adminPort: adminBase + i}
 		nd.admin = fmt.Sprintf("http://127.0.0.1:%d", nd.adminPort)
@@ -209,7 +150,7 @@ func newFleet(t *testing.T, dsn string, n int) *fleet {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, nd := range f.nodes {
-				t.Logf("%s log (end):\n%s", nd.name, tail(nd.log))
+				t.Logf("%s log (end):\n%s", nd.name, e2etest.Tail(nd.log))
 			}
 		}
 	})
@@ -245,7 +186,7 @@ func (f *fleet) caddyfile(nd *node) string {
 		transport platform
 	}
 }
-`, nd.adminPort, nd.httpPort, freePort(f.t), f.dsn, nd.name, f.leaseTTL, f.leaseMax, catalog(f.backend.URL), nd.httpPort)
+`, nd.adminPort, nd.httpPort, e2etest.FreePort(f.t), f.dsn, nd.name, f.leaseTTL, f.leaseMax, catalog(f.backend.URL), nd.httpPort)
 }
 
 // start starts (or restarts) a node and waits until it serves.
@@ -255,103 +196,21 @@ func (f *fleet) start(nd *node) {
 	if err := os.WriteFile(nd.cfg, []byte(f.caddyfile(nd)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logFile, err := os.OpenFile(nd.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close()
-	nd.cmd = exec.Command(f.bin, "run", "--config", nd.cfg, "--adapter", "caddyfile")
 	home := filepath.Join(f.dir, nd.name)
-	nd.cmd.Env = append(os.Environ(), "FLEET_SECRET="+fleetSecret,
-		"XDG_CONFIG_HOME="+filepath.Join(home, "config"), "XDG_DATA_HOME="+filepath.Join(home, "data"), "HOME="+home)
-	nd.cmd.Stdout, nd.cmd.Stderr = logFile, logFile
-	if err := nd.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	nd.done = make(chan struct{})
-	cmd, done := nd.cmd, nd.done
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() { cmd.Process.Kill(); <-done })
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		select {
-		case <-done:
-			t.Fatalf("%s exited at start: %v\n%s", nd.name, cmd.ProcessState, tail(nd.log))
-		default:
-		}
-		if resp, err := client.Get(nd.admin + "/platform/keys?userId=probe"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				if r2, err := client.Get(nd.base + "/"); err == nil {
-					r2.Body.Close()
-					return
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not come up in 60s\n%s", nd.name, tail(nd.log))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	nd.proc = e2etest.Start(t, e2etest.Run{Name: nd.name, Bin: f.bin, Config: nd.cfg, Home: home,
+		Env: []string{"FLEET_SECRET=" + fleetSecret}, Log: nd.log, AdminPort: nd.adminPort, HTTPPort: nd.httpPort,
+		UpWithin: 60 * time.Second})
 }
 
 // kill is kill -9: no settlement flushed, no lease returned.
-func (nd *node) kill() {
-	nd.cmd.Process.Kill()
-	<-nd.done
-}
+func (nd *node) kill() { nd.proc.Kill() }
 
 // stop asks the node to exit through its admin API and waits.
-func (nd *node) stop(t *testing.T) {
-	t.Helper()
-	if resp, err := client.Post(nd.admin+"/stop", "", nil); err == nil {
-		resp.Body.Close()
-	}
-	select {
-	case <-nd.done:
-	case <-time.After(30 * time.Second):
-		t.Errorf("%s did not stop within 30s; killing it", nd.name)
-		nd.kill()
-	}
-}
+func (nd *node) stop(t *testing.T) { nd.proc.Stop(t, 30*time.Second) }
 
-// tail is the end of a log file, for failure messages.
-func tail(path string) string {
-	b, _ := os.ReadFile(path)
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
-	}
-	return string(b)
-}
-
+// client makes the callers' calls: many at once, over every node.
 var client = &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{
 	MaxIdleConnsPerHost: 512, MaxConnsPerHost: 512, IdleConnTimeout: 30 * time.Second}}
-
-// adminJSON sends a JSON request to an admin API and decodes the answer.
-func adminJSON(t *testing.T, method, url string, body any, wantStatus int, out any) {
-	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, url, rd)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != wantStatus {
-		t.Fatalf("%s %s: %d %s", method, url, resp.StatusCode, raw)
-	}
-	if out != nil {
-		if err := json.Unmarshal(raw, out); err != nil {
-			t.Fatalf("%s %s: %v: %s", method, url, err, raw)
-		}
-	}
-}
 
 // subscribe creates a key for user through nd's admin API and subscribes
 // the user to the service under product, with credits when not zero.
@@ -361,10 +220,10 @@ func subscribe(t *testing.T, nd *node, user, product string, credits int) (key, 
 		Key   string `json:"key"`
 		KeyID string `json:"keyId"`
 	}
-	adminJSON(t, "POST", nd.admin+"/platform/keys", map[string]any{"userId": user}, 201, &k)
-	adminJSON(t, "PUT", nd.admin+"/platform/subscriptions/"+user+"/"+fleetService, map[string]any{"productId": product}, 200, nil)
+	e2etest.AdminJSON(t, "POST", nd.admin+"/platform/keys", map[string]any{"userId": user}, 201, &k)
+	e2etest.AdminJSON(t, "PUT", nd.admin+"/platform/subscriptions/"+user+"/"+fleetService, map[string]any{"productId": product}, 200, nil)
 	if credits != 0 {
-		adminJSON(t, "POST", nd.admin+"/platform/subscriptions/"+user+"/"+fleetService+"/credits",
+		e2etest.AdminJSON(t, "POST", nd.admin+"/platform/subscriptions/"+user+"/"+fleetService+"/credits",
 			map[string]any{"amount": credits}, 200, nil)
 	}
 	return k.Key, k.KeyID
@@ -449,15 +308,6 @@ func exportLedger(t *testing.T, nd *node, user string) []ledgerEntry {
 	return out
 }
 
-// usageSign signs a backend's request to the usage service (the
-// X-Platform-Signature of a report or completion).
-func usageSign(secret string, body []byte, ts string) string {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write(body)
-	m.Write([]byte(ts))
-	return base64.StdEncoding.EncodeToString(m.Sum(nil))
-}
-
 // dump logs what the database holds of the allowances, leases and
 // balances, for a failure's message.
 func (f *fleet) dump() {
@@ -482,7 +332,7 @@ func unitsUsed(t *testing.T, nd *node, user string) string {
 			UnitsUsed json.Number `json:"unitsUsed"`
 		} `json:"subscriptions"`
 	}
-	adminJSON(t, "GET", nd.admin+"/platform/users/"+user+"/summary", nil, 200, &sum)
+	e2etest.AdminJSON(t, "GET", nd.admin+"/platform/users/"+user+"/summary", nil, 200, &sum)
 	for _, s := range sum.Subscriptions {
 		if s.ServiceID == fleetService {
 			return s.UnitsUsed.String()

@@ -163,6 +163,17 @@ type Instance struct {
 	t    testing.TB
 }
 
+// ClusterPort is the port for a package's private cluster:
+// PGTEST_CLUSTER_PORT when set, else def. Each package that starts one
+// has its own default, so that two packages' tests running at once (go
+// test runs packages in parallel) do not both claim one port.
+func ClusterPort(def int) int {
+	if p, err := strconv.Atoi(os.Getenv("PGTEST_CLUSTER_PORT")); err == nil && p > 0 {
+		return p
+	}
+	return def
+}
+
 // Cluster initialises and starts a private cluster on port. As root it
 // runs the PostgreSQL tools as the postgres user (initdb refuses root).
 func Cluster(t testing.TB, port int) *Instance {

@@ -3,7 +3,6 @@ package pgtest
 import (
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 )
@@ -41,13 +40,10 @@ func TestWithDatabase(t *testing.T) {
 }
 
 // TestCluster: a private cluster keeps its data across a stop and start.
-// PGTEST_CLUSTER_PORT moves it (55441 by default).
+// PGTEST_CLUSTER_PORT moves it (55451 by default: the fleet tests' cluster
+// is on 55441, pgstore's on 55431).
 func TestCluster(t *testing.T) {
-	port := 55441
-	if p, err := strconv.Atoi(os.Getenv("PGTEST_CLUSTER_PORT")); err == nil {
-		port = p
-	}
-	c := Cluster(t, port)
+	c := Cluster(t, ClusterPort(55451))
 	Query(t, c.DSN(), "CREATE TABLE t (v int); INSERT INTO t VALUES (7)")
 	c.Stop()
 	if _, err := Exec(t.Context(), c.DSN(), "SELECT 1"); err == nil {
@@ -62,20 +58,46 @@ func TestCluster(t *testing.T) {
 	Query(t, db, "SELECT 1")
 }
 
+func TestClusterPort(t *testing.T) {
+	for env, want := range map[string]int{"": 55431, "55499": 55499, "0": 55431, "x": 55431} {
+		t.Setenv("PGTEST_CLUSTER_PORT", env)
+		if got := ClusterPort(55431); got != want {
+			t.Errorf("PGTEST_CLUSTER_PORT=%q: ClusterPort(55431) = %d, want %d", env, got, want)
+		}
+	}
+}
+
 // TestUnreachable: with CI=true a test whose server cannot be reached
 // fails; without, it is skipped saying why.
 func TestUnreachable(t *testing.T) {
-	if os.Getenv("PGTEST_UNREACHABLE_CHILD") == "1" {
+	if os.Getenv("PGTEST_UNAVAILABLE_CHILD") == "1" {
 		DB(t)
 		t.Log("reached an unreachable server")
 		return
 	}
+	// A port nothing listens on (TEST-NET addresses would wait for the
+	// connect timeout).
+	checkUnavailable(t, "TestUnreachable", "PLATFORM_TEST_PG_DSN=postgres://postgres@127.0.0.1:1/postgres?sslmode=disable")
+}
+
+// TestClusterToolsMissing: with CI=true a test that needs a private
+// cluster and finds no initdb fails; without, it is skipped saying why.
+func TestClusterToolsMissing(t *testing.T) {
+	if os.Getenv("PGTEST_UNAVAILABLE_CHILD") == "1" {
+		Cluster(t, ClusterPort(55451))
+		t.Log("started a cluster without the PostgreSQL tools")
+		return
+	}
+	checkUnavailable(t, "TestClusterToolsMissing", "PATH="+t.TempDir())
+}
+
+// checkUnavailable runs test in a child process with env, where it cannot
+// have its PostgreSQL: it must fail with CI=true and skip without.
+func checkUnavailable(t *testing.T, test string, env ...string) {
+	t.Helper()
 	for _, ci := range []string{"true", ""} {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestUnreachable$", "-test.v")
-		cmd.Env = append(os.Environ(), "PGTEST_UNREACHABLE_CHILD=1", "CI="+ci,
-			// A port nothing listens on (TEST-NET addresses would wait for
-			// the connect timeout).
-			"PLATFORM_TEST_PG_DSN=postgres://postgres@127.0.0.1:1/postgres?sslmode=disable")
+		cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.v")
+		cmd.Env = append(append(os.Environ(), "PGTEST_UNAVAILABLE_CHILD=1", "CI="+ci), env...)
 		out, err := cmd.CombinedOutput()
 		switch {
 		case ci == "true" && (err == nil || !strings.Contains(string(out), "--- FAIL")):

@@ -1,7 +1,6 @@
 package usagehandler
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,8 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,44 +20,12 @@ import (
 
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/catalog"
+	"github.com/platformgw/gateway/internal/disktest"
 	"github.com/platformgw/gateway/internal/engine"
 	"github.com/platformgw/gateway/internal/signing"
 	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/store/boltstore"
 )
-
-// smallDisk mounts a tmpfs of size on a temp dir: a real file system that
-// really fills up (as internal/store/boltstore/fulldisk_test.go does).
-// Mounting needs root (CI runs as root); elsewhere the test is skipped.
-func smallDisk(t *testing.T, size string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("a full disk is simulated with a small tmpfs, which needs root")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
-	return dir
-}
-
-// fillDisk writes a file until the file system is full.
-func fillDisk(t *testing.T, dir string) {
-	t.Helper()
-	f, err := os.Create(filepath.Join(dir, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	chunk := bytes.Repeat([]byte{1}, 4096)
-	for range 1 << 20 { // bounded: 4 GiB, far more than the tmpfs
-		if _, err := f.Write(chunk); err != nil {
-			return
-		}
-	}
-	t.Fatal("the disk never filled")
-}
 
 const diskSecret = "full-disk-secret-0123456789abcdef"
 
@@ -78,7 +43,7 @@ type diskServer struct {
 
 func newDiskServer(t *testing.T, logs *zap.Logger) *diskServer {
 	t.Helper()
-	dir := smallDisk(t, "2m")
+	dir := disktest.Small(t, "2m")
 	st, err := boltstore.Open(filepath.Join(dir, "platform.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +135,7 @@ func TestFullDiskLogsOncePerBurst(t *testing.T) {
 	if status, code := d.post("/usage/api/v1/report", report(-1)); status != 200 {
 		t.Fatalf("report before the disk filled: %d %s", status, code)
 	}
-	fillDisk(t, d.dir)
+	disktest.Fill(t, d.dir)
 
 	routes := []struct {
 		name, path string

@@ -1,10 +1,8 @@
 package boltstore
 
 import (
-	"bytes"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -16,46 +14,10 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/disktest"
 	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/store/settlelog"
 )
-
-// smallDisk mounts a tmpfs of size on a temp dir: a real file system that
-// really fills up, so bbolt's own writes fail with ENOSPC. Mounting needs
-// root (CI runs as root); elsewhere the test is skipped. The mount is
-// lazily detached when the test ends, after the store is closed.
-func smallDisk(t *testing.T, size string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("a full disk is simulated with a small tmpfs, which needs root")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
-	return dir
-}
-
-// fillDisk writes a file until the file system is full and returns its
-// path: removing it gives the room back.
-func fillDisk(t *testing.T, dir string) string {
-	t.Helper()
-	path := filepath.Join(dir, "filler")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	chunk := bytes.Repeat([]byte{1}, 4096)
-	for range 1 << 20 { // bounded: 4 GiB, far more than any test tmpfs
-		if _, err := f.Write(chunk); err != nil {
-			return path
-		}
-	}
-	t.Fatal("the disk never filled")
-	return ""
-}
 
 // TestFullDiskRefusesHoldsAndRecovers: on a real file system that fills
 // up, the first write whose commit fails marks the store unhealthy; from
@@ -73,7 +35,7 @@ func TestFullDiskRefusesHoldsAndRecovers(t *testing.T) {
 }
 
 func fullDiskRefusesHoldsAndRecovers(t *testing.T, mode settlelog.Mode) {
-	dir := smallDisk(t, "2m")
+	dir := disktest.Small(t, "2m")
 	clock := t0
 	defer func(p time.Duration, n func() time.Time) { probeInterval, healthNow = p, n }(probeInterval, healthNow)
 	probeInterval, healthNow = time.Minute, func() time.Time { return clock }
@@ -88,7 +50,7 @@ func fullDiskRefusesHoldsAndRecovers(t *testing.T, mode settlelog.Mode) {
 	var observedN atomic.Int64
 	s.ObserveWriteFailures(func(n int) { observedN.Add(int64(n)) })
 	a := subscribe(t, s, "u1", "svc", unlimited, 0)
-	filler := fillDisk(t, dir)
+	filler := disktest.Fill(t, dir)
 
 	settled, retried := 0, 0
 	var firstErr error

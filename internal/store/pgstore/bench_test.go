@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/pgtest"
 	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/store/boltstore"
 )
@@ -28,7 +29,7 @@ func BenchmarkSyncCall(b *testing.B) {
 	for _, p := range []billing.Product{quota, open} {
 		for _, subs := range []int{1, 64} {
 			b.Run("pg/"+p.ID+"/3node/"+strconv.Itoa(subs)+"subs", func(b *testing.B) {
-				dsn := newDatabase(b)
+				dsn := pgtest.DB(b)
 				var ss []store.Store
 				var pg []*Store
 				for i := range 3 {
@@ -49,7 +50,7 @@ func BenchmarkSyncCall(b *testing.B) {
 		for _, nodes := range []int{1, 2} {
 			for _, mode := range []string{"commit", "log"} {
 				b.Run("pg-"+mode+"/"+p.ID+"/"+strconv.Itoa(nodes)+"node", func(b *testing.B) {
-					dsn := newDatabase(b)
+					dsn := pgtest.DB(b)
 					var ss []store.Store
 					var pg []*Store
 					for i := range nodes {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/pgtest"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -28,7 +29,7 @@ func checkOK(t *testing.T, dsn string) CheckReport {
 // Then each counter is changed with SQL, and the check names each one
 // (user, service, period, counter, stored and derived) and fails.
 func TestCheckCountersAgainstLedger(t *testing.T) {
-	dsn := newDatabase(t)
+	dsn := pgtest.DB(t)
 	ctx := context.Background()
 	a := openNode(t, dsn, "a")
 	b := openNode(t, dsn, "b", func(o *Options) {
@@ -158,7 +159,7 @@ func TestCheckCountersAgainstLedger(t *testing.T) {
 // used and spend cannot be derived and are not compared (Unchecked), and
 // the check says so rather than fail.
 func TestCheckAfterPrune(t *testing.T) {
-	dsn := newDatabase(t)
+	dsn := pgtest.DB(t)
 	ctx := context.Background()
 	s := openNode(t, dsn, "a")
 	// The subscription starts at the hour of its first report, three
@@ -204,7 +205,7 @@ func TestCheckAfterPrune(t *testing.T) {
 // A database no gateway made, and one of an older schema, are refused
 // rather than read as sound.
 func TestCheckRefusesOtherDatabases(t *testing.T) {
-	dsn := newDatabase(t)
+	dsn := pgtest.DB(t)
 	if _, err := Check(context.Background(), dsn); err == nil || !strings.Contains(err.Error(), "not a platform store") {
 		t.Fatalf("an empty database: %v", err)
 	}
@@ -221,7 +222,7 @@ func TestCheckRefusesOtherDatabases(t *testing.T) {
 // them from its settlement log: every snapshot agrees, whatever is leased,
 // settled or waiting to be shipped at that moment.
 func TestCheckWhileServing(t *testing.T) {
-	dsn := newDatabase(t)
+	dsn := pgtest.DB(t)
 	nodes := []*Store{openNode(t, dsn, "a"), openNode(t, dsn, "b"), openNode(t, dsn, "c", func(o *Options) {
 		o.LogDir, o.ShipInterval, o.LeaseMax = t.TempDir(), 50*time.Millisecond, units(10)
 	})}

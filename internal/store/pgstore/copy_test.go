@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/platformgw/gateway/internal/pgtest"
 	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/store/storetest"
 )
@@ -49,7 +50,7 @@ func copyRows(t *testing.T, s *Store, l *ledgerRows) error {
 // a row whose entry could not be encoded (NULL) with a not-null one;
 // neither writes anything.
 func TestShipmentCopyRows(t *testing.T) {
-	s := openNode(t, newDatabase(t), "a")
+	s := openNode(t, pgtest.DB(t), "a")
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(5, 6))
 	clean := func(x string) string { return strings.ReplaceAll(x, "\x00", "") } // jsonb takes no \u0000
@@ -175,7 +176,7 @@ func sameEntry(a, b store.LedgerEntry) bool {
 // retried after a lost commit finds either (the lookup) and charges it
 // once.
 func TestLedgerRowsOfEitherForm(t *testing.T) {
-	s := openNode(t, newDatabase(t), "a")
+	s := openNode(t, pgtest.DB(t), "a")
 	ctx := context.Background()
 	at := time.Now().UTC().Truncate(time.Microsecond)
 	mk := func(i int) store.LedgerEntry {

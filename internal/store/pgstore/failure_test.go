@@ -4,109 +4,24 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
-	"fmt"
-	"os"
-	"os/exec"
-	"os/user"
-	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
+	"github.com/platformgw/gateway/internal/pgtest"
 	"github.com/platformgw/gateway/internal/store"
 )
 
-// privatePort is the port of the private cluster the failure tests stop
-// and start (never the shared server's): PGTEST_CLUSTER_PORT, 55431 when
-// unset.
-func privatePort() int {
-	if p, err := strconv.Atoi(os.Getenv("PGTEST_CLUSTER_PORT")); err == nil && p > 0 {
-		return p
-	}
-	return 55431
-}
-
-// cluster is a private PostgreSQL cluster in a temporary directory.
-type cluster struct {
-	t    *testing.T
-	dir  string
-	port int
-}
-
-func (c *cluster) pgctl(args ...string) error {
-	cmd := exec.Command("pg_ctl", append([]string{"-D", filepath.Join(c.dir, "data"), "-w", "-t", "30"}, args...)...)
-	if os.Geteuid() == 0 {
-		cmd = exec.Command("runuser", append([]string{"-u", "postgres", "--", "pg_ctl", "-D", filepath.Join(c.dir, "data"), "-w", "-t", "30"}, args...)...)
-	}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("pg_ctl %v: %v\n%s", args, err, out)
-	}
-	return nil
-}
-
-func (c *cluster) start() {
-	c.t.Helper()
-	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off", c.port, c.dir)
-	if err := c.pgctl("-o", opts, "-l", filepath.Join(c.dir, "log"), "start"); err != nil {
-		c.t.Fatal(err)
-	}
-}
-
-func (c *cluster) stop(mode string) {
-	c.t.Helper()
-	if err := c.pgctl("-m", mode, "stop"); err != nil {
-		c.t.Fatal(err)
-	}
-}
-
-func (c *cluster) dsn() string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c.port)
-}
-
-// startCluster makes and starts a private cluster, stopped when the test
-// ends. Without initdb the test skips, unless CI=true, where it fails.
-func startCluster(t *testing.T) *cluster {
-	t.Helper()
-	if _, err := exec.LookPath("initdb"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("initdb not found (CI=true: a PostgreSQL test never skips): %v", err)
-		}
-		t.Skipf("initdb not found: %v", err)
-	}
-	dir, err := os.MkdirTemp("", "pgstore-cluster-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	c := &cluster{t: t, dir: dir, port: privatePort()}
-	initdb := exec.Command("initdb", "-D", filepath.Join(dir, "data"), "-U", "postgres", "--auth=trust", "-E", "UTF8")
-	if os.Geteuid() == 0 {
-		pg, err := user.Lookup("postgres")
-		if err != nil {
-			t.Fatalf("running as root needs a postgres user: %v", err)
-		}
-		uid, _ := strconv.Atoi(pg.Uid)
-		gid, _ := strconv.Atoi(pg.Gid)
-		if err := os.Chown(dir, uid, gid); err != nil {
-			t.Fatal(err)
-		}
-		initdb = exec.Command("runuser", "-u", "postgres", "--", "initdb", "-D", filepath.Join(dir, "data"), "-U", "postgres", "--auth=trust", "-E", "UTF8")
-	}
-	if out, err := initdb.CombinedOutput(); err != nil {
-		t.Fatalf("initdb: %v\n%s", err, out)
-	}
-	c.start()
-	t.Cleanup(func() { c.pgctl("-m", "immediate", "stop") })
-	return c
-}
+// clusterPort is the port of the private cluster the tests that stop and
+// start PostgreSQL use (never the shared server's): PGTEST_CLUSTER_PORT,
+// else 55431.
+func clusterPort() int { return pgtest.ClusterPort(55431) }
 
 // The database restarting: calls a lease covers go on, others get
 // ErrUnavailable (never a panic, never an over-serve), and the node
 // recovers by itself once the server is back.
 func TestDatabaseRestart(t *testing.T) {
-	c := startCluster(t)
-	dsn := newDatabaseOn(t, c.dsn())
+	c := pgtest.Cluster(t, clusterPort())
+	dsn := c.DB("pgstore")
 	s := openNode(t, dsn, "a", func(o *Options) { o.LeaseTTL = 10 * time.Second })
 	ctx := context.Background()
 	subscribe(t, s, "u", "svc", "q")
@@ -121,7 +36,7 @@ func TestDatabaseRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c.stop("fast")
+	c.Stop()
 	// The lease taken before covers further calls while it is valid...
 	covered, err := s.Reserve(ctx, acct, units(1), time.Now())
 	dec2 := covered.Decision
@@ -146,7 +61,7 @@ func TestDatabaseRestart(t *testing.T) {
 		done <- err
 	}()
 	time.Sleep(500 * time.Millisecond)
-	c.start()
+	c.Start()
 	if err := <-done; err != nil {
 		t.Fatalf("settlement across the restart: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/platformgw/gateway/internal/pgtest"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -25,7 +26,7 @@ import (
 func BenchmarkLedgerShipments(b *testing.B) {
 	for _, writers := range []int{1, 4} {
 		b.Run(strconv.Itoa(writers)+"writers", func(b *testing.B) {
-			s := openNode(b, newDatabase(b), "bench")
+			s := openNode(b, pgtest.DB(b), "bench")
 			ctx := context.Background()
 			base := time.Now().UTC().Truncate(time.Hour)
 			var seq atomic.Int64

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/pgtest"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -64,7 +65,7 @@ func race(t *testing.T, nodes []*Store, callers int, a store.Account) int64 {
 }
 
 func threeNodes(t *testing.T, tune ...func(*Options)) (string, []*Store) {
-	dsn := newDatabase(t)
+	dsn := pgtest.DB(t)
 	var nodes []*Store
 	for _, n := range []string{"a", "b", "c"} {
 		nodes = append(nodes, openNode(t, dsn, n, tune...))
@@ -144,7 +145,7 @@ func TestRaceSpendingCapAcrossNodes(t *testing.T) {
 
 // Closing a node gives its unused units back at once.
 func TestLeaseReturnedOnClose(t *testing.T) {
-	dsn := newDatabase(t)
+	dsn := pgtest.DB(t)
 	a := openNode(t, dsn, "a")
 	subscribe(t, a, "u", "svc", "q")
 	acct := store.Account{UserID: "u", ServiceID: "svc", Product: quotaProduct(1000)}
@@ -173,7 +174,7 @@ func TestLeaseReturnedOnClose(t *testing.T) {
 // A node that dies strands at most its lease, and only until it expires:
 // another node then serves the whole quota, never more.
 func TestDeadNodeStrandsItsLeaseUntilExpiry(t *testing.T) {
-	dsn := newDatabase(t)
+	dsn := pgtest.DB(t)
 	ttl := func(o *Options) { o.LeaseTTL = 2 * time.Second; o.LeaseMax = units(10) }
 	a := openNode(t, dsn, "a", ttl)
 	b := openNode(t, dsn, "b", ttl)
@@ -189,8 +190,8 @@ func TestDeadNodeStrandsItsLeaseUntilExpiry(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(100 * time.Millisecond) // a refill in flight lands
-	a.abandon()                        // killed: no lease given back
+	a.refills.Wait() // a refill in flight lands before the node dies
+	a.abandon()      // killed: no lease given back
 	st, err := b.State(context.Background(), acct, time.Now())
 	if err != nil || st.Used != units(10) || st.Reserved <= 0 || st.Reserved > units(10) {
 		t.Fatalf("after a died: used %s, stranded %s (%v); want 10 used and a lease of at most lease_max stranded", st.Used, st.Reserved, err)
@@ -215,7 +216,7 @@ func TestDeadNodeStrandsItsLeaseUntilExpiry(t *testing.T) {
 }
 
 func TestSettleTwiceAndReleases(t *testing.T) {
-	dsn := newDatabase(t)
+	dsn := pgtest.DB(t)
 	a := openNode(t, dsn, "a")
 	subscribe(t, a, "u", "svc", "q")
 	acct := store.Account{UserID: "u", ServiceID: "svc", Product: quotaProduct(10)}
@@ -250,7 +251,7 @@ func TestSettleTwiceAndReleases(t *testing.T) {
 // units from its own lease row: what the database holds for the node's
 // leases is what the node counts as its own, nothing left behind.
 func TestLeaseRowsMatchTheNode(t *testing.T) {
-	s := openNode(t, newDatabase(t), "a")
+	s := openNode(t, pgtest.DB(t), "a")
 	ctx := context.Background()
 	subscribe(t, s, "u", "svc", "q")
 	subscribe(t, s, "p", "svc", "pp")
@@ -280,7 +281,7 @@ func TestLeaseRowsMatchTheNode(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	time.Sleep(100 * time.Millisecond) // refills in flight land
+	s.refills.Wait() // refills in flight land: the node counts them meanwhile
 	for _, a := range accts {
 		var leased, credits int64
 		if err := s.pool.QueryRow(ctx, "SELECT coalesce(sum(units), 0), coalesce(sum(credits), 0) FROM leases WHERE user_id = $1",

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/platformgw/gateway/internal/pgtest"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -33,7 +34,7 @@ func waitRevoked(t *testing.T, b *Store, h [32]byte, limit time.Duration) {
 // NOTIFY while the notification connection is up, by the cache's TTL
 // while it is down.
 func TestRevocationReachesOtherNodes(t *testing.T) {
-	dsn := newDatabase(t)
+	dsn := pgtest.DB(t)
 	a, b := openNode(t, dsn, "a"), openNode(t, dsn, "b")
 	ctx := context.Background()
 	for i, name := range []string{"k1", "k2"} {
@@ -65,7 +66,7 @@ func TestRevocationReachesOtherNodes(t *testing.T) {
 
 // A credit change on one node is seen by another's subscription lookups.
 func TestCreditChangeReachesOtherNodes(t *testing.T) {
-	dsn := newDatabase(t)
+	dsn := pgtest.DB(t)
 	a, b := openNode(t, dsn, "a"), openNode(t, dsn, "b")
 	ctx := context.Background()
 	subscribe(t, a, "u", "svc", "pp")

@@ -105,6 +105,11 @@ type Store struct {
 
 	roundTrips atomic.Int64
 
+	// refills are the lease refills running in the background
+	// (Leaser.topUp): the tests that compare the database with the node
+	// wait on it for those in flight to land.
+	refills sync.WaitGroup
+
 	// subFlight shares one read of a key or a subscription among the
 	// callers that find its cache entry expired at once.
 	subFlight singleflight.Group
@@ -197,7 +202,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		return nil, fmt.Errorf("pgstore: make ledger partitions: %w", err)
 	}
 	s.leaser = NewLeaser(pgLeases{s}, s.node, LeaseConfig{TTL: o.LeaseTTL, Max: o.LeaseMax,
-		RefuseFor: 100 * time.Millisecond, Spawn: func(f func()) { go f() }, Busy: func(h string) bool { return s.ship.busy(h) }}, nil)
+		RefuseFor: 100 * time.Millisecond, Spawn: func(f func()) { s.refills.Go(f) }, Busy: func(h string) bool { return s.ship.busy(h) }}, nil)
 	s.settle = newSettler(s)
 	s.listen = newListener(s)
 	s.settle.start(settleWorkers)

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/pgtest"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -49,7 +50,7 @@ func scanRollups(t *testing.T, s *Store) string {
 // node of this build migrates it.
 func TestRollupMigrationBackfills(t *testing.T) {
 	ctx := context.Background()
-	dsn := newDatabase(t)
+	dsn := pgtest.DB(t)
 	s := openNode(t, dsn, "a")
 	subscribe(t, s, "u1", "svc", "p")
 	subscribe(t, s, "u2", "svc", "p")
@@ -84,7 +85,7 @@ func TestRollupMigrationBackfills(t *testing.T) {
 // the rows there were.
 func TestFleetPrunesOnce(t *testing.T) {
 	ctx := context.Background()
-	dsn := newDatabase(t)
+	dsn := pgtest.DB(t)
 	nodes := []*Store{openNode(t, dsn, "a"), openNode(t, dsn, "b"), openNode(t, dsn, "c")}
 	subscribe(t, nodes[0], "u1", "svc", "p")
 	subscribe(t, nodes[0], "u2", "svc", "p")

@@ -13,12 +13,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/platformgw/gateway/internal/pgtest"
 	"github.com/platformgw/gateway/internal/store"
 )
 
 // Nodes starting together on an empty database make one schema.
 func TestConcurrentOpenMigratesOnce(t *testing.T) {
-	dsn := newDatabase(t)
+	dsn := pgtest.DB(t)
 	var wg sync.WaitGroup
 	errs := make([]error, 3)
 	stores := make([]*Store, 3)
@@ -46,7 +47,7 @@ func TestConcurrentOpenMigratesOnce(t *testing.T) {
 }
 
 func TestKeysAcrossNodes(t *testing.T) {
-	dsn := newDatabase(t)
+	dsn := pgtest.DB(t)
 	a, b := openNode(t, dsn, "a"), openNode(t, dsn, "b")
 	ctx := context.Background()
 	h := sha256.Sum256([]byte("pk_secret"))
@@ -82,7 +83,7 @@ func TestKeysAcrossNodes(t *testing.T) {
 }
 
 func TestSubscriptionsAndCredits(t *testing.T) {
-	dsn := newDatabase(t)
+	dsn := pgtest.DB(t)
 	a, b := openNode(t, dsn, "a"), openNode(t, dsn, "b")
 	ctx := context.Background()
 	if _, err := a.GetSubscription(ctx, "u", "svc"); !errors.Is(err, store.ErrNoAccount) {
@@ -117,7 +118,7 @@ func TestSubscriptionsAndCredits(t *testing.T) {
 }
 
 func TestAuditPages(t *testing.T) {
-	s := openNode(t, newDatabase(t), "a")
+	s := openNode(t, pgtest.DB(t), "a")
 	ctx := context.Background()
 	for i := range 5 {
 		if _, err := s.AppendAudit(ctx, store.AuditEntry{Time: time.Now(), Actor: "t", Action: "key.create", Detail: string(rune('a' + i))}); err != nil {
@@ -248,7 +249,7 @@ func TestLedgerIndexMigration(t *testing.T) {
 // seq column takes its numbers elsewhere is refused at start, naming it,
 // rather than numbered from a sequence the column does not use.
 func TestLedgerSequenceChecked(t *testing.T) {
-	dsn := newDatabase(t)
+	dsn := pgtest.DB(t)
 	s := openNode(t, dsn, "a")
 	ctx := context.Background()
 	if _, err := s.pool.Exec(ctx, "ALTER SEQUENCE ledger_seq_seq RENAME TO ledger_numbers"); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/pgtest"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -188,7 +189,7 @@ func TestSettlementBatchWithACallTwice(t *testing.T) {
 // period, and now (to the microsecond, as the store keeps times).
 func quotaNode(t *testing.T) (dsn string, s *Store, p billing.Product, key AllowanceKey, now time.Time) {
 	t.Helper()
-	dsn = newDatabase(t)
+	dsn = pgtest.DB(t)
 	s = openNode(t, dsn, "a")
 	subscribe(t, s, "u", "svc", "q")
 	sub, err := s.GetSubscription(context.Background(), "u", "svc")

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/pgtest"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -52,7 +53,7 @@ func ledgerOf(t *testing.T, s *Store, a store.Account) (n int, sum, cost billing
 // charged once, with the ledger id it was acknowledged with, the counters
 // equal the ledger and the dead incarnation's lease is given back.
 func TestSettleLogKillRestart(t *testing.T) {
-	dsn := newDatabase(t)
+	dsn := pgtest.DB(t)
 	dir := t.TempDir()
 	slow := func(o *Options) {
 		o.LogDir, o.ShipInterval, o.LeaseMax = dir, time.Hour, units(10)
@@ -130,8 +131,8 @@ func TestSettleLogKillRestart(t *testing.T) {
 // The database down: calls the lease covers are acknowledged from the log
 // and shipped once it is back, each once; the node needs no restart.
 func TestSettleLogDatabaseDown(t *testing.T) {
-	c := startCluster(t)
-	dsn := newDatabaseOn(t, c.dsn())
+	c := pgtest.Cluster(t, clusterPort())
+	dsn := c.DB("pgstore")
 	s := openNode(t, dsn, "a", func(o *Options) {
 		o.LogDir, o.ShipInterval, o.LeaseMax, o.LeaseTTL = t.TempDir(), 20*time.Millisecond, units(100), 30*time.Second
 	})
@@ -140,7 +141,7 @@ func TestSettleLogDatabaseDown(t *testing.T) {
 	for range 20 {
 		call(t, s, acct)
 	}
-	c.stop("fast")
+	c.Stop()
 	// Acknowledged from the log, the database down, as long as the lease
 	// has units.
 	down := 0
@@ -163,7 +164,7 @@ func TestSettleLogDatabaseDown(t *testing.T) {
 	if s.Unshipped() == 0 {
 		t.Fatal("everything shipped with the database down")
 	}
-	c.start()
+	c.Start()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := s.Flush(ctx); err != nil {
