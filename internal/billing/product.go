@@ -3,6 +3,7 @@ package billing
 import (
 	"fmt"
 	"strings"
+	"time"
 	"unicode"
 )
 
@@ -59,6 +60,22 @@ type RateLimit struct {
 	WindowSeconds int `json:"window_seconds,omitempty"`
 	// Burst defaults to Requests.
 	Burst int `json:"burst,omitempty"`
+}
+
+// Window is the time the bucket takes to grant Requests: WindowSeconds,
+// one second when it is not set. The limiter and the RateLimit headers
+// both read it here, so the bucket enforced and the one described agree.
+func (rl RateLimit) Window() time.Duration {
+	return time.Duration(max(rl.WindowSeconds, 1)) * time.Second
+}
+
+// Capacity is how many requests the bucket grants at once: Burst, Requests
+// when it is not set.
+func (rl RateLimit) Capacity() int {
+	if rl.Burst <= 0 {
+		return rl.Requests
+	}
+	return rl.Burst
 }
 
 // OverageAllowed reports whether units past the quota are billed rather

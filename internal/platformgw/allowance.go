@@ -38,11 +38,8 @@ func (a *allowance) rate(rl *billing.RateLimit, remaining int, wait time.Duratio
 		return
 	}
 	a.set, a.hasRate = true, true
-	window := int64(max(rl.WindowSeconds, 1))
-	burst := int64(rl.Burst)
-	if burst <= 0 {
-		burst = int64(rl.Requests)
-	}
+	window := int64(rl.Window() / time.Second)
+	burst := int64(rl.Capacity())
 	a.rateQ = burst
 	a.rateWin = window
 	if rl.Requests > 0 {
