@@ -56,7 +56,7 @@ func (a *allowance) setQuota(p *billing.Product, st billing.State, start, end, n
 	}
 	a.set, a.hasQuota = true, true
 	a.quota = int64(*p.Quota / billing.Scale)
-	a.quotaLeft = int64(max(0, *p.Quota-st.Used-st.Reserved) / billing.Scale)
+	a.quotaLeft = int64(st.QuotaLeft(*p.Quota) / billing.Scale)
 	a.quotaWindow = int64(end.Sub(start) / time.Second)
 	a.quotaResetSec = max(billing.CeilSeconds(end.Sub(now)), 1)
 }
