@@ -14,6 +14,7 @@ import (
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/platform"
+	"github.com/platformgw/gateway/internal/servicekey"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -184,7 +185,7 @@ func (h *Handler) users(q *req) error {
 	for _, k := range keys {
 		u := get(k.UserID)
 		u.Keys++
-		if k.RevokedAt.IsZero() && (k.ExpiresAt.IsZero() || now.Before(k.ExpiresAt)) {
+		if k.Status(now) == servicekey.Active {
 			u.ActiveKeys++
 		}
 	}

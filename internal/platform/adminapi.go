@@ -22,6 +22,7 @@ import (
 	"github.com/platformgw/gateway/internal/apierror"
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/catalog"
+	"github.com/platformgw/gateway/internal/servicekey"
 	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/wire"
 )
@@ -369,9 +370,8 @@ type keyView struct {
 
 // Key statuses shown by the admin API.
 const (
-	keyActive  = "active"
-	keyExpired = "expired"
-	keyRevoked = "revoked"
+	keyActive  = string(servicekey.Active)
+	keyRevoked = string(servicekey.Revoked)
 )
 
 func viewKey(k store.KeyRecord, now time.Time) keyView {

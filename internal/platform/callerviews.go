@@ -18,12 +18,4 @@ func (a *App) Summarize(ctx context.Context, sub store.Subscription, at time.Tim
 }
 
 // KeyStatus is how a key is shown: active, expired or revoked at now.
-func KeyStatus(k store.KeyRecord, now time.Time) string {
-	switch {
-	case !k.RevokedAt.IsZero():
-		return keyRevoked
-	case !k.ExpiresAt.IsZero() && !now.Before(k.ExpiresAt):
-		return keyExpired
-	}
-	return keyActive
-}
+func KeyStatus(k store.KeyRecord, now time.Time) string { return string(k.Status(now)) }
