@@ -59,7 +59,7 @@ func insertJob(ctx context.Context, tx pgx.Tx, rec jobRecord) error {
 
 // CreateJob stores a new job that holds nothing.
 func (s *Store) CreateJob(ctx context.Context, j store.Job) error {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return err
 	}
 	j.ReservationID = ""
@@ -73,14 +73,14 @@ var errJobRefused = errors.New("job refused")
 // transaction. The hold is a lease row held by the job, taken with the
 // same conditional statement as a node's lease, so any node can end it.
 func (s *Store) CreateJobReserved(ctx context.Context, j store.Job, a store.Account, units billing.Units, now time.Time) (store.Reservation, error) {
-	if err := checkUnits(units); err != nil {
+	if err := store.CheckUnits(units); err != nil {
 		return store.Reservation{}, err
 	}
 	if j.Terminal() {
 		return store.Reservation{},
 			fmt.Errorf("create job %s: a job holding units must start open, not %s", j.ID, j.Status)
 	}
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return store.Reservation{}, err
 	}
 	j.ReservationID = ""
@@ -181,10 +181,10 @@ func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*store.Job) er
 // CompleteJob changes a job through fn and, when fn ends it, settles the
 // job's hold and meters e in the same transaction.
 func (s *Store) CompleteJob(ctx context.Context, id string, a store.Account, e store.LedgerEntry, fn func(*store.Job) error) (store.Job, error) {
-	if err := checkUnits(e.Units); err != nil {
+	if err := store.CheckUnits(e.Units); err != nil {
 		return store.Job{}, err
 	}
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return store.Job{}, err
 	}
 	if e.Time.IsZero() {
@@ -233,7 +233,7 @@ func (s *Store) CompleteJob(ctx context.Context, id string, a store.Account, e s
 // ExpireJobs fails every open job whose deadline has passed, releasing
 // its hold, a bounded number per transaction.
 func (s *Store) ExpireJobs(ctx context.Context, now time.Time, message string) (int, error) {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return 0, err
 	}
 	total := 0

@@ -175,7 +175,7 @@ func uniqueViolation(err error) bool {
 
 // CreateKey stores a new key under its hash.
 func (s *Store) CreateKey(ctx context.Context, k store.KeyRecord) error {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return err
 	}
 	rec, err := json.Marshal(k)
@@ -273,7 +273,7 @@ func (s *Store) ListKeys(ctx context.Context, userID string) ([]store.KeyRecord,
 // RevokeKey marks a key revoked; a second revocation keeps the first time.
 // Every node drops the key from its cache when the notification arrives.
 func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) (store.KeyRecord, error) {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return store.KeyRecord{}, err
 	}
 	var out store.KeyRecord
@@ -335,7 +335,7 @@ func subRecord(sub store.Subscription) ([]byte, error) {
 // PutSubscription creates or updates a subscription, keeping its start
 // (the period anchor) and credit balance.
 func (s *Store) PutSubscription(ctx context.Context, sub store.Subscription) (store.Subscription, error) {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return sub, err
 	}
 	var out store.Subscription
@@ -420,7 +420,7 @@ func (s *Store) getSubscription(ctx context.Context, userID, serviceID string) (
 
 // AddCredits changes a prepaid balance by amount, in one UPDATE.
 func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount billing.Units, at time.Time) (store.Subscription, error) {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return store.Subscription{}, err
 	}
 	updated, err := json.Marshal(at.UTC())
@@ -448,7 +448,7 @@ func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount
 
 // AppendAudit appends e to the audit log, durably, before it returns.
 func (s *Store) AppendAudit(ctx context.Context, e store.AuditEntry) (store.AuditEntry, error) {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return e, err
 	}
 	err := s.tx(ctx, func(tx pgx.Tx) error {
