@@ -17,31 +17,6 @@ import (
 // the job (completion, failure or ExpireJobs), never by lease expiry.
 const jobHoldTTL = 100 * 365 * 24 * time.Hour
 
-// jobRecord is a job as stored, with what store.Job keeps out of JSON and
-// the allowance its hold (a lease held by the job) was taken on.
-type jobRecord struct {
-	store.Job
-	// Units and Cost as stored (store.Amount), so that a cost past
-	// billing.MaxUnits (one that saturated) reads back.
-	Units       store.Amount  `json:"units,omitempty"`
-	Cost        store.Amount  `json:"cost,omitempty"`
-	Digest      string        `json:"completionDigest,omitempty"`
-	Reservation string        `json:"reservationId,omitempty"`
-	HoldKey     *AllowanceKey `json:"holdKey,omitempty"`
-}
-
-func (r jobRecord) job() store.Job {
-	j := r.Job
-	j.Units, j.Cost = billing.Units(r.Units), billing.Units(r.Cost)
-	j.CompletionDigest, j.ReservationID = r.Digest, r.Reservation
-	return j
-}
-
-func toJobRecord(j store.Job, hold *AllowanceKey) jobRecord {
-	return jobRecord{Job: j, Units: store.Amount(j.Units), Cost: store.Amount(j.Cost), Digest: j.CompletionDigest,
-		Reservation: j.ReservationID, HoldKey: hold}
-}
-
 func jobHolder(id string) string { return "job/" + id }
 
 func insertJob(ctx context.Context, tx pgx.Tx, rec jobRecord) error {
@@ -50,7 +25,7 @@ func insertJob(ctx context.Context, tx pgx.Tx, rec jobRecord) error {
 		return err
 	}
 	_, err = tx.Exec(ctx, "INSERT INTO jobs (id, open, expires_at, rec) VALUES ($1, $2, $3, $4)",
-		rec.ID, !rec.Terminal(), rec.ExpiresAt, raw)
+		rec.ID, !rec.job().Terminal(), rec.ExpiresAt, raw)
 	if uniqueViolation(err) {
 		return store.ErrExists
 	}
