@@ -23,6 +23,16 @@ type State struct {
 	CreditsHeld   Units `json:"credits_held"`   // credits held by calls in flight
 }
 
+// QuotaLeft is what is left of a quota of q units in this state: neither
+// settled nor held by calls in flight, never below 0. Decide prices
+// against it, and the RateLimit headers, the breakdowns and the admin
+// API's summaries show it, all from here.
+func (s State) QuotaLeft(q Units) Units { return max(0, q-s.Used-s.Reserved) }
+
+// SpendingCapLeft is what is left of a spending cap c in this state:
+// neither spent nor held, never below 0.
+func (s State) SpendingCapLeft(c Units) Units { return max(0, c-s.Spend-s.ReservedSpend) }
+
 // Decision says whether some units may be consumed and what they cost.
 type Decision struct {
 	Allowed bool
@@ -37,11 +47,7 @@ type Decision struct {
 // used+reserved.
 func price(p Product, s State, units Units) (overage, cost Units) {
 	if p.Quota != nil {
-		left := *p.Quota - s.Used - s.Reserved
-		if left < 0 {
-			left = 0
-		}
-		if units > left {
+		if left := s.QuotaLeft(*p.Quota); units > left {
 			overage = units - left
 		}
 	}
@@ -271,7 +277,7 @@ func Summarize(p Product, s State, units Units, charged bool) Breakdown {
 		IsOverageAllowed:        p.OverageAllowed(),
 	}
 	if p.Quota != nil {
-		left := max(0, *p.Quota-s.Used-s.Reserved)
+		left := s.QuotaLeft(*p.Quota)
 		b.UnitsRemaining = &left
 		b.IsOverage = s.Used > *p.Quota
 		b.IsOverLimit = b.IsOverage && !p.OverageAllowed()
@@ -282,7 +288,7 @@ func Summarize(p Product, s State, units Units, charged bool) Breakdown {
 		b.IsOverLimit = b.IsOverLimit || s.Credits < 0
 	}
 	if p.SpendingCap != nil {
-		c := max(0, *p.SpendingCap-s.Spend-s.ReservedSpend)
+		c := s.SpendingCapLeft(*p.SpendingCap)
 		b.RemainingSpendingCap = &c
 		b.IsOverLimit = b.IsOverLimit || s.Spend > *p.SpendingCap
 	}

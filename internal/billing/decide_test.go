@@ -373,3 +373,30 @@ func TestRefusalReasons(t *testing.T) {
 		t.Errorf("WithReset = %q", got)
 	}
 }
+
+func TestQuotaAndCapLeft(t *testing.T) {
+	tests := []struct {
+		name    string
+		s       billing.State
+		limit   billing.Units
+		quota   billing.Units // QuotaLeft(limit)
+		capLeft billing.Units // SpendingCapLeft(limit)
+	}{
+		{"untouched", billing.State{}, whole(10), whole(10), whole(10)},
+		{"settled and held both count", billing.State{Used: whole(3), Reserved: whole(2), Spend: whole(1), ReservedSpend: whole(4)}, whole(10), whole(5), whole(5)},
+		{"exactly used up", billing.State{Used: whole(6), Reserved: whole(4), Spend: whole(10)}, whole(10), 0, 0},
+		{"past it is 0, never negative", billing.State{Used: whole(12), Reserved: whole(1), Spend: whole(9), ReservedSpend: whole(3)}, whole(10), 0, 0},
+		{"millionths", billing.State{Used: 1, ReservedSpend: 2}, 5, 4, 3},
+		{"zero limit", billing.State{}, 0, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.s.QuotaLeft(tt.limit); got != tt.quota {
+				t.Errorf("QuotaLeft(%s) = %s, want %s", tt.limit, got, tt.quota)
+			}
+			if got := tt.s.SpendingCapLeft(tt.limit); got != tt.capLeft {
+				t.Errorf("SpendingCapLeft(%s) = %s, want %s", tt.limit, got, tt.capLeft)
+			}
+		})
+	}
+}

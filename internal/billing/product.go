@@ -2,7 +2,9 @@ package billing
 
 import (
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 	"unicode"
 )
 
@@ -21,6 +23,24 @@ const (
 	PerByte     = "PER_BYTE"
 	PerTimeUnit = "PER_TIME_UNIT"
 )
+
+// The values a product's enumerations take, in the order messages list
+// them: Validate accepts these and no others, and the Caddyfile parser
+// offers them. Each call returns a fresh slice.
+
+// BillingModels are the billing models.
+func BillingModels() []string { return []string{Subscription, Prepaid, UsagePostpaid, UsageInstant} }
+
+// MeasurementTypes are the measurement types.
+func MeasurementTypes() []string { return []string{PerRequest, PerToken, PerByte, PerTimeUnit} }
+
+// Periods are the billing periods, in lower case (Product.Period is read
+// case-insensitively; empty means month).
+func Periods() []string { return []string{"day", "week", "month", "year"} }
+
+// Overages are the overage policies, in lower case (Product.Overage is
+// read case-insensitively; empty means block).
+func Overages() []string { return []string{"block", "allow"} }
 
 // Product is a plan a user subscribes to: how usage is measured, what is
 // included and what it costs. Quantities are exact decimals.
@@ -61,6 +81,22 @@ type RateLimit struct {
 	Burst int `json:"burst,omitempty"`
 }
 
+// Window is the time the bucket takes to grant Requests: WindowSeconds,
+// one second when it is not set. The limiter and the RateLimit headers
+// both read it here, so the bucket enforced and the one described agree.
+func (rl RateLimit) Window() time.Duration {
+	return time.Duration(max(rl.WindowSeconds, 1)) * time.Second
+}
+
+// Capacity is how many requests the bucket grants at once: Burst, Requests
+// when it is not set.
+func (rl RateLimit) Capacity() int {
+	if rl.Burst <= 0 {
+		return rl.Requests
+	}
+	return rl.Burst
+}
+
 // OverageAllowed reports whether units past the quota are billed rather
 // than refused.
 func (p Product) OverageAllowed() bool { return strings.EqualFold(p.Overage, "allow") }
@@ -70,24 +106,16 @@ func (p Product) Validate() error {
 	if p.ID == "" {
 		return fmt.Errorf("product without id")
 	}
-	switch p.BillingModel {
-	case Subscription, Prepaid, UsagePostpaid, UsageInstant:
-	default:
+	if !slices.Contains(BillingModels(), p.BillingModel) {
 		return fmt.Errorf("product %s: unknown billing model %q", p.ID, p.BillingModel)
 	}
-	switch p.MeasurementType {
-	case PerRequest, PerToken, PerByte, PerTimeUnit:
-	default:
+	if !slices.Contains(MeasurementTypes(), p.MeasurementType) {
 		return fmt.Errorf("product %s: unknown measurement type %q", p.ID, p.MeasurementType)
 	}
-	switch strings.ToLower(p.Period) {
-	case "", "day", "week", "month", "year":
-	default:
+	if p.Period != "" && !slices.Contains(Periods(), strings.ToLower(p.Period)) {
 		return fmt.Errorf("product %s: unknown period %q (day, week, month or year)", p.ID, p.Period)
 	}
-	switch strings.ToLower(p.Overage) {
-	case "", "block", "allow":
-	default:
+	if p.Overage != "" && !slices.Contains(Overages(), strings.ToLower(p.Overage)) {
 		return fmt.Errorf("product %s: overage must be block or allow, not %q", p.ID, p.Overage)
 	}
 	if p.Price < 0 || p.Quota != nil && *p.Quota < 0 || p.SpendingCap != nil && *p.SpendingCap < 0 {

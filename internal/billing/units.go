@@ -80,17 +80,67 @@ func ParseUnits(s string) (Units, error) {
 		digits = digits[:len(digits)-cut]
 		shift = 0
 	}
-	if digits == "" {
-		return 0, nil
-	}
-	if len(digits)+shift > 19 {
-		return 0, fmt.Errorf("%w: %q is too large", ErrInvalidUnits, orig)
-	}
-	v, err := strconv.ParseUint(digits+strings.Repeat("0", shift), 10, 64)
-	if err != nil || v > uint64(MaxUnits) {
+	v, ok := magnitude(digits, shift, uint64(MaxUnits))
+	if !ok {
 		return 0, fmt.Errorf("%w: %q is too large", ErrInvalidUnits, orig)
 	}
 	return Units(v), nil
+}
+
+// ParseStoredUnits reads a quantity as String writes it ("-12.5", "3"),
+// over the whole signed int64 range: what the stores read back.
+//
+// ParseUnits refuses negatives and anything past MaxUnits, rightly for
+// configuration and the wire, but stored figures legitimately go there: a
+// prepaid balance overdrawn by a report, a period's usage summed from many
+// large reports, a cost that saturated. It takes only String's form: an
+// optional minus, whole digits, and at most six fractional digits after
+// a dot; no plus, no exponent.
+func ParseStoredUnits(s string) (Units, error) {
+	orig := s
+	neg := strings.HasPrefix(s, "-")
+	if neg {
+		s = s[1:]
+	}
+	whole, frac, _ := strings.Cut(s, ".")
+	if whole == "" || len(frac) > 6 || !allDigits(whole) || !allDigits(frac) {
+		return 0, fmt.Errorf("%w: %q", ErrInvalidUnits, orig)
+	}
+	limit := uint64(math.MaxInt64)
+	if neg {
+		limit++ // math.MinInt64
+	}
+	m, ok := magnitude(strings.TrimLeft(whole+frac, "0"), 6-len(frac), limit)
+	if !ok {
+		return 0, fmt.Errorf("%w: %q is out of range", ErrInvalidUnits, orig)
+	}
+	if neg {
+		return Units(-int64(m)), nil // m == 1<<63 wraps to math.MinInt64, as wanted
+	}
+	return Units(m), nil
+}
+
+// magnitude is digits followed by shift zeros, as a number no larger than
+// limit; digits has no leading zeros. Both parsers end here, so a decimal
+// text means the same number of millionths wherever it is read.
+func magnitude(digits string, shift int, limit uint64) (uint64, bool) {
+	if digits == "" {
+		return 0, true
+	}
+	if len(digits)+shift > 19 { // past uint64, whatever the digits
+		return 0, false
+	}
+	v, err := strconv.ParseUint(digits+strings.Repeat("0", shift), 10, 64)
+	return v, err == nil && v <= limit
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // String renders the quantity as a plain decimal with no trailing zeros:

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/platformgw/gateway/internal/billing"
@@ -234,6 +235,60 @@ func TestDiv(t *testing.T) {
 		n := billing.Div(c.budget, c.price)
 		if billing.Mul(n, c.price) > c.budget {
 			t.Errorf("Div(%s, %s) = %s costs %s, over budget", c.budget, c.price, n, billing.Mul(n, c.price))
+		}
+	}
+}
+
+func TestParseStoredUnits(t *testing.T) {
+	tests := []struct {
+		in   string
+		want billing.Units
+		ok   bool
+	}{
+		{"0", 0, true},
+		{"-0", 0, true},
+		{"12", billing.Whole(12), true},
+		{"1.5", 1_500_000, true},
+		{"0.000001", 1, true},
+		{"-2.25", -2_250_000, true},
+		{"007.100000", 7_100_000, true},
+		{"3.", billing.Whole(3), true},
+		{"9223372036854.775807", math.MaxInt64, true},
+		{"-9223372036854.775808", math.MinInt64, true},
+		{"2000000000000", billing.Whole(2_000_000_000_000), true}, // past MaxUnits: stored figures go there
+		{"9223372036854.775808", 0, false},
+		{"-9223372036854.775809", 0, false},
+		{"99999999999999999999", 0, false},
+		{"", 0, false},
+		{"-", 0, false},
+		{".5", 0, false},
+		{"+1", 0, false},
+		{"1e3", 0, false},
+		{"1.0000001", 0, false},
+		{"1.2.3", 0, false},
+		{"--1", 0, false},
+		{" 1", 0, false},
+		{"1_000", 0, false},
+		{"0x10", 0, false},
+	}
+	for _, tt := range tests {
+		got, err := billing.ParseStoredUnits(tt.in)
+		if tt.ok && (err != nil || got != tt.want) {
+			t.Errorf("ParseStoredUnits(%q) = %d, %v; want %d", tt.in, got, err, tt.want)
+		}
+		if !tt.ok && (err == nil || !errors.Is(err, billing.ErrInvalidUnits)) {
+			t.Errorf("ParseStoredUnits(%q) = %d, %v; want an invalid-units error", tt.in, got, err)
+		}
+	}
+	// Whatever String writes reads back.
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 10000 {
+		u := billing.Units(r.Int64())
+		if r.IntN(2) == 0 {
+			u = -u
+		}
+		if got, err := billing.ParseStoredUnits(u.String()); err != nil || got != u {
+			t.Fatalf("ParseStoredUnits(%q) = %d, %v; want %d", u.String(), got, err, u)
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/engine"
 	"github.com/platformgw/gateway/internal/ops"
+	"github.com/platformgw/gateway/internal/servicekey"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -185,7 +186,7 @@ func (h *Handler) users(q *req) error {
 	for _, k := range keys {
 		u := get(k.UserID)
 		u.Keys++
-		if k.RevokedAt.IsZero() && (k.ExpiresAt.IsZero() || now.Before(k.ExpiresAt)) {
+		if k.Status(now) == servicekey.Active {
 			u.ActiveKeys++
 		}
 	}

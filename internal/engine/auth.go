@@ -52,10 +52,10 @@ func (rt *Runtime) AuthenticateServiceKey(ctx context.Context, token string) (st
 		return key, apierror.New(apierror.InvalidKey, "the service key is not valid")
 	}
 	t := rt.Now()
-	if !key.RevokedAt.IsZero() {
+	switch key.Status(t) {
+	case servicekey.Revoked:
 		return key, apierror.New(apierror.KeyRevoked, "the service key was revoked")
-	}
-	if !key.ExpiresAt.IsZero() && !t.Before(key.ExpiresAt) {
+	case servicekey.Expired:
 		return key, apierror.New(apierror.KeyExpired, "the service key expired")
 	}
 	if rt.KeyUsed != nil {

@@ -37,11 +37,7 @@ func (s *Limiters) Allow(keyID, serviceID string, rl *billing.RateLimit, t time.
 	if rl == nil {
 		return true, 0, -1
 	}
-	window := time.Duration(max(rl.WindowSeconds, 1)) * time.Second
-	burst := rl.Burst
-	if burst <= 0 {
-		burst = rl.Requests
-	}
+	window, burst := rl.Window(), rl.Capacity()
 	k := limiterKey{keyID: keyID, serviceID: serviceID, limit: *rl}
 	s.mu.Lock()
 	lim := s.m[k]

@@ -32,23 +32,15 @@ type KeyView struct {
 	EndsWithParent bool   `json:"endsWithParent,omitempty"`
 }
 
-// Key statuses as shown (KeyStatus).
+// Key statuses as shown (KeyStatus): servicekey's.
 const (
-	KeyActive  = "active"
-	KeyExpired = "expired"
-	KeyRevoked = "revoked"
+	KeyActive  = string(servicekey.Active)
+	KeyExpired = string(servicekey.Expired)
+	KeyRevoked = string(servicekey.Revoked)
 )
 
 // KeyStatus is how a key is shown: active, expired or revoked at now.
-func KeyStatus(k store.KeyRecord, now time.Time) string {
-	switch {
-	case !k.RevokedAt.IsZero():
-		return KeyRevoked
-	case !k.ExpiresAt.IsZero() && !now.Before(k.ExpiresAt):
-		return KeyExpired
-	}
-	return KeyActive
-}
+func KeyStatus(k store.KeyRecord, now time.Time) string { return string(k.Status(now)) }
 
 // ViewKey is how operators see a stored key at time now.
 func ViewKey(k store.KeyRecord, now time.Time) KeyView {

@@ -69,13 +69,13 @@ func (o *Ops) Summarize(ctx context.Context, sub store.Subscription, at time.Tim
 	ps.Credits, ps.CreditsHeld = st.Credits, st.CreditsHeld
 	if p.Quota != nil {
 		q := *p.Quota
-		left := max(0, q-st.Used-st.Reserved)
+		left := st.QuotaLeft(q)
 		over := max(0, st.Used-q)
 		ps.Quota, ps.UnitsRemaining, ps.OverageUnits = &q, &left, &over
 	}
 	if p.SpendingCap != nil {
 		c := *p.SpendingCap
-		left := max(0, c-st.Spend-st.ReservedSpend)
+		left := st.SpendingCapLeft(c)
 		ps.SpendingCap, ps.SpendRemaining = &c, &left
 	}
 	if hasHardLimit(*p) {

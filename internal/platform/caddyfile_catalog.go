@@ -171,10 +171,10 @@ func parseEndpoint(d *caddyfile.Dispenser, service string) (*catalog.Endpoint, e
 }
 
 var (
-	billingModels    = []string{billing.Subscription, billing.Prepaid, billing.UsagePostpaid, billing.UsageInstant}
-	measurementTypes = []string{billing.PerRequest, billing.PerToken, billing.PerByte, billing.PerTimeUnit}
-	periods          = []string{"day", "week", "month", "year"}
-	overages         = []string{"block", "allow"}
+	billingModels    = billing.BillingModels()
+	measurementTypes = billing.MeasurementTypes()
+	periods          = billing.Periods()
+	overages         = billing.Overages()
 	syncResponses    = []string{catalog.SyncRaw, catalog.SyncWrapped}
 )
 

@@ -38,11 +38,8 @@ func (a *allowance) rate(rl *billing.RateLimit, remaining int, wait time.Duratio
 		return
 	}
 	a.set, a.hasRate = true, true
-	window := int64(max(rl.WindowSeconds, 1))
-	burst := int64(rl.Burst)
-	if burst <= 0 {
-		burst = int64(rl.Requests)
-	}
+	window := int64(rl.Window() / time.Second)
+	burst := int64(rl.Capacity())
 	a.rateQ = burst
 	a.rateWin = window
 	if rl.Requests > 0 {
@@ -59,7 +56,7 @@ func (a *allowance) setQuota(p *billing.Product, st billing.State, start, end, n
 	}
 	a.set, a.hasQuota = true, true
 	a.quota = int64(*p.Quota / billing.Scale)
-	a.quotaLeft = int64(max(0, *p.Quota-st.Used-st.Reserved) / billing.Scale)
+	a.quotaLeft = int64(st.QuotaLeft(*p.Quota) / billing.Scale)
 	a.quotaWindow = int64(end.Sub(start) / time.Second)
 	a.quotaResetSec = max(billing.CeilSeconds(end.Sub(now)), 1)
 }

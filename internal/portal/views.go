@@ -289,7 +289,7 @@ func (h *Handler) load(q *request, sess session, sessionKey store.KeyRecord) (*d
 		if k.UserID != sess.UserID {
 			continue
 		}
-		d.Keys = append(d.Keys, keyRow{KeyRecord: k, Status: ops.KeyStatus(k, q.now), Current: k.ID == d.KeyID})
+		d.Keys = append(d.Keys, keyRow{KeyRecord: k, Status: string(k.Status(q.now)), Current: k.ID == d.KeyID})
 	}
 	return d, nil
 }

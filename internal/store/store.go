@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/servicekey"
 )
 
 // Errors the store returns; callers map them to the JSON error codes.
@@ -85,6 +86,12 @@ type KeyRecord struct {
 	// EndsWithParent: revoking the parent key revokes this one too (the
 	// portal's minted_keys follow_parent, chosen when the key was made).
 	EndsWithParent bool `json:"endsWithParent,omitempty"`
+}
+
+// Status is the key's status at now (servicekey.StatusAt): whether it
+// may still be used.
+func (k KeyRecord) Status(now time.Time) servicekey.Status {
+	return servicekey.StatusAt(k.RevokedAt, k.ExpiresAt, now)
 }
 
 // Keys stores service keys.

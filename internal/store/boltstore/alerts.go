@@ -51,7 +51,7 @@ func alertSeq(id string) (uint64, bool) {
 // CreateAlert records a fired alert once per user, service, period and
 // threshold.
 func (s *Store) CreateAlert(ctx context.Context, a store.Alert) (store.Alert, error) {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return a, err
 	}
 	var out store.Alert
@@ -90,7 +90,7 @@ func (s *Store) CreateAlert(ctx context.Context, a store.Alert) (store.Alert, er
 
 // HasAlert reports whether the alert was recorded.
 func (s *Store) HasAlert(ctx context.Context, userID, serviceID string, periodStart time.Time, threshold string) (bool, error) {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return false, err
 	}
 	var found bool
@@ -107,7 +107,7 @@ func (s *Store) HasAlert(ctx context.Context, userID, serviceID string, periodSt
 // DueAlerts returns pending alerts due by now, in order of their next
 // attempt.
 func (s *Store) DueAlerts(ctx context.Context, now time.Time, limit int) ([]store.Alert, error) {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return nil, err
 	}
 	var out []store.Alert
@@ -135,7 +135,7 @@ func (s *Store) DueAlerts(ctx context.Context, now time.Time, limit int) ([]stor
 // UpdateAlert records a delivery attempt, unless another sender recorded
 // one since attempts were read.
 func (s *Store) UpdateAlert(ctx context.Context, a store.Alert, attempts int) (store.Alert, error) {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return a, err
 	}
 	seq, ok := alertSeq(a.ID)
@@ -173,15 +173,12 @@ func (s *Store) UpdateAlert(ctx context.Context, a store.Alert, attempts int) (s
 
 // ListAlerts pages through the alerts matching f, newest first.
 func (s *Store) ListAlerts(ctx context.Context, f store.AlertFilter, cursor string, limit int) ([]store.Alert, string, error) {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return nil, "", err
 	}
-	before, err := decodeCursor(cursor)
+	before, err := store.DecodeAlertCursor(cursor)
 	if err != nil {
 		return nil, "", err
-	}
-	if before != nil && len(before) != 8 {
-		return nil, "", store.ErrBadCursor
 	}
 	limit = max(limit, 1)
 	out := make([]store.Alert, 0, min(limit, 256))
@@ -220,7 +217,7 @@ func (s *Store) ListAlerts(ctx context.Context, f store.AlertFilter, cursor stri
 	if err != nil {
 		return nil, "", err
 	}
-	return out, encodeCursor(next), nil
+	return out, store.EncodeCursor(next), nil
 }
 
 // changeSet collects the subscriptions whose counters or credits the

@@ -17,7 +17,7 @@ func init() { allBuckets = append(allBuckets, bucketAudit) }
 
 // AppendAudit appends e to the audit log, durably, before it returns.
 func (s *Store) AppendAudit(ctx context.Context, e store.AuditEntry) (store.AuditEntry, error) {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return e, err
 	}
 	err := s.update(func(tx *bolt.Tx) error {

@@ -6,7 +6,6 @@
 package boltstore
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -514,13 +513,3 @@ func u64(v uint64) []byte {
 }
 
 var _ store.Store = (*Store)(nil)
-
-// ctxErr lets callers give up waiting before a write is queued; once queued,
-// a write is always waited for, because its effect is unknown until it
-// commits.
-func ctxErr(ctx context.Context) error {
-	if ctx == nil {
-		return nil
-	}
-	return ctx.Err()
-}

@@ -107,7 +107,7 @@ func (s *Store) putJob(rec *settlement, j store.Job, hold *jobHold, prev *memJob
 
 // CreateJob stores a new job that holds nothing and indexes it for expiry.
 func (s *Store) CreateJob(ctx context.Context, j store.Job) error {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return err
 	}
 	if err := s.usable(); err != nil {
@@ -133,14 +133,14 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job) error {
 // CreateJobReserved holds units for a and stores the job in one settlement
 // record, the hold and the job naming each other; see store.Jobs.
 func (s *Store) CreateJobReserved(ctx context.Context, j store.Job, a store.Account, units billing.Units, now time.Time) (store.Reservation, error) {
-	if err := checkUnits(units); err != nil {
+	if err := store.CheckUnits(units); err != nil {
 		return store.Reservation{}, err
 	}
 	if j.Terminal() {
 		return store.Reservation{},
 			fmt.Errorf("create job %s: a job holding units must start open, not %s", j.ID, j.Status)
 	}
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return store.Reservation{}, err
 	}
 	if err := s.usable(); err != nil {
@@ -248,10 +248,10 @@ func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*store.Job) er
 // job's hold and meters e to a in the same record, so a completion's
 // units are charged exactly once; see store.Jobs.
 func (s *Store) CompleteJob(ctx context.Context, id string, a store.Account, e store.LedgerEntry, fn func(*store.Job) error) (store.Job, error) {
-	if err := checkUnits(e.Units); err != nil {
+	if err := store.CheckUnits(e.Units); err != nil {
 		return store.Job{}, err
 	}
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return store.Job{}, err
 	}
 	if err := s.usable(); err != nil {
@@ -312,7 +312,7 @@ func (s *Store) changeJob(id string, a store.Account, e store.LedgerEntry, fn fu
 
 // ExpireJobs fails every open job whose deadline has passed.
 func (s *Store) ExpireJobs(ctx context.Context, now time.Time, message string) (int, error) {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return 0, err
 	}
 	// The open-jobs index is the database's: jobs created and not yet
@@ -492,7 +492,7 @@ func jobHolds(tx *bolt.Tx, jobID string, key []byte) (bool, error) {
 
 // PruneIdempotency forgets idempotency keys claimed before cutoff.
 func (s *Store) PruneIdempotency(ctx context.Context, cutoff time.Time) (int, error) {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return 0, err
 	}
 	if err := s.applyAll(); err != nil {

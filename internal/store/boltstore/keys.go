@@ -15,7 +15,7 @@ import (
 
 // CreateKey stores a new key under its hash.
 func (s *Store) CreateKey(ctx context.Context, k store.KeyRecord) error {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return err
 	}
 	return s.update(func(tx *bolt.Tx) error {
@@ -112,7 +112,7 @@ func (s *Store) ListKeys(_ context.Context, userID string) ([]store.KeyRecord, e
 // RevokeKey marks a key revoked; a second revocation keeps the first time.
 // The id is read as KeyByID reads it.
 func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) (store.KeyRecord, error) {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return store.KeyRecord{}, err
 	}
 	var out store.KeyRecord
@@ -181,7 +181,7 @@ func (s *Store) writeSub(tx *bolt.Tx, sub store.Subscription) error {
 // PutSubscription creates or updates a subscription, keeping its start
 // (the period anchor) and credit balance.
 func (s *Store) PutSubscription(ctx context.Context, sub store.Subscription) (store.Subscription, error) {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return sub, err
 	}
 	var out store.Subscription
@@ -226,7 +226,7 @@ func (s *Store) GetSubscription(_ context.Context, userID, serviceID string) (st
 // AddCredits changes a prepaid balance by amount: a settlement record,
 // as the balance lives in memory with the calls that draw on it.
 func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount billing.Units, at time.Time) (store.Subscription, error) {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return store.Subscription{}, err
 	}
 	if err := s.usable(); err != nil {

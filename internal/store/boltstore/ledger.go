@@ -240,7 +240,7 @@ func (s *Store) PruneLedger(ctx context.Context, before time.Time) (store.PruneR
 	if err := s.ready(); err != nil {
 		return store.PruneResult{Before: before}, err
 	}
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return store.PruneResult{Before: before}, err
 	}
 	if err := checkCutoff(before); err != nil {
@@ -255,7 +255,7 @@ func (s *Store) PruneRollups(ctx context.Context, before time.Time) (int, error)
 	if err := s.ready(); err != nil {
 		return 0, err
 	}
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return 0, err
 	}
 	if err := checkCutoff(before); err != nil {

@@ -45,16 +45,6 @@ func counterKey(userID, serviceID string, period int64) []byte {
 	return append(joinKey(userID, serviceID, ""), u64(uint64(period))...)
 }
 
-// checkUnits refuses a negative quantity before it reaches a counter: billing
-// arithmetic takes it at face value, so a negative hold or charge widened the
-// quota (and refunded credits) for every other call.
-func checkUnits(u billing.Units) error {
-	if u < 0 {
-		return fmt.Errorf("negative quantity %s: %w", u, billing.ErrInvalidUnits)
-	}
-	return nil
-}
-
 // releaseAbandoned returns every hold a crash left behind: a call that was
 // in flight when the process died never answered its caller, so it is not
 // charged. The hold of a job that is still open is kept: the job survives
@@ -94,13 +84,13 @@ func (s *Store) releaseAbandoned(tx *bolt.Tx) error {
 // Reserve holds units for a call in flight, in memory: the hold belongs to
 // the process, and a crash drops it, charging nothing.
 func (s *Store) Reserve(ctx context.Context, a store.Account, units billing.Units, now time.Time) (store.Reservation, error) {
-	if err := checkUnits(units); err != nil {
+	if err := store.CheckUnits(units); err != nil {
 		return store.Reservation{}, err
 	}
 	if a.Free {
 		return store.Reservation{Account: a, Decision: billing.Decision{Allowed: true, Units: units}}, nil
 	}
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return store.Reservation{}, err
 	}
 	if err := s.Err(); err != nil {
@@ -161,7 +151,7 @@ type chargeRecord struct {
 // charge is acknowledged once its record is in the settlement log; a
 // release alone writes nothing.
 func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.Units, e store.LedgerEntry) (store.LedgerEntry, error) {
-	if err := checkUnits(units); err != nil {
+	if err := store.CheckUnits(units); err != nil {
 		return store.LedgerEntry{}, err
 	}
 	if r.JobID != "" {
@@ -269,22 +259,13 @@ func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.U
 	return out, nil
 }
 
-// pricingState is the state that usage reported after the fact is priced
-// against: the quota actually consumed, not the holds of the calls in
-// flight (billing.DecideCharge says why). Such usage is charged past the
-// limits, so the holds need not be counted.
-func pricingState(s billing.State) billing.State {
-	s.Reserved = 0
-	return s
-}
-
 // Record charges usage reported after the fact; see store.Meter. With an
 // idempotency key, the claim is part of the same settlement record.
 func (s *Store) Record(ctx context.Context, a store.Account, e store.LedgerEntry, response func(store.LedgerEntry, billing.State) ([]byte, error)) ([]byte, error) {
-	if err := checkUnits(e.Units); err != nil {
+	if err := store.CheckUnits(e.Units); err != nil {
 		return nil, err
 	}
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return nil, err
 	}
 	if err := s.usable(); err != nil {
@@ -332,7 +313,7 @@ func (s *Store) Record(ctx context.Context, a store.Account, e store.LedgerEntry
 			return nil, err
 		}
 		st := acc.state(c, a.Product)
-		dec := billing.Decide(a.Product, pricingState(st), entry.Units)
+		dec := billing.Decide(a.Product, store.PricingState(st), entry.Units)
 		st.Charge(a.Product, dec)
 		acc.set(c, st)
 		entry.Overage, entry.Cost = dec.Overage, dec.Cost

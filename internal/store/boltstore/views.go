@@ -3,7 +3,6 @@ package boltstore
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -17,25 +16,6 @@ import (
 
 // jobScanBudget is store.JobScanBudget, lowered by tests.
 var jobScanBudget = store.JobScanBudget
-
-// encodeCursor makes the opaque cursor of a listing: the last key read.
-func encodeCursor(key []byte) string {
-	if key == nil {
-		return ""
-	}
-	return base64.RawURLEncoding.EncodeToString(key)
-}
-
-func decodeCursor(cursor string) ([]byte, error) {
-	if cursor == "" {
-		return nil, nil
-	}
-	key, err := base64.RawURLEncoding.DecodeString(cursor)
-	if err != nil || len(key) == 0 {
-		return nil, store.ErrBadCursor
-	}
-	return key, nil
-}
 
 // seekAfter positions c on the first key after cursor, or on the first
 // key at or after start without one.
@@ -55,10 +35,10 @@ func seekAfter(c *bolt.Cursor, start, after []byte) (k, v []byte) {
 
 // ListSubscriptions pages through the subscriptions of one user, or all.
 func (s *Store) ListSubscriptions(ctx context.Context, userID, cursor string, limit int) ([]store.Subscription, string, error) {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return nil, "", err
 	}
-	after, err := decodeCursor(cursor)
+	after, err := store.DecodeCursor(cursor)
 	if err != nil {
 		return nil, "", err
 	}
@@ -92,7 +72,7 @@ func (s *Store) ListSubscriptions(ctx context.Context, userID, cursor string, li
 	if err != nil {
 		return nil, "", err
 	}
-	return out, encodeCursor(next), nil
+	return out, store.EncodeCursor(next), nil
 }
 
 // ListJobs pages through the jobs matching f, in id order.
@@ -100,10 +80,10 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter, cursor string, 
 	if err := s.applyAll(); err != nil { // jobs changed and not yet applied
 		return nil, "", err
 	}
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return nil, "", err
 	}
-	after, err := decodeCursor(cursor)
+	after, err := store.DecodeCursor(cursor)
 	if err != nil {
 		return nil, "", err
 	}
@@ -134,5 +114,5 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter, cursor string, 
 	if err != nil {
 		return nil, "", err
 	}
-	return out, encodeCursor(next), nil
+	return out, store.EncodeCursor(next), nil
 }

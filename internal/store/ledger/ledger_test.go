@@ -18,6 +18,7 @@ import (
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/store/framed"
+	"github.com/platformgw/gateway/internal/store/storetest"
 )
 
 var t0 = time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
@@ -671,3 +672,25 @@ type ledgerSink interface {
 }
 
 var _ ledgerSink = (*Ledger)(nil)
+
+// TestCodecCarriesEveryField round-trips an entry with every field of
+// store.LedgerFields set through the segment codec, in the active segment
+// and sealed.
+func TestCodecCarriesEveryField(t *testing.T) {
+	want := storetest.FullLedgerEntry(t)
+	l := open(t, t.TempDir(), Options{})
+	defer l.Close()
+	if err := l.Append([]store.LedgerEntry{want}, 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, stage := range []string{"active", "sealed"} {
+		got := scanAll(t, l, store.LedgerFilter{})
+		if len(got) != 1 {
+			t.Fatalf("%s: %d entries", stage, len(got))
+		}
+		storetest.CheckLedgerEntry(t, "the ledger codec ("+stage+")", got[0], want)
+		if err := l.Seal(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

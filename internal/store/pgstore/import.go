@@ -40,7 +40,7 @@ func (s *Store) importBatch(ctx context.Context, b *pgx.Batch) error {
 func (s *Store) ImportKeys(ctx context.Context, ks []store.KeyRecord) error {
 	b := &pgx.Batch{}
 	for _, k := range ks {
-		rec, err := json.Marshal(k)
+		rec, err := json.Marshal(toKeyRecord(k))
 		if err != nil {
 			return err
 		}
@@ -54,7 +54,7 @@ func (s *Store) ImportKeys(ctx context.Context, ks []store.KeyRecord) error {
 func (s *Store) ImportSubscriptions(ctx context.Context, subs []store.Subscription) error {
 	b := &pgx.Batch{}
 	for _, sub := range subs {
-		rec, err := subRecord(sub)
+		rec, err := subRec(sub)
 		if err != nil {
 			return err
 		}

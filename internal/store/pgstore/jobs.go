@@ -17,31 +17,6 @@ import (
 // the job (completion, failure or ExpireJobs), never by lease expiry.
 const jobHoldTTL = 100 * 365 * 24 * time.Hour
 
-// jobRecord is a job as stored, with what store.Job keeps out of JSON and
-// the allowance its hold (a lease held by the job) was taken on.
-type jobRecord struct {
-	store.Job
-	// Units and Cost as stored (store.Amount), so that a cost past
-	// billing.MaxUnits (one that saturated) reads back.
-	Units       store.Amount  `json:"units,omitempty"`
-	Cost        store.Amount  `json:"cost,omitempty"`
-	Digest      string        `json:"completionDigest,omitempty"`
-	Reservation string        `json:"reservationId,omitempty"`
-	HoldKey     *AllowanceKey `json:"holdKey,omitempty"`
-}
-
-func (r jobRecord) job() store.Job {
-	j := r.Job
-	j.Units, j.Cost = billing.Units(r.Units), billing.Units(r.Cost)
-	j.CompletionDigest, j.ReservationID = r.Digest, r.Reservation
-	return j
-}
-
-func toJobRecord(j store.Job, hold *AllowanceKey) jobRecord {
-	return jobRecord{Job: j, Units: store.Amount(j.Units), Cost: store.Amount(j.Cost), Digest: j.CompletionDigest,
-		Reservation: j.ReservationID, HoldKey: hold}
-}
-
 func jobHolder(id string) string { return "job/" + id }
 
 func insertJob(ctx context.Context, tx pgx.Tx, rec jobRecord) error {
@@ -50,7 +25,7 @@ func insertJob(ctx context.Context, tx pgx.Tx, rec jobRecord) error {
 		return err
 	}
 	_, err = tx.Exec(ctx, "INSERT INTO jobs (id, open, expires_at, rec) VALUES ($1, $2, $3, $4)",
-		rec.ID, !rec.Terminal(), rec.ExpiresAt, raw)
+		rec.ID, !rec.job().Terminal(), rec.ExpiresAt, raw)
 	if uniqueViolation(err) {
 		return store.ErrExists
 	}
@@ -59,7 +34,7 @@ func insertJob(ctx context.Context, tx pgx.Tx, rec jobRecord) error {
 
 // CreateJob stores a new job that holds nothing.
 func (s *Store) CreateJob(ctx context.Context, j store.Job) error {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return err
 	}
 	j.ReservationID = ""
@@ -73,14 +48,14 @@ var errJobRefused = errors.New("job refused")
 // transaction. The hold is a lease row held by the job, taken with the
 // same conditional statement as a node's lease, so any node can end it.
 func (s *Store) CreateJobReserved(ctx context.Context, j store.Job, a store.Account, units billing.Units, now time.Time) (store.Reservation, error) {
-	if err := checkUnits(units); err != nil {
+	if err := store.CheckUnits(units); err != nil {
 		return store.Reservation{}, err
 	}
 	if j.Terminal() {
 		return store.Reservation{},
 			fmt.Errorf("create job %s: a job holding units must start open, not %s", j.ID, j.Status)
 	}
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return store.Reservation{}, err
 	}
 	j.ReservationID = ""
@@ -181,10 +156,10 @@ func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*store.Job) er
 // CompleteJob changes a job through fn and, when fn ends it, settles the
 // job's hold and meters e in the same transaction.
 func (s *Store) CompleteJob(ctx context.Context, id string, a store.Account, e store.LedgerEntry, fn func(*store.Job) error) (store.Job, error) {
-	if err := checkUnits(e.Units); err != nil {
+	if err := store.CheckUnits(e.Units); err != nil {
 		return store.Job{}, err
 	}
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return store.Job{}, err
 	}
 	if e.Time.IsZero() {
@@ -233,7 +208,7 @@ func (s *Store) CompleteJob(ctx context.Context, id string, a store.Account, e s
 // ExpireJobs fails every open job whose deadline has passed, releasing
 // its hold, a bounded number per transaction.
 func (s *Store) ExpireJobs(ctx context.Context, now time.Time, message string) (int, error) {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return 0, err
 	}
 	total := 0

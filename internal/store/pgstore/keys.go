@@ -175,10 +175,10 @@ func uniqueViolation(err error) bool {
 
 // CreateKey stores a new key under its hash.
 func (s *Store) CreateKey(ctx context.Context, k store.KeyRecord) error {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return err
 	}
-	rec, err := json.Marshal(k)
+	rec, err := json.Marshal(toKeyRecord(k))
 	if err != nil {
 		return err
 	}
@@ -198,19 +198,20 @@ func (s *Store) CreateKey(ctx context.Context, k store.KeyRecord) error {
 
 func scanKey(row pgx.Row) (store.KeyRecord, error) {
 	var (
-		k    store.KeyRecord
+		r    keyRecord
 		hash []byte
 		rec  []byte
 	)
 	if err := row.Scan(&hash, &rec); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
-			return k, store.ErrNotFound
+			return store.KeyRecord{}, store.ErrNotFound
 		}
-		return k, err
+		return store.KeyRecord{}, err
 	}
-	if err := json.Unmarshal(rec, &k); err != nil {
-		return k, fmt.Errorf("key record: %w", err)
+	if err := json.Unmarshal(rec, &r); err != nil {
+		return store.KeyRecord{}, fmt.Errorf("key record: %w", err)
 	}
+	k := r.key()
 	copy(k.Hash[:], hash)
 	return k, nil
 }
@@ -273,7 +274,7 @@ func (s *Store) ListKeys(ctx context.Context, userID string) ([]store.KeyRecord,
 // RevokeKey marks a key revoked; a second revocation keeps the first time.
 // Every node drops the key from its cache when the notification arrives.
 func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) (store.KeyRecord, error) {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return store.KeyRecord{}, err
 	}
 	var out store.KeyRecord
@@ -284,7 +285,7 @@ func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) (store.K
 		}
 		if k.RevokedAt.IsZero() {
 			k.RevokedAt = at.UTC()
-			rec, err := json.Marshal(k)
+			rec, err := json.Marshal(toKeyRecord(k))
 			if err != nil {
 				return err
 			}
@@ -308,34 +309,29 @@ const subColumns = "rec, credits, credits_held"
 
 func scanSub(row pgx.Row) (store.Subscription, error) {
 	var (
-		sub           store.Subscription
+		r             subRecord
 		rec           []byte
 		credits, held int64
 	)
 	if err := row.Scan(&rec, &credits, &held); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
-			return sub, store.ErrNoAccount
+			return store.Subscription{}, store.ErrNoAccount
 		}
-		return sub, err
+		return store.Subscription{}, err
 	}
-	if err := json.Unmarshal(rec, &sub); err != nil {
-		return sub, fmt.Errorf("subscription record: %w", err)
+	if err := json.Unmarshal(rec, &r); err != nil {
+		return store.Subscription{}, fmt.Errorf("subscription record: %w", err)
 	}
-	sub.Credits, sub.CreditsHeld = billing.Units(credits), billing.Units(held)
-	return sub, nil
+	return r.subscription(billing.Units(credits), billing.Units(held)), nil
 }
 
-// subRecord is what the rec column keeps: the balance lives in its own
-// columns, which the lease and settlement statements update.
-func subRecord(sub store.Subscription) ([]byte, error) {
-	sub.Credits, sub.CreditsHeld = 0, 0
-	return json.Marshal(sub)
-}
+// subRec is what the rec column keeps of sub (subRecord).
+func subRec(sub store.Subscription) ([]byte, error) { return json.Marshal(toSubRecord(sub)) }
 
 // PutSubscription creates or updates a subscription, keeping its start
 // (the period anchor) and credit balance.
 func (s *Store) PutSubscription(ctx context.Context, sub store.Subscription) (store.Subscription, error) {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return sub, err
 	}
 	var out store.Subscription
@@ -354,7 +350,7 @@ func (s *Store) PutSubscription(ctx context.Context, sub store.Subscription) (st
 			}
 			next.Credits, next.CreditsHeld = 0, 0
 		}
-		rec, err := subRecord(next)
+		rec, err := subRec(next)
 		if err != nil {
 			return err
 		}
@@ -420,7 +416,7 @@ func (s *Store) getSubscription(ctx context.Context, userID, serviceID string) (
 
 // AddCredits changes a prepaid balance by amount, in one UPDATE.
 func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount billing.Units, at time.Time) (store.Subscription, error) {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return store.Subscription{}, err
 	}
 	updated, err := json.Marshal(at.UTC())
@@ -448,7 +444,7 @@ func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount
 
 // AppendAudit appends e to the audit log, durably, before it returns.
 func (s *Store) AppendAudit(ctx context.Context, e store.AuditEntry) (store.AuditEntry, error) {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return e, err
 	}
 	err := s.tx(ctx, func(tx pgx.Tx) error {

@@ -51,21 +51,11 @@ type AllowanceKey struct {
 }
 
 // Limits are the hard limits of a product as the lease statement checks
-// them. Which limits a product has, and how its spending cap becomes one,
-// is limitsOf's business.
-type Limits struct {
-	// Units caps settled plus leased units in the period (a blocked quota;
-	// for a SUBSCRIPTION product with billed overage and a spending cap,
-	// the quota plus the overage the cap pays for).
-	Units *billing.Units
-	// Spend caps settled plus leased spend in the period (a spending cap
-	// on usage priced per unit).
-	Spend *billing.Units
-	// Credits: the prepaid balance bounds the credits leased.
-	Credits bool
-	// Price is what one unit costs in the Spend and Credits dimensions.
-	Price billing.Units
-}
+// them: Units caps settled plus leased units in the period, Spend settled
+// plus leased spend, Credits says the prepaid balance bounds the credits
+// leased, at Price a unit. Which limits a product has, and how its
+// spending cap becomes one, is billing's rule (Product.HardLimits).
+type Limits billing.HardLimits
 
 // Hard reports whether the limits bound anything: without one, calls need
 // no lease, only counting.

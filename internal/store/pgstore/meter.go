@@ -25,13 +25,6 @@ type openHold struct {
 	leased bool // false: the product has no hard limit, nothing is leased
 }
 
-func checkUnits(u billing.Units) error {
-	if u < 0 {
-		return fmt.Errorf("negative quantity %s: %w", u, billing.ErrInvalidUnits)
-	}
-	return nil
-}
-
 // periodOf is the start of the billing period containing now, for a
 // subscription started at started.
 func periodOf(p billing.Product, started, now time.Time) int64 {
@@ -43,13 +36,13 @@ func periodOf(p billing.Product, started, now time.Time) int64 {
 // has a hard limit (a database round trip only when a new block is
 // leased), in memory only otherwise.
 func (s *Store) Reserve(ctx context.Context, a store.Account, units billing.Units, now time.Time) (store.Reservation, error) {
-	if err := checkUnits(units); err != nil {
+	if err := store.CheckUnits(units); err != nil {
 		return store.Reservation{}, err
 	}
 	if a.Free {
 		return store.Reservation{Account: a, Decision: billing.Decision{Allowed: true, Units: units}}, nil
 	}
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return store.Reservation{}, err
 	}
 	sub, err := s.getSubscription(ctx, a.UserID, a.ServiceID)
@@ -128,7 +121,7 @@ func refusal(p billing.Product, lim Limits, g Grant, units billing.Units) billin
 // limits allow, in the node's next group commit; it returns once the
 // charge is durable.
 func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.Units, e store.LedgerEntry) (store.LedgerEntry, error) {
-	if err := checkUnits(units); err != nil {
+	if err := store.CheckUnits(units); err != nil {
 		return store.LedgerEntry{}, err
 	}
 	if r.JobID != "" {
@@ -212,21 +205,14 @@ func (s *Store) State(ctx context.Context, a store.Account, now time.Time) (bill
 	return s.view(k, a.Product, r), nil
 }
 
-// pricingState is the state reported usage is priced against: the quota
-// consumed, not what is held (billing.DecideCharge says why).
-func pricingState(s billing.State) billing.State {
-	s.Reserved = 0
-	return s
-}
-
 // Record charges usage reported after the fact, claiming the idempotency
 // key in the same transaction: the key is unique across the fleet, and a
 // duplicate returns the first report's stored response.
 func (s *Store) Record(ctx context.Context, a store.Account, e store.LedgerEntry, response func(store.LedgerEntry, billing.State) ([]byte, error)) ([]byte, error) {
-	if err := checkUnits(e.Units); err != nil {
+	if err := store.CheckUnits(e.Units); err != nil {
 		return nil, err
 	}
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return nil, err
 	}
 	if e.Time.IsZero() {
@@ -263,7 +249,7 @@ func (s *Store) Record(ctx context.Context, a store.Account, e store.LedgerEntry
 			if err != nil {
 				return err
 			}
-			dec := billing.Decide(a.Product, pricingState(acc.state), entry.Units)
+			dec := billing.Decide(a.Product, store.PricingState(acc.state), entry.Units)
 			acc.charge(a.Product, dec)
 			entry.Overage, entry.Cost = dec.Overage, dec.Cost
 			if err := acc.save(ctx, tx); err != nil {
@@ -394,7 +380,7 @@ func (s *Store) ScanLedger(ctx context.Context, f store.LedgerFilter, fn func(st
 	}
 	afterT, afterSeq := from, int64(-1)
 	for {
-		if err := ctxErr(ctx); err != nil {
+		if err := store.CtxErr(ctx); err != nil {
 			return err
 		}
 		rows, err := s.pool.Query(ctx, `SELECT time, seq, user_id, service_id, entry FROM ledger

@@ -399,10 +399,3 @@ func (s *Store) tx(ctx context.Context, fn func(pgx.Tx) error) error {
 	}
 	return s.fail(err)
 }
-
-func ctxErr(ctx context.Context) error {
-	if ctx == nil {
-		return nil
-	}
-	return ctx.Err()
-}

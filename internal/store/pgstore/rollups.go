@@ -294,7 +294,7 @@ func (s *Store) ScanRollups(ctx context.Context, f store.RollupFilter, fn func(s
 	// the last key read.
 	first, after := true, store.Rollup{Hour: from}
 	for {
-		if err := ctxErr(ctx); err != nil {
+		if err := store.CtxErr(ctx); err != nil {
 			return err
 		}
 		rows, err := s.pool.Query(ctx, `SELECT hour, user_id, service_id, endpoint_id, product_id, calls, units, overage, cost, capped

@@ -3,7 +3,6 @@ package pgstore
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -16,34 +15,13 @@ import (
 	"github.com/platformgw/gateway/internal/store"
 )
 
-// Cursors are opaque to callers; they carry the last key read, as the
-// bbolt store's do: user \0 service for subscriptions, the job id, the
-// alert's sequence number.
-func encodeCursor(key []byte) string {
-	if key == nil {
-		return ""
-	}
-	return base64.RawURLEncoding.EncodeToString(key)
-}
-
-func decodeCursor(cursor string) ([]byte, error) {
-	if cursor == "" {
-		return nil, nil
-	}
-	key, err := base64.RawURLEncoding.DecodeString(cursor)
-	if err != nil || len(key) == 0 {
-		return nil, store.ErrBadCursor
-	}
-	return key, nil
-}
-
 // ListSubscriptions pages through the subscriptions of one user, or all,
 // in (user, service) order.
 func (s *Store) ListSubscriptions(ctx context.Context, userID, cursor string, limit int) ([]store.Subscription, string, error) {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return nil, "", err
 	}
-	after, err := decodeCursor(cursor)
+	after, err := store.DecodeCursor(cursor)
 	if err != nil {
 		return nil, "", err
 	}
@@ -70,17 +48,17 @@ func (s *Store) ListSubscriptions(ctx context.Context, userID, cursor string, li
 	if len(out) > limit {
 		out = out[:limit]
 		last := out[limit-1]
-		next = encodeCursor([]byte(last.UserID + "\x00" + last.ServiceID))
+		next = store.EncodeCursor([]byte(last.UserID + "\x00" + last.ServiceID))
 	}
 	return out, next, nil
 }
 
 // ListJobs pages through the jobs matching f, in id order.
 func (s *Store) ListJobs(ctx context.Context, f store.JobFilter, cursor string, limit int) ([]store.Job, string, error) {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return nil, "", err
 	}
-	after, err := decodeCursor(cursor)
+	after, err := store.DecodeCursor(cursor)
 	if err != nil {
 		return nil, "", err
 	}
@@ -102,7 +80,7 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter, cursor string, 
 	next := ""
 	if len(out) > limit {
 		out = out[:limit]
-		next = encodeCursor([]byte(out[limit-1].ID))
+		next = store.EncodeCursor([]byte(out[limit-1].ID))
 	}
 	return out, next, nil
 }
@@ -140,7 +118,7 @@ func nullTime(t time.Time) any {
 // CreateAlert records a fired alert as pending; the same alert recorded
 // before, by any node, is ErrExists (a unique constraint).
 func (s *Store) CreateAlert(ctx context.Context, a store.Alert) (store.Alert, error) {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return a, err
 	}
 	var out store.Alert
@@ -203,7 +181,7 @@ func (s *Store) DueAlerts(ctx context.Context, now time.Time, limit int) ([]stor
 // UpdateAlert stores a's delivery state if the stored alert is still
 // pending with attempts attempts; otherwise ErrStale.
 func (s *Store) UpdateAlert(ctx context.Context, a store.Alert, attempts int) (store.Alert, error) {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return a, err
 	}
 	seq, ok := alertSeq(a.ID)
@@ -238,15 +216,12 @@ func (s *Store) UpdateAlert(ctx context.Context, a store.Alert, attempts int) (s
 
 // ListAlerts returns up to limit alerts matching f, newest first.
 func (s *Store) ListAlerts(ctx context.Context, f store.AlertFilter, cursor string, limit int) ([]store.Alert, string, error) {
-	if err := ctxErr(ctx); err != nil {
+	if err := store.CtxErr(ctx); err != nil {
 		return nil, "", err
 	}
-	before, err := decodeCursor(cursor)
+	before, err := store.DecodeAlertCursor(cursor)
 	if err != nil {
 		return nil, "", err
-	}
-	if before != nil && len(before) != 8 {
-		return nil, "", store.ErrBadCursor
 	}
 	beforeSeq := int64(1) << 62
 	if before != nil {
@@ -281,7 +256,7 @@ func (s *Store) ListAlerts(ctx context.Context, f store.AlertFilter, cursor stri
 	next := ""
 	if len(out) > limit {
 		out = out[:limit]
-		next = encodeCursor(u64(uint64(seqs[limit-1])))
+		next = store.EncodeCursor(u64(uint64(seqs[limit-1])))
 	}
 	return out, next, nil
 }

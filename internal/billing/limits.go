@@ -1,0 +1,69 @@
+package billing
+
+// HardLimits are a product's hard limits (the refusals of judge) as bounds
+// on three quantities of a billing period, for a store that enforces them
+// by counting rather than by calling Decide (pgstore's leases):
+//
+//   - a blocked quota caps units: used + held + n <= quota;
+//   - a prepaid balance caps credits: credits held + cost <= credits, the
+//     cost of n units being n × price whatever the quota;
+//   - a spending cap on usage priced per unit (every model but
+//     SUBSCRIPTION) caps spend: spend + held spend + n × price <= cap;
+//   - a spending cap of a SUBSCRIPTION product whose overage is billed
+//     prices only the units past the quota, in whatever order calls
+//     settle (orderPriced), so the cap is a cap on units: the quota plus
+//     the overage units the cap pays for.
+//
+// A SUBSCRIPTION product with a quota that blocks never prices anything,
+// so its cap bounds nothing; one without a quota prices nothing either.
+// The rules sit here, beside judge, so that a change to a limit is made
+// to both.
+type HardLimits struct {
+	// Units caps settled plus held units in the period.
+	Units *Units
+	// Spend caps settled plus held spend in the period.
+	Spend *Units
+	// Credits: the prepaid balance bounds the credits held.
+	Credits bool
+	// Price is what one unit costs in the Spend and Credits dimensions.
+	Price Units
+}
+
+// HardLimits maps the product's hard limits onto the three bounds.
+func (p Product) HardLimits() HardLimits {
+	var l HardLimits
+	l.Price = p.Price
+	blocked := p.Quota != nil && !p.OverageAllowed()
+	if blocked {
+		q := *p.Quota
+		l.Units = &q
+	}
+	if p.BillingModel == Prepaid && p.Price > 0 {
+		l.Credits = true
+	}
+	if p.SpendingCap != nil && p.Price > 0 {
+		switch {
+		case p.BillingModel != Subscription:
+			c := *p.SpendingCap
+			l.Spend = &c
+		case p.Quota != nil && !blocked:
+			u := *p.Quota + overageUnits(*p.SpendingCap, p.Price)
+			l.Units = &u
+		}
+	}
+	return l
+}
+
+// overageUnits is the most units whose price fits in budget.
+func overageUnits(budget, price Units) Units {
+	lo, hi := Units(0), Div(budget, price)+Scale
+	for lo < hi { // the largest u with Mul(u, price) <= budget
+		mid := lo + (hi-lo+1)/2
+		if Mul(mid, price) <= budget {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
+}

@@ -1,0 +1,66 @@
+package billing_test
+
+import (
+	"testing"
+
+	"github.com/platformgw/gateway/internal/billing"
+)
+
+func TestHardLimits(t *testing.T) {
+	none := billing.Units(-1) // no bound in that dimension
+	tests := []struct {
+		name         string
+		p            billing.Product
+		units, spend billing.Units
+		credits      bool
+	}{
+		{"blocked quota caps units", quotaBlock, whole(100), none, false},
+		{"unlimited bounds nothing", unlimited, none, none, false},
+		{"prepaid bounds credits", prepaid, none, none, true},
+		{"free prepaid bounds nothing", billing.Product{BillingModel: billing.Prepaid}, none, none, false},
+		{"postpaid cap caps spend", postpaidCap, none, whole(5), false},
+		{"instant cap caps spend", instantCap, none, whole(5), false},
+		{"instant without cap bounds nothing", instantNoCap, none, none, false},
+		// 100 included, then 0.5 a unit up to a cap of 10: 20 more units.
+		{"billed overage with a cap caps units", quotaAllow, whole(120), none, false},
+		{"billed overage without a cap bounds nothing", quotaAllowNoCap, none, none, false},
+		{"cap of a blocked quota bounds only the quota", billing.Product{BillingModel: billing.Subscription,
+			Quota: ptr(whole(5)), Price: whole(1), SpendingCap: ptr(whole(3))}, whole(5), none, false},
+		{"subscription cap without a quota bounds nothing", billing.Product{BillingModel: billing.Subscription,
+			Price: whole(1), SpendingCap: ptr(whole(3))}, none, none, false},
+		{"cap at price 0 bounds nothing", billing.Product{BillingModel: billing.UsagePostpaid,
+			SpendingCap: ptr(whole(3))}, none, none, false},
+		// 0.3 a unit with 1 to spend: 3.333334 units cost 1.0000002, rounded to 1.
+		{"overage units round down to what the cap pays", billing.Product{BillingModel: billing.Subscription,
+			Quota: ptr(whole(2)), Overage: "allow", Price: 300_000, SpendingCap: ptr(whole(1))}, whole(2) + 3_333_334, none, false},
+		{"prepaid with a cap bounds both", billing.Product{BillingModel: billing.Prepaid, Price: whole(2),
+			SpendingCap: ptr(whole(10))}, none, whole(10), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := tt.p.HardLimits()
+			if got := bound(l.Units); got != tt.units {
+				t.Errorf("Units = %s, want %s", got, tt.units)
+			}
+			if got := bound(l.Spend); got != tt.spend {
+				t.Errorf("Spend = %s, want %s", got, tt.spend)
+			}
+			if l.Credits != tt.credits {
+				t.Errorf("Credits = %v, want %v", l.Credits, tt.credits)
+			}
+			if l.Price != tt.p.Price {
+				t.Errorf("Price = %s, want %s", l.Price, tt.p.Price)
+			}
+			if l.Units != nil && tt.p.Quota != nil && l.Units == tt.p.Quota {
+				t.Error("Units aliases the product's quota")
+			}
+		})
+	}
+}
+
+func bound(u *billing.Units) billing.Units {
+	if u == nil {
+		return -1
+	}
+	return *u
+}

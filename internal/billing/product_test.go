@@ -1,0 +1,89 @@
+package billing_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/platformgw/gateway/internal/billing"
+)
+
+func TestRateLimitDefaults(t *testing.T) {
+	tests := []struct {
+		name     string
+		rl       billing.RateLimit
+		window   time.Duration
+		capacity int
+	}{
+		{"all set", billing.RateLimit{Requests: 10, WindowSeconds: 60, Burst: 3}, time.Minute, 3},
+		{"window defaults to a second", billing.RateLimit{Requests: 10}, time.Second, 10},
+		{"burst defaults to requests", billing.RateLimit{Requests: 5, WindowSeconds: 7}, 7 * time.Second, 5},
+		{"negative window is a second", billing.RateLimit{Requests: 5, WindowSeconds: -3}, time.Second, 5},
+		{"negative burst is requests", billing.RateLimit{Requests: 5, Burst: -1}, time.Second, 5},
+		{"burst above requests kept", billing.RateLimit{Requests: 2, WindowSeconds: 1, Burst: 9}, time.Second, 9},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.rl.Window(); got != tt.window {
+				t.Errorf("Window() = %v, want %v", got, tt.window)
+			}
+			if got := tt.rl.Capacity(); got != tt.capacity {
+				t.Errorf("Capacity() = %d, want %d", got, tt.capacity)
+			}
+		})
+	}
+}
+
+// TestProductEnumerations pins what Validate accepts against the lists the
+// Caddyfile parser offers: every listed value is accepted, and the
+// case-insensitive ones in any case.
+func TestProductEnumerations(t *testing.T) {
+	base := billing.Product{ID: "p", BillingModel: billing.Subscription, MeasurementType: billing.PerRequest}
+	type enumCase struct {
+		name string
+		set  func(*billing.Product)
+		err  string // "" when valid
+	}
+	tests := []enumCase{
+		{"empty period is month", func(p *billing.Product) { p.Period = "" }, ""},
+		{"empty overage is block", func(p *billing.Product) { p.Overage = "" }, ""},
+		{"period in upper case", func(p *billing.Product) { p.Period = "WEEK" }, ""},
+		{"overage in mixed case", func(p *billing.Product) { p.Overage = "Allow" }, ""},
+		{"billing model is case-sensitive", func(p *billing.Product) { p.BillingModel = "prepaid" },
+			`product p: unknown billing model "prepaid"`},
+		{"measurement type is case-sensitive", func(p *billing.Product) { p.MeasurementType = "per_token" },
+			`product p: unknown measurement type "per_token"`},
+		{"unknown billing model", func(p *billing.Product) { p.BillingModel = "" }, `product p: unknown billing model ""`},
+		{"unknown period", func(p *billing.Product) { p.Period = "fortnight" },
+			`product p: unknown period "fortnight" (day, week, month or year)`},
+		{"unknown overage", func(p *billing.Product) { p.Overage = "warn" },
+			`product p: overage must be block or allow, not "warn"`},
+	}
+	for _, v := range billing.BillingModels() {
+		tests = append(tests, enumCase{"billing model " + v, func(p *billing.Product) { p.BillingModel = v }, ""})
+	}
+	for _, v := range billing.MeasurementTypes() {
+		tests = append(tests, enumCase{"measurement type " + v, func(p *billing.Product) { p.MeasurementType = v }, ""})
+	}
+	for _, v := range billing.Periods() {
+		tests = append(tests, enumCase{"period " + v, func(p *billing.Product) { p.Period = v }, ""})
+	}
+	for _, v := range billing.Overages() {
+		tests = append(tests, enumCase{"overage " + v, func(p *billing.Product) { p.Overage = v }, ""})
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := base
+			tt.set(&p)
+			err := p.Validate()
+			switch {
+			case tt.err == "" && err != nil:
+				t.Errorf("Validate() = %v, want nil", err)
+			case tt.err != "" && (err == nil || err.Error() != tt.err):
+				t.Errorf("Validate() = %v, want %s", err, tt.err)
+			}
+		})
+	}
+	if got := billing.Periods(); len(got) != 4 || got[2] != "month" {
+		t.Errorf("Periods() = %v", got)
+	}
+}
