@@ -46,9 +46,7 @@ func (h *Handler) invokeAsync(w http.ResponseWriter, r *http.Request, c *call, n
 		job.ProductID = c.product.ID
 	}
 	if e := h.createJob(r.Context(), c, job); e != nil {
-		h.rt.CountInvoke(c.svc.ID, c.ep.ID, "async", "rejected")
-		c.allowance.write(w.Header())
-		h.refuse(w, r, c.requestID, e)
+		h.refuseCall(w, r, c, true, "rejected", e)
 		return nil
 	}
 	h.rt.CountJobState(store.JobPending)
@@ -82,9 +80,7 @@ func (h *Handler) invokeAsync(w http.ResponseWriter, r *http.Request, c *call, n
 		reason = refusal.Message
 	}
 	h.failJob(c.requestID, reason)
-	h.rt.CountInvoke(c.svc.ID, c.ep.ID, "async", "backend_error")
-	c.allowance.write(w.Header())
-	h.refuse(w, r, c.requestID, refusal)
+	h.refuseCall(w, r, c, true, "backend_error", refusal)
 	return nil
 }
 

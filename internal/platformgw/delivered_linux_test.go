@@ -8,8 +8,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // TestDeliveryConnNotesWhatNeverReachedTheCaller: over real loopback TCP,
@@ -26,6 +28,7 @@ func TestDeliveryConnNotesWhatNeverReachedTheCaller(t *testing.T) {
 	}
 	defer ln.Close()
 	dl := (&DeliveryListener{}).WrapListener(ln)
+	var written atomic.Int64
 	type result struct {
 		read, rcvbuf int64
 		err          error
@@ -45,6 +48,17 @@ func TestDeliveryConnNotesWhatNeverReachedTheCaller(t *testing.T) {
 			return
 		}
 		n, err := io.CopyN(io.Discard, c, 1<<20)
+		// Hang up only once the writer is blocked on a full send queue
+		// (what it wrote stops growing), so that the queue holds bytes
+		// never read: otherwise a reader as fast as the writer can leave
+		// it nearly empty and the test measures nothing.
+		for last, still := int64(-1), 0; still < 5 && err == nil; time.Sleep(10 * time.Millisecond) {
+			if w := written.Load(); w == last {
+				still++
+			} else {
+				last, still = w, 0
+			}
+		}
 		c.Close()
 		done <- result{n, int64(rcvbuf), err}
 	}()
@@ -60,10 +74,9 @@ func TestDeliveryConnNotesWhatNeverReachedTheCaller(t *testing.T) {
 		t.Errorf("a fresh connection holds %d unacknowledged (%v), want 0", q, ok)
 	}
 	buf := make([]byte, 32<<10)
-	var written int64
-	for written < 1<<30 {
+	for written.Load() < 1<<30 {
 		n, err := c.Write(buf)
-		written += int64(n)
+		written.Add(int64(n))
 		if err != nil {
 			break
 		}
@@ -77,13 +90,13 @@ func TestDeliveryConnNotesWhatNeverReachedTheCaller(t *testing.T) {
 	if !ok {
 		t.Fatal("no measurement noted at the failed write")
 	}
-	got := written - q
-	t.Logf("written %d, unacknowledged %d, delivered %d, read %d, receive buffer %d", written, q, got, res.read, res.rcvbuf)
+	got := written.Load() - q
+	t.Logf("written %d, unacknowledged %d, delivered %d, read %d, receive buffer %d", written.Load(), q, got, res.read, res.rcvbuf)
 	if got < res.read || got > res.read+res.rcvbuf {
 		t.Errorf("delivered %d, want between the %d read and that plus the %d byte receive buffer", got, res.read, res.rcvbuf)
 	}
-	if written <= res.read+res.rcvbuf {
-		t.Errorf("wrote only %d: the test did not fill the gateway's send queue", written)
+	if written.Load() <= res.read+res.rcvbuf {
+		t.Errorf("wrote only %d: the test did not fill the gateway's send queue", written.Load())
 	}
 }
 

@@ -109,26 +109,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	return err
 }
 
-// refuse writes a JSON error, counts and logs it (never a key or secret).
-func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, requestID string, e *apierror.Error) {
-	if requestID != "" {
-		e.RequestID = requestID
-		w.Header().Set(h.rt.Headers.RequestID, requestID)
-	}
-	h.rt.CountRejection(e.Code)
-	// Checked first: a flood of refused calls (rate limited, bad keys)
-	// builds no log fields while INFO is off.
-	if ce := h.logger.Check(zap.InfoLevel, "invoke refused"); ce != nil {
-		ce.Write(
-			zap.String("code", e.Code),
-			zap.String("request_id", requestID),
-			zap.String("method", r.Method),
-			zap.String("path", r.URL.Path),
-			zap.String("remote", r.RemoteAddr))
-	}
-	apierror.Write(w, e)
-}
-
 // Interface guards.
 var (
 	_ caddy.Provisioner           = (*Handler)(nil)

@@ -61,11 +61,7 @@ func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, c *call, route 
 	// caller is worth logging too).
 	c.publish(r)
 	if e != nil {
-		h.rt.CountInvoke(route.serviceID, route.endpointID, mode(route), "rejected")
-		if c.allowance.set {
-			c.allowance.write(w.Header())
-		}
-		h.refuse(w, r, c.requestID, e)
+		h.refuseCall(w, r, c, false, "rejected", e)
 		return nil
 	}
 	if route.async {

@@ -60,9 +60,7 @@ func (h *Handler) judge(c *call, dec billing.Decision, st billing.State) *apierr
 func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, next caddyhttp.Handler) error {
 	res, e := h.reserve(r, c)
 	if e != nil {
-		h.rt.CountKnownInvoke(c.svc.ID, c.ep.ID, "sync", "rejected")
-		c.allowance.write(w.Header())
-		h.refuse(w, r, c.requestID, e)
+		h.refuseCall(w, r, c, true, "rejected", e)
 		return nil
 	}
 	h.prepareForward(r, c, c.body, c.ep.Path)
@@ -96,9 +94,7 @@ func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, ne
 		// Nothing reached the caller: the backend was not reached or did
 		// not answer. Not charged.
 		h.release(c, res)
-		h.rt.CountKnownInvoke(c.svc.ID, c.ep.ID, "sync", "backend_error")
-		c.allowance.write(w.Header())
-		h.refuse(w, r, c.requestID, h.unreachable(c, err))
+		h.refuseCall(w, r, c, true, "backend_error", h.unreachable(c, err))
 		return nil
 	}
 	m.end(wrapped.delivers(err))
