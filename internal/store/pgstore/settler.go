@@ -1,0 +1,269 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/store"
+)
+
+// Settlements are group-committed: a node's Settle calls queue, and one
+// loop writes whatever queued during the previous commit in a single
+// transaction of two round trips (the rows locked and read, then the
+// ledger rows inserted with unnest arrays and the counters written, with
+// the COMMIT pipelined behind them). Each ledger row carries its call's id
+// under a UNIQUE constraint, and a batch whose commit went unanswered is
+// run again: rows already there are recognised and not counted twice.
+
+// maxSettleBatch bounds the settlements of one transaction.
+const maxSettleBatch = 1024
+
+// settleWait is how long a Settle waits for its batch to commit while the
+// database is unreachable before it answers store.ErrUnavailable; the
+// settlement stays queued and is written once the database is back.
+var settleWait = 10 * time.Second
+
+// gatherWait is the longest a batch waits for the callers the previous
+// commit answered; a fraction of a commit's flush.
+var gatherWait = time.Millisecond
+
+// maxRetained bounds the settlements kept for a database that is down.
+const maxRetained = 1 << 16
+
+// settlement is one charge to write.
+type settlement struct {
+	callID  string
+	key     AllowanceKey
+	product billing.Product
+	free    bool
+	units   billing.Units
+	entry   store.LedgerEntry
+	holder  string // the lease row the call's units came from, "" for none
+	consume Vec    // what the charge takes from that lease row
+	covered bool   // the lease covers the whole charge
+	seq     int64  // the ledger number given at acknowledgement (settle log), 0: none yet
+
+	out  store.LedgerEntry
+	err  error
+	done chan struct{}
+	sent time.Time
+}
+
+// result is the ledger entry written for the settlement, its ID made from
+// its number here: most settlements are shipped from the log with nobody
+// waiting to read it.
+func (st *settlement) result() store.LedgerEntry {
+	e := st.out
+	if e.Seq > 0 && e.ID == "" {
+		e.ID = "led_" + strconv.FormatUint(e.Seq, 10)
+	}
+	return e
+}
+
+type settler struct {
+	s       *Store
+	in      chan *settlement
+	closing chan struct{}
+	done    chan struct{}
+	dropped bool // abandon: a killed node writes nothing more
+	mu      sync.Mutex
+
+	// batches, calls and nanos count the commits, the settlements they
+	// carried and the time they took (the benchmark reports them).
+	batches, calls, nanos atomic.Int64
+}
+
+func newSettler(s *Store) *settler {
+	return &settler{s: s, in: make(chan *settlement, maxSettleBatch), closing: make(chan struct{}), done: make(chan struct{})}
+}
+
+// submit queues st and waits until it is durable, or settleWait passed
+// without the database answering.
+func (t *settler) submit(ctx context.Context, st *settlement) (store.LedgerEntry, error) {
+	st.done = make(chan struct{})
+	st.sent = time.Now()
+	select {
+	case t.in <- st:
+	case <-t.closing:
+		return store.LedgerEntry{}, fmt.Errorf("pgstore: closed: %w", store.ErrUnavailable)
+	}
+	timer := time.NewTimer(settleWait)
+	defer timer.Stop()
+	select {
+	case <-st.done:
+		return st.result(), st.err
+	case <-timer.C:
+		return store.LedgerEntry{}, fmt.Errorf("pgstore: the settlement is not written yet (it will be once PostgreSQL answers): %w",
+			store.ErrUnavailable)
+	}
+}
+
+func (t *settler) close() {
+	t.mu.Lock()
+	select {
+	case <-t.closing:
+	default:
+		close(t.closing)
+	}
+	t.mu.Unlock()
+	<-t.done
+}
+
+func (t *settler) abandon() {
+	t.mu.Lock()
+	t.dropped = true
+	t.mu.Unlock()
+	t.close()
+}
+
+func (t *settler) isDropped() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.dropped
+}
+
+// settleWorkers is how many batches a node commits at once: batches of
+// different subscriptions commit side by side (PostgreSQL flushes their
+// commits together); batches of one subscription take turns on its row.
+const settleWorkers = 1
+
+// start runs the commit loops; done closes once they all returned.
+func (t *settler) start(workers int) {
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(t.loop)
+	}
+	go func() {
+		wg.Wait()
+		close(t.done)
+	}()
+}
+
+func (t *settler) loop() {
+	var retained []*settlement
+	last := 0 // settlements of the previous batch
+	backoff := 50 * time.Millisecond
+	for {
+		batch := retained
+		retained = nil
+		if len(batch) == 0 {
+			select {
+			case st := <-t.in:
+				batch = append(batch, st)
+			case <-t.closing:
+				batch = t.drain(batch)
+				if len(batch) == 0 {
+					return
+				}
+			}
+		}
+	fill:
+		for len(batch) < maxSettleBatch {
+			select {
+			case st := <-t.in:
+				batch = append(batch, st)
+			default:
+				break fill
+			}
+		}
+		// The callers the last commit answered are about to settle their
+		// next calls: waiting for them (up to gatherWait) makes one batch
+		// of the two halves that otherwise take turns, each paying a whole
+		// commit.
+		if len(batch) < last && len(batch) < maxSettleBatch {
+			timer := time.NewTimer(gatherWait)
+		gather:
+			for len(batch) < last && len(batch) < maxSettleBatch {
+				select {
+				case st := <-t.in:
+					batch = append(batch, st)
+				case <-timer.C:
+					break gather
+				}
+			}
+			timer.Stop()
+		}
+		last = len(batch)
+		if t.isDropped() {
+			return
+		}
+		t0 := time.Now()
+		err := t.s.commitSettlements(batch)
+		t.batches.Add(1)
+		t.calls.Add(int64(len(batch)))
+		t.nanos.Add(int64(time.Since(t0)))
+		if err == nil {
+			backoff = 50 * time.Millisecond
+			for _, st := range batch {
+				close(st.done)
+			}
+			continue
+		}
+		if !errors.Is(err, store.ErrUnavailable) {
+			// A statement failed, not the database: each one alone, so one
+			// bad settlement never keeps the others unwritten.
+			for _, st := range batch {
+				if err := t.s.commitSettlements([]*settlement{st}); err != nil {
+					if errors.Is(err, store.ErrUnavailable) {
+						retained = append(retained, st)
+						continue
+					}
+					st.err = err
+				}
+				close(st.done)
+			}
+			continue
+		}
+		t.s.log.Warn("settlements not written; retrying", zap.Int("settlements", len(batch)), zap.Error(err))
+		retained = batch
+		if len(retained) > maxRetained {
+			for _, st := range retained[maxRetained:] {
+				t.s.log.Error("settlement dropped: PostgreSQL unreachable too long", zap.String("call", st.callID))
+				st.err = err
+				close(st.done)
+			}
+			retained = retained[:maxRetained]
+		}
+		select {
+		case <-time.After(backoff):
+		case <-t.closing:
+			// One last attempt, then the calls are answered with the error.
+			if err := t.s.commitSettlements(retained); err != nil {
+				for _, st := range retained {
+					st.err = err
+					close(st.done)
+				}
+			} else {
+				for _, st := range retained {
+					close(st.done)
+				}
+			}
+			retained = nil
+			if rest := t.drain(nil); len(rest) > 0 {
+				retained = rest
+				continue
+			}
+			return
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+func (t *settler) drain(batch []*settlement) []*settlement {
+	for {
+		select {
+		case st := <-t.in:
+			batch = append(batch, st)
+		default:
+			return batch
+		}
+	}
+}
