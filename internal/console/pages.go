@@ -15,7 +15,6 @@ import (
 	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/engine"
 	"github.com/platformgw/gateway/internal/ops"
-	"github.com/platformgw/gateway/internal/servicekey"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -186,7 +185,7 @@ func (h *Handler) users(q *req) error {
 	for _, k := range keys {
 		u := get(k.UserID)
 		u.Keys++
-		if k.Status(now) == servicekey.Active {
+		if k.ActiveAt(now) {
 			u.ActiveKeys++
 		}
 	}

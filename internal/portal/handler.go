@@ -18,7 +18,6 @@ import (
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/httpsonly"
 	"github.com/platformgw/gateway/internal/ops"
-	"github.com/platformgw/gateway/internal/servicekey"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -214,7 +213,7 @@ func (h *Handler) signedIn(q *request) (id string, sess session, sessionKey stor
 		h.message(q, http.StatusInternalServerError, "Something went wrong", "The portal could not read your key; try again.")
 		return "", session{}, store.KeyRecord{}, false
 	}
-	if err != nil || sessionKey.UserID != sess.UserID || sessionKey.Status(q.now) != servicekey.Active {
+	if err != nil || sessionKey.UserID != sess.UserID || !sessionKey.ActiveAt(q.now) {
 		sessions.end(c.Value)
 		http.SetCookie(q.w, q.cookie(sessionCookie, "", -1))
 		q.redirect("/?m=ended")

@@ -11,7 +11,6 @@ import (
 
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/ops"
-	"github.com/platformgw/gateway/internal/servicekey"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -50,7 +49,7 @@ func (h *Handler) mint(q *request, sessionKey store.KeyRecord, label string) (op
 	}
 	active := 0
 	for _, k := range keys {
-		if k.Status(q.now) == servicekey.Active {
+		if k.ActiveAt(q.now) {
 			active++
 		}
 	}
@@ -77,7 +76,7 @@ func (h *Handler) mint(q *request, sessionKey store.KeyRecord, label string) (op
 	// one was stored has not revoked it: if the session's key is no longer
 	// active now, the new key goes too.
 	parent, perr := h.rt.Store().KeyByID(ctx, sessionKey.ID)
-	if perr == nil && parent.Status(q.now) == servicekey.Active {
+	if perr == nil && parent.ActiveAt(q.now) {
 		return rec, nil, err
 	}
 	if _, rerr := h.ops.RevokeKey(ctx, "portal:"+sessionKey.UserID, rec.ID); rerr != nil {

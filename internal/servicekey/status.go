@@ -29,3 +29,9 @@ func StatusAt(revokedAt, expiresAt, now time.Time) Status {
 	}
 	return Active
 }
+
+// ActiveAt reports whether a key revoked at revokedAt and expiring at
+// expiresAt authenticates at now (StatusAt is Active).
+func ActiveAt(revokedAt, expiresAt, now time.Time) bool {
+	return StatusAt(revokedAt, expiresAt, now) == Active
+}

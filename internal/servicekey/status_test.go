@@ -29,6 +29,9 @@ func TestStatusAt(t *testing.T) {
 			if got := servicekey.StatusAt(tt.revoked, tt.expires, now); got != tt.want {
 				t.Errorf("StatusAt(%v, %v, now) = %q, want %q", tt.revoked, tt.expires, got, tt.want)
 			}
+			if got := servicekey.ActiveAt(tt.revoked, tt.expires, now); got != (tt.want == servicekey.Active) {
+				t.Errorf("ActiveAt(%v, %v, now) = %v for status %q", tt.revoked, tt.expires, got, tt.want)
+			}
 		})
 	}
 }

@@ -94,6 +94,10 @@ func (k KeyRecord) Status(now time.Time) servicekey.Status {
 	return servicekey.StatusAt(k.RevokedAt, k.ExpiresAt, now)
 }
 
+// ActiveAt reports whether the key authenticates at now: neither revoked
+// nor expired.
+func (k KeyRecord) ActiveAt(now time.Time) bool { return servicekey.ActiveAt(k.RevokedAt, k.ExpiresAt, now) }
+
 // Keys stores service keys.
 type Keys interface {
 	CreateKey(ctx context.Context, k KeyRecord) error
