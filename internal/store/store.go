@@ -96,7 +96,9 @@ func (k KeyRecord) Status(now time.Time) servicekey.Status {
 
 // ActiveAt reports whether the key authenticates at now: neither revoked
 // nor expired.
-func (k KeyRecord) ActiveAt(now time.Time) bool { return servicekey.ActiveAt(k.RevokedAt, k.ExpiresAt, now) }
+func (k KeyRecord) ActiveAt(now time.Time) bool {
+	return servicekey.ActiveAt(k.RevokedAt, k.ExpiresAt, now)
+}
 
 // Keys stores service keys.
 type Keys interface {
