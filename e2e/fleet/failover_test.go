@@ -125,16 +125,19 @@ func testFailover(t *testing.T, mode string) {
 
 	// A hard limit taken after the failover is exact: leases work on the
 	// new primary.
-	qserved := exhaustQuota(t, f.nodes, qkey)
-	if qserved != 100 {
-		t.Errorf("quota of 100 after the failover: %d served", qserved)
+	qacked := exhaustQuota(t, f.nodes, qkey)
+	if len(qacked) != 100 {
+		t.Errorf("quota of 100 after the failover: %d served", len(qacked))
 	}
 	for _, nd := range f.nodes {
 		if r := invoke(nd.base, qkey); r.code != "quota_exceeded" {
 			t.Errorf("past the quota on %s after the failover: %d %s %v", nd.name, r.status, r.code, r.err)
 		}
 	}
-	checkLedger(t, f.nodes[0], map[string]int{}, map[string]int{"u-fo-quota": 100})
+	// With settle log the other node's calls are in the ledger once it
+	// shipped them (a ship_interval).
+	waitLedger(t, f.nodes[0], qacked, 10*time.Second)
+	checkLedger(t, f.nodes[0], qacked, map[string]int{"u-fo-quota": 100})
 
 	// The counters equal the ledger (every call one unit, one credit).
 	entries := len(exportLedger(t, f.nodes[0], "u-fo"))
@@ -170,12 +173,13 @@ func dbDSN(t *testing.T, c *pgtest.Instance) string {
 }
 
 // exhaustQuota calls with key over the nodes (ten callers each) until
-// the quota is used up everywhere, and returns how many calls were served.
-func exhaustQuota(t *testing.T, nodes []*node, key string) int {
+// the quota is used up everywhere, and returns the request ids of the
+// calls served.
+func exhaustQuota(t *testing.T, nodes []*node, key string) map[string]int {
 	t.Helper()
 	var (
 		mu       sync.Mutex
-		served   int
+		served   = map[string]int{}
 		failures []string
 		wg       sync.WaitGroup
 	)
@@ -188,12 +192,12 @@ func exhaustQuota(t *testing.T, nodes []*node, key string) int {
 				mu.Lock()
 				switch {
 				case r.err == nil && r.status/100 == 2:
-					served++
+					served[r.requestID] = 0
 				case r.err == nil && r.code == "quota_exceeded":
 				default:
 					failures = append(failures, fmt.Sprintf("%s: %d %s %v", nd.name, r.status, r.code, r.err))
 				}
-				done := served >= 100 || len(failures) > 0
+				done := len(served) >= 100 || len(failures) > 0
 				mu.Unlock()
 				if done {
 					return
