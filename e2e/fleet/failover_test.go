@@ -68,6 +68,7 @@ func testFailover(t *testing.T, mode string) {
 	// primary is gone (scenario, not a wait for anything): the nodes
 	// admit from their leases, or refuse, or wait for the database.
 	time.Sleep(primaryDown)
+	promoting := time.Now()
 	standby.Promote()
 	promoted := time.Now()
 	// Every node serves calls begun after the promotion, then the load
@@ -77,11 +78,11 @@ func testFailover(t *testing.T, mode string) {
 	waitFor(t, 60*time.Second, func() bool { return l.served() > back+600 })
 	calls := l.finish()
 
-	m := measure(calls, killed, promoted, len(f.nodes))
-	t.Logf("settle %s: %d calls, %d served; answers %v; %d calls begun after the kill served before the promotion",
+	m := measure(calls, killed, promoting, promoted, len(f.nodes))
+	t.Logf("settle %s: %d calls, %d served; answers %v; %d calls begun after the kill served before the promote command",
 		mode, len(calls), m.served, m.answers, m.servedDown)
-	t.Logf("settle %s: kill → promoted %v; refused %d calls, from %v to %v after the kill (a window of %v); served calls slower than 500ms: %d, slowest %v",
-		mode, promoted.Sub(killed).Round(time.Millisecond), m.refused, m.refusedFrom, m.refusedTo, m.refusedWindow(),
+	t.Logf("settle %s: kill → promote command %v → promoted %v; refused %d calls, from %v to %v after the kill (a window of %v); served calls slower than 500ms: %d, slowest %v",
+		mode, promoting.Sub(killed).Round(time.Millisecond), promoted.Sub(killed).Round(time.Millisecond), m.refused, m.refusedFrom, m.refusedTo, m.refusedWindow(),
 		m.slow, m.slowest.Round(time.Millisecond))
 	for i, nd := range f.nodes {
 		t.Logf("settle %s: %s: first served call begun after the promotion answered %v after it (%v after the kill); longest time without a served call %v",
@@ -334,7 +335,8 @@ type failoverFigures struct {
 	served, refused int
 	answers         map[string]int
 	// servedDown: calls begun after the kill and served before the
-	// promotion (from the nodes' leases).
+	// standby was told to promote itself (from the nodes' leases, with
+	// no primary anywhere).
 	servedDown int
 	// refusedFrom and refusedTo: from the start of the first refused
 	// call to the answer of the last, after the kill.
@@ -353,7 +355,7 @@ func (m failoverFigures) refusedWindow() time.Duration {
 	return (m.refusedTo - m.refusedFrom).Round(time.Millisecond)
 }
 
-func measure(calls []call, killed, promoted time.Time, nodes int) failoverFigures {
+func measure(calls []call, killed, promoting, promoted time.Time, nodes int) failoverFigures {
 	m := failoverFigures{answers: map[string]int{}, firstOK: make([]time.Time, nodes), longestGap: make([]time.Duration, nodes)}
 	sorted := append([]call(nil), calls...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].end.Before(sorted[j].end) })
@@ -370,7 +372,7 @@ func measure(calls []call, killed, promoted time.Time, nodes int) failoverFigure
 			continue
 		}
 		m.served++
-		if c.start.After(killed) && c.end.Before(promoted) {
+		if c.start.After(killed) && c.end.Before(promoting) {
 			m.servedDown++
 		}
 		if d := c.end.Sub(c.start); d >= 500*time.Millisecond {
