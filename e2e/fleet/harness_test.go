@@ -7,7 +7,8 @@
 //
 // Ports: node i (0, 1, 2) serves HTTP on FLEET_HTTP_PORT+i (8402 by
 // default) and its admin API on FLEET_ADMIN_PORT+i (2402); the private
-// PostgreSQL cluster of the restart test listens on FLEET_PG_PORT (55441).
+// PostgreSQL cluster of the restart test listens on FLEET_PG_PORT (55441),
+// the failover test's standby on the port after it.
 package fleet
 
 import (
@@ -58,6 +59,9 @@ type fleet struct {
 	// leaseTTL and leaseMax tune every node's store postgres block.
 	leaseTTL string
 	leaseMax string
+	// settle is every node's settle mode (log or commit); empty: the
+	// default (log).
+	settle string
 }
 
 type envelope struct {
@@ -110,14 +114,18 @@ func catalog(backend string) string {
 		}`, fleetService, backend)
 }
 
-// newFleet starts n nodes on the database at dsn.
-func newFleet(t *testing.T, dsn string, n int) *fleet {
+// newFleet starts n nodes on the database at dsn, after opts changed the
+// fleet's settings.
+func newFleet(t *testing.T, dsn string, n int, opts ...func(*fleet)) *fleet {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and runs the real binary as a fleet")
 	}
 	f := &fleet{t: t, bin: e2etest.GatewayBinary(t), dir: t.TempDir(), dsn: dsn, jobs: make(chan envelope, 1000),
 		leaseTTL: "5s", leaseMax: "10"}
+	for _, o := range opts {
+		o(f)
+	}
 	f.backend = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		if r.URL.Path == "/job" {
@@ -172,7 +180,7 @@ func (f *fleet) caddyfile(nd *node) string {
 			dsn "%s"
 			node_id %s
 			lease_ttl %s
-			lease_max %s
+			lease_max %s%s
 		}
 %s
 	}
@@ -186,7 +194,14 @@ func (f *fleet) caddyfile(nd *node) string {
 		transport platform
 	}
 }
-`, nd.adminPort, nd.httpPort, e2etest.FreePort(f.t), f.dsn, nd.name, f.leaseTTL, f.leaseMax, catalog(f.backend.URL), nd.httpPort)
+`, nd.adminPort, nd.httpPort, e2etest.FreePort(f.t), f.dsn, nd.name, f.leaseTTL, f.leaseMax, f.settleLine(), catalog(f.backend.URL), nd.httpPort)
+}
+
+func (f *fleet) settleLine() string {
+	if f.settle == "" {
+		return ""
+	}
+	return "\n\t\t\tsettle " + f.settle
 }
 
 // start starts (or restarts) a node and waits until it serves.

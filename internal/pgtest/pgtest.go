@@ -176,9 +176,95 @@ func ClusterPort(def int) int {
 
 // Cluster initialises and starts a private cluster on port. As root it
 // runs the PostgreSQL tools as the postgres user (initdb refuses root).
+// It can be the primary of a Standby: initdb's defaults (wal_level
+// replica, max_wal_senders 10, a replication line for 127.0.0.1 in
+// pg_hba.conf with trust) are what streaming replication needs.
 func Cluster(t testing.TB, port int) *Instance {
 	t.Helper()
-	for _, tool := range []string{"initdb", "pg_ctl", "psql"} {
+	c := newInstance(t, port, "initdb")
+	if out, err := c.run("initdb", "-D", c.data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale", "--no-sync"); err != nil {
+		t.Fatalf("initdb: %v\n%s", err, out)
+	}
+	c.configure("postgresql.conf", fmt.Sprintf("listen_addresses = '127.0.0.1'\nport = %d\nunix_socket_directories = '%s'\nmax_connections = 200\n", port, c.dir))
+	c.Start()
+	return c
+}
+
+// Standby makes a streaming standby of c on port (pg_basebackup -R of the
+// running c), named name in c's pg_stat_replication (its
+// application_name, what synchronous_standby_names names), starts it and
+// waits until c streams to it. It is stopped and removed when the test
+// ends.
+func (c *Instance) Standby(port int, name string) *Instance {
+	c.t.Helper()
+	s := newInstance(c.t, port, "pg_basebackup")
+	if out, err := s.run("pg_basebackup", "-h", "127.0.0.1", "-p", strconv.Itoa(c.Port), "-U", "postgres",
+		"-D", s.data, "-R", "-X", "stream", "--checkpoint=fast", "--no-sync"); err != nil {
+		c.t.Fatalf("pg_basebackup: %v\n%s", err, out)
+	}
+	// postgresql.auto.conf: -R wrote primary_conninfo there, and it is
+	// read after postgresql.conf (the primary's port and socket dir).
+	s.configure("postgresql.auto.conf", fmt.Sprintf("port = %d\nunix_socket_directories = '%s'\nprimary_conninfo = 'host=127.0.0.1 port=%d user=postgres application_name=%s'\n",
+		port, s.dir, c.Port, name))
+	s.Start()
+	c.waitFor("streaming to "+name, "SELECT count(*) FROM pg_stat_replication WHERE application_name = '"+name+"' AND state = 'streaming'", "1")
+	return s
+}
+
+// SyncStandby makes c commit only once its standby name has the commit's
+// WAL on disk (synchronous_standby_names, synchronous_commit on), and
+// waits until c reports the standby as synchronous.
+func (c *Instance) SyncStandby(name string) {
+	c.t.Helper()
+	Query(c.t, c.DSN(), "ALTER SYSTEM SET synchronous_standby_names = '"+name+"'")
+	Query(c.t, c.DSN(), "SELECT pg_reload_conf()")
+	c.waitFor(name+" synchronous", "SELECT count(*) FROM pg_stat_replication WHERE application_name = '"+name+"' AND sync_state = 'sync'", "1")
+}
+
+// Kill stops the cluster the hard way (pg_ctl stop -m immediate: the
+// postmaster and its backends quit at once, as in a crash, with no
+// shutdown checkpoint) and waits until it is down.
+func (c *Instance) Kill() {
+	c.t.Helper()
+	if out, err := c.pgctl("stop", "-m", "immediate", "-w", "-t", "60"); err != nil {
+		c.t.Fatalf("pg_ctl stop -m immediate: %v\n%s", err, out)
+	}
+}
+
+// Promote promotes a standby (pg_ctl promote) and waits until it is out
+// of recovery and takes writes.
+func (c *Instance) Promote() {
+	c.t.Helper()
+	if out, err := c.pgctl("promote", "-w", "-t", "60"); err != nil {
+		c.t.Fatalf("pg_ctl promote: %v\n%s\n%s", err, out, c.Log())
+	}
+	c.waitFor("out of recovery", "SELECT pg_is_in_recovery()", "f")
+}
+
+// waitFor polls sql on c until it prints want, for at most a minute.
+func (c *Instance) waitFor(what, sql, want string) {
+	c.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		got, err := Exec(ctx, c.DSN(), sql)
+		cancel()
+		if err == nil && got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("cluster on port %d: not %s within a minute (%s: %q %v)\n%s", c.Port, what, sql, got, err, c.Log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// newInstance checks for the tools and the port and makes the instance's
+// directory, removed (its server stopped) when the test ends; tool is the
+// one that fills its data directory.
+func newInstance(t testing.TB, port int, tool string) *Instance {
+	t.Helper()
+	for _, tool := range []string{tool, "pg_ctl", "psql"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			unavailable(t, "no %s on PATH (Debian: apt-get install postgresql, and put /usr/lib/postgresql/*/bin on PATH)", tool)
 		}
@@ -204,7 +290,7 @@ func Cluster(t testing.TB, port int) *Instance {
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
-			unavailable(t, "running as root and there is no postgres user to run initdb as")
+			unavailable(t, "running as root and there is no postgres user to run %s as", tool)
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
@@ -213,15 +299,16 @@ func Cluster(t testing.TB, port int) *Instance {
 		}
 		c.user = "postgres"
 	}
-	if out, err := c.run("initdb", "-D", c.data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale", "--no-sync"); err != nil {
-		t.Fatalf("initdb: %v\n%s", err, out)
-	}
-	conf := fmt.Sprintf("\nlisten_addresses = '127.0.0.1'\nport = %d\nunix_socket_directories = '%s'\nmax_connections = 200\n", port, dir)
-	if out, err := c.run("sh", "-c", "cat >> "+filepath.Join(c.data, "postgresql.conf")+" <<'EOF'\n"+conf+"EOF\n"); err != nil {
-		t.Fatalf("configure the cluster: %v\n%s", err, out)
-	}
-	c.Start()
 	return c
+}
+
+// configure appends settings to a configuration file of the data
+// directory, as the cluster's user.
+func (c *Instance) configure(file, settings string) {
+	c.t.Helper()
+	if out, err := c.run("sh", "-c", "cat >> "+filepath.Join(c.data, file)+" <<'EOF'\n\n"+settings+"EOF\n"); err != nil {
+		c.t.Fatalf("configure the cluster: %v\n%s", err, out)
+	}
 }
 
 // DSN is the cluster's postgres database.

@@ -58,6 +58,26 @@ func TestCluster(t *testing.T) {
 	Query(t, db, "SELECT 1")
 }
 
+// TestStandbyFailover: a synchronous standby has every committed row,
+// refuses writes until promoted, and takes them once promoted after its
+// primary was stopped the hard way. PGTEST_CLUSTER_PORT moves the primary
+// (55452 by default), the standby is on the next port.
+func TestStandbyFailover(t *testing.T) {
+	primary := Cluster(t, ClusterPort(55452))
+	standby := primary.Standby(primary.Port+1, "s1")
+	primary.SyncStandby("s1")
+	Query(t, primary.DSN(), "CREATE TABLE t (v int); INSERT INTO t VALUES (7)")
+	if _, err := Exec(t.Context(), standby.DSN(), "INSERT INTO t VALUES (8)"); err == nil {
+		t.Fatal("the standby took a write before its promotion")
+	}
+	primary.Kill()
+	standby.Promote()
+	Query(t, standby.DSN(), "INSERT INTO t VALUES (8)")
+	if got := Query(t, standby.DSN(), "SELECT string_agg(v::text, ',' ORDER BY v) FROM t"); got != "7,8" {
+		t.Fatalf("after the failover: %q, want 7,8", got)
+	}
+}
+
 func TestClusterPort(t *testing.T) {
 	for env, want := range map[string]int{"": 55431, "55499": 55499, "0": 55431, "x": 55431} {
 		t.Setenv("PGTEST_CLUSTER_PORT", env)
