@@ -237,7 +237,7 @@ http://127.0.0.1:%d {
 		plainReq: []byte("GET /plain/instant HTTP/1.1\r\nHost: " + host + "\r\n\r\n"),
 		asyncReq: []byte("POST /api/service/bench/endpoint/job/invoke/async HTTP/1.1\r\nHost: " + host +
 			"\r\nAuthorization: Bearer " + key + "\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n{\"q\":1}"),
-		backend:  be,
+		backend: be,
 	}
 	// One signed call through the whole chain, and its ledger entry.
 	be.check.Store(true)
