@@ -84,6 +84,7 @@ func chainEnvInt(name string, def int) int {
 // chain is a running server with a key and a subscription.
 type chain struct {
 	syncReq, plainReq []byte
+	asyncReq          []byte // POST of a job to the async endpoint (202)
 	backend           *chainBackend
 }
 
@@ -165,6 +166,11 @@ func startChainDurability(tb testing.TB, durability string) *chain {
 				methods GET POST
 				path /instant
 			}
+			endpoint job {
+				methods POST
+				path /job
+				async
+			}
 			product bench {
 				billing SUBSCRIPTION
 				measurement PER_REQUEST
@@ -229,7 +235,9 @@ http://127.0.0.1:%d {
 		syncReq: []byte("GET /api/service/bench/endpoint/instant/invoke HTTP/1.1\r\nHost: " + host +
 			"\r\nAuthorization: Bearer " + key + "\r\n\r\n"),
 		plainReq: []byte("GET /plain/instant HTTP/1.1\r\nHost: " + host + "\r\n\r\n"),
-		backend:  be,
+		asyncReq: []byte("POST /api/service/bench/endpoint/job/invoke/async HTTP/1.1\r\nHost: " + host +
+			"\r\nAuthorization: Bearer " + key + "\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n{\"q\":1}"),
+		backend: be,
 	}
 	// One signed call through the whole chain, and its ledger entry.
 	be.check.Store(true)
@@ -275,19 +283,35 @@ func BenchmarkChainWrite(b *testing.B) {
 	benchmarkChain(b, startChainDurability(b, "write"), "write")
 }
 
+// BenchmarkChainAsync is BenchmarkChain's rows for async invoke: the job
+// created with its hold, the envelope forwarded, the 202 (make bench's
+// async row). Compare it with the plain rows of the same run.
+func BenchmarkChainAsync(b *testing.B) {
+	c := startChain(b)
+	benchmarkChainRows(b, []chainRow{{"plain", c.plainReq, http.StatusOK}, {"async", c.asyncReq, http.StatusAccepted}})
+}
+
+// chainRow is one request of a chain benchmark and the status it answers.
+type chainRow struct {
+	name   string
+	req    []byte
+	status int
+}
+
 func benchmarkChain(b *testing.B, c *chain, invoke string) {
+	benchmarkChainRows(b, []chainRow{{"plain", c.plainReq, http.StatusOK}, {invoke, c.syncReq, http.StatusOK}})
+}
+
+func benchmarkChainRows(b *testing.B, rows []chainRow) {
 	host := fmt.Sprintf("127.0.0.1:%d", chainHTTPPort)
-	for _, s := range []struct {
-		name string
-		req  []byte
-	}{{"plain", c.plainReq}, {invoke, c.syncReq}} {
+	for _, s := range rows {
 		b.Run(s.name+"/serial", func(b *testing.B) {
 			conn := dialRaw(b, host)
 			defer conn.close()
 			b.ReportAllocs()
 			defer reportChainCPU(b)()
 			for b.Loop() {
-				if st, _ := conn.do(s.req); st != http.StatusOK {
+				if st, _ := conn.do(s.req); st != s.status {
 					b.Fatalf("status %d", st)
 				}
 			}
@@ -300,7 +324,7 @@ func benchmarkChain(b *testing.B, c *chain, invoke string) {
 				conn := dialRaw(b, host)
 				defer conn.close()
 				for pb.Next() {
-					if st, _ := conn.do(s.req); st != http.StatusOK {
+					if st, _ := conn.do(s.req); st != s.status {
 						b.Errorf("status %d", st)
 						return
 					}

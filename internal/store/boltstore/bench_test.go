@@ -1,6 +1,8 @@
 package boltstore
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -168,4 +170,75 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkJobCreate is the store's part of one async invoke: a job
+// created with its hold (CreateJobReserved) under a random UUID, as the
+// gateway names its jobs, by parallel callers sharing the settlement log's
+// fdatasyncs; the applier's commits to the file run meanwhile and count in
+// cpu-us/op. Poll then reads jobs back by id (GetJob), from the file.
+func BenchmarkJobCreate(b *testing.B) {
+	s := openTemp(b)
+	a := subscribe(b, s, "u1", "svc", quotaAllow, 0)
+	a.Product.SpendingCap = nil
+	b.SetParallelism(32)
+	b.ReportAllocs()
+	b.ResetTimer()
+	defer reportCPU(b)()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			j := newJob(benchUUID(), t0.Add(time.Hour))
+			if res, err := s.CreateJobReserved(ctx, j, a, whole(1), t0); err != nil || !res.Decision.Allowed {
+				b.Errorf("CreateJobReserved: %+v, %v", res.Decision, err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkJobPoll is a status poll of a job the file has (applied and
+// not in the read cache's recent entries): GetJob by id, among 100k jobs.
+func BenchmarkJobPoll(b *testing.B) {
+	s := openTemp(b)
+	a := subscribe(b, s, "u1", "svc", quotaAllow, 0)
+	a.Product.SpendingCap = nil
+	const n = 100_000
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	for w := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 64 {
+				ids[i] = benchUUID()
+				if _, err := s.CreateJobReserved(ctx, newJob(ids[i], t0.Add(time.Hour)), a, whole(1), t0); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := s.applyAll(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		if _, err := s.GetJob(ctx, ids[i%n]); err != nil {
+			b.Fatal(err)
+		}
+		i += 7919 // a prime: every id in turn, far apart
+	}
+}
+
+// benchUUID is a random version 4 UUID, the form of the gateway's job ids.
+func benchUUID() string {
+	var u [16]byte
+	rand.Read(u[:])
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	h := hex.EncodeToString(u[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }

@@ -103,6 +103,10 @@ type Store struct {
 	// changes are the subscriptions whose usage changed, for the usage
 	// alerts (alerts.go).
 	changes changeSet
+
+	// jobIDs filters the ids of the jobs stored, for the check that a
+	// new job's id is new (jobs.go); guarded by jobMu.
+	jobIDs jobIDs
 }
 
 type op struct {
@@ -231,6 +235,12 @@ func OpenWith(path string, o Options) (*Store, error) {
 		return nil, err
 	}
 	if err := s.openLog(o); err != nil {
+		s.led.Close()
+		db.Close()
+		return nil, err
+	}
+	if err := s.indexJobIDs(); err != nil {
+		s.log.Close(0)
 		s.led.Close()
 		db.Close()
 		return nil, err

@@ -183,3 +183,42 @@ func TestJobEndsReleaseHold(t *testing.T) {
 		}
 	}
 }
+
+// TestJobIDFilter: the filter that spares a new job's id a read of the
+// file still refuses every id the store has, pending or in the file, and
+// after a restart (it is rebuilt from the file), and lets a new one in.
+func TestJobIDFilter(t *testing.T) {
+	path := storePath(t)
+	s := openAt(t, path)
+	a := subscribe(t, s, "u1", "svc", quotaAllow, 0)
+	if _, err := s.CreateJobReserved(ctx, newJob("pending", t0.Add(time.Hour)), a, whole(1), t0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateJobReserved(ctx, newJob("pending", t0.Add(time.Hour)), a, whole(1), t0); err != store.ErrExists {
+		t.Fatalf("a pending job's id again: %v, want ErrExists", err)
+	}
+	if err := s.CreateJob(ctx, newJob("applied", t0.Add(time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.applyAll(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateJob(ctx, newJob("applied", t0.Add(time.Hour))); err != store.ErrExists {
+		t.Fatalf("an applied job's id again: %v, want ErrExists", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openAt(t, path)
+	for _, id := range []string{"pending", "applied"} {
+		if err := s.CreateJob(ctx, newJob(id, t0.Add(time.Hour))); err != store.ErrExists {
+			t.Fatalf("job %s after a restart: %v, want ErrExists", id, err)
+		}
+	}
+	if err := s.CreateJob(ctx, newJob("new", t0.Add(time.Hour))); err != nil {
+		t.Fatalf("a new id after a restart: %v", err)
+	}
+	if j, err := s.GetJob(ctx, "new"); err != nil || j.ID != "new" {
+		t.Fatalf("GetJob(new) = %+v, %v", j, err)
+	}
+}
