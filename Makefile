@@ -17,6 +17,9 @@
 #                SCALE_LEDGER_ROWS rows (default 10M; minutes, ~200 MB)
 #   make bench-micro  the go test micro-benchmarks (benchstat-friendly) and
 #                the sync invoke chain's allocation budget
+#   make sim     the storage simulation (docs/reliability.md): seeds from
+#                SEED (0: random, printed) for DURATION (default 1m), FAULTS
+#                crash or damage; OPS='...' replays one trace a failure printed
 #   make build   just the binary (bin/caddy)
 #   make xcaddy  the same binary built the xcaddy way (bin/caddy-xcaddy)
 #   make lint    go vet, gofmt, staticcheck and the docs' links (CI runs it too)
@@ -31,7 +34,7 @@ CADDY   := $(BIN)/caddy
 # ignored by git: a Go file left there is no package of the gateway).
 PKGS     = $(shell $(GO) list -e ./... | grep -v '^$(shell $(GO) list -m)/tmp\(/\|$$\)')
 
-.PHONY: screenshots build run test test-quick verify-systemd test-short fuzz bench bench-fleet bench-scale bench-scale-ledger bench-micro xcaddy vet lint clean
+.PHONY: sim screenshots build run test test-quick verify-systemd test-short fuzz bench bench-fleet bench-scale bench-scale-ledger bench-micro xcaddy vet lint clean
 
 build:
 	$(GO) build -o $(CADDY) ./caddy
@@ -125,6 +128,16 @@ bench-scale-ledger:
 bench-micro:
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./internal/signing ./internal/servicekey ./internal/store/boltstore
 	$(GO) test -run '^TestChainAllocBudget$$' -bench '^BenchmarkChain$$' -benchmem -count 6 ./internal/platformgw
+
+# The storage simulation: the real store on a simulated disk that crashes
+# and fails (internal/store/boltstore/sim_test.go, docs/reliability.md).
+SEED     ?= 0
+DURATION ?= 1m
+FAULTS   ?= crash
+OPS      ?=
+sim:
+	$(GO) test -count=1 -timeout 0 -run '^TestSim$$' -v ./internal/store/boltstore -args \
+		-sim.seed=$(SEED) -sim.duration=$(DURATION) -sim.faults=$(FAULTS) -sim.ops='$(OPS)'
 
 clean:
 	rm -rf $(BIN) tmp

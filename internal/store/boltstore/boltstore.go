@@ -22,6 +22,7 @@ import (
 	"github.com/platformgw/gateway/internal/store"
 	segledger "github.com/platformgw/gateway/internal/store/ledger"
 	"github.com/platformgw/gateway/internal/store/settlelog"
+	"github.com/platformgw/gateway/internal/store/vfs"
 )
 
 // Top-level buckets. Keys are fixed layouts so scans come out ordered.
@@ -82,6 +83,9 @@ type Store struct {
 	log *settlelog.Log
 	// led is the ledger of record (ledger.go).
 	led *segledger.Ledger
+	// fs is where the settlement log and the ledger directory are
+	// (Options.FS).
+	fs vfs.FS
 
 	// failure, once set, is why the store is unusable: bbolt failed on a
 	// damaged page while serving. Every later read and write gets it
@@ -130,6 +134,10 @@ type Options struct {
 	Durability settlelog.Mode
 	// FlushInterval is how often Write mode fdatasyncs (default 5ms).
 	FlushInterval time.Duration
+	// FS is the file system of the settlement log and the ledger
+	// directory (nil: the OS's). The storage simulation (sim_test.go)
+	// puts them on its simulated disk; the bbolt file is on the OS always.
+	FS vfs.FS
 }
 
 // Open opens the store at path with the default options; see OpenWith.
@@ -194,6 +202,7 @@ func OpenWith(path string, o Options) (*Store, error) {
 		closing:  make(chan struct{}),
 		loopDone: make(chan struct{}),
 		cache:    newReadCache(),
+		fs:       vfs.Or(o.FS),
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
 		if _, err := layout(tx, path); err != nil {

@@ -70,11 +70,11 @@ func (s *Store) openLedger() error {
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) && seq > 0 {
+	if _, err := s.fs.ReadDir(dir); errors.Is(err, os.ErrNotExist) && seq > 0 {
 		return fmt.Errorf("open store %s: its ledger directory %s is missing (the file has %d ledger rows numbered): move or restore the directory with the file (docs/operations.md, backups); the store is not started without its ledger",
 			s.path, dir, seq)
 	}
-	led, err := segledger.Open(dir, segledger.Options{Covers: covers})
+	led, err := segledger.Open(dir, segledger.Options{Covers: covers, FS: s.fs})
 	if err != nil {
 		return fmt.Errorf("open store %s: ledger directory %s: %w (restore it from the backup the store file came from; `caddy platform store check` names the damaged file)",
 			s.path, dir, err)

@@ -120,7 +120,7 @@ func (s *Store) openLog(o Options) error {
 	s.stopApply, s.applyDone = make(chan struct{}), make(chan struct{})
 	s.applyEvery = applyInterval
 	l, err := settlelog.Open(s.path, settlelog.Options{Mode: o.Durability, FlushInterval: o.FlushInterval,
-		SegmentBytes: logSegmentBytes})
+		SegmentBytes: logSegmentBytes, FS: s.fs})
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", s.path, err)
 	}

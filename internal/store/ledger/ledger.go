@@ -27,6 +27,7 @@ import (
 
 	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/store/framed"
+	"github.com/platformgw/gateway/internal/store/vfs"
 )
 
 // Options tune a ledger; the zero value is the defaults.
@@ -55,6 +56,9 @@ type Options struct {
 	// naming the file, the offset and the fault, and changes nothing,
 	// instead of dropping it as a write a crash cut short.
 	Covers uint64
+	// FS is the file system the directory is on (nil: the OS's); the
+	// storage simulation's disk in its tests.
+	FS vfs.FS
 }
 
 func (o *Options) defaults() {
@@ -83,11 +87,12 @@ func (o *Options) defaults() {
 type Ledger struct {
 	dir  string
 	opts Options
+	fs   vfs.FS
 	logp atomic.Pointer[zap.Logger]
 
 	mu      sync.Mutex // guards what follows
 	segs    []*segMeta // in sequence order; the last is the active one
-	active  *os.File
+	active  vfs.File
 	adict   *dict    // the active segment's dictionary
 	arow    rowState // the active segment's row deltas
 	pos     uint64
@@ -97,7 +102,7 @@ type Ledger struct {
 	closed  bool
 
 	snapMu     sync.Mutex // one rollup log write at a time; guards what follows
-	rlog       *os.File
+	rlog       vfs.File
 	rlogSize   int64
 	rlogSeq    uint64     // the last sequence number the log covers
 	rlogBroken bool       // a write failed: the next one rewrites the log
@@ -116,10 +121,11 @@ type Ledger struct {
 // segments a crash left unsealed. A damaged file is an error naming it.
 func Open(dir string, opts Options) (*Ledger, error) {
 	opts.defaults()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	fsys := vfs.Or(opts.FS)
+	if err := fsys.MkdirAll(dir); err != nil {
 		return nil, err
 	}
-	l := &Ledger{dir: dir, opts: opts, sealReq: make(chan struct{}, 1), done: make(chan struct{})}
+	l := &Ledger{dir: dir, opts: opts, fs: fsys, sealReq: make(chan struct{}, 1), done: make(chan struct{})}
 	l.logp.Store(opts.Logger)
 	if err := l.load(); err != nil {
 		return nil, err
@@ -131,18 +137,17 @@ func Open(dir string, opts Options) (*Ledger, error) {
 }
 
 func (l *Ledger) load() error {
-	names, err := os.ReadDir(l.dir)
+	names, err := l.fs.ReadDir(l.dir)
 	if err != nil {
 		return err
 	}
 	raws := map[uint64]string{}
 	sealed := map[uint64]string{}
 	var bases []uint64
-	for _, de := range names {
-		name := de.Name()
+	for _, name := range names {
 		if filepath.Ext(name) == tmpExt {
 			l.logger().Warn("removing an unfinished ledger write", zap.String("file", name))
-			if err := os.Remove(filepath.Join(l.dir, name)); err != nil {
+			if err := l.fs.Remove(filepath.Join(l.dir, name)); err != nil {
 				return err
 			}
 			continue
@@ -164,7 +169,7 @@ func (l *Ledger) load() error {
 	}
 	slices.Sort(bases)
 	rollPath := filepath.Join(l.dir, rollupFile)
-	roll, rollSeq, end, tail, err := loadRollups(rollPath)
+	roll, rollSeq, end, tail, err := loadRollups(l.fs, rollPath)
 	if err != nil {
 		return err
 	}
@@ -172,7 +177,7 @@ func (l *Ledger) load() error {
 		l.logger().Warn("dropping the torn last frame of the rollup log (a write a crash cut short; its rows are replayed)",
 			zap.String("file", rollPath), zap.Int64("kept_bytes", end), zap.Int64("dropped_bytes", tail.Cut()),
 			zap.String("fault", tail.What()))
-		if err := framed.Repair(tail); err != nil {
+		if err := framed.RepairIn(l.fs, tail); err != nil {
 			return err
 		}
 	}
@@ -203,11 +208,11 @@ func (l *Ledger) load() error {
 			// raw segment; a raw one still there is from a crash before
 			// its removal.
 			if rp, ok := raws[base]; ok {
-				if err := os.Remove(rp); err != nil {
+				if err := l.fs.Remove(rp); err != nil {
 					return err
 				}
 			}
-			m, err := readSealedMeta(sp, base)
+			m, err := readSealedMeta(l.fs, sp, base)
 			if err != nil {
 				return err
 			}
@@ -221,7 +226,7 @@ func (l *Ledger) load() error {
 			continue
 		}
 		isLast := i == len(bases)-1
-		st, err := readRaw(raws[base], base, -1, isLast, replay)
+		st, err := readRaw(l.fs, raws[base], base, -1, isLast, replay)
 		if err != nil {
 			return err
 		}
@@ -233,7 +238,7 @@ func (l *Ledger) load() error {
 		}
 		if st.broken {
 			l.logger().Warn("removing a ledger segment a crash left without a header", zap.String("file", raws[base]))
-			if err := os.Remove(raws[base]); err != nil {
+			if err := l.fs.Remove(raws[base]); err != nil {
 				return err
 			}
 			continue
@@ -242,7 +247,7 @@ func (l *Ledger) load() error {
 			l.logger().Warn("dropping the torn tail of the ledger's active segment (a write a crash cut short, never acknowledged)",
 				zap.String("file", raws[base]), zap.Int64("kept_bytes", st.end), zap.Int64("dropped_bytes", st.tail.Cut()),
 				zap.String("fault", st.tail.What()))
-			if err := framed.Repair(st.tail); err != nil {
+			if err := framed.RepairIn(l.fs, st.tail); err != nil {
 				return err
 			}
 			st.meta.size = st.end
@@ -255,7 +260,7 @@ func (l *Ledger) load() error {
 		}
 	}
 	if last != nil {
-		f, err := os.OpenFile(last.meta.path, os.O_WRONLY|os.O_APPEND, 0o600)
+		f, err := l.fs.OpenFile(last.meta.path, os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {
 			return err
 		}
@@ -291,7 +296,7 @@ func (l *Ledger) newActive() error {
 		base = l.segs[n-1].base + 1
 	}
 	path := filepath.Join(l.dir, segName(base, rawExt))
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o600)
+	f, err := l.fs.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
@@ -301,11 +306,11 @@ func (l *Ledger) newActive() error {
 		err = f.Sync()
 	}
 	if err == nil {
-		err = syncDir(l.dir)
+		err = l.fs.SyncDir(l.dir)
 	}
 	if err != nil {
 		f.Close()
-		os.Remove(path)
+		l.fs.Remove(path)
 		return err
 	}
 	l.segs = append(l.segs, &segMeta{base: base, path: path, startPos: l.pos, pos: l.pos, created: created, size: rawHeaderLen})

@@ -70,7 +70,7 @@ func (l *Ledger) Prune(before time.Time) (store.PruneResult, error) {
 	l.mu.Unlock()
 	var errs []error
 	for _, m := range gone {
-		if err := os.Remove(m.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := l.fs.Remove(m.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 			continue
 		}
@@ -79,7 +79,7 @@ func (l *Ledger) Prune(before time.Time) (store.PruneResult, error) {
 		res.Bytes += m.size
 	}
 	if len(gone) > 0 {
-		errs = append(errs, syncDir(l.dir))
+		errs = append(errs, l.fs.SyncDir(l.dir))
 	}
 	return res, errors.Join(errs...)
 }

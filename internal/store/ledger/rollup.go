@@ -12,6 +12,7 @@ import (
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/store/framed"
+	"github.com/platformgw/gateway/internal/store/vfs"
 )
 
 // rollupFile is the log of the hourly rollups: after its magic, frames
@@ -355,9 +356,9 @@ func (r *rollups) redo(sent, gone []rollupRef) {
 // ends the log, and tail says what it is, for the caller to cut; end says
 // where the good frames end. Anything else wrong is an error naming the
 // file.
-func loadRollups(path string) (ro *rollups, lastSeq uint64, end int64, tail *framed.Error, err error) {
+func loadRollups(fsys vfs.FS, path string) (ro *rollups, lastSeq uint64, end int64, tail *framed.Error, err error) {
 	ro = newRollups()
-	b, err := os.ReadFile(path)
+	b, err := fsys.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return ro, 0, 0, nil, nil
 	}

@@ -12,7 +12,7 @@ import (
 // openRollupLog opens the rollup log for appending (end is where its
 // frames end: load cut a torn tail off already), or starts one.
 func (l *Ledger) openRollupLog(path string, end int64) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o600)
+	f, err := l.fs.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o600)
 	if err != nil {
 		return err
 	}
@@ -25,7 +25,7 @@ func (l *Ledger) openRollupLog(path string, end int64) error {
 			err = f.Sync()
 		}
 		if err == nil {
-			err = syncDir(l.dir)
+			err = l.fs.SyncDir(l.dir)
 		}
 		end = int64(len(rollupMagic))
 	}
@@ -91,10 +91,10 @@ func (l *Ledger) appendRollupLog(b []byte) error {
 // rewriteRollupLog replaces the log by one holding frame b (every rollup).
 func (l *Ledger) rewriteRollupLog(b []byte) error {
 	path := filepath.Join(l.dir, rollupFile)
-	if err := writeFileAtomic(path, append([]byte(rollupMagic), b...)); err != nil {
+	if err := writeFileAtomic(l.fs, path, append([]byte(rollupMagic), b...)); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY, 0o600)
+	f, err := l.fs.OpenFile(path, os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}

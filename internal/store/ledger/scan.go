@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/store/vfs"
 )
 
 // Reading the ledger back: rows in append order, segment by segment, and
@@ -68,7 +69,7 @@ func (l *Ledger) Scan(ctx context.Context, f store.LedgerFilter, fn func(store.L
 			continue
 		}
 		if !m.sealed {
-			_, err := readRaw(m.path, m.base, m.size, false, visit)
+			_, err := readRaw(l.fs, m.path, m.base, m.size, false, visit)
 			if !errors.Is(err, os.ErrNotExist) {
 				if err != nil {
 					return err
@@ -76,7 +77,7 @@ func (l *Ledger) Scan(ctx context.Context, f store.LedgerFilter, fn func(store.L
 				continue
 			}
 			// Sealed since the scan began: read the sealed file.
-			sm, err := readSealedMeta(filepath.Join(l.dir, segName(m.base, sealedExt)), m.base)
+			sm, err := readSealedMeta(l.fs, filepath.Join(l.dir, segName(m.base, sealedExt)), m.base)
 			if err != nil {
 				return err
 			}
@@ -104,7 +105,7 @@ func (l *Ledger) Scan(ctx context.Context, f store.LedgerFilter, fn func(store.L
 // readSealed reads the chunks of a sealed segment that may hold rows in
 // [from, to).
 func (l *Ledger) readSealed(cr *chunkReader, m *segMeta, from, to int64, fn func(*store.LedgerEntry) error) error {
-	f, err := os.Open(m.path)
+	f, err := vfs.Open(l.fs, m.path)
 	if err != nil {
 		return err
 	}

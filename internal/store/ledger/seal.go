@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"os"
 	"path/filepath"
 	"slices"
 
@@ -93,15 +92,15 @@ func (l *Ledger) seal(m *segMeta) error {
 	if m.rows == 0 {
 		return l.replace(m, nil)
 	}
-	sm, err := sealRaw(m, tmp, l.opts.ChunkRows, l.opts.Level)
+	sm, err := sealRaw(l.fs, m, tmp, l.opts.ChunkRows, l.opts.Level)
 	if err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, final); err != nil {
-		os.Remove(tmp)
+	if err := l.fs.Rename(tmp, final); err != nil {
+		l.fs.Remove(tmp)
 		return err
 	}
-	if err := syncDir(l.dir); err != nil {
+	if err := l.fs.SyncDir(l.dir); err != nil {
 		return err
 	}
 	sm.path, sm.base = final, m.base
@@ -125,10 +124,10 @@ func (l *Ledger) replace(m *segMeta, sealed *segMeta) error {
 		}
 	}
 	l.mu.Unlock()
-	if err := os.Remove(m.path); err != nil {
+	if err := l.fs.Remove(m.path); err != nil {
 		return err
 	}
-	return syncDir(l.dir)
+	return l.fs.SyncDir(l.dir)
 }
 
 // Seal seals the active segment now (if it holds rows) and waits until

@@ -17,6 +17,7 @@ import (
 
 	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/store/framed"
+	"github.com/platformgw/gateway/internal/store/vfs"
 )
 
 // A ledger directory holds segments named by the first sequence number
@@ -144,19 +145,17 @@ type rawState struct {
 // entry, up to limit bytes (limit < 0: the whole file). With tornOK a torn
 // tail (framed's rule: a block cut short by a crash) ends the segment and
 // is reported in tail; anything else wrong is an error naming the file.
-func readRaw(path string, base uint64, limit int64, tornOK bool, fn func(*store.LedgerEntry) error) (*rawState, error) {
-	f, err := os.Open(path)
+func readRaw(fsys vfs.FS, path string, base uint64, limit int64, tornOK bool, fn func(*store.LedgerEntry) error) (*rawState, error) {
+	f, err := vfs.Open(fsys, path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
 	size := limit
 	if size < 0 {
-		fi, err := f.Stat()
-		if err != nil {
+		if size, err = f.Size(); err != nil {
 			return nil, err
 		}
-		size = fi.Size()
 	}
 	st := &rawState{dict: newDict()}
 	st.meta.base, st.meta.path = base, path
@@ -234,7 +233,7 @@ func readRaw(path string, base uint64, limit int64, tornOK bool, fn func(*store.
 
 // sealedWriter writes a sealed segment.
 type sealedWriter struct {
-	f    *os.File
+	f    vfs.File
 	bw   *bufio.Writer
 	off  int64
 	enc  *zstd.Encoder
@@ -252,8 +251,8 @@ type sealedWriter struct {
 // sealRaw writes the raw segment src as a sealed segment at dst (a .tmp
 // name the caller renames), synced. It streams: at most one chunk of rows
 // is in memory.
-func sealRaw(src *segMeta, dst string, chunkRows int, level zstd.EncoderLevel) (segMeta, error) {
-	f, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+func sealRaw(fsys vfs.FS, src *segMeta, dst string, chunkRows int, level zstd.EncoderLevel) (segMeta, error) {
+	f, err := fsys.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return segMeta{}, err
 	}
@@ -267,7 +266,7 @@ func sealRaw(src *segMeta, dst string, chunkRows int, level zstd.EncoderLevel) (
 	w := &sealedWriter{f: f, bw: bufio.NewWriterSize(f, 1<<20), enc: enc, max: chunkRows, dict: newDict()}
 	w.bw.WriteString(sealedMagic)
 	w.off = int64(len(sealedMagic))
-	st, err := readRaw(src.path, src.base, src.size, false, func(e *store.LedgerEntry) error {
+	st, err := readRaw(fsys, src.path, src.base, src.size, false, func(e *store.LedgerEntry) error {
 		w.rows = append(w.rows, *e)
 		if len(w.rows) == w.max {
 			return w.flushChunk()
@@ -293,7 +292,7 @@ func sealRaw(src *segMeta, dst string, chunkRows int, level zstd.EncoderLevel) (
 		err = cerr
 	}
 	if err != nil {
-		os.Remove(dst)
+		fsys.Remove(dst)
 		return segMeta{}, err
 	}
 	w.meta.size = w.off
@@ -393,17 +392,16 @@ func encodeFooter(m *segMeta, d *dict) []byte {
 }
 
 // readSealedMeta reads and checks a sealed segment's footer.
-func readSealedMeta(path string, base uint64) (segMeta, error) {
-	f, err := os.Open(path)
+func readSealedMeta(fsys vfs.FS, path string, base uint64) (segMeta, error) {
+	f, err := vfs.Open(fsys, path)
 	if err != nil {
 		return segMeta{}, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
+	size, err := f.Size()
 	if err != nil {
 		return segMeta{}, err
 	}
-	size := fi.Size()
 	var tail [16]byte
 	if size < int64(len(sealedMagic)+len(tail)) {
 		return segMeta{}, fileError(path, errors.New("file too short"))
@@ -473,7 +471,7 @@ func newChunkReader() (*chunkReader, error) {
 func (c *chunkReader) close() { c.dec.Close() }
 
 // read decodes chunk i of m, calling fn for each row.
-func (c *chunkReader) read(f *os.File, m *segMeta, i int, fn func(*store.LedgerEntry) error) error {
+func (c *chunkReader) read(f vfs.File, m *segMeta, i int, fn func(*store.LedgerEntry) error) error {
 	cm := m.chunks[i]
 	if int64(cap(c.comp)) < cm.length {
 		c.comp = make([]byte, cm.length)
@@ -522,23 +520,10 @@ func (c *chunkReader) read(f *os.File, m *segMeta, i int, fn func(*store.LedgerE
 	return nil
 }
 
-// syncDir makes a rename or removal in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
 // writeFileAtomic writes b to path through a synced .tmp file and a rename.
-func writeFileAtomic(path string, b []byte) error {
+func writeFileAtomic(fsys vfs.FS, path string, b []byte) error {
 	tmp := path + tmpExt
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	f, err := fsys.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
@@ -550,13 +535,13 @@ func writeFileAtomic(path string, b []byte) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, path)
+		err = fsys.Rename(tmp, path)
 	}
 	if err == nil {
-		err = syncDir(filepath.Dir(path))
+		err = fsys.SyncDir(filepath.Dir(path))
 	}
 	if err != nil {
-		os.Remove(tmp)
+		fsys.Remove(tmp)
 	}
 	return err
 }

@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/platformgw/gateway/internal/store/vfs"
 )
 
 // Snapshots: a consistent copy of the ledger directory, for backups.
@@ -48,17 +50,17 @@ func (l *Ledger) Snapshot(dir string) error {
 			}
 			p.size = -1
 		}
-		if err := copyPrefix(p.path, to, p.size); err != nil {
+		if err := copyPrefix(l.fs, p.path, to, p.size); err != nil {
 			return fmt.Errorf("ledger snapshot of %s: %w", p.path, err)
 		}
 	}
-	return syncDir(dir)
+	return vfs.OS.SyncDir(dir)
 }
 
 // copyPrefix copies the first size bytes of from (all of it when size is
-// negative) to a new file to, synced.
-func copyPrefix(from, to string, size int64) error {
-	src, err := os.Open(from)
+// negative) of from, on fsys, to a new file to (on the OS), synced.
+func copyPrefix(fsys vfs.FS, from, to string, size int64) error {
+	src, err := vfs.Open(fsys, from)
 	if err != nil {
 		return err
 	}

@@ -46,8 +46,8 @@ func readHeader(path string, h []byte) (uint64, error) {
 // scanSegment validates a segment, calling fn (when not nil) for each
 // record. A torn tail (framed's rule) of the last segment ends it, and torn
 // says so; any other bad record is ErrCorrupt.
-func scanSegment(path string, last bool, fn func(pos uint64, rec []byte) error) (seg segment, torn string, err error) {
-	data, err := os.ReadFile(path)
+func (l *Log) scanSegment(path string, last bool, fn func(pos uint64, rec []byte) error) (seg segment, torn string, err error) {
+	data, err := l.fs.ReadFile(path)
 	if err != nil {
 		return seg, "", fmt.Errorf("settlement log segment %s: %w", path, err)
 	}
@@ -87,12 +87,12 @@ func scanSegment(path string, last bool, fn func(pos uint64, rec []byte) error) 
 // Called with l.mu held (or by the flusher, which owns cur).
 func (l *Log) newSegment(start uint64) error {
 	path := filepath.Join(l.dir, segName(l.prefix, start))
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o600)
+	f, err := l.fs.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o600)
 	if errors.Is(err, os.ErrExist) {
 		// A segment of the same start left by a failure: it holds no
 		// acknowledged record past start (or start would have moved on).
-		if err = os.Remove(path); err == nil {
-			f, err = os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err = l.fs.Remove(path); err == nil {
+			f, err = l.fs.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o600)
 		}
 	}
 	if err != nil {
@@ -105,17 +105,17 @@ func (l *Log) newSegment(start uint64) error {
 	binary.LittleEndian.PutUint32(h[20:], framed.Checksum(h[:20]))
 	if _, err := f.Write(h); err != nil {
 		f.Close()
-		os.Remove(path)
+		l.fs.Remove(path)
 		return fmt.Errorf("write settlement log segment header %s: %w", path, err)
 	}
-	if err := fdatasync(f); err != nil {
+	if err := f.Datasync(); err != nil {
 		f.Close()
-		os.Remove(path)
+		l.fs.Remove(path)
 		return fmt.Errorf("sync settlement log segment %s: %w", path, err)
 	}
-	if err := syncDir(l.dir); err != nil {
+	if err := l.syncDir(); err != nil {
 		f.Close()
-		os.Remove(path)
+		l.fs.Remove(path)
 		return err
 	}
 	l.cur, l.curSize = f, headerSize
@@ -127,14 +127,9 @@ func (l *Log) newSegment(start uint64) error {
 	return nil
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("settlement log directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync settlement log directory %s: %w", dir, err)
+func (l *Log) syncDir() error {
+	if err := l.fs.SyncDir(l.dir); err != nil {
+		return fmt.Errorf("sync settlement log directory %s: %w", l.dir, err)
 	}
 	return nil
 }

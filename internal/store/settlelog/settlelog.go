@@ -34,6 +34,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/platformgw/gateway/internal/store/vfs"
 )
 
 // Mode says when an append is acknowledged.
@@ -78,6 +80,9 @@ type Options struct {
 	FlushInterval time.Duration
 	// SegmentBytes is the size past which a new segment is started.
 	SegmentBytes int64
+	// FS is the file system the segments are on (nil: the OS's); the
+	// storage simulation's disk in its tests.
+	FS vfs.FS
 }
 
 const (
@@ -105,6 +110,7 @@ var ErrClosed = errors.New("settlement log closed")
 type Log struct {
 	dir, prefix string
 	opts        Options
+	fs          vfs.FS
 	// TornTail, set by Open, describes a damaged tail record it dropped
 	// ("" when none), for the caller to log.
 	TornTail string
@@ -112,7 +118,7 @@ type Log struct {
 	old []segment // segments found at Open, oldest first
 
 	mu      sync.Mutex
-	cur     *os.File // nil: no segment open (before Start, or after a failure)
+	cur     vfs.File // nil: no segment open (before Start, or after a failure)
 	curSeg  segment
 	curSize int64 // bytes of cur written, header included
 	segs    []segment
@@ -136,7 +142,7 @@ type Log struct {
 	// syncing counts fdatasyncs running outside mu on cur; a segment
 	// retired meanwhile is closed by the last of them (closeLater).
 	syncing    int
-	closeLater *os.File
+	closeLater vfs.File
 
 	syncMu    sync.Mutex
 	synced    map[string]int64 // per segment path, bytes known fdatasync'd
@@ -186,23 +192,22 @@ func Open(storePath string, opts Options) (*Log, error) {
 	if opts.FlushInterval <= 0 {
 		opts.FlushInterval = DefaultFlushInterval
 	}
-	l := &Log{dir: filepath.Dir(storePath), prefix: filepath.Base(storePath), opts: opts,
+	l := &Log{dir: filepath.Dir(storePath), prefix: filepath.Base(storePath), opts: opts, fs: vfs.Or(opts.FS),
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		synced: make(map[string]int64)}
-	ents, err := os.ReadDir(l.dir)
+	ents, err := l.fs.ReadDir(l.dir)
 	if err != nil {
 		return nil, fmt.Errorf("settlement log in %s: %w", l.dir, err)
 	}
 	var names []string
-	for _, e := range ents {
-		n := e.Name()
+	for _, n := range ents {
 		if strings.HasPrefix(n, l.prefix+".") && strings.HasSuffix(n, segSuffix) {
 			names = append(names, n)
 		}
 	}
 	sort.Strings(names)
 	for i, n := range names {
-		seg, torn, err := scanSegment(filepath.Join(l.dir, n), i == len(names)-1, nil)
+		seg, torn, err := l.scanSegment(filepath.Join(l.dir, n), i == len(names)-1, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -234,7 +239,7 @@ func (l *Log) Replay(after uint64, fn func(pos uint64, rec []byte) error) error 
 		if s.end <= after {
 			continue
 		}
-		_, _, err := scanSegment(s.path, i == len(l.old)-1, func(pos uint64, rec []byte) error {
+		_, _, err := l.scanSegment(s.path, i == len(l.old)-1, func(pos uint64, rec []byte) error {
 			if pos <= after {
 				return nil
 			}
@@ -278,7 +283,7 @@ func (l *Log) Release(upto uint64) error {
 	l.mu.Unlock()
 	var first error
 	for _, p := range drop {
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) && first == nil {
+		if err := l.fs.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) && first == nil {
 			first = err
 		}
 		l.syncMu.Lock()
@@ -313,7 +318,7 @@ func (l *Log) Close(applied uint64) error {
 		l.segs = nil
 		l.mu.Unlock()
 		for _, s := range segs {
-			os.Remove(s.path)
+			l.fs.Remove(s.path)
 		}
 	}
 	return nil

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package settlelog
+package vfs
 
 import "os"
 

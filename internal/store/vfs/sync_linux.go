@@ -1,4 +1,4 @@
-package settlelog
+package vfs
 
 import (
 	"os"
