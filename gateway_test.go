@@ -19,6 +19,7 @@ func TestImportRegistersModules(t *testing.T) {
 		"http.handlers.platform_console",
 		"http.reverse_proxy.upstreams.platform",
 		"http.reverse_proxy.transport.platform",
+		"caddy.listeners.platform_delivery",
 	} {
 		if _, err := caddy.GetModule(id); err != nil {
 			t.Errorf("module %s is not registered: %v", id, err)
