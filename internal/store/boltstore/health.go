@@ -43,10 +43,8 @@ type health struct {
 	unlogged   uint64    // of which not yet in a log line
 	lastLogged time.Time // of the last failure line
 	// settlements that failed, by reservation id, retried once writes
-	// succeed again; anyPending is set while there may be some, so that
-	// a settlement does not take mu to find none
-	pending    map[string]pendingSettle
-	anyPending atomic.Bool
+	// succeed again
+	pending map[string]pendingSettle
 }
 
 // pendingSettle is a Settle to retry.
@@ -69,7 +67,6 @@ func (h *health) unsettled(p pendingSettle) {
 	}
 	if _, ok := h.pending[p.r.ID]; ok || len(h.pending) < maxPending {
 		h.pending[p.r.ID] = p
-		h.anyPending.Store(true)
 	}
 	h.mu.Unlock()
 }
@@ -77,9 +74,6 @@ func (h *health) unsettled(p pendingSettle) {
 // settled forgets a settlement to retry once a later attempt of the same
 // hold succeeded (a release that needs no write).
 func (h *health) settled(id string) {
-	if !h.anyPending.Load() {
-		return
-	}
 	h.mu.Lock()
 	if h.pending != nil {
 		delete(h.pending, id)
@@ -230,7 +224,6 @@ func (h *health) recovered() map[string]pendingSettle {
 	})
 	pending := h.pending
 	h.pending = nil
-	h.anyPending.Store(false)
 	h.mu.Unlock()
 	return pending
 }

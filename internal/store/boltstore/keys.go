@@ -242,7 +242,6 @@ func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount
 	acc.credits += amount
 	before := acc.updated
 	acc.updated = at.UTC()
-	acc.publish()
 	_, b, err := s.commitRecord(rec, nil)
 	acc.mu.Unlock()
 	if err == nil {
@@ -254,7 +253,6 @@ func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount
 		if acc.updated.Equal(at.UTC()) {
 			acc.updated = before
 		}
-		acc.publish()
 		acc.mu.Unlock()
 		return store.Subscription{}, err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"hash/maphash"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -59,55 +58,6 @@ type memAccount struct {
 	periods   map[int64]*memCounter
 	// holds are the sync calls' holds, by reservation number.
 	holds map[uint64]struct{}
-
-	// The balance (credits, held, updated) again, for overlay to read
-	// without mu: every call's subscription lookup reads it, and on a
-	// busy account the lookups queued on mu behind its holds and
-	// settlements. publish writes it under mu, balSeq odd meanwhile.
-	balSeq     atomic.Uint64
-	balCredits atomic.Int64
-	balHeld    atomic.Int64
-	balUpdated atomic.Pointer[time.Time] // nil: zero
-}
-
-// publish copies the balance for balance (mu held): after every change of
-// credits, held or updated.
-func (acc *memAccount) publish() {
-	acc.balSeq.Add(1)
-	acc.balCredits.Store(int64(acc.credits))
-	acc.balHeld.Store(int64(acc.held))
-	switch u := acc.balUpdated.Load(); {
-	case acc.updated.IsZero():
-		if u != nil {
-			acc.balUpdated.Store(nil)
-		}
-	case u == nil || *u != acc.updated: // a credit change: rare
-		t := acc.updated
-		acc.balUpdated.Store(&t)
-	}
-	acc.balSeq.Add(1)
-}
-
-// balance is the account's credits, credits held and unapplied credit
-// change time, as one consistent set, without mu unless a change is being
-// published.
-func (acc *memAccount) balance() (credits, held billing.Units, updated time.Time) {
-	for range 4 {
-		seq := acc.balSeq.Load()
-		if seq&1 != 0 {
-			continue
-		}
-		c, h, u := acc.balCredits.Load(), acc.balHeld.Load(), acc.balUpdated.Load()
-		if acc.balSeq.Load() == seq {
-			if u != nil {
-				updated = *u
-			}
-			return billing.Units(c), billing.Units(h), updated
-		}
-	}
-	acc.mu.Lock()
-	defer acc.mu.Unlock()
-	return acc.credits, acc.held, acc.updated
 }
 
 // memCounter is one period's figures.
@@ -157,7 +107,6 @@ func (s *Store) account(userID, serviceID string) (*memAccount, error) {
 	// right figures.
 	acc = &memAccount{userID: userID, serviceID: serviceID, startedAt: sub.StartedAt, credits: sub.Credits,
 		held: sub.CreditsHeld, periods: make(map[int64]*memCounter), holds: make(map[uint64]struct{})}
-	acc.publish()
 	sh.m[string(key)] = acc
 	return acc, nil
 }
@@ -204,7 +153,6 @@ func (acc *memAccount) set(c *memCounter, st billing.State) {
 	c.used, c.reserved, c.spend, c.reservedSpend = st.Used, st.Reserved, st.Spend, st.ReservedSpend
 	c.repriced = true
 	acc.credits, acc.held = st.Credits, st.CreditsHeld
-	acc.publish()
 }
 
 // overlay puts the account's balance on a subscription read from the
@@ -217,10 +165,11 @@ func (s *Store) overlay(sub store.Subscription) store.Subscription {
 	if acc == nil {
 		return sub
 	}
-	var updated time.Time
-	sub.Credits, sub.CreditsHeld, updated = acc.balance()
-	if !updated.IsZero() && updated.After(sub.UpdatedAt) {
-		sub.UpdatedAt = updated
+	acc.mu.Lock()
+	sub.Credits, sub.CreditsHeld = acc.credits, acc.held
+	if !acc.updated.IsZero() && acc.updated.After(sub.UpdatedAt) {
+		sub.UpdatedAt = acc.updated
 	}
+	acc.mu.Unlock()
 	return sub
 }

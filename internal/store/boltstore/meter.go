@@ -221,19 +221,13 @@ func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.U
 		}
 	}
 	acc.set(c, st)
-	acc.mu.Unlock()
-	// The record is appended after the account's lock is let go: every
-	// hold, settlement and subscription lookup of the account takes that
-	// lock, and with the append (the record's encoding, the ledger's
-	// number, the log's own lock) inside it, a busy account's calls
-	// queued on it and parked. A charge's operations are (saturating)
-	// additions, which the applier and a replay sum in whatever order the
-	// log has them; the account's figures in memory already have this one.
 	var b *settlelog.Batch
 	if rec != nil {
-		if _, b, err = s.commitRecord(rec, nil); err == nil {
-			err = s.await(b)
-		}
+		_, b, err = s.commitRecord(rec, nil)
+	}
+	acc.mu.Unlock()
+	if rec != nil && err == nil {
+		err = s.await(b)
 	}
 	if err != nil {
 		// Not recorded: the hold comes back and the charge goes, and the

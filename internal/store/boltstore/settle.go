@@ -539,7 +539,6 @@ func (s *Store) undo(a *acctChange, p billing.Product) {
 		st := billing.State{Credits: acc.credits}
 		undoOps(&st, a.ops, billing.Product{})
 		acc.credits = st.Credits
-		acc.publish()
 		return
 	}
 	c := acc.periods[a.period]
