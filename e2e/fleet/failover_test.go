@@ -15,7 +15,7 @@ import (
 
 // TestFleetFailover: PostgreSQL fails over under load, in each settle mode.
 // A primary and a synchronous streaming standby (private clusters on
-// FLEET_PG_PORT and the next port); two nodes on a multi-host DSN with
+// FLEET_PG_PORT and a free port); two nodes on a multi-host DSN with
 // target_session_attrs=read-write; callers at a paced rate over both nodes
 // on a prepaid subscription (so leases are held across the failover). The
 // primary is stopped the hard way (pg_ctl stop -m immediate) and the
@@ -41,7 +41,15 @@ const primaryDown = 2 * time.Second
 func testFailover(t *testing.T, mode string) {
 	const standbyName = "fleet_standby"
 	primary := pgtest.Cluster(t, pgPort())
-	standby := primary.Standby(pgPort()+1, standbyName)
+	// The standby's port is one free now (FLEET_PG_STANDBY_PORT sets it):
+	// a fixed one in the kernel's ephemeral range (32768–60999) was once
+	// taken by a connection of the package run just before, and the
+	// standby could not bind it.
+	standbyPort := e2etest.EnvInt("FLEET_PG_STANDBY_PORT", 0)
+	if standbyPort == 0 {
+		standbyPort = e2etest.FreePort(t)
+	}
+	standby := primary.Standby(standbyPort, standbyName)
 	primary.SyncStandby(standbyName)
 	primary.DB("fleet")
 	dsn := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/fleet?sslmode=disable&target_session_attrs=read-write",
