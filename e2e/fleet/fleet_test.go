@@ -505,4 +505,7 @@ func fleetDB(t *testing.T) string {
 	return pgtest.Cluster(t, pgPort()).DB("fleet")
 }
 
-func pgPort() int { return e2etest.EnvInt("FLEET_PG_PORT", 55441) }
+// pgPort is the fleet cluster's port: below the kernel's ephemeral range
+// (32768–60999), so that no outgoing connection of another test can hold
+// it when the cluster starts.
+func pgPort() int { return e2etest.EnvInt("FLEET_PG_PORT", 25441) }

@@ -7,7 +7,7 @@
 //
 // Ports: node i (0, 1, 2) serves HTTP on FLEET_HTTP_PORT+i (8402 by
 // default) and its admin API on FLEET_ADMIN_PORT+i (2402); the private
-// PostgreSQL cluster of the restart test listens on FLEET_PG_PORT (55441),
+// PostgreSQL cluster of the restart test listens on FLEET_PG_PORT (25441),
 // the failover test's standby on the port after it.
 package fleet
 

@@ -40,10 +40,10 @@ func TestWithDatabase(t *testing.T) {
 }
 
 // TestCluster: a private cluster keeps its data across a stop and start.
-// PGTEST_CLUSTER_PORT moves it (55451 by default: the fleet tests' cluster
-// is on 55441, pgstore's on 55431).
+// PGTEST_CLUSTER_PORT moves it (25451 by default: the fleet tests' cluster
+// is on 25441, pgstore's on 25431).
 func TestCluster(t *testing.T) {
-	c := Cluster(t, ClusterPort(55451))
+	c := Cluster(t, ClusterPort(25451))
 	Query(t, c.DSN(), "CREATE TABLE t (v int); INSERT INTO t VALUES (7)")
 	c.Stop()
 	if _, err := Exec(t.Context(), c.DSN(), "SELECT 1"); err == nil {
@@ -61,9 +61,9 @@ func TestCluster(t *testing.T) {
 // TestStandbyFailover: a synchronous standby has every committed row,
 // refuses writes until promoted, and takes them once promoted after its
 // primary was stopped the hard way. PGTEST_CLUSTER_PORT moves the primary
-// (55452 by default), the standby is on the next port.
+// (25452 by default), the standby is on the next port.
 func TestStandbyFailover(t *testing.T) {
-	primary := Cluster(t, ClusterPort(55452))
+	primary := Cluster(t, ClusterPort(25452))
 	standby := primary.Standby(primary.Port+1, "s1")
 	primary.SyncStandby("s1")
 	Query(t, primary.DSN(), "CREATE TABLE t (v int); INSERT INTO t VALUES (7)")
@@ -79,10 +79,10 @@ func TestStandbyFailover(t *testing.T) {
 }
 
 func TestClusterPort(t *testing.T) {
-	for env, want := range map[string]int{"": 55431, "55499": 55499, "0": 55431, "x": 55431} {
+	for env, want := range map[string]int{"": 25431, "25499": 25499, "0": 25431, "x": 25431} {
 		t.Setenv("PGTEST_CLUSTER_PORT", env)
-		if got := ClusterPort(55431); got != want {
-			t.Errorf("PGTEST_CLUSTER_PORT=%q: ClusterPort(55431) = %d, want %d", env, got, want)
+		if got := ClusterPort(25431); got != want {
+			t.Errorf("PGTEST_CLUSTER_PORT=%q: ClusterPort(25431) = %d, want %d", env, got, want)
 		}
 	}
 }
@@ -104,7 +104,7 @@ func TestUnreachable(t *testing.T) {
 // cluster and finds no initdb fails; without, it is skipped saying why.
 func TestClusterToolsMissing(t *testing.T) {
 	if os.Getenv("PGTEST_UNAVAILABLE_CHILD") == "1" {
-		Cluster(t, ClusterPort(55451))
+		Cluster(t, ClusterPort(25451))
 		t.Log("started a cluster without the PostgreSQL tools")
 		return
 	}

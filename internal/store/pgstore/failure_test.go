@@ -13,8 +13,8 @@ import (
 
 // clusterPort is the port of the private cluster the tests that stop and
 // start PostgreSQL use (never the shared server's): PGTEST_CLUSTER_PORT,
-// else 55431.
-func clusterPort() int { return pgtest.ClusterPort(55431) }
+// else 25431.
+func clusterPort() int { return pgtest.ClusterPort(25431) }
 
 // The database restarting: calls a lease covers go on, others get
 // ErrUnavailable (never a panic, never an over-serve), and the node
