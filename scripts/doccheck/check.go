@@ -236,7 +236,7 @@ func (c *checker) checkLink(d *doc, line int, target string) {
 // checkCode checks what one code span cites: Go file paths (from the
 // root, or from the doc's directory; globs allowed), test function names
 // ("Xxx" stands for any name part), and no path out of the repository
-// (../shared, say).
+// (a sibling folder of the checkout, say).
 func (c *checker) checkCode(d *doc, line int, span string) {
 	for _, tok := range strings.FieldsFunc(span, func(r rune) bool {
 		return unicode.IsSpace(r) || strings.ContainsRune("'\"(),;=<>[]{}|", r)

@@ -45,8 +45,8 @@ func TestCheckFindsEachProblem(t *testing.T) {
 		"README.md": "# Top\n\nSee [docs](docs/a.md), [b](docs/a.md#second-part) and [gone](docs/gone.md).\n",
 		"docs/a.md": "# A\n\n## Second part\n\n## Second part\n\n" +
 			"[up](../README.md#top) [dup](#second-part-1) [bad anchor](#third) [web](https://example.com/x#y)\n" +
-			"[outside](../../shared/notes.md)\n" +
-			"`pkg/real.go`, `pkg/*_test.go`, `pkg/missing.go`, `../shared/x` and `TestReal`, `TestRe*`, `TestGone`, `TestXxxReal`, `FuzzX`.\n" +
+			"[outside](../../outside/notes.md)\n" +
+			"`pkg/real.go`, `pkg/*_test.go`, `pkg/missing.go`, `../outside/x` and `TestReal`, `TestRe*`, `TestGone`, `TestXxxReal`, `FuzzX`.\n" +
 			"```\n[not a link](nowhere.md) `pkg/in_a_fence.go`\n```\n",
 		"pkg/real.go":      "package pkg\n",
 		"pkg/real_test.go": "package pkg\n\nimport \"testing\"\n\nfunc TestReal(t *testing.T) {}\n",
@@ -67,9 +67,9 @@ func TestCheckFindsEachProblem(t *testing.T) {
 	want := []string{
 		"README.md:3: link docs/gone.md: no file docs/gone.md in the repository",
 		"docs/a.md:7: link #third: no heading with anchor #third in docs/a.md",
-		"docs/a.md:8: link ../../shared/notes.md leaves the repository",
+		"docs/a.md:8: link ../../outside/notes.md leaves the repository",
 		"docs/a.md:9: `pkg/missing.go`: no such Go file in the repository",
-		"docs/a.md:9: `../shared/x` is outside the repository",
+		"docs/a.md:9: `../outside/x` is outside the repository",
 		"docs/a.md:9: `TestGone`: no test function TestGone in any _test.go file",
 	}
 	got := strings.Join(problems, "\n")
