@@ -56,8 +56,8 @@ func (c *Claims) Hold(user, service, endpoint string, cost billing.Units) billin
 // Note records that a call was charged for units (before any hard limit
 // cut it), for the caller's next holds.
 func (c *Claims) Note(user, service, endpoint string, cost, units billing.Units) {
-	if c == nil {
-		return
+	if c == nil || units <= cost && c.n.Load() == 0 {
+		return // the common call: charged its cost, and nobody's estimate to lower
 	}
 	k := claimKey{user, service, endpoint}
 	c.mu.RLock()

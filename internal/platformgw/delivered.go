@@ -26,10 +26,12 @@ import (
 // handler sees the error, so the handler cannot ask then. The
 // platform_delivery listener wrapper asks in that write, before it
 // returns; and for a caller whose request was cancelled without a failed
-// write, the handler asks itself (the connection is still open). Either
-// way the measurement costs a system call, taken only for a call the
-// caller left before the end: a completed call is charged its bytes
-// without one.
+// write, the handler asks itself (the connection is still open). On a
+// server without the wrapper, a PER_BYTE call keeps a second descriptor
+// of the caller's socket from its status line to its settlement
+// (holdCallerConn), which outlives net/http's close. The measurement
+// itself is taken only for a call the caller left before the end: a
+// completed call is charged its bytes without one.
 
 func init() {
 	caddy.RegisterModule(new(DeliveryListener))
