@@ -1,6 +1,8 @@
 package vfs
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -10,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -27,9 +30,15 @@ import (
 // not (an ordered metadata journal).
 //
 // Faults are injected at the rates of Faults, and every decision is a
-// function of the seed, the file's path, what is decided and how many
-// operations that path has seen: the same seed and the same operations
-// per file give the same faults, whatever the goroutines' interleaving.
+// function of the seed, the file's path (below the root, SetRoot), what is
+// decided and how many operations that path has seen: the same seed and
+// the same operations per file give the same faults, whatever the
+// goroutines' interleaving and wherever the disk is mounted.
+//
+// Power can also fail in the middle of an operation (Faults.Crash): the
+// operation does part of what it does (a prefix of a write, some pages of
+// a sync, a rename or not), the disk crashes as Crash does, and the
+// operation and every later one of that process fail with ErrCrashed.
 //
 // Directories are kept as a set and are durable at once; there are no
 // permissions, links or modification times.
@@ -37,6 +46,7 @@ type Sim struct {
 	mu      sync.Mutex
 	seed    uint64
 	faults  Faults
+	root    string // the prefix the fault decisions leave out of a path
 	gen     uint64 // bumped by Crash: handles of older generations are dead
 	crashes uint64
 	dirs    map[string]bool
@@ -62,8 +72,14 @@ type Faults struct {
 	// sync reports success without writing them.
 	SyncErr int
 	// Slow: an operation sleeps up to a millisecond first, which
-	// reorders the store's background work against its callers.
+	// reorders the store's background work against its callers (when it
+	// runs on goroutines of its own).
 	Slow int
+	// Crash: power fails during the operation (any operation of a file
+	// or a directory): it does a random part of what it does, the disk
+	// crashes (as Crash), and it fails with ErrCrashed, as every later
+	// operation of the process does.
+	Crash int
 
 	// The damage faults: no code can avoid what they do, only detect it.
 
@@ -79,7 +95,7 @@ type Faults struct {
 
 // SimStats counts what a Sim did.
 type SimStats struct {
-	Ops, Writes, Syncs, Crashes                            int64
+	Ops, Writes, Syncs, Crashes, MidCrashes                int64
 	WriteErrs, NoSpaces, SyncErrs, Slows                   int64
 	LostWrites, BitFlips, Misreads, TornPages, LostRenames int64
 }
@@ -115,6 +131,52 @@ func (s *Sim) FS() FS {
 	return &simFS{s: s, gen: s.gen}
 }
 
+// SetRoot makes the fault decisions see paths below dir as relative to
+// it: a run in another temporary directory meets the same faults.
+func (s *Sim) SetRoot(dir string) {
+	s.mu.Lock()
+	s.root = filepath.Clean(dir) + string(filepath.Separator)
+	s.mu.Unlock()
+}
+
+// Crashes is how many times the disk has crashed (by Crash or during an
+// operation): a caller that sees it grow knows its process is gone.
+func (s *Sim) Crashes() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.crashes
+}
+
+// Digest is a hash of the whole disk: every file's name (below the root),
+// the bytes a process reads, the bytes on the platter, its dirty pages, and
+// the name changes not yet durable. Two runs of one seed that end with
+// the same digest left the same disk, bit for bit.
+func (s *Sim) Digest() [sha256.Size]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := sha256.New()
+	put := func(b []byte) {
+		h.Write(binary.AppendUvarint(nil, uint64(len(b))))
+		h.Write(b)
+	}
+	for _, view := range []map[string]*inode{s.files, s.durable} {
+		for _, name := range slices.Sorted(maps.Keys(view)) {
+			ino := view[name]
+			put([]byte(strings.TrimPrefix(name, s.root)))
+			put(ino.data)
+			put(ino.disk)
+			for _, p := range slices.Sorted(maps.Keys(ino.dirty)) {
+				h.Write(binary.AppendUvarint(nil, uint64(p)))
+			}
+		}
+		put(nil)
+	}
+	for _, op := range s.pending {
+		put([]byte(strings.TrimPrefix(op.dir, s.root)))
+	}
+	return [sha256.Size]byte(h.Sum(nil))
+}
+
 // Stats returns the counts so far.
 func (s *Sim) Stats() SimStats {
 	s.mu.Lock()
@@ -133,6 +195,7 @@ func (s *Sim) SetFaults(f Faults) {
 // decide draws the n-th decision of kind for path: a value in [0, 10000)
 // and more bits for the fault's details.
 func (s *Sim) decide(kind, path string) (int, uint64) {
+	path = strings.TrimPrefix(path, s.root)
 	s.ops[path]++
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%d\x00%s\x00%s\x00%d", s.seed, kind, path, s.ops[path])
@@ -159,6 +222,11 @@ func (s *Sim) slow(path string) {
 func (s *Sim) Crash() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.crash()
+}
+
+// crash is Crash with s.mu held.
+func (s *Sim) crash() {
 	s.gen++
 	s.crashes++
 	s.stats.Crashes++
@@ -272,24 +340,42 @@ type simFS struct {
 
 func pathErr(op, path string, err error) error { return &os.PathError{Op: op, Path: path, Err: err} }
 
-// lock takes the disk's lock, or says the process is gone.
-func (v *simFS) lock(op, path string) error {
+// lock takes the disk's lock, or says the process is gone. cut says that
+// power fails during this operation (Faults.Crash): the operation does the
+// part of its work that bits choose and returns powerFail.
+func (v *simFS) lock(op, path string) (cut bool, bits uint64, err error) {
 	v.s.mu.Lock()
 	if v.s.gen != v.gen {
 		v.s.mu.Unlock()
-		return pathErr(op, path, ErrCrashed)
+		return false, 0, pathErr(op, path, ErrCrashed)
 	}
 	v.s.slow(path)
-	return nil
+	if v.s.faults.Crash > 0 {
+		var p int
+		p, bits = v.s.decide("crash", path)
+		cut = p < v.s.faults.Crash
+	}
+	return cut, bits, nil
+}
+
+// powerFail crashes the disk during an operation on path (s.mu held).
+func (s *Sim) powerFail(op, path string) error {
+	s.stats.MidCrashes++
+	s.crash()
+	return pathErr(op, path, ErrCrashed)
 }
 
 func (v *simFS) OpenFile(name string, flag int, _ os.FileMode) (File, error) {
 	name = filepath.Clean(name)
-	if err := v.lock("open", name); err != nil {
+	cut, bits, err := v.lock("open", name)
+	if err != nil {
 		return nil, err
 	}
 	s := v.s
 	defer s.mu.Unlock()
+	if cut && bits&1 == 0 {
+		return nil, s.powerFail("open", name) // before the creation
+	}
 	if !s.dirs[filepath.Dir(name)] {
 		return nil, pathErr("open", name, syscall.ENOENT)
 	}
@@ -307,6 +393,9 @@ func (v *simFS) OpenFile(name string, flag int, _ os.FileMode) (File, error) {
 	if flag&os.O_TRUNC != 0 {
 		ino.truncate(0)
 	}
+	if cut {
+		return nil, s.powerFail("open", name) // after it
+	}
 	acc := flag & (os.O_RDONLY | os.O_WRONLY | os.O_RDWR)
 	return &simFile{v: v, path: name, ino: ino, app: flag&os.O_APPEND != 0,
 		rd: acc != os.O_WRONLY, wr: acc != os.O_RDONLY}, nil
@@ -314,10 +403,14 @@ func (v *simFS) OpenFile(name string, flag int, _ os.FileMode) (File, error) {
 
 func (v *simFS) ReadFile(name string) ([]byte, error) {
 	name = filepath.Clean(name)
-	if err := v.lock("read", name); err != nil {
+	cut, _, err := v.lock("read", name)
+	if err != nil {
 		return nil, err
 	}
 	defer v.s.mu.Unlock()
+	if cut {
+		return nil, v.s.powerFail("read", name)
+	}
 	ino, ok := v.s.files[name]
 	if !ok {
 		return nil, pathErr("read", name, syscall.ENOENT)
@@ -350,10 +443,14 @@ func (s *Sim) misread(path string, ino *inode, b []byte, off int64) {
 
 func (v *simFS) ReadDir(dir string) ([]string, error) {
 	dir = filepath.Clean(dir)
-	if err := v.lock("readdir", dir); err != nil {
+	cut, _, err := v.lock("readdir", dir)
+	if err != nil {
 		return nil, err
 	}
 	defer v.s.mu.Unlock()
+	if cut {
+		return nil, v.s.powerFail("readdir", dir)
+	}
 	if !v.s.dirs[dir] {
 		return nil, pathErr("readdir", dir, syscall.ENOENT)
 	}
@@ -369,11 +466,15 @@ func (v *simFS) ReadDir(dir string) ([]string, error) {
 
 func (v *simFS) Rename(from, to string) error {
 	from, to = filepath.Clean(from), filepath.Clean(to)
-	if err := v.lock("rename", from); err != nil {
+	cut, bits, err := v.lock("rename", from)
+	if err != nil {
 		return err
 	}
 	s := v.s
 	defer s.mu.Unlock()
+	if cut && bits&1 == 0 {
+		return s.powerFail("rename", from)
+	}
 	ino, ok := s.files[from]
 	if !ok {
 		return pathErr("rename", from, syscall.ENOENT)
@@ -387,30 +488,44 @@ func (v *simFS) Rename(from, to string) error {
 		m[to] = ino
 		delete(m, from)
 	}})
+	if cut {
+		return s.powerFail("rename", from)
+	}
 	return nil
 }
 
 func (v *simFS) Remove(name string) error {
 	name = filepath.Clean(name)
-	if err := v.lock("remove", name); err != nil {
+	cut, bits, err := v.lock("remove", name)
+	if err != nil {
 		return err
 	}
 	s := v.s
 	defer s.mu.Unlock()
+	if cut && bits&1 == 0 {
+		return s.powerFail("remove", name)
+	}
 	if _, ok := s.files[name]; !ok {
 		return pathErr("remove", name, syscall.ENOENT)
 	}
 	delete(s.files, name)
 	s.pending = append(s.pending, nsOp{filepath.Dir(name), func(m map[string]*inode) { delete(m, name) }})
+	if cut {
+		return s.powerFail("remove", name)
+	}
 	return nil
 }
 
 func (v *simFS) MkdirAll(dir string) error {
 	dir = filepath.Clean(dir)
-	if err := v.lock("mkdir", dir); err != nil {
+	cut, _, err := v.lock("mkdir", dir)
+	if err != nil {
 		return err
 	}
 	defer v.s.mu.Unlock()
+	if cut {
+		return v.s.powerFail("mkdir", dir)
+	}
 	for d := dir; !v.s.dirs[d]; d = filepath.Dir(d) {
 		v.s.dirs[d] = true
 	}
@@ -419,12 +534,16 @@ func (v *simFS) MkdirAll(dir string) error {
 
 func (v *simFS) SyncDir(dir string) error {
 	dir = filepath.Clean(dir)
-	if err := v.lock("syncdir", dir); err != nil {
+	cut, bits, err := v.lock("syncdir", dir)
+	if err != nil {
 		return err
 	}
 	s := v.s
 	defer s.mu.Unlock()
 	s.stats.Syncs++
+	if cut && bits&1 == 0 {
+		return s.powerFail("sync", dir) // the crash keeps a prefix of the journal anyway
+	}
 	if p, _ := s.decide("syncdir", dir); p < s.faults.SyncErr {
 		s.stats.SyncErrs++
 		return pathErr("sync", dir, syscall.EIO)
@@ -439,6 +558,9 @@ func (v *simFS) SyncDir(dir string) error {
 	}
 	clear(s.pending[len(rest):])
 	s.pending = rest
+	if cut {
+		return s.powerFail("sync", dir)
+	}
 	return nil
 }
 
@@ -452,15 +574,15 @@ type simFile struct {
 	closed      bool
 }
 
-func (f *simFile) lock(op string) error {
-	if err := f.v.lock(op, f.path); err != nil {
-		return err
+func (f *simFile) lock(op string) (cut bool, bits uint64, err error) {
+	if cut, bits, err = f.v.lock(op, f.path); err != nil {
+		return false, 0, err
 	}
 	if f.closed {
 		f.v.s.mu.Unlock()
-		return pathErr(op, f.path, os.ErrClosed)
+		return false, 0, pathErr(op, f.path, os.ErrClosed)
 	}
-	return nil
+	return cut, bits, nil
 }
 
 func (f *simFile) Read(b []byte) (int, error) {
@@ -473,10 +595,14 @@ func (f *simFile) Read(b []byte) (int, error) {
 }
 
 func (f *simFile) ReadAt(b []byte, off int64) (int, error) {
-	if err := f.lock("read"); err != nil {
+	cut, _, err := f.lock("read")
+	if err != nil {
 		return 0, err
 	}
 	defer f.v.s.mu.Unlock()
+	if cut {
+		return 0, f.v.s.powerFail("read", f.path)
+	}
 	if !f.rd {
 		return 0, pathErr("read", f.path, syscall.EBADF)
 	}
@@ -502,9 +628,12 @@ func (f *simFile) Write(b []byte) (int, error) {
 
 func (f *simFile) WriteAt(b []byte, off int64) (int, error) { return f.writeAt(b, off) }
 
-// writeAt writes b at off (-1: at the end), with the write faults.
+// writeAt writes b at off (-1: at the end), with the write faults. Power
+// failing during it leaves a prefix of b in the page cache, whose pages
+// the crash keeps or loses one by one.
 func (f *simFile) writeAt(b []byte, off int64) (int, error) {
-	if err := f.lock("write"); err != nil {
+	cut, cbits, err := f.lock("write")
+	if err != nil {
 		return 0, err
 	}
 	s := f.v.s
@@ -514,6 +643,10 @@ func (f *simFile) writeAt(b []byte, off int64) (int, error) {
 	}
 	if off < 0 {
 		off = int64(len(f.ino.data))
+	}
+	if cut {
+		f.ino.write(b[:cbits%uint64(len(b)+1)], off, false)
+		return 0, s.powerFail("write", f.path)
 	}
 	s.stats.Writes++
 	n, err, lost := len(b), error(nil), false
@@ -537,11 +670,17 @@ func (f *simFile) writeAt(b []byte, off int64) (int, error) {
 }
 
 func (f *simFile) Truncate(size int64) error {
-	if err := f.lock("truncate"); err != nil {
+	cut, bits, err := f.lock("truncate")
+	if err != nil {
 		return err
 	}
 	defer f.v.s.mu.Unlock()
-	f.ino.truncate(size)
+	if !cut || bits&1 == 1 {
+		f.ino.truncate(size)
+	}
+	if cut {
+		return f.v.s.powerFail("truncate", f.path)
+	}
 	return nil
 }
 
@@ -549,13 +688,21 @@ func (f *simFile) Sync() error { return f.sync("fsync") }
 
 func (f *simFile) Datasync() error { return f.sync("fdatasync") }
 
+// sync is fsync and fdatasync. Power failing during one leaves some of
+// its pages on the platter (those an interrupted writeback got to) and
+// loses the rest.
 func (f *simFile) sync(op string) error {
-	if err := f.lock(op); err != nil {
+	cut, cbits, err := f.lock(op)
+	if err != nil {
 		return err
 	}
 	s := f.v.s
 	defer s.mu.Unlock()
 	s.stats.Syncs++
+	if cut {
+		f.ino.sync(true, cbits)
+		return s.powerFail(op, f.path)
+	}
 	p, bits := s.decide("sync", f.path)
 	failed := p < s.faults.SyncErr
 	f.ino.sync(failed, bits)
@@ -567,18 +714,26 @@ func (f *simFile) sync(op string) error {
 }
 
 func (f *simFile) Size() (int64, error) {
-	if err := f.lock("stat"); err != nil {
+	cut, _, err := f.lock("stat")
+	if err != nil {
 		return 0, err
 	}
 	defer f.v.s.mu.Unlock()
+	if cut {
+		return 0, f.v.s.powerFail("stat", f.path)
+	}
 	return int64(len(f.ino.data)), nil
 }
 
 func (f *simFile) Close() error {
-	if err := f.lock("close"); err != nil {
+	cut, _, err := f.lock("close")
+	if err != nil {
 		return err
 	}
 	defer f.v.s.mu.Unlock()
 	f.closed = true
+	if cut {
+		return f.v.s.powerFail("close", f.path)
+	}
 	return nil
 }
