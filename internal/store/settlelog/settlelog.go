@@ -83,6 +83,12 @@ type Options struct {
 	// FS is the file system the segments are on (nil: the OS's); the
 	// storage simulation's disk in its tests.
 	FS vfs.FS
+	// Inline runs the background writer's work in the caller's
+	// goroutine: a Batch's Wait writes and fdatasyncs it, write mode
+	// syncs at Close only. The storage simulation sets it so that a run
+	// is one sequence of file operations, the same for the same seed;
+	// the gateway never does.
+	Inline bool
 }
 
 const (
@@ -157,6 +163,7 @@ type Batch struct {
 	n          int
 	done       chan struct{}
 	err        error
+	inline     *Log // Options.Inline: Wait flushes
 }
 
 // Done reports whether the batch is finished, and its error.
@@ -176,6 +183,9 @@ func (b *Batch) Done() (bool, error) {
 func (b *Batch) Wait() error {
 	if b == nil {
 		return nil
+	}
+	if b.inline != nil {
+		b.inline.flush()
 	}
 	<-b.done
 	return b.err
@@ -261,8 +271,10 @@ func (l *Log) Start(from uint64) error {
 	if err := l.newSegment(l.end); err != nil {
 		return err
 	}
-	l.running = true
-	go l.run()
+	if !l.opts.Inline {
+		l.running = true
+		go l.run()
+	}
 	return nil
 }
 
@@ -304,9 +316,14 @@ func (l *Log) Close(applied uint64) error {
 	l.closed = true
 	started := l.running
 	l.mu.Unlock()
-	if started {
+	switch {
+	case started:
 		close(l.stop)
 		<-l.done
+	case l.opts.Inline && l.opts.Mode == Write:
+		l.syncWritten()
+	case l.opts.Inline:
+		l.flush()
 	}
 	l.mu.Lock()
 	l.retire()

@@ -269,3 +269,34 @@ func TestWriteModeSyncsInBackground(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestInline: with Options.Inline nothing runs in the background: an
+// appended record is neither written nor synced until its batch is waited
+// for (or the log closed), then it is durable, in the waiter's goroutine.
+func TestInline(t *testing.T) {
+	path := storeFile(t)
+	l, err := Open(path, Options{Inline: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(0); err != nil {
+		t.Fatal(err)
+	}
+	pos, b, err := l.Append([]byte("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done, _ := b.Done(); done || l.SyncedPosition() >= pos {
+		t.Fatal("an inline log wrote a batch nobody waited for")
+	}
+	if err := b.Wait(); err != nil || l.SyncedPosition() < pos {
+		t.Fatalf("after Wait: %v, synced to %d, want %d", err, l.SyncedPosition(), pos)
+	}
+	last, _, _ := l.Append([]byte("b"))
+	l.Close(0)
+	got, l2 := replayed(t, path, 0)
+	l2.Close(last)
+	if len(got) != 2 || got[1] != "b" {
+		t.Fatalf("replayed %q: Close did not write the pending batch", got)
+	}
+}

@@ -45,6 +45,9 @@ func (l *Log) Append(rec []byte) (uint64, *Batch, error) {
 	b := l.batch
 	if b == nil {
 		b = &Batch{start: start, done: make(chan struct{}), buf: l.spare}
+		if l.opts.Inline {
+			b.inline = l
+		}
 		l.spare = nil
 		l.batch = b
 	}
