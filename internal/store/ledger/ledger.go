@@ -59,6 +59,11 @@ type Options struct {
 	// FS is the file system the directory is on (nil: the OS's); the
 	// storage simulation's disk in its tests.
 	FS vfs.FS
+	// ManualSeal starts no background sealer: raw segments other than
+	// the active one are sealed by SealPending, Seal and Prune only. The
+	// storage simulation sets it and calls SealPending from its own
+	// schedule, so that a run is the same for the same seed.
+	ManualSeal bool
 }
 
 func (o *Options) defaults() {
@@ -130,9 +135,11 @@ func Open(dir string, opts Options) (*Ledger, error) {
 	if err := l.load(); err != nil {
 		return nil, err
 	}
-	l.wg.Add(1)
-	go l.sealer()
-	l.kickSealer()
+	if !opts.ManualSeal {
+		l.wg.Add(1)
+		go l.sealer()
+		l.kickSealer()
+	}
 	return l, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"time"
@@ -299,7 +300,11 @@ func (r *rollups) frame(lastSeq uint64, full bool) (payload []byte, sent, gone [
 		body = binary.AppendVarint(body, v.cost)
 		body = binary.AppendVarint(body, v.capped)
 	}
-	for user, u := range r.byUser {
+	// Users in their numbers' order: a frame's bytes are a function of
+	// the rollups, not of the map's order (the storage simulation
+	// compares two runs' disks byte for byte).
+	for _, user := range slices.Sorted(maps.Keys(r.byUser)) {
+		u := r.byUser[user]
 		if !full && !u.dirty {
 			continue
 		}

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"fmt"
 	"path/filepath"
 	"slices"
 
@@ -38,33 +39,46 @@ func (l *Ledger) sealer() {
 			return
 		case <-l.sealReq:
 		}
-		for {
-			select {
-			case <-l.done:
-				return
-			default:
+		if err := l.sealPending(l.done); err != nil {
+			l.logger().Error("sealing a ledger segment failed; it stays raw (readable) and is retried at the next seal",
+				zap.Error(err))
+		}
+	}
+}
+
+// SealPending seals, now and in the caller's goroutine, every raw segment
+// but the active one: the background sealer's work, for a ledger opened
+// with ManualSeal.
+func (l *Ledger) SealPending() error { return l.sealPending(nil) }
+
+// sealPending seals the raw segments but the active one, oldest first,
+// until one fails or stop is closed. A failure is kept for Close.
+func (l *Ledger) sealPending(stop <-chan struct{}) error {
+	for {
+		select {
+		case <-stop:
+			return nil
+		default:
+		}
+		l.mu.Lock()
+		var next *segMeta
+		for _, m := range l.segs[:len(l.segs)-1] {
+			if !m.sealed {
+				c := *m
+				next = &c
+				break
 			}
+		}
+		l.mu.Unlock()
+		if next == nil {
+			return nil
+		}
+		if err := l.sealOnce(next); err != nil {
+			err = fmt.Errorf("seal %s: %w", next.path, err)
 			l.mu.Lock()
-			var next *segMeta
-			for _, m := range l.segs[:len(l.segs)-1] {
-				if !m.sealed {
-					c := *m
-					next = &c
-					break
-				}
-			}
+			l.bg = err
 			l.mu.Unlock()
-			if next == nil {
-				break
-			}
-			if err := l.sealOnce(next); err != nil {
-				l.mu.Lock()
-				l.bg = err
-				l.mu.Unlock()
-				l.logger().Error("sealing a ledger segment failed; it stays raw (readable) and is retried at the next seal",
-					zap.String("file", next.path), zap.Error(err))
-				break
-			}
+			return err
 		}
 	}
 }
