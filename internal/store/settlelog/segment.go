@@ -6,12 +6,27 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/platformgw/gateway/internal/store/framed"
 )
 
 // A segment file is a header (magic, format version, the position of its
 // first record, the CRC-32C of those) and records in framed's frames.
+
+// errHeaderless marks a last segment that is empty or all zeros: one a
+// crash left between its creation and its header's fdatasync.
+var errHeaderless = errors.New("settlement log segment without a header")
+
+// headerless says whether data is what a crash leaves of a segment whose
+// header write it cut off: nothing, zeros, or a part of our header.
+func headerless(data []byte) bool {
+	if !slices.ContainsFunc(data, func(b byte) bool { return b != 0 }) {
+		return true
+	}
+	return len(data) < headerSize && strings.HasPrefix(magic, string(data[:min(len(data), len(magic))]))
+}
 
 // recordFormat is what framed reads a segment's records as.
 var recordFormat = framed.Format{Noun: "record", Max: maxRecord}
@@ -50,6 +65,11 @@ func (l *Log) scanSegment(path string, last bool, fn func(pos uint64, rec []byte
 	data, err := l.fs.ReadFile(path)
 	if err != nil {
 		return seg, "", fmt.Errorf("settlement log segment %s: %w", path, err)
+	}
+	if last && headerless(data) {
+		// Created, and power failed before its header was durable: a
+		// segment's header is synced before any record is written to it.
+		return seg, "", errHeaderless
 	}
 	start, err := readHeader(path, data)
 	if err != nil {

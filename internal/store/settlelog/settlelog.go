@@ -218,6 +218,15 @@ func Open(storePath string, opts Options) (*Log, error) {
 	sort.Strings(names)
 	for i, n := range names {
 		seg, torn, err := l.scanSegment(filepath.Join(l.dir, n), i == len(names)-1, nil)
+		if errors.Is(err, errHeaderless) {
+			// It holds no record: it goes (found by the storage
+			// simulation, power failing during a segment's creation).
+			if err := l.fs.Remove(filepath.Join(l.dir, n)); err != nil {
+				return nil, fmt.Errorf("settlement log: remove %s, a segment a crash left without a header: %w", n, err)
+			}
+			l.TornTail = n + ": a segment a crash left without a header (removed; it held no record)"
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -279,7 +288,11 @@ func (l *Log) Start(from uint64) error {
 }
 
 // Release deletes the segments wholly at or before upto, other than the
-// one being written.
+// one being written, and syncs the directory when it deleted one: a
+// removal a crash undid would bring back a segment that is no longer the
+// last, and a torn tail Open dropped in it would read as damage then.
+// The store calls it before Start at Open for the same reason: the new
+// segment must not be durable while the old ones may come back.
 func (l *Log) Release(upto uint64) error {
 	l.mu.Lock()
 	var keep []segment
@@ -301,6 +314,9 @@ func (l *Log) Release(upto uint64) error {
 		l.syncMu.Lock()
 		delete(l.synced, p)
 		l.syncMu.Unlock()
+	}
+	if len(drop) > 0 && first == nil {
+		first = l.syncDir()
 	}
 	return first
 }

@@ -300,3 +300,32 @@ func TestInline(t *testing.T) {
 		t.Fatalf("replayed %q: Close did not write the pending batch", got)
 	}
 }
+
+// TestHeaderlessLastSegment: a last segment that a crash left between its
+// creation and its header's fdatasync (empty, zeros, a part of the header)
+// holds no record: Open removes it and says so. Anywhere but last, and a
+// short file that is not a part of our header, it is an error still.
+func TestHeaderlessLastSegment(t *testing.T) {
+	for name, content := range map[string][]byte{"empty": nil, "zeros": make([]byte, 4096), "part of the header": []byte(magic[:5])} {
+		path := storeFile(t)
+		l := appendAll(t, path, Options{}, 3)
+		last := l.End()
+		l.Close(0)
+		seg := filepath.Join(filepath.Dir(path), segName("platform.db", last+100))
+		os.WriteFile(seg, content, 0o600)
+		got, l2 := replayed(t, path, 0)
+		if len(got) != 3 || !strings.Contains(l2.TornTail, "without a header") {
+			t.Errorf("%s: replayed %d records, torn tail note %q", name, len(got), l2.TornTail)
+		}
+		l2.Close(0)
+		if _, err := os.Stat(seg); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: the headerless segment is still there: %v", name, err)
+		}
+	}
+	path := storeFile(t)
+	seg := filepath.Join(filepath.Dir(path), segName("platform.db", 0))
+	os.WriteFile(seg, []byte("SQLite"), 0o600)
+	if _, err := Open(path, Options{}); !errors.Is(err, ErrNotOurs) {
+		t.Errorf("a short foreign file: %v", err)
+	}
+}
