@@ -1,10 +1,13 @@
 package boltstore
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -210,8 +213,10 @@ func (h *health) commitFailed(writes int, err error) error {
 }
 
 // recovered clears an unhealthy state after a probe got through and
-// returns the settlements left to retry.
-func (h *health) recovered() map[string]pendingSettle {
+// returns the settlements left to retry, in the order of their holds (a
+// map's order would lay the log out differently from run to run, and the
+// storage simulation replays a seed bit for bit).
+func (h *health) recovered() []pendingSettle {
 	if !h.unhealthy.Load() {
 		return nil
 	}
@@ -222,7 +227,9 @@ func (h *health) recovered() map[string]pendingSettle {
 	h.logf(func(l *zap.Logger) {
 		l.Warn("store writes succeed again", zap.Uint64("failed_writes", n), zap.Int("holds_to_release", len(h.pending)))
 	})
-	pending := h.pending
+	pending := slices.SortedFunc(maps.Values(h.pending), func(a, b pendingSettle) int {
+		return cmp.Or(cmp.Compare(len(a.r.ID), len(b.r.ID)), cmp.Compare(a.r.ID, b.r.ID))
+	})
 	h.pending = nil
 	h.mu.Unlock()
 	return pending

@@ -74,7 +74,8 @@ func (s *Store) openLedger() error {
 		return fmt.Errorf("open store %s: its ledger directory %s is missing (the file has %d ledger rows numbered): move or restore the directory with the file (docs/operations.md, backups); the store is not started without its ledger",
 			s.path, dir, seq)
 	}
-	led, err := segledger.Open(dir, segledger.Options{Covers: covers, FS: s.fs})
+	led, err := segledger.Open(dir, segledger.Options{Covers: covers, FS: s.fs,
+		ManualSeal: inlineBackground, Now: ledgerNow, SealBytes: ledgerSealBytes})
 	if err != nil {
 		return fmt.Errorf("open store %s: ledger directory %s: %w (restore it from the backup the store file came from; `caddy platform store check` names the damaged file)",
 			s.path, dir, err)
