@@ -139,6 +139,14 @@ func (s *Sim) SetRoot(dir string) {
 	s.mu.Unlock()
 }
 
+// rel is path below the root ("." for the root itself).
+func (s *Sim) rel(path string) string {
+	if path+string(filepath.Separator) == s.root {
+		return "."
+	}
+	return strings.TrimPrefix(path, s.root)
+}
+
 // Crashes is how many times the disk has crashed (by Crash or during an
 // operation): a caller that sees it grow knows its process is gone.
 func (s *Sim) Crashes() uint64 {
@@ -162,7 +170,7 @@ func (s *Sim) Digest() [sha256.Size]byte {
 	for _, view := range []map[string]*inode{s.files, s.durable} {
 		for _, name := range slices.Sorted(maps.Keys(view)) {
 			ino := view[name]
-			put([]byte(strings.TrimPrefix(name, s.root)))
+			put([]byte(s.rel(name)))
 			put(ino.data)
 			put(ino.disk)
 			for _, p := range slices.Sorted(maps.Keys(ino.dirty)) {
@@ -172,7 +180,7 @@ func (s *Sim) Digest() [sha256.Size]byte {
 		put(nil)
 	}
 	for _, op := range s.pending {
-		put([]byte(strings.TrimPrefix(op.dir, s.root)))
+		put([]byte(s.rel(op.dir)))
 	}
 	return [sha256.Size]byte(h.Sum(nil))
 }
@@ -195,7 +203,7 @@ func (s *Sim) SetFaults(f Faults) {
 // decide draws the n-th decision of kind for path: a value in [0, 10000)
 // and more bits for the fault's details.
 func (s *Sim) decide(kind, path string) (int, uint64) {
-	path = strings.TrimPrefix(path, s.root)
+	path = s.rel(path)
 	s.ops[path]++
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%d\x00%s\x00%s\x00%d", s.seed, kind, path, s.ops[path])
