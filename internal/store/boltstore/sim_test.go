@@ -163,10 +163,10 @@ type simModel struct {
 	// caller never heard back, so either outcome is right; the check after
 	// the recovery settles which it was (row there: acknowledged; not:
 	// refused), and every later check holds the store to it.
-	unsure map[string]string // op id -> "report", "complete <job>" or "job <account>"
-	topUps  billing.Units   // credit grants acknowledged
-	maybeUp billing.Units   // credit grants that failed: counted or not, never twice (see check)
-	open    []string        // open jobs acknowledged, in creation order
+	unsure  map[string]string // op id -> "report", "complete <job>" or "job <account>"
+	topUps  billing.Units     // credit grants acknowledged
+	maybeUp billing.Units     // credit grants that failed: counted or not, never twice (see check)
+	open    []string          // open jobs acknowledged, in creation order
 	jobAcct map[string]int
 	pruned  time.Time // rows older may be gone (a retention prune)
 }
