@@ -302,6 +302,9 @@ func (s *Store) applyOnce() error {
 		return nil
 	}
 	upto := batch[n-1].pos
+	if plantedReleaseBeforeApply {
+		s.log.Release(upto) // the planted bug (planted_on.go)
+	}
 	applied := s.applied.Load()
 	err := s.wait(&op{fn: func(tx *bolt.Tx) error { return s.applyRecords(tx, batch, applied, applied) },
 		done: make(chan error, 1), applier: true})

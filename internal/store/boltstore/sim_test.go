@@ -173,16 +173,19 @@ type simModel struct {
 
 // simRun is one run of a trace.
 type simRun struct {
-	t     testing.TB
-	seed  uint64
-	disk  *vfs.Sim
-	dir   string
-	path  string
-	s     *Store
-	m     simModel
-	now   time.Time
-	step  int
-	trace []string // what each operation did, for the determinism check
+	t    testing.TB
+	seed uint64
+	disk *vfs.Sim
+	dir  string
+	path string
+	// faults are the run's: on while it runs and recovers, off while
+	// the model is checked.
+	faults vfs.Faults
+	s      *Store
+	m      simModel
+	now    time.Time
+	step   int
+	trace  []string // what each operation did, for the determinism check
 	// recovered is the number of crashes the run has recovered from.
 	recovered uint64
 }
@@ -212,6 +215,7 @@ func runSim(t testing.TB, seed uint64, ops []simOp, faults vfs.Faults) (res simR
 		m: simModel{acked: map[string]bool{}, refused: map[string]bool{}, maybe: map[string]bool{}, unsure: map[string]string{},
 			jobAcct: map[string]int{}}}
 	r.disk.SetRoot(dir)
+	r.faults = faults
 	clock := ledgerNow
 	ledgerNow = func() time.Time { return r.now }
 	defer func() { ledgerNow = clock }()
@@ -468,7 +472,7 @@ func simCrash(s *Store) {
 // that crash left) and checks the model (faults off: the check reads what
 // recovery left, and its own writes must not fail).
 func (r *simRun) recover() (detected bool, err error) {
-	faults := simProfiles[*simProfile]
+	faults := r.faults
 	for {
 		crashes := r.disk.Crashes()
 		err := r.open()
