@@ -699,6 +699,7 @@ func TestSim(t *testing.T) {
 		}
 		st.Crashes += res.stats.Crashes
 		st.MidCrashes += res.stats.MidCrashes
+		st.Ops += res.stats.Ops
 		st.SyncErrs += res.stats.SyncErrs
 		st.WriteErrs += res.stats.WriteErrs + res.stats.NoSpaces
 		st.TornPages += res.stats.TornPages
@@ -739,8 +740,8 @@ func TestSim(t *testing.T) {
 		}
 	}
 	d := time.Since(start)
-	t.Logf("%d runs, %d operations in %s: %.0f operations/s; %d crashes (%d of them during a file operation), %d failed syncs, %d failed writes, %d torn pages, %d bit flips, %d runs refused to open on damage",
-		runs, ops, d.Round(time.Millisecond), float64(ops)/d.Seconds(), st.Crashes, st.MidCrashes, st.SyncErrs, st.WriteErrs, st.TornPages, st.BitFlips, detected)
+	t.Logf("%d runs, %d operations (%d file operations) in %s: %.0f operations/s; %d crashes (%d of them during a file operation), %d failed syncs, %d failed writes, %d torn pages, %d bit flips, %d runs refused to open on damage",
+		runs, ops, st.Ops, d.Round(time.Millisecond), float64(ops)/d.Seconds(), st.Crashes, st.MidCrashes, st.SyncErrs, st.WriteErrs, st.TornPages, st.BitFlips, detected)
 }
 
 // simSetup sets the store up for the simulation and returns what puts it
