@@ -157,12 +157,16 @@ func openShipper(ctx context.Context, s *Store, dir string, mode settlelog.Mode,
 		return nil, err
 	}
 	end := l.End()
+	// The shipped segments go, durably, before the new one is made: a
+	// crash must not keep the new one and bring back an old one whose
+	// torn tail Open dropped (the storage simulation found it in the
+	// bbolt store's start, docs/reliability.md §14).
+	l.Release(end)
 	if err := l.Start(end); err != nil {
 		l.Close(0)
 		unlockDir(lock)
 		return nil, fmt.Errorf("pgstore: %w", err)
 	}
-	l.Release(end)
 	sh.shipped, sh.appendN = end, end
 	go sh.loop()
 	return sh, nil
