@@ -323,7 +323,7 @@ func (h *Handler) load(q *request, sess session, sessionKey store.KeyRecord) (*d
 	}
 	for i := range d.Subscriptions {
 		if c := d.Subscriptions[i].Chart; c != nil {
-			c.layout(d.Subscriptions[i].UnitLabel)
+			c.layout(unitName(d.Subscriptions[i].UnitLabel, d.Subscriptions[i].MeasurementType, 0))
 		}
 	}
 	d.Usage = buildUsage(h.rt.Catalog, rollups, q.now)
@@ -470,7 +470,8 @@ func (c *chart) layout(unit string) {
 	if c.step > 24*time.Hour {
 		per = fmt.Sprintf("%d days", int(c.step.Hours()/24))
 	}
-	c.Caption = fmt.Sprintf("Units used per %s this period, %s to %s: %s in all, at most %s in one %s", per, c.First, c.Last, c.Total, c.Max, per)
+	c.Caption = fmt.Sprintf("%s used per %s this period, %s to %s: %s in all, at most %s in one %s",
+		strings.ToUpper(unit[:1])+unit[1:], per, c.First, c.Last, decimal(c.Total, 0), decimal(c.Max, 0), per)
 }
 
 var funcs = template.FuncMap{
@@ -502,16 +503,16 @@ var funcs = template.FuncMap{
 	"add": func(a, b billing.Units) billing.Units { return a + b },
 	"pct": func(p float64) string { return fmt.Sprintf("%.0f%%", p) },
 	// Words for figures and enums (words.go).
-	"price":     priceText,
-	"qty":       quantityText,
-	"credits":   creditsText,
-	"number":    func(u billing.Units) string { return decimal(u, 0) },
-	"date":      dateWords,
-	"jobWords":  jobWords,
-	"keyWords":  keyWords,
-	"unitName":  unitName,
-	"prepaid":   func(p *billing.Product) bool { return p != nil && p.BillingModel == billing.Prepaid },
-	"isoDate":   func(t time.Time) string { return t.UTC().Format(time.DateOnly) },
+	"price":    priceText,
+	"qty":      quantityText,
+	"credits":  creditsText,
+	"number":   func(u billing.Units) string { return decimal(u, 0) },
+	"date":     dateWords,
+	"jobWords": jobWords,
+	"keyWords": keyWords,
+	"unitName": unitName,
+	"prepaid":  func(p *billing.Product) bool { return p != nil && p.BillingModel == billing.Prepaid },
+	"isoDate":  func(t time.Time) string { return t.UTC().Format(time.DateOnly) },
 }
 
 // newestRows reads the caller's newest recentRows rows since since, newest
