@@ -8,13 +8,16 @@ import (
 	"time"
 
 	cdpbrowser "github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/network"
 	cdppage "github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/platformgw/gateway/internal/apierror"
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/catalog"
+	"github.com/platformgw/gateway/internal/servicekey"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -293,7 +296,7 @@ func TestBrowserUsageByEndpoint(t *testing.T) {
 	// tokens' 2k, of words' 500; x labels from 30 days ago to today.
 	axes := eval[[]string](t, ctx, `[...document.querySelectorAll('#usage figure.axis svg')].map(s =>
 		[...s.querySelectorAll('text.ytick')].map(x => x.textContent).join(',') + ' / ' + [...s.querySelectorAll('text.xtick')].map(x => x.textContent).join(','))`)
-	first, last := today.AddDate(0, 0, -(usageDays - 1)).Format("2 Jan"), today.Format("2 Jan")
+	first, last := today.AddDate(0, 0, -(usageDays-1)).Format("2 Jan"), today.Format("2 Jan")
 	mid := today.AddDate(0, 0, -(usageDays-1)+usageDays/2).Format("2 Jan")
 	wantAxes := []string{
 		"0,2.5,5 / " + first + "," + mid + "," + last,
@@ -444,5 +447,113 @@ func pressEnter(t *testing.T, ctx context.Context, what, sel string) {
 	defer cancel()
 	if _, err := chromedp.Run(c, chromedp.WaitEvent(cdppage.LoadEventFired, nil, chromedp.KeyEvent("\r"))); err != nil {
 		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// Sizes the pages are checked at: a desktop window and a phone's.
+const (
+	phoneWidth, phoneHeight = 390, 844
+	wideWidth, wideHeight   = 1200, 900
+)
+
+// TestBrowserPhonesAndKeyboards: at 390×844 no portal page is wider than
+// the screen (sign-in, a full dashboard with the banner, usage and many
+// keys, a job, the revocation's confirmation, a new key, a page that is
+// not found), and the keys table becomes stacked rows with each Revoke
+// in reach; each page is also shot at 1200×900. On the dashboard, Tab
+// alone reaches every link, button, field and disclosure.
+func TestBrowserPhonesAndKeyboards(t *testing.T) {
+	ctx := newBrowser(t)
+	e := market(t, "allow_key_management")
+	key, rec := e.user("alice", "basic")
+	e.subscribe("alice", "chat", "tokens", "ACTIVE")
+	e.subscribe("alice", "prepaid", "credits", "ACTIVE")
+	now := time.Now().UTC()
+	e.charge("alice", "echo", "hello", billing.Whole(101), now, 0)
+	e.charge("alice", "chat", "complete", billing.Whole(123456), now, billing.Whole(200000))
+	for i := range 3 {
+		_, h, err := servicekey.Generate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.store().CreateKey(context.Background(), store.KeyRecord{ID: fmt.Sprintf("key-with-a-rather-long-identifier-%d-0123456789abcdef", i),
+			Hash: h, UserID: "alice", Label: "a label that goes on for quite a while " + strings.Repeat("x", 40), Created: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	job := e.job("alice", "FAILED", "the backend timed out after a long wait "+strings.Repeat("and more ", 20))
+
+	type pageAt struct {
+		name string
+		open func()
+	}
+	goTo := func(path, wait string) func() {
+		return func() { step(t, ctx, path, chromedp.Navigate(e.base+path), chromedp.WaitVisible(chromedp.CSS(wait))) }
+	}
+	pages := []pageAt{
+		{"signin", goTo("/portal/", "#key")},
+		{"dashboard", func() { openDashboard(t, ctx, e, key) }},
+		{"job", goTo("/portal/jobs/"+job.ID, "dl.figures")},
+		{"revoke", goTo("/portal/keys/revoke?key_id="+rec.ID, "form.actions")},
+		{"notfound", goTo("/portal/nowhere", "h1")},
+		{"newkey", func() {
+			goTo("/portal/#keys", "#label")()
+			submit(t, ctx, "create a key", `form[action="/portal/keys"] button[type=submit]`)
+			step(t, ctx, "the new key", chromedp.WaitVisible(chromedp.ID("newkey")))
+		}},
+	}
+	for _, size := range []struct {
+		suffix string
+		w, h   int64
+	}{{"-phone", phoneWidth, phoneHeight}, {"", wideWidth, wideHeight}} {
+		step(t, ctx, "viewport", chromedp.EmulateViewport(size.w, size.h))
+		for _, p := range pages {
+			if p.name == "signin" {
+				// Signed out first, so the sign-in form shows.
+				if _, err := chromedp.Call(ctx, network.ClearBrowserCookies, cdp.Empty{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p.open()
+			if w := eval[int](t, ctx, `document.documentElement.scrollWidth`); size.w == phoneWidth && w > phoneWidth {
+				wide := eval[[]string](t, ctx, `[...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > 390.5).slice(0, 5).map(e => e.outerHTML.slice(0, 100))`)
+				t.Errorf("%s at %dpx is %dpx wide: %q", p.name, phoneWidth, w, wide)
+			}
+			shot(t, ctx, p.name+size.suffix)
+			if p.name == "dashboard" && size.w == phoneWidth {
+				// The keys table: stacked rows, every Revoke inside the screen.
+				display := eval[string](t, ctx, `getComputedStyle(document.querySelector('table.keys td')).display`)
+				right := eval[float64](t, ctx, `Math.max(...[...document.querySelectorAll('table.keys a.button')].map(a => a.getBoundingClientRect().right))`)
+				if display == "table-cell" || right > phoneWidth {
+					t.Errorf("keys on a phone: cells %q, a Revoke button reaching %.0fpx", display, right)
+				}
+			}
+		}
+	}
+
+	// Every control of the dashboard by Tab alone (desktop size).
+	step(t, ctx, "dashboard", chromedp.Navigate(e.base+"/portal/"), chromedp.WaitVisible(chromedp.ID("subscriptions")))
+	want := eval[int](t, ctx, `(() => { const all = [...document.querySelectorAll('a[href], button, input:not([type=hidden]), summary, select, textarea')]
+		.filter(e => !e.closest('[hidden]') && !e.hidden && e.getClientRects().length > 0 && !(e.closest('details:not([open])') && e.tagName !== 'SUMMARY'));
+		all.forEach((e, i) => e.dataset.kbd = i); return all.length })()`)
+	if want < 10 {
+		t.Fatalf("only %d controls on the dashboard", want)
+	}
+	reached := map[string]bool{}
+	for range 2 * want {
+		step(t, ctx, "tab", chromedp.KeyEvent("\t"))
+		if k := eval[string](t, ctx, `document.activeElement.dataset.kbd || ''`); k != "" {
+			reached[k] = true
+		}
+	}
+	if len(reached) != want {
+		missed := eval[[]string](t, ctx, `[...document.querySelectorAll('[data-kbd]')].map(e => e.dataset.kbd + ' ' + e.outerHTML.slice(0, 80))`)
+		var out []string
+		for _, m := range missed {
+			if !reached[strings.Fields(m)[0]] {
+				out = append(out, m)
+			}
+		}
+		t.Errorf("Tab reached %d of %d controls; not: %q", len(reached), want, out)
 	}
 }

@@ -88,10 +88,15 @@ func html(t *testing.T, ctx context.Context) string {
 	return s
 }
 
-// shot writes docs/img/portal-<name>.png when PORTAL_SCREENSHOTS is set.
+// shot writes portal-<name>.png into $SCREENSHOTS_DIR when it is set
+// (make screenshots), else into docs/img when PORTAL_SCREENSHOTS is set.
 func shot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
-	if os.Getenv(screenshotsEnv) == "" {
+	dir := os.Getenv("SCREENSHOTS_DIR")
+	if dir == "" && os.Getenv(screenshotsEnv) != "" {
+		dir = filepath.Join("..", "..", "docs", "img")
+	}
+	if dir == "" {
 		return
 	}
 	c, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -100,7 +105,6 @@ func shot(t *testing.T, ctx context.Context, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join("..", "..", "docs", "img")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
