@@ -3,6 +3,8 @@ package portal
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -320,6 +322,28 @@ func TestBrowserUsageByEndpoint(t *testing.T) {
 		t.Error("units of different measures summed, or bob's usage shown")
 	}
 	checkPage(t, ctx, "usage")
+
+	// The CSV the export form asks for, with the browser's session: the
+	// five rows of alice's, none of bob's.
+	query := eval[string](t, ctx, `new URLSearchParams(new FormData(document.querySelector('form.export'))).toString()`)
+	csvText := e.getWithBrowserSession(t, ctx, "/portal/usage.csv?"+query)
+	lines := strings.Split(strings.TrimSpace(csvText), "\n")
+	if len(lines) != 6 || lines[0] != strings.Join(exportHeader, ",") {
+		t.Fatalf("the CSV:\n%s", csvText)
+	}
+	for _, l := range lines[1:] {
+		if !strings.Contains(l, ",req-alice-") || strings.Contains(l, "bob") {
+			t.Errorf("a CSV line not of alice's: %q", l)
+		}
+	}
+	if strings.Contains(csvText, "bob") || !strings.Contains(csvText, ",chat,complete,tokens,") || !strings.Contains(csvText, ",1500,tokens,0,3,money,") {
+		t.Errorf("the CSV:\n%s", csvText)
+	}
+	// Today only: the row of two days ago is left out.
+	day := today.Format(time.DateOnly)
+	if got := strings.Count(strings.TrimSpace(e.getWithBrowserSession(t, ctx, "/portal/usage.csv?from="+day+"&to="+day)), "\n"); got != 4 {
+		t.Errorf("today's CSV has %d rows, want 4", got)
+	}
 	step(t, ctx, "to usage", chromedp.Navigate(e.base+"/portal/#usage"), chromedp.WaitVisible(chromedp.ID("usage")))
 	shot(t, ctx, "usage")
 }
@@ -556,4 +580,28 @@ func TestBrowserPhonesAndKeyboards(t *testing.T) {
 		}
 		t.Errorf("Tab reached %d of %d controls; not: %q", len(reached), want, out)
 	}
+}
+
+// getWithBrowserSession GETs path of e's site with the browser's cookies
+// (its portal session) and returns the body of a 200 answer.
+func (e *env) getWithBrowserSession(t *testing.T, ctx context.Context, path string) string {
+	t.Helper()
+	res, err := chromedp.Call(ctx, network.GetCookies, network.GetCookiesParams{URLs: []string{e.base + "/portal/"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, e.base+path, nil)
+	for _, c := range res.Cookies {
+		req.AddCookie(&http.Cookie{Name: c.Name, Value: c.Value})
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/csv") {
+		t.Fatalf("GET %s: %d %s\n%s", path, resp.StatusCode, resp.Header.Get("Content-Type"), b)
+	}
+	return string(b)
 }
