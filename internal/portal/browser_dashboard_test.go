@@ -529,7 +529,7 @@ func TestBrowserPhonesAndKeyboards(t *testing.T) {
 	for _, size := range []struct {
 		suffix string
 		w, h   int64
-	}{{"-phone", phoneWidth, phoneHeight}, {"", wideWidth, wideHeight}} {
+	}{{"-390", phoneWidth, phoneHeight}, {"-1200", wideWidth, wideHeight}} {
 		step(t, ctx, "viewport", chromedp.EmulateViewport(size.w, size.h))
 		for _, p := range pages {
 			if p.name == "signin" {

@@ -123,13 +123,13 @@ type outcomesView struct {
 	Rows            []outcomeRow
 	RecordsRefusals bool
 	// RateLimited are the services that refused a call of the caller's
-	// for its rate in the last hour.
+	// for its rate in this hour or the one before.
 	RateLimited map[string]bool
 }
 
-// summarizeOutcomes sums counts per endpoint and outcome, charged first
-// then by calls; a refusal in the hour before now marks its service
-// rate-limited when it was one.
+// summarizeOutcomes sums counts per endpoint and outcome, charged and
+// cut before refused; a rate-limit refusal in this hour or the one
+// before marks its service rate-limited (the banner's "slow down").
 func summarizeOutcomes(counts []outcomeCount, since, now time.Time, recordsRefusals bool) outcomesView {
 	v := outcomesView{Since: since, RecordsRefusals: recordsRefusals, RateLimited: map[string]bool{}}
 	type k struct{ svc, ep, outcome string }

@@ -512,6 +512,7 @@ var funcs = template.FuncMap{
 	"keyWords": keyWords,
 	"unitName": unitName,
 	"prepaid":  func(p *billing.Product) bool { return p != nil && p.BillingModel == billing.Prepaid },
+	"priced":   func(p *billing.Product) bool { return p != nil && p.Price > 0 },
 	"isoDate":  func(t time.Time) string { return t.UTC().Format(time.DateOnly) },
 }
 
