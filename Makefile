@@ -149,4 +149,4 @@ clean:
 SCREENSHOT_PKGS ?= ./internal/console
 screenshots:
 	BROWSER_TESTS=1 SCREENSHOTS_DIR=$(CURDIR)/docs/img $(GO) test -count=1 -run 'InBrowser' $(SCREENSHOT_PKGS)
-	BROWSER_TESTS=1 PORTAL_SCREENSHOTS=1 $(GO) test -count=1 -run 'Browser' ./internal/portal
+	BROWSER_TESTS=1 SCREENSHOTS_DIR=$(CURDIR)/docs/img $(GO) test -count=1 -run 'Browser' ./internal/portal

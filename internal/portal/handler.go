@@ -29,8 +29,10 @@ const (
 	preCookie     = "platform_portal_signin"
 )
 
-// contentSecurityPolicy allows no script at all: the portal has none.
-const contentSecurityPolicy = "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+// contentSecurityPolicy allows only the portal's own script file
+// (assets/copy.js, the copy buttons): no inline script, nothing from
+// elsewhere.
+const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
 // maxFormBytes caps a form body: the largest form is a key label.
 const maxFormBytes = 8 << 10
@@ -96,10 +98,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 		}
 		h.createKey(q)
 	case p == "/keys/revoke":
-		if !h.allow(q, http.MethodPost) {
+		if !h.allow(q, http.MethodGet, http.MethodHead, http.MethodPost) {
 			return nil
 		}
-		h.revokeKey(q)
+		if q.r.Method == http.MethodPost {
+			h.revokeKey(q)
+		} else {
+			h.confirmRevoke(q)
+		}
+	case p == "/usage.csv":
+		if !h.allow(q, http.MethodGet, http.MethodHead) {
+			return nil
+		}
+		h.exportUsage(q)
 	case strings.HasPrefix(p, "/jobs/") && strings.Count(p, "/") == 2:
 		if !h.allow(q, http.MethodGet, http.MethodHead) {
 			return nil
@@ -170,6 +181,8 @@ func (h *Handler) serveAsset(q *request, name string) error {
 		q.w.Header().Set("Content-Type", "text/css; charset=utf-8")
 	case ".svg":
 		q.w.Header().Set("Content-Type", "image/svg+xml")
+	case ".js":
+		q.w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
 	default:
 		q.w.Header().Set("Content-Type", "application/octet-stream")
 	}
@@ -438,7 +451,8 @@ func (h *Handler) job(q *request, escapedID string) {
 		h.message(q, http.StatusNotFound, "No such job", "None of your jobs has that id.")
 		return
 	}
-	h.render(q, http.StatusOK, "job", page{Title: "Job " + j.ID, Base: q.base, CSRF: sess.CSRF, UserID: sess.UserID, Job: &j})
+	h.render(q, http.StatusOK, "job", page{Title: "Job " + j.ID, Base: q.base, CSRF: sess.CSRF, UserID: sess.UserID, Job: &j,
+		JobCost: priceText(productOf(h.rt.Catalog, j.ServiceID, j.ProductID), j.Cost)})
 }
 
 // message renders a short page with a heading and a sentence.

@@ -31,12 +31,6 @@ import (
 // admin API stay on start.
 func local(t *testing.T, portalOptions string) *env {
 	t.Helper()
-	dir := t.TempDir()
-	st, err := boltstore.Open(filepath.Join(dir, "platform.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
 	quota, limit := billing.Whole(100), billing.Whole(10)
 	svc := &catalog.Service{
 		ID: "echo", Backend: "http://127.0.0.1:9", Secrets: []string{echoSecret},
@@ -48,7 +42,19 @@ func local(t *testing.T, portalOptions string) *env {
 				Price: billing.Whole(1) / 2, SpendingCap: &limit},
 		},
 	}
-	cat, err := catalog.Compile([]*catalog.Service{svc}, nil)
+	return localWith(t, portalOptions, svc)
+}
+
+// localWith is local over a catalog of the services given.
+func localWith(t *testing.T, portalOptions string, services ...*catalog.Service) *env {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := boltstore.Open(filepath.Join(dir, "platform.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	cat, err := catalog.Compile(services, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,8 @@
 // subscriptions, usage against quota, credits and spend, recent calls,
 // jobs and keys; with allow_key_management they create and revoke their
 // own keys. Pages are server-rendered html/template with embedded assets
-// and no script; docs/portal.md is the guide.
+// and work without script (copy.js only adds copy buttons); docs/portal.md
+// is the guide.
 package portal
 
 import (

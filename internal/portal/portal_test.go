@@ -47,8 +47,8 @@ func TestPortalShowsOnlyOwnData(t *testing.T) {
 	}
 	page := c.signIn(aliceKey)
 	for _, want := range append([]string{
-		"alice", aliceRec.ID, "product basic", "Used this period</dt><dd>2", "100 · 98 left",
-		aliceJob.ID, "alice&#39;s backend gave up", "<svg role=\"img\"", "<meter",
+		"alice", aliceRec.ID, "product basic", "Used this period</dt><dd>2", "100 requests · 98 left",
+		aliceJob.ID, "alice&#39;s backend gave up", "<svg role=\"img\"", `<svg class="bar"`,
 	}, aliceReqs...) {
 		if !strings.Contains(page, want) {
 			t.Errorf("alice's page lacks %q", want)
@@ -59,8 +59,9 @@ func TestPortalShowsOnlyOwnData(t *testing.T) {
 			t.Errorf("alice's page shows %q", leak)
 		}
 	}
-	if strings.Contains(page, "<script") {
-		t.Error("the page has a script")
+	// One script, the portal's own file for the copy buttons; none inline.
+	if strings.Count(page, "<script") != 1 || !strings.Contains(page, `<script src="/portal/assets/copy.js" defer></script>`) {
+		t.Error("the page has a script other than assets/copy.js")
 	}
 	ck := c.cookie(sessionCookie)
 	if ck == nil {
@@ -517,12 +518,12 @@ func TestPortalEarlierPeriods(t *testing.T) {
 	// A month and a bit later (the product's period is a month).
 	e.setClock(func() time.Time { return time.Now().Add(35 * 24 * time.Hour) })
 	page := newClient(t).signIn(key)
-	for _, want := range []string{"Used this period</dt><dd>0", "Earlier periods", "</td><td>3</td><td>100</td>"} {
+	for _, want := range []string{"Used this period</dt><dd>0", "Earlier periods", `<td data-label="Used">3 requests</td><td data-label="Quota">100 requests</td>`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the page lacks %q", want)
 		}
 	}
-	if n := strings.Count(page, "</td><td>100</td>"); n != 1 {
+	if n := strings.Count(page, `<td data-label="Quota">100 requests</td>`); n != 1 {
 		t.Errorf("%d earlier periods, want 1 (the subscription is a month old)", n)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/store"
 )
@@ -27,6 +28,10 @@ type page struct {
 	Error  string
 	Text   string
 	Job    *store.Job
+	// JobCost is the job's cost in words.
+	JobCost string
+	// Revoke is the confirmation page before a key is revoked.
+	Revoke *revokeView
 	*dashboard
 }
 
@@ -44,6 +49,35 @@ type dashboard struct {
 	FailedJobs    []store.Job
 	Keys          []keyRow
 	Partial       bool
+	// Banner lists the subscriptions whose calls are refused now, with
+	// the fix.
+	Banner []callsRefused
+	// Usage is usage by endpoint and day, one table and chart per unit.
+	Usage usageView
+	// Outcomes is what became of the caller's calls (outcomes.go).
+	Outcomes outcomesView
+	// NewKeyCurl is a call with the key just created, shown with it.
+	NewKeyCurl string
+	cat        *catalog.Catalog
+}
+
+// CostText is a ledger row's cost with its currency (or in credits), as
+// its product prices it.
+func (d *dashboard) CostText(e store.LedgerEntry) string {
+	return priceText(productOf(d.cat, e.ServiceID, e.ProductID), e.Cost)
+}
+
+// productOf is a product of the running catalog, nil when it is gone.
+func productOf(cat *catalog.Catalog, serviceID, productID string) *billing.Product {
+	if cat == nil {
+		return nil
+	}
+	svc, ok := cat.Service(serviceID)
+	if !ok {
+		return nil
+	}
+	p, _ := svc.Product(productID)
+	return p
 }
 
 type dashboardExtras struct {
@@ -54,6 +88,14 @@ type dashboardExtras struct {
 // subscriptionView is one subscription's current period and its chart.
 type subscriptionView struct {
 	ops.PeriodSummary
+	// Product is the subscription's product in the running catalog, nil
+	// when it is gone; Pricing and StatusWords say it in words.
+	Product     *billing.Product
+	Pricing     string
+	StatusWords string
+	Standing    standing
+	// Curl are calls to the service's endpoints to copy.
+	Curl  []curlLine
 	Chart *chart
 	// Earlier are the periods before this one, newest first, back to the
 	// subscription's start (at most earlierPeriods).
@@ -64,6 +106,10 @@ type keyRow struct {
 	store.KeyRecord
 	Status  string
 	Current bool
+	// LastUsed is when the key last authenticated a request on this
+	// node since it started; Used is false when it did not (keys.go).
+	LastUsed time.Time
+	Used     bool
 }
 
 // Bounds of what one dashboard reads.
@@ -94,6 +140,17 @@ func (h *Handler) dashboardStatus(q *request, status int, sess session, sessionK
 		return
 	}
 	d.NewKey, d.NewKeyID = x.NewKey, x.NewKeyID
+	if d.NewKey != "" {
+		base, prefix := h.gatewayBase(q)
+		for _, v := range d.Subscriptions {
+			if svc, ok := h.rt.Catalog.Service(v.ServiceID); ok {
+				if lines := curlLines(base, prefix, svc, d.NewKey); len(lines) > 0 {
+					d.NewKeyCurl = lines[0].Line
+					break
+				}
+			}
+		}
+	}
 	h.render(q, status, "dashboard", page{
 		Title: "Your usage", Base: q.base, CSRF: sess.CSRF, UserID: sess.UserID,
 		Notice: x.Notice, Error: x.Error, dashboard: d,
@@ -105,7 +162,7 @@ func (h *Handler) dashboardStatus(q *request, status int, sess session, sessionK
 func (h *Handler) load(q *request, sess session, sessionKey store.KeyRecord) (*dashboard, error) {
 	ctx := q.r.Context()
 	st := h.rt.Store()
-	d := &dashboard{KeyID: sessionKey.ID, AllowKeys: h.AllowKeyManagement}
+	d := &dashboard{KeyID: sessionKey.ID, AllowKeys: h.AllowKeyManagement, cat: h.rt.Catalog}
 
 	var subs []store.Subscription
 	cursor := ""
@@ -122,6 +179,10 @@ func (h *Handler) load(q *request, sess session, sessionKey store.KeyRecord) (*d
 	}
 	from := q.now.Add(-recentDays * 24 * time.Hour)
 	d.RecentSince = from
+	if u := usageStart(q.now); u.Before(from) {
+		from = u
+	}
+	base, prefix := h.gatewayBase(q)
 	for _, sub := range subs {
 		if sub.UserID != sess.UserID {
 			continue
@@ -130,7 +191,16 @@ func (h *Handler) load(q *request, sess session, sessionKey store.KeyRecord) (*d
 		if err != nil {
 			return nil, fmt.Errorf("summarize %s: %w", sub.ServiceID, err)
 		}
-		v := subscriptionView{PeriodSummary: ps}
+		v := subscriptionView{PeriodSummary: ps, StatusWords: subscriptionWords(ps.Status)}
+		if svc, ok := h.rt.Catalog.Service(sub.ServiceID); ok {
+			v.Product, _ = svc.Product(ps.ProductID)
+			v.Curl = curlLines(base, prefix, svc, "$PLATFORM_KEY")
+		}
+		v.Pricing = pricingWords(v.Product)
+		v.Standing = standingOf(ps, v.Product)
+		if r := v.Standing.Refused; r != nil {
+			d.Banner = append(d.Banner, *r)
+		}
 		if !ps.PeriodStart.IsZero() {
 			// The whole period, the days still to come left empty.
 			v.Chart = newChart(ps.PeriodStart, ps.PeriodEnd.Add(-time.Nanosecond))
@@ -168,6 +238,11 @@ func (h *Handler) load(q *request, sess session, sessionKey store.KeyRecord) (*d
 	var capped []serviceHour
 	seen := map[serviceHour]bool{}
 	var first time.Time
+	var rollups []store.Rollup // since outcomesFrom, for usage and outcomes
+	outcomesFrom := usageStart(q.now)
+	if d.RecentSince.Before(outcomesFrom) {
+		outcomesFrom = d.RecentSince
+	}
 	scanned := 0
 	err := store.ScanUsage(ctx, st, store.LedgerFilter{UserID: sess.UserID, From: from}, func(r store.Rollup) error {
 		if r.UserID != sess.UserID {
@@ -178,6 +253,9 @@ func (h *Handler) load(q *request, sess session, sessionKey store.KeyRecord) (*d
 		}
 		if first.IsZero() {
 			first = r.Hour
+		}
+		if !r.Hour.Before(outcomesFrom) {
+			rollups = append(rollups, r)
 		}
 		k := serviceHour{r.ServiceID, r.Hour}
 		for i := range d.Subscriptions {
@@ -245,7 +323,21 @@ func (h *Handler) load(q *request, sess session, sessionKey store.KeyRecord) (*d
 	}
 	for i := range d.Subscriptions {
 		if c := d.Subscriptions[i].Chart; c != nil {
-			c.layout(d.Subscriptions[i].UnitLabel)
+			c.layout(unitName(d.Subscriptions[i].UnitLabel, d.Subscriptions[i].MeasurementType, 0))
+		}
+	}
+	d.Usage = buildUsage(h.rt.Catalog, rollups, q.now)
+	src := outcomesFor(st, rollups)
+	counts, err := src.CallOutcomes(ctx, sess.UserID, d.RecentSince.Truncate(time.Hour), q.now.Add(time.Hour))
+	if err != nil {
+		return nil, fmt.Errorf("call outcomes: %w", err)
+	}
+	d.Outcomes = summarizeOutcomes(counts, d.RecentSince, q.now, src.RecordsRefusals())
+	for i := range d.Subscriptions {
+		v := &d.Subscriptions[i]
+		if d.Outcomes.RateLimited[v.ServiceID] && v.Standing.RateLimit != "" && v.Standing.Refused == nil {
+			d.Banner = append(d.Banner, callsRefused{ServiceID: v.ServiceID,
+				Reason: "some of your calls were refused for going too fast", Fix: "slow down: " + v.Standing.RateLimit})
 		}
 	}
 
@@ -289,7 +381,7 @@ func (h *Handler) load(q *request, sess session, sessionKey store.KeyRecord) (*d
 		if k.UserID != sess.UserID {
 			continue
 		}
-		d.Keys = append(d.Keys, keyRow{KeyRecord: k, Status: string(k.Status(q.now)), Current: k.ID == d.KeyID})
+		d.Keys = append(d.Keys, h.keyRow(k, q.now, d.KeyID))
 	}
 	return d, nil
 }
@@ -378,7 +470,8 @@ func (c *chart) layout(unit string) {
 	if c.step > 24*time.Hour {
 		per = fmt.Sprintf("%d days", int(c.step.Hours()/24))
 	}
-	c.Caption = fmt.Sprintf("Units used per %s this period, %s to %s: %s in all, at most %s in one %s", per, c.First, c.Last, c.Total, c.Max, per)
+	c.Caption = fmt.Sprintf("%s used per %s this period, %s to %s: %s in all, at most %s in one %s",
+		strings.ToUpper(unit[:1])+unit[1:], per, c.First, c.Last, decimal(c.Total, 0), decimal(c.Max, 0), per)
 }
 
 var funcs = template.FuncMap{
@@ -409,6 +502,18 @@ var funcs = template.FuncMap{
 	},
 	"add": func(a, b billing.Units) billing.Units { return a + b },
 	"pct": func(p float64) string { return fmt.Sprintf("%.0f%%", p) },
+	// Words for figures and enums (words.go).
+	"price":    priceText,
+	"qty":      quantityText,
+	"credits":  creditsText,
+	"number":   func(u billing.Units) string { return decimal(u, 0) },
+	"date":     dateWords,
+	"jobWords": jobWords,
+	"keyWords": keyWords,
+	"unitName": unitName,
+	"prepaid":  func(p *billing.Product) bool { return p != nil && p.BillingModel == billing.Prepaid },
+	"priced":   func(p *billing.Product) bool { return p != nil && p.Price > 0 },
+	"isoDate":  func(t time.Time) string { return t.UTC().Format(time.DateOnly) },
 }
 
 // newestRows reads the caller's newest recentRows rows since since, newest

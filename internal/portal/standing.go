@@ -1,0 +1,151 @@
+package portal
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/ops"
+	"github.com/platformgw/gateway/internal/subscription"
+)
+
+// A subscription's standing: how far along its quota and spending cap
+// are (the bars), and whether the gateway refuses its calls now and what
+// the caller can do about it (the banner). Whether a call would be
+// refused is asked of billing.Decide, the rule the gateway applies, with
+// the period's figures the summary read.
+
+// Levels of a bar: under 80%, from 80%, from 100%.
+const (
+	levelOK   = "ok"
+	levelWarn = "warn"
+	levelOver = "over"
+)
+
+// warnPercent is where a bar turns amber.
+const warnPercent = 80
+
+// gauge is one bar: a quota or a spending cap and how much of it is used
+// (held units count: they are promised to calls in flight).
+type gauge struct {
+	Name    string  // "Quota", "Spending cap"
+	Percent int     // used of the limit, rounded down; may pass 100
+	Width   float64 // the bar's filled share, 0 to 100
+	Level   string  // levelOK, levelWarn, levelOver
+	Used    string  // "133 requests", "5.00 EUR"
+	Limit   string
+	// Note is what the level means for calls: "quota used up until 26
+	// Dec 2026"; empty under 100%.
+	Note string
+}
+
+func newGauge(name string, used, limit billing.Units, usedText, limitText string) gauge {
+	g := gauge{Name: name, Used: usedText, Limit: limitText}
+	switch {
+	case limit <= 0 && used > 0:
+		g.Percent = 100
+	case limit > 0:
+		g.Percent = int(float64(used) / float64(limit) * 100)
+	}
+	g.Width = float64(min(max(g.Percent, 0), 100))
+	switch {
+	case g.Percent >= 100 || limit <= 0:
+		g.Level = levelOver
+	case g.Percent >= warnPercent:
+		g.Level = levelWarn
+	default:
+		g.Level = levelOK
+	}
+	return g
+}
+
+// callsRefused is why the gateway refuses a subscription's calls now, and the
+// fix in plain words.
+type callsRefused struct {
+	ServiceID string
+	Reason    string // "quota used up until 26 Dec 2026"
+	Fix       string // "wait for the next period, or ask for a larger plan"
+}
+
+// standing is a subscription's bars and, when its calls are refused
+// now, why.
+type standing struct {
+	Gauges  []gauge
+	Refused *callsRefused
+	// RateLimit is the product's rate limit per key, "10/min"; empty when
+	// none.
+	RateLimit string
+}
+
+// standingOf reads a subscription's standing from its period summary
+// under product p (nil when the product is gone).
+func standingOf(ps ops.PeriodSummary, p *billing.Product) standing {
+	var s standing
+	if p == nil || ps.ProductMissing {
+		s.Refused = &callsRefused{ServiceID: ps.ServiceID, Reason: "the product you subscribed to is no longer offered",
+			Fix: "ask your provider to move you to another product"}
+		return s
+	}
+	s.RateLimit = rateWords(p.RateLimit)
+	until := dateWords(ps.PeriodEnd)
+	if ps.Quota != nil {
+		used := ps.UnitsUsed + ps.UnitsHeld
+		g := newGauge("Quota", used, *ps.Quota, quantityText(p, used), quantityText(p, *ps.Quota))
+		if g.Percent >= 100 {
+			g.Note = "quota used up until " + until
+			if p.OverageAllowed() {
+				g.Note += "; further calls are billed as overage"
+			}
+		}
+		s.Gauges = append(s.Gauges, g)
+	}
+	if ps.SpendingCap != nil {
+		spent := ps.Spend + ps.SpendHeld
+		g := newGauge("Spending cap", spent, *ps.SpendingCap, priceText(p, spent), priceText(p, *ps.SpendingCap))
+		if g.Percent >= 100 {
+			g.Note = "spending cap reached until " + until
+		}
+		s.Gauges = append(s.Gauges, g)
+	}
+	s.Refused = refusedNow(ps, p)
+	return s
+}
+
+// refusedNow says why the next call of one unit would be refused, or nil
+// when it would be let through.
+func refusedNow(ps ops.PeriodSummary, p *billing.Product) *callsRefused {
+	r := &callsRefused{ServiceID: ps.ServiceID}
+	if !subscription.GrantsAccess(ps.Status) {
+		switch subscription.Status(strings.ToUpper(ps.Status)) {
+		case subscription.Suspended:
+			r.Reason, r.Fix = "your subscription is suspended", "ask your provider to lift the suspension"
+		case subscription.Expired:
+			r.Reason, r.Fix = "your subscription has expired", "renew it with your provider"
+		case subscription.Cancelled:
+			r.Reason, r.Fix = "your subscription is cancelled", "subscribe again to call it"
+		default:
+			r.Reason, r.Fix = fmt.Sprintf("your subscription is %s", subscriptionWords(ps.Status)), "ask your provider"
+		}
+		return r
+	}
+	st := billing.State{
+		Used: ps.UnitsUsed, Reserved: ps.UnitsHeld, Spend: ps.Spend, ReservedSpend: ps.SpendHeld,
+		Credits: ps.Credits, CreditsHeld: ps.CreditsHeld,
+	}
+	d := billing.Decide(*p, st, billing.Whole(1))
+	if d.Allowed {
+		return nil
+	}
+	until := dateWords(ps.PeriodEnd)
+	switch {
+	case d.Code == billing.CodeInsufficientCredits && ps.Credits-ps.CreditsHeld <= 0:
+		r.Reason, r.Fix = "you have 0 credits left", "add credits"
+	case d.Code == billing.CodeInsufficientCredits:
+		r.Reason, r.Fix = "your credits ("+creditsText(ps.Credits-ps.CreditsHeld)+") do not cover a call", "add credits"
+	case p.Quota != nil && !p.OverageAllowed() && st.QuotaLeft(*p.Quota) < billing.Whole(1):
+		r.Reason, r.Fix = "quota used up until "+until, "wait for the next period, or ask your provider for a larger plan"
+	default:
+		r.Reason, r.Fix = "spending cap reached until "+until, "wait for the next period, or ask your provider to raise the cap"
+	}
+	return r
+}

@@ -1,0 +1,142 @@
+package portal
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/ops"
+)
+
+func TestPricingWords(t *testing.T) {
+	q, c := billing.Whole(10000), billing.Whole(50)
+	for _, tc := range []struct {
+		p    billing.Product
+		want string
+	}{
+		{billing.Product{BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerToken, UnitLabel: "token", Price: billing.Whole(1) / 2000},
+			"pay as you go, 0.50 in your plan's currency per 1,000 tokens"},
+		{billing.Product{BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerToken},
+			"pay as you go, per 1,000 tokens"},
+		{billing.Product{BillingModel: billing.Prepaid, MeasurementType: billing.PerRequest, UnitLabel: "request", Price: billing.Whole(2)},
+			"prepaid credits, 2 credits per request"},
+		{billing.Product{BillingModel: billing.Subscription, MeasurementType: billing.PerRequest, UnitLabel: "request", Quota: &q, Overage: "block"},
+			"monthly quota of 10,000 requests"},
+		{billing.Product{BillingModel: billing.Subscription, MeasurementType: billing.PerRequest, UnitLabel: "request", Quota: &q, Period: "day",
+			Overage: "allow", Price: billing.Whole(1) / 100, SpendingCap: &c},
+			"daily quota of 10,000 requests, then 0.01 in your plan's currency per request, spending cap of 50.00 in your plan's currency a day"},
+		{billing.Product{BillingModel: billing.Subscription, MeasurementType: billing.PerRequest}, "monthly subscription, no quota"},
+		{billing.Product{BillingModel: billing.UsageInstant, MeasurementType: billing.PerByte, Price: billing.Whole(1) / 1_000_000},
+			"pay as you go, charged at each call, 1.00 in your plan's currency per 1,000,000 bytes"},
+	} {
+		if got := pricingWords(&tc.p); got != tc.want {
+			t.Errorf("%+v:\n got %q\nwant %q", tc.p, got, tc.want)
+		}
+	}
+	if got := pricingWords(nil); got != "no longer offered" {
+		t.Errorf("no product: %q", got)
+	}
+}
+
+func TestEnumWords(t *testing.T) {
+	for in, want := range map[string]string{"ACTIVE": "Active", "CANCELLING": "Cancelling at period end",
+		"cancelling_pending": "Cancelling at period end", "SUSPENDED": "Suspended", "EXPIRED": "Expired", "TRIAL": "Trial"} {
+		if got := subscriptionWords(in); got != want {
+			t.Errorf("%s: %q", in, got)
+		}
+	}
+	for rl, want := range map[billing.RateLimit]string{{Requests: 10, WindowSeconds: 60}: "10/min", {Requests: 5}: "5/s",
+		{Requests: 100, WindowSeconds: 3600}: "100/hour", {Requests: 3, WindowSeconds: 90}: "3 per 1m30s"} {
+		if got := rateWords(&rl); got != want {
+			t.Errorf("%+v: %q, want %q", rl, got, want)
+		}
+	}
+	for u, want := range map[billing.Units]string{billing.Whole(1234567): "1,234,567.00", billing.Whole(1) / 2: "0.50", 0: "0.00", -billing.Whole(1500): "-1,500.00"} {
+		if got := decimal(u, 2); got != want {
+			t.Errorf("decimal(%d) = %q, want %q", u, got, want)
+		}
+	}
+	if got := dateWords(time.Date(2026, 12, 26, 0, 0, 0, 0, time.UTC)); got != "26 Dec 2026" {
+		t.Errorf("date %q", got)
+	}
+}
+
+// TestStanding: the bar's level at 79, 80, 100 and 133%, and what refuses
+// a call now in the gateway's own rule (billing.Decide).
+func TestStanding(t *testing.T) {
+	end := time.Date(2026, 12, 26, 0, 0, 0, 0, time.UTC)
+	q, c := billing.Whole(100), billing.Whole(10)
+	basic := &billing.Product{BillingModel: billing.Subscription, MeasurementType: billing.PerRequest, UnitLabel: "request", Quota: &q}
+	for used, level := range map[int64]string{0: levelOK, 79: levelOK, 80: levelWarn, 99: levelWarn, 100: levelOver, 133: levelOver} {
+		s := standingOf(ops.PeriodSummary{ServiceID: "echo", Status: "ACTIVE", PeriodEnd: end, UnitsUsed: billing.Whole(used), Quota: &q}, basic)
+		g := s.Gauges[0]
+		if g.Level != level || g.Percent != int(used) || g.Width > 100 {
+			t.Errorf("%d%%: %+v", used, g)
+		}
+		if refused := s.Refused != nil; refused != (used >= 100) {
+			t.Errorf("%d%%: refused %+v", used, s.Refused)
+		}
+		if used == 133 && (g.Note != "quota used up until 26 Dec 2026" || s.Refused.Reason != "quota used up until 26 Dec 2026") {
+			t.Errorf("133%%: %q / %+v", g.Note, s.Refused)
+		}
+	}
+	// Overage allowed: past the quota the bar is red but calls go on.
+	allow := *basic
+	allow.Overage = "allow"
+	if s := standingOf(ops.PeriodSummary{Status: "ACTIVE", PeriodEnd: end, UnitsUsed: billing.Whole(150), Quota: &q}, &allow); s.Refused != nil ||
+		s.Gauges[0].Level != levelOver || !strings.Contains(s.Gauges[0].Note, "billed as overage") {
+		t.Errorf("overage allowed: %+v", s)
+	}
+	capped := &billing.Product{BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerRequest, Price: billing.Whole(1), SpendingCap: &c}
+	if s := standingOf(ops.PeriodSummary{Status: "ACTIVE", PeriodEnd: end, Spend: billing.Whole(10), SpendingCap: &c}, capped); s.Refused == nil ||
+		s.Refused.Reason != "spending cap reached until 26 Dec 2026" || s.Gauges[0].Note != "spending cap reached until 26 Dec 2026" {
+		t.Errorf("cap reached: %+v", s)
+	}
+	prepaid := &billing.Product{BillingModel: billing.Prepaid, MeasurementType: billing.PerRequest, Price: billing.Whole(1)}
+	if s := standingOf(ops.PeriodSummary{Status: "ACTIVE"}, prepaid); s.Refused == nil || s.Refused.Fix != "add credits" {
+		t.Errorf("0 credits: %+v", s)
+	}
+	if s := standingOf(ops.PeriodSummary{Status: "ACTIVE", Credits: billing.Whole(3)}, prepaid); s.Refused != nil {
+		t.Errorf("3 credits: %+v", s.Refused)
+	}
+	for status, reason := range map[string]string{"SUSPENDED": "your subscription is suspended", "expired": "your subscription has expired"} {
+		if s := standingOf(ops.PeriodSummary{Status: status}, basic); s.Refused == nil || s.Refused.Reason != reason {
+			t.Errorf("%s: %+v", status, s.Refused)
+		}
+	}
+}
+
+// TestPortalUsageExport: the export answers only to a session, refuses a
+// range it cannot read, and names the file by its days.
+func TestPortalUsageExport(t *testing.T) {
+	e := local(t, "")
+	key, _ := e.user("alice", "basic")
+	c := e.newClient()
+	if resp, _ := c.get("/portal/usage.csv"); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("without a session: %d", resp.StatusCode)
+	}
+	c.signIn(key)
+	for q, status := range map[string]int{
+		"":                                http.StatusOK,
+		"?from=2026-01-01&to=2026-01-31":  http.StatusOK,
+		"?from=yesterday":                 http.StatusBadRequest,
+		"?from=2026-02-01&to=2026-01-01":  http.StatusBadRequest,
+		"?from=2024-01-01&to=2026-01-01":  http.StatusBadRequest,
+		"?from=" + url.QueryEscape("<b>"): http.StatusBadRequest,
+	} {
+		resp, body := c.get("/portal/usage.csv" + q)
+		if resp.StatusCode != status {
+			t.Errorf("%s: %d, want %d\n%s", q, resp.StatusCode, status, body)
+		}
+	}
+	resp, body := c.get("/portal/usage.csv?from=2026-01-01&to=2026-01-31")
+	if got := resp.Header.Get("Content-Disposition"); got != `attachment; filename="usage-2026-01-01-to-2026-01-31.csv"` || body != strings.Join(exportHeader, ",")+"\n" {
+		t.Errorf("%q\n%s", got, body)
+	}
+	if cell("=HYPERLINK()") != "'=HYPERLINK()" || cell("echo") != "echo" {
+		t.Error("a formula cell is not defused")
+	}
+}
