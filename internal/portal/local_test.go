@@ -68,7 +68,7 @@ func local(t *testing.T, portalOptions string) *env {
 	if err := h.UnmarshalCaddyfile(d); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.setup(rt, o, zap.NewNop()); err != nil {
+	if err := h.setup(t.Context(), rt, o, zap.NewNop()); err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
