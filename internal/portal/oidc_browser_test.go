@@ -21,7 +21,7 @@ import (
 func TestBrowserOIDCSignIn(t *testing.T) {
 	ctx := newBrowser(t)
 	idp := newTestIdP(t, nil, "", "")
-	e := start(t, oidcOptions(idp, ""))
+	e := start(t, oidcOptions(idp, siteBase, ""))
 
 	step(t, ctx, "open the portal", chromedp.Navigate(siteBase+"/portal/"),
 		chromedp.WaitVisible(chromedp.CSS(`a[href="/portal/oidc/start"]`)))

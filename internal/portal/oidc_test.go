@@ -30,6 +30,8 @@ type testIdP struct {
 	*mockoidc.MockOIDC
 	mu     sync.Mutex
 	tamper func(jwt.MapClaims)
+	// issued are the tokens its token endpoint answered.
+	issued []string
 }
 
 // newTestIdP starts a provider on ln (a fresh loopback port if nil),
@@ -70,7 +72,7 @@ func (p *testIdP) tamperTokens(next http.Handler) http.Handler {
 		p.mu.Lock()
 		tamper := p.tamper
 		p.mu.Unlock()
-		if tamper == nil || r.URL.Path != mockoidc.TokenEndpoint {
+		if r.URL.Path != mockoidc.TokenEndpoint {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -81,7 +83,7 @@ func (p *testIdP) tamperTokens(next http.Handler) http.Handler {
 			http.Error(w, "test provider: "+err.Error(), http.StatusInternalServerError)
 			return
 		}
-		if raw, ok := body["id_token"].(string); ok {
+		if raw, ok := body["id_token"].(string); ok && tamper != nil {
 			claims := jwt.MapClaims{}
 			if _, _, err := jwt.NewParser().ParseUnverified(raw, claims); err != nil {
 				http.Error(w, "test provider: "+err.Error(), http.StatusInternalServerError)
@@ -95,14 +97,22 @@ func (p *testIdP) tamperTokens(next http.Handler) http.Handler {
 			}
 			body["id_token"] = signed
 		}
+		p.mu.Lock()
+		for _, k := range []string{"id_token", "access_token", "refresh_token"} {
+			if v, ok := body[k].(string); ok {
+				p.issued = append(p.issued, v)
+			}
+		}
+		p.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(rec.Code)
 		_ = json.NewEncoder(w).Encode(body)
 	})
 }
 
-// oidcOptions is the portal's oidc block for the provider.
-func oidcOptions(p *testIdP, extra string) string {
+// oidcOptions is the portal's oidc block for the provider, the portal
+// being on site (siteBase, or local's "{site}").
+func oidcOptions(p *testIdP, site, extra string) string {
 	return fmt.Sprintf(`sign_in_limit 1000
 allow_key_management
 oidc {
@@ -112,7 +122,7 @@ oidc {
 	client_secret %s
 	redirect_url %s/portal/oidc/callback
 %s
-}`, p.Issuer(), p.ClientID, p.ClientSecret, siteBase, extra)
+}`, p.Issuer(), p.ClientID, p.ClientSecret, site, extra)
 }
 
 // noRedirects is the provider's side of a browser: it follows nothing.
@@ -177,7 +187,7 @@ func (c *client) oidcSignIn() string {
 // parent and no roles.
 func TestOIDCSignIn(t *testing.T) {
 	idp := newTestIdP(t, nil, "", "")
-	e := start(t, oidcOptions(idp, ""))
+	e := start(t, oidcOptions(idp, siteBase, ""))
 	c := e.newClient()
 
 	_, page := c.get("/portal/")
@@ -249,7 +259,7 @@ func TestOIDCSignIn(t *testing.T) {
 // the cookie's, no cookie at all.
 func TestOIDCRefusals(t *testing.T) {
 	idp := newTestIdP(t, nil, "", "")
-	e := start(t, oidcOptions(idp, ""))
+	e := start(t, oidcOptions(idp, siteBase, ""))
 
 	refused := func(t *testing.T, c *client, resp *http.Response, body string, status int, want string) {
 		t.Helper()
@@ -343,7 +353,7 @@ func TestOIDCRefusals(t *testing.T) {
 // with.
 func TestOIDCReplayedState(t *testing.T) {
 	idp := newTestIdP(t, nil, "", "")
-	e := start(t, oidcOptions(idp, ""))
+	e := start(t, oidcOptions(idp, siteBase, ""))
 	c := e.newClient()
 	cb := c.oidcCallbackURL()
 	flow := c.cookie(oidcCookie) // under /portal/ too: the jar's match
@@ -513,5 +523,106 @@ func TestOIDCCaddyfile(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: error %v, want %q", tc.in, err, want)
 		}
+	}
+}
+
+// TestOIDCLogsNoSecrets: what sign-ins log, accepted or refused, holds
+// no token, code, state, nonce, PKCE verifier, client secret or cookie
+// value, and names the user and the reason.
+func TestOIDCLogsNoSecrets(t *testing.T) {
+	idp := newTestIdP(t, nil, "", "")
+	e := local(t, oidcOptions(idp, "{site}", ""))
+	var secrets []string
+	flowOf := func(c *client) oidcFlow {
+		t.Helper()
+		u, _ := url.Parse(c.base + "/portal/oidc/callback")
+		for _, ck := range c.c.Jar.Cookies(u) {
+			if ck.Name == oidcCookie {
+				f, err := openFlow(ck.Value, time.Now())
+				if err != nil {
+					t.Fatal(err)
+				}
+				secrets = append(secrets, ck.Value, f.Nonce, f.Verifier, f.State)
+				return f
+			}
+		}
+		t.Fatal("no state cookie")
+		return oidcFlow{}
+	}
+	codeOf := func(cb string) {
+		u, _ := url.Parse(cb)
+		secrets = append(secrets, u.Query().Get("code"), u.Query().Get("state"))
+	}
+
+	c := e.newClient()
+	cb := c.oidcCallbackURL()
+	f := flowOf(c)
+	codeOf(cb)
+	if resp, body := c.callback(cb); resp.StatusCode != http.StatusOK {
+		t.Fatalf("callback: %d\n%s", resp.StatusCode, body)
+	}
+	secrets = append(secrets, c.cookie(sessionCookie).Value)
+	u, _ := url.Parse(e.base + "/portal/oidc/")
+	c.c.Jar.SetCookies(u, []*http.Cookie{{Name: oidcCookie, Value: sealFlow(f), Path: "/portal/oidc/"}})
+	if resp, _ := c.callback(cb); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("replay: %d", resp.StatusCode)
+	}
+	idp.setTamper(func(c jwt.MapClaims) { c["nonce"] = "x" })
+	c = e.newClient()
+	cb = c.oidcCallbackURL()
+	flowOf(c)
+	codeOf(cb)
+	if resp, _ := c.callback(cb); resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("wrong nonce: %d", resp.StatusCode)
+	}
+	idp.mu.Lock()
+	secrets = append(secrets, idp.issued...)
+	idp.mu.Unlock()
+	secrets = append(secrets, idp.ClientSecret)
+
+	var reasons []string
+	for _, entry := range e.logs.All() {
+		line := entry.Message + " " + fmt.Sprint(entry.ContextMap())
+		for _, s := range secrets {
+			if s != "" && strings.Contains(line, s) {
+				t.Errorf("a log line holds a secret %.12s…: %s", s, line)
+			}
+		}
+		if r, ok := entry.ContextMap()["reason"].(string); ok {
+			reasons = append(reasons, r)
+		}
+		if entry.Message == "portal sign-in" && entry.ContextMap()["user_id"] != "jane.doe@example.com" {
+			t.Errorf("sign-in logged without its user: %v", entry.ContextMap())
+		}
+	}
+	if want := []string{"state already used", "ID token refused: nonce does not match the cookie's"}; fmt.Sprint(reasons) != fmt.Sprint(want) {
+		t.Errorf("reasons logged: %q, want %q", reasons, want)
+	}
+	if len(secrets) < 12 {
+		t.Errorf("only %d secrets collected", len(secrets))
+	}
+}
+
+// TestOIDCSecretFromEnvironment: client_secret may name an environment
+// variable, replaced at provision, so the secret is not in the config.
+func TestOIDCSecretFromEnvironment(t *testing.T) {
+	idp := newTestIdP(t, nil, "portal-env", "s3cret-from-env")
+	t.Setenv("PORTAL_TEST_OIDC_SECRET", "s3cret-from-env")
+	opts := `sign_in_limit 1000
+oidc {
+	issuer ` + idp.Issuer() + `
+	client_id portal-env
+	client_secret {env.PORTAL_TEST_OIDC_SECRET}
+	redirect_url {site}/portal/oidc/callback
+	user_claim sub
+}`
+	e := local(t, opts)
+	c := e.newClient()
+	resp, body := c.callback(c.oidcCallbackURL())
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("callback with the secret from the environment: %d\n%s", resp.StatusCode, body)
+	}
+	if _, body := c.get("/portal/"); !strings.Contains(body, "1234567890") {
+		t.Errorf("not signed in as the subject:\n%s", body)
 	}
 }
