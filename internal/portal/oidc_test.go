@@ -320,6 +320,15 @@ func TestOIDCRefusals(t *testing.T) {
 		resp, body := c.callback(u.String())
 		refused(t, c, resp, body, http.StatusForbidden, "does not belong to the sign-in this browser started")
 	})
+	t.Run("answer from another issuer", func(t *testing.T) {
+		c := e.newClient()
+		u, _ := url.Parse(c.oidcCallbackURL())
+		q := u.Query()
+		q.Set("iss", "http://127.0.0.1:1/oidc")
+		u.RawQuery = q.Encode()
+		resp, body := c.callback(u.String())
+		refused(t, c, resp, body, http.StatusForbidden, "did not come from Test IdP")
+	})
 	t.Run("no cookie", func(t *testing.T) {
 		cb := e.newClient().oidcCallbackURL()
 		c := e.newClient()

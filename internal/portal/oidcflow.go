@@ -112,6 +112,13 @@ func (h *Handler) oidcCallback(q *request) {
 		h.oidcRefused(q, http.StatusUnauthorized, "the provider answered an error: "+oauthErrorCode(e), msg)
 		return
 	}
+	// RFC 9207: a provider that names itself in the answer must be the
+	// one the sign-in went to, or the code may be another's (mix-up).
+	if iss := query.Get("iss"); iss != "" && iss != h.OIDC.Issuer {
+		h.oidcRefused(q, http.StatusForbidden, "the answer names another issuer",
+			"This answer did not come from "+name+". Start again.")
+		return
+	}
 	code := query.Get("code")
 	if code == "" {
 		h.oidcRefused(q, http.StatusBadRequest, "no code", name+" sent no sign-in back. Start again.")
