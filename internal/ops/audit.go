@@ -9,9 +9,9 @@ import (
 	"github.com/platformgw/gateway/internal/store"
 )
 
-// Audit actions: the operator's changes, the removal of billing data, and
+// Audit actions: the operator's changes, the removal of billing data,
 // the settings of a config that say where alerts go and how long billing
-// data is kept.
+// data is kept, and callers' sign-ins to the portal.
 const (
 	AuditKeyCreate       = "key.create"
 	AuditKeyRevoke       = "key.revoke"
@@ -27,6 +27,9 @@ const (
 	// from what the audit log last recorded for it; its detail is
 	// "<setting>: <new value>".
 	AuditConfigChange = "config.change"
+	// AuditPortalSignIn is a caller signed in to the portal, with a
+	// service key or with the identity provider (actor "portal:<user>").
+	AuditPortalSignIn = "portal.sign_in"
 )
 
 // RecordAudit appends an entry for a change that is done, stamped now. A

@@ -27,6 +27,16 @@ func init() {
 //		minted_keys follow_parent|independent
 //		max_active_keys 20
 //		key_create_limit 5
+//		oidc {
+//			name "Example SSO"
+//			issuer https://id.example.com
+//			client_id portal
+//			client_secret {env.PORTAL_OIDC_SECRET}
+//			redirect_url https://api.example.com/portal/oidc/callback
+//			user_claim email|sub|preferred_username
+//			scopes openid email profile
+//			allowed_domains example.com example.org
+//		}
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
@@ -109,11 +119,78 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if d.NextArg() {
 				return d.ArgErr()
 			}
+		case "oidc":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			o, err := unmarshalOIDC(d)
+			if err != nil {
+				return err
+			}
+			h.OIDC = o
 		default:
 			return d.Errf("platform_portal: unknown option %q", d.Val())
 		}
 	}
 	return nil
+}
+
+// unmarshalOIDC reads the oidc block. What needs no network is checked
+// here, so a mistake names its line; the provider is found at provision.
+func unmarshalOIDC(d *caddyfile.Dispenser) (*OIDC, error) {
+	o := new(OIDC)
+	start := d.Line()
+	seen := map[string]bool{}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		opt := d.Val()
+		if seen[opt] {
+			return nil, d.Errf("oidc: %s given twice", opt)
+		}
+		seen[opt] = true
+		var one *string
+		switch opt {
+		case "name":
+			one = &o.Name
+		case "issuer":
+			one = &o.Issuer
+		case "client_id":
+			one = &o.ClientID
+		case "client_secret":
+			one = &o.ClientSecret
+		case "redirect_url":
+			one = &o.RedirectURL
+		case "user_claim":
+			one = &o.UserClaim
+		case "scopes":
+			o.Scopes = d.RemainingArgs()
+			if len(o.Scopes) == 0 {
+				return nil, d.ArgErr()
+			}
+		case "allowed_domains":
+			o.AllowedDomains = d.RemainingArgs()
+			if len(o.AllowedDomains) == 0 {
+				return nil, d.ArgErr()
+			}
+		default:
+			return nil, d.Errf("oidc: unknown option %q", opt)
+		}
+		if one != nil {
+			if !d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			*one = d.Val()
+			if d.NextArg() {
+				return nil, d.ArgErr()
+			}
+		}
+		if err := o.checkOption(opt); err != nil {
+			return nil, d.Errf("%v", err)
+		}
+	}
+	if o.Issuer == "" || o.ClientID == "" || o.RedirectURL == "" {
+		return nil, d.Errf("oidc (from line %d) needs issuer, client_id and redirect_url", start)
+	}
+	return o, nil
 }
 
 func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {

@@ -87,6 +87,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 			return nil
 		}
 		h.signIn(q)
+	case p == "/oidc/start":
+		if !h.allow(q, http.MethodGet, http.MethodHead) {
+			return nil
+		}
+		h.oidcStart(q)
+	case p == "/oidc/callback":
+		if !h.allow(q, http.MethodGet) {
+			return nil
+		}
+		h.oidcCallback(q)
 	case p == "/signout":
 		if !h.allow(q, http.MethodPost) {
 			return nil
@@ -206,8 +216,10 @@ func (q *request) redirect(to string) {
 
 // signedIn is the request's session and the key it was opened with,
 // checked again now: a key revoked, expired or gone since ends the
-// session at once. ok is false when there is no live session; the
-// caller has then already answered (a redirect to sign in).
+// session at once. A session opened with the identity provider has no
+// key (sessionKey is empty); it lasts its session_ttl. ok is false when
+// there is no live session; the caller has then already answered (a
+// redirect to sign in).
 func (h *Handler) signedIn(q *request) (id string, sess session, sessionKey store.KeyRecord, ok bool) {
 	c, err := q.r.Cookie(sessionCookie)
 	if err != nil {
@@ -219,6 +231,9 @@ func (h *Handler) signedIn(q *request) (id string, sess session, sessionKey stor
 		http.SetCookie(q.w, q.cookie(sessionCookie, "", -1))
 		q.redirect("/?m=expired")
 		return "", session{}, store.KeyRecord{}, false
+	}
+	if sess.KeyID == "" {
+		return c.Value, sess, store.KeyRecord{}, true
 	}
 	sessionKey, err = h.rt.Store().KeyByID(q.r.Context(), sess.KeyID)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -272,7 +287,11 @@ func (h *Handler) home(q *request) {
 func (h *Handler) signInPage(q *request, status int, notice, problem string) {
 	c := randomToken()
 	http.SetCookie(q.w, q.cookie(preCookie, c, int(signInFormTTL/time.Second)))
-	h.render(q, status, "signin", page{Title: "Sign in", Base: q.base, CSRF: signInToken(c, q.now), Notice: notice, Error: problem})
+	p := page{Title: "Sign in", Base: q.base, CSRF: signInToken(c, q.now), Notice: notice, Error: problem}
+	if h.OIDC != nil {
+		p.Provider = h.OIDC.Name
+	}
+	h.render(q, status, "signin", p)
 }
 
 func (h *Handler) signIn(q *request) {
@@ -312,20 +331,37 @@ func (h *Handler) signIn(q *request) {
 		return
 	}
 	sess := session{UserID: sessionKey.UserID, KeyID: sessionKey.ID, Expires: q.now.Add(time.Duration(h.SessionTTL)), CSRF: randomToken()}
-	id, ok := sessions.create(sess, q.now)
-	if !ok {
+	if !h.openSession(q, sess) {
 		h.signInPage(q, http.StatusServiceUnavailable, "", "The portal holds too many sessions now; try again later.")
 		return
 	}
-	h.logger.Info("portal sign-in", zap.String("user_id", sessionKey.UserID), zap.String("key_id", sessionKey.ID))
-	// A session this browser already had ends: one browser, one session.
+	h.logger.Info("portal sign-in", zap.String("user_id", sessionKey.UserID), zap.String("with", "key"), zap.String("key_id", sessionKey.ID))
+	h.auditSignIn(q, sessionKey.UserID, sessionKey.ID, "with service key "+sessionKey.ID)
+	http.SetCookie(q.w, q.cookie(preCookie, "", -1))
+	q.redirect("/")
+}
+
+// openSession stores sess and gives the browser its cookie; false when
+// the store is full. A session this browser already had ends: one
+// browser, one session.
+func (h *Handler) openSession(q *request, sess session) bool {
+	id, ok := sessions.create(sess, q.now)
+	if !ok {
+		return false
+	}
 	if old, err := q.r.Cookie(sessionCookie); err == nil {
 		sessions.end(old.Value)
 	}
-	http.SetCookie(q.w, q.cookie(preCookie, "", -1))
-	c2 := q.cookie(sessionCookie, id, int(time.Duration(h.SessionTTL)/time.Second))
-	http.SetCookie(q.w, c2)
-	q.redirect("/")
+	http.SetCookie(q.w, q.cookie(sessionCookie, id, int(time.Duration(h.SessionTTL)/time.Second)))
+	return true
+}
+
+// auditSignIn records a sign-in in the audit log, as the portal's key
+// changes are. A failure is logged by RecordAudit; the sign-in stands.
+func (h *Handler) auditSignIn(q *request, userID, keyID, detail string) {
+	_ = h.ops.RecordAudit(q.r.Context(), store.AuditEntry{
+		Actor: "portal:" + userID, Action: ops.AuditPortalSignIn, UserID: userID, KeyID: keyID, Detail: detail,
+	})
 }
 
 func retryAfter(d time.Duration) string {
@@ -360,7 +396,7 @@ func (h *Handler) createKey(q *request) {
 		return
 	}
 	label := strings.TrimSpace(q.r.PostForm.Get("label"))
-	rec, refusal, err := h.mint(q, sessionKey, label)
+	rec, refusal, err := h.mint(q, sess, sessionKey, label)
 	if err != nil && rec.ID != "" {
 		// The key exists but its audit entry failed (the server log says
 		// so): it is shown, once, as the admin API does.

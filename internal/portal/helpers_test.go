@@ -21,6 +21,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddytest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/platformgw/gateway/internal/engine"
 	"github.com/platformgw/gateway/internal/ops"
@@ -85,6 +86,8 @@ type env struct {
 	ops  *ops.Ops
 	// clock moves the runtime's clock (nil: time.Now again).
 	clock func(func() time.Time)
+	// logs are what the handler logged (local only).
+	logs *observer.ObservedLogs
 }
 
 // start loads a config with the echo service, the gateway and the portal

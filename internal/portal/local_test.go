@@ -13,6 +13,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/catalog"
@@ -27,8 +28,10 @@ import (
 // real bbolt store in t.TempDir(), the runtime and the operations over it
 // as the platform app builds them, and an httptest server that mounts the
 // handler under /portal/ as handle_path does. Its clock is the test's
-// (setClock). Tests that make a call through the gateway or use the
-// admin API stay on start.
+// (setClock). "{site}" in portalOptions is the server's URL, known
+// before the handler is set up; what the handler logs is in env.logs.
+// Tests that make a call through the gateway or use the admin API stay
+// on start.
 func local(t *testing.T, portalOptions string) *env {
 	t.Helper()
 	quota, limit := billing.Whole(100), billing.Whole(10)
@@ -70,14 +73,7 @@ func localWith(t *testing.T, portalOptions string, services ...*catalog.Service)
 	o := ops.New(rt, used.Get)
 
 	h := new(Handler)
-	d := caddyfile.NewTestDispenser("platform_portal {\n" + portalOptions + "\n}")
-	if err := h.UnmarshalCaddyfile(d); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.setup(rt, o, zap.NewNop()); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// handle_path /portal/*: the handler sees the path below /portal
 		// and finds its base in the original request Caddy keeps.
 		rest, ok := strings.CutPrefix(r.URL.Path, "/portal")
@@ -94,8 +90,18 @@ func localWith(t *testing.T, portalOptions string, services ...*catalog.Service)
 			t.Errorf("%s %s: %v", r.Method, r.URL, err)
 		}
 	}))
+	base := "http://" + srv.Listener.Addr().String()
+	d := caddyfile.NewTestDispenser("platform_portal {\n" + strings.ReplaceAll(portalOptions, "{site}", base) + "\n}")
+	if err := h.UnmarshalCaddyfile(d); err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.DebugLevel)
+	if err := h.setup(t.Context(), rt, o, zap.New(core)); err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
 	t.Cleanup(srv.Close)
-	return &env{t: t, dir: dir, base: srv.URL, rt: rt, ops: o, clock: func(fn func() time.Time) {
+	return &env{t: t, dir: dir, base: srv.URL, rt: rt, ops: o, logs: logs, clock: func(fn func() time.Time) {
 		if fn == nil {
 			clock.Store(nil)
 			return

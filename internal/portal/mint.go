@@ -20,6 +20,11 @@ import (
 // with it. A user may hold at most max_active_keys active keys and create
 // at most key_create_limit a minute, so one session cannot mint keys
 // without end.
+//
+// A caller signed in with the identity provider has no key to make one
+// under: their keys have no parent, no roles (roles are the operator's
+// grant, which no sign-in gives) and no expiry, under the same limits.
+// minted_keys does not apply to them; they revoke such keys themselves.
 
 // minting serializes the count of a user's active keys and the creation
 // that follows it, so two forms posted at once cannot both take the last
@@ -38,12 +43,13 @@ type refusal struct {
 // was made, and the new one was revoked with it.
 var errParentEnded = errors.New("the session's key ended while a key was made under it")
 
-// mint makes a key under sessionKey, within the limits.
-func (h *Handler) mint(q *request, sessionKey store.KeyRecord, label string) (ops.KeyView, *refusal, error) {
+// mint makes a key under sessionKey (none for a session opened with the
+// identity provider), within the limits.
+func (h *Handler) mint(q *request, sess session, sessionKey store.KeyRecord, label string) (ops.KeyView, *refusal, error) {
 	ctx := q.r.Context()
 	minting.Lock()
 	defer minting.Unlock()
-	keys, err := h.rt.Store().ListKeys(ctx, sessionKey.UserID)
+	keys, err := h.rt.Store().ListKeys(ctx, sess.UserID)
 	if err != nil {
 		return ops.KeyView{}, nil, fmt.Errorf("list keys: %w", err)
 	}
@@ -60,9 +66,13 @@ func (h *Handler) mint(q *request, sessionKey store.KeyRecord, label string) (op
 	// Counted only once the creation is otherwise allowed: a refusal for
 	// the number of keys does not use up the rate.
 	limit := &billing.RateLimit{Requests: h.KeyCreateLimit, WindowSeconds: 60}
-	if ok, wait, _ := h.rt.Allow("portal-key-create:"+sessionKey.UserID, "", limit, q.now); !ok {
+	if ok, wait, _ := h.rt.Allow("portal-key-create:"+sess.UserID, "", limit, q.now); !ok {
 		return ops.KeyView{}, &refusal{status: http.StatusTooManyRequests, retryAfter: wait,
 			message: "You are creating keys too quickly; wait a minute and try again. Nothing was changed."}, nil
+	}
+	if sess.KeyID == "" {
+		rec, err := h.ops.CreateKey(ctx, "portal:"+sess.UserID, ops.CreateKeyRequest{UserID: sess.UserID, Label: label})
+		return rec, nil, err
 	}
 	follow := h.MintedKeys != MintedIndependent
 	rec, err := h.ops.CreateKey(ctx, "portal:"+sessionKey.UserID, ops.CreateKeyRequest{

@@ -77,6 +77,9 @@ type Handler struct {
 	// KeyCreateLimit is how many keys a user may create in the portal per
 	// minute; 5.
 	KeyCreateLimit int `json:"key_create_limit,omitempty"`
+	// OIDC, if set, lets callers sign in with the operator's OpenID
+	// Connect provider as well as with a key (oidc.go).
+	OIDC *OIDC `json:"oidc,omitempty"`
 
 	// rt is the runtime the platform app built (engine.Runtime): the
 	// store, the clock, key authentication and the rate limiters; ops are
@@ -84,6 +87,7 @@ type Handler struct {
 	// the admin API runs.
 	rt     *engine.Runtime
 	ops    Operations
+	oidc   *oidcProvider
 	logger *zap.Logger
 	pages  *template.Template
 	assets fs.FS
@@ -96,6 +100,7 @@ type Operations interface {
 	CreateKey(ctx context.Context, actor string, req ops.CreateKeyRequest) (ops.KeyView, error)
 	RevokeKey(ctx context.Context, actor, keyID string) (ops.KeyView, error)
 	Summarize(ctx context.Context, sub store.Subscription, at time.Time) (ops.PeriodSummary, error)
+	RecordAudit(ctx context.Context, e store.AuditEntry) error
 }
 
 var _ Operations = (*ops.Ops)(nil)
@@ -112,13 +117,15 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	return h.setup(app.Runtime(), app.Ops(), ctx.Logger())
+	return h.setup(ctx, app.Runtime(), app.Ops(), ctx.Logger())
 }
 
 // setup applies the options' defaults, parses the templates and readies
 // the handler around a runtime and the operations (Provision, and tests
-// that serve the portal with no Caddy).
-func (h *Handler) setup(rt *engine.Runtime, o Operations, logger *zap.Logger) error {
+// that serve the portal with no Caddy). With oidc it discovers the
+// provider, and while the provider cannot be reached keeps trying until
+// ctx ends: the portal serves key sign-in meanwhile.
+func (h *Handler) setup(ctx context.Context, rt *engine.Runtime, o Operations, logger *zap.Logger) error {
 	h.rt, h.ops, h.logger = rt, o, logger
 	if h.SessionTTL <= 0 {
 		h.SessionTTL = caddy.Duration(DefaultSessionTTL)
@@ -138,6 +145,14 @@ func (h *Handler) setup(rt *engine.Runtime, o Operations, logger *zap.Logger) er
 	}
 	if h.KeyCreateLimit <= 0 {
 		h.KeyCreateLimit = DefaultKeyCreateLimit
+	}
+	if h.OIDC != nil {
+		if err := h.OIDC.check(); err != nil {
+			return fmt.Errorf("platform_portal: %w", err)
+		}
+		secret := caddy.NewReplacer().ReplaceKnown(h.OIDC.ClientSecret, "")
+		h.oidc = newOIDCProvider(h.OIDC, secret, logger)
+		h.oidc.start(ctx)
 	}
 	var err error
 	h.pages, err = parsePages()

@@ -12,9 +12,12 @@ import (
 // named in the browser only by a random id. The service key itself is
 // never kept, neither here nor in the browser.
 type session struct {
-	UserID  string
-	KeyID   string
-	Expires time.Time
+	UserID string
+	// KeyID is the service key signed in with; empty for a sign-in with
+	// the identity provider, whose name Provider is then.
+	KeyID    string
+	Provider string
+	Expires  time.Time
 	// CSRF is the token every form of the session carries.
 	CSRF string
 }

@@ -27,7 +27,10 @@ type page struct {
 	Notice string
 	Error  string
 	Text   string
-	Job    *store.Job
+	// Provider is the identity provider's name on the sign-in button
+	// (oidc), or the one a refused sign-in came from.
+	Provider string
+	Job      *store.Job
 	// JobCost is the job's cost in words.
 	JobCost string
 	// Revoke is the confirmation page before a key is revoked.
