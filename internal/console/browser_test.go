@@ -86,10 +86,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	})
 	console := e.base + "/console"
 
-	// Open the user by id from the users page.
-	do(t, ctx, "open user", chromedp.Navigate(console+"/users"),
-		chromedp.SendKeys(chromedp.CSS("#open-user-id"), "alice"),
-		chromedp.Submit(chromedp.CSS("#open-user-id")),
+	// Find the user by id from the users page: nobody yet, so the page
+	// says so and offers to create them.
+	do(t, ctx, "find user", chromedp.Navigate(console+"/users"),
+		chromedp.SendKeys(chromedp.CSS("#find-user-q"), "alice"),
+		chromedp.Submit(chromedp.CSS("#find-user-q")),
+		chromedp.WaitVisible(chromedp.CSS("#no-user")))
+	do(t, ctx, "create user", chromedp.Click(chromedp.CSS("#start-user")),
 		chromedp.WaitVisible(chromedp.CSS("#create-key")))
 	if who := text(t, ctx, ".who"); who != "Signed in as operator" {
 		t.Fatalf("header says %q", who)
@@ -121,7 +124,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	if status := invoke(t, e, key); status != 200 {
 		t.Fatalf("invoke with the new key: %d", status)
 	}
-	do(t, ctx, "user page", chromedp.Navigate(console+"/users/alice"), chromedp.WaitVisible(chromedp.CSS("meter")))
+	do(t, ctx, "user page", chromedp.Navigate(console+"/users/alice"), chromedp.WaitVisible(chromedp.CSS("svg.limit")))
 	browsertest.Screenshot(t, ctx, "console-user")
 
 	// The usage explorer shows it in the chart and the ledger.
@@ -134,9 +137,11 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	browsertest.Screenshot(t, ctx, "console-usage")
 
-	// Revoke: the next call is refused.
+	// Revoke, confirmed on a second page: the next call is refused.
 	do(t, ctx, "revoke", chromedp.Navigate(console+"/users/alice"),
-		chromedp.Click(chromedp.CSS("button.danger")),
+		chromedp.Click(chromedp.CSS("a.danger")),
+		chromedp.WaitVisible(chromedp.CSS("#confirm-form")),
+		chromedp.Click(chromedp.CSS("#confirm-form button")),
 		chromedp.WaitVisible(chromedp.CSS(".done")))
 	if s := text(t, ctx, ".status-revoked"); !strings.HasPrefix(s, "revoked") {
 		t.Fatalf("key status %q", s)
@@ -222,7 +227,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	for _, p := range []struct{ path, sel, name string }{
 		{"/", "#calls-per-second", "console-overview"},
 		{"/services", "#svc-weather", "console-services"},
-		{"/users", "#open-user", "console-users"},
+		{"/users", "#find-user", "console-users"},
 		{"/jobs", "main table", "console-jobs"},
 	} {
 		do(t, ctx, p.name, chromedp.Navigate(console+p.path), chromedp.WaitVisible(chromedp.CSS(p.sel)))
