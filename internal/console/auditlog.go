@@ -141,8 +141,8 @@ func beforeAfter(e store.AuditEntry, seen []store.AuditEntry, whole bool) (befor
 		a, b, ok := strings.Cut(e.Detail, ", balance ")
 		if ok {
 			var err1, err2 error
-			amount, err1 = billing.ParseUnits(strings.TrimPrefix(a, "amount "))
-			balance, err2 = billing.ParseUnits(b)
+			amount, err1 = billing.ParseStoredUnits(strings.TrimPrefix(a, "amount "))
+			balance, err2 = billing.ParseStoredUnits(b)
 			if err1 == nil && err2 == nil {
 				return "balance " + (balance - amount).String(), "balance " + balance.String() + " (" + signed(amount) + ")"
 			}
