@@ -229,7 +229,10 @@ func TestConsoleConfirmInBrowser(t *testing.T) {
 	ctx := browsertest.New(t, time.Minute)
 	w := newWorld(t)
 	keys, _ := w.rt.Store().ListKeys(context.Background(), "bob")
-	active := func() bool { k, _ := w.rt.Store().KeyByID(context.Background(), keys[0].ID); return k.RevokedAt.IsZero() }
+	active := func() bool {
+		k, _ := w.rt.Store().KeyByID(context.Background(), keys[0].ID)
+		return k.RevokedAt.IsZero()
+	}
 	w.open(t, ctx, "/users/bob", "#keys")
 	do(t, ctx, "revoke", chromedp.Click(chromedp.CSS("#keys a.danger")), chromedp.WaitVisible(chromedp.CSS("#confirm-form")))
 	if !active() {
