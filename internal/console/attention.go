@@ -74,12 +74,15 @@ func (h *Handler) attention(ctx context.Context, now time.Time) ([]concern, bool
 		return nil, false, err
 	}
 	if n := len(pending.Alerts); n > 0 {
-		more := ""
+		what := fmt.Sprintf("%d alert deliveries pending", n)
+		if n == 1 {
+			what = "1 alert delivery pending"
+		}
 		if pending.NextCursor != "" {
-			more = " or more"
+			what = fmt.Sprintf("%d or more alert deliveries pending", n)
 		}
 		out = append(out, concern{Level: levelAmber,
-			What: fmt.Sprintf("%d%s alert deliveries pending (webhook not answered yet)", n, more),
+			What: what + " (the webhook has not taken them yet)",
 			Link: h.link(map[string][]string{"status": {"PENDING"}}, "alerts"), LinkTo: "Pending alerts"})
 	}
 	for _, status := range []string{store.JobRunning, store.JobPending} {
@@ -92,7 +95,7 @@ func (h *Handler) attention(ctx context.Context, now time.Time) ([]concern, bool
 				continue
 			}
 			out = append(out, concern{Level: levelAmber, UserID: j.UserID,
-				What: fmt.Sprintf("job %s (%s / %s) %s with no report for %s", j.ID, j.ServiceID, j.EndpointID, jobStateWords(j.Status), now.Sub(j.UpdatedAt).Truncate(time.Minute)),
+				What: fmt.Sprintf("job %s (%s / %s) %s with no report for %s", j.ID, j.ServiceID, j.EndpointID, jobStateWords(j.Status), ago(now.Sub(j.UpdatedAt))),
 				Link: h.link(nil, "jobs", j.ID), LinkTo: "Open the job"})
 		}
 	}
@@ -102,4 +105,17 @@ func (h *Handler) attention(ctx context.Context, now time.Time) ([]concern, bool
 		out, partial = out[:maxAttention], true
 	}
 	return out, partial, nil
+}
+
+// ago says a duration to the minute, as a person reads it: "1 h 5 min".
+func ago(d time.Duration) string {
+	d = d.Truncate(time.Minute)
+	h, m := int(d.Hours()), int(d.Minutes())%60
+	switch {
+	case h == 0:
+		return fmt.Sprintf("%d min", m)
+	case m == 0:
+		return fmt.Sprintf("%d h", h)
+	}
+	return fmt.Sprintf("%d h %d min", h, m)
 }

@@ -117,7 +117,7 @@ func TestConsoleAttentionInBrowser(t *testing.T) {
 	find("erin on weather (capped): spending cap at 100%")
 	find("carol on weather (basic): quota at 85%")
 	find("dave on weather (credits): credit balance 0")
-	find("1 alert deliveries pending")
+	find("1 alert delivery pending")
 	find("job job-2")
 	for who, want := range map[string]string{"alice on": "level-red", "erin on": "level-red", "carol on": "level-amber", "dave on": "level-red"} {
 		level := eval[string](t, ctx, `Array.from(document.querySelectorAll("#attention li")).find(l => l.textContent.includes(`+jsString(who)+`)).className`)

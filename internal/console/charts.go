@@ -34,7 +34,7 @@ const maxSeries = 5
 const (
 	chartW, chartH = 720, 220
 	plotLeft       = 64
-	plotTop        = 10
+	plotTop        = 22
 	plotBottom     = 24
 	maxBars        = 240
 )
@@ -125,6 +125,7 @@ type chartView struct {
 	Height    int
 	PlotLeft  int
 	PlotRight int
+	PlotTop   int
 	AxisY     int
 	LabelY    int
 }
@@ -183,7 +184,7 @@ func (c *usageCharts) views() []chartView {
 
 func (c *usageCharts) view(a *chartAcc, n int) chartView {
 	v := chartView{ID: "chart-" + strconv.Itoa(n), Kind: a.kind, Measure: a.measure,
-		Width: chartW, Height: chartH, PlotLeft: plotLeft, PlotRight: chartW - 4,
+		Width: chartW, Height: chartH, PlotLeft: plotLeft, PlotRight: chartW - 4, PlotTop: plotTop,
 		AxisY: chartH - plotBottom, LabelY: chartH - 6}
 	per := "day"
 	if c.step < 24*time.Hour {
