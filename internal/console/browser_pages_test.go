@@ -68,7 +68,6 @@ func TestConsoleChartsInBrowser(t *testing.T) {
 	if total := text(t, ctx, "#usage-total"); !strings.Contains(total, "228 request, 4800 token") {
 		t.Errorf("totals %q: requests and tokens must be shown apart", total)
 	}
-	browsertest.Screenshot(t, ctx, "console-usage-by-endpoint")
 
 	// By user, then a quick range.
 	do(t, ctx, "group by user", chromedp.SetValue(chromedp.CSS("#f-group"), "user"),
@@ -133,7 +132,6 @@ func TestConsoleAttentionInBrowser(t *testing.T) {
 	if body := text(t, ctx, "main"); strings.Contains(body, "0 left") {
 		t.Error("the overview says 0 left")
 	}
-	browsertest.Screenshot(t, ctx, "console-overview")
 
 	w.open(t, ctx, "/users/alice", "#subscriptions")
 	if lim := text(t, ctx, "#subscriptions .limitbar"); !strings.Contains(lim, "133 of 100 request (133%), refused until "+end) {
@@ -241,7 +239,6 @@ func TestConsoleConfirmInBrowser(t *testing.T) {
 	if q := text(t, ctx, "#confirm"); !strings.Contains(q, "Revoke key "+keys[0].ID) || !strings.Contains(q, "cannot be undone") {
 		t.Errorf("confirmation says %q", q)
 	}
-	browsertest.Screenshot(t, ctx, "console-confirm")
 	do(t, ctx, "cancel", chromedp.Click(chromedp.CSS("#cancel")), chromedp.WaitVisible(chromedp.CSS("#keys")))
 	if !active() {
 		t.Fatal("cancel revoked the key")
@@ -326,5 +323,4 @@ func TestConsoleAuditInBrowser(t *testing.T) {
 	if rows := texts(t, ctx, "#audit tbody tr"); len(rows) != 11 {
 		t.Errorf("%d changes today, want 11", len(rows))
 	}
-	browsertest.Screenshot(t, ctx, "console-audit")
 }
