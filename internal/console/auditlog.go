@@ -24,10 +24,6 @@ type auditFilter struct {
 	from, to              time.Time
 }
 
-func (f auditFilter) any() bool {
-	return f.Actor != "" || f.Action != "" || f.Target != "" || f.FromText != "" || f.ToText != ""
-}
-
 func (f auditFilter) query() url.Values {
 	v := url.Values{}
 	for k, s := range map[string]string{"actor": f.Actor, "action": f.Action, "target": f.Target, "from": f.FromText, "to": f.ToText} {
