@@ -50,7 +50,7 @@ func (h *Handler) attention(ctx context.Context, now time.Time) ([]concern, bool
 		if !subscription.GrantsAccess(sub.Status) {
 			continue // a limit of a subscription that grants nothing refuses nothing
 		}
-		ps, err := h.ops.Summarize(ctx, sub, now)
+		ps, err := h.ops.PeriodState(ctx, sub, now)
 		if err != nil {
 			return nil, false, fmt.Errorf("summarize %s on %s: %w", sub.UserID, sub.ServiceID, err)
 		}
