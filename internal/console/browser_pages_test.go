@@ -222,7 +222,8 @@ func TestConsoleJobsInBrowser(t *testing.T) {
 
 // TestConsoleConfirmInBrowser: revoking a key takes a second step, with no
 // script: the first click only asks; Cancel goes back with the key still
-// active; Confirm revokes it.
+// active; Confirm revokes it. Suspending a subscription and taking
+// credits ask the same way.
 func TestConsoleConfirmInBrowser(t *testing.T) {
 	ctx := browsertest.New(t, time.Minute)
 	w := newWorld(t)
@@ -247,6 +248,36 @@ func TestConsoleConfirmInBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#confirm-form button")), chromedp.WaitVisible(chromedp.CSS(".done")))
 	if active() {
 		t.Fatal("confirm did not revoke the key")
+	}
+
+	// Suspending a customer asks first too; so does taking credits.
+	status := func() string {
+		sub, _ := w.rt.Store().GetSubscription(context.Background(), "alice", "weather")
+		return sub.Status
+	}
+	w.open(t, ctx, "/users/alice", "#sub-weather")
+	do(t, ctx, "suspend", chromedp.SetValue(chromedp.CSS("#sub-weather-status"), "SUSPENDED"),
+		chromedp.Click(chromedp.CSS("#sub-weather button")), chromedp.WaitVisible(chromedp.CSS("#confirm-form")))
+	if q := text(t, ctx, "#confirm"); status() != "ACTIVE" || !strings.Contains(q, "refused from now on") {
+		t.Fatalf("suspending asked %q, status now %s", q, status())
+	}
+	do(t, ctx, "confirm suspend", chromedp.Click(chromedp.CSS("#confirm-form button")), chromedp.WaitVisible(chromedp.CSS(".done")))
+	if status() != "SUSPENDED" {
+		t.Fatalf("confirmed suspension left %s", status())
+	}
+	credits := func() string {
+		sub, _ := w.rt.Store().GetSubscription(context.Background(), "dave", "weather")
+		return sub.Credits.String()
+	}
+	w.open(t, ctx, "/users/dave", "#credits")
+	do(t, ctx, "take credits", chromedp.SendKeys(chromedp.CSS("#cr-amount"), "-2"),
+		chromedp.Click(chromedp.CSS("#credits button")), chromedp.WaitVisible(chromedp.CSS("#confirm-form")))
+	if q := text(t, ctx, "#confirm"); credits() != "0" || !strings.Contains(q, "Take 2 credits from dave") {
+		t.Fatalf("taking credits asked %q, balance now %s", q, credits())
+	}
+	do(t, ctx, "cancel", chromedp.Click(chromedp.CSS("#cancel")), chromedp.WaitVisible(chromedp.CSS("#credits")))
+	if credits() != "0" {
+		t.Fatalf("cancel changed the balance to %s", credits())
 	}
 }
 

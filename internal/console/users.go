@@ -357,26 +357,62 @@ func (h *Handler) userKey(q *req, userID, id string) (store.KeyRecord, error) {
 	return k, err
 }
 
-// confirmRevoke is the second step of revoking a key: a page that says
-// what will happen, with a button that posts the revocation and a link
-// back. No script: the revoke button of the user's page is a link here.
-func (h *Handler) confirmRevoke(q *req, userID string) error {
-	id := q.r.URL.Query().Get("keyId")
-	if q.r.Method == http.MethodPost {
-		id = q.r.PostFormValue("keyId")
+// confirmation is the second step of a change that takes something away
+// from a customer (a key, their access, credits): a page that says what
+// will happen, with a button that posts the same form again with
+// confirm=yes, and a link back that changes nothing. No script.
+type confirmation struct {
+	UserID      string
+	Question    string
+	Consequence string
+	Action      string // the form's URL
+	Fields      []formField
+	Button      string
+}
+
+type formField struct{ Name, Value string }
+
+// confirmed tells whether a form's change was confirmed; when not, it
+// shows the confirmation (the form's fields carried over) and the caller
+// changes nothing.
+func (h *Handler) confirmed(q *req, c confirmation, names ...string) bool {
+	if q.r.Method == http.MethodPost && q.r.PostFormValue("confirm") == "yes" {
+		return true
 	}
+	for _, n := range names {
+		v := q.r.FormValue(n)
+		if q.r.Method == http.MethodPost {
+			v = q.r.PostFormValue(n)
+		}
+		c.Fields = append(c.Fields, formField{n, v})
+	}
+	h.render(q, http.StatusOK, "confirm", "Confirm: "+c.Button, c)
+	return false
+}
+
+// confirmRevoke asks before a key is revoked: the revoke button of the
+// user's page is a link here (GET), and a POST without confirm=yes (an
+// old form) lands here too.
+func (h *Handler) confirmRevoke(q *req, userID string) error {
+	id := q.r.FormValue("keyId")
 	k, err := h.userKey(q, userID, id)
 	if err != nil {
 		return h.refused(q, userID, err)
 	}
-	h.render(q, http.StatusOK, "confirm", "Revoke key "+k.ID+"?", map[string]any{
-		"UserID": userID, "Key": ops.ViewKey(k, h.rt.Now()),
-	})
+	what := "key " + k.ID
+	if k.Label != "" {
+		what += " (\"" + k.Label + "\")"
+	}
+	h.confirmed(q, confirmation{UserID: userID,
+		Question:    "Revoke " + what + " of user " + userID + "?",
+		Consequence: "Every call, job poll and validation with this key is refused from now on. This cannot be undone: the user needs a new key.",
+		Action:      h.link(nil, "users", userID, "revoke"), Button: "Revoke the key",
+		Fields: []formField{{"form", "revoke"}}}, "keyId")
 	return nil
 }
 
-// revokeKey revokes a key once the confirmation page's button posted
-// confirm=yes; a post without it (an old form) shows that page instead.
+// revokeKey revokes a key once the confirmation's button posted
+// confirm=yes.
 func (h *Handler) revokeKey(q *req, userID string) error {
 	if q.r.PostFormValue("confirm") != "yes" {
 		return h.confirmRevoke(q, userID)
@@ -399,6 +435,18 @@ func (h *Handler) putSubscription(q *req, userID string) error {
 	if f("productId") == "" {
 		return h.refused(q, userID, apierror.Invalid("productId", "Choose a product."))
 	}
+	// Taking access away (a status that grants none, where the user had
+	// it) is confirmed first; the operations validate the rest.
+	if status := f("status"); status != "" && !subscription.GrantsAccess(status) && subscription.Status(strings.ToUpper(status)).Valid() {
+		cur, err := h.rt.Store().GetSubscription(q.r.Context(), userID, f("serviceId"))
+		if err == nil && subscription.GrantsAccess(cur.Status) && !h.confirmed(q, confirmation{UserID: userID,
+			Question:    "Set " + userID + "'s subscription to " + f("serviceId") + " to " + strings.ToUpper(status) + "?",
+			Consequence: "Their calls to " + f("serviceId") + " are refused from now on, until the subscription is set to a status that grants access again.",
+			Action:      h.link(nil, "users", userID, "subscription"), Button: "Set it to " + strings.ToUpper(status),
+		}, "form", "serviceId", "productId", "status") {
+			return nil
+		}
+	}
 	if _, err := h.ops.PutSubscription(q.r.Context(), q.actor(), userID, f("serviceId"), f("productId"), f("status")); err != nil {
 		return h.refused(q, userID, err)
 	}
@@ -410,6 +458,13 @@ func (h *Handler) addCredits(q *req, userID string) error {
 	amount, err := ops.ParseCreditAmount(strings.TrimSpace(f("amount")))
 	if err != nil {
 		return h.refused(q, userID, err)
+	}
+	if amount < 0 && !h.confirmed(q, confirmation{UserID: userID,
+		Question:    "Take " + (-amount).String() + " credits from " + userID + " on " + f("serviceId") + "?",
+		Consequence: "Their balance goes down by " + (-amount).String() + " credits; calls are refused once it reaches zero.",
+		Action:      h.link(nil, "users", userID, "credits"), Button: "Take the credits",
+	}, "form", "serviceId", "amount") {
+		return nil
 	}
 	if _, err := h.ops.AddCredits(q.r.Context(), q.actor(), userID, f("serviceId"), amount); err != nil {
 		return h.refused(q, userID, err)
