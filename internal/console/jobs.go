@@ -116,12 +116,16 @@ func (h *Handler) job(q *req, id string) error {
 		return err
 	}
 	steps := []step{{j.CreatedAt, "created, waiting to start"}}
-	if j.Stage != "" || j.PercentageComplete > 0 || j.Status == store.JobRunning {
+	switch {
+	case !j.Terminal() && (j.Stage != "" || j.PercentageComplete > 0 || j.Status == store.JobRunning):
 		what := "latest progress: " + jobStateWords(j.Status)
 		if j.Stage != "" {
 			what += ", stage " + j.Stage
 		}
 		steps = append(steps, step{j.UpdatedAt, what})
+	case j.Terminal() && j.Stage != "" && j.UpdatedAt.Before(j.CompletedAt):
+		// The last stage reported before the end, not the end again.
+		steps = append(steps, step{j.UpdatedAt, "last stage reported: " + j.Stage})
 	}
 	if !j.CompletedAt.IsZero() {
 		what := jobStateWords(j.Status)
