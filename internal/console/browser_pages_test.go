@@ -71,7 +71,7 @@ func TestConsoleChartsInBrowser(t *testing.T) {
 
 	// By user, then a quick range.
 	do(t, ctx, "group by user", chromedp.SetValue(chromedp.CSS("#f-group"), "user"),
-		chromedp.Submit(chromedp.CSS("#f-group")), chromedp.WaitVisible(chromedp.CSS(`#f-group option[value="user"][selected]`)))
+		chromedp.Submit(chromedp.CSS("#f-group")), chromedp.WaitReady(chromedp.CSS(`#f-group option[value="user"][selected]`)))
 	if heads := strings.Join(texts(t, ctx, "#chart-0-data thead th"), "|"); !strings.Contains(heads, "alice") || !strings.Contains(heads, "carol") {
 		t.Errorf("request table by user has columns %q", heads)
 	}
