@@ -34,6 +34,24 @@ func (f auditFilter) query() url.Values {
 	return v
 }
 
+// check validates the filter and reads its dates.
+func (f *auditFilter) check() *apierror.Error {
+	var err error
+	if f.Action != "" && !slices.Contains(auditActions, f.Action) {
+		return apierror.Invalid("action", "Choose an action from the list.")
+	}
+	if f.from, err = parseBound(f.FromText, false); err != nil {
+		return apierror.Invalid("from", "The start date must be a date such as 2026-11-01.")
+	}
+	if f.to, err = parseBound(f.ToText, true); err != nil {
+		return apierror.Invalid("to", "The end date must be a date such as 2026-11-30.")
+	}
+	if !f.from.IsZero() && !f.to.IsZero() && !f.from.Before(f.to) {
+		return apierror.Invalid("to", "The end date must be after the start date.")
+	}
+	return nil
+}
+
 // match: the actor and target as parts of the text (an operator types
 // "alice" or "console:"), the action exactly, the time in [from, to).
 func (f auditFilter) match(e store.AuditEntry) bool {
@@ -59,18 +77,11 @@ func (h *Handler) audit(q *req) error {
 	v := q.r.URL.Query()
 	f := auditFilter{Actor: strings.TrimSpace(v.Get("actor")), Action: v.Get("action"), Target: strings.TrimSpace(v.Get("target")),
 		FromText: v.Get("from"), ToText: v.Get("to")}
-	var err error
-	if f.Action != "" && !slices.Contains(auditActions, f.Action) {
-		return apierror.Invalid("action", "Choose an action from the list.")
-	}
-	if f.from, err = parseBound(f.FromText, false); err != nil {
-		return apierror.Invalid("from", "The start date must be a date such as 2026-11-01.")
-	}
-	if f.to, err = parseBound(f.ToText, true); err != nil {
-		return apierror.Invalid("to", "The end date must be a date such as 2026-11-30.")
-	}
-	if !f.from.IsZero() && !f.to.IsZero() && !f.from.Before(f.to) {
-		return apierror.Invalid("to", "The end date must be after the start date.")
+	if bad := f.check(); bad != nil {
+		// The page again, with what was typed and what is wrong with it.
+		h.render(q, apierror.Status(bad.Code), "audit", "Audit log", map[string]any{
+			"F": f, "Actions": auditActions, "Error": humanMessage(bad)})
+		return nil
 	}
 	cursor := v.Get("cursor")
 	var rows []store.AuditEntry

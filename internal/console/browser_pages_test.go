@@ -88,6 +88,14 @@ func TestConsoleChartsInBrowser(t *testing.T) {
 	if titles := texts(t, ctx, "#usage-chart figcaption strong"); len(titles) == 0 || !strings.HasSuffix(titles[0], "per hour") {
 		t.Errorf("last 24 hours charts %q, want per hour", titles)
 	}
+	// A mistyped date: the form again as typed, and what is wrong.
+	w.open(t, ctx, "/usage?user=alice&from=2026-13-01", "#filter-error")
+	if msg := text(t, ctx, "#filter-error"); !strings.HasPrefix(msg, "The start must be a date such as 2026-11-01") {
+		t.Errorf("a bad start says %q", msg)
+	}
+	if v := eval[[]string](t, ctx, `[document.querySelector("#f-user").value, document.querySelector("#f-from").value]`); v[0] != "alice" || v[1] != "2026-13-01" {
+		t.Errorf("the form after a bad start holds %q", v)
+	}
 }
 
 // TestConsoleAttentionInBrowser: the overview lists what needs an
@@ -355,5 +363,12 @@ func TestConsoleAuditInBrowser(t *testing.T) {
 	w.open(t, ctx, "/audit?from="+today, "#audit")
 	if rows := texts(t, ctx, "#audit tbody tr"); len(rows) != 11 {
 		t.Errorf("%d changes today, want 11", len(rows))
+	}
+	w.open(t, ctx, "/audit?target=dave&from="+today+"&to=2001-01-01", "#filter-error")
+	if msg := text(t, ctx, "#filter-error"); !strings.HasPrefix(msg, "The end date must be after the start date.") {
+		t.Errorf("dates the wrong way round say %q", msg)
+	}
+	if v := eval[string](t, ctx, `document.querySelector("#a-target").value`); v != "dave" {
+		t.Errorf("the audit form after an error holds %q", v)
 	}
 }

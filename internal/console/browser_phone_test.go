@@ -24,7 +24,8 @@ var consolePages = []struct{ path, sel, name string }{
 	{"/alerts", "#alerts", "console-alerts"},
 	{"/audit", "#audit", "console-audit"},
 	{"/users/bob/revoke?keyId=", "#confirm", "console-confirm"},
-	{"/usage?from=nonsense", ".error", "console-error"},
+	{"/usage?from=nonsense&user=alice", "#filter-error", "console-usage-bad-filter"},
+	{"/jobs/job-9", ".error", "console-error"},
 }
 
 // TestConsolePhonesInBrowser: on a 390 x 844 phone no console page is

@@ -58,32 +58,32 @@ func (h *Handler) readFilter(q url.Values) (usageFilter, error) {
 	f := usageFilter{User: q.Get("user"), Service: q.Get("service"), Endpoint: q.Get("endpoint"),
 		Source: q.Get("source"), FromText: q.Get("from"), ToText: q.Get("to"), Bucket: q.Get("bucket"), Group: q.Get("group")}
 	if f.User != "" && !ops.ValidUserID(f.User) {
-		return f, apierror.Invalid("user", "not a valid user id")
+		return f, apierror.Invalid("user", "The user is not a user id: "+userIDWords)
 	}
 	if f.Service != "" && !catalog.ValidID(f.Service) {
-		return f, apierror.Invalid("service", "not a valid service id")
+		return f, apierror.Invalid("service", "Choose a service from the list.")
 	}
 	if f.Endpoint != "" && !catalog.ValidID(f.Endpoint) {
-		return f, apierror.Invalid("endpoint", "not a valid endpoint id")
+		return f, apierror.Invalid("endpoint", "The endpoint is not an endpoint id (letters, digits, - and _).")
 	}
 	if _, ok := groupings[f.Group]; !ok {
 		return f, apierror.Invalid("group", "Choose how to group the charts from the list.")
 	}
 	if f.Source != "" && !slices.Contains(sources, f.Source) {
-		return f, apierror.Invalid("source", "source must be gateway, report or completion")
+		return f, apierror.Invalid("source", "Choose a source from the list.")
 	}
 	if f.FromText == "" && f.ToText == "" {
 		f.FromText = h.rt.Now().UTC().AddDate(0, 0, -6).Format(time.DateOnly)
 	}
 	var err error
 	if f.ledger.From, err = parseBound(f.FromText, false); err != nil {
-		return f, apierror.Invalid("from", "from must be a date (YYYY-MM-DD) or a date and time (YYYY-MM-DDTHH:MM), UTC")
+		return f, apierror.Invalid("from", "The start must be a date such as 2026-11-01, or a date and time such as 2026-11-01T09:30 (UTC).")
 	}
 	if f.ledger.To, err = parseBound(f.ToText, true); err != nil {
-		return f, apierror.Invalid("to", "to must be a date (YYYY-MM-DD) or a date and time (YYYY-MM-DDTHH:MM), UTC")
+		return f, apierror.Invalid("to", "The end must be a date such as 2026-11-30, or a date and time such as 2026-11-30T18:00 (UTC).")
 	}
 	if !f.ledger.From.IsZero() && !f.ledger.To.IsZero() && !f.ledger.From.Before(f.ledger.To) {
-		return f, apierror.Invalid("to", "to must be after from")
+		return f, apierror.Invalid("to", "The end must be after the start.")
 	}
 	if f.Bucket == "" {
 		f.Bucket = "day"
@@ -92,7 +92,7 @@ func (h *Handler) readFilter(q url.Values) (usageFilter, error) {
 		}
 	}
 	if f.Bucket != "day" && f.Bucket != "hour" {
-		return f, apierror.Invalid("bucket", "bucket must be day or hour")
+		return f, apierror.Invalid("bucket", "Choose per day or per hour.")
 	}
 	f.ledger.UserID, f.ledger.ServiceID = f.User, f.Service
 	return f, nil
@@ -164,7 +164,7 @@ func (h *Handler) quickRanges(f usageFilter, now time.Time) []quickRange {
 func (h *Handler) usage(q *req) error {
 	f, err := h.readFilter(q.r.URL.Query())
 	if err != nil {
-		return err
+		return h.badFilter(q, f, err)
 	}
 	now := h.rt.Now()
 	c := newUsageCharts(f, now)
@@ -222,10 +222,6 @@ func (h *Handler) usage(q *req) error {
 	if err != nil {
 		return err
 	}
-	var svcs []string
-	for _, s := range h.rt.Catalog.Services() {
-		svcs = append(svcs, s.ID)
-	}
 	qv := f.query()
 	csvQ, jsonQ := url.Values{}, url.Values{}
 	for k, v := range qv {
@@ -236,10 +232,33 @@ func (h *Handler) usage(q *req) error {
 	h.render(q, http.StatusOK, "usage", "Usage explorer", map[string]any{
 		"F": f, "Rows": rows, "Total": total, "Charts": c.views(), "TooMany": c != nil && c.TooMany,
 		"Truncated": total.Calls > int64(len(rows)), "Quick": h.quickRanges(f, now), "Groups": groupNames,
-		"Services": svcs, "Sources": sources,
+		"Services": h.serviceIDs(), "Sources": sources,
 		"CSV": h.link(csvQ, "usage", "export"), "JSON": h.link(jsonQ, "usage", "export"),
 	})
 	return nil
+}
+
+// badFilter shows the explorer again with what was typed and what is
+// wrong with it, and nothing read.
+func (h *Handler) badFilter(q *req, f usageFilter, err error) error {
+	var ae *apierror.Error
+	if !errors.As(err, &ae) {
+		return err
+	}
+	def, _ := h.readFilter(url.Values{})
+	h.render(q, apierror.Status(ae.Code), "usage", "Usage explorer", map[string]any{
+		"F": f, "Error": humanMessage(ae), "Quick": h.quickRanges(def, h.rt.Now()), "Groups": groupNames,
+		"Services": h.serviceIDs(), "Sources": sources,
+	})
+	return nil
+}
+
+func (h *Handler) serviceIDs() []string {
+	var ids []string
+	for _, s := range h.rt.Catalog.Services() {
+		ids = append(ids, s.ID)
+	}
+	return ids
 }
 
 // export streams the selection as CSV or a JSON array, entry by entry,
