@@ -25,7 +25,8 @@ const (
 // concern is one line of "needs attention": what, about whom, how bad,
 // and where to act on it.
 type concern struct {
-	Level  string // amber, red, or info
+	Level  string // amber or red
+	Tag    string // what kind of concern, in two or three words
 	UserID string
 	What   string
 	Limit  *limit
@@ -59,12 +60,16 @@ func (h *Handler) attention(ctx context.Context, now time.Time) ([]concern, bool
 				continue
 			}
 			l := l
-			out = append(out, concern{Level: l.Level, UserID: sub.UserID, Limit: &l,
+			tag := "Near the limit"
+			if l.Level == levelRed {
+				tag = "Over the limit"
+			}
+			out = append(out, concern{Level: l.Level, Tag: tag, UserID: sub.UserID, Limit: &l,
 				What: fmt.Sprintf("%s on %s (%s): %s at %d%%", sub.UserID, sub.ServiceID, ps.ProductID, l.What, l.Percent),
 				Link: h.link(nil, "users", sub.UserID), LinkTo: "Open " + sub.UserID})
 		}
 		if ps.BillingModel == billing.Prepaid && ps.Credits-ps.CreditsHeld <= 0 {
-			out = append(out, concern{Level: levelRed, UserID: sub.UserID,
+			out = append(out, concern{Level: levelRed, Tag: "No credits left", UserID: sub.UserID,
 				What: fmt.Sprintf("%s on %s (%s): credit balance %s, calls refused until credits are added", sub.UserID, sub.ServiceID, ps.ProductID, ps.Credits),
 				Link: h.link(nil, "users", sub.UserID), LinkTo: "Add credits"})
 		}
@@ -81,7 +86,7 @@ func (h *Handler) attention(ctx context.Context, now time.Time) ([]concern, bool
 		if pending.NextCursor != "" {
 			what = fmt.Sprintf("%d or more alert deliveries pending", n)
 		}
-		out = append(out, concern{Level: levelAmber,
+		out = append(out, concern{Level: levelAmber, Tag: "Alerts not delivered",
 			What: what + " (the webhook has not taken them yet)",
 			Link: h.link(map[string][]string{"status": {"PENDING"}}, "alerts"), LinkTo: "Pending alerts"})
 	}
@@ -94,12 +99,12 @@ func (h *Handler) attention(ctx context.Context, now time.Time) ([]concern, bool
 			if now.Sub(j.UpdatedAt) < stuckAfter {
 				continue
 			}
-			out = append(out, concern{Level: levelAmber, UserID: j.UserID,
+			out = append(out, concern{Level: levelAmber, Tag: "Job stuck", UserID: j.UserID,
 				What: fmt.Sprintf("job %s (%s / %s) %s with no report for %s", j.ID, j.ServiceID, j.EndpointID, jobStateWords(j.Status), ago(now.Sub(j.UpdatedAt))),
 				Link: h.link(nil, "jobs", j.ID), LinkTo: "Open the job"})
 		}
 	}
-	rank := map[string]int{levelRed: 0, levelAmber: 1, "info": 2}
+	rank := map[string]int{levelRed: 0, levelAmber: 1}
 	slices.SortStableFunc(out, func(a, b concern) int { return cmp.Compare(rank[a.Level], rank[b.Level]) })
 	if len(out) > maxAttention {
 		out, partial = out[:maxAttention], true
