@@ -18,7 +18,7 @@ func TestConsoleDoneNoticeByCode(t *testing.T) {
 	h := direct(t, e, false)
 	const phish = "Your session expired: call +1 555 0100 to restore access"
 	for _, done := range []string{phish, "Key k-1 revoked.", "REVOKED", "revoked ", "constructor", "__proto__", "credits<script>"} {
-		w := serve(h, httptest.NewRequest("GET", "/console/users/alice?done="+url.QueryEscape(done), nil), testOperator)
+		w := serve(h, httptest.NewRequest("GET", "/console/users/alice?new=1&done="+url.QueryEscape(done), nil), testOperator)
 		if w.Code != http.StatusOK {
 			t.Fatalf("?done=%q: %d", done, w.Code)
 		}
@@ -38,7 +38,7 @@ func TestConsoleDoneNoticeByCode(t *testing.T) {
 	}{
 		{"subscription", "subscription", "The subscription was set.", url.Values{"serviceId": {"weather"}, "productId": {"credits"}, "status": {"ACTIVE"}}},
 		{"credits", "credits", "The credits were added.", url.Values{"serviceId": {"weather"}, "amount": {"3"}}},
-		{"revoke", "revoked", "The key was revoked.", url.Values{"keyId": {key.ID}}},
+		{"revoke", "revoked", "The key was revoked.", url.Values{"keyId": {key.ID}, "confirm": {"yes"}}},
 	} {
 		tc.form.Set("csrf", tok)
 		w := post(h, "/console/users/alice/"+tc.path, tc.form, c, testOperator)

@@ -73,6 +73,7 @@ type Operations interface {
 	PutSubscription(ctx context.Context, actor, userID, serviceID, productID, status string) (ops.SubscriptionChange, error)
 	AddCredits(ctx context.Context, actor, userID, serviceID string, amount billing.Units) (store.Subscription, error)
 	Summary(ctx context.Context, userID, serviceID string, at time.Time) (ops.UserSummary, error)
+	PeriodState(ctx context.Context, sub store.Subscription, at time.Time) (ops.PeriodSummary, error)
 	ListAlerts(ctx context.Context, q ops.AlertQuery) (ops.AlertPage, error)
 	AuditLog(ctx context.Context, cursor string, limit int) ([]store.AuditEntry, string, error)
 	KeyLastUsed(id string) (time.Time, bool)

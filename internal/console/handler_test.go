@@ -184,7 +184,7 @@ func TestConsoleKeyShownOnce(t *testing.T) {
 	e := local(t)
 	h := direct(t, e, false)
 	user := `<b onclick="x">`
-	c, token := session(t, h, "/console/users/"+url.PathEscape(user), "bob")
+	c, token := session(t, h, "/console/users/"+url.PathEscape(user)+"?new=1", "bob")
 	w := post(h, "/console/users/"+url.PathEscape(user)+"/keys", url.Values{"csrf": {token}, "label": {"<i>ci</i>"}, "roles": {"a, b"}}, c, "bob")
 	body := w.Body.String()
 	m := regexp.MustCompile(`<code id="new-key">([^<]+)</code>`).FindStringSubmatch(body)
@@ -203,10 +203,12 @@ func TestConsoleKeyShownOnce(t *testing.T) {
 			t.Errorf("%s shows the key after its creation", path)
 		}
 	}
-	// A bad expiry is the admin API's error, on the user's page.
-	w = post(h, "/console/users/alice/keys", url.Values{"csrf": {token}, "expires": {"2001-01-01"}}, c, "bob")
-	if w.Code != 400 || !strings.Contains(w.Body.String(), "expiresAt is in the past") {
-		t.Fatalf("past expiry: %d", w.Code)
+	// A bad expiry is the admin API's error in the form's words, on the
+	// user's page, with what was typed kept.
+	w = post(h, "/console/users/alice/keys", url.Values{"csrf": {token}, "form": {"key"}, "expires": {"2001-01-01"}, "label": {"kept label"}}, c, "bob")
+	if w.Code != 400 || !strings.Contains(w.Body.String(), "The expiry date is in the past.") ||
+		!strings.Contains(w.Body.String(), `value="kept label"`) || !strings.Contains(w.Body.String(), `value="2001-01-01"`) {
+		t.Fatalf("past expiry: %d\n%s", w.Code, w.Body)
 	}
 }
 
@@ -241,7 +243,7 @@ func TestConsoleUsageExport(t *testing.T) {
 		t.Fatalf("csv export: %d %v %v", w.Code, err, rows)
 	}
 	w = serve(h, httptest.NewRequest("GET", "/console/usage?user=alice&endpoint=hello", nil), "bob")
-	if !strings.Contains(w.Body.String(), "<strong>2</strong> entries") || !strings.Contains(w.Body.String(), `class="bar-units"`) {
+	if !strings.Contains(w.Body.String(), "<strong>2</strong> entries") || !strings.Contains(w.Body.String(), `class="bar-units `) {
 		t.Fatalf("explorer: %d", w.Code)
 	}
 	w = serve(h, httptest.NewRequest("GET", "/console/usage/export?format=json&service=weather", nil), "bob")
@@ -353,7 +355,7 @@ func TestConsoleAlerts(t *testing.T) {
 		t.Errorf("filtered by bob: %d\n%s", w.Code, body)
 	}
 	w = serve(h, httptest.NewRequest("GET", "/console/alerts?status=LOST", nil), testOperator)
-	if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "status") {
+	if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "Status must be one of") {
 		t.Errorf("a bad status filter: %d\n%s", w.Code, w.Body)
 	}
 	w = serve(h, httptest.NewRequest("GET", "/console/alerts", nil), "")

@@ -54,7 +54,7 @@ func TestConsolePlainHTTPOnlyOnLoopback(t *testing.T) {
 	}
 
 	// A POST from afar changes nothing, even with a good CSRF token.
-	c, tok := session(t, h, "/console/users/u-far", "alice")
+	c, tok := session(t, h, "/console/users/u-far?new=1", "alice")
 	form := url.Values{"csrf": {tok}, "serviceId": {"weather"}, "productId": {"basic"}, "status": {"ACTIVE"}}
 	r := httptest.NewRequest("POST", "/console/users/u-far/subscription", strings.NewReader(form.Encode()))
 	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -23,7 +24,7 @@ var templateFS embed.FS
 var assetFS embed.FS
 
 // pageNames are the templates; each defines "content" inside base.html.
-var pageNames = []string{"overview", "services", "users", "user", "usage", "jobs", "job", "audit", "alerts", "error"}
+var pageNames = []string{"overview", "services", "users", "user", "usage", "jobs", "job", "audit", "alerts", "confirm", "error"}
 
 var pages = func() map[string]*template.Template {
 	funcs := template.FuncMap{
@@ -39,6 +40,26 @@ var pages = func() map[string]*template.Template {
 				return "—"
 			}
 			return t.UTC().Format("2006-01-02 15:04:05Z")
+		},
+		// measured writes amounts of different measures side by side
+		// ("12 request, 300 token"), never as one sum.
+		"measured": func(ms []measured) string {
+			if len(ms) == 0 {
+				return "—"
+			}
+			parts := make([]string, len(ms))
+			for i, m := range ms {
+				parts[i] = m.Value.String() + " " + m.Of
+			}
+			return strings.Join(parts, ", ")
+		},
+		"jobstate": jobStateWords,
+		// clip shortens a long text for a table cell; its page has it whole.
+		"clip": func(s string, n int) string {
+			if len(s) <= n {
+				return s
+			}
+			return strings.ToValidUTF8(s[:n], "") + "…"
 		},
 		"pct": func(f float64) string { return fmt.Sprintf("%.1f%%", f*100) },
 		"dur": func(d time.Duration) string {
@@ -102,7 +123,7 @@ func (h *Handler) renderRefresh(q *req, status int, name, title string, data any
 		q.csrf = h.csrfToken(q.w, q.r, q.who)
 	}
 	nav := name
-	if name == "user" {
+	if name == "user" || name == "confirm" {
 		nav = "users"
 	}
 	if name == "job" {

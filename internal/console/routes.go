@@ -71,6 +71,8 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request, who string) {
 		err = h.users(q)
 	case len(parts) == 2 && parts[0] == "users":
 		err = h.user(q, parts[1], nil, nil)
+	case len(parts) == 3 && parts[0] == "users" && parts[2] == "revoke":
+		err = h.confirmRevoke(q, parts[1])
 	case len(parts) == 1 && parts[0] == "usage":
 		err = h.usage(q)
 	case len(parts) == 2 && parts[0] == "usage" && parts[1] == "export":
@@ -79,6 +81,8 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request, who string) {
 		err = h.jobs(q)
 	case len(parts) == 2 && parts[0] == "jobs":
 		err = h.job(q, parts[1])
+	case len(parts) == 3 && parts[0] == "jobs" && parts[2] == "result":
+		err = h.jobResult(q, parts[1])
 	case len(parts) == 1 && parts[0] == "audit":
 		err = h.audit(q)
 	case len(parts) == 1 && parts[0] == "alerts":
@@ -122,7 +126,7 @@ func (h *Handler) fail(q *req, err error) {
 	status := http.StatusInternalServerError
 	msg := "internal error; see the server log"
 	if errors.As(err, &ae) {
-		status, msg = apierror.Status(ae.Code), ae.Message
+		status, msg = apierror.Status(ae.Code), humanMessage(ae)
 	} else {
 		h.logger.Error("console request failed", zap.String("path", q.r.URL.Path), zap.Error(err))
 	}

@@ -12,7 +12,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/apierror"
-	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/store"
@@ -24,6 +23,7 @@ type usageFilter struct {
 	User, Service, Endpoint, Source string
 	FromText, ToText                string
 	Bucket                          string // day or hour
+	Group                           string // a key of groupings
 	ledger                          store.LedgerFilter
 }
 
@@ -56,31 +56,34 @@ func parseBound(s string, upper bool) (time.Time, error) {
 // readFilter validates the query; an empty range is the last 7 days.
 func (h *Handler) readFilter(q url.Values) (usageFilter, error) {
 	f := usageFilter{User: q.Get("user"), Service: q.Get("service"), Endpoint: q.Get("endpoint"),
-		Source: q.Get("source"), FromText: q.Get("from"), ToText: q.Get("to"), Bucket: q.Get("bucket")}
+		Source: q.Get("source"), FromText: q.Get("from"), ToText: q.Get("to"), Bucket: q.Get("bucket"), Group: q.Get("group")}
 	if f.User != "" && !ops.ValidUserID(f.User) {
-		return f, apierror.Invalid("user", "not a valid user id")
+		return f, apierror.Invalid("user", "The user is not a user id: "+userIDWords)
 	}
 	if f.Service != "" && !catalog.ValidID(f.Service) {
-		return f, apierror.Invalid("service", "not a valid service id")
+		return f, apierror.Invalid("service", "Choose a service from the list.")
 	}
 	if f.Endpoint != "" && !catalog.ValidID(f.Endpoint) {
-		return f, apierror.Invalid("endpoint", "not a valid endpoint id")
+		return f, apierror.Invalid("endpoint", "The endpoint is not an endpoint id (letters, digits, - and _).")
+	}
+	if _, ok := groupings[f.Group]; !ok {
+		return f, apierror.Invalid("group", "Choose how to group the charts from the list.")
 	}
 	if f.Source != "" && !slices.Contains(sources, f.Source) {
-		return f, apierror.Invalid("source", "source must be gateway, report or completion")
+		return f, apierror.Invalid("source", "Choose a source from the list.")
 	}
 	if f.FromText == "" && f.ToText == "" {
 		f.FromText = h.rt.Now().UTC().AddDate(0, 0, -6).Format(time.DateOnly)
 	}
 	var err error
 	if f.ledger.From, err = parseBound(f.FromText, false); err != nil {
-		return f, apierror.Invalid("from", "from must be a date (YYYY-MM-DD) or a date and time (YYYY-MM-DDTHH:MM), UTC")
+		return f, apierror.Invalid("from", "The start must be a date such as 2026-11-01, or a date and time such as 2026-11-01T09:30 (UTC).")
 	}
 	if f.ledger.To, err = parseBound(f.ToText, true); err != nil {
-		return f, apierror.Invalid("to", "to must be a date (YYYY-MM-DD) or a date and time (YYYY-MM-DDTHH:MM), UTC")
+		return f, apierror.Invalid("to", "The end must be a date such as 2026-11-30, or a date and time such as 2026-11-30T18:00 (UTC).")
 	}
 	if !f.ledger.From.IsZero() && !f.ledger.To.IsZero() && !f.ledger.From.Before(f.ledger.To) {
-		return f, apierror.Invalid("to", "to must be after from")
+		return f, apierror.Invalid("to", "The end must be after the start.")
 	}
 	if f.Bucket == "" {
 		f.Bucket = "day"
@@ -89,7 +92,7 @@ func (h *Handler) readFilter(q url.Values) (usageFilter, error) {
 		}
 	}
 	if f.Bucket != "day" && f.Bucket != "hour" {
-		return f, apierror.Invalid("bucket", "bucket must be day or hour")
+		return f, apierror.Invalid("bucket", "Choose per day or per hour.")
 	}
 	f.ledger.UserID, f.ledger.ServiceID = f.User, f.Service
 	return f, nil
@@ -111,7 +114,7 @@ func (f usageFilter) match(e store.LedgerEntry) bool {
 func (f usageFilter) query() url.Values {
 	v := url.Values{}
 	for k, s := range map[string]string{"user": f.User, "service": f.Service, "endpoint": f.Endpoint,
-		"source": f.Source, "from": f.FromText, "to": f.ToText, "bucket": f.Bucket} {
+		"source": f.Source, "from": f.FromText, "to": f.ToText, "bucket": f.Bucket, "group": f.Group} {
 		if s != "" {
 			v.Set(k, s)
 		}
@@ -119,111 +122,40 @@ func (f usageFilter) query() url.Values {
 	return v
 }
 
-// bar is one bucket of the chart.
-type bar struct {
-	Start       time.Time
-	Label       string
-	Units, Cost billing.Units
-	Calls       int64
+// totals are the selection's figures.
+type totals struct {
+	Calls int64
 	// Capped counts the entries a hard limit cut short (the backend
-	// stated more units than could be charged); totals only.
+	// stated more units than could be charged).
 	Capped int64
-	// Geometry in the SVG's coordinates.
-	X, UnitsY, UnitsH, CostY, CostH, W int
-	// ShowLabel marks the bars whose label is drawn under the axis.
-	ShowLabel bool
-	LabelX    int
+	Sums
 }
 
-// chart is the SVG chart of units and cost per bucket, drawn by the
-// template from these numbers.
-type chart struct {
-	Bars          []bar
-	Width, Height int
-	// ViewHeight leaves room for the labels under the axis.
-	ViewHeight        int
-	MaxUnits, MaxCost billing.Units
-	TooMany           bool
+// quickRange is a link to a common range of the explorer.
+type quickRange struct {
+	Name, Link string
+	Current    bool
 }
 
-const (
-	chartW, chartH = 720, 200
-	maxBars        = 240
-)
-
-func newChart(f usageFilter, now time.Time) *chart {
-	step := 24 * time.Hour
-	if f.Bucket == "hour" {
-		step = time.Hour
+// quickRanges are the last 24 hours (per hour), 7 and 30 days and this
+// calendar month (per day), each keeping the rest of the selection.
+func (h *Handler) quickRanges(f usageFilter, now time.Time) []quickRange {
+	now = now.UTC()
+	today := now.Truncate(24 * time.Hour)
+	month := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+	var out []quickRange
+	for _, r := range []struct{ name, from, bucket string }{
+		{"Last 24 hours", now.Truncate(time.Hour).Add(-23 * time.Hour).Format(minuteLayout), "hour"},
+		{"Last 7 days", today.AddDate(0, 0, -6).Format(time.DateOnly), "day"},
+		{"Last 30 days", today.AddDate(0, 0, -29).Format(time.DateOnly), "day"},
+		{"This month", month.Format(time.DateOnly), "day"},
+	} {
+		g := f
+		g.FromText, g.ToText, g.Bucket = r.from, "", r.bucket
+		out = append(out, quickRange{Name: r.name, Link: h.link(g.query(), "usage"),
+			Current: f.FromText == r.from && f.ToText == "" && f.Bucket == r.bucket})
 	}
-	from, to := f.ledger.From, f.end(now)
-	if from.IsZero() {
-		return nil // the extent is known after the scan; see finish
-	}
-	return buckets(from.Truncate(step), to, step)
-}
-
-func buckets(from, to time.Time, step time.Duration) *chart {
-	c := &chart{Width: chartW, Height: chartH, ViewHeight: chartH + 18}
-	for t := from; t.Before(to); t = t.Add(step) {
-		if len(c.Bars) == maxBars {
-			c.TooMany = true
-			break
-		}
-		label := t.Format("01-02")
-		if step < 24*time.Hour {
-			label = t.Format("01-02 15h")
-		}
-		c.Bars = append(c.Bars, bar{Start: t, Label: label})
-	}
-	return c
-}
-
-// add counts calls rows of units and cost at t (a row's time, or the
-// hour of an hourly sum: buckets are whole hours or days, so an hour falls
-// in one).
-func (c *chart) add(t time.Time, units, cost billing.Units, calls int64) {
-	if c == nil || len(c.Bars) == 0 {
-		return
-	}
-	i, _ := slices.BinarySearchFunc(c.Bars, t, func(b bar, t time.Time) int {
-		if b.Start.After(t) {
-			return 1
-		}
-		return -1
-	})
-	if i == 0 {
-		return
-	}
-	b := &c.Bars[i-1]
-	b.Units += units
-	b.Cost += cost
-	b.Calls += calls
-}
-
-// layout computes the bars' geometry: units and cost side by side, each
-// scaled to its own maximum.
-func (c *chart) layout() {
-	if c == nil || len(c.Bars) == 0 {
-		return
-	}
-	for _, b := range c.Bars {
-		c.MaxUnits, c.MaxCost = max(c.MaxUnits, b.Units), max(c.MaxCost, b.Cost)
-	}
-	slot := chartW / len(c.Bars)
-	every := (len(c.Bars) + 7) / 8 // at most 8 labels
-	for i := range c.Bars {
-		b := &c.Bars[i]
-		b.ShowLabel, b.LabelX = i%every == 0, i*slot+slot/2
-		b.X, b.W = i*slot, max(1, slot/2-1)
-		if c.MaxUnits > 0 {
-			b.UnitsH = int(int64(chartH-20) * int64(b.Units) / int64(c.MaxUnits))
-		}
-		if c.MaxCost > 0 {
-			b.CostH = int(int64(chartH-20) * int64(b.Cost) / int64(c.MaxCost))
-		}
-		b.UnitsY, b.CostY = chartH-b.UnitsH, chartH-b.CostH
-	}
+	return out
 }
 
 // usage: the explorer. The table shows the newest pageRows entries of the
@@ -232,14 +164,21 @@ func (c *chart) layout() {
 func (h *Handler) usage(q *req) error {
 	f, err := h.readFilter(q.r.URL.Query())
 	if err != nil {
-		return err
+		return h.badFilter(q, f, err)
 	}
 	now := h.rt.Now()
-	c := newChart(f, now)
+	c := newUsageCharts(f, now)
 	var rows []store.LedgerEntry
-	var total bar
+	var total totals
+	count := func(at time.Time, r store.Rollup) {
+		unit, kind := h.measureOf(r.ServiceID, r.ProductID)
+		total.Calls += r.Calls
+		total.Capped += r.Capped
+		total.add(unit, r.Units, kind, r.Cost)
+		c.add(at, r, unit, kind)
+	}
 	if f.Source == "" {
-		// The totals and the chart from the hourly sums (store.ScanUsage:
+		// The totals and the charts from the hourly sums (store.ScanUsage:
 		// the rollups, and raw rows only for the partial hours at the
 		// edges); the table from the newest rows alone.
 		var first time.Time
@@ -250,15 +189,11 @@ func (h *Handler) usage(q *req) error {
 			if first.IsZero() {
 				first = r.Hour
 			}
-			total.Units += r.Units
-			total.Cost += r.Cost
-			total.Calls += r.Calls
-			total.Capped += r.Capped
 			at := r.Hour
 			if at.Before(f.ledger.From) {
 				at = f.ledger.From // a partial first hour: its rows are in the range
 			}
-			c.add(at, r.Units, r.Cost, r.Calls)
+			count(at, r)
 			return nil
 		})
 		if err == nil && total.Calls > 0 {
@@ -270,13 +205,12 @@ func (h *Handler) usage(q *req) error {
 			if !f.match(e) {
 				return nil
 			}
-			total.Units += e.Units
-			total.Cost += e.Cost
-			total.Calls++
+			r := store.Rollup{UserID: e.UserID, ServiceID: e.ServiceID, EndpointID: e.EndpointID, ProductID: e.ProductID,
+				Calls: 1, Units: e.Units, Cost: e.Cost}
 			if e.Uncharged() > 0 {
-				total.Capped++
+				r.Capped = 1
 			}
-			c.add(e.Time, e.Units, e.Cost, 1)
+			count(e.Time, r)
 			if len(rows) == pageRows {
 				rows = slices.Delete(rows, 0, 1)
 			}
@@ -288,11 +222,6 @@ func (h *Handler) usage(q *req) error {
 	if err != nil {
 		return err
 	}
-	c.layout()
-	var svcs []string
-	for _, s := range h.rt.Catalog.Services() {
-		svcs = append(svcs, s.ID)
-	}
 	qv := f.query()
 	csvQ, jsonQ := url.Values{}, url.Values{}
 	for k, v := range qv {
@@ -301,11 +230,35 @@ func (h *Handler) usage(q *req) error {
 	csvQ.Set("format", "csv")
 	jsonQ.Set("format", "json")
 	h.render(q, http.StatusOK, "usage", "Usage explorer", map[string]any{
-		"F": f, "Rows": rows, "Total": total, "Chart": c, "Truncated": total.Calls > int64(len(rows)),
-		"Services": svcs, "Sources": sources,
+		"F": f, "Rows": rows, "Total": total, "Charts": c.views(), "TooMany": c != nil && c.TooMany,
+		"Truncated": total.Calls > int64(len(rows)), "Quick": h.quickRanges(f, now), "Groups": groupNames,
+		"Services": h.serviceIDs(), "Sources": sources,
 		"CSV": h.link(csvQ, "usage", "export"), "JSON": h.link(jsonQ, "usage", "export"),
 	})
 	return nil
+}
+
+// badFilter shows the explorer again with what was typed and what is
+// wrong with it, and nothing read.
+func (h *Handler) badFilter(q *req, f usageFilter, err error) error {
+	var ae *apierror.Error
+	if !errors.As(err, &ae) {
+		return err
+	}
+	def, _ := h.readFilter(url.Values{})
+	h.render(q, apierror.Status(ae.Code), "usage", "Usage explorer", map[string]any{
+		"F": f, "Error": humanMessage(ae), "Quick": h.quickRanges(def, h.rt.Now()), "Groups": groupNames,
+		"Services": h.serviceIDs(), "Sources": sources,
+	})
+	return nil
+}
+
+func (h *Handler) serviceIDs() []string {
+	var ids []string
+	for _, s := range h.rt.Catalog.Services() {
+		ids = append(ids, s.ID)
+	}
+	return ids
 }
 
 // export streams the selection as CSV or a JSON array, entry by entry,
