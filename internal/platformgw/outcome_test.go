@@ -10,7 +10,10 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
 
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/engine"
 	"github.com/platformgw/gateway/internal/store"
 )
@@ -112,5 +115,44 @@ func TestOutcomeHour(t *testing.T) {
 		if got := hourOf(tc.at); got != tc.want.Unix() {
 			t.Errorf("hourOf(%v) = %v, want %v", tc.at, time.Unix(got, 0).UTC(), tc.want)
 		}
+	}
+}
+
+// BenchmarkEndCall is what a call's ending costs the gateway: the
+// console's figures and the hourly outcome counted, for a caller seen
+// before this hour (docs/performance.md, "Call outcomes"). Serial, so
+// ns/op bounds the CPU a call spends on it:
+//
+//	go test -run '^$' -bench EndCall -benchmem ./internal/platformgw
+func BenchmarkEndCall(b *testing.B) {
+	rt := engine.New(engine.Runtime{Calls: new(engine.Calls), Outcomes: engine.NewOutcomeCounter()})
+	h := new(Handler)
+	h.init(rt, zap.NewNop())
+	c := &call{started: time.Now(), svc: &catalog.Service{ID: "svc"}, ep: &catalog.Endpoint{ID: "call"},
+		product: &billing.Product{ID: "basic"}}
+	c.key.ID, c.key.UserID = "key-1", "alice"
+	c.observed.status = http.StatusOK
+	c.observed.backend = 3 * time.Millisecond
+	var err error
+	start := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		h.endCall(c, start, &err)
+	}
+}
+
+// TestEndCallAllocs: ending a call of a caller seen before this hour
+// allocates nothing.
+func TestEndCallAllocs(t *testing.T) {
+	rt := engine.New(engine.Runtime{Calls: new(engine.Calls), Outcomes: engine.NewOutcomeCounter()})
+	h := new(Handler)
+	h.init(rt, zap.NewNop())
+	c := &call{started: time.Now(), svc: &catalog.Service{ID: "svc"}, ep: &catalog.Endpoint{ID: "call"}}
+	c.key.ID, c.key.UserID = "key-1", "alice"
+	c.code = "rate_limited"
+	var err error
+	h.endCall(c, time.Now(), &err)
+	if n := testing.AllocsPerRun(200, func() { h.endCall(c, time.Now(), &err) }); n != 0 {
+		t.Errorf("endCall allocates %v times a call, want 0", n)
 	}
 }
