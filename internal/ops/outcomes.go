@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/platformgw/gateway/internal/apierror"
 	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/store"
@@ -262,4 +264,24 @@ func OutcomeCSVRow(r store.OutcomeRow) []string {
 		}
 	}
 	return row
+}
+
+// Outcomes is Outcomes over the runtime's store, after adding what this
+// process has counted (the runtime's OutcomeCounter) to it, so a page
+// shows the calls this node answered up to now: what the console and the
+// portal call. A failed flush is logged and the read goes on.
+func (o *Ops) Outcomes(ctx context.Context, q OutcomeQuery) (OutcomeSeries, error) {
+	o.FlushOutcomes(ctx)
+	return Outcomes(ctx, o.rt.Store(), q)
+}
+
+// FlushOutcomes adds this process's counted outcomes to the store now.
+func (o *Ops) FlushOutcomes(ctx context.Context) {
+	s, ok := o.rt.Store().(store.Outcomes)
+	if !ok || o.rt.Outcomes == nil {
+		return
+	}
+	if err := o.rt.Outcomes.Flush(ctx, s, time.Now()); err != nil {
+		o.rt.Logger.Warn("adding this node's call outcomes before a read", zap.Error(err))
+	}
 }

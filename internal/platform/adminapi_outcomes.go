@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"strings"
 
-	"go.uber.org/zap"
-
 	"github.com/platformgw/gateway/internal/apierror"
 	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/store"
@@ -18,14 +16,6 @@ import (
 // series grouped by one dimension (ops.Outcomes). Both first add what
 // this process has counted to the store, so a read right after a call
 // sees it; another node's last few seconds are not in yet.
-
-// flushOutcomes adds this node's counts before a read; a failure is
-// logged, and the read goes on with what the store has.
-func (a *adminAPI) flushOutcomes(app *App, r *http.Request) {
-	if err := app.FlushOutcomes(r.Context()); err != nil {
-		a.logger.Warn("adding this node's call outcomes before a read", zap.Error(err))
-	}
-}
 
 // exportOutcomes: GET /platform/outcomes?userId=&serviceId=&outcome=&from=
 // &to=&format=&gzip=, the rows in (hour, user, service, endpoint, product,
@@ -60,7 +50,7 @@ func (a *adminAPI) exportOutcomes(app *App, w http.ResponseWriter, r *http.Reque
 	if !ok {
 		return notSupported(w, "call outcomes")
 	}
-	a.flushOutcomes(app, r)
+	app.Ops().FlushOutcomes(r.Context()) // this node's counts added first
 	return streamExport(a, w, r, enc, filename, gz, func(fn func(store.OutcomeRow) error) error {
 		return o.ScanOutcomes(r.Context(), oq.OutcomeFilter, fn)
 	})
@@ -77,8 +67,7 @@ func (a *adminAPI) outcomeSummary(app *App, w http.ResponseWriter, r *http.Reque
 	if err != nil {
 		return err
 	}
-	a.flushOutcomes(app, r)
-	series, err := ops.Outcomes(r.Context(), app.DataStore(), oq)
+	series, err := app.Ops().Outcomes(r.Context(), oq) // this node's counts added first
 	if errors.Is(err, ops.ErrNoOutcomes) {
 		return notSupported(w, "call outcomes")
 	}

@@ -113,7 +113,7 @@ func printOutcomes(w io.Writer, s ops.OutcomeSeries) error {
 	if s.Hourly {
 		fmt.Fprint(tw, "\t")
 	}
-	fmt.Fprintf(tw, "%d\t\t\t\t\t\t\n", total)
+	fmt.Fprintf(tw, "%d\t\n", total)
 	return tw.Flush()
 }
 

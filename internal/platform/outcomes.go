@@ -81,13 +81,3 @@ func (f *outcomeFlusher) close() {
 	<-f.done
 	f.flush()
 }
-
-// FlushOutcomes adds this process's counted outcomes to the store now, so
-// a read right after it sees every call this node answered.
-func (a *App) FlushOutcomes(ctx context.Context) error {
-	o, ok := a.DataStore().(store.Outcomes)
-	if !ok {
-		return nil
-	}
-	return sharedOutcomes.Flush(ctx, o, time.Now())
-}
