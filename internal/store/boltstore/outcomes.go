@@ -98,10 +98,13 @@ func (s *Store) AddOutcomes(ctx context.Context, batch store.OutcomeBatch) (bool
 	err := s.update(func(tx *bolt.Tx) error {
 		applied = false // the commit loop may run fn again
 		wkey := []byte(batch.Writer)
-		if raw, err := getRaw(tx, bucketOutcomeWriters, wkey); err == nil {
-			if len(raw) == 16 && binary.BigEndian.Uint64(raw) >= batch.Seq {
-				return nil
-			}
+		switch raw, err := getRaw(tx, bucketOutcomeWriters, wkey); {
+		case err == nil && len(raw) != 16:
+			return recordError(bucketOutcomeWriters, wkey, "not an outcome writer's record")
+		case err == nil && binary.BigEndian.Uint64(raw) >= batch.Seq:
+			return nil // applied before
+		case err != nil && err != store.ErrNotFound:
+			return err // a damaged record: never guess that the batch is new
 		}
 		for _, r := range batch.Rows {
 			k := outcomeKey(r.OutcomeKey)
