@@ -126,8 +126,8 @@ bench-scale-ledger:
 # (TestChainAllocBudget, skipped under -race); E2E_ADMIN_PORT and
 # E2E_HTTP_PORT move its ports.
 bench-micro:
-	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./internal/signing ./internal/servicekey ./internal/store/boltstore
-	$(GO) test -run '^TestChainAllocBudget$$' -bench '^BenchmarkChain$$' -benchmem -count 6 ./internal/platformgw
+	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./internal/signing ./internal/servicekey ./internal/store/boltstore ./internal/engine
+	$(GO) test -run '^(TestChainAllocBudget|TestEndCallAllocs)$$' -bench '^(BenchmarkChain|BenchmarkEndCall)$$' -benchmem -count 6 ./internal/platformgw
 
 # The storage simulation: the real store on a simulated disk that crashes
 # and fails (internal/store/boltstore/sim_test.go, docs/reliability.md).

@@ -221,7 +221,9 @@ func crashKill9(t *testing.T, bin, durability string) {
 		killAfter := time.Duration(300+rng.IntN(2200)) * time.Millisecond
 		before := acks.snapshotCounts()
 		loadStart := time.Now()
+		stopReads := readOutcomesMeanwhile(p.Admin) // crash_outcomes_test.go: flushes under load, up to the kill
 		runCrashLoad(t, p, acks, keys, users, jobs, killAfter, round, &signatures, &sigMu)
+		stopReads()
 		loadTime += time.Since(loadStart)
 		after := acks.snapshotCounts()
 		replaySettlements(t, dbPath)
@@ -262,6 +264,10 @@ func crashKill9(t *testing.T, bin, durability string) {
 	if len(sf.Reservations) != openJobs {
 		t.Errorf("%d holds for %d open jobs", len(sf.Reservations), openJobs)
 	}
+	acks.mu.Lock()
+	sent := acks.attempts["invoke"] + 1 // and the last call
+	acks.mu.Unlock()
+	checkCrashOutcomes(t, dbPath, sent) // crash_outcomes_test.go
 
 	// Nothing secret in the log of the default configuration.
 	needles := []string{crashSecret}

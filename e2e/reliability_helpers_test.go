@@ -32,7 +32,8 @@ type storeFile struct {
 	Jobs         map[string]fileJob
 	Subs         map[string]fileSub // user \0 service
 	// Digest is a SHA-256 over every bucket's name, sequence, keys and
-	// values: equal digests mean equal stored state.
+	// values but the call outcomes' (which count every call, refused ones
+	// too, by design): equal digests mean equal stored state.
 	Digest string
 }
 
@@ -218,7 +219,9 @@ func readStoreFile(t *testing.T, path string) storeFile {
 		}
 		sum := sha256.New()
 		if err := tx.ForEach(func(name []byte, b *bolt.Bucket) error {
-			digestBucket(sum, name, b)
+			if n := string(name); n != "outcomes" && n != "outcome_writers" {
+				digestBucket(sum, name, b)
+			}
 			return nil
 		}); err != nil {
 			return err

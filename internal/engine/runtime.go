@@ -81,6 +81,9 @@ type Runtime struct {
 	// Calls are the recent call figures of the console's overview; nil
 	// keeps none.
 	Calls *Calls
+	// Outcomes count every invoke call's outcome for the store's hourly
+	// call outcomes (outcomes.go); nil counts none.
+	Outcomes *OutcomeCounter
 	// Claims are what callers' calls were recently charged for, which
 	// their next calls hold (claims.go); nil holds the endpoint's cost.
 	Claims *Claims

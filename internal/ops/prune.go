@@ -84,5 +84,15 @@ func (o *Ops) ApplyRetention(ctx context.Context, t time.Time, ledger, rollups t
 					Detail: fmt.Sprintf("hourly rollups before %s: %d removed", t.Add(-rollups).UTC().Format(time.RFC3339), n)})
 			}
 		}
+		// The call outcomes are hourly sums too, kept as long as rollups.
+		if p, ok := o.rt.Store().(store.Outcomes); ok {
+			if n, err := p.PruneOutcomes(ctx, t.Add(-rollups)); err != nil {
+				logger.Error("pruning hourly call outcomes (rollup_retention)", zap.Error(err))
+			} else if n > 0 {
+				logger.Info("hourly call outcomes pruned (rollup_retention)", zap.Int("rows", n))
+				_ = o.RecordAudit(ctx, store.AuditEntry{Actor: "rollup_retention", Action: AuditRollupPrune,
+					Detail: fmt.Sprintf("hourly call outcomes before %s: %d rows removed", t.Add(-rollups).UTC().Format(time.RFC3339), n)})
+			}
+		}
 	}
 }

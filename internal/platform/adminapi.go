@@ -115,6 +115,10 @@ func (a *adminAPI) route(p []string) (map[string]adminHandler, []string) {
 		return map[string]adminHandler{http.MethodGet: a.exportUsage}, nil
 	case len(p) == 2 && p[0] == "usage" && p[1] == "prune":
 		return map[string]adminHandler{http.MethodPost: a.pruneUsage}, nil
+	case len(p) == 1 && p[0] == "outcomes":
+		return map[string]adminHandler{http.MethodGet: a.exportOutcomes}, nil
+	case len(p) == 2 && p[0] == "outcomes" && p[1] == "summary":
+		return map[string]adminHandler{http.MethodGet: a.outcomeSummary}, nil
 	case len(p) == 1 && p[0] == "audit":
 		return map[string]adminHandler{http.MethodGet: a.listAudit}, nil
 	case len(p) == 2 && p[0] == "jobs":

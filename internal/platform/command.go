@@ -25,7 +25,7 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "platform",
-		Usage: "<key|subscribe|subscription|summary|credits|usage|job|jobs> [flags]",
+		Usage: "<key|subscribe|subscription|summary|credits|usage|outcomes|job|jobs> [flags]",
 		Short: "Manages service keys, subscriptions, credits, usage and jobs of the platform gateway",
 		Long: `
 Manages the platform gateway of a running Caddy through its admin API:
@@ -169,7 +169,8 @@ export reports its progress on standard error every 2 seconds.
 	cmd.AddCommand(key, subscribe, credits, usage, job)
 	cmd.AddCommand(storeCommand()) // command_store.go
 	addViewCommands(cmd)
-	cmd.AddCommand(alertsCommand()) // command_alerts.go
+	cmd.AddCommand(alertsCommand())   // command_alerts.go
+	cmd.AddCommand(outcomesCommand()) // command_outcomes.go
 }
 
 // cliFunc runs one `caddy platform` subcommand, writing its result to out.

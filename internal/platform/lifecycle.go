@@ -29,10 +29,16 @@ var stores = caddy.NewUsagePool()
 // it: when each key was last used.
 type pooledStore struct {
 	store.Store
-	used *ops.KeyUse
+	used     *ops.KeyUse
+	outcomes *outcomeFlusher
 }
 
-func (p pooledStore) Destruct() error { return p.Store.Close() }
+// Destruct flushes the counted call outcomes into the store, then closes
+// it.
+func (p pooledStore) Destruct() error {
+	p.outcomes.close()
+	return p.Store.Close()
+}
 
 // Provision compiles the catalog and settles which store file this config
 // serves, without opening it: `caddy validate` provisions too, and must
@@ -143,7 +149,7 @@ func (a *App) openStore() (store.Store, error) {
 			if err != nil {
 				return nil, err
 			}
-			return pooledStore{s, ops.NewKeyUse()}, nil
+			return pooledStore{s, ops.NewKeyUse(), startOutcomeFlusher(s, a.logger.Named("outcomes"))}, nil
 		}
 		if err := strandedStore(a.Store, path); err != nil {
 			return nil, err
@@ -156,7 +162,7 @@ func (a *App) openStore() (store.Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		return pooledStore{s, ops.NewKeyUse()}, nil
+		return pooledStore{s, ops.NewKeyUse(), startOutcomeFlusher(s, a.logger.Named("outcomes"))}, nil
 	})
 	if err != nil {
 		return nil, err

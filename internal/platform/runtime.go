@@ -39,6 +39,7 @@ func (a *App) newRuntime() *engine.Runtime {
 		Limiters:  a.limiters,
 		Metrics:   a.metrics.Metrics,
 		Calls:     sharedCalls,
+		Outcomes:  sharedOutcomes,
 		Claims:    a.claims,
 	})
 }

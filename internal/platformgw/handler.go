@@ -76,10 +76,10 @@ func (h *Handler) init(rt *engine.Runtime, logger *zap.Logger) {
 // ServeHTTP answers invoke routes under the gateway prefixes, refuses
 // anything else under .../service/, and passes other paths on untouched; if
 // one of them ends up at the platform proxy, it answers 404 not_found.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) (err error) {
 	route, ok := parseInvokePath(h.rt.Prefixes.Gateway, r.URL.Path)
 	if !ok {
-		err := next.ServeHTTP(w, r)
+		err = next.ServeHTTP(w, r)
 		if unrouted, _ := caddyhttp.GetVar(r.Context(), unroutedVar).(bool); unrouted && err != nil {
 			// The path is served by nothing before the platform proxy,
 			// which has no backend for it: a JSON 404 rather than an
@@ -89,24 +89,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 		return err
 	}
+	start := time.Now()
 	if route.bad {
 		// A request id like any refused call's, so the log line can be
 		// found from what the caller was told.
 		h.refuse(w, r, requestID(r), apierror.New(apierror.NotFound, "no such route; invoke paths are {prefix}/service/{serviceId}/endpoint/{endpointId}/invoke[/async]"))
+		h.rt.CountOutcome(engine.OutcomeCall{Hour: hourOf(h.rt.Now()), Outcome: apierror.NotFound}, time.Since(start), 0)
 		return nil
 	}
-	start := time.Now()
 	// The call is allocated once, with its observer in it.
 	c := new(call)
 	o := &c.observed
 	*o = observedCall{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, next: next}
-	err := h.invoke(o, r, c, route, o)
-	status := o.status
-	if status == 0 && err != nil {
-		status = http.StatusInternalServerError
-	}
-	h.rt.ObserveCall(status, time.Since(start)-o.backend)
-	return err
+	// Deferred, so that a call whose answer is cut off (the proxy panics
+	// with http.ErrAbortHandler) is counted too.
+	defer h.endCall(c, start, &err)
+	return h.invoke(o, r, c, route, o)
 }
 
 // Interface guards.

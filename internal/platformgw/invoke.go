@@ -39,6 +39,11 @@ type call struct {
 	body       []byte
 	allowance  allowance
 	urls       jobURLs // an async job's, built before anything is taken
+	// code is the error code the call was refused with (refuseCall),
+	// cutOff that its answer was cut off after the status line: with
+	// the status, the call's outcome (outcome.go).
+	code   string
+	cutOff bool
 
 	// Parts of a call that would otherwise be allocated one by one on
 	// every call; the call is allocated once anyway. idValue backs the

@@ -36,7 +36,7 @@ func (o *observedCall) Write(p []byte) (int, error) {
 // ServeHTTP runs the rest of the route, timing it.
 func (o *observedCall) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
 	start := time.Now()
-	err := o.next.ServeHTTP(w, r)
-	o.backend += time.Since(start)
-	return err
+	// Deferred: a cut-off answer panics through here (http.ErrAbortHandler).
+	defer func() { o.backend += time.Since(start) }()
+	return o.next.ServeHTTP(w, r)
 }

@@ -19,6 +19,7 @@ import (
 // came from the catalog (an admitted call), so their ids need no lookup
 // before they label the count.
 func (h *Handler) refuseCall(w http.ResponseWriter, r *http.Request, c *call, known bool, outcome string, e *apierror.Error) {
+	c.code = e.Code
 	if known {
 		h.rt.CountKnownInvoke(c.svc.ID, c.ep.ID, mode(c.route), outcome)
 	} else {

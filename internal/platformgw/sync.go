@@ -78,6 +78,7 @@ func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, ne
 		// settled at its status line), and a hold is never left behind.
 		// Then the panic goes on, and the connection is aborted as before.
 		if v := recover(); v != nil {
+			c.cutOff = v == http.ErrAbortHandler
 			// A wrapped answer being buffered is not delivered: not charged.
 			m.end(false)
 			if v == http.ErrAbortHandler && m.atEnd {

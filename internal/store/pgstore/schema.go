@@ -159,6 +159,33 @@ ALTER TABLE ledger ADD CONSTRAINT ledger_time_call_key UNIQUE (time, call_id);
 ALTER TABLE ledger DROP CONSTRAINT ledger_call_id_time_key;
 DROP INDEX ledger_time;
 `,
+	// 4: the hourly call outcomes (internal/store/pgstore/outcomes.go), one
+	// row per node, hour, call dimension and outcome, so nodes never wait
+	// on each other's rows; read summed over the nodes. gateway and
+	// backend are store.LatencyBuckets counts then the sum in
+	// microseconds. A writer's last applied batch is kept in the same
+	// transaction as its rows, so a batch sent again is not counted twice.
+	`
+CREATE TABLE call_outcomes (
+	node        text COLLATE "C" NOT NULL,
+	hour        timestamptz NOT NULL,
+	user_id     text COLLATE "C" NOT NULL,
+	service_id  text COLLATE "C" NOT NULL,
+	endpoint_id text COLLATE "C" NOT NULL,
+	product_id  text COLLATE "C" NOT NULL,
+	outcome     text COLLATE "C" NOT NULL,
+	calls       bigint NOT NULL,
+	gateway     bigint[] NOT NULL,
+	backend     bigint[] NOT NULL,
+	PRIMARY KEY (hour, user_id, service_id, endpoint_id, product_id, outcome, node)
+);
+CREATE TABLE call_outcome_writers (
+	writer     text COLLATE "C" PRIMARY KEY,
+	node       text COLLATE "C" NOT NULL,
+	seq        bigint NOT NULL,
+	updated_at timestamptz NOT NULL
+);
+`,
 }
 
 // SchemaVersion is the schema this build migrates a database to.

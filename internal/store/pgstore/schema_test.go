@@ -147,8 +147,10 @@ func TestAuditPages(t *testing.T) {
 }
 
 // ledgerIndexesOfVersion2 puts back the ledger's indexes as schema
-// versions 1 and 2 made them (migration 3 replaced them).
-const ledgerIndexesOfVersion2 = `ALTER TABLE ledger DROP CONSTRAINT ledger_time_call_key;
+// versions 1 and 2 made them (migration 3 replaced them), having undone
+// migration 4 (the call outcomes' tables).
+const ledgerIndexesOfVersion2 = `DROP TABLE call_outcomes, call_outcome_writers;
+ALTER TABLE ledger DROP CONSTRAINT ledger_time_call_key;
 ALTER TABLE ledger ADD CONSTRAINT ledger_call_id_time_key UNIQUE (call_id, time);
 CREATE INDEX ledger_time ON ledger (time, seq);
 `
