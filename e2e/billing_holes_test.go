@@ -438,7 +438,13 @@ func TestCutOffCallsAreSettled(t *testing.T) {
 			if mode == "cut" && e.Units != billing.Whole(1000) {
 				t.Errorf("charged %s, want the 1000 bytes delivered", e.Units)
 			}
-			if mode == "drip" && (e.Units < billing.Whole(int64(n)) || e.Units > billing.Whole(64<<20)) {
+			// The drip body is chunked: docs/wire-contract.md lets the
+			// charge fall short of what the caller read by the chunk
+			// framing still unacknowledged in the gateway's send queue
+			// (about 10 bytes a chunk; seen: 2 bytes, a chunk's closing
+			// CRLF). A few KiB of queue framing at most, never a chunk.
+			const framingSlack = 4 << 10
+			if mode == "drip" && (e.Units < billing.Whole(int64(n-framingSlack)) || e.Units > billing.Whole(64<<20)) {
 				t.Errorf("charged %s, the caller read %d bytes", e.Units, n)
 			}
 		}},
