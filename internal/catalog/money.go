@@ -1,0 +1,64 @@
+package catalog
+
+import (
+	"fmt"
+	"strings"
+
+	"golang.org/x/text/currency"
+
+	"github.com/platformgw/gateway/internal/billing"
+)
+
+// Money is an exact amount in one currency: what a product costs wherever
+// it is shown or exported. The amount is billing.Units (millionths, never a
+// float); the currency is an ISO 4217 code checked by CheckCurrency.
+type Money struct {
+	Amount   billing.Units
+	Currency string
+}
+
+// String is the amount in the currency's minor units and the code, as
+// "29.00 USD"; a price finer than the minor unit keeps its digits
+// ("0.0025 USD"), since rounding a unit price would misstate every bill.
+func (m Money) String() string { return FormatAmount(m.Amount, m.Currency) + " " + m.Currency }
+
+// CheckCurrency checks an ISO 4217 currency code: three upper-case letters
+// naming a currency in use. XXX (no currency) and XTS (testing) are codes
+// but sell nothing.
+func CheckCurrency(code string) error {
+	if len(code) != 3 || strings.ToUpper(code) != code || code == "XXX" || code == "XTS" {
+		return fmt.Errorf("currency '%s' is not an ISO 4217 code such as USD or EUR", code)
+	}
+	if _, err := currency.ParseISO(code); err != nil {
+		return fmt.Errorf("currency '%s' is not an ISO 4217 code such as USD or EUR", code)
+	}
+	return nil
+}
+
+// MinorDigits is how many decimals the currency's amounts are written
+// with: 2 for USD and EUR, 0 for JPY, 3 for KWD. An unknown code has 2.
+func MinorDigits(code string) int {
+	u, err := currency.ParseISO(code)
+	if err != nil {
+		return 2
+	}
+	scale, _ := currency.Standard.Rounding(u)
+	return scale
+}
+
+// FormatAmount writes an amount of the currency as an exact decimal with
+// at least the currency's minor digits: 29 USD is "29.00", 500 JPY is
+// "500", 0.0025 USD is "0.0025". It never rounds.
+func FormatAmount(amount billing.Units, code string) string {
+	s := amount.String()
+	want := MinorDigits(code)
+	whole, frac, _ := strings.Cut(s, ".")
+	if len(frac) >= want {
+		return s
+	}
+	frac += strings.Repeat("0", want-len(frac))
+	if frac == "" {
+		return whole
+	}
+	return whole + "." + frac
+}
