@@ -146,3 +146,23 @@ func TestFormatAmount(t *testing.T) {
 		}
 	}
 }
+
+func TestMinorUnits(t *testing.T) {
+	for _, tc := range []struct {
+		amount, currency string
+		want             int64
+		ok               bool
+	}{
+		{"29", "USD", 2900, true},
+		{"29.99", "EUR", 2999, true},
+		{"500", "JPY", 500, true},
+		{"1.234", "KWD", 1234, true},
+		{"0.0025", "USD", 0, false},
+		{"1.5", "JPY", 0, false},
+	} {
+		got, ok := Money{Amount: *units(tc.amount), Currency: tc.currency}.MinorUnits()
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("%s %s: %d %v, want %d %v", tc.amount, tc.currency, got, ok, tc.want, tc.ok)
+		}
+	}
+}

@@ -62,3 +62,22 @@ func FormatAmount(amount billing.Units, code string) string {
 	}
 	return whole + "." + frac
 }
+
+// MinorUnits is the amount as a whole number of the currency's minor
+// units, as payment providers take it (29.00 USD is 2900, 500 JPY is
+// 500); false when the amount is finer than the minor unit (a unit price
+// of 0.0025 USD), which must be billed summed, never rounded alone.
+func (m Money) MinorUnits() (int64, bool) {
+	digits := MinorDigits(m.Currency)
+	if digits > 6 {
+		return 0, false
+	}
+	per := int64(billing.Scale)
+	for range digits {
+		per /= 10
+	}
+	if int64(m.Amount)%per != 0 {
+		return 0, false
+	}
+	return int64(m.Amount) / per, true
+}
