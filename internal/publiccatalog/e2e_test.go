@@ -159,6 +159,17 @@ func TestServedByCaddy(t *testing.T) {
 		t.Errorf("built OpenAPI does not validate: %v", err)
 	}
 
+	// The API reference pages, from the attached and the built document.
+	if resp, body := fetch(t, base+"/services/weather/docs", ""); resp.StatusCode != 200 || !strings.Contains(body, "<code>/forecast</code>") {
+		t.Errorf("docs page of the attached document: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := fetch(t, base+"/services/translate/docs", ""); resp.StatusCode != 200 || !strings.Contains(body, "/invoke/async</code>") {
+		t.Errorf("docs page of the built document: %d %s", resp.StatusCode, body)
+	}
+	if resp, _ := fetch(t, base+"/assets/docs.css", ""); resp.StatusCode != 200 {
+		t.Errorf("the docs stylesheet: %d", resp.StatusCode)
+	}
+
 	// The operator sees everything but the secrets.
 	resp, body = fetch(t, fmt.Sprintf("http://localhost:%d/platform/catalog/", adminPort), "")
 	if resp.StatusCode != 200 || strings.Contains(body, "secret-0123") {

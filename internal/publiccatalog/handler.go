@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -47,13 +48,15 @@ type Handler struct {
 	MaxAge caddy.Duration `json:"max_age,omitempty"`
 
 	resources map[string]*resource
+	public    map[string]bool // the public services' ids
 	logger    *zap.Logger
 }
 
 // resource is one answer, built at provision.
 type resource struct {
-	body []byte
-	etag string
+	body        []byte
+	etag        string
+	contentType string
 }
 
 // CaddyModule returns the Caddy module information.
@@ -95,6 +98,7 @@ func (h *Handler) setup(c *catalog.Catalog, o DocOptions, logger *zap.Logger) er
 		o.Headers = wire.NewHeaders("Platform")
 	}
 	h.resources = make(map[string]*resource)
+	h.public = make(map[string]bool)
 	if err := h.add("/services", List(c, o.Options)); err != nil {
 		return err
 	}
@@ -102,6 +106,7 @@ func (h *Handler) setup(c *catalog.Catalog, o DocOptions, logger *zap.Logger) er
 		if !s.Public {
 			continue
 		}
+		h.public[s.ID] = true
 		if err := h.add("/services/"+s.ID, View(s, o.Options)); err != nil {
 			return err
 		}
@@ -109,10 +114,25 @@ func (h *Handler) setup(c *catalog.Catalog, o DocOptions, logger *zap.Logger) er
 		if err != nil {
 			return fmt.Errorf("platform_catalog: service %s: OpenAPI document: %w", s.ID, err)
 		}
-		h.resources["/services/"+s.ID+"/openapi.json"] = newResource(doc)
+		h.resources["/services/"+s.ID+"/openapi.json"] = newResource(doc, jsonType)
+		page, err := RenderDocs(doc)
+		if err != nil {
+			return fmt.Errorf("platform_catalog: service %s: %w", s.ID, err)
+		}
+		h.resources["/services/"+s.ID+"/docs"] = newResource(page, htmlType)
 	}
+	css, err := assetFS.ReadFile("assets/docs.css")
+	if err != nil {
+		return fmt.Errorf("platform_catalog: %w", err)
+	}
+	h.resources["/assets/docs.css"] = newResource(css, "text/css; charset=utf-8")
 	return nil
 }
+
+const (
+	jsonType = "application/json"
+	htmlType = "text/html; charset=utf-8"
+)
 
 func (h *Handler) add(path string, v any) error {
 	var buf bytes.Buffer
@@ -121,13 +141,13 @@ func (h *Handler) add(path string, v any) error {
 	if err := enc.Encode(v); err != nil {
 		return fmt.Errorf("platform_catalog: %s: %w", path, err)
 	}
-	h.resources[path] = newResource(buf.Bytes())
+	h.resources[path] = newResource(buf.Bytes(), jsonType)
 	return nil
 }
 
-func newResource(body []byte) *resource {
+func newResource(body []byte, contentType string) *resource {
 	sum := sha256.Sum256(body)
-	return &resource{body: body, etag: `"` + hex.EncodeToString(sum[:16]) + `"`}
+	return &resource{body: body, etag: `"` + hex.EncodeToString(sum[:16]) + `"`, contentType: contentType}
 }
 
 // ServeHTTP answers GET and HEAD of the catalog's routes.
@@ -137,12 +157,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 	// Public data, read by storefronts on other sites; no credentials
 	// are ever involved, so any origin may read it.
 	hdr.Set("Access-Control-Allow-Origin", "*")
-	p := strings.TrimSuffix(r.URL.Path, "/")
+	p := r.URL.Path
 	res, ok := h.resources[p]
+	if trimmed := strings.TrimSuffix(p, "/"); !ok && trimmed != p && h.resources[trimmed] != nil {
+		// One location per answer, so the page's relative links hold.
+		hdr.Set("Location", "../"+path.Base(trimmed))
+		w.WriteHeader(http.StatusPermanentRedirect)
+		return nil
+	}
 	if !ok {
-		if id, found := strings.CutPrefix(p, "/services/"); found && !strings.Contains(strings.TrimSuffix(id, "/openapi.json"), "/") {
-			apierror.Write(w, apierror.New(apierror.ServiceNotFound, "no public service '"+strings.TrimSuffix(id, "/openapi.json")+"'"))
-			return nil
+		if id, found := strings.CutPrefix(p, "/services/"); found {
+			id, _, _ = strings.Cut(id, "/")
+			if !h.public[id] {
+				apierror.Write(w, apierror.New(apierror.ServiceNotFound, "no public service '"+id+"'"))
+				return nil
+			}
 		}
 		apierror.Write(w, apierror.New(apierror.NotFound, "no catalog route "+r.URL.Path+"; the services are at services"))
 		return nil
@@ -158,7 +187,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 		w.WriteHeader(http.StatusNotModified)
 		return nil
 	}
-	hdr.Set("Content-Type", "application/json")
+	hdr.Set("Content-Type", res.contentType)
+	if res.contentType == htmlType {
+		hdr.Set("Content-Security-Policy", docsContentSecurityPolicy)
+		hdr.Set("Referrer-Policy", "no-referrer")
+		hdr.Set("X-Frame-Options", "DENY")
+	}
 	hdr.Set("Content-Length", strconv.Itoa(len(res.body)))
 	w.WriteHeader(http.StatusOK)
 	if r.Method == http.MethodGet {

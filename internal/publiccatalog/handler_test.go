@@ -2,6 +2,7 @@ package publiccatalog
 
 import (
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -241,5 +242,48 @@ func TestAttachedOpenAPIIsServed(t *testing.T) {
 func TestMatches(t *testing.T) {
 	if matches([]string{`"a"`}, `"b"`) || !matches([]string{`"x", W/"b"`}, `"b"`) || matches(nil, `"b"`) {
 		t.Error("If-None-Match matching")
+	}
+}
+
+func TestDocsPage(t *testing.T) {
+	c := testCatalog(t)
+	s, _ := c.Service("weather")
+	s.Description = "Forecasts. <script>alert(1)</script>"
+	h := new(Handler)
+	if err := h.setup(c, DocOptions{Options: Options{GatewayPrefix: "/api"}}, zap.NewNop()); err != nil {
+		t.Fatal(err)
+	}
+	w := get(t, h, "GET", "/services/weather/docs")
+	if w.Code != 200 || w.Header().Get("Content-Type") != "text/html; charset=utf-8" {
+		t.Fatalf("%d %v", w.Code, w.Header())
+	}
+	if csp := w.Header().Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") || strings.Contains(csp, "script-src") {
+		t.Errorf("CSP %q", csp)
+	}
+	page := w.Body.String()
+	for _, want := range []string{
+		"<title>Weather · API reference</title>",
+		`<code>/api/service/weather/endpoint/forecast/invoke</code>`,
+		`<span class="method m-POST">POST</span> <code>/api/service/weather/endpoint/report/invoke/async</code>`,
+		"Authorization: Bearer &lt;serviceKey&gt;",
+		"&lt;script&gt;alert(1)&lt;/script&gt;",
+		`href="../../assets/docs.css"`,
+		`href="openapi.json"`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	if strings.Contains(page, "<script>") {
+		t.Error("a description is rendered as HTML")
+	}
+	if w := get(t, h, "GET", "/assets/docs.css"); w.Code != 200 || !strings.HasPrefix(w.Header().Get("Content-Type"), "text/css") {
+		t.Errorf("stylesheet: %d %v", w.Code, w.Header())
+	}
+	if w := get(t, h, "GET", "/services/weather/docs/"); w.Code != http.StatusPermanentRedirect || w.Header().Get("Location") != "../docs" {
+		t.Errorf("trailing slash: %d %v", w.Code, w.Header())
+	}
+	if w := get(t, h, "GET", "/services/internal-only/docs"); w.Code != 404 {
+		t.Errorf("docs of a service that is not public: %d", w.Code)
 	}
 }
