@@ -17,8 +17,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2/caddytest"
 
-	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/e2etest"
+	"github.com/platformgw/gateway/internal/openapidoc"
 
 	_ "github.com/platformgw/gateway/internal/platformgw"
 	_ "github.com/platformgw/gateway/internal/publiccatalog"
@@ -50,7 +50,7 @@ func readDocument(t *testing.T) document {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := catalog.CheckOpenAPI(data); err != nil {
+	if _, err := openapidoc.Check(data); err != nil {
 		t.Fatalf("docs/openapi.json is not a valid OpenAPI document: %v", err)
 	}
 	var doc document

@@ -47,8 +47,9 @@ type Service struct {
 	Tags            []string          `json:"tags,omitempty"`
 	ProductListings []*ProductListing `json:"product_listings,omitempty"`
 	// OpenAPI is the path of the service's OpenAPI 3.0 or 3.1 document
-	// (JSON or YAML), checked and read at load; without one the public
-	// catalog serves a document built from the catalog.
+	// (JSON or YAML), which the platform app reads and checks at load
+	// (internal/openapidoc); without one the public catalog serves a
+	// document built from the catalog.
 	OpenAPI string `json:"openapi,omitempty"`
 
 	backend  *url.URL
@@ -59,7 +60,6 @@ type Service struct {
 	alerts   map[string][]alerts.Threshold
 	features []*Feature
 	listings map[string]*ProductListing
-	openAPI  []byte
 }
 
 // Endpoint is one operation of a service.
@@ -200,23 +200,8 @@ func (s *Service) compile(resolve func(string) (string, error)) error {
 	if err := s.compileAlerts(); err != nil {
 		return err
 	}
-	if err := s.compileListing(); err != nil {
-		return err
-	}
-	s.openAPI = nil
-	if s.OpenAPI != "" {
-		doc, err := LoadOpenAPI(s.OpenAPI)
-		if err != nil {
-			return fmt.Errorf("service %s: %w", s.ID, err)
-		}
-		s.openAPI = doc
-	}
-	return nil
+	return s.compileListing()
 }
-
-// OpenAPIDocument is the service's attached OpenAPI document as JSON; nil
-// when none is attached.
-func (s *Service) OpenAPIDocument() []byte { return s.openAPI }
 
 // compile checks the endpoint; serviceSync is the service's sync_response.
 func (e *Endpoint) compile(serviceSync string) error {

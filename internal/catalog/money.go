@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strings"
 
-	"golang.org/x/text/currency"
-
 	"github.com/platformgw/gateway/internal/billing"
 )
 
@@ -23,14 +21,11 @@ type Money struct {
 func (m Money) String() string { return FormatAmount(m.Amount, m.Currency) + " " + m.Currency }
 
 // CheckCurrency checks an ISO 4217 currency code: three upper-case letters
-// naming a currency in use. XXX (no currency) and XTS (testing) are codes
-// but sell nothing.
+// naming a currency in use (currencies.go). XXX (no currency), XTS
+// (testing), the metals and withdrawn codes sell nothing.
 func CheckCurrency(code string) error {
-	if len(code) != 3 || strings.ToUpper(code) != code || code == "XXX" || code == "XTS" {
-		return fmt.Errorf("currency '%s' is not an ISO 4217 code such as USD or EUR", code)
-	}
-	if _, err := currency.ParseISO(code); err != nil {
-		return fmt.Errorf("currency '%s' is not an ISO 4217 code such as USD or EUR", code)
+	if _, ok := currencies[code]; !ok {
+		return fmt.Errorf("currency '%s' is not an ISO 4217 code of a currency in use, such as USD or EUR", code)
 	}
 	return nil
 }
@@ -38,12 +33,10 @@ func CheckCurrency(code string) error {
 // MinorDigits is how many decimals the currency's amounts are written
 // with: 2 for USD and EUR, 0 for JPY, 3 for KWD. An unknown code has 2.
 func MinorDigits(code string) int {
-	u, err := currency.ParseISO(code)
-	if err != nil {
-		return 2
+	if d, ok := currencies[code]; ok {
+		return d
 	}
-	scale, _ := currency.Standard.Rounding(u)
-	return scale
+	return 2
 }
 
 // FormatAmount writes an amount of the currency as an exact decimal with

@@ -68,11 +68,11 @@ type catalogServiceView struct {
 	ListedProducts  []string `json:"listed_products"`
 }
 
-func serviceView(s *catalog.Service) catalogServiceView {
+func serviceView(app *App, s *catalog.Service) catalogServiceView {
 	v := catalogServiceView{
 		Service:         s,
 		SecretCount:     len(s.VerifySecrets()),
-		OpenAPIAttached: s.OpenAPIDocument() != nil,
+		OpenAPIAttached: app.OpenAPIDocument(s.ID) != nil,
 		ListedProducts:  []string{},
 	}
 	for _, p := range s.Products {
@@ -104,7 +104,7 @@ func (a *catalogAdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 	if id == "" {
 		v := catalogView{Services: []catalogServiceView{}}
 		for _, s := range c.Services() {
-			v.Services = append(v.Services, serviceView(s))
+			v.Services = append(v.Services, serviceView(app, s))
 		}
 		return writeJSON(w, http.StatusOK, v)
 	}
@@ -113,5 +113,5 @@ func (a *catalogAdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 		apierror.Write(w, apierror.New(apierror.ServiceNotFound, "no service '"+id+"' in the catalog"))
 		return nil
 	}
-	return writeJSON(w, http.StatusOK, serviceView(s))
+	return writeJSON(w, http.StatusOK, serviceView(app, s))
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/catalog"
+	"github.com/platformgw/gateway/internal/openapidoc"
 )
 
 // The listing options of a service and of a product block: how the
@@ -49,7 +50,7 @@ func parseServiceListing(d *caddyfile.Dispenser, s *catalog.Service, name string
 		if s.OpenAPI, err = oneArg(d); err == nil {
 			// Read now for an error on this line; the app reads it again
 			// at load, which is where a JSON config is checked.
-			_, lerr := catalog.LoadOpenAPI(s.OpenAPI)
+			_, lerr := openapidoc.LoadFile(s.OpenAPI)
 			err = checked(d, lerr)
 		}
 	default:

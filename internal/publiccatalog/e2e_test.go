@@ -11,8 +11,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2/caddytest"
 
-	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/e2etest"
+	"github.com/platformgw/gateway/internal/openapidoc"
 
 	_ "github.com/platformgw/gateway/internal/platformgw"
 	_ "github.com/platformgw/gateway/internal/usagehandler"
@@ -30,7 +30,7 @@ var (
 // storefront would, then the operator's view through the admin API.
 func TestServedByCaddy(t *testing.T) {
 	dir := t.TempDir()
-	openapi, err := filepath.Abs("../catalog/testdata/weather.openapi.yaml")
+	openapi, err := filepath.Abs("../openapidoc/testdata/weather.openapi.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestServedByCaddy(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(body, "/api/service/translate/endpoint/text/invoke/async") {
 		t.Fatalf("built OpenAPI: %d %s", resp.StatusCode, body)
 	}
-	if _, err := catalog.CheckOpenAPI([]byte(body)); err != nil {
+	if _, err := openapidoc.Check([]byte(body)); err != nil {
 		t.Errorf("built OpenAPI does not validate: %v", err)
 	}
 

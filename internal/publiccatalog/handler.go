@@ -75,6 +75,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		Options:   Options{GatewayPrefix: first(rt.Prefixes.Gateway)},
 		Headers:   rt.Headers,
 		ServerURL: rt.PublicURL,
+		Attached:  app.OpenAPIDocument,
 	}, ctx.Logger())
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/catalog"
+	"github.com/platformgw/gateway/internal/openapidoc"
 	"github.com/platformgw/gateway/internal/wire"
 )
 
@@ -183,7 +184,7 @@ func TestGeneratedOpenAPIIsValid(t *testing.T) {
 	if w.Code != 200 {
 		t.Fatalf("%d %s", w.Code, w.Body)
 	}
-	if _, err := catalog.CheckOpenAPI(w.Body.Bytes()); err != nil {
+	if _, err := openapidoc.Check(w.Body.Bytes()); err != nil {
 		t.Fatalf("the generated document does not validate: %v\n%s", err, w.Body)
 	}
 	var doc struct {
@@ -222,15 +223,18 @@ func TestGeneratedOpenAPIIsValid(t *testing.T) {
 }
 
 func TestAttachedOpenAPIIsServed(t *testing.T) {
-	c := testCatalog(t)
-	s, _ := c.Service("weather")
-	s.OpenAPI = "../catalog/testdata/weather.openapi.yaml"
-	c2, err := catalog.Compile(c.Services(), nil)
+	doc, err := openapidoc.LoadFile("../openapidoc/testdata/weather.openapi.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
+	attached := func(id string) []byte {
+		if id == "weather" {
+			return doc
+		}
+		return nil
+	}
 	h := new(Handler)
-	if err := h.setup(c2, DocOptions{Options: Options{GatewayPrefix: "/api"}}, zap.NewNop()); err != nil {
+	if err := h.setup(testCatalog(t), DocOptions{Options: Options{GatewayPrefix: "/api"}, Attached: attached}, zap.NewNop()); err != nil {
 		t.Fatal(err)
 	}
 	w := get(t, h, "GET", "/services/weather/openapi.json")

@@ -23,6 +23,10 @@ type DocOptions struct {
 	Headers wire.Headers
 	// ServerURL is the public_url of the gateway; "/" when unset.
 	ServerURL string
+	// Attached is the OpenAPI document a service attaches, as JSON
+	// (platform.App.OpenAPIDocument); nil when it attaches none, or
+	// for none at all.
+	Attached func(serviceID string) []byte
 }
 
 type obj = map[string]any
@@ -30,8 +34,10 @@ type obj = map[string]any
 // OpenAPIDocument is the service's OpenAPI document as JSON: the attached
 // one when the operator gave one, else one built from the catalog.
 func OpenAPIDocument(s *catalog.Service, o DocOptions) ([]byte, error) {
-	if doc := s.OpenAPIDocument(); doc != nil {
-		return doc, nil
+	if o.Attached != nil {
+		if doc := o.Attached(s.ID); doc != nil {
+			return doc, nil
+		}
 	}
 	return json.Marshal(BuildOpenAPI(s, o))
 }
