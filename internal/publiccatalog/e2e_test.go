@@ -197,6 +197,14 @@ func TestServedByCaddy(t *testing.T) {
 	if resp, _ := fetch(t, fmt.Sprintf("http://localhost:%d/platform/catalog/nope", adminPort), ""); resp.StatusCode != 404 {
 		t.Errorf("admin detail of no service: %d", resp.StatusCode)
 	}
+
+	// A reload that changes what is shown changes the tag: a client
+	// revalidating with the old one gets the new list at once.
+	tester.InitServer(strings.Replace(cfg, `display_name "Weather"`, `display_name "Weather Pro"`, 1), "caddyfile")
+	resp, body = fetch(t, base+"/services", etag)
+	if resp.StatusCode != 200 || resp.Header.Get("ETag") == etag || !strings.Contains(body, `"displayName":"Weather Pro"`) {
+		t.Errorf("after a reload, the old ETag: %d %s %s", resp.StatusCode, resp.Header.Get("ETag"), body)
+	}
 }
 
 func fetch(t *testing.T, url, ifNoneMatch string) (*http.Response, string) {
