@@ -22,6 +22,11 @@
 //   - http.handlers.platform_portal (package portal): the caller portal,
 //     where callers sign in with a service key and see their own usage
 //     (docs/portal.md).
+//   - http.handlers.platform_catalog (package publiccatalog): the public
+//     catalog, the public services, their products and OpenAPI documents
+//     as JSON anyone may read (docs/wire-contract.md), and
+//     admin.api.platform_catalog (package platform), the whole catalog
+//     for the operator.
 //
 // docs/configuration.md describes their Caddyfile directives.
 package gateway
@@ -31,5 +36,6 @@ import (
 	_ "github.com/platformgw/gateway/internal/platform"
 	_ "github.com/platformgw/gateway/internal/platformgw"
 	_ "github.com/platformgw/gateway/internal/portal"
+	_ "github.com/platformgw/gateway/internal/publiccatalog"
 	_ "github.com/platformgw/gateway/internal/usagehandler"
 )

@@ -36,12 +36,30 @@ type Service struct {
 	// Alerts are usage alert thresholds per product (alerts.go).
 	Alerts []*ProductAlerts `json:"alerts,omitempty"`
 
+	// How the service is shown (listing.go). Public lists it, with its
+	// endpoints and the products not private, in the public catalog.
+	Public          bool              `json:"public,omitempty"`
+	DisplayName     string            `json:"display_name,omitempty"`
+	Description     string            `json:"description,omitempty"`
+	LogoURL         string            `json:"logo_url,omitempty"`
+	CoverImageURL   string            `json:"cover_image_url,omitempty"`
+	Features        []*Feature        `json:"features,omitempty"`
+	Tags            []string          `json:"tags,omitempty"`
+	ProductListings []*ProductListing `json:"product_listings,omitempty"`
+	// OpenAPI is the path of the service's OpenAPI 3.0 or 3.1 document
+	// (JSON or YAML), which the platform app reads and checks at load
+	// (internal/openapidoc); without one the public catalog serves a
+	// document built from the catalog.
+	OpenAPI string `json:"openapi,omitempty"`
+
 	backend  *url.URL
 	secrets  [][]byte
 	owners   map[string]bool
 	byID     map[string]*Endpoint
 	products map[string]*billing.Product
 	alerts   map[string][]alerts.Threshold
+	features []*Feature
+	listings map[string]*ProductListing
 }
 
 // Endpoint is one operation of a service.
@@ -179,7 +197,10 @@ func (s *Service) compile(resolve func(string) (string, error)) error {
 		}
 		s.products[p.ID] = p
 	}
-	return s.compileAlerts()
+	if err := s.compileAlerts(); err != nil {
+		return err
+	}
+	return s.compileListing()
 }
 
 // compile checks the endpoint; serviceSync is the service's sync_response.

@@ -131,6 +131,9 @@ type App struct {
 	stop     chan struct{}
 	// serverTimeouts are the timeouts hardenServers set, logged at Start.
 	serverTimeouts []serverTimeouts
+
+	// openAPI are the services' attached OpenAPI documents (openapi.go).
+	openAPI map[string][]byte
 }
 
 // Prefixes are the path prefixes of each group of routes (engine.Prefixes).

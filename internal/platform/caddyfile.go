@@ -71,6 +71,14 @@ func parsePlatform(d *caddyfile.Dispenser, existing any) (any, error) {
 //			secret  <secret> [<previous secret>]
 //			owners  <user id>...
 //			sync_response raw|wrapped                # raw
+//			public                                   # listed in the public catalog
+//			display_name    <text>
+//			description     <text>
+//			logo_url        <http(s) URL or /path>
+//			cover_image_url <http(s) URL or /path>
+//			tags            <tag>...                 # may repeat
+//			feature <id> <label> [<tooltip>]         # may repeat; shown in this order
+//			openapi <file>                           # OpenAPI 3.0/3.1, JSON or YAML
 //			endpoint <id> [{
 //				methods <GET|POST|PUT|DELETE>...
 //				path    <path>
@@ -93,6 +101,13 @@ func parsePlatform(d *caddyfile.Dispenser, existing any) (any, error) {
 //				alert quota         <percent>...      # e.g. 80% 100%
 //				alert spending_cap  <percent>...      # e.g. 90%
 //				alert credits_below <credits>...      # PREPAID; e.g. 10
+//				display_name <text>
+//				description  <text>
+//				currency     <ISO 4217 code>          # of period_price and a money price
+//				period_price <decimal>                # per period, in currency
+//				trial        <days>d
+//				self_service                          # callers may take it themselves
+//				private                               # not in the public catalog
 //			}
 //		}
 //		alerts {                                 # usage alert webhooks (docs/alerts.md)
@@ -107,7 +122,8 @@ func parsePlatform(d *caddyfile.Dispenser, existing any) (any, error) {
 //		}
 //	}
 //
-// `alert` may repeat in a product block (the thresholds add up).
+// `alert` may repeat in a product block (the thresholds add up), and
+// `tags` and `feature` in a service block.
 // `service`, `endpoint` and `product` may repeat with distinct ids, and
 // `owners` may repeat (the lists add up); every other subdirective is
 // allowed once per block. A prefix group left out of `prefixes` keeps its

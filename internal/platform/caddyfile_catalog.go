@@ -32,12 +32,19 @@ func parseService(d *caddyfile.Dispenser) (*catalog.Service, error) {
 	seen := settings{block: fmt.Sprintf("service '%s'", id)}
 	endpoints := make(map[string]int)
 	products := make(map[string]int)
+	productAt := make(map[string]caddyfile.Token)
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		name := d.Val()
-		if name != "owners" && name != "endpoint" && name != "product" {
+		if name != "owners" && name != "endpoint" && name != "product" && name != "tags" && name != "feature" {
 			if err := seen.once(d); err != nil {
 				return nil, err
 			}
+		}
+		if ok, err := parseServiceListing(d, s, name); ok {
+			if err != nil {
+				return nil, err
+			}
+			continue
 		}
 		switch name {
 		case "backend":
@@ -75,9 +82,10 @@ func parseService(d *caddyfile.Dispenser) (*catalog.Service, error) {
 			s.Endpoints = append(s.Endpoints, e)
 		case "product":
 			var p *billing.Product
+			var listing *catalog.ProductListing
 			var thresholds []alerts.Threshold
 			at := d.Token()
-			if p, thresholds, err = parseProduct(d, id); err != nil {
+			if p, listing, thresholds, err = parseProduct(d, id); err != nil {
 				break
 			}
 			if first, dup := products[p.ID]; dup {
@@ -85,7 +93,11 @@ func parseService(d *caddyfile.Dispenser) (*catalog.Service, error) {
 				break
 			}
 			products[p.ID] = at.Line
+			productAt[p.ID] = at
 			s.Products = append(s.Products, p)
+			if listing != nil {
+				s.ProductListings = append(s.ProductListings, listing)
+			}
 			if len(thresholds) > 0 {
 				s.Alerts = append(s.Alerts, &catalog.ProductAlerts{Product: p.ID, Thresholds: thresholds})
 			}
@@ -104,7 +116,27 @@ func parseService(d *caddyfile.Dispenser) (*catalog.Service, error) {
 	case len(s.Endpoints) == 0:
 		return nil, errAt(at, "service '%s' has no endpoint", id)
 	}
-	return s, nil
+	return s, checkListings(s, productAt)
+}
+
+// checkListings judges each product's listing against its product and
+// the service's visibility, once the whole service block is read (public
+// may come after the products), at the product's line.
+func checkListings(s *catalog.Service, productAt map[string]caddyfile.Token) error {
+	listings := make(map[string]*catalog.ProductListing, len(s.ProductListings))
+	for _, l := range s.ProductListings {
+		listings[l.Product] = l
+	}
+	for _, p := range s.Products {
+		l := listings[p.ID]
+		if l == nil {
+			l = &catalog.ProductListing{Product: p.ID}
+		}
+		if err := catalog.CheckListing(l, p, s.Public); err != nil {
+			return errAt(productAt[p.ID], "product '%s' of service '%s': %v", p.ID, s.ID, err)
+		}
+	}
+	return nil
 }
 
 // parseEndpoint reads `endpoint <id> [{ … }]`.
@@ -180,26 +212,26 @@ var (
 
 // parseProduct reads `product <id> { … }` and checks it, and its alert
 // thresholds, as the catalog will.
-func parseProduct(d *caddyfile.Dispenser, service string) (*billing.Product, []alerts.Threshold, error) {
-	p, lines, err := parseProductBlock(d, service)
+func parseProduct(d *caddyfile.Dispenser, service string) (*billing.Product, *catalog.ProductListing, []alerts.Threshold, error) {
+	p, listing, lines, err := parseProductBlock(d, service)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var all []alerts.Threshold
 	first := make(map[string]int)
 	for _, l := range lines {
 		for _, t := range l.thresholds {
 			if err := t.Validate(*p); err != nil {
-				return nil, nil, errAt(l.at, "product '%s' of service '%s': %v", p.ID, service, err)
+				return nil, nil, nil, errAt(l.at, "product '%s' of service '%s': %v", p.ID, service, err)
 			}
 			if line, dup := first[t.String()]; dup {
-				return nil, nil, errAt(l.at, "alert %s given twice in product '%s' of service '%s' (first on line %d)", t, p.ID, service, line)
+				return nil, nil, nil, errAt(l.at, "alert %s given twice in product '%s' of service '%s' (first on line %d)", t, p.ID, service, line)
 			}
 			first[t.String()] = l.at.Line
 			all = append(all, t)
 		}
 	}
-	return p, all, nil
+	return p, listing, all, nil
 }
 
 // alertLine is one `alert` line of a product block, kept with its token
@@ -209,20 +241,31 @@ type alertLine struct {
 	thresholds []alerts.Threshold
 }
 
-func parseProductBlock(d *caddyfile.Dispenser, service string) (*billing.Product, []alertLine, error) {
+// parseProductBlock reads the product block: the product, its listing
+// (nil when the block sets no listing option) and its alert lines.
+func parseProductBlock(d *caddyfile.Dispenser, service string) (*billing.Product, *catalog.ProductListing, []alertLine, error) {
 	at := d.Token()
 	id, err := idArg(d, "product")
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	p := &billing.Product{ID: id}
+	listing := &catalog.ProductListing{Product: id}
+	listed := false
 	var lines []alertLine
 	seen := settings{block: fmt.Sprintf("product '%s' of service '%s'", id, service)}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		if d.Val() != "alert" {
 			if err := seen.once(d); err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
+		}
+		if ok, err := parseProductListing(d, listing, d.Val()); ok {
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			listed = true
+			continue
 		}
 		switch d.Val() {
 		case "alert":
@@ -263,19 +306,22 @@ func parseProductBlock(d *caddyfile.Dispenser, service string) (*billing.Product
 			err = seen.unknown(d)
 		}
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	switch {
 	case p.BillingModel == "":
-		return nil, nil, errAt(at, "product '%s' of service '%s' has no billing model (billing %s)", id, service, strings.Join(billingModels, "|"))
+		return nil, nil, nil, errAt(at, "product '%s' of service '%s' has no billing model (billing %s)", id, service, strings.Join(billingModels, "|"))
 	case p.MeasurementType == "":
-		return nil, nil, errAt(at, "product '%s' of service '%s' has no measurement type (measurement %s)", id, service, strings.Join(measurementTypes, "|"))
+		return nil, nil, nil, errAt(at, "product '%s' of service '%s' has no measurement type (measurement %s)", id, service, strings.Join(measurementTypes, "|"))
 	}
 	if err := p.Validate(); err != nil {
-		return nil, nil, errAt(at, "service '%s': %v", service, err)
+		return nil, nil, nil, errAt(at, "service '%s': %v", service, err)
 	}
-	return p, lines, nil
+	if !listed {
+		listing = nil
+	}
+	return p, listing, lines, nil
 }
 
 // parseQuota reads `quota <decimal> [per <period>]`.

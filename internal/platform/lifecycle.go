@@ -59,6 +59,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("platform catalog: %w", err)
 	}
 	a.catalog = cat
+	if a.openAPI, err = loadOpenAPI(cat); err != nil {
+		return fmt.Errorf("platform catalog: %w", err)
+	}
 	if a.jwt, err = a.JWT.verifier(repl, a.Now); err != nil {
 		return fmt.Errorf("platform jwt: %w", err)
 	}

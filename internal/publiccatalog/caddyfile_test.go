@@ -1,0 +1,36 @@
+package publiccatalog
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+)
+
+func TestUnmarshalCaddyfile(t *testing.T) {
+	var h Handler
+	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("platform_catalog {\n\tmax_age 5m\n}")); err != nil {
+		t.Fatal(err)
+	}
+	if time.Duration(h.MaxAge) != 5*time.Minute {
+		t.Errorf("max_age %v", time.Duration(h.MaxAge))
+	}
+	if err := new(Handler).UnmarshalCaddyfile(caddyfile.NewTestDispenser("platform_catalog")); err != nil {
+		t.Errorf("no block: %v", err)
+	}
+	for _, tc := range []struct{ in, want string }{
+		{"platform_catalog x", "takes no arguments"},
+		{"platform_catalog {\n\tmax_age 0s\n}", "max_age '0s'"},
+		{"platform_catalog {\n\tmax_age 1.5s\n}", "max_age '1.5s'"},
+		{"platform_catalog {\n\tmax_age soon\n}", "max_age 'soon'"},
+		{"platform_catalog {\n\tmax_age 1m\n\tmax_age 2m\n}", "max_age given twice (first on line 2)"},
+		{"platform_catalog {\n\tmax_age\n}", "wrong argument count"},
+		{"platform_catalog {\n\tmaxage 1m\n}", "unrecognized subdirective 'maxage'"},
+	} {
+		err := new(Handler).UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.in))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want an error containing %q", tc.in, err, tc.want)
+		}
+	}
+}

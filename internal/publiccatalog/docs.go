@@ -1,0 +1,170 @@
+package publiccatalog
+
+import (
+	"bytes"
+	"embed"
+	"fmt"
+	"html/template"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/getkin/kin-openapi/openapi3"
+)
+
+// A service's API reference as a server-rendered page, from its OpenAPI
+// document (attached or built), so a caller reads the docs without a
+// script or an outside request: html/template, one embedded stylesheet,
+// a Content-Security-Policy that allows nothing else. Descriptions are
+// shown as plain text (Markdown is not rendered). The storefront may
+// replace it with richer pages; the document stays the source.
+
+//go:embed templates/docs.html
+var docsTemplate string
+
+//go:embed assets/docs.css
+var assetFS embed.FS
+
+// docsContentSecurityPolicy allows the one stylesheet and nothing else.
+const docsContentSecurityPolicy = "default-src 'none'; style-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+
+var docsPage = template.Must(template.New("docs").Parse(docsTemplate))
+
+type docsView struct {
+	Title, Description, Version, OpenAPI string
+	Servers                              []string
+	Operations                           []docsOperation
+}
+
+type docsOperation struct {
+	Anchor, Method, Path, Summary, Description, Auth string
+	Parameters                                       []docsParameter
+	Body                                             []string
+	Responses                                        []docsResponse
+}
+
+type docsParameter struct {
+	Name, In, Description string
+	Required              bool
+}
+
+type docsResponse struct{ Status, Description string }
+
+// methodOrder sorts operations of one path the way people read them.
+var methodOrder = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "QUERY"}
+
+// RenderDocs renders the API reference page of an OpenAPI document (as
+// JSON, already validated).
+func RenderDocs(doc []byte) ([]byte, error) {
+	loader := openapi3.NewLoader()
+	loader.IsExternalRefsAllowed = false
+	d, err := loader.LoadFromData(doc)
+	if err != nil {
+		return nil, fmt.Errorf("read the OpenAPI document: %w", err)
+	}
+	v := docsView{OpenAPI: d.OpenAPI}
+	if d.Info != nil {
+		v.Title, v.Description, v.Version = d.Info.Title, d.Info.Description, d.Info.Version
+	}
+	for _, s := range d.Servers {
+		v.Servers = append(v.Servers, s.URL)
+	}
+	schemes := securityNames(d)
+	if d.Paths != nil {
+		paths := d.Paths.Map()
+		keys := make([]string, 0, len(paths))
+		for k := range paths {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, p := range keys {
+			ops := paths[p].Operations()
+			methods := make([]string, 0, len(ops))
+			for m := range ops {
+				methods = append(methods, m)
+			}
+			slices.SortFunc(methods, func(a, b string) int {
+				return slices.Index(methodOrder, a) - slices.Index(methodOrder, b)
+			})
+			for _, m := range methods {
+				v.Operations = append(v.Operations, operationView(p, m, ops[m], paths[p], d, schemes))
+			}
+		}
+	}
+	var buf bytes.Buffer
+	if err := docsPage.Execute(&buf, v); err != nil {
+		return nil, fmt.Errorf("render the API reference: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// securityNames describes each security scheme for people.
+func securityNames(d *openapi3.T) map[string]string {
+	out := map[string]string{}
+	if d.Components == nil {
+		return out
+	}
+	for name, ref := range d.Components.SecuritySchemes {
+		s := ref.Value
+		if s == nil {
+			continue
+		}
+		switch {
+		case s.Type == "http" && strings.EqualFold(s.Scheme, "bearer"):
+			out[name] = "Authorization: Bearer <" + name + ">"
+		case s.Type == "apiKey":
+			out[name] = s.Name + " (" + s.In + ")"
+		default:
+			out[name] = name + " (" + s.Type + ")"
+		}
+	}
+	return out
+}
+
+func operationView(path, method string, op *openapi3.Operation, item *openapi3.PathItem, d *openapi3.T, schemes map[string]string) docsOperation {
+	o := docsOperation{
+		Anchor: op.OperationID, Method: method, Path: path,
+		Summary: op.Summary, Description: op.Description,
+	}
+	if o.Anchor == "" {
+		o.Anchor = strings.ToLower(method) + strings.NewReplacer("/", "-", "{", "", "}", "").Replace(path)
+	}
+	security := d.Security
+	if op.Security != nil {
+		security = *op.Security
+	}
+	var auth []string
+	for _, req := range security {
+		for name := range req {
+			if s, ok := schemes[name]; ok && !slices.Contains(auth, s) {
+				auth = append(auth, s)
+			}
+		}
+	}
+	sort.Strings(auth)
+	o.Auth = strings.Join(auth, " or ")
+	for _, params := range []openapi3.Parameters{item.Parameters, op.Parameters} {
+		for _, ref := range params {
+			if p := ref.Value; p != nil {
+				o.Parameters = append(o.Parameters, docsParameter{Name: p.Name, In: p.In, Description: p.Description, Required: p.Required})
+			}
+		}
+	}
+	if op.RequestBody != nil && op.RequestBody.Value != nil {
+		for ct := range op.RequestBody.Value.Content {
+			o.Body = append(o.Body, ct)
+		}
+		sort.Strings(o.Body)
+	}
+	if op.Responses != nil {
+		for status, ref := range op.Responses.Map() {
+			desc := ""
+			if ref.Value != nil && ref.Value.Description != nil {
+				desc = *ref.Value.Description
+			}
+			o.Responses = append(o.Responses, docsResponse{Status: status, Description: desc})
+		}
+		slices.SortFunc(o.Responses, func(a, b docsResponse) int { return strings.Compare(a.Status, b.Status) })
+	}
+	return o
+}
