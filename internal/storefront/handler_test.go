@@ -260,7 +260,7 @@ func TestServicePage(t *testing.T) {
 		`<li title="240 countries"><span class="label">Global</span><span class="hint">240 countries</span>`,
 		`<strong>29.00 USD</strong> <span class="per">per month</span>`,
 		"14-day free trial",
-		"10000 requests included per month",
+		"10,000 requests included per month",
 		"Past the quota: 0.002 USD per request",
 		"Up to 10 requests per second, bursts of 10",
 		"<strong>Prepaid credits</strong>",

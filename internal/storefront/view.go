@@ -191,7 +191,7 @@ func planOf(p *billing.Product, l *catalog.ProductListing) plan {
 		pl.Price = "Free"
 	}
 	if p.Quota != nil {
-		pl.Terms = append(pl.Terms, p.Quota.String()+" "+plural(unit, *p.Quota)+" included per "+period)
+		pl.Terms = append(pl.Terms, grouped(*p.Quota)+" "+plural(unit, *p.Quota)+" included per "+period)
 		switch {
 		case p.OverageAllowed() && hasUnitPrice:
 			pl.Terms = append(pl.Terms, "Past the quota: "+unitMoney.String()+" per "+unit)
@@ -220,6 +220,27 @@ func planOf(p *billing.Product, l *catalog.ProductListing) plan {
 		pl.Trial = strconv.Itoa(l.TrialDays) + "-day free trial"
 	}
 	return pl
+}
+
+// grouped writes a count with thousands separators ("100,000"), which a
+// reader compares at a glance across plans; the fraction, if any, as is.
+func grouped(n billing.Units) string {
+	whole, frac, hasFrac := strings.Cut(n.String(), ".")
+	sign := ""
+	if strings.HasPrefix(whole, "-") {
+		sign, whole = "-", whole[1:]
+	}
+	var b strings.Builder
+	for i, d := range whole {
+		if i > 0 && (len(whole)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(d)
+	}
+	if hasFrac {
+		return sign + b.String() + "." + frac
+	}
+	return sign + b.String()
 }
 
 func plural(unit string, n billing.Units) string {

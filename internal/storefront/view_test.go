@@ -25,10 +25,10 @@ func TestPlanOf(t *testing.T) {
 	}{
 		{"free tier", billing.Product{BillingModel: billing.Subscription, UnitLabel: "request", Quota: &quota, Overage: "block"},
 			catalog.ProductListing{}, "Free", "",
-			[]string{"1000 requests included per month", "Calls past the quota are refused until the next month"}, ""},
+			[]string{"1,000 requests included per month", "Calls past the quota are refused until the next month"}, ""},
 		{"monthly fee with overage", billing.Product{BillingModel: billing.Subscription, UnitLabel: "request", Quota: &quota, Overage: "allow", Price: *units("0.01"), Period: "YEAR"},
 			catalog.ProductListing{Currency: "EUR", PeriodPrice: units("9.5"), TrialDays: 30}, "9.50 EUR", "per year",
-			[]string{"1000 requests included per year", "Past the quota: 0.01 EUR per request"}, "30-day free trial"},
+			[]string{"1,000 requests included per year", "Past the quota: 0.01 EUR per request"}, "30-day free trial"},
 		{"pay as you go in yen", billing.Product{BillingModel: billing.UsagePostpaid, UnitLabel: "token", Price: *units("3"), SpendingCap: &spend},
 			catalog.ProductListing{Currency: "JPY"}, "3 JPY", "per token",
 			[]string{"Spending capped at 25 JPY per month"}, ""},
@@ -48,6 +48,14 @@ func TestPlanOf(t *testing.T) {
 		got := planOf(&c.product, &c.listing)
 		if got.Price != c.price || got.Per != c.per || got.Trial != c.trial || !slices.Equal(got.Terms, c.terms) {
 			t.Errorf("%s: got %q %q %q %q\nwant %q %q %q %q", c.name, got.Price, got.Per, got.Terms, got.Trial, c.price, c.per, c.terms, c.trial)
+		}
+	}
+}
+
+func TestGrouped(t *testing.T) {
+	for in, want := range map[string]string{"0": "0", "999": "999", "1000": "1,000", "100000": "100,000", "2000000": "2,000,000", "1234.5": "1,234.5"} {
+		if got := grouped(*units(in)); got != want {
+			t.Errorf("%s: %q, want %q", in, got, want)
 		}
 	}
 }
