@@ -181,13 +181,13 @@ func planTops(t *testing.T, ctx context.Context) []float64 {
 	return eval[[]float64](t, ctx, `[...document.querySelectorAll('.plan')].map(p => p.getBoundingClientRect().top)`)
 }
 
-// TestBrowserStorefront: in chromium at 1280 px, the cards, a search, a
+// TestStorefrontInBrowser: in chromium at 1280 px, the cards, a search, a
 // tag, a service page with its plans side by side and a keyboard focus
 // that shows; then at 390x844 every page fits the phone's width and the
 // plans stack. With SCREENSHOTS_DIR set it saves storefront-cards,
 // storefront-search, storefront-service, storefront-cards-phone and
 // storefront-service-phone.
-func TestBrowserStorefront(t *testing.T) {
+func TestStorefrontInBrowser(t *testing.T) {
 	ctx := browsertest.New(t, 2*time.Minute)
 	base := startSite(t)
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 )
 
@@ -54,5 +55,28 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want an error with %q", input, err, want)
 		}
+	}
+}
+
+// TestCaddyfileAdapt: the directive in a handle_path block adapts to the
+// handler with its options, as an operator writes it in a site.
+func TestCaddyfileAdapt(t *testing.T) {
+	src := `:8080 {
+	handle_path /store/* {
+		platform_storefront {
+			title "Acme APIs"
+			sign_in_url /portal/
+			catalog_url /catalog
+			image_origins https://cdn.example.com
+		}
+	}
+}`
+	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(src), map[string]any{"filename": "Caddyfile"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"catalog_url":"/catalog","handler":"platform_storefront","image_origins":["https://cdn.example.com"],"sign_in_url":"/portal/","title":"Acme APIs"}`
+	if !strings.Contains(string(out), `"strip_path_prefix":"/store"`) || !strings.Contains(string(out), want) {
+		t.Errorf("adapted:\n%s\nwant the prefix stripped and %s", out, want)
 	}
 }
