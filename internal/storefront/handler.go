@@ -250,7 +250,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 			w.WriteHeader(http.StatusPermanentRedirect)
 			return nil
 		}
-		if !strings.Contains(id, "/") {
+		if id != "" && !strings.Contains(id, "/") {
 			return h.notFound(w, r, "There is no API called “"+id+"” here.")
 		}
 	}

@@ -127,7 +127,7 @@ func TestPrivateNeverShown(t *testing.T) {
 // the same policy, with a link back that holds at its depth.
 func TestNotFoundPage(t *testing.T) {
 	h := newHandler(t)
-	for path, back := range map[string]string{"/services/nope": `href="../"`, "/no/such/page": `href="../../"`, "/services/a/b": `href="../../"`} {
+	for path, back := range map[string]string{"/services/nope": `href="../"`, "/no/such/page": `href="../../"`, "/services/a/b": `href="../../"`, "/services/": `href="../"`} {
 		w := get(t, h, "GET", path)
 		if w.Code != http.StatusNotFound {
 			t.Fatalf("%s: %d", path, w.Code)
