@@ -24,7 +24,7 @@
 #   make xcaddy  the same binary built the xcaddy way (bin/caddy-xcaddy)
 #   make lint    go vet, gofmt, staticcheck and the docs' links (CI runs it too)
 #   make screenshots  the browser tests (chromium) with SCREENSHOTS_DIR set:
-#                docs/img/*.png, shown in docs/console.md
+#                docs/img/*.png, shown in docs/console.md and docs/storefront.md
 
 GO      ?= go
 BIN     := bin
@@ -144,9 +144,10 @@ clean:
 
 # The browser tests of the web pages (TestXxxInBrowser, Debian's chromium
 # through chromedp) with SCREENSHOTS_DIR set, which makes them save a PNG
-# of each page into docs/img for docs/console.md. Set E2E_ADMIN_PORT and
-# E2E_HTTP_PORT when another test server may be running.
-SCREENSHOT_PKGS ?= ./internal/console
+# of each page into docs/img for docs/console.md and docs/storefront.md.
+# Set E2E_ADMIN_PORT and E2E_HTTP_PORT when another test server may be
+# running.
+SCREENSHOT_PKGS ?= ./internal/console ./internal/storefront
 screenshots:
 	BROWSER_TESTS=1 SCREENSHOTS_DIR=$(CURDIR)/docs/img $(GO) test -count=1 -run 'InBrowser' $(SCREENSHOT_PKGS)
 	BROWSER_TESTS=1 SCREENSHOTS_DIR=$(CURDIR)/docs/img $(GO) test -count=1 -run 'Browser' ./internal/portal

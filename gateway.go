@@ -27,6 +27,9 @@
 //     as JSON anyone may read (docs/wire-contract.md), and
 //     admin.api.platform_catalog (package platform), the whole catalog
 //     for the operator.
+//   - http.handlers.platform_storefront (package storefront): the
+//     storefront, the public services as pages callers browse: cards,
+//     search and tags, plans side by side (docs/storefront.md).
 //
 // docs/configuration.md describes their Caddyfile directives.
 package gateway
@@ -37,5 +40,6 @@ import (
 	_ "github.com/platformgw/gateway/internal/platformgw"
 	_ "github.com/platformgw/gateway/internal/portal"
 	_ "github.com/platformgw/gateway/internal/publiccatalog"
+	_ "github.com/platformgw/gateway/internal/storefront"
 	_ "github.com/platformgw/gateway/internal/usagehandler"
 )

@@ -28,7 +28,7 @@ type serverTimeouts struct {
 
 // platformHandler matches a handler of this project in a route's raw JSON
 // (a route whose handlers are not loaded yet, a subroute's included).
-var platformHandler = regexp.MustCompile(`"handler"\s*:\s*"platform_(gateway|usage|console|portal|catalog)"`)
+var platformHandler = regexp.MustCompile(`"handler"\s*:\s*"platform_(gateway|usage|console|portal|catalog|storefront)"`)
 
 // hardenServers gives every server of the http app being provisioned that
 // hosts a platform handler ServerReadHeaderTimeout and ServerIdleTimeout

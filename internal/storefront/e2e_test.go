@@ -1,0 +1,160 @@
+package storefront
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/caddytest"
+
+	"github.com/platformgw/gateway/internal/e2etest"
+
+	_ "github.com/platformgw/gateway/internal/platformgw"
+	_ "github.com/platformgw/gateway/internal/publiccatalog"
+)
+
+// The ports of the in-process server, moved by E2E_ADMIN_PORT and
+// E2E_HTTP_PORT as in the e2e package.
+var (
+	adminPort = e2etest.EnvInt("E2E_ADMIN_PORT", 2999)
+	httpPort  = e2etest.EnvInt("E2E_HTTP_PORT", 9080)
+)
+
+// TestServedByCaddy loads a Caddyfile with the storefront under /store/
+// and the public catalog under /catalog/, as Caddyfile.example has them,
+// and reads the pages over real HTTP: the public service and its listed
+// plan, nothing of the private service or product, the API reference
+// link answered by the catalog, the 404 page and a 304.
+func TestServedByCaddy(t *testing.T) {
+	cfg := fmt.Sprintf(`{
+	admin localhost:%d
+	http_port %d
+	auto_https off
+	grace_period 1s
+	platform {
+		store %s/platform.db
+		service weather {
+			backend http://127.0.0.1:1
+			secret weather-secret-0123456789abcdef
+			public
+			display_name "Weather"
+			description "Forecasts for every city."
+			logo_url https://cdn.example.com/weather.png
+			tags weather geo
+			feature global "Every country" "Cities from 240 countries"
+			endpoint forecast {
+				methods GET
+			}
+			product basic {
+				billing SUBSCRIPTION
+				measurement PER_REQUEST
+				quota 1000 per month
+				display_name "Basic"
+				currency EUR
+				period_price 9.5
+				trial 7d
+			}
+			product vip {
+				billing USAGE_POSTPAID
+				measurement PER_REQUEST
+				price 0.01
+				currency EUR
+				display_name "VIP deal"
+				private
+			}
+		}
+		service internal {
+			display_name "Payroll"
+			backend http://127.0.0.1:3
+			secret internal-secret-0123456789abcdef
+			endpoint x
+		}
+	}
+}
+:%d {
+	bind 127.0.0.1
+	redir /store /store/
+	handle_path /store/* {
+		platform_storefront {
+			title "Acme APIs"
+			sign_in_url /portal/
+			catalog_url /catalog
+			image_origins https://cdn.example.com
+			max_age 2m
+		}
+	}
+	handle_path /catalog/* {
+		platform_catalog
+	}
+}
+`, adminPort, httpPort, t.TempDir(), httpPort)
+	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: adminPort})
+	tester.InitServer(cfg, "caddyfile")
+	site := fmt.Sprintf("http://127.0.0.1:%d", httpPort)
+
+	resp, body := fetch(t, site+"/store/", "")
+	if resp.StatusCode != 200 || resp.Header.Get("Cache-Control") != "public, max-age=120" ||
+		!strings.Contains(resp.Header.Get("Content-Security-Policy"), "img-src 'self' https://cdn.example.com;") {
+		t.Fatalf("front page: %d %v\n%s", resp.StatusCode, resp.Header, body)
+	}
+	for _, want := range []string{"<title>Acme APIs</title>", `href="services/weather"`, `alt="Weather logo"`, `href="assets/storefront.css"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("front page lacks %s", want)
+		}
+	}
+	if resp, _ := fetch(t, site+"/store/", resp.Header.Get("ETag")); resp.StatusCode != http.StatusNotModified {
+		t.Errorf("front page revalidated: %d, want 304", resp.StatusCode)
+	}
+	if resp, _ := fetch(t, site+"/store", ""); resp.StatusCode != http.StatusFound {
+		t.Errorf("/store: %d, want the redirect to /store/", resp.StatusCode)
+	}
+
+	resp, page := fetch(t, site+"/store/services/weather", "")
+	if resp.StatusCode != 200 {
+		t.Fatalf("service page: %d", resp.StatusCode)
+	}
+	for _, want := range []string{"<strong>9.50 EUR</strong>", "7-day free trial", "/api/service/weather/endpoint/forecast/invoke", `href="/portal/"`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("service page lacks %s", want)
+		}
+	}
+	for _, p := range []string{"/store/", "/store/?q=payroll", "/store/services/weather"} {
+		_, b := fetch(t, site+p, "")
+		for _, hidden := range []string{"Payroll", "internal", "VIP deal", "127.0.0.1:", "secret-0123"} {
+			if strings.Contains(b, hidden) {
+				t.Errorf("%s shows %q", p, hidden)
+			}
+		}
+	}
+	// The documentation link is answered by the catalog beside it.
+	if resp, b := fetch(t, site+"/catalog/services/weather/docs", ""); resp.StatusCode != 200 || !strings.Contains(page, `href="/catalog/services/weather/docs"`) || !strings.Contains(b, "API reference") {
+		t.Errorf("the API reference the page links to: %d", resp.StatusCode)
+	}
+	if resp, b := fetch(t, site+"/store/services/internal", ""); resp.StatusCode != 404 || !strings.Contains(b, "<h1>Not found</h1>") {
+		t.Errorf("the private service's page: %d\n%s", resp.StatusCode, b)
+	}
+	if resp, b := fetch(t, site+"/store/assets/storefront.css", ""); resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/css") || !strings.Contains(b, ".plans") {
+		t.Errorf("stylesheet: %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+}
+
+func fetch(t *testing.T, url, ifNoneMatch string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ifNoneMatch != "" {
+		req.Header.Set("If-None-Match", ifNoneMatch)
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}

@@ -1,0 +1,266 @@
+package storefront
+
+import (
+	"cmp"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/catalog"
+	"github.com/platformgw/gateway/internal/publiccatalog"
+)
+
+// What the pages show, built from the catalog once per config load. Only
+// public services and their listed products ever get here: shop is the
+// one place that asks the catalog, and it asks s.Public and s.Listed,
+// the rules the public catalog's JSON follows too.
+
+// shop is the storefront's content.
+type shop struct {
+	cards    []*card
+	services map[string]*servicePage
+	tags     []string // every tag of a public service, sorted
+}
+
+// card is one service on the front page.
+type card struct {
+	ID, Name, Description string
+	Logo                  string // a URL the CSP lets the page load; "" for a monogram
+	Initial               string // the monogram's letter
+	Tags                  []string
+	Features              []feature
+	Plans                 int
+	FromFree              bool // some plan is free
+	haystack              string
+}
+
+// servicePage is one service's page.
+type servicePage struct {
+	*card
+	Cover     string
+	Plans     []plan
+	Endpoints []endpoint
+	// Reference and OpenAPI are the public catalog's API reference page
+	// and document of the service; "" when no catalog_url is configured.
+	Reference, OpenAPI string
+}
+
+type feature struct{ Label, Tooltip string }
+
+// plan is one listed product, as a caller compares it with the others.
+type plan struct {
+	ID, Name, Description string
+	// Price is the headline: money with its ISO code ("29.00 USD"),
+	// "Free", or "Prepaid credits"; never a bare number.
+	Price string
+	Per   string // "per month", "per token"; "" with Free and credits
+	Terms []string
+	Trial string
+}
+
+type endpoint struct {
+	ID, Methods, Path, AsyncPath, Cost string
+	Streaming, WebSocket               bool
+}
+
+// options are what the pages need beyond the catalog.
+type options struct {
+	gatewayPrefix string
+	catalogURL    string
+	imageOrigins  []string
+}
+
+func newShop(c *catalog.Catalog, o options) *shop {
+	sh := &shop{services: map[string]*servicePage{}}
+	for _, s := range c.Services() {
+		if !s.Public {
+			continue
+		}
+		page := servicePage{card: newCard(s, o)}
+		if s.CoverImageURL != "" && imageAllowed(s.CoverImageURL, o.imageOrigins) {
+			page.Cover = s.CoverImageURL
+		}
+		for _, p := range s.Products {
+			if !s.Listed(p.ID) {
+				continue
+			}
+			l, _ := s.Listing(p.ID)
+			pl := planOf(p, l)
+			page.Plans = append(page.Plans, pl)
+			if pl.Price == "Free" {
+				page.FromFree = true
+			}
+		}
+		page.card.Plans = len(page.Plans)
+		for _, e := range s.Endpoints {
+			page.Endpoints = append(page.Endpoints, endpointOf(s, e, o.gatewayPrefix))
+		}
+		if o.catalogURL != "" {
+			base := strings.TrimRight(o.catalogURL, "/") + "/services/" + url.PathEscape(s.ID)
+			page.Reference, page.OpenAPI = base+"/docs", base+"/openapi.json"
+		}
+		sh.cards = append(sh.cards, page.card)
+		sh.services[s.ID] = &page
+		for _, t := range s.Tags {
+			if !slices.Contains(sh.tags, t) {
+				sh.tags = append(sh.tags, t)
+			}
+		}
+	}
+	slices.Sort(sh.tags)
+	return sh
+}
+
+func newCard(s *catalog.Service, o options) *card {
+	c := &card{ID: s.ID, Name: s.Name(), Description: s.Description, Tags: s.Tags}
+	if s.LogoURL != "" && imageAllowed(s.LogoURL, o.imageOrigins) {
+		c.Logo = s.LogoURL
+	}
+	for _, r := range c.Name {
+		c.Initial = strings.ToUpper(string(r))
+		break
+	}
+	words := []string{s.ID, s.Name(), s.Description}
+	words = append(words, s.Tags...)
+	for _, f := range s.FeaturesInOrder() {
+		c.Features = append(c.Features, feature{Label: f.Label, Tooltip: f.InfoTooltip})
+		words = append(words, f.Label, f.InfoTooltip)
+	}
+	c.haystack = strings.ToLower(strings.Join(words, "\n"))
+	return c
+}
+
+// filter is the cards matching a search (words, all of which must occur
+// in the service's name, id, description, tags or features, case
+// folded) and a tag ("" for any).
+func (sh *shop) filter(q, tag string) []*card {
+	words := strings.Fields(strings.ToLower(q))
+	var out []*card
+	for _, c := range sh.cards {
+		if tag != "" && !slices.Contains(c.Tags, tag) {
+			continue
+		}
+		ok := true
+		for _, w := range words {
+			if !strings.Contains(c.haystack, w) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// imageAllowed reports whether the page may show an image URL under its
+// Content-Security-Policy: a path on this site, or a URL on one of the
+// configured image origins. The gateway never fetches it; the browser
+// does, and only from where the operator said.
+func imageAllowed(raw string, origins []string) bool {
+	if strings.HasPrefix(raw, "/") && !strings.HasPrefix(raw, "//") {
+		return true
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return false
+	}
+	return slices.Contains(origins, u.Scheme+"://"+u.Host)
+}
+
+// planOf states a product's terms in words, every money amount with its
+// currency (catalog.Money), so no price reads as a bare number.
+func planOf(p *billing.Product, l *catalog.ProductListing) plan {
+	pl := plan{ID: p.ID, Name: l.Name(), Description: l.Description}
+	period := cmp.Or(strings.ToLower(p.Period), "month")
+	unit := cmp.Or(p.UnitLabel, "unit")
+	periodMoney, hasPeriodPrice := l.PeriodPriceMoney()
+	unitMoney, hasUnitPrice := l.UnitPriceMoney(p)
+	prepaid := p.BillingModel == billing.Prepaid && p.Price > 0
+	switch {
+	case hasPeriodPrice:
+		pl.Price, pl.Per = periodMoney.String(), "per "+period
+	case hasUnitPrice && p.BillingModel != billing.Subscription:
+		pl.Price, pl.Per = unitMoney.String(), "per "+unit
+	case prepaid:
+		pl.Price = "Prepaid credits"
+	default:
+		pl.Price = "Free"
+	}
+	if p.Quota != nil {
+		pl.Terms = append(pl.Terms, grouped(*p.Quota)+" "+plural(unit, *p.Quota)+" included per "+period)
+		switch {
+		case p.OverageAllowed() && hasUnitPrice:
+			pl.Terms = append(pl.Terms, "Past the quota: "+unitMoney.String()+" per "+unit)
+		case !p.OverageAllowed():
+			pl.Terms = append(pl.Terms, "Calls past the quota are refused until the next "+period)
+		}
+	}
+	if hasPeriodPrice && hasUnitPrice && p.BillingModel != billing.Subscription {
+		pl.Terms = append(pl.Terms, "Plus "+unitMoney.String()+" per "+unit)
+	}
+	if prepaid {
+		pl.Terms = append(pl.Terms, "Each "+unit+" takes "+p.Price.String()+" credits from your prepaid balance")
+	}
+	if p.SpendingCap != nil && l.Currency != "" {
+		pl.Terms = append(pl.Terms, "Spending capped at "+catalog.Money{Amount: *p.SpendingCap, Currency: l.Currency}.String()+" per "+period)
+	}
+	if rl := p.RateLimit; rl != nil {
+		window := "second"
+		if secs := int(rl.Window().Seconds()); secs != 1 {
+			window = strconv.Itoa(secs) + " seconds"
+		}
+		pl.Terms = append(pl.Terms, "Up to "+strconv.Itoa(rl.Requests)+" requests per "+window+
+			", bursts of "+strconv.Itoa(rl.Capacity()))
+	}
+	if l.TrialDays > 0 {
+		pl.Trial = strconv.Itoa(l.TrialDays) + "-day free trial"
+	}
+	return pl
+}
+
+// grouped writes a count with thousands separators ("100,000"), which a
+// reader compares at a glance across plans; the fraction, if any, as is.
+func grouped(n billing.Units) string {
+	whole, frac, hasFrac := strings.Cut(n.String(), ".")
+	sign := ""
+	if strings.HasPrefix(whole, "-") {
+		sign, whole = "-", whole[1:]
+	}
+	var b strings.Builder
+	for i, d := range whole {
+		if i > 0 && (len(whole)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(d)
+	}
+	if hasFrac {
+		return sign + b.String() + "." + frac
+	}
+	return sign + b.String()
+}
+
+func plural(unit string, n billing.Units) string {
+	if n == billing.Whole(1) || strings.HasSuffix(unit, "s") {
+		return unit
+	}
+	return unit + "s"
+}
+
+func endpointOf(s *catalog.Service, e *catalog.Endpoint, prefix string) endpoint {
+	v := endpoint{
+		ID: e.ID, Methods: strings.Join(publiccatalog.Methods(e), " "), Cost: e.UnitCost().String(),
+		Streaming: e.Streaming, WebSocket: e.AllowUpgrade,
+	}
+	invoke := publiccatalog.InvokePath(prefix, s.ID, e.ID)
+	if !e.AsyncOnly {
+		v.Path = invoke
+	}
+	if e.Async {
+		v.AsyncPath = invoke + "/async"
+	}
+	return v
+}
