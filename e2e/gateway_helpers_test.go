@@ -31,8 +31,10 @@ import (
 	"github.com/platformgw/gateway/internal/platform"
 	_ "github.com/platformgw/gateway/internal/platformgw"
 	_ "github.com/platformgw/gateway/internal/portal"
+	_ "github.com/platformgw/gateway/internal/publiccatalog" // Caddyfile.example has a catalog
 	"github.com/platformgw/gateway/internal/servicekey"
 	"github.com/platformgw/gateway/internal/store"
+	_ "github.com/platformgw/gateway/internal/storefront" // and a storefront
 	_ "github.com/platformgw/gateway/internal/usagehandler"
 )
 

@@ -136,24 +136,6 @@ for b in backend:9001 asyncbackend:9002 reporter:9003; do
 	fi
 done
 
-# The storefront (docs/storefront.md) and the public catalog it links to,
-# at /store/ and /catalog/: their blocks in Caddyfile.example are commented
-# out (an operator opts in to public pages), so the demo adds the same
-# routes to the running gateway through the admin API, first in line.
-# A reload of Caddyfile.example drops them unless those blocks are
-# uncommented there.
-public_routes=(
-	'{"match":[{"path":["/catalog/*"]}],"handle":[{"handler":"rewrite","strip_path_prefix":"/catalog"},{"handler":"platform_catalog"}],"terminal":true}'
-	'{"match":[{"path":["/store/*"]}],"handle":[{"handler":"rewrite","strip_path_prefix":"/store"},{"handler":"platform_storefront","title":"Example API marketplace","sign_in_url":"/portal/","catalog_url":"/catalog"}],"terminal":true}'
-	'{"match":[{"path":["/store"]}],"handle":[{"handler":"static_response","status_code":302,"headers":{"Location":["/store/"]}}],"terminal":true}'
-)
-for route in "${public_routes[@]}"; do
-	curl -sS -o tmp/route.out -f -X PUT -H 'Content-Type: application/json' -d "$route" \
-		"$(at http://localhost:2019/config/apps/http/servers/srv0/routes/0)" 2>> tmp/route.out ||
-		fail "could not add the storefront's routes through the admin API:" tmp/route.out
-done
-rm -f tmp/route.out
-
 # The previous run's demo key still works (the store is kept across runs):
 # revoke it, so only the key printed below is live.
 if [ -s tmp/demo-key-id ]; then
@@ -224,8 +206,7 @@ echo "  sign in as $CONSOLE_USER, password $console_password (tmp/console-secret
 quote() { printf "'%s'" "${1//\'/\'\\\'\'}"; }
 reload_env="PLATFORM_STORE=$(quote "$PLATFORM_STORE") CONSOLE_USER=$(quote "$CONSOLE_USER")"
 reload_env+=" CONSOLE_PASSWORD_HASH=$(quote "$CONSOLE_PASSWORD_HASH")"
-echo "Reload after editing Caddyfile.example (with the settings of this run; the"
-echo "storefront and catalog stay only if their blocks there are uncommented):"
+echo "Reload after editing Caddyfile.example (with the settings of this run):"
 echo "  $reload_env bin/caddy reload --config Caddyfile.example --adapter caddyfile"
 echo "Logs: tmp/caddy.log, tmp/backend.log, tmp/asyncbackend.log, tmp/reporter.log;"
 echo "reconciliation logs: tmp/jobs-reconciliation.jsonl, tmp/wordcount-reconciliation.jsonl."
