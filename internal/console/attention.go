@@ -36,8 +36,8 @@ type concern struct {
 
 // attention gathers what an operator should look at now: subscriptions
 // near or past a quota or a spending cap, prepaid balances at or below
-// zero, alert deliveries still pending, and jobs that stopped reporting.
-// Red first.
+// zero, alert deliveries still pending, jobs that stopped reporting, and
+// services whose backends fail (failingBackends). Red first.
 func (h *Handler) attention(ctx context.Context, now time.Time) ([]concern, bool, error) {
 	var out []concern
 	subs, partial, err := h.allSubscriptions(ctx, "")
@@ -104,6 +104,11 @@ func (h *Handler) attention(ctx context.Context, now time.Time) ([]concern, bool
 				Link: h.link(nil, "jobs", j.ID), LinkTo: "Open the job"})
 		}
 	}
+	failing, err := h.failingBackends(ctx, now)
+	if err != nil {
+		return nil, false, err
+	}
+	out = append(out, failing...)
 	rank := map[string]int{levelRed: 0, levelAmber: 1}
 	slices.SortStableFunc(out, func(a, b concern) int { return cmp.Compare(rank[a.Level], rank[b.Level]) })
 	if len(out) > maxAttention {

@@ -372,3 +372,67 @@ func TestConsoleAuditInBrowser(t *testing.T) {
 		t.Errorf("the audit form after an error holds %q", v)
 	}
 }
+
+// TestConsoleOutcomesInBrowser: from the call outcome rollups, the usage
+// explorer grouped by outcome charts calls per day by outcome with its
+// table; the overview shows the range's calls, errors by code and the
+// gateway's and backends' p50 and p99, and lists weather's backend as
+// failing (12 of 192 calls, at least 5% of at least 20) but not writer's
+// (1 of 51).
+func TestConsoleOutcomesInBrowser(t *testing.T) {
+	ctx := browsertest.New(t, time.Minute)
+	w := newWorld(t)
+	w.open(t, ctx, "/usage?from="+w.now.AddDate(0, 0, -6).Format(time.DateOnly)+"&group=outcome", "#usage-chart svg")
+	titles := texts(t, ctx, "#usage-chart figcaption strong")
+	if len(titles) == 0 || titles[0] != "calls per day" {
+		t.Fatalf("charts %q, want calls per day first", titles)
+	}
+	if cap := text(t, ctx, "#chart-0-figure figcaption"); !strings.Contains(cap, "256 calls in all, by outcome") {
+		t.Errorf("the calls chart says %q", cap)
+	}
+	heads := texts(t, ctx, "#chart-0-data thead th")
+	if strings.Join(heads, "|") != "Day (UTC)|2xx|5xx|rate_limited|quota_exceeded|calls" {
+		t.Errorf("calls by outcome table columns %q", heads)
+	}
+	if row := texts(t, ctx, "#chart-0-data tbody tr"); len(row) != 1 || row[0] != w.now.Format("01-02")+" 230 13 9 4 256" {
+		t.Errorf("calls by outcome table rows %q", row)
+	}
+	if n := eval[int](t, ctx, `document.querySelectorAll("#chart-0 rect.bar-calls").length`); n != 4 {
+		t.Errorf("today's bar has %d segments, want one per outcome", n)
+	}
+
+	w.open(t, ctx, "/", "#call-figures")
+	for id, want := range map[string]string{"range-calls": "256", "gateway-p50": "≤ 100µs", "gateway-p99": "≤ 2.5ms",
+		"backend-p50": "≤ 25ms", "backend-p99": "≤ 1s"} {
+		if got := text(t, ctx, "#"+id); got != want {
+			t.Errorf("#%s is %q, want %q", id, got, want)
+		}
+	}
+	errs := texts(t, ctx, "#errors-by-code tbody tr")
+	if strings.Join(errs, "|") != "5xx 13 5.1%|rate_limited 9 3.5%|quota_exceeded 4 1.6%" {
+		t.Errorf("errors by code %q", errs)
+	}
+	if cur := text(t, ctx, `#overview-ranges a[aria-current="true"]`); cur != "Last 24 hours" {
+		t.Errorf("current range %q", cur)
+	}
+	items := texts(t, ctx, "#attention li")
+	var failing []string
+	for _, it := range items {
+		if strings.HasPrefix(it, "Backend failing:") {
+			failing = append(failing, it)
+		}
+	}
+	if len(failing) != 1 || !strings.Contains(failing[0], "weather: 12 of 192 calls to its backend failed") || !strings.Contains(failing[0], "(6%)") {
+		t.Errorf("failing backends %q", failing)
+	}
+	do(t, ctx, "last 7 days", chromedp.Click(chromedp.CSS(`#overview-ranges a:nth-of-type(2)`)),
+		chromedp.WaitVisible(chromedp.CSS(`#overview-ranges a:nth-of-type(2)[aria-current="true"]`)))
+	if title := text(t, ctx, "#calls-chart-figure figcaption strong"); title != "calls per day" {
+		t.Errorf("7 days chart %q", title)
+	}
+	do(t, ctx, "the failing backend's calls", chromedp.Click(chromedp.CSS(`#attention a[href*="group=outcome"]`)),
+		chromedp.WaitReady(chromedp.CSS(`#f-group option[value="outcome"][selected]`)))
+	if heads := strings.Join(texts(t, ctx, "#chart-0-data thead th"), "|"); heads != "Hour (UTC)|2xx|5xx|rate_limited|quota_exceeded|calls" {
+		t.Errorf("weather's calls by outcome columns %q", heads)
+	}
+}

@@ -13,17 +13,19 @@ import (
 )
 
 // groupings are what the usage charts split their bars by, each read from
-// a rollup's own fields (or a raw row's, as a rollup of one). The outcome
-// of a call (answered, refused, failed) joins here as "outcome" once the
-// rollups carry it; the form offers every key of this map.
+// a rollup's own fields (or a raw row's, as a rollup of one); the form
+// offers every key of this map. "outcome" splits the chart of calls,
+// read from the call outcome rollups (outcomeCharts), since the ledger
+// knows only charged calls; the ledger's charts it leaves whole.
 var groupings = map[string]func(store.Rollup) string{
 	"":         func(store.Rollup) string { return "all" },
 	"endpoint": func(r store.Rollup) string { return r.ServiceID + " / " + r.EndpointID },
 	"user":     func(r store.Rollup) string { return r.UserID },
+	"outcome":  func(store.Rollup) string { return "all" },
 }
 
 // groupNames are the groupings in the order the form lists them.
-var groupNames = []string{"", "endpoint", "user"}
+var groupNames = []string{"", "endpoint", "user", "outcome"}
 
 // maxSeries is how many groups a chart draws on their own; the rest are
 // one "other" series.
@@ -46,6 +48,7 @@ type usageCharts struct {
 	starts  []time.Time
 	step    time.Duration
 	group   func(store.Rollup) string
+	by      string // what the series are, for the caption ("endpoint")
 	byKey   map[string]*chartAcc
 	TooMany bool
 }
@@ -64,8 +67,15 @@ func newUsageCharts(f usageFilter, now time.Time) *usageCharts {
 	if f.ledger.From.IsZero() {
 		return nil // an open start: no extent to draw
 	}
-	c := &usageCharts{step: step, group: groupings[f.Group], byKey: map[string]*chartAcc{}}
-	for t := f.ledger.From.Truncate(step); t.Before(f.end(now)); t = t.Add(step) {
+	c := newCharts(f.ledger.From, f.end(now), step, groupings[f.Group])
+	c.by = f.Group
+	return c
+}
+
+// newCharts are charts of the buckets of step from from's to to.
+func newCharts(from, to time.Time, step time.Duration, group func(store.Rollup) string) *usageCharts {
+	c := &usageCharts{step: step, group: group, byKey: map[string]*chartAcc{}}
+	for t := from.Truncate(step); t.Before(to); t = t.Add(step) {
 		if len(c.starts) == maxBars {
 			c.TooMany = true
 			break
@@ -78,7 +88,27 @@ func newUsageCharts(f usageFilter, now time.Time) *usageCharts {
 // add counts a rollup (or a raw row as a rollup of one) at t, its units
 // under unit and its cost under kind.
 func (c *usageCharts) add(t time.Time, r store.Rollup, unit, kind string) {
-	if c == nil || len(c.starts) == 0 {
+	if c == nil {
+		return
+	}
+	g := c.group(r)
+	c.put(t, g, "units", unit, r.Units)
+	c.put(t, g, "cost", kind, r.Cost)
+}
+
+// addCalls counts calls at t under the series group of the chart of
+// calls (the call outcomes').
+func (c *usageCharts) addCalls(t time.Time, group string, calls int64) {
+	if c == nil {
+		return
+	}
+	c.put(t, group, "calls", "calls", billing.Units(calls)*billing.Scale)
+}
+
+// put adds v to the bucket t falls in of series g of the chart of kindOf
+// and measure.
+func (c *usageCharts) put(t time.Time, g, kindOf, measure string, v billing.Units) {
+	if len(c.starts) == 0 || v == 0 {
 		return
 	}
 	i, _ := slices.BinarySearchFunc(c.starts, t, func(s, t time.Time) int {
@@ -90,44 +120,39 @@ func (c *usageCharts) add(t time.Time, r store.Rollup, unit, kind string) {
 	if i == 0 {
 		return
 	}
-	g := c.group(r)
-	put := func(kindOf, measure string, v billing.Units) {
-		if v == 0 {
-			return
-		}
-		key := kindOf + "\x00" + measure
-		a := c.byKey[key]
-		if a == nil {
-			a = &chartAcc{kind: kindOf, measure: measure, values: map[string][]billing.Units{}}
-			c.byKey[key] = a
-		}
-		if a.values[g] == nil {
-			a.values[g] = make([]billing.Units, len(c.starts))
-		}
-		a.values[g][i-1] += v
+	key := kindOf + "\x00" + measure
+	a := c.byKey[key]
+	if a == nil {
+		a = &chartAcc{kind: kindOf, measure: measure, values: map[string][]billing.Units{}}
+		c.byKey[key] = a
 	}
-	put("units", unit, r.Units)
-	put("cost", kind, r.Cost)
+	if a.values[g] == nil {
+		a.values[g] = make([]billing.Units, len(c.starts))
+	}
+	a.values[g][i-1] += v
 }
 
 // chartView is one chart as the template draws it, with the table of its
 // figures under it.
 type chartView struct {
 	ID, Title string
-	Kind      string // units or cost: the bars' class
+	Kind      string // calls, units or cost: the bars' class
 	Measure   string
-	Series    []seriesView
-	Bars      []barView
-	Ticks     []tickView
-	Rows      []rowView
-	Total     billing.Units
-	Width     int
-	Height    int
-	PlotLeft  int
-	PlotRight int
-	PlotTop   int
-	AxisY     int
-	LabelY    int
+	By        string // what the series are
+	// BucketName names a bar's time: Hour or Day.
+	BucketName string
+	Series     []seriesView
+	Bars       []barView
+	Ticks      []tickView
+	Rows       []rowView
+	Total      billing.Units
+	Width      int
+	Height     int
+	PlotLeft   int
+	PlotRight  int
+	PlotTop    int
+	AxisY      int
+	LabelY     int
 }
 
 type seriesView struct {
@@ -160,7 +185,12 @@ type rowView struct {
 	Total  billing.Units
 }
 
-// views lays the charts out: units first, each measure in name order.
+// kindOrder is the order of the charts' kinds: calls, then units, then
+// cost.
+var kindOrder = map[string]int{"calls": 0, "units": 1, "cost": 2}
+
+// views lays the charts out: calls first, then units, each measure in
+// name order, then cost.
 func (c *usageCharts) views() []chartView {
 	if c == nil {
 		return nil
@@ -171,7 +201,7 @@ func (c *usageCharts) views() []chartView {
 	}
 	slices.SortFunc(accs, func(a, b *chartAcc) int {
 		if a.kind != b.kind {
-			return -strings.Compare(a.kind, b.kind) // units before cost
+			return cmp.Compare(kindOrder[a.kind], kindOrder[b.kind])
 		}
 		return strings.Compare(a.measure, b.measure)
 	})
@@ -187,12 +217,19 @@ func (c *usageCharts) view(a *chartAcc, n int) chartView {
 		Width: chartW, Height: chartH, PlotLeft: plotLeft, PlotRight: chartW - 4, PlotTop: plotTop,
 		AxisY: chartH - plotBottom, LabelY: chartH - 6}
 	per := "day"
+	v.BucketName, v.By = "Day", c.by
 	if c.step < 24*time.Hour {
-		per = "hour"
+		per, v.BucketName = "hour", "Hour"
 	}
-	if a.kind == "units" {
+	if a.kind == "calls" {
+		v.By = "outcome"
+	}
+	switch a.kind {
+	case "calls":
+		v.Title = "calls per " + per
+	case "units":
 		v.Title = a.measure + " per " + per
-	} else {
+	default:
 		v.Title = "cost in " + a.measure + " per " + per
 	}
 	// The series: the largest maxSeries groups, the rest as "other".

@@ -77,6 +77,7 @@ type Operations interface {
 	ListAlerts(ctx context.Context, q ops.AlertQuery) (ops.AlertPage, error)
 	AuditLog(ctx context.Context, cursor string, limit int) ([]store.AuditEntry, string, error)
 	KeyLastUsed(id string) (time.Time, bool)
+	Outcomes(ctx context.Context, q ops.OutcomeQuery) (ops.OutcomeSeries, error)
 }
 
 var _ Operations = (*ops.Ops)(nil)

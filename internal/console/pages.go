@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/platformgw/gateway/internal/apierror"
 	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/engine"
 	"github.com/platformgw/gateway/internal/ops"
@@ -53,10 +54,19 @@ type ranked struct {
 }
 
 // overview: calls/s, error shares and added latency of the last minute,
-// what needs attention, usage today and this month, top services and
-// users of the month.
+// what needs attention, calls over time, errors by code and latency over
+// a range (?range=24h, 7d or 30d, from the call outcome rollups), usage
+// today and this month, top services and users of the month.
 func (h *Handler) overview(q *req) error {
 	now := h.rt.Now().UTC()
+	r := overviewRanges[0]
+	if key := q.r.URL.Query().Get("range"); key != "" {
+		i := slices.IndexFunc(overviewRanges, func(r overviewRange) bool { return r.Key == key })
+		if i < 0 {
+			return apierror.Invalid("range", "Choose a range from the links: 24h, 7d or 30d.")
+		}
+		r = overviewRanges[i]
+	}
 	today := now.Truncate(24 * time.Hour)
 	month := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
 	var d struct {
@@ -67,12 +77,22 @@ func (h *Handler) overview(q *req) error {
 		Services, Users       []ranked
 		Partial               bool
 		MonthStart, TodayDate string
+		Range                 overviewRange
+		Ranges                []rangeLink
+		Outcomes              callFigures
 	}
 	if h.rt.Calls != nil {
 		d.Calls = h.rt.Calls.Recent()
 	}
 	var err error
 	if d.Attention, d.AttentionPartial, err = h.attention(q.r.Context(), now); err != nil {
+		return err
+	}
+	d.Range = r
+	for _, o := range overviewRanges {
+		d.Ranges = append(d.Ranges, rangeLink{Name: o.Name, Link: h.link(map[string][]string{"range": {o.Key}}), Current: o.Key == r.Key})
+	}
+	if d.Outcomes, err = h.callFigures(q.r.Context(), r, now); err != nil {
 		return err
 	}
 	d.MonthStart, d.TodayDate = month.Format("January 2006"), today.Format(time.DateOnly)
@@ -112,6 +132,12 @@ func (h *Handler) overview(q *req) error {
 	d.Services, d.Users = topN(svcs, 5), topN(users, 5)
 	h.renderRefresh(q, http.StatusOK, "overview", "Overview", d, h.RefreshSeconds)
 	return nil
+}
+
+// rangeLink is a link to the overview over one of its ranges.
+type rangeLink struct {
+	Name, Link string
+	Current    bool
 }
 
 // topN are the n with the most calls: calls are the one figure every

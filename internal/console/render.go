@@ -72,6 +72,13 @@ var pages = func() map[string]*template.Template {
 				return "≤ " + d.String()
 			}
 		},
+		// micros says a latency bucket's bound (ops.LatencyFigure) as "≤ 2.5ms".
+		"micros": func(us int64) string {
+			if us == 0 {
+				return "—"
+			}
+			return "≤ " + (time.Duration(us) * time.Microsecond).String()
+		},
 		"query": func(kv ...string) url.Values {
 			v := url.Values{}
 			for i := 0; i+1 < len(kv); i += 2 {

@@ -219,6 +219,9 @@ func (h *Handler) usage(q *req) error {
 		})
 		slices.Reverse(rows)
 	}
+	if err == nil && f.Group == "outcome" {
+		err = h.addOutcomeChart(q.r.Context(), c, f)
+	}
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/platformgw/gateway/internal/apierror"
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/engine"
@@ -123,6 +124,31 @@ func newWorld(t *testing.T) *world {
 	call("alice", "weather", "forecast", "basic", 33, now)
 	call("carol", "weather", "hello", "basic", 85, now)
 	call("erin", "weather", "hello", "capped", 10, now)
+	// This hour's call outcomes, as the gateway counts them: weather's
+	// backend fails 12 of its 192 calls (6%: failing), writer's 1 of 51;
+	// refusals for rate and quota. The latencies put the gateway's p50 at
+	// 100µs and p99 at 2.5ms, the backends' at 25ms and 1s.
+	hour := now.Truncate(time.Hour)
+	outcome := func(user, service, endpoint, code string, gateway, backend map[int]int64) store.OutcomeRow {
+		r := store.OutcomeRow{OutcomeKey: store.OutcomeKey{Hour: hour, UserID: user, ServiceID: service, EndpointID: endpoint, Outcome: code}}
+		for b, n := range gateway {
+			r.Calls += n
+			r.Gateway.Buckets[b] += n
+		}
+		for b, n := range backend {
+			r.Backend.Buckets[b] += n
+		}
+		return r
+	}
+	_, err = st.AddOutcomes(bg, store.OutcomeBatch{Writer: "world", Seq: 1, Rows: []store.OutcomeRow{
+		outcome("alice", "weather", "hello", store.Outcome2xx, map[int]int64{1: 170, 5: 10}, map[int]int64{8: 170, 11: 10}),
+		outcome("carol", "weather", "hello", store.Outcome5xx, map[int]int64{1: 12}, map[int]int64{13: 12}),
+		outcome("alice", "weather", "hello", apierror.RateLimited, map[int]int64{0: 9}, nil),
+		outcome("alice", "weather", "forecast", apierror.QuotaExceeded, map[int]int64{0: 4}, nil),
+		outcome("bob", "writer", "draft", store.Outcome2xx, map[int]int64{1: 50}, map[int]int64{10: 50}),
+		outcome("bob", "writer", "draft", store.Outcome5xx, map[int]int64{1: 1}, map[int]int64{9: 1}),
+	}})
+	must(err)
 	must2 := func(_ store.Alert, err error) { must(err) }
 	must2(st.CreateAlert(bg, store.Alert{UserID: "carol", ServiceID: "weather", ProductID: "basic", PeriodStart: now.Add(-time.Hour),
 		Threshold: "quota 80%", Value: billing.Whole(85), Limit: billing.Whole(100), Created: now, Status: "PENDING", NextAttempt: now.Add(time.Minute)}))

@@ -199,24 +199,26 @@ func TestBrowserStanding(t *testing.T) {
 	}
 }
 
-// fakeOutcomes is an outcomes source that records refusals: what the
-// outcome rollups will give.
-type fakeOutcomes []outcomeCount
-
-func (f fakeOutcomes) RecordsRefusals() bool { return true }
-
-func (f fakeOutcomes) CallOutcomes(_ context.Context, userID string, from, to time.Time) ([]outcomeCount, error) {
-	if userID != "alice" {
-		return nil, nil
+// addOutcomes adds call outcome rows to the store as the gateway's
+// counter does, one batch of a writer of the test's own.
+func (e *env) addOutcomes(rows ...store.OutcomeRow) {
+	e.t.Helper()
+	o, ok := e.store().(store.Outcomes)
+	if !ok {
+		e.t.Fatal("the store keeps no call outcomes")
 	}
-	return f, nil
+	e.outcomeSeq++
+	if _, err := o.AddOutcomes(context.Background(), store.OutcomeBatch{Writer: "test", Seq: e.outcomeSeq, Rows: rows}); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
-// TestBrowserRefusedCalls: with the ledger alone, "What became of your
-// calls" lists charged and cut calls and says plainly that refused calls
-// appear once recorded; with a source that records refusals (as the
-// outcome rollups will), it lists them in words and a rate-limited
-// service gets a "slow down: 10/min" banner.
+// TestBrowserRefusedCalls: over a store without call outcomes, "What
+// became of your calls" lists the ledger's charged and cut calls and says
+// plainly that refused calls are not recorded; over the outcome rollups
+// it lists the caller's refused and failed calls in words, never
+// another user's, and a rate-limited service gets a "slow down: 10/min"
+// banner.
 func TestBrowserRefusedCalls(t *testing.T) {
 	ctx := newBrowser(t)
 	e := market(t, "")
@@ -228,6 +230,12 @@ func TestBrowserRefusedCalls(t *testing.T) {
 	e.charge("alice", "echo", "hello", billing.Whole(1), now, billing.Whole(3))
 	e.charge("bob", "echo", "shout", billing.Whole(7), now, 0)
 
+	// A store without outcomes: the same store with its Outcomes hidden.
+	real := outcomesFor
+	outcomesFor = func(st store.Store, o Operations, l []store.Rollup) outcomesSource {
+		return real(struct{ store.Store }{st}, o, l)
+	}
+	t.Cleanup(func() { outcomesFor = real })
 	openDashboard(t, ctx, e, key)
 	rows := eval[[]string](t, ctx, `[...document.querySelectorAll('table.outcomes tbody tr')].map(r => [...r.cells].map(c => c.textContent).join('|'))`)
 	if strings.Join(rows, "\n") != "echo|hello|Charged|1\necho|hello|Cut at a limit (charged in part)|1" {
@@ -240,21 +248,37 @@ func TestBrowserRefusedCalls(t *testing.T) {
 		t.Error("bob's calls, or a rate-limit banner with no refusal")
 	}
 
+	// The outcome rollups, as the gateway counts them: alice's two
+	// answered calls to echo (one of them cut at a limit, the ledger
+	// says), refusals and failures; bob's refusals in the same hours.
+	outcomesFor = real
 	hour := now.Truncate(time.Hour)
-	old := outcomesFor
-	outcomesFor = func(store.Store, []store.Rollup) outcomesSource {
-		return fakeOutcomes{
-			{Hour: hour, ServiceID: "chat", EndpointID: "complete", Outcome: outcomeCharged, Calls: 40},
-			{Hour: hour, ServiceID: "chat", EndpointID: "complete", Outcome: apierror.RateLimited, Calls: 12},
-			{Hour: hour, ServiceID: "echo", EndpointID: "hello", Outcome: apierror.QuotaExceeded, Calls: 3},
-		}
+	row := func(user, svc, ep, outcome string, calls int64) store.OutcomeRow {
+		return store.OutcomeRow{OutcomeKey: store.OutcomeKey{Hour: hour, UserID: user, ServiceID: svc, EndpointID: ep, Outcome: outcome}, Calls: calls}
 	}
-	t.Cleanup(func() { outcomesFor = old })
+	e.addOutcomes(
+		row("alice", "chat", "complete", store.Outcome2xx, 40),
+		row("alice", "chat", "complete", apierror.RateLimited, 12),
+		row("alice", "echo", "hello", store.Outcome2xx, 2),
+		row("alice", "echo", "hello", store.Outcome5xx, 4),
+		row("alice", "echo", "hello", apierror.QuotaExceeded, 3),
+		row("bob", "echo", "shout", store.Outcome2xx, 7),
+		row("bob", "echo", "shout", apierror.SubscriptionInactive, 55),
+		row("", "echo", "hello", apierror.InvalidKey, 66),
+	)
 	step(t, ctx, "reload", chromedp.Navigate(e.base+"/portal/?m=none#calls"), chromedp.WaitVisible(chromedp.ID("calls")))
 	rows = eval[[]string](t, ctx, `[...document.querySelectorAll('table.outcomes tbody tr')].map(r => [...r.cells].map(c => c.textContent).join('|') + (r.classList.contains('refused') ? ' (refused)' : ''))`)
-	want := "chat|complete|Charged|40\nchat|complete|Refused: too fast (rate limit)|12 (refused)\necho|hello|Refused: quota used up or spending cap reached|3 (refused)"
+	want := "chat|complete|Charged|40\nchat|complete|Refused: too fast (rate limit)|12 (refused)\n" +
+		"echo|hello|Failed at the service (not charged)|4\necho|hello|Charged|1\necho|hello|Cut at a limit (charged in part)|1\n" +
+		"echo|hello|Refused: quota used up or spending cap reached|3 (refused)"
 	if strings.Join(rows, "\n") != want {
 		t.Errorf("outcomes with refusals:\n%s\nwant\n%s", strings.Join(rows, "\n"), want)
+	}
+	doc := html(t, ctx)
+	for _, leak := range []string{"subscription not active", "key missing", ">55<", ">66<", ">7<"} {
+		if strings.Contains(doc, leak) {
+			t.Errorf("alice's page shows bob's outcomes, or a refused call of nobody's: %q", leak)
+		}
 	}
 	banner := eval[[]string](t, ctx, `[...document.querySelectorAll('.banner li')].map(li => li.textContent.trim())`)
 	if len(banner) != 1 || banner[0] != "chat: some of your calls were refused for going too fast. To fix: slow down: 10/min." {

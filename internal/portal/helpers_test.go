@@ -88,6 +88,8 @@ type env struct {
 	clock func(func() time.Time)
 	// logs are what the handler logged (local only).
 	logs *observer.ObservedLogs
+	// outcomeSeq numbers the batches addOutcomes adds.
+	outcomeSeq uint64
 }
 
 // start loads a config with the echo service, the gateway and the portal

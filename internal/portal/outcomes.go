@@ -2,6 +2,7 @@ package portal
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -10,12 +11,13 @@ import (
 	"github.com/platformgw/gateway/internal/store"
 )
 
-// What became of a caller's calls: charged, cut at a limit, or refused
-// (and why). The section "What became of your calls" and the banner's
-// "slow down" read it through outcomesSource, so the per-call outcome
-// rollups plug in by giving one: until then the ledger's fallback
-// (ledgerOutcomes) counts what the ledger records, charged calls and
-// calls cut at a hard limit, and says refused calls are not recorded.
+// What became of a caller's calls: charged, cut at a limit, failed at the
+// service, or refused (and why). The section "What became of your calls"
+// and the banner's "slow down" read it through outcomesSource: over the
+// call outcome rollups (store.Outcomes) where the store keeps them, which
+// count refused calls too; otherwise the ledger's fallback
+// (ledgerOutcomes), which counts charged calls and calls cut at a hard
+// limit, and says refused calls are not recorded.
 
 // Outcome codes besides the refusals' error codes (apierror's
 // quota_exceeded, rate_limited, …).
@@ -47,12 +49,83 @@ type outcomesSource interface {
 	RecordsRefusals() bool
 }
 
-// outcomesFor is the source a dashboard reads, given the store and the
-// caller's hourly ledger sums the dashboard already read (since from).
-// To wire the outcome rollups, return a source over them here when st
-// keeps them.
-var outcomesFor = func(st store.Store, ledger []store.Rollup) outcomesSource {
-	return ledgerOutcomes(ledger)
+// outcomeFlusher is what adds this node's counted outcomes to the store
+// before a read (*ops.Ops has it), so a caller sees a call refused a
+// second ago and not only those of the last flush.
+type outcomeFlusher interface {
+	FlushOutcomes(ctx context.Context)
+}
+
+// outcomesFor is the source a dashboard reads, given the store, the
+// portal's operations and the caller's hourly ledger sums the dashboard
+// already read (since from): the outcome rollups when st keeps them, the
+// ledger's fallback otherwise.
+var outcomesFor = func(st store.Store, o Operations, ledger []store.Rollup) outcomesSource {
+	rollups, ok := st.(store.Outcomes)
+	if !ok {
+		return ledgerOutcomes(ledger)
+	}
+	src := rollupOutcomes{st: rollups, ledger: ledger}
+	if f, ok := o.(outcomeFlusher); ok {
+		src.flush = f.FlushOutcomes
+	}
+	return src
+}
+
+// rollupOutcomes reads the call outcome rollups: every call the gateway
+// answered for the caller, refusals and failures included. A call the
+// backend answered (1xx to 4xx) was charged; the ledger's hourly sums say
+// how many of those a hard limit cut short.
+type rollupOutcomes struct {
+	st     store.Outcomes
+	ledger []store.Rollup
+	flush  func(context.Context)
+}
+
+func (rollupOutcomes) RecordsRefusals() bool { return true }
+
+func (r rollupOutcomes) CallOutcomes(ctx context.Context, userID string, from, to time.Time) ([]outcomeCount, error) {
+	if userID == "" {
+		return nil, nil // an empty filter would select every user's
+	}
+	if r.flush != nil {
+		r.flush(ctx)
+	}
+	type k struct {
+		hour    time.Time
+		svc, ep string
+	}
+	capped := map[k]int64{}
+	for _, l := range r.ledger {
+		if l.UserID == userID && l.Capped > 0 {
+			capped[k{l.Hour, l.ServiceID, l.EndpointID}] += l.Capped
+		}
+	}
+	var out []outcomeCount
+	err := r.st.ScanOutcomes(ctx, store.OutcomeFilter{UserID: userID, From: from, To: to}, func(row store.OutcomeRow) error {
+		if row.UserID != userID {
+			return nil
+		}
+		c := outcomeCount{Hour: row.Hour, ServiceID: row.ServiceID, EndpointID: row.EndpointID, Outcome: row.Outcome, Calls: row.Calls}
+		switch row.Outcome {
+		case store.Outcome1xx, store.Outcome2xx, store.Outcome3xx, store.Outcome4xx:
+			c.Outcome = outcomeCharged
+			key := k{row.Hour, row.ServiceID, row.EndpointID}
+			if n := min(capped[key], c.Calls); n > 0 {
+				capped[key] -= n
+				c.Calls -= n
+				out = append(out, outcomeCount{Hour: row.Hour, ServiceID: row.ServiceID, EndpointID: row.EndpointID, Outcome: outcomeCut, Calls: n})
+			}
+		}
+		if c.Calls > 0 {
+			out = append(out, c)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("scan call outcomes of %s: %w", userID, err)
+	}
+	return out, nil
 }
 
 // ledgerOutcomes is the fallback source: the ledger's hourly sums, which
@@ -101,10 +174,22 @@ func outcomeWords(code string) string {
 		return "Refused: key expired"
 	case apierror.InvalidKey, apierror.MissingKey:
 		return "Refused: key missing or not valid"
-	case apierror.ServiceError, apierror.ServiceTimeout:
+	case apierror.ServiceError, apierror.ServiceTimeout, store.Outcome5xx:
 		return "Failed at the service (not charged)"
+	case store.OutcomeCutOff:
+		return "Cut off before the answer ended"
 	}
 	return "Refused: " + strings.ReplaceAll(code, "_", " ")
+}
+
+// isRefusal says whether an outcome is the gateway refusing the call, not
+// a call that was answered, failed at the service or was cut off.
+func isRefusal(code string) bool {
+	switch code {
+	case outcomeCharged, outcomeCut, store.Outcome5xx, store.OutcomeCutOff, apierror.ServiceError, apierror.ServiceTimeout:
+		return false
+	}
+	return true
 }
 
 // outcomeRow is one line of the outcomes table: an endpoint's calls with
@@ -141,7 +226,7 @@ func summarizeOutcomes(counts []outcomeCount, since, now time.Time, recordsRefus
 		}
 	}
 	for key, n := range sums {
-		refused := key.outcome != outcomeCharged && key.outcome != outcomeCut
+		refused := isRefusal(key.outcome)
 		v.Rows = append(v.Rows, outcomeRow{ServiceID: key.svc, EndpointID: key.ep, Outcome: key.outcome,
 			Words: outcomeWords(key.outcome), Calls: n, Refused: refused})
 	}

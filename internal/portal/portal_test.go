@@ -527,3 +527,50 @@ func TestPortalEarlierPeriods(t *testing.T) {
 		t.Errorf("%d earlier periods, want 1 (the subscription is a month old)", n)
 	}
 }
+
+// TestPortalShowsRefusedCalls: a call the running gateway refuses (a
+// spending cap reached) is on the caller's dashboard with why and the
+// fix, right away (the page adds this node's unflushed counts); another
+// user's refused calls are not.
+func TestPortalShowsRefusedCalls(t *testing.T) {
+	e := start(t, "sign_in_limit 1000")
+	aliceKey, _ := e.user("alice", "capped")
+	bobKey, _ := e.user("bob", "basic")
+	// capped: 0.5 a call up to a cap of 10, so the 21st call is refused.
+	for i := range 20 {
+		if st, _ := invoke(t, aliceKey); st != http.StatusOK {
+			t.Fatalf("alice's call %d: %d", i+1, st)
+		}
+	}
+	if st, _ := invoke(t, aliceKey); st != http.StatusTooManyRequests && st != http.StatusPaymentRequired && st != http.StatusForbidden {
+		t.Fatalf("alice's call past the cap: %d", st)
+	}
+	if _, err := e.store().PutSubscription(context.Background(), store.Subscription{
+		UserID: "bob", ServiceID: "echo", ProductID: "basic", Status: "SUSPENDED", UpdatedAt: time.Now().UTC(),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if st, _ := invoke(t, bobKey); st == http.StatusOK {
+			t.Fatal("bob's call on a suspended subscription was answered")
+		}
+	}
+
+	page := newClient(t).signIn(aliceKey)
+	for _, want := range []string{
+		`<td data-label="Outcome">Charged</td><td data-label="Calls">20</td>`,
+		`<td data-label="Outcome">Refused: quota used up or spending cap reached</td><td data-label="Calls">1</td>`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("alice's dashboard lacks %q", want)
+		}
+	}
+	if strings.Contains(page, "refusals-note") || strings.Contains(page, "subscription not active") {
+		t.Error("alice's dashboard says refusals are not recorded, or shows bob's refusals")
+	}
+	page = newClient(t).signIn(bobKey)
+	if !strings.Contains(page, `<td data-label="Outcome">Refused: subscription not active</td><td data-label="Calls">3</td>`) ||
+		strings.Contains(page, "spending cap reached") {
+		t.Error("bob's dashboard lacks his refusals, or shows alice's")
+	}
+}

@@ -330,7 +330,7 @@ func (h *Handler) load(q *request, sess session, sessionKey store.KeyRecord) (*d
 		}
 	}
 	d.Usage = buildUsage(h.rt.Catalog, rollups, q.now)
-	src := outcomesFor(st, rollups)
+	src := outcomesFor(st, h.ops, rollups)
 	counts, err := src.CallOutcomes(ctx, sess.UserID, d.RecentSince.Truncate(time.Hour), q.now.Add(time.Hour))
 	if err != nil {
 		return nil, fmt.Errorf("call outcomes: %w", err)
