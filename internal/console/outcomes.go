@@ -112,7 +112,7 @@ func endpointOf(group string) string {
 
 // overviewRange is a range the overview's call figures cover.
 type overviewRange struct {
-	Key, Name string
+	Param, Name string
 	span      time.Duration
 	step      time.Duration
 }

@@ -60,8 +60,8 @@ type ranked struct {
 func (h *Handler) overview(q *req) error {
 	now := h.rt.Now().UTC()
 	r := overviewRanges[0]
-	if key := q.r.URL.Query().Get("range"); key != "" {
-		i := slices.IndexFunc(overviewRanges, func(r overviewRange) bool { return r.Key == key })
+	if param := q.r.URL.Query().Get("range"); param != "" {
+		i := slices.IndexFunc(overviewRanges, func(r overviewRange) bool { return r.Param == param })
 		if i < 0 {
 			return apierror.Invalid("range", "Choose a range from the links: 24h, 7d or 30d.")
 		}
@@ -90,7 +90,7 @@ func (h *Handler) overview(q *req) error {
 	}
 	d.Range = r
 	for _, o := range overviewRanges {
-		d.Ranges = append(d.Ranges, rangeLink{Name: o.Name, Link: h.link(map[string][]string{"range": {o.Key}}), Current: o.Key == r.Key})
+		d.Ranges = append(d.Ranges, rangeLink{Name: o.Name, Link: h.link(map[string][]string{"range": {o.Param}}), Current: o.Param == r.Param})
 	}
 	if d.Outcomes, err = h.callFigures(q.r.Context(), r, now); err != nil {
 		return err

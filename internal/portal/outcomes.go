@@ -225,10 +225,10 @@ func summarizeOutcomes(counts []outcomeCount, since, now time.Time, recordsRefus
 			v.RateLimited[c.ServiceID] = true
 		}
 	}
-	for key, n := range sums {
-		refused := isRefusal(key.outcome)
-		v.Rows = append(v.Rows, outcomeRow{ServiceID: key.svc, EndpointID: key.ep, Outcome: key.outcome,
-			Words: outcomeWords(key.outcome), Calls: n, Refused: refused})
+	for g, n := range sums {
+		refused := isRefusal(g.outcome)
+		v.Rows = append(v.Rows, outcomeRow{ServiceID: g.svc, EndpointID: g.ep, Outcome: g.outcome,
+			Words: outcomeWords(g.outcome), Calls: n, Refused: refused})
 	}
 	slices.SortFunc(v.Rows, func(a, b outcomeRow) int {
 		if c := strings.Compare(a.ServiceID, b.ServiceID); c != 0 {
