@@ -69,6 +69,11 @@ type Product struct {
 	SpendingCap *Units `json:"spending_cap,omitempty"`
 	// RateLimit limits requests per key; nil means none.
 	RateLimit *RateLimit `json:"rate_limit,omitempty"`
+	// Currency is the ISO 4217 code Price and SpendingCap are in when they
+	// are money (every billing model but PREPAID, whose are credits):
+	// the product's catalog listing's currency, set when the catalog is
+	// compiled; empty when the listing names none. Not configuration.
+	Currency string `json:"-"`
 }
 
 // RateLimit is a token bucket: Requests per Window on average, with Burst

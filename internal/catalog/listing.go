@@ -244,6 +244,7 @@ func (s *Service) compileListing() error {
 		if err := CheckListing(l, p, s.Public); err != nil {
 			return fmt.Errorf("service %s: product %s: %w", s.ID, p.ID, err)
 		}
+		p.Currency = l.Currency
 	}
 	return nil
 }

@@ -67,6 +67,9 @@ func TestCompileListing(t *testing.T) {
 	if _, ok := l.UnitPriceMoney(basic); ok {
 		t.Error("a subscription that blocks at its quota bills no unit price")
 	}
+	if basic.Currency != "EUR" || metered.Currency != "EUR" {
+		t.Errorf("products' currency %q, %q: the console and portal name money by it", basic.Currency, metered.Currency)
+	}
 }
 
 func TestCompileListingRefuses(t *testing.T) {

@@ -55,7 +55,7 @@ func (h *Handler) attention(ctx context.Context, now time.Time) ([]concern, bool
 		if err != nil {
 			return nil, false, fmt.Errorf("summarize %s on %s: %w", sub.UserID, sub.ServiceID, err)
 		}
-		for _, l := range limits(ps, h.overageAllowed(ps.ServiceID, ps.ProductID)) {
+		for _, l := range limits(ps, h.overageAllowed(ps.ServiceID, ps.ProductID), h.costKindOf(ps.ServiceID, ps.ProductID)) {
 			if l.Level == levelOK {
 				continue
 			}

@@ -10,8 +10,11 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
-	// Caddyfile.example mounts the caller portal beside the console.
+	// Caddyfile.example mounts the caller portal, the public catalog and
+	// the storefront beside the console.
 	_ "github.com/platformgw/gateway/internal/portal"
+	_ "github.com/platformgw/gateway/internal/publiccatalog"
+	_ "github.com/platformgw/gateway/internal/storefront"
 )
 
 func TestUnmarshalCaddyfile(t *testing.T) {

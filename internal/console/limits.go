@@ -48,8 +48,9 @@ func newLimit(what string, used, capacity billing.Units, unit string) limit {
 // limits are the bars of a subscription's period: its quota and its
 // spending cap, each with the words a person needs ("refused until
 // 2026-12-01"), never a full green bar with "0 left". overage tells
-// whether the product bills calls past its quota instead of refusing them.
-func limits(ps ops.PeriodSummary, overage bool) []limit {
+// whether the product bills calls past its quota instead of refusing them;
+// costKind what its spend is counted in (costKind).
+func limits(ps ops.PeriodSummary, overage bool, costKind string) []limit {
 	var out []limit
 	until := "refused until " + periodEnd(ps.PeriodEnd)
 	if ps.Quota != nil {
@@ -63,7 +64,7 @@ func limits(ps ops.PeriodSummary, overage bool) []limit {
 		out = append(out, l)
 	}
 	if ps.SpendingCap != nil {
-		l := newLimit("spending cap", ps.Spend, *ps.SpendingCap, costKind(ps.BillingModel))
+		l := newLimit("spending cap", ps.Spend, *ps.SpendingCap, costKind)
 		if l.Level == levelRed {
 			l.Consequence = until
 		}
@@ -80,12 +81,16 @@ func periodEnd(t time.Time) string {
 }
 
 // costKind names what a product's prices are counted in: a PREPAID
-// product's in credits, the others' in money. The two are never added
-// together. The catalog has no currency yet; when it does, money is
-// named by it here.
-func costKind(billingModel string) string {
-	if billingModel == billing.Prepaid {
+// product's in credits, the others' in money, named by the currency of
+// the product's catalog listing ("EUR"), or "money" when the listing names
+// none. Amounts of different kinds are never added together. A product no
+// longer in the catalog (nil) counts in money.
+func costKind(p *billing.Product) string {
+	switch {
+	case p != nil && p.BillingModel == billing.Prepaid:
 		return "credits"
+	case p != nil && p.Currency != "":
+		return p.Currency
 	}
 	return "money"
 }

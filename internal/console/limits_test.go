@@ -32,11 +32,11 @@ func TestLimits(t *testing.T) {
 		{"past the quota with overage", ops.PeriodSummary{UnitsUsed: u(100), Quota: q(100), PeriodEnd: end}, true,
 			[]limit{{What: "quota", Used: u(100), Max: u(100), Percent: 100, Fill: 100, Level: levelRed, Consequence: "further calls billed as overage"}}},
 		{"a cap at 100% is red", ops.PeriodSummary{BillingModel: billing.UsagePostpaid, Spend: u(10), SpendingCap: q(10), PeriodEnd: end}, false,
-			[]limit{{What: "spending cap", Used: u(10), Max: u(10), Unit: "money", Percent: 100, Fill: 100, Level: levelRed, Consequence: "refused until 2026-12-01"}}},
+			[]limit{{What: "spending cap", Used: u(10), Max: u(10), Unit: "EUR", Percent: 100, Fill: 100, Level: levelRed, Consequence: "refused until 2026-12-01"}}},
 		{"a zero quota is red", ops.PeriodSummary{Quota: q(0), PeriodEnd: end}, false,
 			[]limit{{What: "quota", Max: 0, Percent: 100, Fill: 100, Level: levelRed, Consequence: "refused until 2026-12-01"}}},
 	} {
-		got := limits(tc.ps, tc.overage)
+		got := limits(tc.ps, tc.overage, "EUR")
 		if len(got) != len(tc.want) {
 			t.Fatalf("%s: %+v", tc.name, got)
 		}
@@ -99,5 +99,24 @@ func TestBeforeAfter(t *testing.T) {
 	// the product it had is still told.
 	if b, _ := beforeAfter(newer, []store.AuditEntry{newer}, false); b != "product basic" {
 		t.Errorf("before from the detail: %q", b)
+	}
+}
+
+// TestCostKind: a prepaid product's cost is in credits, a priced one's in
+// its listing's currency, and one without a currency (or no longer in the
+// catalog) in "money": never a bare number, never credits added to money.
+func TestCostKind(t *testing.T) {
+	for _, tc := range []struct {
+		p    *billing.Product
+		want string
+	}{
+		{&billing.Product{BillingModel: billing.Prepaid, Currency: "EUR"}, "credits"},
+		{&billing.Product{BillingModel: billing.UsagePostpaid, Currency: "EUR"}, "EUR"},
+		{&billing.Product{BillingModel: billing.UsagePostpaid}, "money"},
+		{nil, "money"},
+	} {
+		if got := costKind(tc.p); got != tc.want {
+			t.Errorf("costKind(%+v) = %q, want %q", tc.p, got, tc.want)
+		}
 	}
 }

@@ -47,10 +47,10 @@ func (s *Sums) add(unit string, units billing.Units, kind string, cost billing.U
 func (h *Handler) measureOf(serviceID, productID string) (unit, kind string) {
 	if svc, ok := h.rt.Catalog.Service(serviceID); ok {
 		if p, ok := svc.Product(productID); ok {
-			return unitName(p), costKind(p.BillingModel)
+			return unitName(p), costKind(p)
 		}
 	}
-	return "units of a removed product", costKind("")
+	return "units of a removed product", costKind(nil)
 }
 
 // unitName names a product's unit for a chart or a total.

@@ -113,8 +113,8 @@ func endpointOf(group string) string {
 // overviewRange is a range the overview's call figures cover.
 type overviewRange struct {
 	Param, Name string
-	span      time.Duration
-	step      time.Duration
+	span        time.Duration
+	step        time.Duration
 }
 
 // overviewRanges are the overview's ranges; the first is the default.

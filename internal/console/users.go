@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -48,10 +49,10 @@ type amount struct {
 func (h *Handler) costKindOf(serviceID, productID string) string {
 	if svc, ok := h.rt.Catalog.Service(serviceID); ok {
 		if p, ok := svc.Product(productID); ok {
-			return costKind(p.BillingModel)
+			return costKind(p)
 		}
 	}
-	return costKind("")
+	return costKind(nil)
 }
 
 // users: everyone with a key or a subscription, with their standing,
@@ -164,10 +165,8 @@ func (h *Handler) userRows(ctx context.Context) ([]userRow, bool, error) {
 	}
 	rows := make([]userRow, 0, len(m))
 	for id, u := range m {
-		for _, kind := range []string{"money", "credits"} {
-			if c, ok := spend[id][kind]; ok {
-				u.Spend = append(u.Spend, amount{c, kind})
-			}
+		for _, kind := range slices.Sorted(maps.Keys(spend[id])) {
+			u.Spend = append(u.Spend, amount{spend[id][kind], kind})
 		}
 		sort.Strings(u.Statuses)
 		switch {
@@ -247,7 +246,7 @@ func (h *Handler) user(q *req, userID string, newKey *ops.KeyView, formErr error
 	}
 	subscribed := map[string]bool{}
 	for _, ps := range d.Summary.Subscriptions {
-		row := subRow{PeriodSummary: ps, Limits: limits(ps, h.overageAllowed(ps.ServiceID, ps.ProductID)), CostKind: costKind(ps.BillingModel)}
+		row := subRow{PeriodSummary: ps, Limits: limits(ps, h.overageAllowed(ps.ServiceID, ps.ProductID), h.costKindOf(ps.ServiceID, ps.ProductID)), CostKind: h.costKindOf(ps.ServiceID, ps.ProductID)}
 		if svc, ok := h.rt.Catalog.Service(ps.ServiceID); ok {
 			for _, p := range svc.Products {
 				row.Products = append(row.Products, p.ID)

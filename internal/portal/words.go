@@ -15,11 +15,17 @@ import (
 // end", never USAGE_POSTPAID or CANCELLING. Every page of the portal says
 // them through these functions, so one enum has one wording.
 
-// currencyOf is the ISO 4217 code a product's prices are in. The catalog
-// does not carry one yet; until it does, amounts of money are named by
-// unnamedCurrency, and a prepaid balance is counted in credits, apart from
-// money.
-func currencyOf(*billing.Product) string { return "" }
+// currencyOf is the ISO 4217 code a product's money amounts are in: its
+// catalog listing's currency. A product whose listing names none (a
+// service not public, configured before listings existed) has its
+// amounts of money named by unnamedCurrency; a prepaid balance is counted
+// in credits, apart from money.
+func currencyOf(p *billing.Product) string {
+	if p == nil {
+		return ""
+	}
+	return p.Currency
+}
 
 // unnamedCurrency stands for the currency when the catalog names none.
 const unnamedCurrency = "in your plan's currency"

@@ -19,6 +19,10 @@ func TestPricingWords(t *testing.T) {
 	}{
 		{billing.Product{BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerToken, UnitLabel: "token", Price: billing.Whole(1) / 2000},
 			"pay as you go, 0.50 in your plan's currency per 1,000 tokens"},
+		{billing.Product{BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerToken, UnitLabel: "token", Price: billing.Whole(1) / 2000, Currency: "EUR"},
+			"pay as you go, 0.50 EUR per 1,000 tokens"},
+		{billing.Product{BillingModel: billing.Prepaid, MeasurementType: billing.PerRequest, UnitLabel: "request", Price: billing.Whole(2), Currency: "EUR"},
+			"prepaid credits, 2 credits per request"},
 		{billing.Product{BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerToken},
 			"pay as you go, per 1,000 tokens"},
 		{billing.Product{BillingModel: billing.Prepaid, MeasurementType: billing.PerRequest, UnitLabel: "request", Price: billing.Whole(2)},
