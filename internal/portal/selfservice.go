@@ -249,9 +249,20 @@ func (h *Handler) currentPlan(svc *catalog.Service, sub store.Subscription, now 
 		StatusWords: subscriptionWords(sub.Status), Live: st.GrantsAccess(),
 		Cancelling: st == subscription.Cancelling || st == subscription.CancellingPending}
 	if p, ok := svc.Product(sub.ProductID); ok {
-		_, c.PeriodEnd = billing.PeriodBounds(p.Period, p.CalendarPeriods, sub.StartedAt, now)
+		c.PeriodEnd = periodEnd(p, sub, now)
 	}
 	return c
+}
+
+// periodEnd is the end of the subscription's period that holds now. A
+// subscription stamped by the store after this request began is in its
+// first period, not in the one before its start.
+func periodEnd(p *billing.Product, sub store.Subscription, now time.Time) time.Time {
+	if now.Before(sub.StartedAt) {
+		now = sub.StartedAt
+	}
+	_, end := billing.PeriodBounds(p.Period, p.CalendarPeriods, sub.StartedAt, now)
+	return end
 }
 
 func productName(svc *catalog.Service, productID string) string {
@@ -497,7 +508,7 @@ func (h *Handler) changePlan(q *request, sess session, svc *catalog.Service, pro
 	p, _ := svc.Product(sub.ProductID)
 	from := q.now
 	if p != nil {
-		_, from = billing.PeriodBounds(p.Period, p.CalendarPeriods, sub.StartedAt, q.now)
+		from = periodEnd(p, sub, q.now)
 	}
 	q.r.PostForm.Set("when", "period-end")
 	return nil, h.ops.ScheduleChange(q.r.Context(), actor, sess.UserID, svc.ID, productID, from)
