@@ -12,6 +12,9 @@ import (
 
 	// Caddyfile.example mounts the caller portal beside the console.
 	_ "github.com/platformgw/gateway/internal/portal"
+	// Caddyfile.example mounts the public catalog and the storefront too.
+	_ "github.com/platformgw/gateway/internal/publiccatalog"
+	_ "github.com/platformgw/gateway/internal/storefront"
 )
 
 func TestUnmarshalCaddyfile(t *testing.T) {
