@@ -246,8 +246,7 @@ func (h *Handler) plansView(q *request, userID string, svc *catalog.Service) (*p
 func (h *Handler) currentPlan(svc *catalog.Service, sub store.Subscription, now time.Time) *currentPlan {
 	st := subscription.Status(strings.ToUpper(sub.Status))
 	c := &currentPlan{ProductID: sub.ProductID, Name: productName(svc, sub.ProductID), Status: string(st),
-		StatusWords: subscriptionWords(sub.Status), Live: st.GrantsAccess(),
-		Cancelling: st == subscription.Cancelling || st == subscription.CancellingPending}
+		StatusWords: subscriptionWords(sub.Status), Live: st.GrantsAccess(), Cancelling: cancelling(sub.Status)}
 	if p, ok := svc.Product(sub.ProductID); ok {
 		c.PeriodEnd = periodEnd(p, sub, now)
 	}
@@ -338,17 +337,22 @@ func (h *Handler) planAction(q *request, serviceID, action string) {
 		h.refusePlan(q, sess, svc, http.StatusNotFound, "That service has no such plan. Nothing was changed.")
 		return
 	}
-	var r *refusal
-	var err error
+	var (
+		notice string // the code of planNotices the page then shows
+		r      *refusal
+		err    error
+	)
 	switch action {
 	case "subscribe":
 		h.subscribe(q, sess, sessionKey, svc, productID)
 		return
 	case "change":
-		r, err = h.changePlan(q, sess, svc, productID)
+		notice, r, err = h.changePlan(q, sess, svc, productID)
 	case "cancel":
+		notice = "cancelling"
 		r, err = h.cancel(q, sess, svc)
 	case "request":
+		notice = "requested"
 		r, err = h.requestAccess(q, sess, svc, productID)
 	}
 	if r != nil {
@@ -359,11 +363,7 @@ func (h *Handler) planAction(q *request, serviceID, action string) {
 		h.planFailed(q, sess, svc, err)
 		return
 	}
-	code := map[string]string{"change": "changed", "cancel": "cancelling", "request": "requested"}[action]
-	if action == "change" && q.r.PostForm.Get("when") == "period-end" {
-		code = "scheduled"
-	}
-	q.redirect("/plans/" + url.PathEscape(svc.ID) + "?m=" + code)
+	q.redirect("/plans/" + url.PathEscape(svc.ID) + "?m=" + notice)
 }
 
 // refusePlan shows the plans page again with why nothing was changed.
@@ -400,23 +400,19 @@ func (h *Handler) subscribe(q *request, sess session, sessionKey store.KeyRecord
 		h.refusePlan(q, sess, svc, http.StatusConflict, "This plan costs money: ask the operator for it with “Request access”. Nothing was changed.")
 		return
 	}
-	take := func() (*refusal, error) {
-		prev, err := h.rt.Store().GetSubscription(ctx, sess.UserID, svc.ID)
-		if err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrNoAccount) {
-			return nil, err
+	// Checked first, so a caller already subscribed hears that rather
+	// than about their keys, and again under the lock with the key.
+	if r, err := h.mayTake(q, sess, svc, offer); r != nil || err != nil {
+		if r != nil {
+			h.refusePlan(q, sess, svc, r.status, r.message)
+		} else {
+			h.planFailed(q, sess, svc, err)
 		}
-		if err == nil {
-			switch st := subscription.Status(strings.ToUpper(prev.Status)); {
-			case st.GrantsAccess():
-				return &refusal{status: http.StatusConflict, message: "You already have a subscription to " + svc.Name() +
-					" (plan " + productName(svc, prev.ProductID) + "); a service has one subscription per caller. Change plan below instead. Nothing was changed."}, nil
-			case st == subscription.Suspended:
-				return &refusal{status: http.StatusForbidden, message: "Your subscription to " + svc.Name() +
-					" is suspended; only the operator can lift that. Nothing was changed."}, nil
-			case offer == catalog.OfferTrial:
-				return &refusal{status: http.StatusConflict, message: "You had a subscription to " + svc.Name() +
-					" before, so its trial is not offered again; ask the operator. Nothing was changed."}, nil
-			}
+		return
+	}
+	take := func() (*refusal, error) {
+		if r, err := h.mayTake(q, sess, svc, offer); r != nil || err != nil {
+			return r, err
 		}
 		status := subscription.Active
 		if offer == catalog.OfferTrial {
@@ -467,6 +463,32 @@ func (h *Handler) subscribe(q *request, sess session, sessionKey store.KeyRecord
 	h.renderPlans(q, http.StatusCreated, sess, v, "You are subscribed to "+svc.Name()+".", "", &key)
 }
 
+// mayTake refuses a subscription to svc when the caller has one: one
+// that grants access (one subscription per service), a suspended one
+// (the operator's to lift), or any earlier one for a trial (a trial is
+// taken once).
+func (h *Handler) mayTake(q *request, sess session, svc *catalog.Service, offer catalog.Offer) (*refusal, error) {
+	prev, err := h.rt.Store().GetSubscription(q.r.Context(), sess.UserID, svc.ID)
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrNoAccount) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	switch st := subscription.Status(strings.ToUpper(prev.Status)); {
+	case st.GrantsAccess():
+		return &refusal{status: http.StatusConflict, message: "You already have a subscription to " + svc.Name() +
+			" (plan " + productName(svc, prev.ProductID) + "); a service has one subscription per caller. Change plan below instead. Nothing was changed."}, nil
+	case st == subscription.Suspended:
+		return &refusal{status: http.StatusForbidden, message: "Your subscription to " + svc.Name() +
+			" is suspended; only the operator can lift that. Nothing was changed."}, nil
+	case offer == catalog.OfferTrial:
+		return &refusal{status: http.StatusConflict, message: "You had a subscription to " + svc.Name() +
+			" before, so its trial is not offered again; ask the operator. Nothing was changed."}, nil
+	}
+	return nil, nil
+}
+
 // live is the caller's subscription to svc when its status grants
 // access, else a refusal.
 func (h *Handler) live(q *request, sess session, svc *catalog.Service) (store.Subscription, *refusal, error) {
@@ -479,39 +501,44 @@ func (h *Handler) live(q *request, sess session, svc *catalog.Service) (store.Su
 }
 
 // changePlan moves the caller to another free or trial plan: at once to
-// a pricier one, at the period's end to a cheaper one.
-func (h *Handler) changePlan(q *request, sess session, svc *catalog.Service, productID string) (*refusal, error) {
+// a pricier one ("changed"), at the period's end to a cheaper one
+// ("scheduled").
+func (h *Handler) changePlan(q *request, sess session, svc *catalog.Service, productID string) (string, *refusal, error) {
 	sub, r, err := h.live(q, sess, svc)
 	if r != nil || err != nil {
-		return r, err
+		return "", r, err
 	}
 	switch {
 	case sub.ProductID == productID:
-		return &refusal{status: http.StatusConflict, message: "You are on that plan already. Nothing was changed."}, nil
-	case strings.EqualFold(sub.Status, string(subscription.Cancelling)) || strings.EqualFold(sub.Status, string(subscription.CancellingPending)):
-		return &refusal{status: http.StatusConflict, message: "Your subscription is cancelling; it cannot change plan. Nothing was changed."}, nil
+		return "", &refusal{status: http.StatusConflict, message: "You are on that plan already. Nothing was changed."}, nil
+	case cancelling(sub.Status):
+		return "", &refusal{status: http.StatusConflict, message: "Your subscription is cancelling; it cannot change plan. Nothing was changed."}, nil
 	}
 	switch svc.SelfServiceOffer(productID) {
 	case catalog.NotOffered:
-		return &refusal{status: http.StatusForbidden, message: "The operator assigns that plan; you cannot take it yourself. Nothing was changed."}, nil
+		return "", &refusal{status: http.StatusForbidden, message: "The operator assigns that plan; you cannot take it yourself. Nothing was changed."}, nil
 	case catalog.OfferPaid:
-		return &refusal{status: http.StatusConflict, message: "That plan costs money: ask the operator for it with “Request access”. Nothing was changed."}, nil
+		return "", &refusal{status: http.StatusConflict, message: "That plan costs money: ask the operator for it with “Request access”. Nothing was changed."}, nil
 	}
 	actor := "portal:" + sess.UserID
 	if svc.Pricier(productID, sub.ProductID) {
-		q.r.PostForm.Set("when", "now")
 		if ch, err := h.ops.PutSubscription(q.r.Context(), actor, sess.UserID, svc.ID, productID, sub.Status); ch.UserID == "" {
-			return nil, err
+			return "", nil, err
 		}
-		return nil, nil
+		return "changed", nil, nil
 	}
-	p, _ := svc.Product(sub.ProductID)
 	from := q.now
-	if p != nil {
+	if p, ok := svc.Product(sub.ProductID); ok {
 		from = periodEnd(p, sub, q.now)
 	}
-	q.r.PostForm.Set("when", "period-end")
-	return nil, h.ops.ScheduleChange(q.r.Context(), actor, sess.UserID, svc.ID, productID, from)
+	return "scheduled", nil, h.ops.ScheduleChange(q.r.Context(), actor, sess.UserID, svc.ID, productID, from)
+}
+
+// cancelling reports whether a status is one of the cancelling ones,
+// which still grant access until the period's end.
+func cancelling(status string) bool {
+	st := subscription.Status(strings.ToUpper(status))
+	return st == subscription.Cancelling || st == subscription.CancellingPending
 }
 
 // cancel sets the caller's subscription CANCELLING: it keeps access to
@@ -522,7 +549,7 @@ func (h *Handler) cancel(q *request, sess session, svc *catalog.Service) (*refus
 	if r != nil || err != nil {
 		return r, err
 	}
-	if st := subscription.Status(strings.ToUpper(sub.Status)); st == subscription.Cancelling || st == subscription.CancellingPending {
+	if cancelling(sub.Status) {
 		return &refusal{status: http.StatusConflict, message: "Your subscription is cancelling already. Nothing was changed."}, nil
 	}
 	if ch, err := h.ops.PutSubscription(q.r.Context(), "portal:"+sess.UserID, sess.UserID, svc.ID, sub.ProductID, string(subscription.Cancelling)); ch.UserID == "" {

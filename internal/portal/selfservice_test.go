@@ -235,6 +235,20 @@ func TestSelfServiceRefusals(t *testing.T) {
 		t.Errorf("a service that is not public: %d", resp.StatusCode)
 	}
 
+	// Already subscribed, at the key limit too: told about the
+	// subscription, not the keys. Suspended: the operator's to lift.
+	for status, says := range map[string]string{"ACTIVE": "You already have a subscription to Shop API", "SUSPENDED": "is suspended"} {
+		if _, err := e.store().PutSubscription(context.Background(), store.Subscription{UserID: "bob", ServiceID: "shop", ProductID: "free", Status: status, UpdatedAt: time.Now().UTC()}); err != nil {
+			t.Fatal(err)
+		}
+		if resp, body := c.plansForm("subscribe", "bigfree"); resp.StatusCode < 400 || !strings.Contains(body, says) {
+			t.Errorf("subscribe with a subscription %s: %d\n%s", status, resp.StatusCode, body)
+		}
+		if s, _ := e.subscription("bob"); s.ProductID != "free" || s.Status != status {
+			t.Errorf("the refusal changed the subscription: %+v", s)
+		}
+	}
+
 	// A trial plan, once under the key limit: a TRIAL subscription.
 	e2 := localWith(t, "allow_key_management\nsign_in_limit 1000", shopService())
 	c2 := e2.newClient()
