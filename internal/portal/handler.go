@@ -276,6 +276,10 @@ func (h *Handler) home(q *request) {
 			if !ok {
 				return
 			}
+			if next := h.afterSignIn(q); next != "" {
+				q.redirect(next)
+				return
+			}
 			h.dashboard(q, sess, sessionKey, dashboardExtras{Notice: notices[q.r.URL.Query().Get("m")]})
 			return
 		}

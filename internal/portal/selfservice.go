@@ -123,6 +123,40 @@ func (h *Handler) servePlans(q *request, rest string) {
 	}
 }
 
+// nextCookie names the public service whose plans page a caller asked
+// for before signing in; home sends them there once they have. It holds
+// only a service id, checked again when read, so it cannot send anyone
+// elsewhere.
+const (
+	nextCookie = "platform_portal_next"
+	nextTTL    = 15 * time.Minute
+)
+
+// hasSession reports whether the request carries a live session.
+func (h *Handler) hasSession(q *request) bool {
+	c, err := q.r.Cookie(sessionCookie)
+	if err != nil {
+		return false
+	}
+	_, live := sessions.get(c.Value, q.now)
+	return live
+}
+
+// afterSignIn is where a signed-in caller goes instead of the
+// dashboard: the plans page they asked for before signing in, once. ""
+// when there is none.
+func (h *Handler) afterSignIn(q *request) string {
+	c, err := q.r.Cookie(nextCookie)
+	if err != nil {
+		return ""
+	}
+	http.SetCookie(q.w, q.cookie(nextCookie, "", -1))
+	if svc, ok := h.publicService(c.Value); ok {
+		return "/plans/" + url.PathEscape(svc.ID)
+	}
+	return ""
+}
+
 // publicService is a service of the catalog that callers may see.
 func (h *Handler) publicService(id string) (*catalog.Service, bool) {
 	svc, ok := h.rt.Catalog.Service(id)
@@ -146,11 +180,17 @@ func (h *Handler) plansIndex(q *request) {
 // plans renders the plans page of a service (with the cancel
 // confirmation when confirm).
 func (h *Handler) plans(q *request, serviceID string, confirm bool) {
+	svc, public := h.publicService(serviceID)
+	if public && !h.hasSession(q) {
+		// Back to this page after signing in (home): a caller who came
+		// from the storefront's Subscribe lands on the plans they chose.
+		http.SetCookie(q.w, q.cookie(nextCookie, svc.ID, int(nextTTL/time.Second)))
+	}
 	_, sess, _, ok := h.signedIn(q)
 	if !ok {
 		return
 	}
-	svc, ok := h.publicService(serviceID)
+	svc, ok = h.publicService(serviceID)
 	if !ok {
 		h.message(q, http.StatusNotFound, "No such service", "There is no public service with that id.")
 		return

@@ -267,3 +267,35 @@ func TestSelfServiceRefusals(t *testing.T) {
 		t.Errorf("a second trial: %d\n%s", resp.StatusCode, body)
 	}
 }
+
+// TestPlansAfterSignIn: a caller who opens a plans page before signing
+// in is sent back to it once signed in, once; a service that is not
+// public leaves no such way back.
+func TestPlansAfterSignIn(t *testing.T) {
+	e := localWith(t, "allow_key_management\nsign_in_limit 1000", shopService())
+	c := e.newClient()
+	resp, _ := c.get("/portal/plans/nothing-here")
+	if resp.StatusCode != http.StatusSeeOther || c.cookie(nextCookie) != nil {
+		t.Fatalf("a plans page of no public service: %d, cookie %v", resp.StatusCode, c.cookie(nextCookie))
+	}
+	resp, _ = c.get("/portal/plans/shop")
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/portal/" {
+		t.Fatalf("plans before signing in: %d %s", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	if ck := c.cookie(nextCookie); ck == nil || ck.Value != "shop" {
+		t.Fatalf("the way back: %v", ck)
+	}
+	_, page := c.get("/portal/")
+	resp, body := c.post("/portal/signin", url.Values{"csrf": {csrf(t, page)}, "key": {e.keyOnly("dee")}})
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign-in: %d\n%s", resp.StatusCode, body)
+	}
+	resp, _ = c.get("/portal/")
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/portal/plans/shop" {
+		t.Fatalf("after signing in: %d %s", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	resp, body = c.get("/portal/")
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, "Your usage") {
+		t.Errorf("the dashboard the second time: %d", resp.StatusCode)
+	}
+}
