@@ -308,3 +308,80 @@ func chargesMoneyPerUnit(p *billing.Product) bool {
 	}
 	return true
 }
+
+// Offer is how a caller may take a product themselves, the one rule the
+// portal's plans page and the storefront's call to action both ask.
+type Offer int
+
+// The offers.
+const (
+	// NotOffered: only the operator assigns the product (it is not
+	// self_service, is private, or its service is not public).
+	NotOffered Offer = iota
+	// OfferFree: self_service and costs no money; taken at once.
+	OfferFree
+	// OfferTrial: self_service with a trial; taken at once, on trial.
+	OfferTrial
+	// OfferPaid: self_service but costs money (a period price, a money
+	// unit price, or prepaid credits to buy); taken through payments,
+	// and until those are configured by asking the operator.
+	OfferPaid
+)
+
+// SelfServiceOffer is how a caller may take the product themselves. A
+// trial comes before the price: the trial is what a caller takes at once.
+func (s *Service) SelfServiceOffer(productID string) Offer {
+	l, ok := s.listings[productID]
+	p, found := s.Product(productID)
+	if !ok || !found || !s.Listed(productID) || !l.SelfService {
+		return NotOffered
+	}
+	switch {
+	case l.TrialDays > 0:
+		return OfferTrial
+	case l.CostsMoney(p):
+		return OfferPaid
+	}
+	return OfferFree
+}
+
+// CostsMoney reports whether a subscription to p may cost its caller
+// money: a period price above zero, a unit price billed as money, or a
+// prepaid price, whose credits are bought.
+func (l *ProductListing) CostsMoney(p *billing.Product) bool {
+	return l.PeriodPrice != nil && *l.PeriodPrice > 0 || chargesMoneyPerUnit(p) ||
+		p.BillingModel == billing.Prepaid && p.Price > 0
+}
+
+// Pricier reports whether product a of the service costs more than b, so
+// that moving from b to a is an upgrade: a higher period price, then at
+// the same a higher unit price, then a larger quota (none is unlimited).
+func (s *Service) Pricier(a, b string) bool {
+	pa, okA := s.Product(a)
+	pb, okB := s.Product(b)
+	la := s.listings[a]
+	lb := s.listings[b]
+	if !okA || !okB || la == nil || lb == nil {
+		return false
+	}
+	var perA, perB billing.Units
+	if la.PeriodPrice != nil {
+		perA = *la.PeriodPrice
+	}
+	if lb.PeriodPrice != nil {
+		perB = *lb.PeriodPrice
+	}
+	if perA != perB {
+		return perA > perB
+	}
+	if pa.Price != pb.Price {
+		return pa.Price > pb.Price
+	}
+	switch {
+	case pa.Quota == nil:
+		return pb.Quota != nil
+	case pb.Quota == nil:
+		return false
+	}
+	return *pa.Quota > *pb.Quota
+}

@@ -87,6 +87,8 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request, who string) {
 		err = h.audit(q)
 	case len(parts) == 1 && parts[0] == "alerts":
 		err = h.alerts(q)
+	case len(parts) == 1 && parts[0] == "requests":
+		err = h.requests(q)
 	default:
 		http.NotFound(w, r)
 		return
@@ -110,6 +112,8 @@ func (h *Handler) post(q *req) {
 		err = h.putSubscription(q, p[1])
 	case len(p) == 3 && p[0] == "users" && p[2] == "credits":
 		err = h.addCredits(q, p[1])
+	case len(p) == 2 && p[0] == "requests" && p[1] == "decline":
+		err = h.declineRequest(q)
 	default:
 		http.NotFound(q.w, q.r)
 		return

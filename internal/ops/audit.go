@@ -30,6 +30,15 @@ const (
 	// AuditPortalSignIn is a caller signed in to the portal, with a
 	// service key or with the identity provider (actor "portal:<user>").
 	AuditPortalSignIn = "portal.sign_in"
+	// AuditChangeScheduled is a caller's change to a cheaper plan, taken
+	// at the end of the current period (selfservice.go); its detail is
+	// "product <id> from <RFC 3339 time>".
+	AuditChangeScheduled = "subscription.change_scheduled"
+	// AuditAccessRequest is a caller asking for a product that costs
+	// money while no payments are configured; its detail is
+	// "product <id>". AuditAccessDecline is the operator's no.
+	AuditAccessRequest = "access.request"
+	AuditAccessDecline = "access.decline"
 )
 
 // RecordAudit appends an entry for a change that is done, stamped now. A

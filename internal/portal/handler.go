@@ -121,6 +121,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 			return nil
 		}
 		h.exportUsage(q)
+	case strings.HasPrefix(p, "/plans/"):
+		h.servePlans(q, strings.TrimPrefix(p, "/plans/"))
 	case strings.HasPrefix(p, "/jobs/") && strings.Count(p, "/") == 2:
 		if !h.allow(q, http.MethodGet, http.MethodHead) {
 			return nil
@@ -274,6 +276,10 @@ func (h *Handler) home(q *request) {
 			if !ok {
 				return
 			}
+			if next := h.afterSignIn(q); next != "" {
+				q.redirect(next)
+				return
+			}
 			h.dashboard(q, sess, sessionKey, dashboardExtras{Notice: notices[q.r.URL.Query().Get("m")]})
 			return
 		}
@@ -396,7 +402,7 @@ func (h *Handler) createKey(q *request) {
 		return
 	}
 	label := strings.TrimSpace(q.r.PostForm.Get("label"))
-	rec, refusal, err := h.mint(q, sess, sessionKey, label)
+	rec, refusal, err := h.mint(q, sess, sessionKey, label, nil)
 	if err != nil && rec.ID != "" {
 		// The key exists but its audit entry failed (the server log says
 		// so): it is shown, once, as the admin API does.

@@ -31,6 +31,7 @@ import (
 
 	// The gateway's handlers, for the real calls the portal then shows.
 	_ "github.com/platformgw/gateway/internal/platformgw"
+	_ "github.com/platformgw/gateway/internal/storefront"
 	_ "github.com/platformgw/gateway/internal/usagehandler"
 )
 
@@ -96,6 +97,27 @@ type env struct {
 // (with portalOptions in its block) on a store in a fresh directory.
 func start(t *testing.T, portalOptions string) *env {
 	t.Helper()
+	return startSite(t, portalOptions, false)
+}
+
+// startShop is start with echo public, its basic plan listed as a free
+// self-service plan "Free" (capped kept private), and the storefront
+// under /store/ with its sign-in pointing at the portal: the site a
+// caller walks from browsing to calling.
+func startShop(t *testing.T, portalOptions string) *env {
+	t.Helper()
+	return startSite(t, portalOptions, true)
+}
+
+func startSite(t *testing.T, portalOptions string, shop bool) *env {
+	t.Helper()
+	public, basicListing, cappedListing, storefront := "", "", "", ""
+	if shop {
+		public = "public\n\t\t\tdisplay_name Echo"
+		basicListing = "display_name Free\n\t\t\t\tself_service"
+		cappedListing = "private"
+		storefront = "handle_path /store/* {\n\t\tplatform_storefront {\n\t\t\tsign_in_url /portal/\n\t\t}\n\t}"
+	}
 	dir := t.TempDir()
 	backend := signingBackend(t)
 	cfg := fmt.Sprintf(`{
@@ -109,6 +131,7 @@ func start(t *testing.T, portalOptions string) *env {
 		service echo {
 			backend %s
 			secret %s
+			%s
 			endpoint hello {
 				methods GET POST
 				path /hello
@@ -119,6 +142,7 @@ func start(t *testing.T, portalOptions string) *env {
 				unit request
 				quota 100
 				overage block
+				%s
 			}
 			product capped {
 				billing USAGE_POSTPAID
@@ -126,12 +150,14 @@ func start(t *testing.T, portalOptions string) *env {
 				unit request
 				price 0.5
 				spending_cap 10
+				%s
 			}
 		}
 	}
 }
 :%d {
 	bind 127.0.0.1
+	%s
 	handle_path /portal/* {
 		platform_portal {
 %s
@@ -146,7 +172,7 @@ func start(t *testing.T, portalOptions string) *env {
 		}
 	}
 }
-`, adminPort, httpPort, dir, siteBase, backend.URL, echoSecret, httpPort, portalOptions)
+`, adminPort, httpPort, dir, siteBase, backend.URL, echoSecret, public, basicListing, cappedListing, httpPort, storefront, portalOptions)
 	unloadOtherStore(filepath.Join(dir, "platform.db"))
 	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: adminPort})
 	tester.InitServer(cfg, "caddyfile")

@@ -44,8 +44,12 @@ type refusal struct {
 var errParentEnded = errors.New("the session's key ended while a key was made under it")
 
 // mint makes a key under sessionKey (none for a session opened with the
-// identity provider), within the limits.
-func (h *Handler) mint(q *request, sess session, sessionKey store.KeyRecord, label string) (ops.KeyView, *refusal, error) {
+// identity provider), within the limits. before, if set, runs once the
+// limits allow the key and before it is made, under the same lock: a
+// subscription taken with its key (selfservice.go) is refused with it
+// when the key would be, and two forms posted at once are decided one
+// after the other. A refusal or error from before makes no key.
+func (h *Handler) mint(q *request, sess session, sessionKey store.KeyRecord, label string, before func() (*refusal, error)) (ops.KeyView, *refusal, error) {
 	ctx := q.r.Context()
 	minting.Lock()
 	defer minting.Unlock()
@@ -69,6 +73,11 @@ func (h *Handler) mint(q *request, sess session, sessionKey store.KeyRecord, lab
 	if ok, wait, _ := h.rt.Allow("portal-key-create:"+sess.UserID, "", limit, q.now); !ok {
 		return ops.KeyView{}, &refusal{status: http.StatusTooManyRequests, retryAfter: wait,
 			message: "You are creating keys too quickly; wait a minute and try again. Nothing was changed."}, nil
+	}
+	if before != nil {
+		if r, err := before(); r != nil || err != nil {
+			return ops.KeyView{}, r, err
+		}
 	}
 	if sess.KeyID == "" {
 		rec, err := h.ops.CreateKey(ctx, "portal:"+sess.UserID, ops.CreateKeyRequest{UserID: sess.UserID, Label: label})

@@ -101,6 +101,13 @@ type Operations interface {
 	RevokeKey(ctx context.Context, actor, keyID string) (ops.KeyView, error)
 	Summarize(ctx context.Context, sub store.Subscription, at time.Time) (ops.PeriodSummary, error)
 	RecordAudit(ctx context.Context, e store.AuditEntry) error
+	// What a caller does to their own subscriptions (selfservice.go).
+	PutSubscription(ctx context.Context, actor, userID, serviceID, productID, status string) (ops.SubscriptionChange, error)
+	ScheduleChange(ctx context.Context, actor, userID, serviceID, productID string, from time.Time) error
+	PendingChange(ctx context.Context, userID, serviceID string) (ops.ScheduledChange, bool, error)
+	ApplyDueChange(ctx context.Context, userID, serviceID string, now time.Time) (ops.ScheduledChange, error)
+	RequestAccess(ctx context.Context, actor, userID, serviceID, productID string) error
+	PendingAccessRequests(ctx context.Context, userID string) ([]ops.AccessRequest, error)
 }
 
 var _ Operations = (*ops.Ops)(nil)

@@ -35,6 +35,8 @@ type page struct {
 	JobCost string
 	// Revoke is the confirmation page before a key is revoked.
 	Revoke *revokeView
+	// Plans is a service's plans page (selfservice.go).
+	Plans *plansView
 	*dashboard
 }
 

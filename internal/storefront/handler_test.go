@@ -54,6 +54,8 @@ func testCatalog(t testing.TB) *catalog.Catalog {
 		DisplayName: "Maps", Description: "Tiles and routes.", LogoURL: "/img/maps.png", Tags: []string{"geo"},
 		Endpoints: []*catalog.Endpoint{{ID: "tile", Methods: []string{"GET"}}},
 		Products:  []*billing.Product{{ID: "free", BillingModel: billing.Subscription, MeasurementType: billing.PerRequest, Quota: &free}},
+		// Callers take the free plan themselves, in the portal.
+		ProductListings: []*catalog.ProductListing{{Product: "free", SelfService: true}},
 	}
 	hidden := &catalog.Service{ID: "internal-only", DisplayName: "Payroll Internal", Backend: "http://10.0.0.8",
 		Secrets: []string{"other-secret-0123456789"}, Tags: []string{"hr"},
@@ -290,6 +292,29 @@ func TestServicePage(t *testing.T) {
 	}
 	if strings.Contains(body, "<button") || strings.Contains(body, "<form") {
 		t.Error("the service page has a form or button, as if it could subscribe")
+	}
+}
+
+// TestSubscribeCallToAction: a service with a plan callers take
+// themselves says "Subscribe", to the portal's plans page of the
+// service; one without keeps the plain note, and with no portal there is
+// no Subscribe link to invent.
+func TestSubscribeCallToAction(t *testing.T) {
+	h := newHandler(t)
+	body := get(t, h, "GET", "/services/maps").Body.String()
+	if !strings.Contains(body, `<a class="cta" href="/portal/plans/maps">Subscribe</a>`) || strings.Contains(body, "not open yet") {
+		t.Errorf("the maps page has no Subscribe to the portal:\n%s", body)
+	}
+	body = get(t, h, "GET", "/services/weather").Body.String()
+	if strings.Contains(body, ">Subscribe<") || !strings.Contains(body, "Subscribing from this page is not open yet") {
+		t.Error("the weather page, with no self-service plan, offers Subscribe")
+	}
+	bare := &Handler{}
+	if err := bare.setup(testCatalog(t), "/api", zap.NewNop()); err != nil {
+		t.Fatal(err)
+	}
+	if body := get(t, bare, "GET", "/services/maps").Body.String(); strings.Contains(body, ">Subscribe<") {
+		t.Error("Subscribe with no portal to subscribe in")
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"embed"
 	"fmt"
 	"html/template"
+	"net/url"
+	"strings"
 )
 
 // The pages: html/template with one embedded stylesheet, no script, so
@@ -54,6 +56,15 @@ func render(t *template.Template, d pageData) ([]byte, error) {
 		return nil, fmt.Errorf("render %s: %w", t.Name(), err)
 	}
 	return buf.Bytes(), nil
+}
+
+// PlansURL is the portal's plans page of the service: the page under
+// the portal that sign_in_url names; "" without a portal.
+func (d pageData) PlansURL() string {
+	if d.Site.SignInURL == "" || d.Service == nil {
+		return ""
+	}
+	return strings.TrimRight(d.Site.SignInURL, "/") + "/plans/" + url.PathEscape(d.Service.ID)
 }
 
 // Home is the link to the front page from this page.

@@ -45,6 +45,10 @@ type servicePage struct {
 	// Reference and OpenAPI are the public catalog's API reference page
 	// and document of the service; "" when no catalog_url is configured.
 	Reference, OpenAPI string
+	// SelfService: some plan may be taken by the caller (the catalog's
+	// Service.SelfServiceOffer), so the call to action is "Subscribe" to
+	// the portal's plans page of the service.
+	SelfService bool
 }
 
 type feature struct{ Label, Tooltip string }
@@ -91,6 +95,9 @@ func newShop(c *catalog.Catalog, o options) *shop {
 			page.Plans = append(page.Plans, pl)
 			if pl.Price == "Free" {
 				page.FromFree = true
+			}
+			if s.SelfServiceOffer(p.ID) != catalog.NotOffered {
+				page.SelfService = true
 			}
 		}
 		page.card.Plans = len(page.Plans)
