@@ -8,7 +8,8 @@ import (
 	"github.com/platformgw/gateway/internal/store"
 )
 
-// PeriodState is Summarize without the count of calls cut at a limit:
+// PeriodState is Summarize without the count of calls cut at a limit
+// (Summarize adds it to what PeriodState reads):
 // the period, the units used and held, the quota and the spending cap
 // with what is left, the credits. It is one read of the store's billing
 // state, where Summarize also scans the period's hourly rollups, so a
