@@ -184,7 +184,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 	}
 	hdr.Set("ETag", res.etag)
 	hdr.Set("Cache-Control", "public, max-age="+strconv.Itoa(int(time.Duration(h.MaxAge)/time.Second)))
-	if matches(r.Header.Values("If-None-Match"), res.etag) {
+	if ETagMatches(r.Header.Values("If-None-Match"), res.etag) {
 		w.WriteHeader(http.StatusNotModified)
 		return nil
 	}
@@ -202,10 +202,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 	return nil
 }
 
-// matches reports whether an If-None-Match header names etag: "*", or the
-// tag in the list, weak or strong (RFC 9110 section 13.1.2 compares
-// weakly for If-None-Match).
-func matches(values []string, etag string) bool {
+// ETagMatches reports whether an If-None-Match header names etag: "*", or
+// the tag in the list, weak or strong (RFC 9110 section 13.1.2 compares
+// weakly for If-None-Match). The storefront's pages revalidate by it too.
+func ETagMatches(values []string, etag string) bool {
 	for _, v := range values {
 		for _, tag := range strings.Split(v, ",") {
 			tag = strings.TrimSpace(tag)

@@ -244,7 +244,7 @@ func TestAttachedOpenAPIIsServed(t *testing.T) {
 }
 
 func TestMatches(t *testing.T) {
-	if matches([]string{`"a"`}, `"b"`) || !matches([]string{`"x", W/"b"`}, `"b"`) || matches(nil, `"b"`) {
+	if ETagMatches([]string{`"a"`}, `"b"`) || !ETagMatches([]string{`"x", W/"b"`}, `"b"`) || ETagMatches(nil, `"b"`) {
 		t.Error("If-None-Match matching")
 	}
 }

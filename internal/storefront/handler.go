@@ -24,6 +24,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/catalog"
+	"github.com/platformgw/gateway/internal/publiccatalog"
 	"github.com/platformgw/gateway/internal/platform"
 )
 
@@ -265,7 +266,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, res *resource, c
 	hdr := w.Header()
 	hdr.Set("ETag", res.etag)
 	hdr.Set("Cache-Control", "public, max-age="+strconv.Itoa(int(time.Duration(h.MaxAge)/time.Second)))
-	if matches(r.Header.Values("If-None-Match"), res.etag) {
+	if publiccatalog.ETagMatches(r.Header.Values("If-None-Match"), res.etag) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
@@ -293,20 +294,6 @@ func (h *Handler) notFound(w http.ResponseWriter, r *http.Request, message strin
 		_, _ = w.Write(body)
 	}
 	return nil
-}
-
-// matches reports whether an If-None-Match header names etag: "*", or the
-// tag in the list, weak or strong (RFC 9110 section 13.1.2).
-func matches(values []string, etag string) bool {
-	for _, v := range values {
-		for _, tag := range strings.Split(v, ",") {
-			tag = strings.TrimSpace(tag)
-			if tag == "*" || strings.TrimPrefix(tag, "W/") == etag {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // Interface guards.
