@@ -24,8 +24,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/catalog"
-	"github.com/platformgw/gateway/internal/publiccatalog"
 	"github.com/platformgw/gateway/internal/platform"
+	"github.com/platformgw/gateway/internal/publiccatalog"
 )
 
 func init() {
