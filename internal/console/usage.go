@@ -310,11 +310,11 @@ func (h *Handler) export(q *req) error {
 			}
 		}
 		if format == "csv" {
-			if err := cw.Write(ops.UsageCSVRow(e)); err != nil {
+			if err := cw.Write(ops.UsageCSVRow(e, ops.CostUnit(h.rt.Catalog, e.ServiceID, e.ProductID))); err != nil {
 				return err
 			}
 		} else {
-			b, err := ops.UsageJSON(e)
+			b, err := ops.UsageJSON(e, ops.CostUnit(h.rt.Catalog, e.ServiceID, e.ProductID))
 			if err != nil {
 				return err
 			}

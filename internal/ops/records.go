@@ -96,11 +96,19 @@ type LedgerRecord struct {
 	// limit gave away.
 	UnitsClaimed   billing.Units `json:"unitsClaimed,omitempty"`
 	UnitsUncharged billing.Units `json:"unitsUncharged,omitempty"`
+	// CostUnit is what Cost is counted in (CostUnit): "credits", an ISO
+	// 4217 code, or empty when the running catalog cannot say.
+	CostUnit string `json:"costUnit,omitempty"`
 }
 
 // UsageJSON is a ledger entry as the usage exports write it in JSON (the
 // admin API's and the console's).
-func UsageJSON(e store.LedgerEntry) ([]byte, error) { return json.Marshal(ViewLedgerEntry(e)) }
+// costUnit is what its cost is counted in (CostUnit).
+func UsageJSON(e store.LedgerEntry, costUnit string) ([]byte, error) {
+	r := ViewLedgerEntry(e)
+	r.CostUnit = costUnit
+	return json.Marshal(r)
+}
 
 // ViewLedgerEntry is how a usage export shows a ledger entry.
 func ViewLedgerEntry(e store.LedgerEntry) LedgerRecord {

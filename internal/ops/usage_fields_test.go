@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/store/storetest"
 )
@@ -19,7 +20,7 @@ func TestUsageExportsCarryEveryLedgerField(t *testing.T) {
 	e := storetest.FullLedgerEntry(t)
 	uncharged := e.Uncharged().String()
 
-	b, err := UsageJSON(e)
+	b, err := UsageJSON(e, "EUR")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,8 +36,11 @@ func TestUsageExportsCarryEveryLedgerField(t *testing.T) {
 	if string(keys["unitsUncharged"]) != uncharged {
 		t.Errorf("usage JSON unitsUncharged = %s, want %s", keys["unitsUncharged"], uncharged)
 	}
+	if string(keys["costUnit"]) != `"EUR"` {
+		t.Errorf("usage JSON costUnit = %s, want the cost's currency", keys["costUnit"])
+	}
 
-	cols, row := UsageCSVColumns(), UsageCSVRow(e)
+	cols, row := UsageCSVColumns(), UsageCSVRow(e, "EUR")
 	if len(cols) != len(row) {
 		t.Fatalf("%d CSV columns, %d values", len(cols), len(row))
 	}
@@ -71,5 +75,32 @@ func TestUsageExportsCarryEveryLedgerField(t *testing.T) {
 	storetest.CheckLedgerEntry(t, "the usage CSV row (UsageCSVRow)", fromCSV, e, "Seq")
 	if cell["unitsUncharged"] != uncharged {
 		t.Errorf("usage CSV unitsUncharged = %q, want %s", cell["unitsUncharged"], uncharged)
+	}
+	if cell["costUnit"] != "EUR" {
+		t.Errorf("usage CSV costUnit = %q, want the cost's currency", cell["costUnit"])
+	}
+}
+
+// TestCostUnit: a prepaid product's cost is in credits, another's in its
+// listing's currency; a product the catalog no longer has says nothing
+// rather than guess.
+func TestCostUnit(t *testing.T) {
+	cat, err := catalog.Compile([]*catalog.Service{{ID: "weather", Backend: "http://127.0.0.1:9", Secrets: []string{"s3cret-s3cret-s3cret-s3cret-0001"},
+		Endpoints: []*catalog.Endpoint{{ID: "forecast", Path: "/forecast"}},
+		Products: []*billing.Product{
+			{ID: "credits", BillingModel: billing.Prepaid, MeasurementType: billing.PerRequest, Price: billing.Whole(1)},
+			{ID: "metered", BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerRequest, Price: billing.Whole(1) / 100},
+		},
+		ProductListings: []*catalog.ProductListing{{Product: "metered", Currency: "EUR"}},
+	}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ service, product, want string }{
+		{"weather", "credits", "credits"}, {"weather", "metered", "EUR"}, {"weather", "gone", ""}, {"gone", "metered", ""},
+	} {
+		if got := CostUnit(cat, tc.service, tc.product); got != tc.want {
+			t.Errorf("CostUnit(%s, %s) = %q, want %q", tc.service, tc.product, got, tc.want)
+		}
 	}
 }

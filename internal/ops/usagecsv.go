@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -15,14 +17,16 @@ import (
 var usageColumns = []string{
 	"time", "id", "userId", "serviceId", "endpointId", "productId", "requestId",
 	"source", "units", "overage", "cost", "unitsClaimed", "occurredAt", "idempotencyKey", "unitsUncharged",
+	"costUnit",
 }
 
 // UsageCSVColumns are the columns of a usage CSV export.
 func UsageCSVColumns() []string { return slices.Clone(usageColumns) }
 
 // UsageCSVRow is a ledger entry as a row of a usage CSV export, text
-// fields defused against formula injection.
-func UsageCSVRow(e store.LedgerEntry) []string {
+// fields defused against formula injection; costUnit is what its cost is
+// counted in (CostUnit).
+func UsageCSVRow(e store.LedgerEntry, costUnit string) []string {
 	return []string{
 		csvTime(e.Time),
 		csvText(e.ID),
@@ -39,7 +43,32 @@ func UsageCSVRow(e store.LedgerEntry) []string {
 		csvTime(e.OccurredAt),
 		csvText(e.IdempotencyKey),
 		e.Uncharged().String(),
+		costUnit,
 	}
+}
+
+// CostUnit is what the cost of a ledger row of serviceID's productID is
+// counted in, by the running catalog: "credits" for a PREPAID product, the
+// currency of the product's listing (an ISO 4217 code) for the others, and
+// empty when the catalog cannot say (the product is gone, or its listing
+// names no currency). A usage export carries it beside every cost, so
+// credits are never read as money or money without its currency.
+func CostUnit(cat *catalog.Catalog, serviceID, productID string) string {
+	if cat == nil {
+		return ""
+	}
+	svc, ok := cat.Service(serviceID)
+	if !ok {
+		return ""
+	}
+	p, ok := svc.Product(productID)
+	switch {
+	case !ok:
+		return ""
+	case p.BillingModel == billing.Prepaid:
+		return "credits"
+	}
+	return p.Currency
 }
 
 // rollupColumns are the CSV columns of a rollup export.

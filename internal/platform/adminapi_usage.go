@@ -63,11 +63,11 @@ func (a *adminAPI) exportUsage(app *App, w http.ResponseWriter, r *http.Request,
 	var enc ledgerEncoder
 	switch format {
 	case formatJSON:
-		enc = &jsonArrayEncoder{}
+		enc = &jsonArrayEncoder{cat: app.Catalog()}
 	case formatNDJSON:
-		enc = &ndjsonEncoder{}
+		enc = &ndjsonEncoder{cat: app.Catalog()}
 	case formatCSV:
-		enc = &csvEncoder{}
+		enc = &csvEncoder{cat: app.Catalog()}
 	default:
 		return apierror.Invalid("format", "format must be json, ndjson or csv")
 	}
@@ -114,7 +114,11 @@ type ledgerEncoder interface {
 	end(w io.Writer) error
 }
 
-type jsonArrayEncoder struct{ n int }
+// jsonArrayEncoder writes a JSON array; cat names each cost's unit.
+type jsonArrayEncoder struct {
+	n   int
+	cat *catalog.Catalog
+}
 
 func (*jsonArrayEncoder) contentType() string { return "application/json" }
 func (*jsonArrayEncoder) begin(w io.Writer) error {
@@ -123,7 +127,7 @@ func (*jsonArrayEncoder) begin(w io.Writer) error {
 }
 
 func (j *jsonArrayEncoder) entry(w io.Writer, e store.LedgerEntry) error {
-	b, err := ops.UsageJSON(e)
+	b, err := ops.UsageJSON(e, ops.CostUnit(j.cat, e.ServiceID, e.ProductID))
 	if err != nil {
 		return err
 	}
@@ -148,13 +152,14 @@ func (j *jsonArrayEncoder) end(w io.Writer) error {
 	return err
 }
 
-type ndjsonEncoder struct{}
+// ndjsonEncoder writes one JSON row a line; cat names each cost's unit.
+type ndjsonEncoder struct{ cat *catalog.Catalog }
 
-func (ndjsonEncoder) contentType() string   { return "application/x-ndjson" }
-func (ndjsonEncoder) begin(io.Writer) error { return nil }
-func (ndjsonEncoder) end(io.Writer) error   { return nil }
-func (ndjsonEncoder) entry(w io.Writer, e store.LedgerEntry) error {
-	b, err := ops.UsageJSON(e)
+func (*ndjsonEncoder) contentType() string   { return "application/x-ndjson" }
+func (*ndjsonEncoder) begin(io.Writer) error { return nil }
+func (*ndjsonEncoder) end(io.Writer) error   { return nil }
+func (n *ndjsonEncoder) entry(w io.Writer, e store.LedgerEntry) error {
+	b, err := ops.UsageJSON(e, ops.CostUnit(n.cat, e.ServiceID, e.ProductID))
 	if err != nil {
 		return err
 	}
@@ -162,7 +167,11 @@ func (ndjsonEncoder) entry(w io.Writer, e store.LedgerEntry) error {
 	return err
 }
 
-type csvEncoder struct{ cw *csv.Writer }
+// csvEncoder writes the CSV export; cat names each cost's unit.
+type csvEncoder struct {
+	cw  *csv.Writer
+	cat *catalog.Catalog
+}
 
 func (*csvEncoder) contentType() string { return "text/csv; charset=utf-8" }
 
@@ -172,7 +181,7 @@ func (c *csvEncoder) begin(w io.Writer) error {
 }
 
 func (c *csvEncoder) entry(_ io.Writer, e store.LedgerEntry) error {
-	return c.cw.Write(ops.UsageCSVRow(e))
+	return c.cw.Write(ops.UsageCSVRow(e, ops.CostUnit(c.cat, e.ServiceID, e.ProductID)))
 }
 
 func (c *csvEncoder) end(io.Writer) error {
