@@ -8,6 +8,7 @@ import (
 
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/subscription"
 )
 
 // PeriodSummary is one subscription's billing period as an operator (and
@@ -23,6 +24,9 @@ type PeriodSummary struct {
 	UnitLabel       string    `json:"unitLabel,omitempty"`
 	PeriodStart     time.Time `json:"periodStart,omitzero"`
 	PeriodEnd       time.Time `json:"periodEnd,omitzero"`
+	// EndsAt is when the subscription stops granting access (a trial's or
+	// a cancellation's end); Status is already the EndStatus from then.
+	EndsAt time.Time `json:"endsAt,omitzero"`
 	// ProductMissing: the product is no longer in the catalog, so the
 	// period and its figures cannot be told (calls are refused).
 	ProductMissing bool           `json:"productMissing,omitempty"`
@@ -47,7 +51,7 @@ type PeriodSummary struct {
 // product of the running catalog.
 func (o *Ops) Summarize(ctx context.Context, sub store.Subscription, at time.Time) (PeriodSummary, error) {
 	ps := PeriodSummary{
-		ServiceID: sub.ServiceID, ProductID: sub.ProductID, Status: sub.Status,
+		ServiceID: sub.ServiceID, ProductID: sub.ProductID, Status: string(subscription.EffectiveStatus(sub, at)), EndsAt: sub.EndsAt,
 		Credits: sub.Credits, CreditsHeld: sub.CreditsHeld,
 	}
 	var p *billing.Product
