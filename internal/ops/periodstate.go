@@ -6,9 +6,11 @@ import (
 
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/subscription"
 )
 
-// PeriodState is Summarize without the count of calls cut at a limit:
+// PeriodState is Summarize without the count of calls cut at a limit
+// (Summarize adds it to what PeriodState reads):
 // the period, the units used and held, the quota and the spending cap
 // with what is left, the credits. It is one read of the store's billing
 // state, where Summarize also scans the period's hourly rollups, so a
@@ -16,7 +18,7 @@ import (
 // reads one figure per subscription and not a month of sums.
 func (o *Ops) PeriodState(ctx context.Context, sub store.Subscription, at time.Time) (PeriodSummary, error) {
 	ps := PeriodSummary{
-		ServiceID: sub.ServiceID, ProductID: sub.ProductID, Status: sub.Status,
+		ServiceID: sub.ServiceID, ProductID: sub.ProductID, Status: string(subscription.EffectiveStatus(sub, at)), EndsAt: sub.EndsAt,
 		Credits: sub.Credits, CreditsHeld: sub.CreditsHeld,
 	}
 	svc, ok := o.rt.Catalog.Service(sub.ServiceID)

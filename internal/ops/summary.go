@@ -8,7 +8,6 @@ import (
 
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/store"
-	"github.com/platformgw/gateway/internal/subscription"
 )
 
 // PeriodSummary is one subscription's billing period as an operator (and
@@ -50,38 +49,12 @@ type PeriodSummary struct {
 // Summarize reads the billing period of sub that contains at, under the
 // product of the running catalog.
 func (o *Ops) Summarize(ctx context.Context, sub store.Subscription, at time.Time) (PeriodSummary, error) {
-	ps := PeriodSummary{
-		ServiceID: sub.ServiceID, ProductID: sub.ProductID, Status: string(subscription.EffectiveStatus(sub, at)), EndsAt: sub.EndsAt,
-		Credits: sub.Credits, CreditsHeld: sub.CreditsHeld,
-	}
-	var p *billing.Product
-	if svc, ok := o.rt.Catalog.Service(sub.ServiceID); ok {
-		p, _ = svc.Product(sub.ProductID)
-	}
-	if p == nil {
-		ps.ProductMissing = true
-		return ps, nil
-	}
-	ps.BillingModel, ps.MeasurementType, ps.UnitLabel = p.BillingModel, p.MeasurementType, p.UnitLabel
-	ps.PeriodStart, ps.PeriodEnd = billing.PeriodBounds(p.Period, p.CalendarPeriods, sub.StartedAt, at)
-	st, err := o.rt.Store().State(ctx, store.Account{UserID: sub.UserID, ServiceID: sub.ServiceID, Product: *p}, at)
-	if err != nil {
+	ps, err := o.PeriodState(ctx, sub, at)
+	if err != nil || ps.ProductMissing {
 		return ps, err
 	}
-	ps.UnitsUsed, ps.UnitsHeld = st.Used, st.Reserved
-	ps.Spend, ps.SpendHeld = st.Spend, st.ReservedSpend
-	ps.Credits, ps.CreditsHeld = st.Credits, st.CreditsHeld
-	if p.Quota != nil {
-		q := *p.Quota
-		left := st.QuotaLeft(q)
-		over := max(0, st.Used-q)
-		ps.Quota, ps.UnitsRemaining, ps.OverageUnits = &q, &left, &over
-	}
-	if p.SpendingCap != nil {
-		c := *p.SpendingCap
-		left := st.SpendingCapLeft(c)
-		ps.SpendingCap, ps.SpendRemaining = &c, &left
-	}
+	svc, _ := o.rt.Catalog.Service(sub.ServiceID)
+	p, _ := svc.Product(sub.ProductID)
 	if hasHardLimit(*p) {
 		// From the hourly rollups: a handful of reads for a month.
 		f := store.LedgerFilter{UserID: sub.UserID, ServiceID: sub.ServiceID, From: ps.PeriodStart, To: at.Add(time.Nanosecond)}
