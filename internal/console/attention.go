@@ -48,7 +48,7 @@ func (h *Handler) attention(ctx context.Context, now time.Time) ([]concern, bool
 		subs, partial = subs[:maxAttentionSubs], true
 	}
 	for _, sub := range subs {
-		if !subscription.GrantsAccess(sub.Status) {
+		if !subscription.EffectiveStatus(sub, now).GrantsAccess() {
 			continue // a limit of a subscription that grants nothing refuses nothing
 		}
 		ps, err := h.ops.PeriodState(ctx, sub, now)

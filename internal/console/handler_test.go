@@ -403,3 +403,40 @@ func createKeyFor(t *testing.T, e *env, user string) (string, ops.KeyView) {
 	}
 	return v.Key, v
 }
+
+// A subscription with an end shows it, and the status it ended in after;
+// saving the change form sets the status chosen and clears the end, as
+// its help text says.
+func TestConsoleSubscriptionEnd(t *testing.T) {
+	e := local(t)
+	h := direct(t, e, false)
+	ctx := context.Background()
+	ends := time.Now().UTC().Add(72 * time.Hour)
+	if _, err := e.ops.PutSubscriptionUntil(ctx, "test", "alice", "weather", "basic", "CANCELLING",
+		ops.End{At: ends, Status: "CANCELLED"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ops.PutSubscriptionUntil(ctx, "test", "bob", "weather", "basic", "TRIAL",
+		ops.End{At: time.Now().UTC().Add(-time.Hour), Status: "EXPIRED"}); err != nil {
+		t.Fatal(err)
+	}
+	body := serve(h, httptest.NewRequest("GET", "/console/users/alice", nil), "op").Body.String()
+	for _, want := range []string{"Cancelling — ends " + ends.Format(time.DateOnly), "Saving sets the status you choose and clears any end"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("alice's page lacks %q", want)
+		}
+	}
+	body = serve(h, httptest.NewRequest("GET", "/console/users/bob", nil), "op").Body.String()
+	if !strings.Contains(body, `<td data-label="Status">EXPIRED</td>`) || !strings.Contains(body, "this one ended") {
+		t.Errorf("bob's ended trial is not shown as EXPIRED:\n%s", body)
+	}
+	c, token := session(t, h, "/console/users/alice", "op")
+	w := post(h, "/console/users/alice/subscription", url.Values{"csrf": {token}, "form": {"sub-weather"},
+		"serviceId": {"weather"}, "productId": {"basic"}, "status": {"CANCELLING"}}, c, "op")
+	if w.Code != http.StatusSeeOther {
+		t.Fatalf("save: %d %s", w.Code, w.Body)
+	}
+	if s, err := e.rt.Store().GetSubscription(ctx, "alice", "weather"); err != nil || s.Status != "CANCELLING" || !s.EndsAt.IsZero() {
+		t.Errorf("after saving: %+v, %v; want CANCELLING with no end", s, err)
+	}
+}

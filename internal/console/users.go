@@ -114,17 +114,18 @@ func (h *Handler) userRows(ctx context.Context) ([]userRow, bool, error) {
 		return m[id]
 	}
 	active := map[string]bool{}
+	now := h.rt.Now()
 	for _, s := range subs {
 		u := get(s.UserID)
 		u.Subscriptions++
-		if !slices.Contains(u.Statuses, s.Status) {
-			u.Statuses = append(u.Statuses, s.Status)
+		st := string(subscription.EffectiveStatus(s, now))
+		if !slices.Contains(u.Statuses, st) {
+			u.Statuses = append(u.Statuses, st)
 		}
-		if subscription.GrantsAccess(s.Status) {
+		if subscription.Status(st).GrantsAccess() {
 			active[s.UserID] = true
 		}
 	}
-	now := h.rt.Now()
 	for _, k := range keys {
 		u := get(k.UserID)
 		u.Keys++
@@ -217,6 +218,29 @@ type subRow struct {
 	Limits   []limit
 	Products []string
 	CostKind string
+}
+
+// Ended reports whether the subscription has an end that has come.
+func (r subRow) Ended() bool {
+	return !r.EndsAt.IsZero() && !subscription.Status(r.Status).GrantsAccess()
+}
+
+// StatusText is the subscription's status with its end: "Trial — ends
+// 2026-12-26", "Cancelling — ends …" while it grants access, the status
+// it ended in (CANCELLED, EXPIRED) after.
+func (r subRow) StatusText() string {
+	st := subscription.Status(r.Status)
+	if r.EndsAt.IsZero() || !st.GrantsAccess() {
+		return r.Status
+	}
+	words := "Active"
+	switch st {
+	case subscription.Trial:
+		words = "Trial"
+	case subscription.Cancelling, subscription.CancellingPending:
+		words = "Cancelling"
+	}
+	return words + " — ends " + r.EndsAt.UTC().Format(time.DateOnly)
 }
 
 // user: one user's keys, subscriptions with their period, credits.
@@ -438,7 +462,7 @@ func (h *Handler) putSubscription(q *req, userID string) error {
 	// it) is confirmed first; the operations validate the rest.
 	if status := f("status"); status != "" && !subscription.GrantsAccess(status) && subscription.Status(strings.ToUpper(status)).Valid() {
 		cur, err := h.rt.Store().GetSubscription(q.r.Context(), userID, f("serviceId"))
-		if err == nil && subscription.GrantsAccess(cur.Status) && !h.confirmed(q, confirmation{UserID: userID,
+		if err == nil && subscription.EffectiveStatus(cur, h.rt.Now()).GrantsAccess() && !h.confirmed(q, confirmation{UserID: userID,
 			Question:    "Set " + userID + "'s subscription to " + f("serviceId") + " to " + strings.ToUpper(status) + "?",
 			Consequence: "Their calls to " + f("serviceId") + " are refused from now on, until the subscription is set to a status that grants access again.",
 			Action:      h.link(nil, "users", userID, "subscription"), Button: "Set it to " + strings.ToUpper(status),

@@ -6,6 +6,7 @@ import (
 
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/subscription"
 )
 
 // PeriodState is Summarize without the count of calls cut at a limit
@@ -17,7 +18,7 @@ import (
 // reads one figure per subscription and not a month of sums.
 func (o *Ops) PeriodState(ctx context.Context, sub store.Subscription, at time.Time) (PeriodSummary, error) {
 	ps := PeriodSummary{
-		ServiceID: sub.ServiceID, ProductID: sub.ProductID, Status: sub.Status,
+		ServiceID: sub.ServiceID, ProductID: sub.ProductID, Status: string(subscription.EffectiveStatus(sub, at)), EndsAt: sub.EndsAt,
 		Credits: sub.Credits, CreditsHeld: sub.CreditsHeld,
 	}
 	svc, ok := o.rt.Catalog.Service(sub.ServiceID)

@@ -24,6 +24,10 @@ type SubscriptionRecord struct {
 	UpdatedAt   time.Time     `json:"updatedAt"`
 	Credits     billing.Units `json:"credits"`
 	CreditsHeld billing.Units `json:"creditsHeld"`
+	// EndsAt and EndStatus: from EndsAt the subscription grants no access
+	// and reads as EndStatus (a trial's or a cancellation's end).
+	EndsAt    time.Time `json:"endsAt,omitzero"`
+	EndStatus string    `json:"endStatus,omitempty"`
 }
 
 // ViewSubscription is how operators see a stored subscription.
@@ -31,6 +35,7 @@ func ViewSubscription(s store.Subscription) SubscriptionRecord {
 	return SubscriptionRecord{
 		UserID: s.UserID, ServiceID: s.ServiceID, ProductID: s.ProductID, Status: s.Status,
 		StartedAt: s.StartedAt, UpdatedAt: s.UpdatedAt, Credits: s.Credits, CreditsHeld: s.CreditsHeld,
+		EndsAt: s.EndsAt, EndStatus: s.EndStatus,
 	}
 }
 

@@ -83,6 +83,30 @@ func (o *Ops) PendingChange(ctx context.Context, userID, serviceID string) (Sche
 	return out, found, err
 }
 
+// PendingChanges are the changes of product waiting, of every user and
+// service, newest first (what the sweep applies once due).
+func (o *Ops) PendingChanges(ctx context.Context) ([]ScheduledChange, error) {
+	settled := map[[2]string]bool{}
+	var out []ScheduledChange
+	err := o.scanAudit(ctx, func(e store.AuditEntry) bool {
+		k := [2]string{e.UserID, e.ServiceID}
+		if settled[k] {
+			return true
+		}
+		switch e.Action {
+		case AuditSubscriptionPut:
+			settled[k] = true
+		case AuditChangeScheduled:
+			settled[k] = true
+			if product, from, ok := parseScheduled(e.Detail); ok {
+				out = append(out, ScheduledChange{UserID: e.UserID, ServiceID: e.ServiceID, ProductID: product, From: from})
+			}
+		}
+		return true
+	})
+	return out, err
+}
+
 // PendingAccessRequests are the requests no subscription change or
 // decline has answered yet, newest first; with userID, only that user's.
 func (o *Ops) PendingAccessRequests(ctx context.Context, userID string) ([]AccessRequest, error) {
@@ -146,9 +170,15 @@ func parseScheduled(detail string) (string, time.Time, bool) {
 var errNoScheduled = errors.New("no scheduled change")
 
 // ApplyDueChange applies userID's change scheduled on serviceID once its
-// time has come (at or after From), as the caller who asked for it; the
-// portal calls it whenever the caller's plans are read or changed, so the
-// change is in place before anything else is decided.
+// time has come (at or after From), as the caller who asked for it,
+// keeping the subscription's status and end. The portal calls it
+// whenever the caller's plans are read or changed, so the change is in
+// place before anything else is decided, and the platform's sweep
+// (SweepSubscriptions) within a minute of From whether or not the caller
+// returns. Applying is idempotent across a fleet: the put's audit entry
+// supersedes the scheduled one, so a node that reads the log after it
+// finds nothing due, and two nodes that both read it before set the same
+// product (the store keeps the start and balance), only auditing twice.
 func (o *Ops) ApplyDueChange(ctx context.Context, userID, serviceID string, now time.Time) (ScheduledChange, error) {
 	ch, ok, err := o.PendingChange(ctx, userID, serviceID)
 	if err != nil {
@@ -161,7 +191,7 @@ func (o *Ops) ApplyDueChange(ctx context.Context, userID, serviceID string, now 
 	if err != nil {
 		return ScheduledChange{}, fmt.Errorf("read the subscription of %s to %s: %w", userID, serviceID, err)
 	}
-	_, err = o.PutSubscription(ctx, "portal:"+userID+" (scheduled)", userID, serviceID, ch.ProductID, sub.Status)
+	_, err = o.PutSubscriptionUntil(ctx, "portal:"+userID+" (scheduled)", userID, serviceID, ch.ProductID, sub.Status, EndOf(sub))
 	return ch, err
 }
 

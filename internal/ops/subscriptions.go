@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -34,8 +35,35 @@ type SubscriptionChange struct {
 
 // PutSubscription creates or replaces the subscription of userID to
 // serviceID with productID and status (ACTIVE when empty); the start (the
-// anchor of its billing periods) and the credit balance are kept.
+// anchor of its billing periods) and the credit balance are kept. The
+// subscription has no end afterwards: an operator who sets a status
+// decides it, so a trial's or a cancellation's end is cleared.
 func (o *Ops) PutSubscription(ctx context.Context, actor, userID, serviceID, productID, status string) (SubscriptionChange, error) {
+	return o.PutSubscriptionUntil(ctx, actor, userID, serviceID, productID, status, End{})
+}
+
+// End is when a subscription stops granting access and the status it
+// reads as from then (CANCELLED or EXPIRED); the zero End is none.
+type End struct {
+	At     time.Time
+	Status string
+}
+
+// EndOf is sub's end.
+func EndOf(sub store.Subscription) End { return End{At: sub.EndsAt, Status: sub.EndStatus} }
+
+// PutSubscriptionUntil is PutSubscription with an end: the self-service
+// trial (EXPIRED when its days are over) and cancellation (CANCELLED at
+// the period's end). Access ends at end.At at the call
+// (subscription.Resolve), not when the sweep tidies the status.
+func (o *Ops) PutSubscriptionUntil(ctx context.Context, actor, userID, serviceID, productID, status string, end End) (SubscriptionChange, error) {
+	if !end.At.IsZero() && !subscription.EndStatusValid(end.Status) {
+		return SubscriptionChange{}, apierror.Invalid("endStatus", "endStatus must be CANCELLED or EXPIRED")
+	}
+	if end.At.IsZero() {
+		end.Status = ""
+	}
+	end.Status = strings.ToUpper(end.Status)
 	userID, serviceID, err := SubscriptionIDs([]string{userID, serviceID})
 	if err != nil {
 		return SubscriptionChange{}, err
@@ -67,7 +95,7 @@ func (o *Ops) PutSubscription(ctx context.Context, actor, userID, serviceID, pro
 	}
 	sub, err := o.rt.Store().PutSubscription(ctx, store.Subscription{
 		UserID: userID, ServiceID: serviceID, ProductID: productID,
-		Status: status, UpdatedAt: o.rt.Now().UTC(),
+		Status: status, UpdatedAt: o.rt.Now().UTC(), EndsAt: end.At.UTC(), EndStatus: end.Status,
 	})
 	if err != nil {
 		return SubscriptionChange{}, fmt.Errorf("put subscription of %s to %s: %w", userID, serviceID, err)
@@ -81,6 +109,9 @@ func (o *Ops) PutSubscription(ctx context.Context, actor, userID, serviceID, pro
 	detail := "product " + sub.ProductID + ", status " + sub.Status
 	if prevProduct != "" && prevProduct != sub.ProductID {
 		detail += " (was product " + prevProduct + ")"
+	}
+	if !sub.EndsAt.IsZero() {
+		detail += ", " + sub.EndStatus + " from " + sub.EndsAt.Format(time.RFC3339)
 	}
 	err = o.RecordAudit(ctx, store.AuditEntry{Actor: actor, Action: AuditSubscriptionPut, UserID: userID, ServiceID: serviceID, Detail: detail})
 	return o.describeChange(ctx, prevProduct, sub), err

@@ -23,6 +23,9 @@ type PeriodSummary struct {
 	UnitLabel       string    `json:"unitLabel,omitempty"`
 	PeriodStart     time.Time `json:"periodStart,omitzero"`
 	PeriodEnd       time.Time `json:"periodEnd,omitzero"`
+	// EndsAt is when the subscription stops granting access (a trial's or
+	// a cancellation's end); Status is already the EndStatus from then.
+	EndsAt time.Time `json:"endsAt,omitzero"`
 	// ProductMissing: the product is no longer in the catalog, so the
 	// period and its figures cannot be told (calls are refused).
 	ProductMissing bool           `json:"productMissing,omitempty"`

@@ -94,6 +94,7 @@ type cliPeriod struct {
 	UnitLabel       string      `json:"unitLabel"`
 	PeriodStart     time.Time   `json:"periodStart"`
 	PeriodEnd       time.Time   `json:"periodEnd"`
+	EndsAt          time.Time   `json:"endsAt"`
 	ProductMissing  bool        `json:"productMissing"`
 	UnitsUsed       json.Number `json:"unitsUsed"`
 	UnitsHeld       json.Number `json:"unitsHeld"`
@@ -141,7 +142,12 @@ func printPeriod(w io.Writer, p cliPeriod) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
 	fmt.Fprintf(tw, "Service:\t%s\n", p.ServiceID)
 	fmt.Fprintf(tw, "Product:\t%s (%s)\n", p.ProductID, orDash(p.BillingModel))
-	fmt.Fprintf(tw, "Status:\t%s\n", p.Status)
+	if p.EndsAt.IsZero() {
+		fmt.Fprintf(tw, "Status:\t%s\n", p.Status)
+	} else {
+		// A trial's or a cancellation's end: calls are refused from it.
+		fmt.Fprintf(tw, "Status:\t%s (end %s)\n", p.Status, timeOr(p.EndsAt, "-"))
+	}
 	if p.ProductMissing {
 		fmt.Fprintf(tw, "Period:\tunknown: product %s is not in the running catalog (calls are refused)\n", p.ProductID)
 		fmt.Fprintf(tw, "Credits:\t%s\n", p.Credits)

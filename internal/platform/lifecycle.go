@@ -218,6 +218,7 @@ func (a *App) Start() error {
 	}
 	a.logServerTimeouts()
 	go a.maintain(a.stop)
+	go a.sweepSubscriptions(a.stop)
 	if a.alerter != nil {
 		done, stop := make(chan struct{}), a.stop
 		a.alertsDone = done

@@ -146,10 +146,12 @@ func (h *Handler) admit(r *http.Request, c *call) *apierror.Error {
 }
 
 // subscription fills the user context from subscription.Resolve (who may
-// call the service, under which product) and translates its refusal.
+// call the service, under which product, at the call's start: a
+// subscription past its end is refused here, exactly, sweep or no sweep)
+// and translates its refusal.
 func (h *Handler) subscription(ctx context.Context, c *call) *apierror.Error {
 	c.user = signing.UserContext{UserID: c.key.UserID, Roles: c.key.Roles}
-	a, err := subscription.Resolve(ctx, c.svc, c.key.UserID, h.rt.Subscriptions().GetSubscription)
+	a, err := subscription.Resolve(ctx, c.svc, c.key.UserID, c.started, h.rt.Subscriptions().GetSubscription)
 	if err != nil {
 		return h.accessRefusal(err)
 	}

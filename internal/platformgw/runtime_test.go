@@ -399,3 +399,52 @@ func TestMeterStoreFailure(t *testing.T) {
 		t.Errorf("unsettled call: %d %s", w.Code, w.Body)
 	}
 }
+
+// TestAdmissionEndsAtTheEnd: a trial and a cancellation with an end are
+// let through up to it and refused from it, by the runtime's clock, with
+// the status they end in, whatever the stored status still says (no sweep
+// has run); an operator's put without an end lets the caller back in.
+func TestAdmissionEndsAtTheEnd(t *testing.T) {
+	g := newTestGateway(t)
+	ctx := context.Background()
+	st := g.rt.Subscriptions()
+	end := g.at.Add(time.Hour)
+	for user, endStatus := range map[string]string{"trial": "EXPIRED", "cancelling": "CANCELLED"} {
+		cur, err := st.GetSubscription(ctx, user, "svc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur.EndsAt, cur.EndStatus = end, endStatus
+		if _, err := st.PutSubscription(ctx, cur); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.at = end.Add(-time.Nanosecond)
+	for _, user := range []string{"trial", "cancelling"} {
+		if w := g.invoke(user, "POST", "call", false, ok("")); w.Code != 200 {
+			t.Errorf("%s just before the end: %d %s", user, w.Code, w.Body)
+		}
+	}
+	for _, at := range []time.Time{end, end.Add(24 * time.Hour)} {
+		g.at = at
+		for user, status := range map[string]string{"trial": "EXPIRED", "cancelling": "CANCELLED"} {
+			be := ok("")
+			w := g.invoke(user, "POST", "call", false, be)
+			if w.Code != 403 || errorCode(t, w) != "subscription_inactive" ||
+				!strings.Contains(w.Body.String(), "the subscription is "+status) || be.calls != 0 {
+				t.Errorf("%s %s after the end: %d %s, forwarded %d", user, at.Sub(end), w.Code, w.Body, be.calls)
+			}
+		}
+	}
+	if got := g.ledger("trial"); len(got) != 1 {
+		t.Errorf("trial's ledger: %v, want the one call before the end", got)
+	}
+	// An operator sets ACTIVE: the put carries no end, so the end is gone.
+	if _, err := st.PutSubscription(ctx, store.Subscription{UserID: "trial", ServiceID: "svc", ProductID: "basic",
+		Status: "ACTIVE", UpdatedAt: g.at}); err != nil {
+		t.Fatal(err)
+	}
+	if w := g.invoke("trial", "POST", "call", false, ok("")); w.Code != 200 {
+		t.Errorf("after an operator's ACTIVE: %d %s", w.Code, w.Body)
+	}
+}

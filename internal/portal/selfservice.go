@@ -28,8 +28,12 @@ import (
 // and the service), so a second subscription is refused and the caller
 // changes plan instead. An upgrade takes effect at once; a change to a
 // cheaper plan waits for the end of the period and is kept in the audit
-// log until then (ops.ScheduleChange), applied when the caller next
-// opens or changes their plans. A plan that costs money goes through
+// log until then (ops.ScheduleChange), applied by the platform's sweep
+// within a minute of the period's end, or when the caller next opens or
+// changes their plans if that is sooner. A trial ends (EXPIRED) after its
+// days and a cancellation (CANCELLED) at the period's end: both are the
+// subscription's end (store.Subscription.EndsAt), which the call itself
+// checks, so access stops exactly then. A plan that costs money goes through
 // payments; until those exist the caller asks for it and the operator
 // answers in the console.
 
@@ -63,9 +67,11 @@ type serviceLink struct{ ID, Name string }
 // currentPlan is the caller's subscription as the plans page shows it.
 type currentPlan struct {
 	ProductID, Name, Status, StatusWords string
-	// Live: the status grants access; Cancelling: it ends at PeriodEnd.
+	// Live: the status grants access now; Cancelling: it ends at EndsAt.
 	Live, Cancelling bool
 	PeriodEnd        time.Time
+	// EndsAt is when access ends (a trial's or a cancellation's end).
+	EndsAt time.Time
 }
 
 // planRow is one listed product and what the caller may do with it.
@@ -284,9 +290,10 @@ func (h *Handler) plansView(q *request, userID string, svc *catalog.Service) (*p
 }
 
 func (h *Handler) currentPlan(svc *catalog.Service, sub store.Subscription, now time.Time) *currentPlan {
-	st := subscription.Status(strings.ToUpper(sub.Status))
+	st := subscription.EffectiveStatus(sub, now)
 	c := &currentPlan{ProductID: sub.ProductID, Name: productName(svc, sub.ProductID), Status: string(st),
-		StatusWords: subscriptionWords(sub.Status), Live: st.GrantsAccess(), Cancelling: cancelling(sub.Status)}
+		StatusWords: endingWords(string(st), sub.EndsAt), Live: st.GrantsAccess(), Cancelling: cancelling(string(st)),
+		EndsAt: sub.EndsAt}
 	if p, ok := svc.Product(sub.ProductID); ok {
 		c.PeriodEnd = periodEnd(p, sub, now)
 	}
@@ -454,13 +461,13 @@ func (h *Handler) subscribe(q *request, sess session, sessionKey store.KeyRecord
 		if r, err := h.mayTake(q, sess, svc, offer); r != nil || err != nil {
 			return r, err
 		}
-		status := subscription.Active
+		status, end := subscription.Active, ops.End{}
 		if offer == catalog.OfferTrial {
-			status = subscription.Trial
+			status, end = subscription.Trial, trialEnd(svc, productID, q.now)
 		}
 		// A subscription whose audit entry failed is still made (the
 		// server log says so), as the admin API's.
-		if ch, err := h.ops.PutSubscription(ctx, "portal:"+sess.UserID, sess.UserID, svc.ID, productID, string(status)); ch.UserID == "" {
+		if ch, err := h.ops.PutSubscriptionUntil(ctx, "portal:"+sess.UserID, sess.UserID, svc.ID, productID, string(status), end); ch.UserID == "" {
 			return nil, err
 		}
 		h.logger.Info("subscription taken in the portal", zap.String("user_id", sess.UserID),
@@ -503,6 +510,16 @@ func (h *Handler) subscribe(q *request, sess session, sessionKey store.KeyRecord
 	h.renderPlans(q, http.StatusCreated, sess, v, "You are subscribed to "+svc.Name()+".", "", &key)
 }
 
+// trialEnd is the end of a trial of productID taken at now: its listing's
+// TrialDays later, EXPIRED from then.
+func trialEnd(svc *catalog.Service, productID string, now time.Time) ops.End {
+	l, ok := svc.Listing(productID)
+	if !ok || l.TrialDays <= 0 {
+		return ops.End{}
+	}
+	return ops.End{At: now.UTC().AddDate(0, 0, l.TrialDays), Status: string(subscription.Expired)}
+}
+
 // mayTake refuses a subscription to svc when the caller has one: one
 // that grants access (one subscription per service), a suspended one
 // (the operator's to lift), or any earlier one for a trial (a trial is
@@ -515,7 +532,7 @@ func (h *Handler) mayTake(q *request, sess session, svc *catalog.Service, offer 
 	if err != nil {
 		return nil, err
 	}
-	switch st := subscription.Status(strings.ToUpper(prev.Status)); {
+	switch st := subscription.EffectiveStatus(prev, q.now); {
 	case st.GrantsAccess():
 		return &refusal{status: http.StatusConflict, message: "You already have a subscription to " + svc.Name() +
 			" (plan " + productName(svc, prev.ProductID) + "); a service has one subscription per caller. Change plan below instead. Nothing was changed."}, nil
@@ -534,7 +551,7 @@ func (h *Handler) mayTake(q *request, sess session, svc *catalog.Service, offer 
 func (h *Handler) live(q *request, sess session, svc *catalog.Service) (store.Subscription, *refusal, error) {
 	sub, err := h.rt.Store().GetSubscription(q.r.Context(), sess.UserID, svc.ID)
 	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrNoAccount) ||
-		err == nil && !subscription.GrantsAccess(sub.Status) {
+		err == nil && !subscription.EffectiveStatus(sub, q.now).GrantsAccess() {
 		return sub, &refusal{status: http.StatusConflict, message: "You have no running subscription to " + svc.Name() + ". Nothing was changed."}, nil
 	}
 	return sub, nil, err
@@ -562,7 +579,8 @@ func (h *Handler) changePlan(q *request, sess session, svc *catalog.Service, pro
 	}
 	actor := "portal:" + sess.UserID
 	if svc.Pricier(productID, sub.ProductID) {
-		if ch, err := h.ops.PutSubscription(q.r.Context(), actor, sess.UserID, svc.ID, productID, sub.Status); ch.UserID == "" {
+		// A trial's end stays: an upgrade does not lengthen it.
+		if ch, err := h.ops.PutSubscriptionUntil(q.r.Context(), actor, sess.UserID, svc.ID, productID, sub.Status, ops.EndOf(sub)); ch.UserID == "" {
 			return "", nil, err
 		}
 		return "changed", nil, nil
@@ -582,8 +600,10 @@ func cancelling(status string) bool {
 }
 
 // cancel sets the caller's subscription CANCELLING: it keeps access to
-// the end of the period. A change to a cheaper plan waiting is dropped
-// (the subscription change supersedes it in the audit log).
+// the end of the period, when it becomes CANCELLED (its end, checked at
+// every call), or to its trial's end if that is sooner. A change to a
+// cheaper plan waiting is dropped (the subscription change supersedes it
+// in the audit log).
 func (h *Handler) cancel(q *request, sess session, svc *catalog.Service) (*refusal, error) {
 	sub, r, err := h.live(q, sess, svc)
 	if r != nil || err != nil {
@@ -592,7 +612,14 @@ func (h *Handler) cancel(q *request, sess session, svc *catalog.Service) (*refus
 	if cancelling(sub.Status) {
 		return &refusal{status: http.StatusConflict, message: "Your subscription is cancelling already. Nothing was changed."}, nil
 	}
-	if ch, err := h.ops.PutSubscription(q.r.Context(), "portal:"+sess.UserID, sess.UserID, svc.ID, sub.ProductID, string(subscription.Cancelling)); ch.UserID == "" {
+	end := ops.End{At: q.now.UTC(), Status: string(subscription.Cancelled)}
+	if p, ok := svc.Product(sub.ProductID); ok {
+		end.At = periodEnd(p, sub, q.now)
+	}
+	if !sub.EndsAt.IsZero() && sub.EndsAt.Before(end.At) {
+		end.At = sub.EndsAt
+	}
+	if ch, err := h.ops.PutSubscriptionUntil(q.r.Context(), "portal:"+sess.UserID, sess.UserID, svc.ID, sub.ProductID, string(subscription.Cancelling), end); ch.UserID == "" {
 		return nil, err
 	}
 	return nil, nil
@@ -605,7 +632,7 @@ func (h *Handler) requestAccess(q *request, sess session, svc *catalog.Service, 
 		return &refusal{status: http.StatusConflict, message: "That plan is not one to request: take it yourself, or ask the operator if they assign it. Nothing was changed."}, nil
 	}
 	if sub, err := h.rt.Store().GetSubscription(q.r.Context(), sess.UserID, svc.ID); err == nil &&
-		subscription.GrantsAccess(sub.Status) && sub.ProductID == productID {
+		subscription.EffectiveStatus(sub, q.now).GrantsAccess() && sub.ProductID == productID {
 		return &refusal{status: http.StatusConflict, message: "You are on that plan already. Nothing was changed."}, nil
 	}
 	pending, err := h.ops.PendingAccessRequests(q.r.Context(), sess.UserID)

@@ -2,6 +2,7 @@ package portal
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/servicekey"
 	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/subscription"
 )
 
 // shopService is a public service with a plan of each kind the plans
@@ -297,5 +299,129 @@ func TestPlansAfterSignIn(t *testing.T) {
 	resp, body = c.get("/portal/")
 	if resp.StatusCode != http.StatusOK || !strings.Contains(body, "Your usage") {
 		t.Errorf("the dashboard the second time: %d", resp.StatusCode)
+	}
+}
+
+// TestSelfServiceEnds: a trial ends after its days and a cancellation at
+// the period's end, exactly, by the subscription's end (the call refuses
+// from then, whatever the stored status); the sweep applies a scheduled
+// downgrade without the caller coming back, once, and tidies an ended
+// status; an operator's put clears an end.
+func TestSelfServiceEnds(t *testing.T) {
+	e := localWith(t, "allow_key_management\nsign_in_limit 1000", shopService())
+	ctx := context.Background()
+	svc, _ := e.rt.Catalog.Service("shop")
+	lookup := e.store().GetSubscription
+	start := time.Now().UTC()
+
+	// A trial: ends 14 days on, EXPIRED.
+	tess := e.newClient()
+	tessKey := e.keyOnly("tess")
+	tess.signIn(tessKey)
+	if resp, body := tess.plansForm("subscribe", "trial"); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("trial: %d\n%s", resp.StatusCode, body)
+	}
+	trial, _ := e.subscription("tess")
+	if trial.Status != "TRIAL" || trial.EndStatus != "EXPIRED" ||
+		trial.EndsAt.Before(start.AddDate(0, 0, 14)) || trial.EndsAt.After(time.Now().UTC().AddDate(0, 0, 14)) {
+		t.Fatalf("a trial taken: %+v; want TRIAL ending 14 days on as EXPIRED", trial)
+	}
+	ends := trial.EndsAt.Format(time.DateOnly)
+	if _, body := tess.get("/portal/plans/shop"); !strings.Contains(body, "Trial — ends "+ends) {
+		t.Errorf("the plans page does not say when the trial ends:\n%s", body)
+	}
+	if _, err := subscription.Resolve(ctx, svc, "tess", trial.EndsAt.Add(-time.Second), lookup); err != nil {
+		t.Errorf("a call before the trial's end: %v", err)
+	}
+	var refusal *subscription.Error
+	if _, err := subscription.Resolve(ctx, svc, "tess", trial.EndsAt, lookup); !errors.As(err, &refusal) ||
+		refusal.Reason != subscription.Inactive || refusal.Status != subscription.Expired {
+		t.Errorf("a call at the trial's end: %v, want refused as EXPIRED", err)
+	}
+
+	// A cancellation: ends at the period's end, CANCELLED.
+	cal := e.newClient()
+	cal.signIn(e.keyOnly("cal"))
+	if resp, body := cal.plansForm("subscribe", "free"); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("subscribe: %d\n%s", resp.StatusCode, body)
+	}
+	_, body := cal.get("/portal/plans/shop/cancel")
+	if resp, _ := cal.post("/portal/plans/shop/cancel", url.Values{"csrf": {csrf(t, body)}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("cancel: %d", resp.StatusCode)
+	}
+	cancelled, _ := e.subscription("cal")
+	p, _ := svc.Product("free")
+	_, periodEnd := billing.PeriodBounds(p.Period, p.CalendarPeriods, cancelled.StartedAt, time.Now())
+	if cancelled.Status != "CANCELLING" || cancelled.EndStatus != "CANCELLED" || !cancelled.EndsAt.Equal(periodEnd) {
+		t.Fatalf("after cancelling: %+v; want CANCELLING ending %s as CANCELLED", cancelled, periodEnd)
+	}
+	if _, body := cal.get("/portal/plans/shop"); !strings.Contains(body, "Cancelling — ends "+periodEnd.Format(time.DateOnly)) {
+		t.Errorf("the plans page does not say when the cancellation ends:\n%s", body)
+	}
+	if _, err := subscription.Resolve(ctx, svc, "cal", periodEnd, lookup); !errors.As(err, &refusal) || refusal.Status != subscription.Cancelled {
+		t.Errorf("a call at the period's end: %v, want refused as CANCELLED", err)
+	}
+
+	// A downgrade scheduled for the period's end.
+	dan := e.newClient()
+	dan.signIn(e.keyOnly("dan"))
+	dan.plansForm("subscribe", "free")
+	dan.plansForm("change", "bigfree")
+	if resp, _ := dan.plansForm("change", "free"); !strings.HasSuffix(resp.Header.Get("Location"), "?m=scheduled") {
+		t.Fatalf("downgrade: %d %s", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	pending, ok, err := e.ops.PendingChange(ctx, "dan", "shop")
+	if err != nil || !ok {
+		t.Fatalf("no pending change: %v", err)
+	}
+	// A sweep before the period's end applies nothing; it tidies the
+	// trial, whose 14 days are over by then.
+	if res, err := e.ops.SweepSubscriptions(ctx, pending.From.Add(-time.Second)); err != nil || res.Applied != 0 || res.Ended != 1 {
+		t.Errorf("a sweep before the period's end: %+v, %v; want only the trial ended", res, err)
+	}
+	if s, _ := e.subscription("dan"); s.ProductID != "bigfree" {
+		t.Errorf("the downgrade applied early: %+v", s)
+	}
+
+	// A month on, nobody comes back: one sweep applies the downgrade and
+	// tidies the cancelled status; a second (another node) does nothing.
+	later := start.AddDate(0, 1, 1)
+	res, err := e.ops.SweepSubscriptions(ctx, later)
+	if err != nil || res.Applied != 1 || res.Ended != 1 {
+		t.Errorf("the sweep: %+v, %v; want 1 change applied and 1 subscription ended", res, err)
+	}
+	if s, _ := e.subscription("dan"); s.ProductID != "free" || s.Status != "ACTIVE" {
+		t.Errorf("after the sweep: %+v, want product free, ACTIVE", s)
+	}
+	for user, want := range map[string]string{"tess": "EXPIRED", "cal": "CANCELLED"} {
+		if s, _ := e.subscription(user); s.Status != want || s.EndsAt.IsZero() {
+			t.Errorf("%s after the sweep: %+v, want %s with its end kept", user, s, want)
+		}
+	}
+	if !e.audited(ops.AuditSubscriptionPut, ops.SweepActor) {
+		t.Error("the sweep's tidying is not audited")
+	}
+	if res, err := e.ops.SweepSubscriptions(ctx, later); err != nil || res != (ops.SweepResult{}) {
+		t.Errorf("a second sweep: %+v, %v; want nothing done", res, err)
+	}
+	e.setClock(func() time.Time { return later })
+	tess.signIn(tessKey)
+	if _, body := tess.get("/portal/plans/shop"); !strings.Contains(body, "Expired") || strings.Contains(body, "Trial — ends") {
+		t.Errorf("the plans page after the trial:\n%s", body)
+	}
+	if resp, _ := tess.plansForm("subscribe", "trial"); resp.StatusCode != http.StatusConflict {
+		t.Errorf("a second trial: %d", resp.StatusCode)
+	}
+	e.setClock(nil)
+
+	// An operator sets ACTIVE: the end is gone and calls go through.
+	if _, err := e.ops.PutSubscription(ctx, "admin", "cal", "shop", "free", "ACTIVE"); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := e.subscription("cal"); !s.EndsAt.IsZero() || s.EndStatus != "" {
+		t.Errorf("an operator's put kept the end: %+v", s)
+	}
+	if _, err := subscription.Resolve(ctx, svc, "cal", later, lookup); err != nil {
+		t.Errorf("a call after the operator's ACTIVE: %v", err)
 	}
 }

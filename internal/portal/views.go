@@ -196,7 +196,7 @@ func (h *Handler) load(q *request, sess session, sessionKey store.KeyRecord) (*d
 		if err != nil {
 			return nil, fmt.Errorf("summarize %s: %w", sub.ServiceID, err)
 		}
-		v := subscriptionView{PeriodSummary: ps, StatusWords: subscriptionWords(ps.Status)}
+		v := subscriptionView{PeriodSummary: ps, StatusWords: endingWords(ps.Status, ps.EndsAt)}
 		if svc, ok := h.rt.Catalog.Service(sub.ServiceID); ok {
 			v.Product, _ = svc.Product(ps.ProductID)
 			v.Curl = curlLines(base, prefix, svc, "$PLATFORM_KEY")

@@ -260,6 +260,21 @@ func subscriptionWords(status string) string {
 	return status
 }
 
+// endingWords is a status in words with its end when it has one and
+// still grants access: "Trial — ends 2026-12-26", "Cancelling — ends …".
+// After the end the status is the EndStatus, in its own words.
+func endingWords(status string, endsAt time.Time) string {
+	st := subscription.Status(strings.ToUpper(status))
+	if endsAt.IsZero() || !st.GrantsAccess() {
+		return subscriptionWords(status)
+	}
+	words := subscriptionWords(status)
+	if st == subscription.Cancelling || st == subscription.CancellingPending {
+		words = "Cancelling"
+	}
+	return words + " — ends " + endsAt.UTC().Format(time.DateOnly)
+}
+
 // jobWords is a job's status in words.
 func jobWords(status string) string {
 	switch status {

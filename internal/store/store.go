@@ -127,12 +127,22 @@ type Subscription struct {
 	// Credits is the prepaid balance after settled charges.
 	Credits     billing.Units `json:"credits"`
 	CreditsHeld billing.Units `json:"creditsHeld"`
+	// EndsAt, when set, is when the subscription stops granting access,
+	// whatever its Status says: from EndsAt on it reads as EndStatus
+	// (subscription.EffectiveStatus). A trial and a cancellation set it,
+	// so they end exactly at the call rather than when a sweep runs.
+	// Each PutSubscription replaces EndsAt and EndStatus with its own
+	// (zero clears them): an operator who sets a status clears the end.
+	EndsAt time.Time `json:"endsAt,omitzero"`
+	// EndStatus is the status from EndsAt on: CANCELLED or EXPIRED.
+	EndStatus string `json:"endStatus,omitempty"`
 }
 
 // Subscriptions stores subscriptions and credit balances.
 type Subscriptions interface {
 	// PutSubscription creates or updates the subscription of a user to a
-	// service. StartedAt and the credit balance are kept on update.
+	// service. StartedAt and the credit balance are kept on update; every
+	// other field, EndsAt and EndStatus included, is the put's.
 	PutSubscription(ctx context.Context, s Subscription) (Subscription, error)
 	GetSubscription(ctx context.Context, userID, serviceID string) (Subscription, error)
 	// AddCredits adds (or, negative, removes) prepaid credits.

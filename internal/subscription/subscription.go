@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/platformgw/gateway/internal/apierror"
 	"github.com/platformgw/gateway/internal/billing"
@@ -78,6 +79,29 @@ func (s Status) GrantsAccess() bool {
 // access.
 func GrantsAccess(status string) bool { return Status(strings.ToUpper(status)).GrantsAccess() }
 
+// EffectiveStatus is sub's status at now: its EndStatus from its EndsAt
+// on (a trial expired, a cancellation taken effect), else its Status,
+// upper case. Access ends exactly at EndsAt, at the call, whether or not
+// the sweep that tidies the stored status has run yet.
+func EffectiveStatus(sub store.Subscription, now time.Time) Status {
+	if Ended(sub, now) {
+		return Status(strings.ToUpper(sub.EndStatus))
+	}
+	return Status(strings.ToUpper(sub.Status))
+}
+
+// Ended reports whether sub has an end and now is at or after it.
+func Ended(sub store.Subscription, now time.Time) bool {
+	return !sub.EndsAt.IsZero() && !now.Before(sub.EndsAt)
+}
+
+// EndStatusValid reports whether s may be a subscription's EndStatus:
+// only CANCELLED and EXPIRED, statuses that grant no access.
+func EndStatusValid(s string) bool {
+	st := Status(strings.ToUpper(s))
+	return st == Cancelled || st == Expired
+}
+
 // Reason says why a user may not call a service.
 type Reason int
 
@@ -131,7 +155,8 @@ type Access struct {
 func (a Access) Owner() bool { return a.Product == nil }
 
 // Status is the status the backend is told: ACTIVE for a service owner,
-// the subscription's own (upper case) for anyone else.
+// the subscription's effective one (upper case) at the time resolved for
+// anyone else.
 func (a Access) Status() Status {
 	if a.Owner() {
 		return Active
@@ -139,24 +164,27 @@ func (a Access) Status() Status {
 	return Status(strings.ToUpper(a.Subscription.Status))
 }
 
-// Resolve decides whether userID may call svc and under which product: a
-// service owner calls free; anyone else needs a subscription whose status
-// grants access to a product svc still offers. A refusal is an *Error; a
-// failed lookup is returned wrapped, for the caller to answer as its own
-// internal error.
-func Resolve(ctx context.Context, svc *catalog.Service, userID string, lookup Lookup) (Access, error) {
-	return resolve(ctx, svc, userID, lookup, true)
+// Resolve decides whether userID may call svc at now and under which
+// product: a service owner calls free; anyone else needs a subscription
+// whose effective status at now (EffectiveStatus: a subscription past its
+// EndsAt reads as its EndStatus) grants access to a product svc still
+// offers. A refusal is an *Error; a failed lookup is returned wrapped,
+// for the caller to answer as its own internal error.
+func Resolve(ctx context.Context, svc *catalog.Service, userID string, now time.Time, lookup Lookup) (Access, error) {
+	return resolve(ctx, svc, userID, now, lookup, true)
 }
 
 // ResolveRecorded is Resolve for usage that has already happened (a
-// usage report): the status is not checked, since the report is the
-// record of it, but the user must still have a subscription to a product
-// svc offers, to price the units with.
-func ResolveRecorded(ctx context.Context, svc *catalog.Service, userID string, lookup Lookup) (Access, error) {
-	return resolve(ctx, svc, userID, lookup, false)
+// usage report), occurredAt being when: the status is not checked, since
+// the report is the record of it (usage before the subscription's end is
+// billed like any other, and so is usage reported after it, as for any
+// inactive subscription), but the user must still have a subscription to
+// a product svc offers, to price the units with.
+func ResolveRecorded(ctx context.Context, svc *catalog.Service, userID string, occurredAt time.Time, lookup Lookup) (Access, error) {
+	return resolve(ctx, svc, userID, occurredAt, lookup, false)
 }
 
-func resolve(ctx context.Context, svc *catalog.Service, userID string, lookup Lookup, checkStatus bool) (Access, error) {
+func resolve(ctx context.Context, svc *catalog.Service, userID string, at time.Time, lookup Lookup, checkStatus bool) (Access, error) {
 	if svc.IsOwner(userID) {
 		return Access{Account: store.Account{UserID: userID, ServiceID: svc.ID, Free: true}}, nil
 	}
@@ -167,9 +195,11 @@ func resolve(ctx context.Context, svc *catalog.Service, userID string, lookup Lo
 	if err != nil {
 		return Access{}, fmt.Errorf("subscription lookup for service %s: %w", svc.ID, err)
 	}
-	if st := Status(strings.ToUpper(sub.Status)); checkStatus && !st.GrantsAccess() {
+	st := EffectiveStatus(sub, at)
+	if checkStatus && !st.GrantsAccess() {
 		return Access{}, &Error{Reason: Inactive, ServiceID: svc.ID, Status: st}
 	}
+	sub.Status = string(st)
 	p, ok := svc.Product(sub.ProductID)
 	if !ok {
 		return Access{}, &Error{Reason: ProductGone, ServiceID: svc.ID, ProductID: sub.ProductID}

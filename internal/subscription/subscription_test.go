@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/catalog"
@@ -87,7 +88,16 @@ func TestResolve(t *testing.T) {
 	svc := testService(t)
 	basic, _ := svc.Product("basic")
 	lookupFailed := errors.New("disk on fire")
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	end := now.Add(time.Hour)
 	subs := map[string]store.Subscription{
+		"u-trial-ends": {UserID: "u-trial-ends", ServiceID: "svc", ProductID: "basic", Status: "TRIAL",
+			EndsAt: end, EndStatus: "EXPIRED"},
+		"u-cancelling": {UserID: "u-cancelling", ServiceID: "svc", ProductID: "basic", Status: "CANCELLING",
+			EndsAt: end, EndStatus: "CANCELLED"},
+		// An end decides even over a status that grants access.
+		"u-active-ends": {UserID: "u-active-ends", ServiceID: "svc", ProductID: "basic", Status: "ACTIVE",
+			EndsAt: end, EndStatus: "cancelled"},
 		"u-active":   {UserID: "u-active", ServiceID: "svc", ProductID: "basic", Status: "ACTIVE"},
 		"u-trial":    {UserID: "u-trial", ServiceID: "svc", ProductID: "basic", Status: "trial"},
 		"u-pending":  {UserID: "u-pending", ServiceID: "svc", ProductID: "basic", Status: "CANCELLING_PENDING"},
@@ -114,7 +124,8 @@ func TestResolve(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		user      string
-		recorded  bool // ResolveRecorded: the status is not checked
+		at        time.Time // now when zero
+		recorded  bool      // ResolveRecorded: the status is not checked
 		reason    Reason
 		message   string
 		product   string // "" for an owner
@@ -136,6 +147,17 @@ func TestResolve(t *testing.T) {
 		{user: "u-gone", recorded: true, reason: ProductGone, message: `the subscription's product "retired" is no longer offered`},
 		// The status is judged before the product.
 		{user: "u-gone-off", reason: Inactive, message: "the subscription is CANCELLED"},
+		// A subscription with an end grants access up to it, none from it.
+		{user: "u-trial-ends", at: end.Add(-time.Nanosecond), product: "basic", status: Trial},
+		{user: "u-trial-ends", at: end, reason: Inactive, message: "the subscription is EXPIRED"},
+		{user: "u-cancelling", at: end.Add(-time.Nanosecond), product: "basic", status: Cancelling},
+		{user: "u-cancelling", at: end, reason: Inactive, message: "the subscription is CANCELLED"},
+		{user: "u-cancelling", at: end.Add(time.Hour), reason: Inactive, message: "the subscription is CANCELLED"},
+		{user: "u-active-ends", at: end, reason: Inactive, message: "the subscription is CANCELLED"},
+		// Usage is recorded whenever it happened, and the backend is told
+		// the status at that time.
+		{user: "u-cancelling", at: end.Add(-time.Second), recorded: true, product: "basic", status: Cancelling},
+		{user: "u-cancelling", at: end, recorded: true, product: "basic", status: Cancelled},
 		{user: "u-broken", lookupErr: true},
 		{user: "u-broken", recorded: true, lookupErr: true},
 	} {
@@ -143,8 +165,15 @@ func TestResolve(t *testing.T) {
 		if tc.recorded {
 			resolve = ResolveRecorded
 		}
-		a, err := resolve(context.Background(), svc, tc.user, lookup)
+		at := tc.at
+		if at.IsZero() {
+			at = now
+		}
+		a, err := resolve(context.Background(), svc, tc.user, at, lookup)
 		name := tc.user
+		if !tc.at.IsZero() {
+			name += " at " + tc.at.Sub(end).String() + " from the end"
+		}
 		if tc.recorded {
 			name += " (recorded)"
 		}
@@ -170,6 +199,29 @@ func TestResolve(t *testing.T) {
 				a.Subscription.UserID != tc.user {
 				t.Errorf("%s: access %+v", name, a)
 			}
+		}
+	}
+}
+
+func TestEffectiveStatus(t *testing.T) {
+	end := time.Date(2026, 12, 26, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		sub  store.Subscription
+		at   time.Time
+		want Status
+	}{
+		{store.Subscription{Status: "active"}, end, Active},
+		{store.Subscription{Status: "TRIAL", EndsAt: end, EndStatus: "EXPIRED"}, end.Add(-time.Nanosecond), Trial},
+		{store.Subscription{Status: "TRIAL", EndsAt: end, EndStatus: "EXPIRED"}, end, Expired},
+		{store.Subscription{Status: "CANCELLING", EndsAt: end, EndStatus: "cancelled"}, end.Add(time.Hour), Cancelled},
+	} {
+		if got := EffectiveStatus(tc.sub, tc.at); got != tc.want {
+			t.Errorf("EffectiveStatus(%+v, %s) = %s, want %s", tc.sub, tc.at, got, tc.want)
+		}
+	}
+	for s, want := range map[string]bool{"CANCELLED": true, "expired": true, "ACTIVE": false, "TRIAL": false, "": false} {
+		if EndStatusValid(s) != want {
+			t.Errorf("EndStatusValid(%q) = %t", s, !want)
 		}
 	}
 }

@@ -441,7 +441,7 @@ func secretMatches(svc *catalog.Service, secret string) bool {
 // service owner, or a subscription whose status grants access to a
 // product the catalog still offers), its refusal translated.
 func (h *Handler) standingOf(ctx context.Context, svc *catalog.Service, userID string) (subscription.Access, *apierror.Error) {
-	a, err := subscription.Resolve(ctx, svc, userID, h.rt.Subscriptions().GetSubscription)
+	a, err := subscription.Resolve(ctx, svc, userID, h.rt.Now(), h.rt.Subscriptions().GetSubscription)
 	if err != nil {
 		return a, h.accessRefusal(err)
 	}

@@ -74,8 +74,8 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 	}
 
 	// The status is not checked: the usage already happened, and a report
-	// is the record of it.
-	a, err := subscription.ResolveRecorded(r.Context(), svc, rep.UserID, h.rt.Subscriptions().GetSubscription)
+	// is the record of it (before the subscription's end or after).
+	a, err := subscription.ResolveRecorded(r.Context(), svc, rep.UserID, rep.At, h.rt.Subscriptions().GetSubscription)
 	if err != nil {
 		h.refuse(w, r, h.accessRefusal(err))
 		return

@@ -57,17 +57,20 @@ type subRecord struct {
 	UpdatedAt   time.Time `json:"updatedAt"`
 	Credits     amount    `json:"credits"`
 	CreditsHeld amount    `json:"creditsHeld"`
+	EndsAt      time.Time `json:"endsAt,omitzero"`
+	EndStatus   string    `json:"endStatus,omitempty"`
 }
 
 func toSubRecord(s store.Subscription) subRecord {
 	return subRecord{UserID: s.UserID, ServiceID: s.ServiceID, ProductID: s.ProductID, Status: s.Status,
-		StartedAt: s.StartedAt, UpdatedAt: s.UpdatedAt, Credits: amount(s.Credits), CreditsHeld: amount(s.CreditsHeld)}
+		StartedAt: s.StartedAt, UpdatedAt: s.UpdatedAt, Credits: amount(s.Credits), CreditsHeld: amount(s.CreditsHeld),
+		EndsAt: s.EndsAt, EndStatus: s.EndStatus}
 }
 
 func (r subRecord) subscription() store.Subscription {
 	return store.Subscription{UserID: r.UserID, ServiceID: r.ServiceID, ProductID: r.ProductID, Status: r.Status,
 		StartedAt: r.StartedAt, UpdatedAt: r.UpdatedAt, Credits: billing.Units(r.Credits),
-		CreditsHeld: billing.Units(r.CreditsHeld)}
+		CreditsHeld: billing.Units(r.CreditsHeld), EndsAt: r.EndsAt, EndStatus: r.EndStatus}
 }
 
 // jobRecord is a job as stored, CompletionDigest and ReservationID

@@ -40,7 +40,8 @@ func TestAmountRoundTrip(t *testing.T) {
 func TestRecordsKeepTheFileFormat(t *testing.T) {
 	at := time.Date(2026, 11, 23, 12, 0, 0, 5, time.UTC)
 	sub := store.Subscription{UserID: "u", ServiceID: "s", ProductID: "p", Status: "ACTIVE", StartedAt: at,
-		UpdatedAt: at.Add(time.Hour), Credits: whole(5), CreditsHeld: 250_000}
+		UpdatedAt: at.Add(time.Hour), Credits: whole(5), CreditsHeld: 250_000, EndsAt: at.Add(48 * time.Hour),
+		EndStatus: "CANCELLED"}
 	e := store.LedgerEntry{Seq: 7, ID: "led_7", Time: at, UserID: "u", ServiceID: "s", EndpointID: "ep", ProductID: "p",
 		RequestID: "r", OccurredAt: at.Add(-time.Second), Units: whole(3), Overage: whole(1), Cost: 500_000,
 		Source: store.SourceReport, IdempotencyKey: "k", UnitsClaimed: whole(4)}

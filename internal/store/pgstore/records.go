@@ -55,17 +55,22 @@ type subRecord struct {
 	UpdatedAt   time.Time    `json:"updatedAt"` // AddCredits sets it in place (jsonb_set)
 	Credits     store.Amount `json:"credits"`
 	CreditsHeld store.Amount `json:"creditsHeld"`
+	// The end lives in rec only: nothing queries it by column, so rows
+	// written before it need no migration.
+	EndsAt    time.Time `json:"endsAt,omitzero"`
+	EndStatus string    `json:"endStatus,omitempty"`
 }
 
 func toSubRecord(s store.Subscription) subRecord {
 	return subRecord{UserID: s.UserID, ServiceID: s.ServiceID, ProductID: s.ProductID, Status: s.Status,
-		StartedAt: s.StartedAt, UpdatedAt: s.UpdatedAt}
+		StartedAt: s.StartedAt, UpdatedAt: s.UpdatedAt, EndsAt: s.EndsAt, EndStatus: s.EndStatus}
 }
 
 // subscription is the record with its balance from the columns.
 func (r subRecord) subscription(credits, held billing.Units) store.Subscription {
 	return store.Subscription{UserID: r.UserID, ServiceID: r.ServiceID, ProductID: r.ProductID, Status: r.Status,
-		StartedAt: r.StartedAt, UpdatedAt: r.UpdatedAt, Credits: credits, CreditsHeld: held}
+		StartedAt: r.StartedAt, UpdatedAt: r.UpdatedAt, Credits: credits, CreditsHeld: held,
+		EndsAt: r.EndsAt, EndStatus: r.EndStatus}
 }
 
 // jobRecord is a job's rec, with what the API never shows

@@ -24,6 +24,9 @@ const (
 	oldBareKeyRow = `{"keyId":"k2","userId":"bob","createdAt":"2024-03-20T12:00:00.123456789Z"}`
 	oldSubRow     = `{"userId":"alice","serviceId":"svc","productId":"p","status":"ACTIVE",` +
 		`"startedAt":"2024-03-20T12:00:00.123456789Z","updatedAt":"2024-03-20T12:00:01.123456789Z","credits":0,"creditsHeld":0}`
+	endingSubRow = `{"userId":"alice","serviceId":"svc","productId":"p","status":"CANCELLING",` +
+		`"startedAt":"2024-03-20T12:00:00.123456789Z","updatedAt":"2024-03-20T12:00:01.123456789Z","credits":0,"creditsHeld":0,` +
+		`"endsAt":"2024-04-20T12:00:00Z","endStatus":"CANCELLED"}`
 	oldJobRow = `{"requestId":"req-1","userId":"alice","keyId":"key_1","serviceId":"svc","endpointId":"ep","productId":"p",` +
 		`"free":true,"status":"COMPLETED","currentStage":"done","percentageComplete":99.5,"errorMessage":"none",` +
 		`"startTime":"2024-03-20T12:00:00.123456789Z","updatedAt":"2024-03-20T12:00:01.123456789Z",` +
@@ -56,8 +59,14 @@ func TestRecordsReadOldRows(t *testing.T) {
 		// The balance comes from its columns, whatever rec says.
 		want := store.Subscription{UserID: "alice", ServiceID: "svc", ProductID: "p", Status: "ACTIVE",
 			StartedAt: recT0, UpdatedAt: recT0.Add(time.Second), Credits: billing.Whole(5), CreditsHeld: 1}
-		checkAllSet(t, want)
+		// A row written before subscriptions could end reads as one that
+		// does not end, and one that ends keeps its end.
 		roundTrip(t, oldSubRow, want,
+			func(r subRecord) store.Subscription { return r.subscription(billing.Whole(5), 1) }, toSubRecord)
+		ending := want
+		ending.Status, ending.EndsAt, ending.EndStatus = "CANCELLING", time.Date(2024, 4, 20, 12, 0, 0, 0, time.UTC), "CANCELLED"
+		checkAllSet(t, ending)
+		roundTrip(t, endingSubRow, ending,
 			func(r subRecord) store.Subscription { return r.subscription(billing.Whole(5), 1) }, toSubRecord)
 	})
 	t.Run("job", func(t *testing.T) {

@@ -241,3 +241,59 @@ func testNegativeBalance(t *testing.T, c *suite) {
 		t.Errorf("AddCredits(+3) = %+v, %v", sub, err)
 	}
 }
+
+// testSubscriptionEnd: a subscription's end (EndsAt, EndStatus) is the
+// put's: it is stored as given, kept by AddCredits and by settlement
+// (which touch only the balance), replaced by the next put (an operator
+// who sets a status without an end clears it) and kept across a restart.
+func testSubscriptionEnd(t *testing.T, c *suite) {
+	s := c.store(t)
+	ends := T0.Add(30 * 24 * time.Hour)
+	a := store.Account{UserID: "u1", ServiceID: "svc", Product: prepaid}
+	if _, err := s.PutSubscription(ctx, store.Subscription{UserID: "u1", ServiceID: "svc", ProductID: prepaid.ID,
+		Status: "CANCELLING", UpdatedAt: T0.Add(-time.Hour), EndsAt: ends, EndStatus: "CANCELLED"}); err != nil {
+		t.Fatal(err)
+	}
+	wantEnd := func(when string, s store.Store, at time.Time, status string) {
+		t.Helper()
+		got, err := s.GetSubscription(ctx, "u1", "svc")
+		if err != nil || !got.EndsAt.Equal(at) || got.EndStatus != status {
+			t.Errorf("%s: %+v, %v; want endsAt %s, endStatus %q", when, got, err, at, status)
+		}
+	}
+	wantEnd("put", s, ends, "CANCELLED")
+	if _, err := s.AddCredits(ctx, "u1", "svc", whole(10), T0); err != nil {
+		t.Fatal(err)
+	}
+	wantEnd("after AddCredits", s, ends, "CANCELLED")
+	res, err := s.Reserve(ctx, a, whole(4), T0)
+	if err != nil || !res.Decision.Allowed {
+		t.Fatalf("Reserve = %+v, %v", res, err)
+	}
+	if _, err := s.Settle(ctx, res, whole(4), store.LedgerEntry{Time: T0.Add(time.Second), UserID: "u1",
+		ServiceID: "svc", EndpointID: "ep", ProductID: prepaid.ID, RequestID: "req-1", Source: store.SourceGateway}); err != nil {
+		t.Fatalf("Settle: %v", err)
+	}
+	if st := c.state(t, s, a, T0.Add(time.Second)); st.Credits != whole(9) {
+		t.Fatalf("credits after settling = %s, want 9", st.Credits)
+	}
+	wantEnd("after settlement", s, ends, "CANCELLED")
+	if c.reopen != nil {
+		s = c.restart(t, s)
+		wantEnd("after a restart", s, ends, "CANCELLED")
+	}
+	trialEnd := T0.Add(14 * 24 * time.Hour)
+	if _, err := s.PutSubscription(ctx, store.Subscription{UserID: "u1", ServiceID: "svc", ProductID: prepaid.ID,
+		Status: "TRIAL", UpdatedAt: T0, EndsAt: trialEnd, EndStatus: "EXPIRED"}); err != nil {
+		t.Fatal(err)
+	}
+	wantEnd("a put with another end", s, trialEnd, "EXPIRED")
+	if _, err := s.PutSubscription(ctx, store.Subscription{UserID: "u1", ServiceID: "svc", ProductID: prepaid.ID,
+		Status: "ACTIVE", UpdatedAt: T0}); err != nil {
+		t.Fatal(err)
+	}
+	wantEnd("a put without an end", s, time.Time{}, "")
+	if got, _ := s.GetSubscription(ctx, "u1", "svc"); got.Credits != whole(9) {
+		t.Errorf("the puts changed the balance: %+v", got)
+	}
+}
