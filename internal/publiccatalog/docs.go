@@ -5,6 +5,7 @@ import (
 	"embed"
 	"fmt"
 	"html/template"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -38,9 +39,14 @@ type docsView struct {
 
 type docsOperation struct {
 	Anchor, Method, Path, Summary, Description, Auth string
-	Parameters                                       []docsParameter
-	Body                                             []string
-	Responses                                        []docsResponse
+	// Curl is a command to try the operation with, the caller's key read
+	// from $SERVICE_KEY (keys are kept only as hashes: no page can show
+	// one after it was made; the portal fills it in once, when it makes a
+	// key).
+	Curl       string
+	Parameters []docsParameter
+	Body       []string
+	Responses  []docsResponse
 }
 
 type docsParameter struct {
@@ -87,7 +93,9 @@ func RenderDocs(doc []byte) ([]byte, error) {
 				return slices.Index(methodOrder, a) - slices.Index(methodOrder, b)
 			})
 			for _, m := range methods {
-				v.Operations = append(v.Operations, operationView(p, m, ops[m], paths[p], d, schemes))
+				o := operationView(p, m, ops[m], paths[p], d, schemes)
+				o.Curl = curlExample(v.Servers, o)
+				v.Operations = append(v.Operations, o)
 			}
 		}
 	}
@@ -168,3 +176,45 @@ func operationView(path, method string, op *openapi3.Operation, item *openapi3.P
 	}
 	return o
 }
+
+// curlExample is a curl command for o: the document's first server (or a
+// placeholder host), path parameters as upper-case placeholders (curl
+// would read braces as a glob), the key from $SERVICE_KEY in the header
+// the operation's security names, and a JSON body when it takes one.
+func curlExample(servers []string, o docsOperation) string {
+	base := "https://gateway.example"
+	if len(servers) > 0 && servers[0] != "" {
+		base = servers[0]
+	}
+	path := pathParam.ReplaceAllStringFunc(o.Path, func(m string) string {
+		return strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(m[1 : len(m)-1]))
+	})
+	var b strings.Builder
+	b.WriteString("curl")
+	if o.Method != "GET" {
+		b.WriteString(" -X " + o.Method)
+	}
+	b.WriteString(" '" + strings.TrimRight(base, "/") + path + "'")
+	switch {
+	case strings.HasPrefix(o.Auth, "Authorization: Bearer"):
+		b.WriteString(` -H "Authorization: Bearer $SERVICE_KEY"`)
+	case o.Auth != "":
+		if name, _, ok := strings.Cut(o.Auth, " ("); ok && strings.Contains(o.Auth, "(header)") {
+			b.WriteString(` -H "` + name + `: $SERVICE_KEY"`)
+		}
+	}
+	if len(o.Body) > 0 {
+		ct := o.Body[0]
+		if slices.Contains(o.Body, "application/json") {
+			ct = "application/json"
+		}
+		b.WriteString(" -H 'Content-Type: " + ct + "'")
+		if ct == "application/json" {
+			b.WriteString(" -d '{}'")
+		}
+	}
+	return b.String()
+}
+
+// pathParam matches a path template's parameter ({id}).
+var pathParam = regexp.MustCompile(`\{[^}/]+\}`)

@@ -273,6 +273,8 @@ func TestDocsPage(t *testing.T) {
 		"&lt;script&gt;alert(1)&lt;/script&gt;",
 		`href="../../assets/docs.css"`,
 		`href="openapi.json"`,
+		"<h3>Try it</h3>",
+		"Bearer $SERVICE_KEY",
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the page lacks %q", want)
@@ -289,5 +291,28 @@ func TestDocsPage(t *testing.T) {
 	}
 	if w := get(t, h, "GET", "/services/internal-only/docs"); w.Code != 404 {
 		t.Errorf("docs of a service that is not public: %d", w.Code)
+	}
+}
+
+// TestCurlExample: the command a reference page offers for an operation:
+// its method, the server and path with parameters as placeholders (curl
+// would read braces as a glob), the key from the environment in the
+// header the operation's security names, a JSON body when it takes one.
+func TestCurlExample(t *testing.T) {
+	for _, tc := range []struct {
+		servers []string
+		o       docsOperation
+		want    string
+	}{
+		{nil, docsOperation{Method: "GET", Path: "/api/service/weather/endpoint/forecast/invoke", Auth: "Authorization: Bearer <serviceKey>"},
+			`curl 'https://gateway.example/api/service/weather/endpoint/forecast/invoke' -H "Authorization: Bearer $SERVICE_KEY"`},
+		{[]string{"https://api.example.com/"}, docsOperation{Method: "POST", Path: "/jobs/{job-id}/cancel", Auth: "X-Api-Key (header)", Body: []string{"application/json", "text/plain"}},
+			`curl -X POST 'https://api.example.com/jobs/JOB_ID/cancel' -H "X-Api-Key: $SERVICE_KEY" -H 'Content-Type: application/json' -d '{}'`},
+		{nil, docsOperation{Method: "PUT", Path: "/upload", Body: []string{"application/octet-stream"}},
+			`curl -X PUT 'https://gateway.example/upload' -H 'Content-Type: application/octet-stream'`},
+	} {
+		if got := curlExample(tc.servers, tc.o); got != tc.want {
+			t.Errorf("curlExample(%v, %s %s):\n got %s\nwant %s", tc.servers, tc.o.Method, tc.o.Path, got, tc.want)
+		}
 	}
 }
