@@ -1,0 +1,45 @@
+package platformgw
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/platformgw/gateway/internal/engine"
+)
+
+// TestInvokeRoutesAreDocumented: both invoke routes this handler answers,
+// sync and async, are reached by a path of docs/openapi.json under the
+// default prefixes, and no documented path under {prefix}/service/ is one
+// it refuses as malformed. internal/apidoc holds the documented routes to
+// a running gateway; this is the other direction.
+func TestInvokeRoutesAreDocumented(t *testing.T) {
+	b, err := os.ReadFile("../../docs/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Paths map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	ids := strings.NewReplacer("{serviceId}", "weather", "{endpointId}", "forecast")
+	var sync, async bool
+	for path := range doc.Paths {
+		r, ok := parseInvokePath(engine.DefaultPrefixes().Gateway, ids.Replace(path))
+		switch {
+		case !ok:
+		case r.bad:
+			t.Errorf("docs/openapi.json documents %s, which the gateway refuses as no invoke route", path)
+		case r.async:
+			async = true
+		default:
+			sync = true
+		}
+	}
+	if !sync || !async {
+		t.Errorf("documented: sync invoke %v, async invoke %v; both are answered", sync, async)
+	}
+}

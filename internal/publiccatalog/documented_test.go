@@ -1,0 +1,56 @@
+package publiccatalog
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap"
+)
+
+// TestEveryRouteIsDocumented: every path the public catalog answers (its
+// resources, a public service's id standing for {serviceId}; the
+// stylesheet aside) is documented in docs/openapi.json under /catalog,
+// where Caddyfile.example mounts it. internal/apidoc holds the documented
+// routes to a running gateway; this is the other direction.
+func TestEveryRouteIsDocumented(t *testing.T) {
+	b, err := os.ReadFile("../../docs/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Paths map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	h := new(Handler)
+	if err := h.setup(testCatalog(t), DocOptions{}, zap.NewNop()); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for p := range h.resources {
+		if strings.HasPrefix(p, "/assets/") {
+			continue
+		}
+		template := p
+		if rest, ok := strings.CutPrefix(p, "/services/"); ok {
+			id, tail, _ := strings.Cut(rest, "/")
+			if !h.public[id] {
+				t.Fatalf("resource %s of a service that is not public", p)
+			}
+			template = "/services/{serviceId}"
+			if tail != "" {
+				template += "/" + tail
+			}
+		}
+		if _, ok := doc.Paths["/catalog"+template]; !ok {
+			t.Errorf("the public catalog answers %s; docs/openapi.json does not document /catalog%s", p, template)
+		}
+		n++
+	}
+	if n < 4 {
+		t.Fatalf("only %d routes found: the test catalog has no public service?", n)
+	}
+}
