@@ -78,6 +78,7 @@ type Operations interface {
 	AuditLog(ctx context.Context, cursor string, limit int) ([]store.AuditEntry, string, error)
 	KeyLastUsed(id string) (time.Time, bool)
 	Outcomes(ctx context.Context, q ops.OutcomeQuery) (ops.OutcomeSeries, error)
+	FlushOutcomes(ctx context.Context)
 	// Access requests from the portal (requests.go).
 	PendingAccessRequests(ctx context.Context, userID string) ([]ops.AccessRequest, error)
 	DeclineAccess(ctx context.Context, actor, userID, serviceID, productID string) error

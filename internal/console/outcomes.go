@@ -194,25 +194,40 @@ func (h *Handler) callFigures(ctx context.Context, r overviewRange, now time.Tim
 // (failingShare of failingMinCalls or more) this hour and the hour
 // before.
 func (h *Handler) failingBackends(ctx context.Context, now time.Time) ([]concern, error) {
+	s, ok := h.rt.Store().(store.Outcomes)
+	if !ok {
+		return nil, nil
+	}
 	from := now.Truncate(time.Hour).Add(-time.Hour)
+	// One flush of this node's counts and one read of the two hours'
+	// rows, summed per service: not a flush and a read per service.
+	h.ops.FlushOutcomes(ctx)
+	type tally struct{ sent, failed int64 }
+	per := map[string]*tally{}
+	err := s.ScanOutcomes(ctx, store.OutcomeFilter{From: from}, func(r store.OutcomeRow) error {
+		t := per[r.ServiceID]
+		if t == nil {
+			t = new(tally)
+			per[r.ServiceID] = t
+		}
+		if wentToBackend(r.Outcome) {
+			t.sent += r.Calls
+		}
+		if backendFailed(r.Outcome) {
+			t.failed += r.Calls
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read call outcomes: %w", err)
+	}
 	var out []concern
 	for _, svc := range h.rt.Catalog.Services() {
-		series, err := h.ops.Outcomes(ctx, ops.OutcomeQuery{OutcomeFilter: store.OutcomeFilter{ServiceID: svc.ID, From: from}, By: "outcome"})
-		if errors.Is(err, ops.ErrNoOutcomes) {
-			return nil, nil
+		t := per[svc.ID]
+		if t == nil {
+			continue
 		}
-		if err != nil {
-			return nil, fmt.Errorf("read call outcomes of %s: %w", svc.ID, err)
-		}
-		var sent, failed int64
-		for _, p := range series.Points {
-			if wentToBackend(p.Group) {
-				sent += p.Calls
-			}
-			if backendFailed(p.Group) {
-				failed += p.Calls
-			}
-		}
+		sent, failed := t.sent, t.failed
 		if sent < failingMinCalls || float64(failed) < failingShare*float64(sent) {
 			continue
 		}
