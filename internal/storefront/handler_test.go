@@ -274,7 +274,7 @@ func TestServicePage(t *testing.T) {
 		`href="/catalog/services/weather/docs"`,
 		`href="/catalog/services/weather/openapi.json"`,
 		`<a class="cta" href="/portal/">Sign in to the portal</a>`,
-		"Subscribing from this page is not open yet",
+		"The plans of this service are not taken from this page",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("service page lacks %s", want)
@@ -302,11 +302,11 @@ func TestServicePage(t *testing.T) {
 func TestSubscribeCallToAction(t *testing.T) {
 	h := newHandler(t)
 	body := get(t, h, "GET", "/services/maps").Body.String()
-	if !strings.Contains(body, `<a class="cta" href="/portal/plans/maps">Subscribe</a>`) || strings.Contains(body, "not open yet") {
+	if !strings.Contains(body, `<a class="cta" href="/portal/plans/maps">Subscribe</a>`) || strings.Contains(body, "not taken from this page") {
 		t.Errorf("the maps page has no Subscribe to the portal:\n%s", body)
 	}
 	body = get(t, h, "GET", "/services/weather").Body.String()
-	if strings.Contains(body, ">Subscribe<") || !strings.Contains(body, "Subscribing from this page is not open yet") {
+	if strings.Contains(body, ">Subscribe<") || !strings.Contains(body, "The plans of this service are not taken from this page") {
 		t.Error("the weather page, with no self-service plan, offers Subscribe")
 	}
 	bare := &Handler{}
