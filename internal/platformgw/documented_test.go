@@ -1,11 +1,10 @@
 package platformgw
 
 import (
-	"encoding/json"
-	"os"
 	"strings"
 	"testing"
 
+	"github.com/platformgw/gateway/internal/apidoc"
 	"github.com/platformgw/gateway/internal/engine"
 )
 
@@ -15,19 +14,10 @@ import (
 // it refuses as malformed. internal/apidoc holds the documented routes to
 // a running gateway; this is the other direction.
 func TestInvokeRoutesAreDocumented(t *testing.T) {
-	b, err := os.ReadFile("../../docs/openapi.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Paths map[string]json.RawMessage `json:"paths"`
-	}
-	if err := json.Unmarshal(b, &doc); err != nil {
-		t.Fatal(err)
-	}
+	paths := apidoc.Paths(t)
 	ids := strings.NewReplacer("{serviceId}", "weather", "{endpointId}", "forecast")
 	var sync, async bool
-	for path := range doc.Paths {
+	for path := range paths {
 		r, ok := parseInvokePath(engine.DefaultPrefixes().Gateway, ids.Replace(path))
 		switch {
 		case !ok:

@@ -1,11 +1,10 @@
 package usagehandler
 
 import (
-	"encoding/json"
-	"os"
 	"strings"
 	"testing"
 
+	"github.com/platformgw/gateway/internal/apidoc"
 	"github.com/platformgw/gateway/internal/engine"
 )
 
@@ -16,19 +15,10 @@ import (
 // routes to a running gateway; this is the other direction for the
 // routes that are not the admin API's.
 func TestEveryRouteIsDocumented(t *testing.T) {
-	b, err := os.ReadFile("../../docs/openapi.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Paths map[string]json.RawMessage `json:"paths"`
-	}
-	if err := json.Unmarshal(b, &doc); err != nil {
-		t.Fatal(err)
-	}
+	paths := apidoc.Paths(t)
 	ids := strings.NewReplacer("{requestId}", "req-1", "{serviceId}", "weather", "{endpointId}", "forecast")
 	routes, cores := map[routeKind]string{}, map[coreKind]string{}
-	for path := range doc.Paths {
+	for path := range paths {
 		r, ok := matchRoute(engine.DefaultPrefixes(), ids.Replace(path))
 		if !ok {
 			continue
