@@ -118,14 +118,7 @@ var outcomeSums = func() string {
 // ScanOutcomes calls fn with the rows f selects, every node's summed, in
 // key order (store.Outcomes), a chunk at a time.
 func (s *Store) ScanOutcomes(ctx context.Context, f store.OutcomeFilter, fn func(store.OutcomeRow) error) error {
-	from := time.Unix(0, 0).UTC().AddDate(-100, 0, 0)
-	if !f.From.IsZero() {
-		from = f.From
-	}
-	to := time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
-	if !f.To.IsZero() {
-		to = f.To
-	}
+	from, to := scanBounds(f.From, f.To)
 	first, after := true, store.OutcomeKey{Hour: from}
 	for {
 		if err := store.CtxErr(ctx); err != nil {

@@ -282,14 +282,7 @@ const rollupChunk = 2000
 // before the call is in them: a batch writes its rows and their rollups in
 // one transaction.
 func (s *Store) ScanRollups(ctx context.Context, f store.RollupFilter, fn func(store.Rollup) error) error {
-	from := time.Unix(0, 0).UTC().AddDate(-100, 0, 0)
-	if !f.From.IsZero() {
-		from = f.From
-	}
-	to := time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
-	if !f.To.IsZero() {
-		to = f.To
-	}
+	from, to := scanBounds(f.From, f.To)
 	// Keyset paging: the first chunk from the start, the next ones after
 	// the last key read.
 	first, after := true, store.Rollup{Hour: from}
@@ -496,3 +489,15 @@ var (
 	_ store.LedgerPruner = (*Store)(nil)
 	_ store.RollupPruner = (*Store)(nil)
 )
+
+// scanBounds are a scan's hour bounds for SQL: an open end (zero) as a
+// time no row is before or after.
+func scanBounds(from, to time.Time) (time.Time, time.Time) {
+	if from.IsZero() {
+		from = time.Unix(0, 0).UTC().AddDate(-100, 0, 0)
+	}
+	if to.IsZero() {
+		to = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+	}
+	return from, to
+}
