@@ -1,0 +1,128 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/platformgw/gateway/internal/billing"
+)
+
+// Payments is what the payments integration (internal/payments, Stripe)
+// keeps in the store. It is an optional interface, like RollupReader: both
+// stores implement it, and storetest holds them to one contract. Nothing in
+// it is on the call path.
+//
+// It has three parts:
+//   - records: small JSON documents by kind and id (a caller's Stripe
+//     customer, a processed webhook event, a payment, an invoice, a
+//     subscription's Stripe id), written once or replaced whole;
+//   - credit grants: prepaid credits bought with money, granted exactly
+//     once by an id of the payment, taken back exactly once by the id of a
+//     refund or dispute, and expired oldest first;
+//   - named leases with a cursor: one holder at a time in a fleet (the
+//     meter shipper), whose position survives restarts and is fenced, so a
+//     holder that lost its lease cannot move the cursor.
+type Payments interface {
+	// InsertPaymentRecord stores body under (kind, id) unless a record is
+	// stored there already: then it writes nothing and returns the stored
+	// body with ErrExists. This is the exactly-once claim (a webhook
+	// event's id, a customer made once per user).
+	InsertPaymentRecord(ctx context.Context, kind, id string, body []byte, at time.Time) ([]byte, error)
+	// PutPaymentRecord stores body under (kind, id), replacing any.
+	PutPaymentRecord(ctx context.Context, kind, id string, body []byte, at time.Time) error
+	// GetPaymentRecord returns the body stored under (kind, id), or
+	// ErrNotFound.
+	GetPaymentRecord(ctx context.Context, kind, id string) ([]byte, error)
+	// ListPaymentRecords returns up to limit records of kind in id order,
+	// starting after the id `after` ("" for the first), and whether more
+	// follow.
+	ListPaymentRecords(ctx context.Context, kind, after string, limit int) ([]PaymentRecord, bool, error)
+
+	// GrantCredits adds g.Credits to the subscription's prepaid balance
+	// and keeps the grant, in one transaction. A grant whose ID was
+	// granted before writes nothing and returns ErrReplayed with the
+	// subscription as it is. No subscription is ErrNoAccount.
+	GrantCredits(ctx context.Context, g CreditGrant) (Subscription, error)
+	// ReverseCredits takes back r.Credits of the grant r.GrantID (a refund
+	// or a lost dispute), at most what the grant gave less what was taken
+	// back before; the balance may go negative. A reversal whose ID was
+	// applied before writes nothing and returns ErrReplayed. An unknown
+	// grant is ErrNotFound.
+	ReverseCredits(ctx context.Context, r CreditReversal) (Subscription, CreditGrant, error)
+	// ExpireCredits ends every grant whose ExpiresAt <= now: it removes
+	// what is left of it from the balance (credits are spent oldest grant
+	// first) and records that on the grant, once. It returns the grants it
+	// expired.
+	ExpireCredits(ctx context.Context, now time.Time) ([]CreditGrant, error)
+	// ListCreditGrants returns a subscription's grants oldest first, or
+	// every grant when userID and serviceID are empty.
+	ListCreditGrants(ctx context.Context, userID, serviceID string) ([]CreditGrant, error)
+
+	// TakeLease gives the lease name to holder until now+ttl when it is
+	// free, expired, or already the holder's (a renewal). It returns the
+	// lease as it is after the call; Held reports whether holder has it.
+	// Each change of holder increments Epoch.
+	TakeLease(ctx context.Context, name, holder string, ttl time.Duration, now time.Time) (Lease, error)
+	// ReleaseLease gives the lease up if holder has it.
+	ReleaseLease(ctx context.Context, name, holder string) error
+	// PutLeaseCursor stores the cursor of the lease name, only while
+	// holder holds it with epoch: otherwise it writes nothing and returns
+	// ErrLeaseLost.
+	PutLeaseCursor(ctx context.Context, name, holder string, epoch uint64, cursor []byte, now time.Time) error
+}
+
+// ErrLeaseLost says the lease is held by another holder (or expired and
+// was taken): the caller must stop and not write what it was doing.
+var ErrLeaseLost = errors.New("lease lost")
+
+// PaymentRecord is one record of ListPaymentRecords.
+type PaymentRecord struct {
+	Kind      string    `json:"kind"`
+	ID        string    `json:"id"`
+	Body      []byte    `json:"body"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// CreditGrant is prepaid credits bought with money (a Stripe payment), or
+// granted by an operator with an expiry.
+type CreditGrant struct {
+	// ID is the grant's idempotency key: the payment's id.
+	ID        string        `json:"id"`
+	UserID    string        `json:"userId"`
+	ServiceID string        `json:"serviceId"`
+	Credits   billing.Units `json:"credits"`
+	GrantedAt time.Time     `json:"grantedAt"`
+	// ExpiresAt, when set, is when what is left of the grant is removed.
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
+	// Source says where it came from ("stripe", "console:<operator>").
+	Source string `json:"source,omitempty"`
+	// Reference is what the money was (a Checkout Session id, a pack name).
+	Reference string `json:"reference,omitempty"`
+	// Reversed is what refunds and disputes took back; Expired what the
+	// expiry removed; ExpiredAt when.
+	Reversed  billing.Units `json:"reversed,omitempty"`
+	Expired   billing.Units `json:"expired,omitempty"`
+	ExpiredAt time.Time     `json:"expiredAt,omitzero"`
+}
+
+// CreditReversal takes back credits of a grant.
+type CreditReversal struct {
+	// ID is the reversal's idempotency key: the refund's or dispute's id.
+	ID      string        `json:"id"`
+	GrantID string        `json:"grantId"`
+	Credits billing.Units `json:"credits"`
+	At      time.Time     `json:"at"`
+	Reason  string        `json:"reason,omitempty"`
+}
+
+// Lease is a named lease as TakeLease leaves it.
+type Lease struct {
+	Name    string    `json:"name"`
+	Holder  string    `json:"holder"`
+	Epoch   uint64    `json:"epoch"`
+	Expires time.Time `json:"expires"`
+	Cursor  []byte    `json:"cursor,omitempty"`
+	// Held reports whether the caller of TakeLease holds it.
+	Held bool `json:"-"`
+}
