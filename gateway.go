@@ -30,6 +30,9 @@
 //   - http.handlers.platform_storefront (package storefront): the
 //     storefront, the public services as pages callers browse: cards,
 //     search and tags, plans side by side (docs/storefront.md).
+//   - http.handlers.platform_stripe_webhook (package stripewebhook): the
+//     endpoint Stripe posts its signed events to, when the platform app
+//     takes payments (docs/payments.md).
 //
 // docs/configuration.md describes their Caddyfile directives.
 package gateway
@@ -41,5 +44,6 @@ import (
 	_ "github.com/platformgw/gateway/internal/portal"
 	_ "github.com/platformgw/gateway/internal/publiccatalog"
 	_ "github.com/platformgw/gateway/internal/storefront"
+	_ "github.com/platformgw/gateway/internal/stripewebhook"
 	_ "github.com/platformgw/gateway/internal/usagehandler"
 )

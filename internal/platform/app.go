@@ -21,6 +21,7 @@ import (
 	"github.com/platformgw/gateway/internal/engine"
 	"github.com/platformgw/gateway/internal/jwtauth"
 	"github.com/platformgw/gateway/internal/ops"
+	"github.com/platformgw/gateway/internal/payments"
 	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/store/settlelog"
 	"github.com/platformgw/gateway/internal/wire"
@@ -93,6 +94,8 @@ type App struct {
 	JWT *JWTConfig `json:"jwt,omitempty"`
 	// Alerts is where usage alerts are sent (alerts.go).
 	Alerts *AlertsConfig `json:"alerts,omitempty"`
+	// Payments takes money through Stripe (payments.go, docs/payments.md).
+	Payments *payments.Config `json:"payments,omitempty"`
 	// AllowSharedPorts lets this gateway start on an address another
 	// process already listens on (ports.go), for a deliberate SO_REUSEPORT
 	// setup; without it that start is refused.
@@ -101,6 +104,8 @@ type App struct {
 	jwt     *jwtauth.Verifier
 	catalog *catalog.Catalog
 	alerter *alerter // nil without an alerts block
+	// pay is the payments integration; nil without a payments block.
+	pay *payments.Service
 	// alertsDone is closed when the alert loops of Start are over.
 	alertsDone chan struct{}
 	// storePath is the store file (Store resolved); bolt is that store

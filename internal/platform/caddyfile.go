@@ -193,6 +193,8 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			a.JWT, err = parseJWT(d)
 		case "alerts":
 			a.Alerts, err = parseAlerts(d)
+		case "payments":
+			a.Payments, err = parsePayments(d)
 		case "service":
 			var s *catalog.Service
 			at := d.Token()

@@ -86,6 +86,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.limiters, a.claims = newLimiterSet()
 	a.rt = a.newRuntime()
 	a.ops = ops.New(a.rt, a.keyLastUsed)
+	if err := a.provisionPayments(repl); err != nil {
+		return err
+	}
 	a.stop = make(chan struct{})
 	return nil
 }
@@ -215,6 +218,9 @@ func (a *App) Start() error {
 	// (a reload is refused and the running config stays).
 	if err := a.auditConfig(context.Background()); err != nil {
 		return fmt.Errorf("platform: recording the config's changed settings in the audit log: %w", err)
+	}
+	if err := a.startPayments(); err != nil {
+		return err
 	}
 	a.logServerTimeouts()
 	go a.maintain(a.stop)
