@@ -1,0 +1,88 @@
+package payments
+
+import "time"
+
+// The records the Service keeps (store.Payments, by kind and id), shared
+// by its parts: webhooks write them, the console and the portal read
+// them. Amounts of money are integers in the currency's minor units, as
+// Stripe gives them, with the ISO 4217 code in upper case.
+
+// More record kinds.
+const (
+	// KindInvoice: a Stripe invoice of a subscription, by invoice id.
+	KindInvoice = "stripe_invoice"
+	// KindTopUp: a paid top-up, by the PaymentIntent id (the credit
+	// grant's id).
+	KindTopUp = "stripe_topup"
+	// KindSubscription: the Stripe subscription behind a gateway
+	// subscription, by Stripe subscription id.
+	KindSubscription = "stripe_subscription"
+)
+
+// CustomerRecord is KindCustomer: the Stripe customer of a user, made
+// once and remembered.
+type CustomerRecord struct {
+	UserID     string    `json:"userId"`
+	CustomerID string    `json:"customerId"`
+	CreatedAt  time.Time `json:"createdAt"`
+}
+
+// InvoiceRecord is KindInvoice.
+type InvoiceRecord struct {
+	ID             string    `json:"id"`
+	UserID         string    `json:"userId"`
+	ServiceID      string    `json:"serviceId"`
+	ProductID      string    `json:"productId,omitempty"`
+	CustomerID     string    `json:"customerId"`
+	SubscriptionID string    `json:"subscriptionId,omitempty"`
+	Status         string    `json:"status"` // paid, open, uncollectible, void
+	AmountDue      int64     `json:"amountDue"`
+	AmountPaid     int64     `json:"amountPaid"`
+	Currency       string    `json:"currency"`
+	PeriodStart    time.Time `json:"periodStart,omitzero"`
+	PeriodEnd      time.Time `json:"periodEnd,omitzero"`
+	PaidAt         time.Time `json:"paidAt,omitzero"`
+	HostedURL      string    `json:"hostedUrl,omitempty"`
+	PDFURL         string    `json:"pdfUrl,omitempty"`
+	UpdatedAt      time.Time `json:"updatedAt"`
+}
+
+// TopUpRecord is KindTopUp.
+type TopUpRecord struct {
+	ID        string `json:"id"` // PaymentIntent id
+	SessionID string `json:"sessionId"`
+	UserID    string `json:"userId"`
+	ServiceID string `json:"serviceId"`
+	ProductID string `json:"productId"`
+	Pack      string `json:"pack"`
+	// Credits is the grant, as a decimal string of billing.Units.
+	Credits    string    `json:"credits"`
+	Amount     int64     `json:"amount"`
+	Currency   string    `json:"currency"`
+	PaidAt     time.Time `json:"paidAt"`
+	Refunded   int64     `json:"refunded,omitempty"`
+	Disputed   int64     `json:"disputed,omitempty"`
+	ReceiptURL string    `json:"receiptUrl,omitempty"`
+	UpdatedAt  time.Time `json:"updatedAt"`
+}
+
+// SubscriptionRecord is KindSubscription: what the gateway last applied
+// of a Stripe subscription, so an older event never overwrites a newer
+// state.
+type SubscriptionRecord struct {
+	ID         string `json:"id"`
+	UserID     string `json:"userId"`
+	ServiceID  string `json:"serviceId"`
+	ProductID  string `json:"productId"`
+	CustomerID string `json:"customerId"`
+	// StripeStatus is Stripe's status (active, trialing, past_due, …);
+	// Status the gateway's (ACTIVE, TRIAL, CANCELLING, SUSPENDED, …).
+	StripeStatus      string    `json:"stripeStatus"`
+	Status            string    `json:"status"`
+	CancelAtPeriodEnd bool      `json:"cancelAtPeriodEnd,omitempty"`
+	CurrentPeriodEnd  time.Time `json:"currentPeriodEnd,omitzero"`
+	PastDueSince      time.Time `json:"pastDueSince,omitzero"`
+	// EventCreated is the creation time of the newest event applied.
+	EventCreated time.Time `json:"eventCreated,omitzero"`
+	UpdatedAt    time.Time `json:"updatedAt"`
+}
