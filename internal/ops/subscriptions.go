@@ -43,7 +43,8 @@ func (o *Ops) PutSubscription(ctx context.Context, actor, userID, serviceID, pro
 }
 
 // End is when a subscription stops granting access and the status it
-// reads as from then (CANCELLED or EXPIRED); the zero End is none.
+// reads as from then (CANCELLED, EXPIRED, or SUSPENDED past a failed
+// payment's grace); the zero End is none.
 type End struct {
 	At     time.Time
 	Status string
@@ -58,7 +59,7 @@ func EndOf(sub store.Subscription) End { return End{At: sub.EndsAt, Status: sub.
 // (subscription.Resolve), not when the sweep tidies the status.
 func (o *Ops) PutSubscriptionUntil(ctx context.Context, actor, userID, serviceID, productID, status string, end End) (SubscriptionChange, error) {
 	if !end.At.IsZero() && !subscription.EndStatusValid(end.Status) {
-		return SubscriptionChange{}, apierror.Invalid("endStatus", "endStatus must be CANCELLED or EXPIRED")
+		return SubscriptionChange{}, apierror.Invalid("endStatus", "endStatus must be CANCELLED, EXPIRED or SUSPENDED")
 	}
 	if end.At.IsZero() {
 		end.Status = ""

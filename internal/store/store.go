@@ -134,7 +134,8 @@ type Subscription struct {
 	// Each PutSubscription replaces EndsAt and EndStatus with its own
 	// (zero clears them): an operator who sets a status clears the end.
 	EndsAt time.Time `json:"endsAt,omitzero"`
-	// EndStatus is the status from EndsAt on: CANCELLED or EXPIRED.
+	// EndStatus is the status from EndsAt on: CANCELLED, EXPIRED or
+	// SUSPENDED (a Stripe subscription past due beyond its grace).
 	EndStatus string `json:"endStatus,omitempty"`
 }
 

@@ -96,10 +96,12 @@ func Ended(sub store.Subscription, now time.Time) bool {
 }
 
 // EndStatusValid reports whether s may be a subscription's EndStatus:
-// only CANCELLED and EXPIRED, statuses that grant no access.
+// only CANCELLED, EXPIRED and SUSPENDED (a paid subscription past the
+// grace of a failed payment, internal/payments), statuses that grant no
+// access.
 func EndStatusValid(s string) bool {
 	st := Status(strings.ToUpper(s))
-	return st == Cancelled || st == Expired
+	return st == Cancelled || st == Expired || st == Suspended
 }
 
 // Reason says why a user may not call a service.

@@ -219,7 +219,7 @@ func TestEffectiveStatus(t *testing.T) {
 			t.Errorf("EffectiveStatus(%+v, %s) = %s, want %s", tc.sub, tc.at, got, tc.want)
 		}
 	}
-	for s, want := range map[string]bool{"CANCELLED": true, "expired": true, "ACTIVE": false, "TRIAL": false, "": false} {
+	for s, want := range map[string]bool{"CANCELLED": true, "expired": true, "SUSPENDED": true, "ACTIVE": false, "TRIAL": false, "": false} {
 		if EndStatusValid(s) != want {
 			t.Errorf("EndStatusValid(%q) = %t", s, !want)
 		}

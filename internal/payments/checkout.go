@@ -1,0 +1,269 @@
+package payments
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/stripe/stripe-go/v82"
+
+	"github.com/platformgw/gateway/internal/store"
+)
+
+// Errors of starting a Checkout or the customer portal, for the pages to
+// word.
+var (
+	// ErrNotPaid: the product has no Stripe Price, so it is not sold
+	// through Stripe.
+	ErrNotPaid = errors.New("payments: the product has no Stripe price")
+	// ErrNoCustomer: the user has never paid through Stripe, so there is
+	// no customer portal to open.
+	ErrNoCustomer = errors.New("payments: the user has no Stripe customer")
+)
+
+// The metadata keys the gateway puts on what it creates in Stripe, so a
+// webhook (or a person reading the Dashboard) can tell whose it is.
+const (
+	MetaUser    = "platform_user_id"
+	MetaService = "platform_service_id"
+	MetaProduct = "platform_product_id"
+)
+
+// Sells reports whether the product is paid by a Stripe subscription:
+// it has a recurring Price configured.
+func (s *Service) Sells(serviceID, productID string) bool {
+	p := s.cfg.PriceFor(serviceID, productID)
+	return p != nil && p.Price != ""
+}
+
+// CustomerFor returns the user's Stripe customer id, creating the
+// customer the first time. The create carries an Idempotency-Key derived
+// from the user id, so two nodes (or a double click) that both find no
+// record create one customer in Stripe and get the same id back; the
+// store's InsertPaymentRecord then decides whose record stands, and the
+// loser takes the winner's.
+func (s *Service) CustomerFor(ctx context.Context, userID, email string) (string, error) {
+	pay, err := s.Payments()
+	if err != nil {
+		return "", err
+	}
+	if id, err := s.customerOf(ctx, pay, userID); err == nil || !errors.Is(err, ErrNoCustomer) {
+		return id, err
+	}
+	s.custMu.Lock()
+	defer s.custMu.Unlock()
+	if id, err := s.customerOf(ctx, pay, userID); err == nil || !errors.Is(err, ErrNoCustomer) {
+		return id, err
+	}
+	params := &stripe.CustomerCreateParams{Metadata: map[string]string{MetaUser: userID}}
+	if email != "" {
+		params.Email = stripe.String(email)
+	}
+	params.SetIdempotencyKey(idemKey("customer", userID))
+	c, err := s.sc.V1Customers.Create(ctx, params)
+	if err != nil {
+		return "", fmt.Errorf("create the Stripe customer: %w", stripeErr(err))
+	}
+	rec, _ := json.Marshal(CustomerRecord{UserID: userID, CustomerID: c.ID, CreatedAt: s.now().UTC()})
+	stored, err := pay.InsertPaymentRecord(ctx, KindCustomer, userID, rec, s.now())
+	customerID := c.ID
+	if errors.Is(err, store.ErrExists) {
+		var won CustomerRecord
+		if json.Unmarshal(stored, &won) == nil && won.CustomerID != "" {
+			customerID = won.CustomerID
+			rec = stored
+		}
+	} else if err != nil {
+		return "", err
+	}
+	if _, err := pay.InsertPaymentRecord(ctx, KindCustomerUser, customerID, rec, s.now()); err != nil && !errors.Is(err, store.ErrExists) {
+		return "", err
+	}
+	return customerID, nil
+}
+
+// customerOf is the user's remembered customer, or ErrNoCustomer.
+func (s *Service) customerOf(ctx context.Context, pay store.Payments, userID string) (string, error) {
+	b, err := pay.GetPaymentRecord(ctx, KindCustomer, userID)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", ErrNoCustomer
+	}
+	if err != nil {
+		return "", err
+	}
+	var c CustomerRecord
+	if err := json.Unmarshal(b, &c); err != nil || c.CustomerID == "" {
+		return "", fmt.Errorf("payments: the customer record of %s does not read: %v", userID, err)
+	}
+	return c.CustomerID, nil
+}
+
+// userOfCustomer is the gateway user of a Stripe customer, or a
+// badEvent: a customer the gateway did not make is none of its business.
+func (s *Service) userOfCustomer(ctx context.Context, pay store.Payments, customerID string) (string, error) {
+	if customerID == "" {
+		return "", badEvent("the object names no customer")
+	}
+	b, err := pay.GetPaymentRecord(ctx, KindCustomerUser, customerID)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", badEvent("customer %s is not one the gateway made", customerID)
+	}
+	if err != nil {
+		return "", err
+	}
+	var c CustomerRecord
+	if err := json.Unmarshal(b, &c); err != nil || c.UserID == "" {
+		return "", fmt.Errorf("payments: the user record of customer %s does not read: %v", customerID, err)
+	}
+	return c.UserID, nil
+}
+
+// idemKey is a stable Idempotency-Key for creating what (a customer, a
+// Product) for id. Stripe keeps keys 24 hours, longer than two nodes
+// racing or a person double-clicking.
+func idemKey(what, id string) string {
+	sum := sha256.Sum256([]byte(what + "\x00" + id))
+	return "platformgw-" + what + "-" + hex.EncodeToString(sum[:16])
+}
+
+// CheckoutRequest is a subscription Checkout to start.
+type CheckoutRequest struct {
+	UserID, Email        string
+	ServiceID, ProductID string
+	// SuccessURL and CancelURL are where Stripe sends the caller back.
+	SuccessURL, CancelURL string
+}
+
+// StartSubscriptionCheckout creates a Checkout Session in subscription
+// mode for a product with a Stripe Price and returns its URL. The line
+// items are the product's Price (quantity 1) and its metered Price if it
+// has one (no quantity: usage is reported to the meter); the session,
+// its subscription and the customer carry the user, service and product
+// in metadata, and client_reference_id is the user id. A trial of the
+// listing becomes the subscription's trial_period_days.
+func (s *Service) StartSubscriptionCheckout(ctx context.Context, r CheckoutRequest) (string, error) {
+	p := s.cfg.PriceFor(r.ServiceID, r.ProductID)
+	if p == nil || p.Price == "" {
+		return "", ErrNotPaid
+	}
+	cust, err := s.CustomerFor(ctx, r.UserID, r.Email)
+	if err != nil {
+		return "", err
+	}
+	meta := map[string]string{MetaUser: r.UserID, MetaService: r.ServiceID, MetaProduct: r.ProductID}
+	items := []*stripe.CheckoutSessionCreateLineItemParams{{Price: stripe.String(p.Price), Quantity: stripe.Int64(1)}}
+	if p.MeteredPrice != "" {
+		items = append(items, &stripe.CheckoutSessionCreateLineItemParams{Price: stripe.String(p.MeteredPrice)})
+	}
+	sd := &stripe.CheckoutSessionCreateSubscriptionDataParams{Metadata: meta}
+	if svc, ok := s.cat.Service(r.ServiceID); ok {
+		if l, ok := svc.Listing(r.ProductID); ok && l.TrialDays > 0 {
+			sd.TrialPeriodDays = stripe.Int64(int64(l.TrialDays))
+		}
+	}
+	cs, err := s.sc.V1CheckoutSessions.Create(ctx, &stripe.CheckoutSessionCreateParams{
+		Mode:              stripe.String(string(stripe.CheckoutSessionModeSubscription)),
+		Customer:          stripe.String(cust),
+		ClientReferenceID: stripe.String(r.UserID),
+		Metadata:          meta,
+		LineItems:         items,
+		SubscriptionData:  sd,
+		SuccessURL:        stripe.String(r.SuccessURL),
+		CancelURL:         stripe.String(r.CancelURL),
+	})
+	if err != nil {
+		return "", fmt.Errorf("create the Checkout Session: %w", stripeErr(err))
+	}
+	if cs.URL == "" {
+		return "", errors.New("create the Checkout Session: Stripe gave no URL")
+	}
+	return cs.URL, nil
+}
+
+// BillingPortalURL opens Stripe's customer portal for the user, where
+// they change their card and see Stripe's own invoices; returnURL is
+// where its "back" link goes.
+func (s *Service) BillingPortalURL(ctx context.Context, userID, returnURL string) (string, error) {
+	pay, err := s.Payments()
+	if err != nil {
+		return "", err
+	}
+	cust, err := s.customerOf(ctx, pay, userID)
+	if err != nil {
+		return "", err
+	}
+	ps, err := s.sc.V1BillingPortalSessions.Create(ctx, &stripe.BillingPortalSessionCreateParams{
+		Customer: stripe.String(cust), ReturnURL: stripe.String(returnURL)})
+	if err != nil {
+		return "", fmt.Errorf("create the customer portal session: %w", stripeErr(err))
+	}
+	return ps.URL, nil
+}
+
+// HasCustomer reports whether the user has a Stripe customer.
+func (s *Service) HasCustomer(ctx context.Context, userID string) bool {
+	pay, err := s.Payments()
+	if err != nil {
+		return false
+	}
+	_, err = s.customerOf(ctx, pay, userID)
+	return err == nil
+}
+
+// InvoicesOf returns the user's invoices, newest first. It reads every
+// invoice record (a scan; a gateway's invoices number in the thousands,
+// not millions).
+func (s *Service) InvoicesOf(ctx context.Context, userID string) ([]InvoiceRecord, error) {
+	pay, err := s.Payments()
+	if err != nil {
+		return nil, err
+	}
+	var out []InvoiceRecord
+	after := ""
+	for {
+		page, more, err := pay.ListPaymentRecords(ctx, KindInvoice, after, 500)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range page {
+			var inv InvoiceRecord
+			if json.Unmarshal(r.Body, &inv) == nil && inv.UserID == userID {
+				out = append(out, inv)
+			}
+			after = r.ID
+		}
+		if !more || len(page) == 0 {
+			break
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return invoiceTime(out[i]).After(invoiceTime(out[j])) })
+	return out, nil
+}
+
+func invoiceTime(inv InvoiceRecord) time.Time {
+	switch {
+	case !inv.PaidAt.IsZero():
+		return inv.PaidAt
+	case !inv.PeriodStart.IsZero():
+		return inv.PeriodStart
+	}
+	return inv.UpdatedAt
+}
+
+// stripeErr keeps what a log may show of a Stripe error: its type, code
+// and message, never the request (which carries no secret anyway, but
+// the key is in the client).
+func stripeErr(err error) error {
+	var se *stripe.Error
+	if errors.As(err, &se) {
+		msg := strings.TrimSpace(se.Msg)
+		return fmt.Errorf("stripe %s (%d %s): %s", se.Type, se.HTTPStatusCode, se.Code, msg)
+	}
+	return err
+}

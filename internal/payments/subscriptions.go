@@ -1,0 +1,580 @@
+package payments
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/stripe/stripe-go/v82"
+	"go.uber.org/zap"
+
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/catalog"
+	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/subscription"
+)
+
+// Subscriptions follow payment: the webhooks of a Stripe subscription
+// (and of its invoices) set the gateway subscription of its user to its
+// service (docs/payments.md, "Subscriptions"):
+//
+//	Stripe                        gateway
+//	active                        ACTIVE
+//	active, cancel at period end  CANCELLING, CANCELLED from the period's end
+//	trialing                      TRIAL, EXPIRED from trial_end (CANCELLED if cancelling)
+//	past_due                      ACTIVE, SUSPENDED from past_due_grace after it became past due
+//	unpaid, paused                SUSPENDED
+//	canceled, incomplete_expired  EXPIRED
+//	incomplete                    nothing yet (the first payment is not made)
+//
+// The ends are the subscription's EndsAt and EndStatus, which the call
+// checks itself: a subscription past its grace is refused at the call,
+// on every node, whether or not the sweep has tidied its status.
+//
+// Out of order: the SubscriptionRecord of each Stripe subscription keeps
+// the creation time of the newest event applied; an older event changes
+// nothing, and one as old (Stripe's events of one second) makes the
+// gateway ask Stripe for the subscription and apply that.
+
+// More record kinds.
+const (
+	// KindSubscriptionOf: which Stripe subscription holds a gateway
+	// subscription, by "<service>/<user>": an ended Stripe subscription
+	// never ends the gateway subscription a newer one holds.
+	KindSubscriptionOf = "stripe_subscription_of"
+)
+
+// The audit actions of this file; the actor is "stripe".
+const (
+	AuditSubscriptionStripe = "subscription.stripe"
+	AuditInvoiceStripe      = "invoice.stripe"
+)
+
+func init() {
+	checkoutByMode[stripe.CheckoutSessionModeSubscription] = onSubscriptionCheckout
+	for _, t := range []stripe.EventType{stripe.EventTypeCustomerSubscriptionCreated,
+		stripe.EventTypeCustomerSubscriptionUpdated, stripe.EventTypeCustomerSubscriptionDeleted} {
+		handle(t, onSubscriptionEvent)
+	}
+	handle(stripe.EventTypeInvoicePaid, onInvoiceEvent)
+	handle(stripe.EventTypeInvoicePaymentFailed, onInvoiceEvent)
+}
+
+// subMu makes a node apply one subscription change at a time, so the
+// read-compare-write of a SubscriptionRecord is not interleaved on it.
+// Two nodes given two events of one subscription in the same instant can
+// still interleave; the next event or `caddy platform stripe resync`
+// corrects that.
+var subMu sync.Mutex
+
+// state is what the gateway applies of a Stripe subscription.
+type state struct {
+	ID, Customer      string
+	Status            stripe.SubscriptionStatus
+	CancelAtPeriodEnd bool
+	CancelAt          time.Time
+	TrialEnd          time.Time
+	PeriodEnd         time.Time
+	Prices            []string
+	Meta              map[string]string
+	// fetched: read from Stripe now, not taken from an event.
+	fetched bool
+}
+
+func stateOf(sub *stripe.Subscription) state {
+	st := state{ID: sub.ID, Status: sub.Status, CancelAtPeriodEnd: sub.CancelAtPeriodEnd,
+		CancelAt: unix(sub.CancelAt), TrialEnd: unix(sub.TrialEnd), Meta: sub.Metadata}
+	if sub.Customer != nil {
+		st.Customer = sub.Customer.ID
+	}
+	if sub.Items != nil {
+		for _, it := range sub.Items.Data {
+			if it == nil {
+				continue
+			}
+			if it.Price != nil && it.Price.ID != "" {
+				st.Prices = append(st.Prices, it.Price.ID)
+			}
+			if e := unix(it.CurrentPeriodEnd); e.After(st.PeriodEnd) {
+				st.PeriodEnd = e
+			}
+		}
+	}
+	return st
+}
+
+func unix(s int64) time.Time {
+	if s <= 0 {
+		return time.Time{}
+	}
+	return time.Unix(s, 0).UTC()
+}
+
+// target is the gateway subscription a state maps to.
+type target struct {
+	Status    subscription.Status
+	EndsAt    time.Time
+	EndStatus subscription.Status
+	// none: the state sets nothing (incomplete).
+	none bool
+}
+
+// mapStatus maps a Stripe state to the gateway's; pastDueSince is when
+// it became past due.
+func mapStatus(st state, pastDueSince time.Time, grace time.Duration) target {
+	cancelEnd := func() time.Time {
+		if !st.CancelAt.IsZero() {
+			return st.CancelAt
+		}
+		return st.PeriodEnd
+	}
+	switch st.Status {
+	case stripe.SubscriptionStatusActive:
+		if st.CancelAtPeriodEnd || !st.CancelAt.IsZero() {
+			return target{Status: subscription.Cancelling, EndsAt: cancelEnd(), EndStatus: subscription.Cancelled}
+		}
+		return target{Status: subscription.Active}
+	case stripe.SubscriptionStatusTrialing:
+		t := target{Status: subscription.Trial, EndsAt: st.TrialEnd, EndStatus: subscription.Expired}
+		if end := cancelEnd(); (st.CancelAtPeriodEnd || !st.CancelAt.IsZero()) && (t.EndsAt.IsZero() || !end.IsZero() && !end.After(t.EndsAt)) {
+			t.EndsAt, t.EndStatus = end, subscription.Cancelled
+		}
+		return t
+	case stripe.SubscriptionStatusPastDue:
+		t := target{Status: subscription.Active, EndsAt: pastDueSince.Add(grace), EndStatus: subscription.Suspended}
+		if st.CancelAtPeriodEnd || !st.CancelAt.IsZero() {
+			t.Status = subscription.Cancelling
+			if end := cancelEnd(); !end.IsZero() && end.Before(t.EndsAt) {
+				t.EndsAt, t.EndStatus = end, subscription.Cancelled
+			}
+		}
+		return t
+	case stripe.SubscriptionStatusUnpaid, stripe.SubscriptionStatusPaused:
+		return target{Status: subscription.Suspended}
+	case stripe.SubscriptionStatusCanceled, stripe.SubscriptionStatusIncompleteExpired:
+		return target{Status: subscription.Expired}
+	}
+	return target{none: true}
+}
+
+// ident is whose a Stripe subscription is in the gateway.
+type ident struct{ User, Service, Product string }
+
+// productOfPrices is the configured product one of the prices is the
+// recurring (or metered) Price of.
+func (s *Service) productOfPrices(prices []string) (service, product string, ok bool) {
+	for _, id := range prices {
+		for _, p := range s.cfg.Prices {
+			if id != "" && (p.Price == id) {
+				return p.Service, p.Product, true
+			}
+		}
+	}
+	for _, id := range prices {
+		for _, p := range s.cfg.Prices {
+			if id != "" && p.MeteredPrice == id {
+				return p.Service, p.Product, true
+			}
+		}
+	}
+	return "", "", false
+}
+
+func (s *Service) getSubRecord(ctx context.Context, pay store.Payments, id string) (SubscriptionRecord, bool, error) {
+	b, err := pay.GetPaymentRecord(ctx, KindSubscription, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return SubscriptionRecord{}, false, nil
+	}
+	if err != nil {
+		return SubscriptionRecord{}, false, err
+	}
+	var rec SubscriptionRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return SubscriptionRecord{}, false, fmt.Errorf("payments: the record of subscription %s does not read: %w", id, err)
+	}
+	return rec, true, nil
+}
+
+// onSubscriptionEvent applies customer.subscription.created, .updated
+// and .deleted.
+func onSubscriptionEvent(s *Service, ctx context.Context, ev *stripe.Event) error {
+	var sub stripe.Subscription
+	if err := json.Unmarshal(ev.Data.Raw, &sub); err != nil || sub.ID == "" {
+		return badEvent("%s: the subscription does not parse", ev.Type)
+	}
+	return s.applyState(ctx, stateOf(&sub), unix(ev.Created), nil)
+}
+
+// onSubscriptionCheckout links the subscription a completed Checkout
+// made to the user, service and product it was started for, and applies
+// the subscription's state as Stripe has it unless one of its own events
+// came first.
+func onSubscriptionCheckout(s *Service, ctx context.Context, ev *stripe.Event) error {
+	var cs stripe.CheckoutSession
+	if err := json.Unmarshal(ev.Data.Raw, &cs); err != nil {
+		return badEvent("checkout.session.completed: the session does not parse")
+	}
+	if cs.Subscription == nil || cs.Subscription.ID == "" {
+		return badEvent("checkout.session.completed %s: a subscription Checkout without a subscription", cs.ID)
+	}
+	pay, err := s.Payments()
+	if err != nil {
+		return err
+	}
+	cust := ""
+	if cs.Customer != nil {
+		cust = cs.Customer.ID
+	}
+	user, err := s.userOfCustomer(ctx, pay, cust)
+	if err != nil {
+		return err
+	}
+	id := ident{User: user, Service: cs.Metadata[MetaService], Product: cs.Metadata[MetaProduct]}
+	if mu := cs.Metadata[MetaUser]; mu != "" && mu != user || cs.ClientReferenceID != "" && cs.ClientReferenceID != user {
+		return badEvent("checkout.session.completed %s: started for another user than its customer's", cs.ID)
+	}
+	if !s.Sells(id.Service, id.Product) {
+		return badEvent("checkout.session.completed %s: service %q product %q has no Stripe price here", cs.ID, id.Service, id.Product)
+	}
+	rec, found, err := s.getSubRecord(ctx, pay, cs.Subscription.ID)
+	if err != nil {
+		return err
+	}
+	if found && rec.StripeStatus != "" {
+		return nil // its own events came first and set it
+	}
+	st := state{ID: cs.Subscription.ID, Customer: cust}
+	if cs.Subscription.Status != "" {
+		// An expanded subscription: its state is in the event.
+		st = stateOf(cs.Subscription)
+		st.Customer = cust
+	} else {
+		fresh, err := s.sc.V1Subscriptions.Retrieve(ctx, cs.Subscription.ID, nil)
+		if err != nil {
+			return fmt.Errorf("read subscription %s from Stripe: %w", cs.Subscription.ID, stripeErr(err))
+		}
+		st = stateOf(fresh)
+		st.ID, st.Customer, st.fetched = cs.Subscription.ID, cust, true
+	}
+	return s.applyState(ctx, st, unix(ev.Created), &id)
+}
+
+// onInvoiceEvent records an invoice.paid or invoice.payment_failed and
+// moves its subscription: a failed payment of a running subscription
+// makes it past due (the grace starts), a paid invoice of a past due one
+// makes it active again.
+func onInvoiceEvent(s *Service, ctx context.Context, ev *stripe.Event) error {
+	var inv stripe.Invoice
+	if err := json.Unmarshal(ev.Data.Raw, &inv); err != nil || inv.ID == "" {
+		return badEvent("%s: the invoice does not parse", ev.Type)
+	}
+	pay, err := s.Payments()
+	if err != nil {
+		return err
+	}
+	cust := ""
+	if inv.Customer != nil {
+		cust = inv.Customer.ID
+	}
+	user, err := s.userOfCustomer(ctx, pay, cust)
+	if err != nil {
+		return err
+	}
+	subID := ""
+	var meta map[string]string
+	if inv.Parent != nil && inv.Parent.SubscriptionDetails != nil {
+		meta = inv.Parent.SubscriptionDetails.Metadata
+		if inv.Parent.SubscriptionDetails.Subscription != nil {
+			subID = inv.Parent.SubscriptionDetails.Subscription.ID
+		}
+	}
+	rec, found, err := s.getSubRecord(ctx, pay, subID)
+	if subID == "" {
+		found, err = false, nil
+	}
+	if err != nil {
+		return err
+	}
+	id := ident{User: user}
+	switch {
+	case found:
+		id.Service, id.Product = rec.ServiceID, rec.ProductID
+	default:
+		var prices []string
+		if inv.Lines != nil {
+			for _, l := range inv.Lines.Data {
+				if l != nil && l.Pricing != nil && l.Pricing.PriceDetails != nil {
+					prices = append(prices, l.Pricing.PriceDetails.Price)
+				}
+			}
+		}
+		var ok bool
+		if id.Service, id.Product, ok = s.productOfPrices(prices); !ok {
+			if s.Sells(meta[MetaService], meta[MetaProduct]) {
+				id.Service, id.Product = meta[MetaService], meta[MetaProduct]
+			} else {
+				return badEvent("%s %s: no configured product has its price", ev.Type, inv.ID)
+			}
+		}
+	}
+	if err := s.putInvoice(ctx, pay, &inv, id, subID, cust); err != nil {
+		return err
+	}
+	if !found {
+		return nil // the subscription's own events will set it
+	}
+	var to stripe.SubscriptionStatus
+	switch {
+	case ev.Type == stripe.EventTypeInvoicePaymentFailed && (rec.StripeStatus == string(stripe.SubscriptionStatusActive) || rec.StripeStatus == string(stripe.SubscriptionStatusTrialing)):
+		to = stripe.SubscriptionStatusPastDue
+	case ev.Type == stripe.EventTypeInvoicePaid && (rec.StripeStatus == string(stripe.SubscriptionStatusPastDue) || rec.StripeStatus == string(stripe.SubscriptionStatusUnpaid)):
+		to = stripe.SubscriptionStatusActive
+	default:
+		return nil
+	}
+	st := state{ID: subID, Customer: cust, Status: to, CancelAtPeriodEnd: rec.CancelAtPeriodEnd, PeriodEnd: rec.CurrentPeriodEnd}
+	return s.applyState(ctx, st, unix(ev.Created), &id)
+}
+
+// putInvoice keeps the invoice for the console and the portal. A paid
+// invoice stays paid: an older payment_failed delivered late does not
+// make it open again.
+func (s *Service) putInvoice(ctx context.Context, pay store.Payments, inv *stripe.Invoice, id ident, subID, cust string) error {
+	r := InvoiceRecord{ID: inv.ID, UserID: id.User, ServiceID: id.Service, ProductID: id.Product, CustomerID: cust,
+		SubscriptionID: subID, Status: string(inv.Status), AmountDue: inv.AmountDue, AmountPaid: inv.AmountPaid,
+		Currency: strings.ToUpper(string(inv.Currency)), PeriodStart: unix(inv.PeriodStart), PeriodEnd: unix(inv.PeriodEnd),
+		HostedURL: inv.HostedInvoiceURL, PDFURL: inv.InvoicePDF, UpdatedAt: s.now().UTC()}
+	if inv.StatusTransitions != nil {
+		r.PaidAt = unix(inv.StatusTransitions.PaidAt)
+	}
+	if r.Status == "" {
+		r.Status = "open"
+	}
+	if b, err := pay.GetPaymentRecord(ctx, KindInvoice, inv.ID); err == nil {
+		var old InvoiceRecord
+		if json.Unmarshal(b, &old) == nil {
+			if old.Status == "paid" && r.Status != "paid" {
+				return nil
+			}
+			if old.Status == r.Status && old.AmountPaid == r.AmountPaid && old.AmountDue == r.AmountDue {
+				return nil
+			}
+		}
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	body, _ := json.Marshal(r)
+	if err := pay.PutPaymentRecord(ctx, KindInvoice, inv.ID, body, s.now()); err != nil {
+		return err
+	}
+	amount := MinorMoney(r.AmountDue, r.Currency).String()
+	if r.Status == "paid" {
+		amount = MinorMoney(r.AmountPaid, r.Currency).String()
+	}
+	s.audit(ctx, AuditInvoiceStripe, id.User, id.Service, fmt.Sprintf("invoice %s of product %s %s: %s", inv.ID, id.Product, r.Status, amount))
+	return nil
+}
+
+// applyState sets the gateway subscription from a Stripe subscription's
+// state as of eventAt. fallback names the user, service and product
+// when the state's own prices do not (a state read from Stripe, an
+// invoice's).
+func (s *Service) applyState(ctx context.Context, st state, eventAt time.Time, fallback *ident) error {
+	subMu.Lock()
+	defer subMu.Unlock()
+	pay, err := s.Payments()
+	if err != nil {
+		return err
+	}
+	rec, found, err := s.getSubRecord(ctx, pay, st.ID)
+	if err != nil {
+		return err
+	}
+	if found && !rec.EventCreated.IsZero() && !st.fetched {
+		switch {
+		case eventAt.Before(rec.EventCreated):
+			s.log.Info("stripe event older than the state applied; nothing changes", zap.String("subscription", st.ID))
+			return nil
+		case eventAt.Equal(rec.EventCreated):
+			// Two events of one second: their order is unknown, so
+			// apply the subscription as Stripe has it now.
+			fresh, err := s.sc.V1Subscriptions.Retrieve(ctx, st.ID, nil)
+			if err != nil {
+				return fmt.Errorf("read subscription %s from Stripe: %w", st.ID, stripeErr(err))
+			}
+			f := stateOf(fresh)
+			f.ID, f.Customer, f.fetched = st.ID, st.Customer, true
+			if fallback == nil {
+				// The event's product stands when Stripe's answer names
+				// no configured price.
+				if svc, prod, ok := s.productOfPrices(st.Prices); ok {
+					fallback = &ident{User: rec.UserID, Service: svc, Product: prod}
+				}
+			}
+			st = f
+		}
+	}
+	// Whose it is.
+	var id ident
+	switch {
+	case found && rec.UserID != "":
+		id = ident{User: rec.UserID, Service: rec.ServiceID, Product: rec.ProductID}
+	case fallback != nil && fallback.User != "":
+		id.User = fallback.User
+	default:
+		if id.User, err = s.userOfCustomer(ctx, pay, st.Customer); err != nil {
+			return err
+		}
+	}
+	if found && !st.fetched && st.Customer != "" && rec.CustomerID != "" && st.Customer != rec.CustomerID {
+		return badEvent("subscription %s: the event names another customer than the one it was made for", st.ID)
+	}
+	if svc, prod, ok := s.productOfPrices(st.Prices); ok {
+		if id.Service != "" && svc != id.Service {
+			return badEvent("subscription %s: its price belongs to service %s, not %s", st.ID, svc, id.Service)
+		}
+		id.Service, id.Product = svc, prod
+	} else if len(st.Prices) > 0 && !st.fetched {
+		return badEvent("subscription %s: no configured product has its price %s", st.ID, strings.Join(st.Prices, ", "))
+	} else if fallback != nil && fallback.Service != "" && id.Service == "" {
+		id.Service, id.Product = fallback.Service, fallback.Product
+	} else if fallback != nil && fallback.Product != "" && fallback.Service == id.Service {
+		id.Product = fallback.Product
+	}
+	if id.Service == "" || id.Product == "" {
+		return badEvent("subscription %s: no configured product has its price", st.ID)
+	}
+	if svc, ok := s.cat.Service(id.Service); !ok {
+		return badEvent("subscription %s: service %s is not in the catalog", st.ID, id.Service)
+	} else if _, ok := svc.Product(id.Product); !ok {
+		return badEvent("subscription %s: service %s has no product %s", st.ID, id.Service, id.Product)
+	}
+
+	pastDueSince := time.Time{}
+	if st.Status == stripe.SubscriptionStatusPastDue {
+		pastDueSince = eventAt
+		if found && rec.StripeStatus == string(stripe.SubscriptionStatusPastDue) && !rec.PastDueSince.IsZero() {
+			pastDueSince = rec.PastDueSince
+		}
+		if pastDueSince.IsZero() {
+			pastDueSince = s.now().UTC()
+		}
+	}
+	t := mapStatus(st, pastDueSince, time.Duration(s.cfg.PastDueGrace))
+
+	newRec := SubscriptionRecord{ID: st.ID, UserID: id.User, ServiceID: id.Service, ProductID: id.Product,
+		CustomerID: st.Customer, StripeStatus: string(st.Status), Status: string(t.Status),
+		CancelAtPeriodEnd: st.CancelAtPeriodEnd, CurrentPeriodEnd: st.PeriodEnd, PastDueSince: pastDueSince,
+		EventCreated: eventAt, UpdatedAt: s.now().UTC()}
+	if found {
+		if newRec.CustomerID == "" || st.fetched {
+			newRec.CustomerID = rec.CustomerID
+		}
+		if rec.EventCreated.After(newRec.EventCreated) {
+			newRec.EventCreated = rec.EventCreated
+		}
+	}
+	if newRec.CustomerID == "" {
+		newRec.CustomerID = st.Customer
+	}
+	if !t.none {
+		if err := s.setGatewaySubscription(ctx, pay, st, id, t); err != nil {
+			return err
+		}
+	}
+	body, _ := json.Marshal(newRec)
+	return pay.PutPaymentRecord(ctx, KindSubscription, st.ID, body, s.now())
+}
+
+// linkRecord is KindSubscriptionOf.
+type linkRecord struct {
+	SubscriptionID string    `json:"subscriptionId"`
+	UpdatedAt      time.Time `json:"updatedAt"`
+}
+
+// setGatewaySubscription writes the gateway subscription, unless it is
+// as the target says already, or a newer Stripe subscription holds it
+// and this one has ended.
+func (s *Service) setGatewaySubscription(ctx context.Context, pay store.Payments, st state, id ident, t target) error {
+	linkID := id.Service + "/" + id.User
+	var link linkRecord
+	if b, err := pay.GetPaymentRecord(ctx, KindSubscriptionOf, linkID); err == nil {
+		_ = json.Unmarshal(b, &link)
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	live := t.Status.GrantsAccess()
+	if link.SubscriptionID != "" && link.SubscriptionID != st.ID && !live {
+		s.log.Info("an ended Stripe subscription leaves the gateway subscription another one holds",
+			zap.String("subscription", st.ID), zap.String("holder", link.SubscriptionID))
+		return nil
+	}
+	if link.SubscriptionID != st.ID {
+		b, _ := json.Marshal(linkRecord{SubscriptionID: st.ID, UpdatedAt: s.now().UTC()})
+		if err := pay.PutPaymentRecord(ctx, KindSubscriptionOf, linkID, b, s.now()); err != nil {
+			return err
+		}
+	}
+	cur, err := s.Store().GetSubscription(ctx, id.User, id.Service)
+	had := err == nil
+	if err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrNoAccount) {
+		return err
+	}
+	endStatus := ""
+	if !t.EndsAt.IsZero() {
+		endStatus = string(t.EndStatus)
+	}
+	if had && cur.ProductID == id.Product && strings.EqualFold(cur.Status, string(t.Status)) &&
+		cur.EndsAt.Equal(t.EndsAt) && strings.EqualFold(cur.EndStatus, endStatus) {
+		return nil
+	}
+	next, err := s.Store().PutSubscription(ctx, store.Subscription{UserID: id.User, ServiceID: id.Service, ProductID: id.Product,
+		Status: string(t.Status), UpdatedAt: s.now().UTC(), EndsAt: t.EndsAt, EndStatus: endStatus})
+	if err != nil {
+		return fmt.Errorf("set the subscription of %s to %s: %w", id.User, id.Service, err)
+	}
+	before := "none"
+	if had {
+		before = describeSub(cur)
+	}
+	s.log.Info("subscription set from Stripe", zap.String("user_id", id.User), zap.String("service_id", id.Service),
+		zap.String("product_id", id.Product), zap.String("status", next.Status), zap.String("subscription", st.ID))
+	s.audit(ctx, AuditSubscriptionStripe, id.User, id.Service,
+		fmt.Sprintf("Stripe subscription %s is %s: %s → %s", st.ID, stripeWords(st), before, describeSub(next)))
+	return nil
+}
+
+// describeSub says a gateway subscription in words for the audit log.
+func describeSub(sub store.Subscription) string {
+	s := "product " + sub.ProductID + " " + strings.ToUpper(sub.Status)
+	if !sub.EndsAt.IsZero() {
+		s += ", " + strings.ToUpper(sub.EndStatus) + " from " + sub.EndsAt.UTC().Format(time.RFC3339)
+	}
+	return s
+}
+
+func stripeWords(st state) string {
+	w := strings.ReplaceAll(string(st.Status), "_", " ")
+	if st.CancelAtPeriodEnd {
+		w += ", cancelling at the period's end"
+	}
+	if st.fetched {
+		w += " (as read from Stripe)"
+	}
+	return w
+}
+
+// MinorMoney is an amount in a currency's minor units (as Stripe gives
+// it) as Money: 2900 EUR is 29.00 EUR.
+func MinorMoney(minor int64, currency string) catalog.Money {
+	currency = strings.ToUpper(currency)
+	per := int64(billing.Scale)
+	for range catalog.MinorDigits(currency) {
+		per /= 10
+	}
+	return catalog.Money{Amount: billing.Units(minor * per), Currency: currency}
+}
