@@ -58,7 +58,11 @@ type request struct {
 // below the portal's is the portal's.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
 	hdr := w.Header()
-	hdr.Set("Content-Security-Policy", contentSecurityPolicy)
+	csp := h.csp
+	if csp == "" {
+		csp = contentSecurityPolicy
+	}
+	hdr.Set("Content-Security-Policy", csp)
 	hdr.Set("X-Content-Type-Options", "nosniff")
 	hdr.Set("Referrer-Policy", "no-referrer")
 	hdr.Set("X-Frame-Options", "DENY")
@@ -121,6 +125,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 			return nil
 		}
 		h.exportUsage(q)
+	case p == "/billing" || strings.HasPrefix(p, "/billing/"):
+		h.serveBilling(q, strings.TrimPrefix(p, "/billing"))
 	case strings.HasPrefix(p, "/plans/"):
 		h.servePlans(q, strings.TrimPrefix(p, "/plans/"))
 	case strings.HasPrefix(p, "/jobs/") && strings.Count(p, "/") == 2:
@@ -506,6 +512,7 @@ func (h *Handler) render(q *request, status int, name string, p page) {
 	hdr := q.w.Header()
 	hdr.Set("Content-Type", "text/html; charset=utf-8")
 	hdr.Set("Cache-Control", "no-store")
+	p.Payments = h.pay != nil
 	var b strings.Builder
 	if err := h.pages.ExecuteTemplate(&b, name, p); err != nil {
 		h.logger.Error("portal template", zap.String("template", name), zap.Error(err))

@@ -87,6 +87,10 @@ type Handler struct {
 	// the admin API runs.
 	rt     *engine.Runtime
 	ops    Operations
+	// pay is the payments integration, nil without a payments block
+	// (payments.go); csp the pages' Content-Security-Policy.
+	pay    Payments
+	csp    string
 	oidc   *oidcProvider
 	logger *zap.Logger
 	pages  *template.Template
@@ -125,6 +129,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
+	if svc := app.PaymentsService(); svc != nil {
+		h.pay = svc
+	}
 	return h.setup(ctx, app.Runtime(), app.Ops(), ctx.Logger())
 }
 
@@ -135,6 +142,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 // ctx ends: the portal serves key sign-in meanwhile.
 func (h *Handler) setup(ctx context.Context, rt *engine.Runtime, o Operations, logger *zap.Logger) error {
 	h.rt, h.ops, h.logger = rt, o, logger
+	h.csp = contentSecurityPolicy
+	if h.pay != nil {
+		h.csp = paymentsCSP
+	}
 	if h.SessionTTL <= 0 {
 		h.SessionTTL = caddy.Duration(DefaultSessionTTL)
 	}

@@ -43,6 +43,9 @@ var planNotices = map[string]string{
 	"scheduled":  "Your plan changes at the end of this period; until then you keep the plan you have.",
 	"cancelling": "Your subscription is cancelling: you keep access until the end of this period.",
 	"requested":  "Your request was sent to the operator. This page shows it until they answer.",
+	// Back from Stripe Checkout (payments.go).
+	"paid":               "Thank you: your payment went through Stripe. Your plan applies as soon as Stripe confirms it, usually within seconds; reload this page to see it.",
+	"checkout-cancelled": "You left Stripe's checkout; nothing was charged and nothing was changed.",
 }
 
 // plansView is the plans page of one service.
@@ -110,7 +113,7 @@ func (h *Handler) servePlans(q *request, rest string) {
 			return
 		}
 		h.plans(q, serviceID, false)
-	case "subscribe", "change", "request":
+	case "subscribe", "change", "request", "checkout":
 		if !h.allow(q, http.MethodPost) {
 			return
 		}
@@ -283,6 +286,9 @@ func (h *Handler) plansView(q *request, userID string, svc *catalog.Service) (*p
 			}
 		}
 		row.Action, row.Note = planAction(svc, p.ID, v.Current, !row.Requested.IsZero())
+		if h.sells(svc.ID, p.ID) {
+			row.Action, row.Note = paidAction(svc, p.ID, v.Current, h.sells(svc.ID, currentProduct(v.Current)))
+		}
 		row.Current = v.Current != nil && v.Current.Live && v.Current.ProductID == p.ID
 		v.Plans = append(v.Plans, row)
 	}
@@ -342,6 +348,30 @@ func planAction(svc *catalog.Service, productID string, cur *currentPlan, reques
 	return "downgrade", "Applies at the end of this period."
 }
 
+// paidAction is what the caller may do with a plan paid through Stripe:
+// buy it in Checkout, unless they are on it, or on another plan Stripe
+// bills (a change between paid plans is made in Stripe's customer
+// portal, and its webhook moves the plan here).
+func paidAction(svc *catalog.Service, productID string, cur *currentPlan, curPaid bool) (action, note string) {
+	live := cur != nil && cur.Live
+	switch {
+	case live && cur.ProductID == productID:
+		return "", "Your plan. Its invoices and card are on the Billing page."
+	case live && cur.Cancelling:
+		return "", "Your subscription is cancelling; take a plan again once it has ended."
+	case live && curPaid:
+		return "", "To change between paid plans, use “Manage payment method” on the Billing page (Stripe's customer portal)."
+	}
+	return "checkout", "Paid through Stripe: you are taken to Stripe's checkout to pay."
+}
+
+func currentProduct(c *currentPlan) string {
+	if c == nil || !c.Live {
+		return ""
+	}
+	return c.ProductID
+}
+
 // priceHeadline is a plan's price in one line, every money amount with
 // its currency.
 func priceHeadline(p *billing.Product, l *catalog.ProductListing) string {
@@ -392,6 +422,9 @@ func (h *Handler) planAction(q *request, serviceID, action string) {
 	switch action {
 	case "subscribe":
 		h.subscribe(q, sess, sessionKey, svc, productID)
+		return
+	case "checkout":
+		h.checkout(q, sess, svc, productID)
 		return
 	case "change":
 		notice, r, err = h.changePlan(q, sess, svc, productID)
@@ -444,6 +477,10 @@ func (h *Handler) subscribe(q *request, sess session, sessionKey store.KeyRecord
 		h.refusePlan(q, sess, svc, http.StatusForbidden, "The operator assigns this plan; you cannot take it yourself. Nothing was changed.")
 		return
 	case catalog.OfferPaid:
+		if h.sells(svc.ID, productID) {
+			h.checkout(q, sess, svc, productID)
+			return
+		}
 		h.refusePlan(q, sess, svc, http.StatusConflict, "This plan costs money: ask the operator for it with “Request access”. Nothing was changed.")
 		return
 	}

@@ -37,6 +37,10 @@ type page struct {
 	Revoke *revokeView
 	// Plans is a service's plans page (selfservice.go).
 	Plans *plansView
+	// Billing is the caller's invoices (payments.go).
+	Billing *billingView
+	// Payments: the portal takes payments (the Billing link shows).
+	Payments bool
 	*dashboard
 }
 
