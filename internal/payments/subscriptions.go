@@ -210,9 +210,9 @@ func onSubscriptionEvent(s *Service, ctx context.Context, ev *stripe.Event) erro
 }
 
 // onSubscriptionCheckout links the subscription a completed Checkout
-// made to the user, service and product it was started for, and applies
-// the subscription's state as Stripe has it unless one of its own events
-// came first.
+// made to the user, service and product it was started for. It sets no
+// status: the subscription's own events do, in whichever order they
+// come, before or after this one.
 func onSubscriptionCheckout(s *Service, ctx context.Context, ev *stripe.Event) error {
 	var cs stripe.CheckoutSession
 	if err := json.Unmarshal(ev.Data.Raw, &cs); err != nil {
@@ -244,23 +244,21 @@ func onSubscriptionCheckout(s *Service, ctx context.Context, ev *stripe.Event) e
 	if err != nil {
 		return err
 	}
-	if found && rec.StripeStatus != "" {
-		return nil // its own events came first and set it
-	}
-	st := state{ID: cs.Subscription.ID, Customer: cust}
-	if cs.Subscription.Status != "" {
-		// An expanded subscription: its state is in the event.
-		st = stateOf(cs.Subscription)
-		st.Customer = cust
-	} else {
-		fresh, err := s.sc.V1Subscriptions.Retrieve(ctx, cs.Subscription.ID, nil)
-		if err != nil {
-			return fmt.Errorf("read subscription %s from Stripe: %w", cs.Subscription.ID, stripeErr(err))
+	if found {
+		if rec.UserID != user || rec.ServiceID != id.Service {
+			return badEvent("checkout.session.completed %s: subscription %s belongs to another user or service", cs.ID, cs.Subscription.ID)
 		}
-		st = stateOf(fresh)
-		st.ID, st.Customer, st.fetched = cs.Subscription.ID, cust, true
+		return nil // linked already: its own events came first
 	}
-	return s.applyState(ctx, st, unix(ev.Created), &id)
+	// Linked; its state comes with its own events
+	// (customer.subscription.created and after), whatever their order.
+	body, _ := json.Marshal(SubscriptionRecord{ID: cs.Subscription.ID, UserID: user, ServiceID: id.Service,
+		ProductID: id.Product, CustomerID: cust, UpdatedAt: s.now().UTC()})
+	if _, err := pay.InsertPaymentRecord(ctx, KindSubscription, cs.Subscription.ID, body, s.now()); err != nil && !errors.Is(err, store.ErrExists) {
+		return err
+	}
+	s.audit(ctx, AuditSubscriptionStripe, user, id.Service, fmt.Sprintf("Checkout %s completed: Stripe subscription %s of product %s is %s's", cs.ID, cs.Subscription.ID, id.Product, user))
+	return nil
 }
 
 // onInvoiceEvent records an invoice.paid or invoice.payment_failed and

@@ -1,11 +1,14 @@
 package platform
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/payments"
@@ -45,13 +48,28 @@ func (a *App) provisionPayments(repl *caddy.Replacer) error {
 	return nil
 }
 
-// startPayments checks that the open store keeps payment records.
+// priceCheckTimeout bounds the start's check of the Prices with Stripe.
+const priceCheckTimeout = 5 * time.Second
+
+// startPayments checks that the open store keeps payment records, and
+// asks Stripe for each configured Price: one in another currency than its
+// product (or unknown to Stripe) fails the start; Stripe unreachable is a
+// warning, since no call needs it (docs/payments.md).
 func (a *App) startPayments() error {
 	if a.pay == nil {
 		return nil
 	}
 	if _, ok := a.DataStore().(store.Payments); !ok {
 		return fmt.Errorf("platform payments: %w", payments.ErrNoPayments)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), priceCheckTimeout)
+	defer cancel()
+	bad, unreachable := a.pay.CheckPrices(ctx)
+	if unreachable != nil {
+		a.logger.Warn("the Stripe Prices were not checked at start; they are checked again at the next start or reload", zap.Error(unreachable))
+	}
+	if bad != nil {
+		return fmt.Errorf("platform %w", bad)
 	}
 	return nil
 }

@@ -54,6 +54,10 @@ func (h *Handler) absolute(q *request, path string) string {
 // there. A caller whose subscription grants access to a plan Stripe
 // bills changes plan in Stripe's customer portal instead.
 func (h *Handler) checkout(q *request, sess session, svc *catalog.Service, productID string) {
+	if svc.SelfServiceOffer(productID) == catalog.NotOffered {
+		h.refusePlan(q, sess, svc, http.StatusForbidden, "The operator assigns this plan; you cannot take it yourself. Nothing was changed.")
+		return
+	}
 	if !h.sells(svc.ID, productID) {
 		h.refusePlan(q, sess, svc, http.StatusConflict, "That plan is not sold through Stripe here: ask the operator for it with “Request access”. Nothing was changed.")
 		return

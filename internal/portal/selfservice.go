@@ -286,7 +286,7 @@ func (h *Handler) plansView(q *request, userID string, svc *catalog.Service) (*p
 			}
 		}
 		row.Action, row.Note = planAction(svc, p.ID, v.Current, !row.Requested.IsZero())
-		if h.sells(svc.ID, p.ID) {
+		if h.sells(svc.ID, p.ID) && svc.SelfServiceOffer(p.ID) != catalog.NotOffered && row.Requested.IsZero() {
 			row.Action, row.Note = paidAction(svc, p.ID, v.Current, h.sells(svc.ID, currentProduct(v.Current)))
 		}
 		row.Current = v.Current != nil && v.Current.Live && v.Current.ProductID == p.ID
@@ -472,6 +472,11 @@ func (h *Handler) planFailed(q *request, sess session, svc *catalog.Service, err
 func (h *Handler) subscribe(q *request, sess session, sessionKey store.KeyRecord, svc *catalog.Service, productID string) {
 	ctx := q.r.Context()
 	offer := svc.SelfServiceOffer(productID)
+	if offer != catalog.NotOffered && h.sells(svc.ID, productID) {
+		// Sold through Stripe, a trial included: Checkout takes the card.
+		h.checkout(q, sess, svc, productID)
+		return
+	}
 	switch offer {
 	case catalog.NotOffered:
 		h.refusePlan(q, sess, svc, http.StatusForbidden, "The operator assigns this plan; you cannot take it yourself. Nothing was changed.")

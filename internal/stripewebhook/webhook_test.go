@@ -1,0 +1,418 @@
+package stripewebhook_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddytest"
+
+	"github.com/platformgw/gateway/internal/payments"
+	"github.com/platformgw/gateway/internal/payments/stripetest"
+	"github.com/platformgw/gateway/internal/platform"
+	"github.com/platformgw/gateway/internal/store"
+
+	_ "github.com/platformgw/gateway/internal/platformgw"
+	_ "github.com/platformgw/gateway/internal/stripewebhook"
+)
+
+// The ports of the in-process server, moved by E2E_ADMIN_PORT and
+// E2E_HTTP_PORT as in the e2e package.
+var (
+	adminPort = envInt("E2E_ADMIN_PORT", 2999)
+	httpPort  = envInt("E2E_HTTP_PORT", 9080)
+	site      = fmt.Sprintf("http://127.0.0.1:%d", httpPort)
+	endpoint  = site + "/stripe/webhook"
+)
+
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+const whsec = "whsec_test_0123456789abcdef0123456789abcdef"
+
+// gw is a running gateway with a payments block on stripe-mock.
+type gw struct {
+	t    *testing.T
+	mock *stripetest.Mock
+	app  *platform.App
+	pay  *payments.Service
+}
+
+// startGateway runs Caddy with the platform app (service svc: products
+// pro and basic in USD, each with a Stripe Price) and the webhook
+// endpoint at /stripe/webhook, on a bbolt file of its own.
+func startGateway(t *testing.T, grace string) *gw {
+	t.Helper()
+	mock := stripetest.Start(t)
+	dir := t.TempDir()
+	cfg := fmt.Sprintf(`{
+	admin localhost:%d
+	http_port %d
+	auto_https off
+	grace_period 1s
+	platform {
+		store %s
+		service svc {
+			backend http://127.0.0.1:1
+			secret svc-secret-0123456789abcdef0123
+			public
+			endpoint echo
+			product pro {
+				billing SUBSCRIPTION
+				measurement PER_REQUEST
+				quota 1000 per month
+				currency USD
+				period_price 29
+				self_service
+			}
+			product basic {
+				billing SUBSCRIPTION
+				measurement PER_REQUEST
+				quota 100 per month
+				currency USD
+				period_price 9
+				self_service
+			}
+		}
+		payments stripe {
+			secret_key sk_test_123
+			webhook_secret %s
+			api_base %s
+			past_due_grace %s
+			price svc pro price_pro
+			price svc basic price_basic
+		}
+	}
+}
+:%d {
+	bind 127.0.0.1
+	handle /stripe/webhook {
+		platform_stripe_webhook
+	}
+}
+`, adminPort, httpPort, filepath.Join(dir, "platform.db"), whsec, mock.URL, grace, httpPort)
+	unloadOtherStore()
+	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: adminPort})
+	tester.InitServer(cfg, "caddyfile")
+	a, err := caddy.ActiveContext().App("platform")
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := a.(*platform.App)
+	if app.PaymentsService() == nil {
+		t.Fatal("no payments service")
+	}
+	return &gw{t: t, mock: mock, app: app, pay: app.PaymentsService()}
+}
+
+// unloadOtherStore unloads the config a previous test left running: a
+// reload never switches stores, a restart does.
+func unloadOtherStore() {
+	if _, err := caddy.ActiveContext().AppIfConfigured("platform"); err == nil {
+		admin := fmt.Sprintf("localhost:%d", adminPort)
+		if resp, err := http.Post("http://"+admin+"/load", "application/json",
+			strings.NewReader(fmt.Sprintf(`{"admin": {"listen": %q}}`, admin))); err == nil {
+			resp.Body.Close()
+		}
+	}
+}
+
+// customer makes user's Stripe customer through the gateway.
+func (g *gw) customer(user string) string {
+	g.t.Helper()
+	id, err := g.pay.CustomerFor(context.Background(), user, "")
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return id
+}
+
+func (g *gw) sub(user string) (store.Subscription, bool) {
+	g.t.Helper()
+	s, err := g.app.DataStore().GetSubscription(context.Background(), user, "svc")
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrNoAccount) {
+		return store.Subscription{}, false
+	}
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return s, true
+}
+
+func (g *gw) record(kind, id string) ([]byte, bool) {
+	g.t.Helper()
+	b, err := g.app.DataStore().(store.Payments).GetPaymentRecord(context.Background(), kind, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, false
+	}
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return b, true
+}
+
+// deliver signs and posts an event now and checks the status.
+func (g *gw) deliver(payload []byte, want int) string {
+	g.t.Helper()
+	status, body := stripetest.Deliver(g.t, endpoint, payload, whsec, time.Now())
+	if status != want {
+		g.t.Fatalf("delivery: %d %s, want %d", status, body, want)
+	}
+	return body
+}
+
+// subObj is a Stripe subscription object as its events carry it.
+func subObj(id, customer, status, price string, cancelAtPeriodEnd bool, periodEnd time.Time) map[string]any {
+	return map[string]any{"id": id, "object": "subscription", "customer": customer, "status": status,
+		"cancel_at_period_end": cancelAtPeriodEnd, "metadata": map[string]string{},
+		"items": map[string]any{"object": "list", "data": []any{map[string]any{"id": "si_" + id, "object": "subscription_item",
+			"price": map[string]any{"id": price, "object": "price"}, "current_period_end": periodEnd.Unix()}}}}
+}
+
+func errorCode(t *testing.T, body string) string {
+	t.Helper()
+	var e struct {
+		Code string `json:"code"`
+	}
+	if err := json.Unmarshal([]byte(body), &e); err != nil {
+		t.Fatalf("not a JSON error: %s", body)
+	}
+	return e.Code
+}
+
+// TestWebhookRefusals: a wrong signature, a stale timestamp, a GET, a
+// body over 1 MiB change nothing and say why; an unknown event type is
+// 200 and recorded as ignored; a duplicate is 200 and changes nothing.
+func TestWebhookRefusals(t *testing.T) {
+	g := startGateway(t, "1h")
+	cust := g.customer("u-ref")
+	now := time.Now()
+	ev := stripetest.Event("evt_ref_1", "customer.subscription.created", now,
+		subObj("sub_ref", cust, "active", "price_pro", false, now.Add(720*time.Hour)))
+
+	// Wrong secret.
+	status, body := stripetest.Deliver(t, endpoint, ev, "whsec_wrong_secret_0000000000000000", now)
+	if status != 400 || errorCode(t, body) != "invalid_signature" {
+		t.Errorf("wrong signature: %d %s", status, body)
+	}
+	// Signed correctly but tampered with after signing.
+	req, _ := http.NewRequest(http.MethodPost, endpoint, bytes.NewReader(bytes.Replace(ev, []byte("active"), []byte("unpaid"), 1)))
+	req.Header.Set("Stripe-Signature", stripetest.Sign(ev, whsec, now))
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 400 {
+		t.Errorf("tampered body: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	// No signature at all.
+	if resp, err := http.Post(endpoint, "application/json", bytes.NewReader(ev)); err != nil || resp.StatusCode != 400 {
+		t.Errorf("unsigned: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	// Stale.
+	status, body = stripetest.Deliver(t, endpoint, ev, whsec, now.Add(-10*time.Minute))
+	if status != 400 || errorCode(t, body) != "stale_timestamp" {
+		t.Errorf("stale: %d %s", status, body)
+	}
+	// GET.
+	resp, err := http.Get(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 405 || resp.Header.Get("Allow") != "POST" {
+		t.Errorf("GET: %d %q", resp.StatusCode, resp.Header.Get("Allow"))
+	}
+	// Over 1 MiB, signed.
+	big := stripetest.Event("evt_big", "customer.subscription.created", now,
+		map[string]any{"id": "sub_big", "object": "subscription", "pad": strings.Repeat("x", payments.MaxWebhookBytes)})
+	status, body = stripetest.Deliver(t, endpoint, big, whsec, now)
+	if status != 413 || errorCode(t, body) != "payload_too_large" {
+		t.Errorf("1 MiB: %d %s", status, body)
+	}
+	if _, ok := g.sub("u-ref"); ok {
+		t.Fatal("a refused delivery made a subscription")
+	}
+	for _, id := range []string{"evt_ref_1", "evt_big"} {
+		if _, ok := g.record(payments.KindEvent, id); ok {
+			t.Errorf("refused event %s recorded as handled", id)
+		}
+	}
+
+	// Unknown type: 200, recorded as ignored.
+	g.deliver(stripetest.Event("evt_unknown", "customer.tax_id.created", now, map[string]any{"id": "txi_1", "object": "tax_id"}), 200)
+	if b, ok := g.record(payments.KindEvent, "evt_unknown"); !ok || !strings.Contains(string(b), `"ignored":true`) {
+		t.Errorf("unknown type: %s %v", b, ok)
+	}
+
+	// Applied once, then a duplicate changes nothing, even after the
+	// state moved on.
+	if body := g.deliver(ev, 200); !strings.Contains(body, `"duplicate":false`) {
+		t.Errorf("first delivery: %s", body)
+	}
+	s, ok := g.sub("u-ref")
+	if !ok || s.Status != "ACTIVE" || s.ProductID != "pro" {
+		t.Fatalf("after created: %+v %v", s, ok)
+	}
+	g.deliver(stripetest.Event("evt_ref_2", "customer.subscription.updated", now.Add(time.Second),
+		subObj("sub_ref", cust, "unpaid", "price_pro", false, now.Add(720*time.Hour))), 200)
+	if s, _ := g.sub("u-ref"); s.Status != "SUSPENDED" {
+		t.Fatalf("after unpaid: %+v", s)
+	}
+	if body := g.deliver(ev, 200); !strings.Contains(body, `"duplicate":true`) {
+		t.Errorf("duplicate: %s", body)
+	}
+	if s, _ := g.sub("u-ref"); s.Status != "SUSPENDED" {
+		t.Errorf("a duplicate changed the subscription: %+v", s)
+	}
+
+	// Unknown customer and unknown price: 400, nothing changes.
+	status, body = stripetest.Deliver(t, endpoint, stripetest.Event("evt_ref_3", "customer.subscription.created", now,
+		subObj("sub_stranger", "cus_nobody", "active", "price_pro", false, now.Add(time.Hour))), whsec, now)
+	if status != 400 {
+		t.Errorf("unknown customer: %d %s", status, body)
+	}
+	cust2 := g.customer("u-ref2")
+	status, body = stripetest.Deliver(t, endpoint, stripetest.Event("evt_ref_4", "customer.subscription.created", now,
+		subObj("sub_odd", cust2, "active", "price_somethingelse", false, now.Add(time.Hour))), whsec, now)
+	if status != 400 {
+		t.Errorf("unknown price: %d %s", status, body)
+	}
+	if _, ok := g.sub("u-ref2"); ok {
+		t.Error("an unknown price made a subscription")
+	}
+	for _, id := range []string{"sub_stranger", "sub_odd"} {
+		if _, ok := g.record(payments.KindSubscription, id); ok {
+			t.Errorf("%s recorded", id)
+		}
+	}
+}
+
+// TestWebhookOrder: the gateway applies a subscription as Stripe has it,
+// not in the order its events came: an update before its create, an
+// older update after the delete; events of the same second make it ask
+// Stripe.
+func TestWebhookOrder(t *testing.T) {
+	g := startGateway(t, "1h")
+	cust := g.customer("u-ord")
+	t0 := time.Now().Add(-time.Minute).Truncate(time.Second)
+	end := t0.Add(30 * 24 * time.Hour)
+
+	// updated (t0+2: cancelling) comes before created (t0: active).
+	g.deliver(stripetest.Event("evt_o2", "customer.subscription.updated", t0.Add(2*time.Second),
+		subObj("sub_o", cust, "active", "price_pro", true, end)), 200)
+	g.deliver(stripetest.Event("evt_o1", "customer.subscription.created", t0,
+		subObj("sub_o", cust, "active", "price_pro", false, end)), 200)
+	s, ok := g.sub("u-ord")
+	if !ok || s.Status != "CANCELLING" || !s.EndsAt.Equal(end) || s.EndStatus != "CANCELLED" {
+		t.Fatalf("updated then an older created: %+v, want CANCELLING until %s", s, end)
+	}
+	// deleted (t0+5) then an older updated (t0+3: active again).
+	g.deliver(stripetest.Event("evt_o4", "customer.subscription.deleted", t0.Add(5*time.Second),
+		subObj("sub_o", cust, "canceled", "price_pro", false, end)), 200)
+	g.deliver(stripetest.Event("evt_o3", "customer.subscription.updated", t0.Add(3*time.Second),
+		subObj("sub_o", cust, "active", "price_pro", false, end)), 200)
+	if s, _ := g.sub("u-ord"); s.Status != "EXPIRED" {
+		t.Fatalf("deleted then an older updated: %+v, want EXPIRED", s)
+	}
+
+	// Trial, then the price switched in Stripe: the product follows.
+	cust2 := g.customer("u-trial")
+	trialEnd := t0.Add(14 * 24 * time.Hour)
+	tr := subObj("sub_t", cust2, "trialing", "price_basic", false, trialEnd)
+	tr["trial_end"] = trialEnd.Unix()
+	g.deliver(stripetest.Event("evt_t1", "customer.subscription.created", t0, tr), 200)
+	if s, _ := g.sub("u-trial"); s.Status != "TRIAL" || s.ProductID != "basic" || !s.EndsAt.Equal(trialEnd) || s.EndStatus != "EXPIRED" {
+		t.Fatalf("trialing: %+v", s)
+	}
+	g.deliver(stripetest.Event("evt_t2", "customer.subscription.updated", t0.Add(time.Second),
+		subObj("sub_t", cust2, "active", "price_pro", false, end)), 200)
+	if s, _ := g.sub("u-trial"); s.Status != "ACTIVE" || s.ProductID != "pro" || !s.EndsAt.IsZero() {
+		t.Fatalf("switched to pro: %+v", s)
+	}
+
+	// The same second as the last applied: Stripe is asked (stripe-mock's
+	// subscription is active with cancel_at_period_end set, its period
+	// long over), and its state applies, not the event's.
+	before := len(g.mock.Requests("/v1/subscriptions/sub_t"))
+	g.deliver(stripetest.Event("evt_t3", "customer.subscription.updated", t0.Add(time.Second),
+		subObj("sub_t", cust2, "past_due", "price_pro", false, end)), 200)
+	if n := len(g.mock.Requests("/v1/subscriptions/sub_t")); n != before+1 {
+		t.Errorf("same second: %d reads of the subscription from Stripe, want 1", n-before)
+	}
+	if s, _ := g.sub("u-trial"); s.Status != "CANCELLING" || s.EndStatus != "CANCELLED" || s.ProductID != "pro" {
+		t.Errorf("same second: %+v, want Stripe's state (cancelling at its period's end)", s)
+	}
+
+	// Each change audited as stripe, in words.
+	entries, _, err := g.app.DataStore().ListAudit(context.Background(), "", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range entries {
+		if e.Action == payments.AuditSubscriptionStripe && e.Actor == "stripe" && e.UserID == "u-ord" {
+			n++
+			if !strings.Contains(e.Detail, "→") {
+				t.Errorf("audit detail not before → after: %q", e.Detail)
+			}
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d audit entries for u-ord, want 2 (cancelling, expired)", n)
+	}
+}
+
+// TestPastDueGrace: a failed payment leaves a subscription working for
+// past_due_grace, then the call path reads it SUSPENDED; a paid invoice
+// makes it ACTIVE again. Invoices are kept in minor units.
+func TestPastDueGrace(t *testing.T) {
+	g := startGateway(t, "2h")
+	cust := g.customer("u-due")
+	t0 := time.Now().Add(-time.Minute).Truncate(time.Second)
+	g.deliver(stripetest.Event("evt_d1", "customer.subscription.created", t0,
+		subObj("sub_d", cust, "active", "price_pro", false, t0.Add(720*time.Hour))), 200)
+	inv := func(status string, paid int64) map[string]any {
+		return map[string]any{"id": "in_d1", "object": "invoice", "customer": cust, "status": status,
+			"amount_due": 2900, "amount_paid": paid, "currency": "usd",
+			"hosted_invoice_url": "https://invoice.stripe.com/i/in_d1", "invoice_pdf": "https://pay.stripe.com/invoice/in_d1/pdf",
+			"parent": map[string]any{"type": "subscription_details", "subscription_details": map[string]any{"subscription": "sub_d"}}}
+	}
+	g.deliver(stripetest.Event("evt_d2", "invoice.payment_failed", t0.Add(time.Second), inv("open", 0)), 200)
+	s, _ := g.sub("u-due")
+	if s.Status != "ACTIVE" || s.EndStatus != "SUSPENDED" || !s.EndsAt.Equal(t0.Add(time.Second).Add(2*time.Hour)) {
+		t.Fatalf("payment failed: %+v, want ACTIVE, SUSPENDED 2h after", s)
+	}
+	b, ok := g.record(payments.KindInvoice, "in_d1")
+	var ir payments.InvoiceRecord
+	if !ok || json.Unmarshal(b, &ir) != nil || ir.AmountDue != 2900 || ir.Currency != "USD" || ir.UserID != "u-due" || ir.ProductID != "pro" {
+		t.Fatalf("invoice record: %s", b)
+	}
+	g.deliver(stripetest.Event("evt_d3", "invoice.paid", t0.Add(2*time.Second), inv("paid", 2900)), 200)
+	if s, _ := g.sub("u-due"); s.Status != "ACTIVE" || !s.EndsAt.IsZero() {
+		t.Fatalf("paid: %+v, want ACTIVE with no end", s)
+	}
+	// A late payment_failed of the same invoice does not make it unpaid.
+	g.deliver(stripetest.Event("evt_d4", "invoice.payment_failed", t0.Add(time.Second), inv("open", 0)), 200)
+	b, _ = g.record(payments.KindInvoice, "in_d1")
+	if json.Unmarshal(b, &ir) != nil || ir.Status != "paid" || ir.AmountPaid != 2900 {
+		t.Errorf("paid invoice after a late failure: %s", b)
+	}
+	if s, _ := g.sub("u-due"); s.Status != "ACTIVE" || !s.EndsAt.IsZero() {
+		t.Errorf("an older failure suspended a paid subscription: %+v", s)
+	}
+}
