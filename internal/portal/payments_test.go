@@ -1,0 +1,277 @@
+package portal
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/caddytest"
+
+	"github.com/platformgw/gateway/internal/payments/stripetest"
+
+	_ "github.com/platformgw/gateway/internal/stripewebhook"
+)
+
+const payWhsec = "whsec_portal_0123456789abcdef0123456789abcdef"
+
+// startPaid runs the site of startSite with echo public, a paid plan
+// "pro" (29 USD a month, self-service) sold through Stripe (stripe-mock
+// behind its recording proxy), the free basic plan, and the webhook
+// endpoint.
+func startPaid(t *testing.T) (*env, *stripetest.Mock) {
+	t.Helper()
+	mock := stripetest.Start(t)
+	dir := t.TempDir()
+	backend := signingBackend(t)
+	cfg := fmt.Sprintf(`{
+	admin localhost:%d
+	http_port %d
+	auto_https off
+	grace_period 1s
+	platform {
+		store %s/platform.db
+		public_url %s
+		service echo {
+			backend %s
+			secret %s
+			public
+			display_name Echo
+			endpoint hello {
+				methods GET POST
+				path /hello
+			}
+			product basic {
+				billing SUBSCRIPTION
+				measurement PER_REQUEST
+				unit request
+				quota 100
+				display_name Free
+				self_service
+			}
+			product pro {
+				billing SUBSCRIPTION
+				measurement PER_REQUEST
+				unit request
+				quota 10000 per month
+				display_name Pro
+				currency USD
+				period_price 29
+				self_service
+			}
+		}
+		payments stripe {
+			secret_key sk_test_portal
+			webhook_secret %s
+			api_base %s
+			past_due_grace 72h
+			price echo pro price_pro_usd
+		}
+	}
+}
+:%d {
+	bind 127.0.0.1
+	handle /stripe/webhook {
+		platform_stripe_webhook
+	}
+	handle_path /portal/* {
+		platform_portal {
+			sign_in_limit 1000
+		}
+	}
+	handle {
+		platform_usage
+		platform_gateway
+		reverse_proxy {
+			dynamic platform
+			transport platform
+		}
+	}
+}
+`, adminPort, httpPort, dir, siteBase, backend.URL, echoSecret, payWhsec, mock.URL, httpPort)
+	unloadOtherStore(filepath.Join(dir, "platform.db"))
+	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: adminPort})
+	tester.InitServer(cfg, "caddyfile")
+	e := &env{t: t, dir: dir, base: siteBase}
+	app := e.app()
+	e.rt, e.ops, e.clock = app.Runtime(), app.Ops(), app.SetClock
+	return e, mock
+}
+
+func payEvent(t *testing.T, id, typ string, created time.Time, obj map[string]any) {
+	t.Helper()
+	status, body := stripetest.Deliver(t, siteBase+"/stripe/webhook", stripetest.Event(id, typ, created, obj), payWhsec, time.Now())
+	if status != http.StatusOK {
+		t.Fatalf("%s %s: %d %s", typ, id, status, body)
+	}
+}
+
+// TestPaidSubscriptionFollowsStripe walks a caller from Subscribe to a
+// call served, through Stripe: Checkout is created with the plan's Price
+// for the caller's one customer; the signed webhooks make the plan
+// ACTIVE and calls are served; a failed payment keeps them served for
+// the grace, then refuses them subscription_inactive; a paid invoice
+// serves them again; the billing page shows the invoice as money and
+// opens Stripe's customer portal.
+func TestPaidSubscriptionFollowsStripe(t *testing.T) {
+	e, mock := startPaid(t)
+	key := e.keyOnly("payer")
+	c := e.newClient()
+	c.signIn(key)
+
+	resp, page := c.get("/portal/plans/echo")
+	if resp.StatusCode != 200 || !strings.Contains(page, "Subscribe and pay with Stripe") || !strings.Contains(page, "29.00 USD") {
+		t.Fatalf("plans page: %d\n%s", resp.StatusCode, page)
+	}
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "form-action 'self' https://checkout.stripe.com https://billing.stripe.com") || strings.Contains(csp, "unsafe") {
+		t.Errorf("CSP: %s", csp)
+	}
+	// A POST without the CSRF token starts nothing.
+	if resp, _ := c.post("/portal/plans/echo/checkout", url.Values{"product": {"pro"}}); resp.StatusCode != http.StatusForbidden && resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("checkout without csrf: %d", resp.StatusCode)
+	}
+	if n := len(mock.Requests("/v1/checkout/sessions")); n != 0 {
+		t.Fatalf("%d Checkout Sessions without a token", n)
+	}
+	resp, body := c.plansFormFor("echo", "checkout", "pro")
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "https://checkout.stripe.com/") {
+		t.Fatalf("checkout: %d %s\n%s", resp.StatusCode, resp.Header.Get("Location"), body)
+	}
+	// A second click: a second session, the same customer.
+	c.plansFormFor("echo", "checkout", "pro")
+	custs := mock.Requests("/v1/customers")
+	if len(custs) != 1 || custs[0].Method != "POST" || custs[0].IdempotencyKey == "" || custs[0].Form.Get("metadata[platform_user_id]") != "payer" {
+		t.Fatalf("customer creations: %+v", custs)
+	}
+	sessions := mock.Requests("/v1/checkout/sessions")
+	if len(sessions) != 2 {
+		t.Fatalf("%d Checkout Sessions, want 2", len(sessions))
+	}
+	f := sessions[0].Form
+	if f.Get("mode") != "subscription" || f.Get("line_items[0][price]") != "price_pro_usd" || f.Get("line_items[0][quantity]") != "1" ||
+		f.Get("client_reference_id") != "payer" || f.Get("metadata[platform_product_id]") != "pro" ||
+		f.Get("subscription_data[metadata][platform_service_id]") != "echo" || f.Get("customer") == "" ||
+		f.Get("customer") != sessions[1].Form.Get("customer") ||
+		!strings.HasPrefix(f.Get("success_url"), siteBase+"/portal/plans/echo?m=paid") || !strings.Contains(f.Get("cancel_url"), "m=checkout-cancelled") {
+		t.Fatalf("Checkout Session form: %v", f)
+	}
+	cust := f.Get("customer")
+	if _, page := c.get("/portal/plans/echo?m=paid"); !strings.Contains(page, "your payment went through Stripe") {
+		t.Error("no message back from Checkout")
+	}
+
+	// Stripe's events, signed, over HTTP: the session completed, then
+	// the subscription created (an older event, as Stripe sends them).
+	t0 := time.Now().Add(-time.Minute).Truncate(time.Second)
+	periodEnd := t0.Add(30 * 24 * time.Hour)
+	sub := map[string]any{"id": "sub_payer", "object": "subscription", "customer": cust, "status": "active",
+		"items": map[string]any{"object": "list", "data": []any{map[string]any{"id": "si_1", "object": "subscription_item",
+			"price": map[string]any{"id": "price_pro_usd", "object": "price"}, "current_period_end": periodEnd.Unix()}}}}
+	payEvent(t, "evt_cs", "checkout.session.completed", t0.Add(time.Second), map[string]any{"id": "cs_1", "object": "checkout.session",
+		"mode": "subscription", "customer": cust, "subscription": "sub_payer", "client_reference_id": "payer",
+		"payment_status": "paid", "metadata": map[string]string{"platform_user_id": "payer", "platform_service_id": "echo", "platform_product_id": "pro"}})
+	if s, ok := e.subscriptionTo("payer", "echo"); ok {
+		t.Fatalf("checkout completed set a status before the subscription's own event: %+v", s)
+	}
+	payEvent(t, "evt_sub", "customer.subscription.created", t0, sub)
+	if s, ok := e.subscriptionTo("payer", "echo"); !ok || s.Status != "ACTIVE" || s.ProductID != "pro" {
+		t.Fatalf("after the webhooks: %+v %v", s, ok)
+	}
+	if status, _ := invoke(t, key); status != 200 {
+		t.Fatalf("call after paying: %d", status)
+	}
+
+	inv := func(status string, paid int64) map[string]any {
+		return map[string]any{"id": "in_payer_1", "object": "invoice", "customer": cust, "status": status,
+			"amount_due": 2900, "amount_paid": paid, "currency": "usd",
+			"hosted_invoice_url": "https://invoice.stripe.com/i/in_payer_1", "invoice_pdf": "https://pay.stripe.com/invoice/in_payer_1/pdf",
+			"status_transitions": map[string]any{"paid_at": t0.Add(3 * time.Second).Unix()},
+			"parent": map[string]any{"type": "subscription_details", "subscription_details": map[string]any{"subscription": "sub_payer"}}}
+	}
+	payEvent(t, "evt_fail", "invoice.payment_failed", t0.Add(2*time.Second), inv("open", 0))
+	if status, _ := invoke(t, key); status != 200 {
+		t.Fatalf("call within the grace: %d", status)
+	}
+	e.setClock(func() time.Time { return t0.Add(2*time.Second + 72*time.Hour) })
+	code, body := invokeBody(t, key)
+	if code != http.StatusForbidden || !strings.Contains(body, "subscription_inactive") {
+		t.Fatalf("call past the grace: %d %s", code, body)
+	}
+	e.setClock(nil)
+	_, page = c.get("/portal/billing")
+	if !strings.Contains(page, "29.00 USD") || !strings.Contains(page, "Payment failed") || !strings.Contains(page, "https://invoice.stripe.com/i/in_payer_1") {
+		t.Errorf("billing page with the failed invoice:\n%s", page)
+	}
+	payEvent(t, "evt_paid", "invoice.paid", t0.Add(3*time.Second), inv("paid", 2900))
+	if status, _ := invoke(t, key); status != 200 {
+		t.Fatalf("call after the invoice was paid: %d", status)
+	}
+	_, page = c.get("/portal/billing")
+	if !strings.Contains(page, "Paid") || strings.Contains(page, "Payment failed") || !strings.Contains(page, "Manage payment method") {
+		t.Errorf("billing page after paying:\n%s", page)
+	}
+	if !e.audited("subscription.stripe", "stripe") || !e.audited("invoice.stripe", "stripe") {
+		t.Error("Stripe's changes are not audited")
+	}
+
+	// The customer portal: a POST with the token, 303 to Stripe.
+	_, page = c.get("/portal/billing")
+	resp, body = c.post("/portal/billing/portal", url.Values{"csrf": {csrf(t, page)}})
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") == "" {
+		t.Fatalf("customer portal: %d %s\n%s", resp.StatusCode, resp.Header.Get("Location"), body)
+	}
+	bp := mock.Requests("/v1/billing_portal/sessions")
+	if len(bp) != 1 || bp[0].Form.Get("customer") != cust || bp[0].Form.Get("return_url") != siteBase+"/portal/billing?m=returned" {
+		t.Errorf("billing portal sessions: %+v", bp)
+	}
+	if resp, _ := c.get("/portal/billing/portal"); resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("GET of the customer portal action: %d", resp.StatusCode)
+	}
+
+	// Stripe down at checkout: a clear page, nothing changed.
+	mock.Fail(func(stripetest.Request) int { return http.StatusServiceUnavailable })
+	key2 := e.keyOnly("payer2")
+	c2 := e.newClient()
+	c2.signIn(key2)
+	resp, body = c2.plansFormFor("echo", "checkout", "pro")
+	mock.Fail(nil)
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "Nothing was changed and nothing was charged") {
+		t.Errorf("Stripe down: %d\n%s", resp.StatusCode, body)
+	}
+	if _, ok := e.subscriptionTo("payer2", "echo"); ok {
+		t.Error("Stripe down made a subscription")
+	}
+}
+
+// plansFormFor posts a plans form of service with the page's token.
+func (c *client) plansFormFor(service, action, product string) (*http.Response, string) {
+	c.t.Helper()
+	_, page := c.get("/portal/plans/" + service)
+	return c.post("/portal/plans/"+service+"/"+action, url.Values{"csrf": {csrf(c.t, page)}, "product": {product}})
+}
+
+func (e *env) subscriptionTo(user, service string) (struct{ Status, ProductID string }, bool) {
+	e.t.Helper()
+	s, err := e.store().GetSubscription(context.Background(), user, service)
+	return struct{ Status, ProductID string }{s.Status, s.ProductID}, err == nil
+}
+
+// invokeBody is invoke with the answer's body.
+func invokeBody(t *testing.T, key string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, siteBase+"/api/service/echo/endpoint/hello/invoke", strings.NewReader(`{"q":1}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
