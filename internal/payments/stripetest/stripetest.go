@@ -95,7 +95,9 @@ var listening = regexp.MustCompile(`Listening for HTTP at address: (\S+)`)
 // both stop when the test ends.
 func Start(t testing.TB) *Mock {
 	t.Helper()
-	cmd := exec.Command(Binary(t), "-http-addr", "127.0.0.1:0")
+	// Both listeners on free loopback ports: left alone, HTTPS takes
+	// :12112 on every interface, and two tests running at once collide.
+	cmd := exec.Command(Binary(t), "-http-addr", "127.0.0.1:0", "-https-addr", "127.0.0.1:0")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
