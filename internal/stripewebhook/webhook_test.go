@@ -416,3 +416,85 @@ func TestPastDueGrace(t *testing.T) {
 		t.Errorf("an older failure suspended a paid subscription: %+v", s)
 	}
 }
+
+// loadConfig posts a Caddyfile to the admin API's /load and returns the
+// status and body.
+func loadConfig(t *testing.T, caddyfile string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://localhost:%d/load", adminPort), strings.NewReader(caddyfile))
+	req.Header.Set("Content-Type", "text/caddyfile")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b := new(bytes.Buffer)
+	_, _ = b.ReadFrom(resp.Body)
+	return resp.StatusCode, b.String()
+}
+
+// TestStartChecksPrices: at start the gateway reads each configured
+// Price from Stripe; stripe-mock's Prices are in USD, so a product
+// listed in EUR fails the start with what to fix, while Stripe out of
+// reach is a warning and the gateway starts.
+func TestStartChecksPrices(t *testing.T) {
+	mock := stripetest.Start(t)
+	unloadOtherStore()
+	// An admin endpoint to load the configs at.
+	caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: adminPort}).InitServer(fmt.Sprintf(`{
+	admin localhost:%d
+	http_port %d
+	auto_https off
+}
+`, adminPort, httpPort), "caddyfile")
+	cfg := func(currency, apiBase string) string {
+		return fmt.Sprintf(`{
+	admin localhost:%d
+	http_port %d
+	auto_https off
+	platform {
+		store %s
+		service svc {
+			backend http://127.0.0.1:1
+			secret svc-secret-0123456789abcdef0123
+			public
+			endpoint echo
+			product pro {
+				billing SUBSCRIPTION
+				measurement PER_REQUEST
+				quota 1000 per month
+				currency %s
+				period_price 29
+				self_service
+			}
+		}
+		payments stripe {
+			secret_key sk_test_123
+			webhook_secret %s
+			api_base %s
+			price svc pro price_pro_eur
+		}
+	}
+}
+:%d {
+	bind 127.0.0.1
+	handle /stripe/webhook {
+		platform_stripe_webhook
+	}
+}
+`, adminPort, httpPort, filepath.Join(t.TempDir(), "platform.db"), currency, whsec, apiBase, httpPort)
+	}
+	status, body := loadConfig(t, cfg("EUR", mock.URL))
+	if status == 200 || !strings.Contains(body, "Price price_pro_eur is in USD but the product's listing is in EUR") {
+		t.Fatalf("a USD Price on a EUR product: %d %s", status, body)
+	}
+	if n := len(mock.Requests("/v1/prices/price_pro_eur")); n == 0 {
+		t.Error("the Price was not read from Stripe")
+	}
+	// Stripe unreachable: a closed loopback port.
+	status, body = loadConfig(t, cfg("USD", "http://127.0.0.1:1"))
+	if status != 200 {
+		t.Fatalf("Stripe unreachable at start: %d %s, want the gateway started", status, body)
+	}
+	unloadOtherStore()
+}
