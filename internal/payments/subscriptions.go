@@ -282,41 +282,15 @@ func onInvoiceEvent(s *Service, ctx context.Context, ev *stripe.Event) error {
 	if err != nil {
 		return err
 	}
-	subID := ""
-	var meta map[string]string
-	if inv.Parent != nil && inv.Parent.SubscriptionDetails != nil {
-		meta = inv.Parent.SubscriptionDetails.Metadata
-		if inv.Parent.SubscriptionDetails.Subscription != nil {
-			subID = inv.Parent.SubscriptionDetails.Subscription.ID
-		}
-	}
-	rec, found, err := s.getSubRecord(ctx, pay, subID)
-	if subID == "" {
-		found, err = false, nil
-	}
+	id, subID, err := s.invoiceIdent(ctx, pay, &inv, user)
 	if err != nil {
 		return err
 	}
-	id := ident{User: user}
-	switch {
-	case found:
-		id.Service, id.Product = rec.ServiceID, rec.ProductID
-	default:
-		var prices []string
-		if inv.Lines != nil {
-			for _, l := range inv.Lines.Data {
-				if l != nil && l.Pricing != nil && l.Pricing.PriceDetails != nil {
-					prices = append(prices, l.Pricing.PriceDetails.Price)
-				}
-			}
-		}
-		var ok bool
-		if id.Service, id.Product, ok = s.productOfPrices(prices); !ok {
-			if s.Sells(meta[MetaService], meta[MetaProduct]) {
-				id.Service, id.Product = meta[MetaService], meta[MetaProduct]
-			} else {
-				return badEvent("%s %s: no configured product has its price", ev.Type, inv.ID)
-			}
+	var rec SubscriptionRecord
+	found := false
+	if subID != "" {
+		if rec, found, err = s.getSubRecord(ctx, pay, subID); err != nil {
+			return err
 		}
 	}
 	if err := s.putInvoice(ctx, pay, &inv, id, subID, cust); err != nil {
@@ -336,6 +310,48 @@ func onInvoiceEvent(s *Service, ctx context.Context, ev *stripe.Event) error {
 	}
 	st := state{ID: subID, Customer: cust, Status: to, CancelAtPeriodEnd: rec.CancelAtPeriodEnd, PeriodEnd: rec.CurrentPeriodEnd}
 	return s.applyState(ctx, st, unix(ev.Created), &id)
+}
+
+// invoiceIdent is whose an invoice is: the user, and the service and
+// product of its subscription as recorded, or of its prices, or of its
+// subscription's metadata; an invoice of none is a badEvent.
+func (s *Service) invoiceIdent(ctx context.Context, pay store.Payments, inv *stripe.Invoice, user string) (ident, string, error) {
+	subID := ""
+	var meta map[string]string
+	if inv.Parent != nil && inv.Parent.SubscriptionDetails != nil {
+		meta = inv.Parent.SubscriptionDetails.Metadata
+		if inv.Parent.SubscriptionDetails.Subscription != nil {
+			subID = inv.Parent.SubscriptionDetails.Subscription.ID
+		}
+	}
+	id := ident{User: user}
+	if subID != "" {
+		rec, found, err := s.getSubRecord(ctx, pay, subID)
+		if err != nil {
+			return id, subID, err
+		}
+		if found {
+			id.Service, id.Product = rec.ServiceID, rec.ProductID
+			return id, subID, nil
+		}
+	}
+	var prices []string
+	if inv.Lines != nil {
+		for _, l := range inv.Lines.Data {
+			if l != nil && l.Pricing != nil && l.Pricing.PriceDetails != nil {
+				prices = append(prices, l.Pricing.PriceDetails.Price)
+			}
+		}
+	}
+	var ok bool
+	if id.Service, id.Product, ok = s.productOfPrices(prices); ok {
+		return id, subID, nil
+	}
+	if s.Sells(meta[MetaService], meta[MetaProduct]) {
+		id.Service, id.Product = meta[MetaService], meta[MetaProduct]
+		return id, subID, nil
+	}
+	return id, subID, badEvent("invoice %s: no configured product has its price", inv.ID)
 }
 
 // putInvoice keeps the invoice for the console and the portal. A paid

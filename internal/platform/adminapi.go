@@ -123,6 +123,10 @@ func (a *adminAPI) route(p []string) (map[string]adminHandler, []string) {
 		return map[string]adminHandler{http.MethodGet: a.listAudit}, nil
 	case len(p) == 2 && p[0] == "jobs":
 		return map[string]adminHandler{http.MethodGet: a.getJob}, p[1:]
+	case len(p) == 2 && p[0] == "stripe" && p[1] == "sync":
+		return map[string]adminHandler{http.MethodPost: a.stripeSync}, nil
+	case len(p) == 2 && p[0] == "stripe" && p[1] == "resync":
+		return map[string]adminHandler{http.MethodPost: a.stripeResync}, nil
 	}
 	return nil, nil
 }

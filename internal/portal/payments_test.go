@@ -191,7 +191,7 @@ func TestPaidSubscriptionFollowsStripe(t *testing.T) {
 			"amount_due": 2900, "amount_paid": paid, "currency": "usd",
 			"hosted_invoice_url": "https://invoice.stripe.com/i/in_payer_1", "invoice_pdf": "https://pay.stripe.com/invoice/in_payer_1/pdf",
 			"status_transitions": map[string]any{"paid_at": t0.Add(3 * time.Second).Unix()},
-			"parent": map[string]any{"type": "subscription_details", "subscription_details": map[string]any{"subscription": "sub_payer"}}}
+			"parent":             map[string]any{"type": "subscription_details", "subscription_details": map[string]any{"subscription": "sub_payer"}}}
 	}
 	payEvent(t, "evt_fail", "invoice.payment_failed", t0.Add(2*time.Second), inv("open", 0))
 	if status, _ := invoke(t, key); status != 200 {

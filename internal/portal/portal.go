@@ -85,8 +85,8 @@ type Handler struct {
 	// store, the clock, key authentication and the rate limiters; ops are
 	// the caller's own changes and period summaries, the same functions
 	// the admin API runs.
-	rt     *engine.Runtime
-	ops    Operations
+	rt  *engine.Runtime
+	ops Operations
 	// pay is the payments integration, nil without a payments block
 	// (payments.go); csp the pages' Content-Security-Policy.
 	pay    Payments

@@ -87,6 +87,13 @@ func startGateway(t *testing.T, grace string) *gw {
 				period_price 9
 				self_service
 			}
+			product team {
+				billing SUBSCRIPTION
+				measurement PER_REQUEST
+				quota 100000 per month
+				currency USD
+				period_price 99.5
+			}
 		}
 		payments stripe {
 			secret_key sk_test_123
@@ -495,6 +502,86 @@ func TestStartChecksPrices(t *testing.T) {
 	status, body = loadConfig(t, cfg("USD", "http://127.0.0.1:1"))
 	if status != 200 {
 		t.Fatalf("Stripe unreachable at start: %d %s, want the gateway started", status, body)
+	}
+	unloadOtherStore()
+}
+
+func adminPost(t *testing.T, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Post(fmt.Sprintf("http://localhost:%d%s", adminPort, path), "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b := new(bytes.Buffer)
+	_, _ = b.ReadFrom(resp.Body)
+	return resp.StatusCode, b.String()
+}
+
+// TestStripeSyncAndResync: sync creates a Product and a Price (in minor
+// units, the listing's currency, the period as interval, with idempotency
+// keys) only for the paid product without a Price and answers its config
+// line; resync lists every known customer's subscriptions and invoices
+// and applies what maps to a product (stripe-mock's fixtures map to none,
+// so they are skipped and nothing changes). Without a payments block both
+// are 409 payments_not_configured.
+func TestStripeSyncAndResync(t *testing.T) {
+	g := startGateway(t, "1h")
+	status, body := adminPost(t, "/platform/stripe/sync")
+	if status != 200 {
+		t.Fatalf("sync: %d %s", status, body)
+	}
+	var res payments.SyncResult
+	if err := json.Unmarshal([]byte(body), &res); err != nil || len(res.Created) != 1 || res.Created[0].Product != "team" ||
+		!strings.HasPrefix(res.Created[0].Line, "price svc team price_") || res.Created[0].Amount != "99.50 USD" {
+		t.Fatalf("sync result: %s", body)
+	}
+	prods, prices := g.mock.Requests("/v1/products"), g.mock.Requests("/v1/prices")
+	var created []stripetest.Request
+	for _, r := range prices {
+		if r.Method == "POST" {
+			created = append(created, r)
+		}
+	}
+	if len(prods) != 1 || prods[0].IdempotencyKey == "" || len(created) != 1 || created[0].IdempotencyKey == "" {
+		t.Fatalf("creations: products %+v prices %+v", prods, created)
+	}
+	if f := created[0].Form; f.Get("unit_amount") != "9950" || f.Get("currency") != "usd" || f.Get("recurring[interval]") != "month" {
+		t.Errorf("price form: %v", f)
+	}
+
+	cust := g.customer("u-resync")
+	now := time.Now().Truncate(time.Second)
+	g.deliver(stripetest.Event("evt_rs1", "customer.subscription.created", now.Add(-time.Minute),
+		subObj("sub_rs", cust, "active", "price_pro", false, now.Add(720*time.Hour))), 200)
+	status, body = adminPost(t, "/platform/stripe/resync")
+	if status != 200 {
+		t.Fatalf("resync: %d %s", status, body)
+	}
+	var rr payments.ResyncResult
+	if err := json.Unmarshal([]byte(body), &rr); err != nil || rr.Customers != 1 || len(rr.Skipped) == 0 {
+		t.Errorf("resync result: %s", body)
+	}
+	if subs := g.mock.Requests("/v1/subscriptions"); len(subs) == 0 || subs[0].Form.Get("customer") != cust {
+		t.Errorf("subscriptions not listed by customer: %+v", subs)
+	}
+	if invs := g.mock.Requests("/v1/invoices"); len(invs) == 0 || invs[0].Form.Get("customer") != cust {
+		t.Errorf("invoices not listed by customer: %+v", invs)
+	}
+	if s, _ := g.sub("u-resync"); s.Status != "ACTIVE" || s.ProductID != "pro" {
+		t.Errorf("a resync of foreign fixtures changed the subscription: %+v", s)
+	}
+
+	// No payments block.
+	unloadOtherStore()
+	if status, body := loadConfig(t, fmt.Sprintf("{\n\tadmin localhost:%d\n\tplatform {\n\t\tstore %s\n\t}\n}\n", adminPort,
+		filepath.Join(t.TempDir(), "p.db"))); status != 200 {
+		t.Fatalf("load without payments: %d %s", status, body)
+	}
+	for _, p := range []string{"/platform/stripe/sync", "/platform/stripe/resync"} {
+		if status, body := adminPost(t, p); status != 409 || !strings.Contains(body, "payments_not_configured") {
+			t.Errorf("%s without payments: %d %s", p, status, body)
+		}
 	}
 	unloadOtherStore()
 }
