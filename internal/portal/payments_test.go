@@ -84,6 +84,11 @@ func startPaid(t *testing.T) (*env, *stripetest.Mock) {
 			sign_in_limit 1000
 		}
 	}
+	handle_path /store/* {
+		platform_storefront {
+			sign_in_url /portal/
+		}
+	}
 	handle {
 		platform_usage
 		platform_gateway
@@ -120,6 +125,16 @@ func payEvent(t *testing.T, id, typ string, created time.Time, obj map[string]an
 // opens Stripe's customer portal.
 func TestPaidSubscriptionFollowsStripe(t *testing.T) {
 	e, mock := startPaid(t)
+	// The storefront's Subscribe leads to the portal's plans, where a
+	// paid plan is paid through Stripe.
+	store := newClient(t)
+	if resp, page := store.get("/store/services/echo"); resp.StatusCode != 200 || !strings.Contains(page, `href="/portal/plans/echo">Subscribe</a>`) ||
+		!strings.Contains(page, "with Stripe's checkout") {
+		t.Errorf("storefront service page: %d %v\n%s", resp.StatusCode, resp.Header, page)
+	}
+	if resp, _ := store.get("/portal/plans/echo"); resp.StatusCode != http.StatusSeeOther || store.cookie(nextCookie) == nil {
+		t.Errorf("plans before sign-in: %d, want sign-in first and back", resp.StatusCode)
+	}
 	key := e.keyOnly("payer")
 	c := e.newClient()
 	c.signIn(key)

@@ -68,7 +68,9 @@ type Handler struct {
 	csp      string
 	services map[string]*resource // service pages, rendered once
 	css      *resource
-	logger   *zap.Logger
+	// sells is the payments block's Sells, nil without one.
+	sells  func(serviceID, productID string) bool
+	logger *zap.Logger
 }
 
 // resource is a rendered answer and its ETag.
@@ -98,6 +100,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if len(rt.Prefixes.Gateway) > 0 {
 		prefix = rt.Prefixes.Gateway[0]
 	}
+	if pay := app.PaymentsService(); pay != nil {
+		h.sells = pay.Sells
+	}
 	return h.setup(rt.Catalog, prefix, ctx.Logger())
 }
 
@@ -116,7 +121,7 @@ func (h *Handler) setup(c *catalog.Catalog, gatewayPrefix string, logger *zap.Lo
 	}
 	h.site = site{Title: h.Title, SignInURL: h.SignInURL, ContactURL: h.ContactURL}
 	h.csp = contentSecurityPolicy(h.ImageOrigins)
-	h.shop = newShop(c, options{gatewayPrefix: gatewayPrefix, catalogURL: h.CatalogURL, imageOrigins: h.ImageOrigins})
+	h.shop = newShop(c, options{gatewayPrefix: gatewayPrefix, catalogURL: h.CatalogURL, imageOrigins: h.ImageOrigins, sells: h.sells})
 	h.services = make(map[string]*resource, len(h.shop.services))
 	for id, page := range h.shop.services {
 		body, err := render(servicePageT, pageData{Site: h.site, Base: "../", PageTitle: page.Name, Service: page})

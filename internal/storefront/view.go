@@ -49,6 +49,9 @@ type servicePage struct {
 	// Service.SelfServiceOffer), so the call to action is "Subscribe" to
 	// the portal's plans page of the service.
 	SelfService bool
+	// PaysOnline: a plan that costs money is paid in the portal through
+	// Stripe Checkout, not asked of the operator.
+	PaysOnline bool
 }
 
 type feature struct{ Label, Tooltip string }
@@ -74,6 +77,9 @@ type options struct {
 	gatewayPrefix string
 	catalogURL    string
 	imageOrigins  []string
+	// sells reports whether a product is paid through Stripe (the
+	// platform app's payments block); nil without one.
+	sells func(serviceID, productID string) bool
 }
 
 func newShop(c *catalog.Catalog, o options) *shop {
@@ -98,6 +104,9 @@ func newShop(c *catalog.Catalog, o options) *shop {
 			}
 			if s.SelfServiceOffer(p.ID) != catalog.NotOffered {
 				page.SelfService = true
+				if o.sells != nil && o.sells(s.ID, p.ID) {
+					page.PaysOnline = true
+				}
 			}
 		}
 		page.card.Plans = len(page.Plans)
