@@ -62,6 +62,10 @@ type fleet struct {
 	// settle is every node's settle mode (log or commit); empty: the
 	// default (log).
 	settle string
+	// payments, when set, is a payments block every node's platform
+	// block gets, with the webhook endpoint at /stripe/webhook and a
+	// product "paid" (USD) its price lines may name.
+	payments string
 }
 
 type envelope struct {
@@ -187,6 +191,7 @@ func (f *fleet) caddyfile(nd *node) string {
 }
 :%d {
 	bind 127.0.0.1
+	%s
 	platform_usage
 	platform_gateway
 	reverse_proxy {
@@ -194,7 +199,25 @@ func (f *fleet) caddyfile(nd *node) string {
 		transport platform
 	}
 }
-`, nd.adminPort, nd.httpPort, e2etest.FreePort(f.t), f.dsn, nd.name, f.leaseTTL, f.leaseMax, f.settleLine(), catalog(f.backend.URL), nd.httpPort)
+`, nd.adminPort, nd.httpPort, e2etest.FreePort(f.t), f.dsn, nd.name, f.leaseTTL, f.leaseMax, f.settleLine(), f.catalogAndPayments(), nd.httpPort, f.webhookRoute())
+}
+
+// catalogAndPayments is the catalog, with the paid product and the
+// payments block when the fleet takes payments.
+func (f *fleet) catalogAndPayments() string {
+	c := catalog(f.backend.URL)
+	if f.payments == "" {
+		return c
+	}
+	paid := "\t\t\tproduct paid {\n\t\t\t\tbilling SUBSCRIPTION\n\t\t\t\tmeasurement PER_REQUEST\n\t\t\t\tunit request\n\t\t\t\tcurrency USD\n\t\t\t}\n\t\t}"
+	return strings.TrimSuffix(c, "}") + strings.TrimPrefix(paid, "") + "\n" + f.payments
+}
+
+func (f *fleet) webhookRoute() string {
+	if f.payments == "" {
+		return ""
+	}
+	return "handle /stripe/webhook {\n\t\tplatform_stripe_webhook\n\t}"
 }
 
 func (f *fleet) settleLine() string {

@@ -404,6 +404,11 @@ func (s *Service) applyState(ctx context.Context, st state, eventAt time.Time, f
 	if err != nil {
 		return err
 	}
+	release, err := s.holdSubscription(ctx, pay, st.ID)
+	if err != nil {
+		return err
+	}
+	defer release()
 	rec, found, err := s.getSubRecord(ctx, pay, st.ID)
 	if err != nil {
 		return err
@@ -413,6 +418,8 @@ func (s *Service) applyState(ctx context.Context, st state, eventAt time.Time, f
 		case eventAt.Before(rec.EventCreated):
 			s.log.Info("stripe event older than the state applied; nothing changes", zap.String("subscription", st.ID))
 			return nil
+		case eventAt.Equal(rec.EventCreated) && sameState(rec, st, s):
+			return nil // the state applied already (the same event on two nodes)
 		case eventAt.Equal(rec.EventCreated):
 			// Two events of one second: their order is unknown, so
 			// apply the subscription as Stripe has it now.
@@ -502,6 +509,54 @@ func (s *Service) applyState(ctx context.Context, st state, eventAt time.Time, f
 	}
 	body, _ := json.Marshal(newRec)
 	return pay.PutPaymentRecord(ctx, KindSubscription, st.ID, body, s.now())
+}
+
+// sameState reports whether st says what rec applied.
+func sameState(rec SubscriptionRecord, st state, s *Service) bool {
+	if rec.StripeStatus != string(st.Status) || rec.CancelAtPeriodEnd != st.CancelAtPeriodEnd || !rec.CurrentPeriodEnd.Equal(st.PeriodEnd) {
+		return false
+	}
+	if len(st.Prices) == 0 {
+		return true
+	}
+	svc, prod, ok := s.productOfPrices(st.Prices)
+	return ok && svc == rec.ServiceID && prod == rec.ProductID
+}
+
+// Holding a subscription across a fleet: the nodes apply the events of
+// one Stripe subscription one at a time, through the store's lease.
+const (
+	subLeaseTTL  = 30 * time.Second
+	subLeaseWait = 3 * time.Second
+)
+
+// holdSubscription takes the lease of a Stripe subscription for this
+// node, waiting up to subLeaseWait for another node to finish; past that
+// the event fails with a retryable error and Stripe sends it again.
+func (s *Service) holdSubscription(ctx context.Context, pay store.Payments, id string) (func(), error) {
+	name := "stripe_subscription/" + id
+	holder := s.nodeID
+	if holder == "" {
+		holder = "node"
+	}
+	deadline := time.Now().Add(subLeaseWait)
+	for {
+		l, err := pay.TakeLease(ctx, name, holder, subLeaseTTL, s.now())
+		if err != nil {
+			return nil, err
+		}
+		if l.Held {
+			return func() { _ = pay.ReleaseLease(context.WithoutCancel(ctx), name, holder) }, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("subscription %s is being applied by %s; Stripe sends the event again", id, l.Holder)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // linkRecord is KindSubscriptionOf.
