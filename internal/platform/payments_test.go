@@ -128,3 +128,15 @@ func TestCaddyfilePayments(t *testing.T) {
 		})
 	}
 }
+
+// TestCLIStripeWithoutPayments: `caddy platform stripe sync|resync`
+// against a gateway with no payments block say so and change nothing.
+func TestCLIStripeWithoutPayments(t *testing.T) {
+	admStart(t)
+	for _, sub := range []string{"sync", "resync"} {
+		out, err := cliRun(t, "stripe", sub)
+		if err == nil || !strings.Contains(err.Error(), "HTTP 409 payments_not_configured") {
+			t.Errorf("stripe %s: %v\n%s", sub, err, out)
+		}
+	}
+}
