@@ -679,3 +679,65 @@ func (s *Store) ListCreditGrants(ctx context.Context, userID, serviceID string) 
 }
 
 var _ store.Payments = (*Store)(nil)
+
+// exportPayments hands the payments data to a store.PaymentsImporter; a
+// target without it is refused when there is any.
+func exportPayments(ctx context.Context, tx *bolt.Tx, to store.Importer, n int, t *store.Totals) error {
+	held := 0
+	for _, b := range [][]byte{bucketPayRecords, bucketGrants, bucketReversals, bucketPayLeases} {
+		held += tx.Bucket(b).Stats().KeyN
+	}
+	if held == 0 {
+		return nil
+	}
+	imp, ok := to.(store.PaymentsImporter)
+	if !ok {
+		return fmt.Errorf("the store holds payments data (%d records) and the target cannot import it (no store.PaymentsImporter)", held)
+	}
+	recs := &batcher[store.PaymentRecord]{n: n, flush: func(rs []store.PaymentRecord) error { return imp.ImportPaymentRecords(ctx, rs) }}
+	err := eachJSON(tx, bucketPayRecords, func(k []byte, rec payRecord) error {
+		i := bytes.IndexByte(k, 0)
+		if i < 0 {
+			return fmt.Errorf("payment record key %q has no id", k)
+		}
+		t.PaymentRecords++
+		return recs.add(store.PaymentRecord{Kind: string(k[:i]), ID: string(k[i+1:]), Body: nonNil(rec.Body), UpdatedAt: rec.UpdatedAt})
+	})
+	if err == nil {
+		err = recs.done()
+	}
+	if err != nil {
+		return err
+	}
+	grants := &batcher[store.CreditGrant]{n: n, flush: func(gs []store.CreditGrant) error { return imp.ImportCreditGrants(ctx, gs) }}
+	err = eachJSON(tx, bucketGrants, func(_ []byte, rec grantRecord) error {
+		t.CreditGrants++
+		return grants.add(rec.grant())
+	})
+	if err == nil {
+		err = grants.done()
+	}
+	if err != nil {
+		return err
+	}
+	revs := &batcher[store.CreditReversal]{n: n, flush: func(rs []store.CreditReversal) error { return imp.ImportCreditReversals(ctx, rs) }}
+	err = eachJSON(tx, bucketReversals, func(_ []byte, rec reversalRecord) error {
+		t.CreditReversals++
+		return revs.add(store.CreditReversal{ID: rec.ID, GrantID: rec.GrantID, Credits: billing.Units(rec.Took), At: rec.At, Reason: rec.Reason})
+	})
+	if err == nil {
+		err = revs.done()
+	}
+	if err != nil {
+		return err
+	}
+	leases := &batcher[store.Lease]{n: n, flush: func(ls []store.Lease) error { return imp.ImportLeases(ctx, ls) }}
+	err = eachJSON(tx, bucketPayLeases, func(k []byte, rec leaseRecord) error {
+		t.Leases++
+		return leases.add(rec.lease(string(k), ""))
+	})
+	if err == nil {
+		err = leases.done()
+	}
+	return err
+}
