@@ -176,23 +176,24 @@ func (s *Store) InsertPaymentRecord(ctx context.Context, kind, id string, body [
 		return nil, err
 	}
 	var stored []byte
+	exists := false
 	err := s.update(func(tx *bolt.Tx) error {
-		stored = nil
+		stored, exists = nil, false
 		var cur payRecord
 		err := getJSON(tx, bucketPayRecords, joinKey(kind, id), &cur)
 		if err == nil {
-			stored = cur.Body
+			stored, exists = nonNil(cur.Body), true
 			return nil
 		}
 		if err != store.ErrNotFound {
 			return err
 		}
-		return putJSON(tx, bucketPayRecords, joinKey(kind, id), payRecord{Body: body, UpdatedAt: at.UTC()})
+		return putJSON(tx, bucketPayRecords, joinKey(kind, id), payRecord{Body: nonNil(body), UpdatedAt: at.UTC()})
 	})
 	if err != nil {
 		return nil, err
 	}
-	if stored != nil {
+	if exists {
 		return stored, fmt.Errorf("payment record %s %s: %w", kind, id, store.ErrExists)
 	}
 	return nil, nil
@@ -207,7 +208,7 @@ func (s *Store) PutPaymentRecord(ctx context.Context, kind, id string, body []by
 		return err
 	}
 	return s.update(func(tx *bolt.Tx) error {
-		return putJSON(tx, bucketPayRecords, joinKey(kind, id), payRecord{Body: body, UpdatedAt: at.UTC()})
+		return putJSON(tx, bucketPayRecords, joinKey(kind, id), payRecord{Body: nonNil(body), UpdatedAt: at.UTC()})
 	})
 }
 

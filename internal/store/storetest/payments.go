@@ -37,6 +37,13 @@ func testPaymentRecords(t *testing.T, c *suite) {
 	if !errors.Is(err, store.ErrExists) || string(stored) != `{"id":"cus_1"}` {
 		t.Fatalf("second Insert = %q, %v; want the first body with ErrExists", stored, err)
 	}
+	// An empty body is a record too: a second insert finds it.
+	if _, err := p.InsertPaymentRecord(ctx, "customer", "empty", nil, T0); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := p.InsertPaymentRecord(ctx, "customer", "empty", []byte(`{}`), T0); !errors.Is(err, store.ErrExists) || len(b) != 0 || b == nil {
+		t.Fatalf("Insert over an empty body = %q, %v; want an empty body with ErrExists", b, err)
+	}
 	// The same id under another kind is another record.
 	if _, err := p.InsertPaymentRecord(ctx, "event", "u1", []byte(`{}`), T0); err != nil {
 		t.Fatalf("same id, other kind: %v", err)
@@ -65,7 +72,7 @@ func testPaymentRecords(t *testing.T, c *suite) {
 	if _, _, err := p.ListPaymentRecords(ctx, "", "", 10); !errors.Is(err, store.ErrBadInput) {
 		t.Errorf("List of no kind = %v, want ErrBadInput", err)
 	}
-	if recs, _, _ := p.ListPaymentRecords(ctx, "customer", "", 100); len(recs) != 1 {
+	if recs, _, _ := p.ListPaymentRecords(ctx, "customer", "", 100); len(recs) != 2 {
 		t.Errorf("bad input wrote records: %+v", recs)
 	}
 
