@@ -53,6 +53,11 @@ var pages = func() map[string]*template.Template {
 			}
 			return strings.Join(parts, ", ")
 		},
+		// costs writes costs of different kinds side by side ("29.00
+		// EUR, 5 credits"); cost one amount with its kind (kindFor).
+		"costs":    formatCosts,
+		"cost":     func(v billing.Units, kind string) string { return formatCost(v, kind) },
+		"kindof":   func(serviceID string, p *billing.Product) string { return kindFor(serviceID, p.ID, p) },
 		"jobstate": jobStateWords,
 		// clip shortens a long text for a table cell; its page has it whole.
 		"clip": func(s string, n int) string {

@@ -49,6 +49,9 @@ func worldCatalog(t *testing.T, quota, spendCap int64) *catalog.Catalog {
 			{ID: "capped", BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerRequest, UnitLabel: "request",
 				Price: billing.Whole(1), SpendingCap: &c},
 		},
+		// capped is sold in euros, tokens in dollars (below): the pages
+		// show money per currency, never summed across them or with credits.
+		ProductListings: []*catalog.ProductListing{{Product: "capped", Currency: "EUR"}},
 	}
 	writer := &catalog.Service{
 		ID: "writer", Backend: "http://127.0.0.1:9", Secrets: []string{testSecret},
@@ -57,6 +60,7 @@ func worldCatalog(t *testing.T, quota, spendCap int64) *catalog.Catalog {
 			{ID: "tokens", BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerToken, UnitLabel: "token",
 				Price: billing.Whole(1) / 1000},
 		},
+		ProductListings: []*catalog.ProductListing{{Product: "tokens", Currency: "USD"}},
 	}
 	cat, err := catalog.Compile([]*catalog.Service{weather, writer}, nil)
 	if err != nil {
