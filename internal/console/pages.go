@@ -82,6 +82,7 @@ func (h *Handler) overview(q *req) error {
 		Range                 overviewRange
 		Ranges                []rangeLink
 		Outcomes              callFigures
+		Revenue               revenueData
 	}
 	if h.rt.Calls != nil {
 		d.Calls = h.rt.Calls.Recent()
@@ -98,6 +99,10 @@ func (h *Handler) overview(q *req) error {
 		return err
 	}
 	d.MonthStart, d.TodayDate = month.Format("January 2006"), today.Format(time.DateOnly)
+	this := month.Format(monthLayout)
+	if d.Revenue, err = h.revenueFigures(q.r.Context(), revenueRange{FromText: this, ToText: this, From: month, To: month.AddDate(0, 1, 0)}, now); err != nil {
+		return err
+	}
 	svcs, users := map[string]*ranked{}, map[string]*ranked{}
 	n := 0
 	errStop := errors.New("stop")

@@ -24,7 +24,7 @@ var templateFS embed.FS
 var assetFS embed.FS
 
 // pageNames are the templates; each defines "content" inside base.html.
-var pageNames = []string{"overview", "services", "users", "user", "usage", "jobs", "job", "audit", "alerts", "requests", "confirm", "error"}
+var pageNames = []string{"overview", "services", "users", "user", "usage", "jobs", "job", "audit", "alerts", "requests", "revenue", "confirm", "error"}
 
 var pages = func() map[string]*template.Template {
 	funcs := template.FuncMap{
