@@ -386,7 +386,7 @@ func (h *Handler) pastDue(ctx context.Context, pay store.Payments, now time.Time
 				row.Words += "; suspended from " + end.UTC().Format("2006-01-02 15:04Z") + " unless paid"
 				if !now.Before(end) {
 					row.Level = levelRed
-					row.Words = "past due beyond the grace period (" + grace.String() + "): suspension due"
+					row.Words = "past due beyond the grace period (" + strings.TrimSuffix(strings.TrimSuffix(grace.String(), "0s"), "0m") + "): suspension due"
 				}
 			}
 		default:

@@ -174,6 +174,13 @@ func newWorld(t *testing.T) *world {
 	rt := engine.New(engine.Runtime{Catalog: worldCatalog(t, 100, 10), Data: st, KeyUsed: used.Touch, Calls: new(engine.Calls)})
 	e := &env{rt: rt, ops: ops.New(rt, used.Get)}
 	h := direct(t, e, false)
+	return &world{env: e, url: consoleServer(t, h), now: now}
+}
+
+// consoleServer serves h under /console as Caddy would, with the
+// operator signed in, and returns the console's URL.
+func consoleServer(t *testing.T, h *Handler) string {
+	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasPrefix(r.URL.Path, "/console") {
 			// The browser's /favicon.ico is not the console's, as under
@@ -187,5 +194,5 @@ func newWorld(t *testing.T) *world {
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl)), nil)
 	}))
 	t.Cleanup(srv.Close)
-	return &world{env: e, url: srv.URL + "/console", now: now}
+	return srv.URL + "/console"
 }
