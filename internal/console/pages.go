@@ -99,8 +99,10 @@ func (h *Handler) overview(q *req) error {
 		return err
 	}
 	d.MonthStart, d.TodayDate = month.Format("January 2006"), today.Format(time.DateOnly)
+	// The month's money (revenue.go) from the same scan of the month.
 	this := month.Format(monthLayout)
-	if d.Revenue, err = h.revenueFigures(q.r.Context(), revenueRange{FromText: this, ToText: this, From: month, To: month.AddDate(0, 1, 0)}, now); err != nil {
+	money, err := h.revenueStart(q.r.Context(), revenueRange{FromText: this, ToText: this, From: month, To: month.AddDate(0, 1, 0)}, now)
+	if err != nil {
 		return err
 	}
 	svcs, users := map[string]*ranked{}, map[string]*ranked{}
@@ -128,6 +130,7 @@ func (h *Handler) overview(q *req) error {
 		add(get(svcs, r.ServiceID))
 		add(get(users, r.UserID))
 		add(&d.Month)
+		money.addUsage(r)
 		if !r.Hour.Before(today) {
 			add(&d.Today)
 		}
@@ -137,6 +140,10 @@ func (h *Handler) overview(q *req) error {
 		return err
 	}
 	d.Services, d.Users = topN(svcs, 5), topN(users, 5)
+	money.d.Partial = money.d.Partial || d.Partial
+	if d.Revenue, err = money.finish(q.r.Context()); err != nil {
+		return err
+	}
 	h.renderRefresh(q, http.StatusOK, "overview", "Overview", d, h.RefreshSeconds)
 	return nil
 }

@@ -159,25 +159,83 @@ type revenueData struct {
 // revenueFigures reads the range's money. Without a payments block the
 // usage is all "not invoiced" and the rest is empty.
 func (h *Handler) revenueFigures(ctx context.Context, rg revenueRange, now time.Time) (revenueData, error) {
-	d := revenueData{Range: rg, Configured: h.payments != nil}
-	cells := map[string]*revenueCell{} // month|currency
-	cell := func(month time.Time, cur string) *revenueCell {
-		k := month.Format(monthLayout) + "|" + cur
-		if cells[k] == nil {
-			cells[k] = &revenueCell{Currency: cur}
-		}
-		return cells[k]
+	a, err := h.revenueStart(ctx, rg, now)
+	if err != nil {
+		return revenueData{}, err
 	}
-	monthOf := func(t time.Time) (time.Time, bool) {
-		t = t.UTC()
-		if t.Before(rg.From) || !t.Before(rg.To) {
-			return time.Time{}, false
+	n := 0
+	errStop := errors.New("stop")
+	err = store.ScanUsage(ctx, h.rt.Store(), store.LedgerFilter{From: rg.From, To: rg.To}, func(r store.Rollup) error {
+		if n++; n > maxOverviewRow {
+			a.d.Partial = true
+			return errStop
 		}
-		return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC), true
+		a.addUsage(r)
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		return revenueData{}, err
 	}
+	return a.finish(ctx)
+}
+
+// revenueAcc gathers a range's figures: the payment records first
+// (revenueStart), then the usage's hourly sums one by one (addUsage: the
+// overview feeds it from its own scan of the month, read once), then the
+// totals and the balances (finish).
+type revenueAcc struct {
+	h     *Handler
+	d     revenueData
+	cells map[string]*revenueCell // month|currency
 	// invoicedTo is, per user and service, the end of the last period a
 	// Stripe invoice covers: usage before it is in an invoice.
-	invoicedTo := map[string]time.Time{}
+	invoicedTo map[string]time.Time
+	unpriced   map[string]billing.Units
+}
+
+func (a *revenueAcc) cell(month time.Time, cur string) *revenueCell {
+	k := month.Format(monthLayout) + "|" + cur
+	if a.cells[k] == nil {
+		a.cells[k] = &revenueCell{Currency: cur}
+	}
+	return a.cells[k]
+}
+
+// monthOf is the first day of t's month, false when t is not in the range.
+func (a *revenueAcc) monthOf(t time.Time) (time.Time, bool) {
+	t = t.UTC()
+	if t.Before(a.d.Range.From) || !t.Before(a.d.Range.To) {
+		return time.Time{}, false
+	}
+	return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC), true
+}
+
+// addUsage counts an hourly sum's priced usage that no invoice covers:
+// in its currency, or apart when its currency is not known. Credits spent
+// are not money (the money came in as a top-up).
+func (a *revenueAcc) addUsage(r store.Rollup) {
+	if r.Cost == 0 {
+		return
+	}
+	_, kind := a.h.measureOf(r.ServiceID, r.ProductID)
+	if kind == kindCredits || r.Hour.Before(a.invoicedTo[r.UserID+"\x00"+r.ServiceID]) {
+		return
+	}
+	if !isCurrency(kind) {
+		a.unpriced[kind] += r.Cost
+		return
+	}
+	if m, ok := a.monthOf(r.Hour); ok {
+		a.cell(m, kind).Usage += r.Cost
+	}
+}
+
+// revenueStart reads the payment records of the range (none without a
+// payments block).
+func (h *Handler) revenueStart(ctx context.Context, rg revenueRange, now time.Time) (*revenueAcc, error) {
+	a := &revenueAcc{h: h, d: revenueData{Range: rg, Configured: h.payments != nil},
+		cells: map[string]*revenueCell{}, invoicedTo: map[string]time.Time{}, unpriced: map[string]billing.Units{}}
+	d, cell, monthOf, invoicedTo := &a.d, a.cell, a.monthOf, a.invoicedTo
 	pay, hasPay := h.rt.Store().(store.Payments)
 	if d.Configured && !hasPay {
 		d.NoStore = true
@@ -202,7 +260,7 @@ func (h *Handler) revenueFigures(ctx context.Context, rg revenueRange, now time.
 			return nil
 		})
 		if err != nil {
-			return d, err
+			return nil, err
 		}
 		d.Partial = d.Partial || partial
 		partial, err = eachRecord(ctx, pay, payments.KindTopUp, func(b []byte) error {
@@ -220,46 +278,22 @@ func (h *Handler) revenueFigures(ctx context.Context, rg revenueRange, now time.
 			return nil
 		})
 		if err != nil {
-			return d, err
+			return nil, err
 		}
 		d.Partial = d.Partial || partial
 		if d.PastDue, partial, err = h.pastDue(ctx, pay, now); err != nil {
-			return d, err
+			return nil, err
 		}
 		d.Partial = d.Partial || partial
 		d.InvoicedNote = true
 	}
-	// The usage money: priced usage in a currency, not yet invoiced.
-	unpriced := map[string]billing.Units{}
-	n := 0
-	errStop := errors.New("stop")
-	err := store.ScanUsage(ctx, h.rt.Store(), store.LedgerFilter{From: rg.From, To: rg.To}, func(r store.Rollup) error {
-		if n++; n > maxOverviewRow {
-			d.Partial = true
-			return errStop
-		}
-		if r.Cost == 0 {
-			return nil
-		}
-		_, kind := h.measureOf(r.ServiceID, r.ProductID)
-		if kind == kindCredits {
-			return nil // credits spent: the money came in as a top-up
-		}
-		if r.Hour.Before(invoicedTo[r.UserID+"\x00"+r.ServiceID]) {
-			return nil
-		}
-		if !isCurrency(kind) {
-			unpriced[kind] += r.Cost
-			return nil
-		}
-		if m, ok := monthOf(r.Hour); ok {
-			cell(m, kind).Usage += r.Cost
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, errStop) {
-		return d, err
-	}
+	return a, nil
+}
+
+// finish adds up the months and the range per currency, and reads the
+// prepaid balances.
+func (a *revenueAcc) finish(ctx context.Context) (revenueData, error) {
+	d, rg, cells, unpriced := a.d, a.d.Range, a.cells, a.unpriced
 	for k, v := range unpriced {
 		d.Unpriced = addTo(d.Unpriced, k, v)
 	}
@@ -291,7 +325,8 @@ func (h *Handler) revenueFigures(ctx context.Context, rg revenueRange, now time.
 	}
 	slices.SortFunc(d.Totals, func(a, b revenueCell) int { return strings.Compare(a.Currency, b.Currency) })
 	var partial bool
-	if d.Liabilities, d.Owed, partial, err = h.balances(ctx); err != nil {
+	var err error
+	if d.Liabilities, d.Owed, partial, err = a.h.balances(ctx); err != nil {
 		return d, err
 	}
 	d.Partial = d.Partial || partial

@@ -3,6 +3,8 @@ package console
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -199,5 +201,34 @@ func TestConsoleRevenueWithoutPayments(t *testing.T) {
 	}
 	if strings.Contains(got, "USD") || strings.Contains(got, "20.00 EUR") {
 		t.Errorf("payment records read without payments:\n%s", got)
+	}
+}
+
+// TestConsoleRevenueUnderCaddy: the console Caddy provisions takes the
+// app's payments block: with one the Revenue page reads the payment
+// records (no "not configured"), without one it says payments are not
+// configured.
+func TestConsoleRevenueUnderCaddy(t *testing.T) {
+	for _, tc := range []struct {
+		extra string
+		want  string
+	}{
+		{"", "Payments are not configured"},
+		{"payments stripe {\n\t\t\tsecret_key sk_test_console\n\t\t\twebhook_secret whsec_console\n\t\t}", "No subscription is past due or suspended for non-payment."},
+	} {
+		t.Run(strings.Fields(tc.extra + " none")[0], func(t *testing.T) {
+			e := start(t, tc.extra)
+			r, _ := http.NewRequest("GET", e.base+"/console/revenue", nil)
+			r.SetBasicAuth(testOperator, testPassword)
+			resp, err := http.DefaultClient.Do(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if got := pageText(string(b)); resp.StatusCode != 200 || !strings.Contains(got, tc.want) {
+				t.Errorf("payments %q: %d, want %q in\n%s", tc.extra, resp.StatusCode, tc.want, got)
+			}
+		})
 	}
 }
