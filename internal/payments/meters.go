@@ -263,8 +263,12 @@ type shipRun struct {
 	run   *MeterRun
 }
 
-// save writes the cursor, only while this node holds the lease.
+// save writes the cursor, only while this node holds the lease (renewed
+// first, so a long plan does not lose a lease nobody else took).
 func (r *shipRun) save(ctx context.Context) error {
+	if err := r.renew(ctx); err != nil {
+		return err
+	}
 	b, err := json.Marshal(r.cur)
 	if err != nil {
 		return err

@@ -1,8 +1,10 @@
 package payments_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -15,8 +17,10 @@ import (
 	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/payments"
 	"github.com/platformgw/gateway/internal/payments/stripetest"
+	"github.com/platformgw/gateway/internal/pgtest"
 	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/store/boltstore"
+	"github.com/platformgw/gateway/internal/store/pgstore"
 )
 
 // fakeClock is the time the tests move by hand; the store methods and the
@@ -66,11 +70,13 @@ type meterEnv struct {
 	mock  *stripetest.Mock
 	clock *fakeClock
 	cat   *catalog.Catalog
-	seq   atomic.Int64
+	seq   *atomic.Int64 // shared by the envs of one test's nodes
+	// apiBase replaces the proxy's URL as api_base (reconcile_test.go).
+	apiBase string
 }
 
 func newMeterEnv(t testing.TB, st store.Store) *meterEnv {
-	return &meterEnv{t: t, st: st, mock: stripetest.Start(t), cat: meterCatalog(t),
+	return &meterEnv{t: t, st: st, mock: stripetest.Start(t), cat: meterCatalog(t), seq: new(atomic.Int64),
 		clock: &fakeClock{t: time.Date(2026, 11, 2, 9, 10, 0, 0, time.UTC)}}
 }
 
@@ -85,7 +91,7 @@ func openBolt(t testing.TB, path string) *boltstore.Store {
 
 func (e *meterEnv) config() payments.Config {
 	return payments.Config{Provider: "stripe", SecretKey: "sk_test_meters", WebhookSecret: "whsec_meters",
-		APIBase: e.mock.URL, MeterInterval: 0,
+		APIBase: cmp.Or(e.apiBase, e.mock.URL), MeterInterval: 0,
 		Prices: []payments.Price{
 			{Service: "geo", Product: "payg", Meter: "geo_payg", MeteredPrice: "price_payg"},
 			{Service: "geo", Product: "pro", Price: "price_pro", Meter: "geo_overage", MeteredPrice: "price_over"},
@@ -486,4 +492,103 @@ func okOnly(saw map[string]sentEvent) map[string]sentEvent {
 		}
 	}
 	return out
+}
+
+// TestMetersFleetPG: two nodes on one PostgreSQL database, each with its
+// own store and shipper, run their shippers at once while usage is
+// recorded through both and the lease changes hands (a node pauses past
+// its lease, the other takes over mid-plan): every unit reaches Stripe
+// once, and a node that lost the lease cannot move the cursor.
+func TestMetersFleetPG(t *testing.T) {
+	dsn := pgtest.DB(t)
+	open := func(node string) *pgstore.Store {
+		st, err := pgstore.Open(context.Background(), pgstore.Options{DSN: dsn, NodeID: node})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return st
+	}
+	st1, st2 := open("n1"), open("n2")
+	e := newMeterEnv(t, st1)
+	e2 := &meterEnv{t: t, st: st2, mock: e.mock, clock: e.clock, cat: e.cat, seq: e.seq}
+	users := []string{"a", "b", "c", "d"}
+	for _, u := range users {
+		e.subscribe(u, postpaid)
+		e.customer(u, "cus_"+u)
+	}
+	s1, s2 := e.service("n1"), e2.service("n2")
+	ship(t, s1)
+
+	// Fencing: n1 holds the lease; past its ttl n2 takes it; n1's cursor
+	// write is refused.
+	pay1 := store.Payments(st1)
+	l1, err := pay1.TakeLease(context.Background(), payments.MeterLease, "fence-a", time.Minute, e.clock.Now())
+	if err != nil || !l1.Held {
+		// s1 holds it: wait it out first.
+		e.clock.Add(4 * time.Minute)
+		if l1, err = pay1.TakeLease(context.Background(), payments.MeterLease, "fence-a", time.Minute, e.clock.Now()); err != nil || !l1.Held {
+			t.Fatalf("TakeLease: %+v %v", l1, err)
+		}
+	}
+	e.clock.Add(2 * time.Minute)
+	pay2 := store.Payments(st2)
+	l2, err := pay2.TakeLease(context.Background(), payments.MeterLease, "fence-b", time.Minute, e.clock.Now())
+	if err != nil || !l2.Held || l2.Epoch <= l1.Epoch {
+		t.Fatalf("fence-b after fence-a's ttl: %+v %v", l2, err)
+	}
+	if err := pay1.PutLeaseCursor(context.Background(), payments.MeterLease, "fence-a", l1.Epoch, []byte(`{}`), e.clock.Now()); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("a node that lost the lease wrote the cursor: %v", err)
+	}
+	if err := pay2.ReleaseLease(context.Background(), payments.MeterLease, "fence-b"); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var runs [2]atomic.Int64
+	for i, s := range []*payments.Service{s1, s2} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if run, err := s.ShipMeters(ctx); err == nil && run.Leader {
+					runs[i].Add(1)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+	}
+	for round := 0; round < 40; round++ {
+		for i, u := range users {
+			env := e
+			if (round+i)%2 == 1 {
+				env = e2
+			}
+			env.report(u, postpaid, int64(1+(round*i)%3), e.clock.Now())
+		}
+		if round%10 == 9 {
+			e.clock.Add(4 * time.Minute) // every lease runs out: whoever asks next takes it
+		} else {
+			e.clock.Add(7 * time.Minute)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+	// Both drain what is left.
+	e.clock.Add(5 * time.Minute)
+	for i := 0; i < 3; i++ {
+		ship(t, s1)
+		e.clock.Add(5 * time.Minute)
+		ship(t, s2)
+	}
+	got := sums(t, stripeSaw(t, e.mock))
+	for _, u := range users {
+		if got["cus_"+u] != int64(e.ledgerCost(u)) || got["cus_"+u] == 0 {
+			t.Errorf("%s: Stripe got %d, the ledger says %d", u, got["cus_"+u], e.ledgerCost(u))
+		}
+	}
+	t.Logf("leader runs: n1 %d, n2 %d; %d meter events, %d requests", runs[0].Load(), runs[1].Load(),
+		len(stripeSaw(t, e.mock)), len(e.mock.Requests("/v1/billing/meter_events")))
 }
