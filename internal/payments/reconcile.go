@@ -180,7 +180,7 @@ func (s *Service) Reconcile(ctx context.Context, from, to time.Time) (Reconcilia
 	meters := map[string]string{}
 	for m, err := range s.sc.V1BillingMeters.List(ctx, &stripe.BillingMeterListParams{}) {
 		if err != nil {
-			return out, fmt.Errorf("listing Stripe's meters: %w", err)
+			return out, &StripeError{Op: "listing the meters", Err: err}
 		}
 		if _, seen := meters[m.EventName]; !seen || m.Status == stripe.BillingMeterStatusActive {
 			meters[m.EventName] = m.ID
@@ -236,13 +236,26 @@ func (s *Service) summary(ctx context.Context, meterID, customer string, from, t
 		StartTime: stripe.Int64(from.Unix()), EndTime: stripe.Int64(to.Unix())}
 	for es, err := range s.sc.V1BillingMeterEventSummaries.List(ctx, p) {
 		if err != nil {
-			var se *stripe.Error
-			if errors.As(err, &se) {
-				return 0, fmt.Errorf("Stripe's event summaries of meter %s for %s: %s", meterID, customer, se.Msg)
-			}
-			return 0, fmt.Errorf("Stripe's event summaries of meter %s for %s: %w", meterID, customer, err)
+			return 0, &StripeError{Op: fmt.Sprintf("the event summaries of meter %s for %s", meterID, customer), Err: err}
 		}
 		sum += es.AggregatedValue
 	}
 	return billing.Units(math.Round(sum)), nil
 }
+
+// StripeError is a request to Stripe that failed (Stripe down, a refusal,
+// a wrong key): the admin API answers it as service_error.
+type StripeError struct {
+	Op  string
+	Err error
+}
+
+func (e *StripeError) Error() string {
+	var se *stripe.Error
+	if errors.As(e.Err, &se) {
+		return fmt.Sprintf("Stripe: %s: HTTP %d: %s", e.Op, se.HTTPStatusCode, se.Msg)
+	}
+	return fmt.Sprintf("Stripe: %s: %v", e.Op, e.Err)
+}
+
+func (e *StripeError) Unwrap() error { return e.Err }

@@ -2,67 +2,13 @@ package payments_test
 
 import (
 	"context"
-	"encoding/json"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/platformgw/gateway/internal/payments"
-	"github.com/platformgw/gateway/internal/payments/stripetest"
 )
-
-// meterState answers what stripe-mock cannot (it keeps no state): the
-// list of meters and their event summaries, computed from the meter
-// events the recording proxy saw (distinct identifiers Stripe took, as
-// Stripe deduplicates them). Every request still goes to stripe-mock
-// first, which checks its shape.
-func meterState(t *testing.T, m *stripetest.Mock, meters map[string]string) string {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		req, _ := http.NewRequest(r.Method, m.URL+r.URL.RequestURI(), r.Body)
-		req.Header = r.Header.Clone()
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			http.Error(w, err.Error(), 502)
-			return
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		w.Header().Set("Content-Type", "application/json")
-		if resp.StatusCode != 200 || r.Method != http.MethodGet || !strings.HasPrefix(r.URL.Path, "/v1/billing/meters") {
-			w.WriteHeader(resp.StatusCode)
-			_, _ = w.Write(body)
-			return
-		}
-		if r.URL.Path == "/v1/billing/meters" {
-			var data []map[string]any
-			for event, id := range meters {
-				data = append(data, map[string]any{"id": id, "object": "billing.meter", "event_name": event, "status": "active"})
-			}
-			_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "url": "/v1/billing/meters", "has_more": false, "data": data})
-			return
-		}
-		id := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/v1/billing/meters/"), "/event_summaries")
-		q := r.URL.Query()
-		start, _ := strconv.ParseInt(q.Get("start_time"), 10, 64)
-		end, _ := strconv.ParseInt(q.Get("end_time"), 10, 64)
-		var sum int64
-		for _, ev := range okOnly(stripeSaw(t, m)) {
-			if meters[ev.event] == id && ev.customer == q.Get("customer") && ev.timestamp >= start && ev.timestamp < end {
-				sum += ev.value
-			}
-		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "url": r.URL.Path, "has_more": false,
-			"data": []map[string]any{{"id": "mtrsum_1", "object": "billing.meter_event_summary", "meter": id,
-				"aggregated_value": sum, "start_time": start, "end_time": end, "livemode": false}}})
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL
-}
 
 // TestReconcile: the period's totals per customer and meter against
 // Stripe's summaries; a user without a customer and usage not sent yet
@@ -71,7 +17,7 @@ func TestReconcile(t *testing.T) {
 	st := openBolt(t, filepath.Join(t.TempDir(), "gw.db"))
 	t.Cleanup(func() { _ = st.Close() })
 	e := newMeterEnv(t, st)
-	e.apiBase = meterState(t, e.mock, map[string]string{"geo_payg": "mtr_payg", "geo_overage": "mtr_over"})
+	e.apiBase = e.mock.MeterState(t, map[string]string{"geo_payg": "mtr_payg", "geo_overage": "mtr_over"})
 	s := e.service("node-a")
 	ship(t, s)
 	e.subscribe("alice", postpaid)
