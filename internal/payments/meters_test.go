@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -591,4 +593,41 @@ func TestMetersFleetPG(t *testing.T) {
 	}
 	t.Logf("leader runs: n1 %d, n2 %d; %d meter events, %d requests", runs[0].Load(), runs[1].Load(),
 		len(stripeSaw(t, e.mock)), len(e.mock.Requests("/v1/billing/meter_events")))
+}
+
+// TestStartMetersStops: the shipper's loop runs at once and every
+// meter_interval, and closing stop ends it (no goroutine left) and lets
+// the lease go, so the next config's shipper or another node takes it at
+// once.
+func TestStartMetersStops(t *testing.T) {
+	st := openBolt(t, filepath.Join(t.TempDir(), "gw.db"))
+	t.Cleanup(func() { _ = st.Close() })
+	e := newMeterEnv(t, st)
+	e.subscribe("alice", postpaid)
+	e.customer("alice", "cus_alice")
+	s := e.service("node-a")
+	ship(t, s) // the first run starts the cursor at this hour
+	e.report("alice", postpaid, 2, e.clock.Now())
+	stop := make(chan struct{})
+	done := s.StartMeters(stop)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(e.mock.Requests("/v1/billing/meter_events")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the shipper did not run")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(stop)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the shipper did not stop")
+	}
+	if l, err := store.Payments(st).TakeLease(context.Background(), payments.MeterLease, "next", time.Minute, e.clock.Now()); err != nil || !l.Held {
+		t.Fatalf("the lease was not let go at stop: %+v %v", l, err)
+	}
+	buf := make([]byte, 1<<20)
+	if stacks := string(buf[:runtime.Stack(buf, true)]); strings.Contains(stacks, "payments.(*Service).StartMeters") {
+		t.Errorf("a goroutine of the shipper outlived stop:\n%s", stacks)
+	}
 }
