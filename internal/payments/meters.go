@@ -473,7 +473,12 @@ func (r *shipRun) plan(ctx context.Context, now time.Time, sweep bool) (bool, er
 	}
 	slices.Sort(r.run.NoCustomer)
 	if len(waiting) > 0 {
-		s.log.Warn("metered usage waits: these users have no Stripe customer yet; it is sent once they have one",
+		// Said at each sweep (hourly), not at every run.
+		logf := s.log.Debug
+		if sweep {
+			logf = s.log.Warn
+		}
+		logf("metered usage waits: these users have no Stripe customer yet; it is sent once they have one",
 			zap.Strings("users", r.run.NoCustomer))
 	}
 	return complete, nil

@@ -631,3 +631,38 @@ func TestStartMetersStops(t *testing.T) {
 		t.Errorf("a goroutine of the shipper outlived stop:\n%s", stacks)
 	}
 }
+
+// TestConfigMeterChecks: a meter on a prepaid product, or with an event
+// name Stripe would not take, is an error at load that names the line.
+func TestConfigMeterChecks(t *testing.T) {
+	credits := billing.Product{ID: "credits", BillingModel: billing.Prepaid, MeasurementType: billing.PerRequest, Price: billing.Whole(1)}
+	p1 := postpaid
+	cat, err := catalog.Compile([]*catalog.Service{{ID: "geo", Backend: "http://127.0.0.1:9", Secrets: []string{"s3cret-s3cret-s3cret-s3cret-0001"},
+		Endpoints:       []*catalog.Endpoint{{ID: "lookup", Path: "/lookup"}},
+		Products:        []*billing.Product{&p1, &credits},
+		ProductListings: []*catalog.ProductListing{{Product: "payg", Currency: "USD"}, {Product: "credits", Currency: "USD"}},
+	}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := payments.Config{Provider: "stripe", SecretKey: "sk_test_x", WebhookSecret: "whsec_x"}
+	for _, tc := range []struct {
+		price payments.Price
+		want  string
+	}{
+		{payments.Price{Service: "geo", Product: "credits", Meter: "geo_credits"}, "a prepaid product's usage is paid by credits"},
+		{payments.Price{Service: "geo", Product: "payg", Meter: "geo payg"}, `meter event name "geo payg"`},
+		{payments.Price{Service: "geo", Product: "payg", Meter: strings.Repeat("m", 101)}, "at most 100"},
+	} {
+		cfg := base
+		cfg.Prices = []payments.Price{tc.price}
+		if err := cfg.Validate(cat); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want %q", tc.price, err, tc.want)
+		}
+	}
+	cfg := base
+	cfg.Prices = []payments.Price{{Service: "geo", Product: "payg", Meter: "geo.payg-v2_calls"}}
+	if err := cfg.Validate(cat); err != nil {
+		t.Errorf("a good meter: %v", err)
+	}
+}
