@@ -53,12 +53,12 @@ func (s *Service) CustomerFor(ctx context.Context, userID, email string) (string
 	if err != nil {
 		return "", err
 	}
-	if id, err := s.customerOf(ctx, pay, userID); err == nil || !errors.Is(err, ErrNoCustomer) {
+	if id, err := s.storedCustomer(ctx, pay, userID); err == nil || !errors.Is(err, ErrNoCustomer) {
 		return id, err
 	}
 	s.custMu.Lock()
 	defer s.custMu.Unlock()
-	if id, err := s.customerOf(ctx, pay, userID); err == nil || !errors.Is(err, ErrNoCustomer) {
+	if id, err := s.storedCustomer(ctx, pay, userID); err == nil || !errors.Is(err, ErrNoCustomer) {
 		return id, err
 	}
 	params := &stripe.CustomerCreateParams{Metadata: map[string]string{MetaUser: userID}}
@@ -88,8 +88,8 @@ func (s *Service) CustomerFor(ctx context.Context, userID, email string) (string
 	return customerID, nil
 }
 
-// customerOf is the user's remembered customer, or ErrNoCustomer.
-func (s *Service) customerOf(ctx context.Context, pay store.Payments, userID string) (string, error) {
+// storedCustomer is the user's remembered customer, or ErrNoCustomer.
+func (s *Service) storedCustomer(ctx context.Context, pay store.Payments, userID string) (string, error) {
 	b, err := pay.GetPaymentRecord(ctx, KindCustomer, userID)
 	if errors.Is(err, store.ErrNotFound) {
 		return "", ErrNoCustomer
@@ -194,7 +194,7 @@ func (s *Service) BillingPortalURL(ctx context.Context, userID, returnURL string
 	if err != nil {
 		return "", err
 	}
-	cust, err := s.customerOf(ctx, pay, userID)
+	cust, err := s.storedCustomer(ctx, pay, userID)
 	if err != nil {
 		return "", err
 	}
@@ -212,7 +212,7 @@ func (s *Service) HasCustomer(ctx context.Context, userID string) bool {
 	if err != nil {
 		return false
 	}
-	_, err = s.customerOf(ctx, pay, userID)
+	_, err = s.storedCustomer(ctx, pay, userID)
 	return err == nil
 }
 

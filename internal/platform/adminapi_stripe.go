@@ -1,23 +1,48 @@
 package platform
 
 import (
+	"errors"
 	"net/http"
 
 	"github.com/platformgw/gateway/internal/apierror"
 	"github.com/platformgw/gateway/internal/payments"
 )
 
-// codePaymentsNotConfigured: the running config has no payments block.
-const codePaymentsNotConfigured = "payments_not_configured"
-
-// paymentsOf is the running app's payments integration; without one it
-// answers 409 payments_not_configured and returns nil.
-func paymentsOf(app *App, w http.ResponseWriter) *payments.Service {
-	if app.pay == nil {
-		writeErrorStatus(w, http.StatusConflict, apierror.New(codePaymentsNotConfigured,
-			"the running config has no payments block (payments stripe { … }); add one and reload"))
+// stripeReconcile: GET /platform/stripe/reconcile?period=<YYYY-MM|from..to>
+// compares the period's metered usage per Stripe customer and meter with
+// Stripe's meter event summaries (docs/payments.md, "Metered usage"). It
+// answers 200 whether or not rows differ; `caddy platform stripe
+// reconcile` exits non-zero when any do.
+func (a *adminAPI) stripeReconcile(app *App, w http.ResponseWriter, r *http.Request, _ []string) error {
+	q := r.URL.Query()
+	if err := checkQuery(q, "period"); err != nil {
+		return err
 	}
-	return app.pay
+	if app.pay == nil {
+		return apierror.New(apierror.NotFound, "the running config has no payments block: nothing is metered to Stripe")
+	}
+	if q.Get("period") == "" {
+		return apierror.Invalid("period", "period is required: a month (2026-11) or from..to (2026-11-01..2026-11-15)")
+	}
+	from, to, err := payments.ParsePeriod(q.Get("period"), app.Now())
+	if err != nil {
+		return apierror.Invalid("period", err.Error())
+	}
+	rec, err := app.pay.Reconcile(r.Context(), from, to)
+	var se *payments.StripeError
+	if errors.As(err, &se) {
+		return apierror.New(apierror.ServiceError, se.Error())
+	}
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, rec)
+}
+
+// noPayments is the answer of the stripe routes when the running config
+// has no payments block.
+func noPayments() error {
+	return apierror.New(apierror.NotFound, "the running config has no payments block (payments stripe { … }); add one and reload")
 }
 
 // stripeSync: POST /platform/stripe/sync creates the Stripe Products and
@@ -27,14 +52,12 @@ func (a *adminAPI) stripeSync(app *App, w http.ResponseWriter, r *http.Request, 
 	if err := checkQuery(r.URL.Query()); err != nil {
 		return err
 	}
-	svc := paymentsOf(app, w)
-	if svc == nil {
-		return nil
+	if app.pay == nil {
+		return noPayments()
 	}
-	res, err := svc.SyncCatalog(r.Context())
+	res, err := app.pay.SyncCatalog(r.Context())
 	if err != nil {
-		writeErrorStatus(w, http.StatusBadGateway, apierror.New(apierror.ServiceError, "stripe sync stopped: "+err.Error()+"; what was created before is kept, run it again"))
-		return nil
+		return apierror.New(apierror.ServiceError, "stripe sync stopped: "+err.Error()+"; what was created before is kept, run it again")
 	}
 	if res.Created == nil {
 		res.Created = []payments.SyncedPrice{}
@@ -49,14 +72,12 @@ func (a *adminAPI) stripeResync(app *App, w http.ResponseWriter, r *http.Request
 	if err := checkQuery(r.URL.Query()); err != nil {
 		return err
 	}
-	svc := paymentsOf(app, w)
-	if svc == nil {
-		return nil
+	if app.pay == nil {
+		return noPayments()
 	}
-	res, err := svc.Resync(r.Context())
+	res, err := app.pay.Resync(r.Context())
 	if err != nil {
-		writeErrorStatus(w, http.StatusBadGateway, apierror.New(apierror.ServiceError, "stripe resync stopped: "+err.Error()+"; what was applied before is kept, run it again"))
-		return nil
+		return apierror.New(apierror.ServiceError, "stripe resync stopped: "+err.Error()+"; what was applied before is kept, run it again")
 	}
 	return writeJSON(w, http.StatusOK, res)
 }

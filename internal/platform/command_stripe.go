@@ -8,15 +8,11 @@ import (
 	"github.com/platformgw/gateway/internal/payments"
 )
 
-// stripeCommand is `caddy platform stripe sync|resync`, through the
-// running gateway's admin API (it holds the store and the payments
-// block's keys).
-func stripeCommand() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "stripe",
-		Short: "Creates the Stripe Prices of the catalog, or reads back what a missed webhook said",
-	}
-	sync := &cobra.Command{
+// stripeSyncCommand is `caddy platform stripe sync`, through POST
+// /platform/stripe/sync (the running gateway holds the payments block's
+// keys).
+func stripeSyncCommand() *cobra.Command {
+	return &cobra.Command{
 		Use:   "sync",
 		Short: "Creates Stripe Products and Prices for paid products that have none, and prints the price lines",
 		Long: `
@@ -33,7 +29,12 @@ The config is not changed by this command: it is yours.`,
 		Args: cobra.NoArgs,
 		RunE: runCommand(cmdStripeSync),
 	}
-	resync := &cobra.Command{
+}
+
+// stripeResyncCommand is `caddy platform stripe resync`, through POST
+// /platform/stripe/resync.
+func stripeResyncCommand() *cobra.Command {
+	return &cobra.Command{
 		Use:   "resync",
 		Short: "Reads every known customer's subscriptions and recent invoices back from Stripe and applies them",
 		Long: `
@@ -44,8 +45,6 @@ the webhook handlers' code. Running it again changes nothing more.`,
 		Args: cobra.NoArgs,
 		RunE: runCommand(cmdStripeResync),
 	}
-	cmd.AddCommand(sync, resync)
-	return cmd
 }
 
 func cmdStripeSync(c cli, _ []string) error {

@@ -130,12 +130,13 @@ func TestCaddyfilePayments(t *testing.T) {
 }
 
 // TestCLIStripeWithoutPayments: `caddy platform stripe sync|resync`
-// against a gateway with no payments block say so and change nothing.
+// against a gateway with no payments block say so (404, as reconcile)
+// and change nothing.
 func TestCLIStripeWithoutPayments(t *testing.T) {
 	admStart(t)
 	for _, sub := range []string{"sync", "resync"} {
 		out, err := cliRun(t, "stripe", sub)
-		if err == nil || !strings.Contains(err.Error(), "HTTP 409 payments_not_configured") {
+		if err == nil || !strings.Contains(err.Error(), "HTTP 404 not_found") {
 			t.Errorf("stripe %s: %v\n%s", sub, err, out)
 		}
 	}

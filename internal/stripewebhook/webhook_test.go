@@ -524,7 +524,7 @@ func adminPost(t *testing.T, path string) (int, string) {
 // line; resync lists every known customer's subscriptions and invoices
 // and applies what maps to a product (stripe-mock's fixtures map to none,
 // so they are skipped and nothing changes). Without a payments block both
-// are 409 payments_not_configured.
+// are 404 not_found.
 func TestStripeSyncAndResync(t *testing.T) {
 	g := startGateway(t, "1h")
 	status, body := adminPost(t, "/platform/stripe/sync")
@@ -579,7 +579,7 @@ func TestStripeSyncAndResync(t *testing.T) {
 		t.Fatalf("load without payments: %d %s", status, body)
 	}
 	for _, p := range []string{"/platform/stripe/sync", "/platform/stripe/resync"} {
-		if status, body := adminPost(t, p); status != 409 || !strings.Contains(body, "payments_not_configured") {
+		if status, body := adminPost(t, p); status != 404 || !strings.Contains(body, "no payments block") {
 			t.Errorf("%s without payments: %d %s", p, status, body)
 		}
 	}
