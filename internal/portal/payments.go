@@ -68,6 +68,9 @@ func (h *Handler) checkout(q *request, sess session, svc *catalog.Service, produ
 		if r != nil && gerr == nil && cur.ProductID != productID && !h.sells(svc.ID, cur.ProductID) && r.status == http.StatusConflict {
 			r = nil
 		}
+		if r != nil && r.status == http.StatusForbidden && gerr == nil && h.sells(svc.ID, cur.ProductID) {
+			r.message = "Your subscription to " + svc.Name() + " is suspended because a payment failed: pay the open invoice or change your card on the Billing page, and it serves again. Nothing was changed."
+		}
 		if r != nil {
 			h.refusePlan(q, sess, svc, r.status, r.message)
 			return

@@ -217,6 +217,12 @@ func TestPaidSubscriptionFollowsStripe(t *testing.T) {
 	if code != http.StatusForbidden || !strings.Contains(body, "subscription_inactive") {
 		t.Fatalf("call past the grace: %d %s", code, body)
 	}
+	// (A session of its own: the clock moved past the first one's end.)
+	later := e.newClient()
+	later.signIn(key)
+	if _, page := later.get("/portal/plans/echo"); !strings.Contains(page, "suspended because a payment failed") {
+		t.Errorf("plans page past the grace:\n%s", page)
+	}
 	e.setClock(nil)
 	_, page = c.get("/portal/billing")
 	if !strings.Contains(page, "29.00 USD") || !strings.Contains(page, "Payment failed") || !strings.Contains(page, "https://invoice.stripe.com/i/in_payer_1") {

@@ -287,7 +287,8 @@ func (h *Handler) plansView(q *request, userID string, svc *catalog.Service) (*p
 		}
 		row.Action, row.Note = planAction(svc, p.ID, v.Current, !row.Requested.IsZero())
 		if h.sells(svc.ID, p.ID) && svc.SelfServiceOffer(p.ID) != catalog.NotOffered && row.Requested.IsZero() {
-			row.Action, row.Note = paidAction(svc, p.ID, v.Current, h.sells(svc.ID, currentProduct(v.Current)))
+			curPaid := v.Current != nil && h.sells(svc.ID, v.Current.ProductID)
+			row.Action, row.Note = paidAction(svc, p.ID, v.Current, curPaid)
 		}
 		row.Current = v.Current != nil && v.Current.Live && v.Current.ProductID == p.ID
 		v.Plans = append(v.Plans, row)
@@ -355,6 +356,8 @@ func planAction(svc *catalog.Service, productID string, cur *currentPlan, reques
 func paidAction(svc *catalog.Service, productID string, cur *currentPlan, curPaid bool) (action, note string) {
 	live := cur != nil && cur.Live
 	switch {
+	case cur != nil && cur.Status == string(subscription.Suspended) && curPaid:
+		return "", "Your subscription is suspended because a payment failed: pay the open invoice or change your card on the Billing page, and it serves again."
 	case live && cur.ProductID == productID:
 		return "", "Your plan. Its invoices and card are on the Billing page."
 	case live && cur.Cancelling:
@@ -363,13 +366,6 @@ func paidAction(svc *catalog.Service, productID string, cur *currentPlan, curPai
 		return "", "To change between paid plans, use “Manage payment method” on the Billing page (Stripe's customer portal)."
 	}
 	return "checkout", "Paid through Stripe: you are taken to Stripe's checkout to pay."
-}
-
-func currentProduct(c *currentPlan) string {
-	if c == nil || !c.Live {
-		return ""
-	}
-	return c.ProductID
 }
 
 // priceHeadline is a plan's price in one line, every money amount with
