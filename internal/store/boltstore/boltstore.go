@@ -111,6 +111,9 @@ type Store struct {
 	// jobIDs filters the ids of the jobs stored, for the check that a
 	// new job's id is new (jobs.go); guarded by jobMu.
 	jobIDs jobIDs
+
+	// pay serialises the credit grants' changes (payments.go).
+	pay payState
 }
 
 type op struct {

@@ -391,8 +391,13 @@ func (s *Store) applyRecords(tx *bolt.Tx, batch []queued, applied, ledgerAt uint
 	return tx.Bucket(bucketMarker).Put(keySettled, u64(upto))
 }
 
-// applyRecord writes one record's claim and job.
+// applyRecord writes one record's claim, credit grants and job.
 func (s *Store) applyRecord(tx *bolt.Tx, r *settlement) error {
+	if g := r.grant; g != nil {
+		if err := s.applyGrant(tx, g); err != nil {
+			return err
+		}
+	}
 	if c := r.idem; c != nil {
 		if err := putJSON(tx, bucketIdempotency, joinKey(c.serviceID, c.key),
 			idemRecord{Created: c.created, Response: c.response}); err != nil {

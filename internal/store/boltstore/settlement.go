@@ -25,6 +25,9 @@ type settlement struct {
 	ledger *store.LedgerEntry
 	idem   *idemClaim
 	job    *jobChange
+	// grant is a credit grant's, reversal's or expiry's change to the
+	// grants (payments.go).
+	grant *grantChange
 }
 
 // acctChange is what a settlement did to one subscription's figures in
@@ -83,6 +86,7 @@ const (
 	partLedger
 	partIdem
 	partJob
+	partGrant
 )
 
 func appendStr(b []byte, s string) []byte {
@@ -116,6 +120,9 @@ func (r *settlement) encode(b []byte) []byte {
 	}
 	if r.job != nil {
 		flags |= partJob
+	}
+	if r.grant != nil {
+		flags |= partGrant
 	}
 	b = append(b, flags)
 	if a := r.acct; a != nil {
@@ -164,6 +171,9 @@ func (r *settlement) encode(b []byte) []byte {
 		} else {
 			b = append(b, 0)
 		}
+	}
+	if g := r.grant; g != nil {
+		b = appendBytes(b, g.encode())
 	}
 	return b
 }
@@ -275,10 +285,20 @@ func decodeSettlement(rec []byte) (settlement, error) {
 		j.holdRaw, j.holdDel, j.newJob = d.bytes(), d.uvarint(), d.byte() == 1
 		r.job = j
 	}
+	if flags&partGrant != 0 {
+		raw := d.bytes()
+		if d.err == nil {
+			g, err := decodeGrantChange(raw)
+			if err != nil {
+				return r, err
+			}
+			r.grant = g
+		}
+	}
 	if d.err != nil {
 		return r, d.err
 	}
-	if len(d.b) != 0 || flags&^(partAcct|partLedger|partIdem|partJob) != 0 {
+	if len(d.b) != 0 || flags&^(partAcct|partLedger|partIdem|partJob|partGrant) != 0 {
 		return r, fmt.Errorf("%w: %d bytes left, flags %#x", errRecord, len(d.b), flags)
 	}
 	return r, nil

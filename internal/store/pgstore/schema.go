@@ -186,6 +186,50 @@ CREATE TABLE call_outcome_writers (
 	updated_at timestamptz NOT NULL
 );
 `,
+	// 5: what the payments integration keeps (internal/store/pgstore/payments.go,
+	// store.Payments): records by kind and id, credit grants with the
+	// reversals that took from them, and named leases with a cursor,
+	// fenced by their epoch. Amounts are fixed point, billing.Scale to
+	// the unit, as subscriptions.credits.
+	`
+CREATE TABLE payment_records (
+	kind       text COLLATE "C" NOT NULL,
+	id         text COLLATE "C" NOT NULL,
+	body       bytea NOT NULL,
+	updated_at timestamptz NOT NULL,
+	PRIMARY KEY (kind, id)
+);
+CREATE TABLE credit_grants (
+	id         text COLLATE "C" PRIMARY KEY,
+	user_id    text COLLATE "C" NOT NULL,
+	service_id text COLLATE "C" NOT NULL,
+	credits    bigint NOT NULL,
+	granted_at timestamptz NOT NULL,
+	expires_at timestamptz,
+	source     text NOT NULL DEFAULT '',
+	reference  text NOT NULL DEFAULT '',
+	reversed   bigint NOT NULL DEFAULT 0,
+	expired    bigint NOT NULL DEFAULT 0,
+	expired_at timestamptz
+);
+CREATE INDEX credit_grants_sub ON credit_grants (user_id, service_id, granted_at, id);
+CREATE INDEX credit_grants_due ON credit_grants (expires_at) WHERE expired_at IS NULL AND expires_at IS NOT NULL;
+CREATE TABLE credit_reversals (
+	id       text COLLATE "C" PRIMARY KEY,
+	grant_id text COLLATE "C" NOT NULL,
+	credits  bigint NOT NULL,
+	took     bigint NOT NULL,
+	at       timestamptz NOT NULL,
+	reason   text NOT NULL DEFAULT ''
+);
+CREATE TABLE payment_leases (
+	name         text COLLATE "C" PRIMARY KEY,
+	holder       text COLLATE "C" NOT NULL,
+	epoch        bigint NOT NULL,
+	expires_at   timestamptz,
+	lease_cursor bytea
+);
+`,
 }
 
 // SchemaVersion is the schema this build migrates a database to.

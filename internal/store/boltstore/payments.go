@@ -1,0 +1,675 @@
+package boltstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/store"
+)
+
+// The payments integration's data (store.Payments). Records and leases
+// are plain writes through the commit loop. Credit grants change a
+// balance, which lives in memory with the calls that draw on it, so a
+// grant, a reversal and an expiry are each one settlement record carrying
+// the balance change and the grants' new state (grantChange): the log
+// takes both at once, the applier writes both in one transaction, and a
+// replay at start restores both.
+var (
+	bucketPayRecords   = []byte("payment_records")   // kind \0 id -> payRecord
+	bucketGrants       = []byte("credit_grants")     // grant id -> grantRecord
+	bucketGrantSubs    = []byte("credit_grant_subs") // user \0 service \0 granted(8) id -> nil
+	bucketGrantsDue    = []byte("credit_grants_due") // expires(8) id -> nil, until expired
+	bucketReversals    = []byte("credit_reversals")  // reversal id -> reversalRecord
+	bucketPayLeases    = []byte("payment_leases")    // lease name -> leaseRecord
+	errGrantNotApplied = fmt.Errorf("%w: a credit change is not applied to the store file yet", store.ErrUnavailable)
+)
+
+func init() {
+	allBuckets = append(allBuckets, bucketPayRecords, bucketGrants, bucketGrantSubs, bucketGrantsDue,
+		bucketReversals, bucketPayLeases)
+}
+
+// payState serialises the grant changes: each reads the grants from the
+// file (applied first) and appends its record before the next reads.
+type payState struct {
+	mu sync.Mutex
+}
+
+type payRecord struct {
+	Body      []byte    `json:"body"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// grantRecord is a credit grant as stored.
+type grantRecord struct {
+	ID        string    `json:"id"`
+	UserID    string    `json:"userId"`
+	ServiceID string    `json:"serviceId"`
+	Credits   amount    `json:"credits"`
+	GrantedAt time.Time `json:"grantedAt"`
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
+	Source    string    `json:"source,omitempty"`
+	Reference string    `json:"reference,omitempty"`
+	Reversed  amount    `json:"reversed,omitempty"`
+	Expired   amount    `json:"expired,omitempty"`
+	ExpiredAt time.Time `json:"expiredAt,omitzero"`
+}
+
+func toGrantRecord(g store.CreditGrant) grantRecord {
+	return grantRecord{ID: g.ID, UserID: g.UserID, ServiceID: g.ServiceID, Credits: amount(g.Credits),
+		GrantedAt: g.GrantedAt.UTC(), ExpiresAt: g.ExpiresAt.UTC(), Source: g.Source, Reference: g.Reference,
+		Reversed: amount(g.Reversed), Expired: amount(g.Expired), ExpiredAt: g.ExpiredAt.UTC()}
+}
+
+func (r grantRecord) grant() store.CreditGrant {
+	return store.CreditGrant{ID: r.ID, UserID: r.UserID, ServiceID: r.ServiceID, Credits: billing.Units(r.Credits),
+		GrantedAt: r.GrantedAt, ExpiresAt: r.ExpiresAt, Source: r.Source, Reference: r.Reference,
+		Reversed: billing.Units(r.Reversed), Expired: billing.Units(r.Expired), ExpiredAt: r.ExpiredAt}
+}
+
+// reversalRecord is an applied reversal: what it asked and what it took.
+type reversalRecord struct {
+	ID      string    `json:"id"`
+	GrantID string    `json:"grantId"`
+	Credits amount    `json:"credits"`
+	Took    amount    `json:"took"`
+	At      time.Time `json:"at"`
+	Reason  string    `json:"reason,omitempty"`
+}
+
+type leaseRecord struct {
+	Holder  string    `json:"holder"`
+	Epoch   uint64    `json:"epoch"`
+	Expires time.Time `json:"expires"`
+	Cursor  []byte    `json:"cursor,omitempty"`
+}
+
+// grantChange is the part of a settlement record a credit grant, reversal
+// or expiry adds: the grants' new state, the reversal claimed, and the
+// audit entries, all written by the applier with the balance change.
+type grantChange struct {
+	Grants   []grantRecord      `json:"grants,omitempty"`
+	Reversal *reversalRecord    `json:"reversal,omitempty"`
+	Audit    []store.AuditEntry `json:"audit,omitempty"`
+}
+
+func (c *grantChange) encode() []byte {
+	b, err := json.Marshal(c)
+	if err != nil {
+		panic(fmt.Sprintf("encode credit grant change: %v", err)) // plain fields: cannot fail
+	}
+	return b
+}
+
+func decodeGrantChange(b []byte) (*grantChange, error) {
+	c := new(grantChange)
+	if err := json.Unmarshal(b, c); err != nil {
+		return nil, fmt.Errorf("%w: credit grant part: %v", errRecord, err)
+	}
+	return c, nil
+}
+
+func timeKey(t time.Time, id string) []byte { return append(u64(uint64(t.UnixNano())), id...) }
+
+func grantSubKey(g grantRecord) []byte {
+	return append(append(joinKey(g.UserID, g.ServiceID), 0), timeKey(g.GrantedAt, g.ID)...)
+}
+
+// applyGrant writes a record's grant part in the applier's transaction.
+func (s *Store) applyGrant(tx *bolt.Tx, c *grantChange) error {
+	for _, g := range c.Grants {
+		if err := putJSON(tx, bucketGrants, []byte(g.ID), g); err != nil {
+			return err
+		}
+		if err := putRaw(tx, bucketGrantSubs, grantSubKey(g), nil); err != nil {
+			return err
+		}
+		if !g.ExpiresAt.IsZero() {
+			due := timeKey(g.ExpiresAt, g.ID)
+			var err error
+			if g.ExpiredAt.IsZero() {
+				err = putRaw(tx, bucketGrantsDue, due, nil)
+			} else {
+				err = tx.Bucket(bucketGrantsDue).Delete(due)
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	if r := c.Reversal; r != nil {
+		if err := putJSON(tx, bucketReversals, []byte(r.ID), r); err != nil {
+			return err
+		}
+	}
+	for _, e := range c.Audit {
+		b := tx.Bucket(bucketAudit)
+		seq, err := b.NextSequence()
+		if err != nil {
+			return err
+		}
+		e.Seq = seq
+		if err := putJSON(tx, bucketAudit, u64(seq), e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Records.
+
+// InsertPaymentRecord stores body under (kind, id) unless a record is
+// there: then it returns the stored body with store.ErrExists.
+func (s *Store) InsertPaymentRecord(ctx context.Context, kind, id string, body []byte, at time.Time) ([]byte, error) {
+	if err := store.CtxErr(ctx); err != nil {
+		return nil, err
+	}
+	if err := store.CheckPaymentRecordID(kind, id); err != nil {
+		return nil, err
+	}
+	var stored []byte
+	err := s.update(func(tx *bolt.Tx) error {
+		stored = nil
+		var cur payRecord
+		err := getJSON(tx, bucketPayRecords, joinKey(kind, id), &cur)
+		if err == nil {
+			stored = cur.Body
+			return nil
+		}
+		if err != store.ErrNotFound {
+			return err
+		}
+		return putJSON(tx, bucketPayRecords, joinKey(kind, id), payRecord{Body: body, UpdatedAt: at.UTC()})
+	})
+	if err != nil {
+		return nil, err
+	}
+	if stored != nil {
+		return stored, fmt.Errorf("payment record %s %s: %w", kind, id, store.ErrExists)
+	}
+	return nil, nil
+}
+
+// PutPaymentRecord stores body under (kind, id), replacing any.
+func (s *Store) PutPaymentRecord(ctx context.Context, kind, id string, body []byte, at time.Time) error {
+	if err := store.CtxErr(ctx); err != nil {
+		return err
+	}
+	if err := store.CheckPaymentRecordID(kind, id); err != nil {
+		return err
+	}
+	return s.update(func(tx *bolt.Tx) error {
+		return putJSON(tx, bucketPayRecords, joinKey(kind, id), payRecord{Body: body, UpdatedAt: at.UTC()})
+	})
+}
+
+// GetPaymentRecord returns the body under (kind, id), or store.ErrNotFound.
+func (s *Store) GetPaymentRecord(_ context.Context, kind, id string) ([]byte, error) {
+	if err := store.CheckPaymentRecordID(kind, id); err != nil {
+		return nil, err
+	}
+	var rec payRecord
+	err := s.view(func(tx *bolt.Tx) error { return getJSON(tx, bucketPayRecords, joinKey(kind, id), &rec) })
+	if err != nil {
+		return nil, err
+	}
+	return nonNil(rec.Body), nil
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+// ListPaymentRecords pages the records of kind in id order (bytewise).
+func (s *Store) ListPaymentRecords(_ context.Context, kind, after string, limit int) ([]store.PaymentRecord, bool, error) {
+	if kind == "" {
+		return nil, false, store.CheckPaymentRecordID(kind, "-")
+	}
+	if err := store.CheckListLimit(limit); err != nil {
+		return nil, false, err
+	}
+	prefix := append([]byte(kind), 0)
+	var out []store.PaymentRecord
+	more := false
+	err := s.view(func(tx *bolt.Tx) error {
+		out, more = nil, false
+		c := tx.Bucket(bucketPayRecords).Cursor()
+		k, v := c.Seek(append(slices.Clip(prefix), after...))
+		if after != "" && k != nil && string(k[len(prefix):]) == after {
+			k, v = c.Next()
+		}
+		for ; k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			if len(out) == limit {
+				more = true
+				return nil
+			}
+			var rec payRecord
+			if err := decodeJSON(bucketPayRecords, k, v, &rec); err != nil {
+				return err
+			}
+			out = append(out, store.PaymentRecord{Kind: kind, ID: string(k[len(prefix):]), Body: nonNil(rec.Body),
+				UpdatedAt: rec.UpdatedAt})
+		}
+		return nil
+	})
+	return out, more, err
+}
+
+// Leases.
+
+func (r leaseRecord) lease(name, holder string) store.Lease {
+	return store.Lease{Name: name, Holder: r.Holder, Epoch: r.Epoch, Expires: r.Expires, Cursor: r.Cursor,
+		Held: holder != "" && r.Holder == holder}
+}
+
+// TakeLease gives the lease to holder when it is free, expired or the
+// holder's; a change of holder increments the epoch.
+func (s *Store) TakeLease(ctx context.Context, name, holder string, ttl time.Duration, now time.Time) (store.Lease, error) {
+	if err := store.CtxErr(ctx); err != nil {
+		return store.Lease{}, err
+	}
+	if err := store.CheckLease(name, holder, ttl); err != nil {
+		return store.Lease{}, err
+	}
+	var out store.Lease
+	err := s.update(func(tx *bolt.Tx) error {
+		var rec leaseRecord
+		if err := getJSON(tx, bucketPayLeases, []byte(name), &rec); err != nil && err != store.ErrNotFound {
+			return err
+		}
+		if rec.Holder != holder && rec.Holder != "" && rec.Expires.After(now) {
+			out = rec.lease(name, holder)
+			return nil
+		}
+		if rec.Holder != holder {
+			rec.Holder = holder
+			rec.Epoch++
+		}
+		rec.Expires = now.Add(ttl).UTC()
+		out = rec.lease(name, holder)
+		return putJSON(tx, bucketPayLeases, []byte(name), rec)
+	})
+	return out, err
+}
+
+// ReleaseLease gives the lease up if holder has it; the cursor stays.
+func (s *Store) ReleaseLease(ctx context.Context, name, holder string) error {
+	if err := store.CtxErr(ctx); err != nil {
+		return err
+	}
+	if err := store.CheckLease(name, holder, 1); err != nil {
+		return err
+	}
+	return s.update(func(tx *bolt.Tx) error {
+		var rec leaseRecord
+		if err := getJSON(tx, bucketPayLeases, []byte(name), &rec); err == store.ErrNotFound {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if rec.Holder != holder {
+			return nil
+		}
+		rec.Holder, rec.Expires = "", time.Time{}
+		return putJSON(tx, bucketPayLeases, []byte(name), rec)
+	})
+}
+
+// PutLeaseCursor stores the cursor while holder holds the lease with
+// epoch, unexpired at now; otherwise store.ErrLeaseLost.
+func (s *Store) PutLeaseCursor(ctx context.Context, name, holder string, epoch uint64, cursor []byte, now time.Time) error {
+	if err := store.CtxErr(ctx); err != nil {
+		return err
+	}
+	if err := store.CheckLease(name, holder, 1); err != nil {
+		return err
+	}
+	return s.update(func(tx *bolt.Tx) error {
+		var rec leaseRecord
+		if err := getJSON(tx, bucketPayLeases, []byte(name), &rec); err == store.ErrNotFound {
+			return fmt.Errorf("lease %s: never taken: %w", name, store.ErrLeaseLost)
+		} else if err != nil {
+			return err
+		}
+		if rec.Holder != holder || rec.Epoch != epoch || !rec.Expires.After(now) {
+			return fmt.Errorf("lease %s: held by %q with epoch %d until %s, not by %q with epoch %d: %w",
+				name, rec.Holder, rec.Epoch, rec.Expires.Format(time.RFC3339Nano), holder, epoch, store.ErrLeaseLost)
+		}
+		rec.Cursor = slices.Clone(cursor)
+		return putJSON(tx, bucketPayLeases, []byte(name), rec)
+	})
+}
+
+// Credit grants.
+
+// readGrant reads a grant from the file; store.ErrNotFound when none.
+func readGrant(tx *bolt.Tx, id string) (store.CreditGrant, error) {
+	var rec grantRecord
+	if err := getJSON(tx, bucketGrants, []byte(id), &rec); err != nil {
+		return store.CreditGrant{}, err
+	}
+	return rec.grant(), nil
+}
+
+// grantsOf reads the grants whose index key starts with prefix.
+func grantsOf(tx *bolt.Tx, prefix []byte) ([]store.CreditGrant, error) {
+	var out []store.CreditGrant
+	c := tx.Bucket(bucketGrantSubs).Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		if _, err := unseal(bucketGrantSubs, k, v); err != nil {
+			return nil, err
+		}
+		if len(k) < len(prefix)+8 {
+			return nil, recordError(bucketGrantSubs, k, "key too short")
+		}
+		// The id follows the last NUL before the time; the time is 8
+		// bytes, so the id is what follows user \0 service \0 time.
+		i := bytes.IndexByte(k, 0)
+		j := i + 1 + bytes.IndexByte(k[i+1:], 0)
+		g, err := readGrant(tx, string(k[j+1+8:]))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, g)
+	}
+	return out, nil
+}
+
+// current applies what the log took, so the file has every grant; the
+// caller holds pay.mu.
+func (s *Store) current() error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	if err := s.applyAll(); err != nil {
+		return fmt.Errorf("%w (%v)", errGrantNotApplied, err)
+	}
+	return nil
+}
+
+// commitCredit appends a record changing the balance of acc by delta (none
+// when acc is nil) with the grant part c, and waits until it is durable;
+// on failure the balance in memory is restored.
+func (s *Store) commitCredit(acc *memAccount, userID, serviceID string, delta billing.Units, c *grantChange) error {
+	rec := &settlement{grant: c}
+	if acc != nil && delta != 0 {
+		rec.acct = &acctChange{userID: userID, serviceID: serviceID, ops: []acctOp{{kind: opCredit, units: delta}}}
+	}
+	if acc != nil {
+		acc.mu.Lock()
+		acc.credits += delta
+	}
+	_, b, err := s.commitRecord(rec, nil)
+	if acc != nil {
+		acc.mu.Unlock()
+	}
+	if err == nil {
+		err = s.await(b)
+	}
+	if err != nil {
+		if acc != nil {
+			acc.mu.Lock()
+			acc.credits -= delta
+			acc.mu.Unlock()
+		}
+		return err
+	}
+	if acc != nil && delta != 0 {
+		s.noteChange(userID, serviceID)
+	}
+	// The file has it at once, so reads of grants and of the audit log
+	// see it; if this apply fails the log keeps it and the next applies.
+	s.applyAll()
+	return nil
+}
+
+func grantAudit(g store.CreditGrant, at time.Time, action, detail string) store.AuditEntry {
+	actor := g.Source
+	if actor == "" {
+		actor = "payments"
+	}
+	return store.AuditEntry{Time: at.UTC(), Actor: actor, Action: action, UserID: g.UserID, ServiceID: g.ServiceID,
+		Detail: detail}
+}
+
+// GrantCredits adds the grant's credits to the balance and keeps the
+// grant, in one settlement record.
+func (s *Store) GrantCredits(ctx context.Context, g store.CreditGrant) (store.Subscription, error) {
+	if err := store.CtxErr(ctx); err != nil {
+		return store.Subscription{}, err
+	}
+	if err := store.CheckGrant(g); err != nil {
+		return store.Subscription{}, err
+	}
+	s.pay.mu.Lock()
+	defer s.pay.mu.Unlock()
+	if err := s.current(); err != nil {
+		return store.Subscription{}, err
+	}
+	var found bool
+	err := s.view(func(tx *bolt.Tx) error {
+		found = tx.Bucket(bucketGrants).Get([]byte(g.ID)) != nil
+		return nil
+	})
+	if err != nil {
+		return store.Subscription{}, err
+	}
+	if found {
+		sub, err := s.GetSubscription(ctx, g.UserID, g.ServiceID)
+		if err != nil {
+			return sub, err
+		}
+		return sub, fmt.Errorf("credit grant %s: %w", g.ID, store.ErrReplayed)
+	}
+	acc, err := s.account(g.UserID, g.ServiceID)
+	if err != nil {
+		return store.Subscription{}, err
+	}
+	g.GrantedAt, g.ExpiresAt = g.GrantedAt.UTC(), g.ExpiresAt.UTC()
+	detail := fmt.Sprintf("granted %s credits (grant %s", g.Credits, g.ID)
+	if g.Reference != "" {
+		detail += ", " + g.Reference
+	}
+	if !g.ExpiresAt.IsZero() {
+		detail += ", expires " + g.ExpiresAt.Format(time.RFC3339)
+	}
+	c := &grantChange{Grants: []grantRecord{toGrantRecord(g)},
+		Audit: []store.AuditEntry{grantAudit(g, g.GrantedAt, "credits.grant", detail+")")}}
+	if err := s.commitCredit(acc, g.UserID, g.ServiceID, g.Credits, c); err != nil {
+		return store.Subscription{}, err
+	}
+	return s.GetSubscription(ctx, g.UserID, g.ServiceID)
+}
+
+// ReverseCredits takes back up to r.Credits of the grant, once per
+// reversal id.
+func (s *Store) ReverseCredits(ctx context.Context, r store.CreditReversal) (store.Subscription, store.CreditGrant, error) {
+	if err := store.CtxErr(ctx); err != nil {
+		return store.Subscription{}, store.CreditGrant{}, err
+	}
+	if err := store.CheckReversal(r); err != nil {
+		return store.Subscription{}, store.CreditGrant{}, err
+	}
+	s.pay.mu.Lock()
+	defer s.pay.mu.Unlock()
+	if err := s.current(); err != nil {
+		return store.Subscription{}, store.CreditGrant{}, err
+	}
+	var (
+		g        store.CreditGrant
+		replayed bool
+	)
+	err := s.view(func(tx *bolt.Tx) error {
+		var rev reversalRecord
+		err := getJSON(tx, bucketReversals, []byte(r.ID), &rev)
+		switch {
+		case err == nil:
+			replayed = true
+			g, err = readGrant(tx, rev.GrantID)
+			return err
+		case err != store.ErrNotFound:
+			return err
+		}
+		g, err = readGrant(tx, r.GrantID)
+		if err == store.ErrNotFound {
+			return fmt.Errorf("credit grant %s: %w", r.GrantID, store.ErrNotFound)
+		}
+		return err
+	})
+	if err != nil {
+		return store.Subscription{}, store.CreditGrant{}, err
+	}
+	if replayed {
+		sub, err := s.GetSubscription(ctx, g.UserID, g.ServiceID)
+		if err != nil {
+			return sub, g, err
+		}
+		return sub, g, fmt.Errorf("credit reversal %s: %w", r.ID, store.ErrReplayed)
+	}
+	acc, err := s.account(g.UserID, g.ServiceID)
+	if err != nil {
+		return store.Subscription{}, g, err
+	}
+	g, took := g.Reverse(r.Credits)
+	detail := fmt.Sprintf("took back %s of %s credits asked (grant %s, reversal %s", took, r.Credits, g.ID, r.ID)
+	if r.Reason != "" {
+		detail += ", " + r.Reason
+	}
+	c := &grantChange{Grants: []grantRecord{toGrantRecord(g)},
+		Reversal: &reversalRecord{ID: r.ID, GrantID: g.ID, Credits: amount(r.Credits), Took: amount(took), At: r.At.UTC(),
+			Reason: r.Reason},
+		Audit: []store.AuditEntry{grantAudit(g, r.At, "credits.reverse", detail+")")}}
+	if err := s.commitCredit(acc, g.UserID, g.ServiceID, -took, c); err != nil {
+		return store.Subscription{}, store.CreditGrant{}, err
+	}
+	sub, err := s.GetSubscription(ctx, g.UserID, g.ServiceID)
+	return sub, g, err
+}
+
+// ExpireCredits expires every grant due at now (store.ExpireGrants), one
+// settlement record per subscription.
+func (s *Store) ExpireCredits(ctx context.Context, now time.Time) ([]store.CreditGrant, error) {
+	if err := store.CtxErr(ctx); err != nil {
+		return nil, err
+	}
+	if now.IsZero() {
+		return nil, fmt.Errorf("%w: ExpireCredits needs a time", store.ErrBadInput)
+	}
+	s.pay.mu.Lock()
+	defer s.pay.mu.Unlock()
+	if err := s.current(); err != nil {
+		return nil, err
+	}
+	type subGrants struct {
+		userID, serviceID string
+		grants            []store.CreditGrant
+	}
+	var subs []subGrants
+	err := s.view(func(tx *bolt.Tx) error {
+		subs = nil
+		seen := map[string]bool{}
+		c := tx.Bucket(bucketGrantsDue).Cursor()
+		limit := u64(uint64(now.UnixNano()))
+		for k, v := c.First(); k != nil && bytes.Compare(k[:min(8, len(k))], limit) <= 0; k, v = c.Next() {
+			if _, err := unseal(bucketGrantsDue, k, v); err != nil {
+				return err
+			}
+			if len(k) < 8 {
+				return recordError(bucketGrantsDue, k, "key too short")
+			}
+			g, err := readGrant(tx, string(k[8:]))
+			if err != nil {
+				return err
+			}
+			key := string(subKey(g.UserID, g.ServiceID))
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			all, err := grantsOf(tx, append(subKey(g.UserID, g.ServiceID), 0))
+			if err != nil {
+				return err
+			}
+			subs = append(subs, subGrants{g.UserID, g.ServiceID, all})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []store.CreditGrant
+	for _, sg := range subs {
+		acc, err := s.account(sg.userID, sg.serviceID)
+		if err != nil && err != store.ErrNoAccount {
+			return out, err
+		}
+		var balance billing.Units
+		if acc != nil {
+			acc.mu.Lock()
+			balance = acc.credits
+			acc.mu.Unlock()
+		}
+		// Only this goroutine changes a balance by a grant (pay.mu), but
+		// calls settle meanwhile: the rule reads the balance once, and
+		// what a call spends after it is spent from what is left.
+		expired, after := store.ExpireGrants(balance, sg.grants, now)
+		if len(expired) == 0 {
+			continue
+		}
+		c := &grantChange{}
+		for _, g := range expired {
+			c.Grants = append(c.Grants, toGrantRecord(g))
+			c.Audit = append(c.Audit, grantAudit(g, now, "credits.expire",
+				fmt.Sprintf("expired %s credits left of %s (grant %s)", g.Expired, g.Credits, g.ID)))
+		}
+		if err := s.commitCredit(acc, sg.userID, sg.serviceID, after-balance, c); err != nil {
+			return out, err
+		}
+		out = append(out, expired...)
+	}
+	return out, nil
+}
+
+// ListCreditGrants lists a subscription's grants, a user's (serviceID
+// empty) or every grant (both empty), oldest first.
+func (s *Store) ListCreditGrants(ctx context.Context, userID, serviceID string) ([]store.CreditGrant, error) {
+	if err := store.CtxErr(ctx); err != nil {
+		return nil, err
+	}
+	if userID == "" && serviceID != "" {
+		return nil, fmt.Errorf("%w: listing credit grants of a service needs a user", store.ErrBadInput)
+	}
+	s.pay.mu.Lock()
+	err := s.current()
+	s.pay.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	var out []store.CreditGrant
+	err = s.view(func(tx *bolt.Tx) (err error) {
+		var prefix []byte
+		switch {
+		case serviceID != "":
+			prefix = append(subKey(userID, serviceID), 0)
+		case userID != "":
+			prefix = append([]byte(userID), 0)
+		}
+		out, err = grantsOf(tx, prefix)
+		return err
+	})
+	slices.SortFunc(out, store.OlderGrant)
+	return out, err
+}
+
+var _ store.Payments = (*Store)(nil)

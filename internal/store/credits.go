@@ -1,0 +1,154 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/platformgw/gateway/internal/billing"
+)
+
+// ErrBadInput says a Payments call was given something it cannot store (an
+// empty id, a limit below 1, a grant of no credits): nothing was written.
+var ErrBadInput = errors.New("bad input")
+
+func badInput(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrBadInput, fmt.Sprintf(format, a...))
+}
+
+// CheckPaymentRecordID says whether kind and id may name a record: both
+// set, neither holding a NUL byte (the bbolt store joins them with one).
+func CheckPaymentRecordID(kind, id string) error {
+	if kind == "" || id == "" {
+		return badInput("a payment record needs a kind and an id (got %q, %q)", kind, id)
+	}
+	if strings.ContainsRune(kind, 0) || strings.ContainsRune(id, 0) {
+		return badInput("a payment record's kind and id hold no NUL byte")
+	}
+	return nil
+}
+
+// CheckListLimit says whether limit may page a listing.
+func CheckListLimit(limit int) error {
+	if limit <= 0 {
+		return badInput("limit %d: a page holds at least one record", limit)
+	}
+	return nil
+}
+
+// CheckGrant says whether g may be granted: an id, a subscription, a
+// positive amount, a grant time, an expiry (when set) after it, and nothing
+// reversed or expired yet.
+func CheckGrant(g CreditGrant) error {
+	switch {
+	case g.ID == "" || g.UserID == "" || g.ServiceID == "":
+		return badInput("a credit grant needs an id, a user and a service")
+	case g.Credits <= 0:
+		return badInput("credit grant %s: credits %s, want more than 0", g.ID, g.Credits)
+	case g.GrantedAt.IsZero():
+		return badInput("credit grant %s: no grant time", g.ID)
+	case !g.ExpiresAt.IsZero() && !g.ExpiresAt.After(g.GrantedAt):
+		return badInput("credit grant %s: expires at %s, not after it was granted", g.ID, g.ExpiresAt.Format(time.RFC3339))
+	case g.Reversed != 0 || g.Expired != 0 || !g.ExpiredAt.IsZero():
+		return badInput("credit grant %s: a new grant has nothing reversed or expired", g.ID)
+	}
+	return nil
+}
+
+// CheckReversal says whether r may be applied: an id, a grant, a positive
+// amount and a time.
+func CheckReversal(r CreditReversal) error {
+	switch {
+	case r.ID == "" || r.GrantID == "":
+		return badInput("a credit reversal needs an id and a grant id")
+	case r.Credits <= 0:
+		return badInput("credit reversal %s: credits %s, want more than 0", r.ID, r.Credits)
+	case r.At.IsZero():
+		return badInput("credit reversal %s: no time", r.ID)
+	}
+	return nil
+}
+
+// CheckLease says whether a lease may be taken by holder for ttl.
+func CheckLease(name, holder string, ttl time.Duration) error {
+	if name == "" || holder == "" {
+		return badInput("a lease needs a name and a holder")
+	}
+	if ttl <= 0 {
+		return badInput("lease %s: ttl %s, want more than 0", name, ttl)
+	}
+	return nil
+}
+
+// Left is what the grant still gives: what it granted less what reversals
+// took back and what expired, never below 0.
+func (g CreditGrant) Left() billing.Units {
+	return max(0, g.Credits-g.Reversed-g.Expired)
+}
+
+// Reverse takes up to credits back from g, never more than it has left,
+// and returns g after it with what it took.
+func (g CreditGrant) Reverse(credits billing.Units) (CreditGrant, billing.Units) {
+	took := min(max(credits, 0), g.Left())
+	g.Reversed += took
+	return g, took
+}
+
+// OlderGrant orders grants oldest first: by GrantedAt, then by ID.
+func OlderGrant(a, b CreditGrant) int {
+	if c := a.GrantedAt.Compare(b.GrantedAt); c != 0 {
+		return c
+	}
+	return strings.Compare(a.ID, b.ID)
+}
+
+// ExpireGrants is the expiry rule, one subscription at a time: given its
+// balance and its grants (any order), it returns the grants due at now
+// (ExpiresAt <= now, not expired yet) with Expired and ExpiredAt set, oldest
+// first, and the balance after removing what they had left.
+//
+// Credits are spent oldest grant first, so the balance is made of the
+// newest grants: what is left of an expiring grant is
+//
+//	clamp(balance - (what the live grants granted after it have left), 0, its Left)
+//
+// taken in order, oldest first, each from the balance the one before left.
+// A live grant is one not expired yet; "after" is GrantedAt order, ties by
+// ID. Credits not from any grant (a balance from before grants, operator
+// AddCredits) are the part of the balance the live grants do not explain;
+// once spending has gone below what the grants have left, the store cannot
+// tell them apart, so they count as spent before any grant. Credits that
+// must outlast an expiring grant are granted (GrantCredits with no
+// ExpiresAt), not added. A negative balance expires nothing.
+//
+// For example: grant A of 100 expiring at T, then grant B of 50 with no
+// expiry, then 70 spent: the balance is 80, B has 50 left, so A has
+// clamp(80-50, 0, 100) = 30 left; at T, 30 expire and the balance is 50.
+func ExpireGrants(balance billing.Units, grants []CreditGrant, now time.Time) ([]CreditGrant, billing.Units) {
+	live := make([]CreditGrant, 0, len(grants))
+	for _, g := range grants {
+		if g.ExpiredAt.IsZero() {
+			live = append(live, g)
+		}
+	}
+	slices.SortFunc(live, OlderGrant)
+	// newer[i] is what the live grants after i have left.
+	newer := make([]billing.Units, len(live)+1)
+	for i := len(live) - 1; i >= 0; i-- {
+		newer[i] = newer[i+1] + live[i].Left()
+	}
+	var out []CreditGrant
+	for i, g := range live {
+		if g.ExpiresAt.IsZero() || g.ExpiresAt.After(now) {
+			continue
+		}
+		left := min(max(balance-newer[i+1], 0), g.Left())
+		g.Expired += left
+		g.ExpiredAt = now.UTC()
+		balance -= left
+		out = append(out, g)
+	}
+	return out, balance
+}
