@@ -1,11 +1,14 @@
 package platform
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/payments"
@@ -160,4 +163,17 @@ func parsePayments(d *caddyfile.Dispenser) (*payments.Config, error) {
 		return nil, errAt(at, "payments stripe: secret_key and webhook_secret are both required (give them as {env.STRIPE_SECRET_KEY} and {env.STRIPE_WEBHOOK_SECRET})")
 	}
 	return c, nil
+}
+
+// expireCredits ends the credit grants whose expires_after has passed at
+// t, oldest first (payments.ExpireCredits); the store audits each. It runs
+// in the maintenance of every node: the store expires a grant once.
+func (a *App) expireCredits(ctx context.Context, t time.Time) {
+	expired, err := payments.ExpireCredits(ctx, a.DataStore(), t)
+	if err != nil {
+		a.logger.Error("expiring credit grants", zap.Error(err))
+	}
+	if len(expired) > 0 {
+		a.logger.Info("expired credit grants", zap.Int("count", len(expired)))
+	}
 }
