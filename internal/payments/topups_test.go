@@ -353,7 +353,7 @@ func TestTopUpEndToEnd(t *testing.T) {
 		return map[string]any{"id": "ch_1", "object": "charge", "amount": 1000, "amount_refunded": refunded,
 			"currency": "usd", "payment_intent": "pi_1", "refunded": refunded == 1000,
 			"receipt_url": "https://pay.stripe.com/receipts/r_1",
-			"refunds": map[string]any{"object": "list", "has_more": false, "data": refunds}}
+			"refunds":     map[string]any{"object": "list", "has_more": false, "data": refunds}}
 	}
 	re1 := map[string]any{"id": "re_1", "object": "refund", "amount": int64(250), "status": "succeeded", "created": paidAt.Add(time.Minute).Unix(), "charge": "ch_1"}
 	re2 := map[string]any{"id": "re_2", "object": "refund", "amount": int64(750), "status": "succeeded", "created": paidAt.Add(2 * time.Minute).Unix(), "charge": "ch_1"}
