@@ -21,6 +21,7 @@ import (
 
 	"github.com/platformgw/gateway/internal/engine"
 	"github.com/platformgw/gateway/internal/ops"
+	"github.com/platformgw/gateway/internal/payments"
 	"github.com/platformgw/gateway/internal/platform"
 	"github.com/platformgw/gateway/internal/store"
 )
@@ -85,8 +86,10 @@ type Handler struct {
 	// store, the clock, key authentication and the rate limiters; ops are
 	// the caller's own changes and period summaries, the same functions
 	// the admin API runs.
-	rt     *engine.Runtime
-	ops    Operations
+	rt  *engine.Runtime
+	ops Operations
+	// pay sells credits (topups.go); nil without a payments block.
+	pay    *payments.Service
 	oidc   *oidcProvider
 	logger *zap.Logger
 	pages  *template.Template
@@ -125,6 +128,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
+	h.pay = app.PaymentsService()
 	return h.setup(ctx, app.Runtime(), app.Ops(), ctx.Logger())
 }
 

@@ -60,6 +60,8 @@ type plansView struct {
 	KeysOff bool
 	// Services are the public services, for the index (GET /plans/).
 	Services []serviceLink
+	// Credits is the balance and packs of a prepaid plan (topups.go).
+	Credits *creditsView
 }
 
 type serviceLink struct{ ID, Name string }
@@ -115,6 +117,11 @@ func (h *Handler) servePlans(q *request, rest string) {
 			return
 		}
 		h.planAction(q, serviceID, action)
+	case "buy":
+		if !h.allow(q, http.MethodPost) {
+			return
+		}
+		h.buyCredits(q, serviceID)
 	case "cancel":
 		if !h.allow(q, http.MethodGet, http.MethodHead, http.MethodPost) {
 			return
@@ -215,7 +222,11 @@ func (h *Handler) plans(q *request, serviceID string, confirm bool) {
 		}
 		v.ConfirmCancel = true
 	}
-	h.renderPlans(q, http.StatusOK, sess, v, planNotices[q.r.URL.Query().Get("m")], "", nil)
+	notice := planNotices[q.r.URL.Query().Get("m")]
+	if n, ok := topUpNotices[q.r.URL.Query().Get("m")]; ok {
+		notice = n
+	}
+	h.renderPlans(q, http.StatusOK, sess, v, notice, "", nil)
 }
 
 // renderPlans renders a plans page, with a key just made shown once.
@@ -252,6 +263,7 @@ func (h *Handler) plansView(q *request, userID string, svc *catalog.Service) (*p
 	switch {
 	case err == nil:
 		v.Current = h.currentPlan(svc, sub, q.now)
+		v.Credits = h.creditsOf(q, svc, sub)
 	case !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrNoAccount):
 		return nil, err
 	}
@@ -283,6 +295,9 @@ func (h *Handler) plansView(q *request, userID string, svc *catalog.Service) (*p
 			}
 		}
 		row.Action, row.Note = planAction(svc, p.ID, v.Current, !row.Requested.IsZero())
+		if h.prepaidWithPacks(svc, p.ID) {
+			row.Action, row.Note = prepaidPlanAction(p.ID, v.Current)
+		}
 		row.Current = v.Current != nil && v.Current.Live && v.Current.ProductID == p.ID
 		v.Plans = append(v.Plans, row)
 	}
@@ -439,6 +454,9 @@ func (h *Handler) planFailed(q *request, sess session, svc *catalog.Service, err
 func (h *Handler) subscribe(q *request, sess session, sessionKey store.KeyRecord, svc *catalog.Service, productID string) {
 	ctx := q.r.Context()
 	offer := svc.SelfServiceOffer(productID)
+	if h.prepaidWithPacks(svc, productID) {
+		offer = catalog.OfferFree // a zero balance; credits are bought (topups.go)
+	}
 	switch offer {
 	case catalog.NotOffered:
 		h.refusePlan(q, sess, svc, http.StatusForbidden, "The operator assigns this plan; you cannot take it yourself. Nothing was changed.")
