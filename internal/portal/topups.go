@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"time"
 
@@ -127,6 +128,7 @@ func (h *Handler) creditsOf(q *request, svc *catalog.Service, sub store.Subscrip
 // its time if nothing more is spent: the store's expiry rule
 // (store.ExpireGrants), applied at each expiry in turn.
 func expiringOf(balance billing.Units, grants []store.CreditGrant) []expiringCredits {
+	grants = slices.Clone(grants)
 	var out []expiringCredits
 	for {
 		var next time.Time
