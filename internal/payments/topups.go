@@ -184,6 +184,9 @@ func topUpPaid(s *Service, ctx context.Context, ev *stripe.Event) error {
 	if cs.PaymentStatus != stripe.CheckoutSessionPaymentStatusPaid {
 		return nil // a delayed payment: async_payment_succeeded grants
 	}
+	if !ours(cs.Metadata) {
+		return nil // a payment the gateway did not start (a Payment Link)
+	}
 	userID := cs.Metadata[MetaUser]
 	t, err := s.topUpOf(ctx, cs.Metadata)
 	if err != nil {
@@ -231,7 +234,7 @@ func topUpFailed(s *Service, ctx context.Context, ev *stripe.Event) error {
 	if err := json.Unmarshal(ev.Data.Raw, &cs); err != nil {
 		return badEvent("%s: the session does not parse: %v", ev.Type, err)
 	}
-	if cs.Mode != stripe.CheckoutSessionModePayment {
+	if cs.Mode != stripe.CheckoutSessionModePayment || !ours(cs.Metadata) {
 		return nil
 	}
 	t, err := s.topUpOf(ctx, cs.Metadata)
@@ -258,6 +261,36 @@ func (s *Service) topUpRecord(ctx context.Context, pay store.Payments, pi string
 		return rec, fmt.Errorf("top-up record %s does not parse: %w", pi, err)
 	}
 	return rec, nil
+}
+
+// ours reports whether a session's metadata is a top-up the gateway
+// started: it names at least one of its keys (all four are checked
+// after).
+func ours(meta map[string]string) bool {
+	return meta[MetaUser] != "" || meta[MetaService] != "" || meta[MetaProduct] != "" || meta[MetaPack] != ""
+}
+
+// notGrantedYet decides about a refund or dispute of a payment with no
+// top-up record: a payment that bought no top-up (a subscription's
+// invoice) changes nothing, but a top-up's whose grant has not come yet
+// (events come in any order) is an error, so that Stripe sends the event
+// again after the grant. Which it is, the PaymentIntent's metadata says
+// (Stripe is asked only when the charge's does not).
+func (s *Service) notGrantedYet(ctx context.Context, pi string, meta map[string]string, what string) error {
+	if pi == "" {
+		return nil
+	}
+	if meta[MetaPack] == "" {
+		p, err := s.sc.V1PaymentIntents.Retrieve(ctx, pi, nil)
+		if err != nil {
+			return fmt.Errorf("%s: asking Stripe whether PaymentIntent %s bought a top-up: %w", what, pi, err)
+		}
+		meta = p.Metadata
+	}
+	if meta[MetaPack] == "" {
+		return nil
+	}
+	return fmt.Errorf("%s before top-up %s was granted; Stripe sends it again", what, pi)
 }
 
 // share is credits*part/whole rounded down, for 0 <= part <= whole: the
@@ -294,12 +327,7 @@ func chargeRefunded(s *Service, ctx context.Context, ev *stripe.Event) error {
 	}
 	rec, err := s.topUpRecord(ctx, pay, pi)
 	if errors.Is(err, store.ErrNotFound) {
-		if ch.Metadata[MetaPack] != "" {
-			// A top-up's refund before its grant (events come in any
-			// order): Stripe sends it again, after the grant.
-			return fmt.Errorf("charge %s refunded before its top-up %s was granted", ch.ID, pi)
-		}
-		return nil // not a top-up's charge
+		return s.notGrantedYet(ctx, pi, ch.Metadata, "charge "+ch.ID+" refunded")
 	} else if err != nil {
 		return err
 	}
@@ -397,7 +425,7 @@ func disputeClosed(s *Service, ctx context.Context, ev *stripe.Event) error {
 	}
 	rec, err := s.topUpRecord(ctx, pay, pi)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil // not a top-up's payment
+		return s.notGrantedYet(ctx, pi, d.Metadata, "dispute "+d.ID+" lost")
 	} else if err != nil {
 		return err
 	}

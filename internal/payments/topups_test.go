@@ -413,6 +413,18 @@ func TestTopUpOutOfOrderRefunds(t *testing.T) {
 	e.mustDeliver("evt_b_r1", "charge.refunded", at, charge(100, r("re_b1", 100, 1)))
 	e.mustDeliver("evt_b_r2", "charge.refunded", at, charge(200, r("re_b1", 100, 1), r("re_b2", 100, 2)))
 	e.wantBalance("bob", "0")
+	// A refund that comes before its top-up's grant is refused (500),
+	// so Stripe sends it again: after the grant it takes its share.
+	e.caller("hana")
+	early := map[string]any{"id": "ch_h", "object": "charge", "amount": 1000, "amount_refunded": 500, "currency": "usd",
+		"payment_intent": "pi_h", "metadata": map[string]string{payments.MetaPack: "small"},
+		"refunds": map[string]any{"object": "list", "data": []any{r("re_h1", 500, 1)}}}
+	if status, body := e.deliver("evt_h_r", "charge.refunded", at, early); status != http.StatusInternalServerError {
+		t.Fatalf("refund before its grant: %d %s, want 500", status, body)
+	}
+	e.mustDeliver("evt_h_paid", "checkout.session.completed", at, paidSession("cs_h", "pi_h", "hana", "small", 1000))
+	e.mustDeliver("evt_h_r", "charge.refunded", at, early)
+	e.wantBalance("hana", "50")
 	// A failed refund returns no money and takes back nothing.
 	e.caller("carol")
 	e.mustDeliver("evt_c_paid", "checkout.session.completed", at, paidSession("cs_c", "pi_c", "carol", "small", 300))
@@ -482,8 +494,8 @@ func TestTopUpBadSessions(t *testing.T) {
 	delete(s, "payment_intent")
 	bad["no payment intent"] = s
 	s = paidSession("cs_e7", "pi_e7", "erin", "small", 1000)
-	s["metadata"] = map[string]string{}
-	bad["no metadata"] = s
+	s["metadata"].(map[string]string)[payments.MetaUser] = ""
+	bad["no user"] = s
 	for name, sess := range bad {
 		status, body := e.deliver("evt_bad_"+strings.ReplaceAll(name, " ", "_"), "checkout.session.completed", at, sess)
 		var je struct{ Code, Message string }
@@ -492,6 +504,11 @@ func TestTopUpBadSessions(t *testing.T) {
 			t.Errorf("%s: %d %s, want 400 invalid_request", name, status, body)
 		}
 	}
+	// A session the gateway did not start (a Payment Link: none of its
+	// metadata) is not a top-up: ignored.
+	s = paidSession("cs_e9", "pi_e9", "erin", "small", 1000)
+	s["metadata"] = map[string]string{"order": "42"}
+	e.mustDeliver("evt_not_ours", "checkout.session.completed", at, s)
 	e.wantBalance("erin", "0")
 	if gs, _ := e.pay.ListCreditGrants(context.Background(), "", ""); len(gs) != 0 {
 		t.Errorf("grants after bad sessions: %+v", gs)
