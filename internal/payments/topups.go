@@ -218,14 +218,32 @@ func topUpPaid(s *Service, ctx context.Context, ev *stripe.Event) error {
 		}
 		return fmt.Errorf("granting top-up %s: %w", pi, err)
 	}
+	if _, err := pay.GetPaymentRecord(ctx, KindTopUp, pi); err == nil {
+		return nil // recorded by an earlier delivery
+	}
 	rec := TopUpRecord{ID: pi, SessionID: cs.ID, UserID: userID, ServiceID: t.Service, ProductID: t.Product, Pack: t.Name,
 		Credits: t.Credits.String(), Amount: cs.AmountTotal, Currency: strings.ToUpper(string(cs.Currency)),
-		PaidAt: paidAt, UpdatedAt: s.now().UTC()}
+		PaidAt: paidAt, ReceiptURL: s.receiptURL(ctx, pi), UpdatedAt: s.now().UTC()}
 	body, _ := json.Marshal(rec)
 	if _, err := pay.InsertPaymentRecord(ctx, KindTopUp, pi, body, s.now()); err != nil && !errors.Is(err, store.ErrExists) {
 		return fmt.Errorf("recording top-up %s: %w", pi, err)
 	}
 	return nil
+}
+
+// receiptURL is the receipt of the payment's charge, or "" when Stripe
+// cannot say now (a later charge.refunded fills it in): the credits are
+// granted either way.
+func (s *Service) receiptURL(ctx context.Context, pi string) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	params := &stripe.PaymentIntentRetrieveParams{}
+	params.AddExpand("latest_charge")
+	p, err := s.sc.V1PaymentIntents.Retrieve(ctx, pi, params)
+	if err != nil || p.LatestCharge == nil {
+		return ""
+	}
+	return p.LatestCharge.ReceiptURL
 }
 
 // topUpFailed records that a delayed payment failed: nothing is granted.
