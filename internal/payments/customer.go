@@ -11,6 +11,16 @@ import (
 	"github.com/platformgw/gateway/internal/store"
 )
 
+// The metadata keys the gateway puts on what it creates in Stripe, so a
+// webhook (or a person reading the Dashboard) can tell whose it is. The
+// same as the subscriptions part's (checkout.go on branch i29-sub), which
+// this file gives way to when both are merged.
+const (
+	MetaUser    = "platform_user_id"
+	MetaService = "platform_service_id"
+	MetaProduct = "platform_product_id"
+)
+
 // customerFor returns the user's Stripe customer, making it the first
 // time. It is made once per user across restarts and a fleet: the Stripe
 // request carries an Idempotency-Key derived from the user id (two nodes

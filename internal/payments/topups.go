@@ -30,15 +30,11 @@ import (
 // expires_after end at their time, oldest first (ExpireCredits, run by the
 // platform's maintenance).
 
-// The metadata a top-up's Checkout Session (and its PaymentIntent)
-// carries: who bought which pack. The webhook trusts it because only the
-// gateway makes these sessions and the event is signed.
-const (
-	MetaUser    = "platform_user"
-	MetaService = "platform_service"
-	MetaProduct = "platform_product"
-	MetaPack    = "platform_pack"
-)
+// MetaPack is the metadata key naming the pack a top-up's Checkout
+// Session (and its PaymentIntent) bought, beside MetaUser, MetaService and
+// MetaProduct: who bought which pack. The webhook trusts it because only
+// the gateway makes these sessions and the event is signed.
+const MetaPack = "platform_pack"
 
 func init() {
 	checkoutByMode[stripe.CheckoutSessionModePayment] = topUpPaid

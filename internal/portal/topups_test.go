@@ -169,7 +169,7 @@ func TestPortalTopUp(t *testing.T) {
 	}
 	f := sessions[0].Form
 	for k, want := range map[string]string{"mode": "payment", "line_items[0][price]": "price_big", "line_items[0][quantity]": "1",
-		"metadata[platform_user]": "pat", "metadata[platform_pack]": "big", "metadata[platform_product]": "credits",
+		"metadata[platform_user_id]": "pat", "metadata[platform_pack]": "big", "metadata[platform_product_id]": "credits",
 		"success_url": siteBase + "/portal/plans/echo?m=paid", "cancel_url": siteBase + "/portal/plans/echo?m=cancelled"} {
 		if got := f.Get(k); got != want {
 			t.Errorf("Checkout %s = %q, want %q", k, got, want)
