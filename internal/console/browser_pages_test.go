@@ -39,7 +39,7 @@ func TestConsoleChartsInBrowser(t *testing.T) {
 	w.open(t, ctx, "/usage?from="+w.now.AddDate(0, 0, -6).Format(time.DateOnly)+"&group=endpoint", "#usage-chart svg")
 
 	titles := texts(t, ctx, "#usage-chart figcaption strong")
-	want := []string{"request per day", "token per day", "cost in money per day"}
+	want := []string{"request per day", "token per day", "cost in EUR per day", "cost in USD per day"}
 	if strings.Join(titles, "|") != strings.Join(want, "|") {
 		t.Fatalf("charts %q, want one per measure %q", titles, want)
 	}
@@ -163,10 +163,10 @@ func TestConsoleUsersInBrowser(t *testing.T) {
 	for _, r := range texts(t, ctx, "#users tbody tr") {
 		rows[strings.Fields(r)[0]] = r
 	}
-	if r := rows["bob"]; !strings.Contains(r, "active") || !strings.Contains(r, "4.8 money") || strings.Contains(r, "not this month") {
+	if r := rows["bob"]; !strings.Contains(r, "active") || !strings.Contains(r, "4.80 USD") || strings.Contains(r, "not this month") {
 		t.Errorf("bob's row %q", r)
 	}
-	if r := rows["erin"]; !strings.Contains(r, "10 money") {
+	if r := rows["erin"]; !strings.Contains(r, "10.00 EUR") {
 		t.Errorf("erin's row %q", r)
 	}
 	do(t, ctx, "search", chromedp.SendKeys(chromedp.CSS("#find-user-q"), "ar"), chromedp.Submit(chromedp.CSS("#find-user-q")),

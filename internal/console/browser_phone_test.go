@@ -22,6 +22,7 @@ var consolePages = []struct{ path, sel, name string }{
 	{"/jobs/job-1", "#job-result", "console-job"},
 	{"/jobs/job-3", "#job-error", "console-job-failed"},
 	{"/alerts", "#alerts", "console-alerts"},
+	{"/revenue", "#not-configured", "console-revenue-unconfigured"},
 	{"/audit", "#audit", "console-audit"},
 	{"/users/bob/revoke?keyId=", "#confirm", "console-confirm"},
 	{"/usage?from=nonsense&user=alice", "#filter-error", "console-usage-bad-filter"},

@@ -160,6 +160,24 @@ type seriesView struct {
 	Total       billing.Units
 }
 
+// Num writes a figure of the chart alone: a cost's money with its
+// currency's minor digits (the heading names the currency).
+func (v chartView) Num(x billing.Units) string {
+	if v.Kind == "cost" {
+		return costNumber(x, v.Measure)
+	}
+	return x.String()
+}
+
+// Amount writes a figure of the chart with its measure: "12.00 EUR",
+// "5 credits", "300 token".
+func (v chartView) Amount(x billing.Units) string {
+	if v.Kind == "cost" {
+		return formatCost(x, v.Measure)
+	}
+	return x.String() + " " + v.Measure
+}
+
 type barView struct {
 	Label     string
 	X, W      int
@@ -231,6 +249,9 @@ func (c *usageCharts) view(a *chartAcc, n int) chartView {
 		v.Title = a.measure + " per " + per
 	default:
 		v.Title = "cost in " + a.measure + " per " + per
+		if a.measure != kindCredits && !isCurrency(a.measure) {
+			v.Title = "cost " + a.measure + " per " + per
+		}
 	}
 	// The series: the largest maxSeries groups, the rest as "other".
 	type tot struct {
@@ -305,9 +326,9 @@ func (c *usageCharts) view(a *chartAcc, n int) chartView {
 			h := int(math.Round(float64(plotH) * (float64(x) / float64(billing.Scale)) / niceTop))
 			y -= h
 			b.Segs = append(b.Segs, segView{Y: y, H: h, Class: v.Series[i].Class})
-			parts = append(parts, v.Series[i].Name+" "+x.String())
+			parts = append(parts, v.Series[i].Name+" "+v.Num(x))
 		}
-		b.Title = label + ": " + row.Total.String() + " " + v.Measure
+		b.Title = label + ": " + v.Amount(row.Total)
 		if len(cols) > 1 && len(parts) > 0 {
 			b.Title += " (" + strings.Join(parts, ", ") + ")"
 		}

@@ -61,7 +61,9 @@ type env struct {
 	ops  *ops.Ops
 }
 
-func start(t *testing.T) *env {
+// start runs env's gateway; extra goes into the platform block as is
+// (a payments block).
+func start(t *testing.T, extra ...string) *env {
 	t.Helper()
 	backend := httptest.NewServer(app.New(sdk.NewVerifier(testSecret)))
 	t.Cleanup(backend.Close)
@@ -76,6 +78,7 @@ func start(t *testing.T) *env {
 	platform {
 		store %s
 		public_url http://127.0.0.1:%d
+		%s
 		service weather {
 			backend %s
 			secret %s
@@ -121,7 +124,7 @@ http://127.0.0.1:%d {
 			transport platform
 		}
 	}
-}`, adminPort, httpPort, db, httpPort, backend.URL, testSecret, httpPort, testOperator, hash)
+}`, adminPort, httpPort, db, httpPort, strings.Join(extra, "\n"), backend.URL, testSecret, httpPort, testOperator, hash)
 	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: adminPort})
 	tester.InitServer(config, "caddyfile")
 	if t.Failed() {

@@ -28,6 +28,7 @@ import (
 	"github.com/platformgw/gateway/internal/engine"
 	"github.com/platformgw/gateway/internal/httpsonly"
 	"github.com/platformgw/gateway/internal/ops"
+	"github.com/platformgw/gateway/internal/payments"
 	"github.com/platformgw/gateway/internal/platform"
 	"github.com/platformgw/gateway/internal/store"
 )
@@ -62,6 +63,9 @@ type Handler struct {
 	ops    Operations
 	logger *zap.Logger
 	csrf   *csrfKey
+	// payments is the config's payments block (defaults filled), nil
+	// when it has none: the Revenue page then shows the usage money only.
+	payments *payments.Config
 }
 
 // Operations are what the console changes and reads beyond the store,
@@ -99,6 +103,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	app, err := platform.FromContext(ctx, "platform_console")
 	if err != nil {
 		return err
+	}
+	if s := app.PaymentsService(); s != nil {
+		cfg := s.Config()
+		h.payments = &cfg
 	}
 	return h.setup(app.Runtime(), app.Ops(), ctx.Logger())
 }

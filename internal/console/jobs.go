@@ -141,6 +141,7 @@ func (h *Handler) job(q *req, id string) error {
 	h.render(q, http.StatusOK, "job", "Job "+id, map[string]any{
 		"Job": j, "Steps": steps, "Percent": int(j.PercentageComplete),
 		"State": jobStateWords(j.Status), "Preview": preview, "PreviewCut": cut,
+		"CostKind": h.costKindOf(j.ServiceID, j.ProductID),
 	})
 	return nil
 }

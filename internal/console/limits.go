@@ -21,7 +21,7 @@ const (
 type limit struct {
 	What        string // "quota" or "spending cap"
 	Used, Max   billing.Units
-	Unit        string // the product's unit label for a quota; "credits" or "money" for a cap
+	Unit        string // the product's unit label for a quota; its cost kind (kindFor) for a cap
 	Percent     int    // of Max, may pass 100
 	Fill        int    // the bar's width in its 0-100 viewBox
 	Level       string
@@ -49,7 +49,7 @@ func newLimit(what string, used, capacity billing.Units, unit string) limit {
 // spending cap, each with the words a person needs ("refused until
 // 2026-12-01"), never a full green bar with "0 left". overage tells
 // whether the product bills calls past its quota instead of refusing them;
-// costKind what its spend is counted in (costKind).
+// costKind what its spend is counted in (kindFor).
 func limits(ps ops.PeriodSummary, overage bool, costKind string) []limit {
 	var out []limit
 	until := "refused until " + periodEnd(ps.PeriodEnd)
@@ -73,26 +73,20 @@ func limits(ps ops.PeriodSummary, overage bool, costKind string) []limit {
 	return out
 }
 
+// Num writes an amount of the limit: a cap's money with its currency's
+// minor digits (the bar names the currency once, after the cap).
+func (l limit) Num(v billing.Units) string {
+	if l.What == "spending cap" {
+		return costNumber(v, l.Unit)
+	}
+	return v.String()
+}
+
 func periodEnd(t time.Time) string {
 	if t.IsZero() {
 		return "the period ends"
 	}
 	return t.UTC().Format(time.DateOnly)
-}
-
-// costKind names what a product's prices are counted in: a PREPAID
-// product's in credits, the others' in money, named by the currency of
-// the product's catalog listing ("EUR"), or "money" when the listing names
-// none. Amounts of different kinds are never added together. A product no
-// longer in the catalog (nil) counts in money.
-func costKind(p *billing.Product) string {
-	switch {
-	case p != nil && p.BillingModel == billing.Prepaid:
-		return "credits"
-	case p != nil && p.Currency != "":
-		return p.Currency
-	}
-	return "money"
 }
 
 // overageAllowed reads the product's overage rule from the running

@@ -101,22 +101,3 @@ func TestBeforeAfter(t *testing.T) {
 		t.Errorf("before from the detail: %q", b)
 	}
 }
-
-// TestCostKind: a prepaid product's cost is in credits, a priced one's in
-// its listing's currency, and one without a currency (or no longer in the
-// catalog) in "money": never a bare number, never credits added to money.
-func TestCostKind(t *testing.T) {
-	for _, tc := range []struct {
-		p    *billing.Product
-		want string
-	}{
-		{&billing.Product{BillingModel: billing.Prepaid, Currency: "EUR"}, "credits"},
-		{&billing.Product{BillingModel: billing.UsagePostpaid, Currency: "EUR"}, "EUR"},
-		{&billing.Product{BillingModel: billing.UsagePostpaid}, "money"},
-		{nil, "money"},
-	} {
-		if got := costKind(tc.p); got != tc.want {
-			t.Errorf("costKind(%+v) = %q, want %q", tc.p, got, tc.want)
-		}
-	}
-}

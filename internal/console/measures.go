@@ -5,17 +5,21 @@ import (
 	"strings"
 
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/catalog"
 )
 
 // Sums are units by unit of measure (request, token, word) and cost by
-// what it is counted in (money, credits): figures of different measures
-// are kept apart, never added into one "units".
+// what it is counted in (credits, or money in one currency: costKind):
+// figures of different measures are kept apart, never added into one
+// "units", and credits are never added to money nor one currency to
+// another.
 type Sums struct {
 	Units []measured
 	Cost  []measured
 }
 
-// measured is an amount with its measure.
+// measured is an amount with its measure: a unit label for units, a cost
+// kind (kindFor) for a cost.
 type measured struct {
 	Value billing.Units
 	Of    string
@@ -43,14 +47,15 @@ func (s *Sums) add(unit string, units billing.Units, kind string, cost billing.U
 }
 
 // measureOf is what a product's units measure (its unit label, or its
-// measurement type when it has none) and what its cost is counted in.
+// measurement type when it has none) and what its cost is counted in
+// (kindFor).
 func (h *Handler) measureOf(serviceID, productID string) (unit, kind string) {
 	if svc, ok := h.rt.Catalog.Service(serviceID); ok {
 		if p, ok := svc.Product(productID); ok {
-			return unitName(p), costKind(p)
+			return unitName(p), kindFor(serviceID, productID, p)
 		}
 	}
-	return "units of a removed product", costKind(nil)
+	return "units of removed product " + serviceID + "/" + productID, kindFor(serviceID, productID, nil)
 }
 
 // unitName names a product's unit for a chart or a total.
@@ -67,4 +72,78 @@ func unitName(p *billing.Product) string {
 		return "byte"
 	}
 	return "unit"
+}
+
+// kindCredits is the cost kind of PREPAID products: credits, which are
+// not money (they were bought with money once, and that money is revenue
+// of its own: the Revenue page).
+const kindCredits = "credits"
+
+// costKind names what a product's prices are counted in: a PREPAID
+// product's in credits, the others' in money, named by the currency of
+// the product's catalog listing ("EUR"); "" when that is not known (the
+// listing names no currency, or the product is no longer in the catalog:
+// nil). kindFor names the unknown ones.
+func costKind(p *billing.Product) string {
+	switch {
+	case p != nil && p.BillingModel == billing.Prepaid:
+		return kindCredits
+	case p != nil && p.Currency != "":
+		return p.Currency
+	}
+	return ""
+}
+
+// kindFor is what the cost of serviceID's productID (p; nil when it is no
+// longer in the catalog) is counted in: its costKind, or, when that is not
+// known, a kind of that product's own that says so. Two products whose
+// currency is unknown may be in different currencies (or one in credits),
+// so their amounts are never added together or to anything else.
+func kindFor(serviceID, productID string, p *billing.Product) string {
+	if k := costKind(p); k != "" {
+		return k
+	}
+	if p == nil {
+		return "of removed product " + serviceID + "/" + productID + " (credits or currency unknown)"
+	}
+	return "of " + serviceID + "/" + productID + " (its listing names no currency)"
+}
+
+// isCurrency reports whether a cost kind is money in a known currency.
+func isCurrency(kind string) bool { return catalog.CheckCurrency(kind) == nil }
+
+// formatCost writes an amount with what it is counted in: money with its
+// currency's minor digits and code ("29.00 EUR", "500 JPY"), credits as
+// credits ("12.5 credits"), an amount of unknown kind with the words of
+// its kind.
+func formatCost(v billing.Units, kind string) string {
+	switch {
+	case kind == kindCredits:
+		return v.String() + " credits"
+	case isCurrency(kind):
+		return catalog.Money{Amount: v, Currency: kind}.String()
+	}
+	return v.String() + " " + kind
+}
+
+// costNumber is an amount alone, for a table or chart whose heading names
+// its kind: money with its currency's minor digits ("29.00").
+func costNumber(v billing.Units, kind string) string {
+	if isCurrency(kind) {
+		return catalog.FormatAmount(v, kind)
+	}
+	return v.String()
+}
+
+// formatCosts writes amounts of different kinds side by side ("29.00
+// EUR, 500 JPY, 12 credits"), never as one sum.
+func formatCosts(ms []measured) string {
+	if len(ms) == 0 {
+		return "—"
+	}
+	parts := make([]string, len(ms))
+	for i, m := range ms {
+		parts[i] = formatCost(m.Value, m.Of)
+	}
+	return strings.Join(parts, ", ")
 }

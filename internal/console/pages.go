@@ -10,7 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/platformgw/gateway/internal/alerts"
 	"github.com/platformgw/gateway/internal/apierror"
+	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/engine"
 	"github.com/platformgw/gateway/internal/ops"
@@ -80,6 +82,7 @@ func (h *Handler) overview(q *req) error {
 		Range                 overviewRange
 		Ranges                []rangeLink
 		Outcomes              callFigures
+		Revenue               revenueData
 	}
 	if h.rt.Calls != nil {
 		d.Calls = h.rt.Calls.Recent()
@@ -96,6 +99,12 @@ func (h *Handler) overview(q *req) error {
 		return err
 	}
 	d.MonthStart, d.TodayDate = month.Format("January 2006"), today.Format(time.DateOnly)
+	// The month's money (revenue.go) from the same scan of the month.
+	this := month.Format(monthLayout)
+	money, err := h.revenueStart(q.r.Context(), revenueRange{FromText: this, ToText: this, From: month, To: month.AddDate(0, 1, 0)}, now)
+	if err != nil {
+		return err
+	}
 	svcs, users := map[string]*ranked{}, map[string]*ranked{}
 	n := 0
 	errStop := errors.New("stop")
@@ -121,6 +130,7 @@ func (h *Handler) overview(q *req) error {
 		add(get(svcs, r.ServiceID))
 		add(get(users, r.UserID))
 		add(&d.Month)
+		money.addUsage(r)
 		if !r.Hour.Before(today) {
 			add(&d.Today)
 		}
@@ -130,6 +140,10 @@ func (h *Handler) overview(q *req) error {
 		return err
 	}
 	d.Services, d.Users = topN(svcs, 5), topN(users, 5)
+	money.d.Partial = money.d.Partial || d.Partial
+	if d.Revenue, err = money.finish(q.r.Context()); err != nil {
+		return err
+	}
 	h.renderRefresh(q, http.StatusOK, "overview", "Overview", d, h.RefreshSeconds)
 	return nil
 }
@@ -184,6 +198,37 @@ func (h *Handler) services(q *req) error {
 // alertStatuses are the delivery states an alert listing filters on.
 var alertStatuses = []string{"PENDING", "DELIVERED", "FAILED"}
 
+// alertRow is an alert with what its value and limit measure.
+type alertRow struct {
+	store.Alert
+	Of string // a unit label, "credits", or a cost kind (kindFor)
+}
+
+// ValueText and LimitText write the alert's figures with their measure.
+func (a alertRow) ValueText() string { return measuredText(a.Value, a.Of) }
+func (a alertRow) LimitText() string { return measuredText(a.Limit, a.Of) }
+
+func measuredText(v billing.Units, of string) string {
+	if of == kindCredits || isCurrency(of) || strings.HasPrefix(of, "of ") {
+		return formatCost(v, of)
+	}
+	return v.String() + " " + of
+}
+
+// alertMeasure is what an alert's threshold counts (its Threshold reads
+// "quota 80%", "credits_below 10", "spending_cap 90%"): the product's units, its
+// credits, or its spend in the product's currency.
+func (h *Handler) alertMeasure(a store.Alert) string {
+	unit, kind := h.measureOf(a.ServiceID, a.ProductID)
+	switch {
+	case strings.HasPrefix(a.Threshold, alerts.MetricCreditsBelow):
+		return kindCredits
+	case strings.HasPrefix(a.Threshold, alerts.MetricSpendingCap):
+		return kind
+	}
+	return unit
+}
+
 // alerts lists the usage alerts that fired (docs/alerts.md), newest first,
 // through the code of the admin API's GET /platform/alerts: the same
 // filters, the same validation and errors.
@@ -209,8 +254,12 @@ func (h *Handler) alerts(q *req) error {
 	if page.NextCursor != "" {
 		next.Set("cursor", page.NextCursor)
 	}
+	rows := make([]alertRow, len(page.Alerts))
+	for i, a := range page.Alerts {
+		rows[i] = alertRow{Alert: a, Of: h.alertMeasure(a)}
+	}
 	h.render(q, http.StatusOK, "alerts", "Alerts", map[string]any{
-		"Alerts": page.Alerts, "Next": page.NextCursor, "NextQuery": next,
+		"Alerts": rows, "Next": page.NextCursor, "NextQuery": next,
 		"Filter": aq, "Statuses": alertStatuses,
 	})
 	return nil

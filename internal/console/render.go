@@ -24,7 +24,7 @@ var templateFS embed.FS
 var assetFS embed.FS
 
 // pageNames are the templates; each defines "content" inside base.html.
-var pageNames = []string{"overview", "services", "users", "user", "usage", "jobs", "job", "audit", "alerts", "requests", "confirm", "error"}
+var pageNames = []string{"overview", "services", "users", "user", "usage", "jobs", "job", "audit", "alerts", "requests", "revenue", "confirm", "error"}
 
 var pages = func() map[string]*template.Template {
 	funcs := template.FuncMap{
@@ -53,6 +53,11 @@ var pages = func() map[string]*template.Template {
 			}
 			return strings.Join(parts, ", ")
 		},
+		// costs writes costs of different kinds side by side ("29.00
+		// EUR, 5 credits"); cost one amount with its kind (kindFor).
+		"costs":    formatCosts,
+		"cost":     func(v billing.Units, kind string) string { return formatCost(v, kind) },
+		"kindof":   func(serviceID string, p *billing.Product) string { return kindFor(serviceID, p.ID, p) },
 		"jobstate": jobStateWords,
 		// clip shortens a long text for a table cell; its page has it whole.
 		"clip": func(s string, n int) string {

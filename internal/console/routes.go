@@ -87,6 +87,8 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request, who string) {
 		err = h.audit(q)
 	case len(parts) == 1 && parts[0] == "alerts":
 		err = h.alerts(q)
+	case len(parts) == 1 && parts[0] == "revenue":
+		err = h.revenue(q)
 	case len(parts) == 1 && parts[0] == "requests":
 		err = h.requests(q)
 	default:

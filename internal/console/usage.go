@@ -232,13 +232,24 @@ func (h *Handler) usage(q *req) error {
 	}
 	csvQ.Set("format", "csv")
 	jsonQ.Set("format", "json")
+	shown := make([]ledgerRow, len(rows))
+	for i, e := range rows {
+		shown[i] = ledgerRow{LedgerEntry: e, CostKind: h.costKindOf(e.ServiceID, e.ProductID)}
+	}
 	h.render(q, http.StatusOK, "usage", "Usage explorer", map[string]any{
-		"F": f, "Rows": rows, "Total": total, "Charts": c.views(), "TooMany": c != nil && c.TooMany,
+		"F": f, "Rows": shown, "Total": total, "Charts": c.views(), "TooMany": c != nil && c.TooMany,
 		"Truncated": total.Calls > int64(len(rows)), "Quick": h.quickRanges(f, now), "Groups": groupNames,
 		"Services": h.serviceIDs(), "Sources": sources,
 		"CSV": h.link(csvQ, "usage", "export"), "JSON": h.link(jsonQ, "usage", "export"),
 	})
 	return nil
+}
+
+// ledgerRow is a row of the explorer's table: an entry and what its
+// cost is counted in (kindFor), so a cost is never a bare number.
+type ledgerRow struct {
+	store.LedgerEntry
+	CostKind string
 }
 
 // badFilter shows the explorer again with what was typed and what is

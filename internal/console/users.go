@@ -31,28 +31,18 @@ type userRow struct {
 	Statuses []string
 	// Spend is this month's cost, by what it is counted in (money,
 	// credits): never added together.
-	Spend []amount
+	Spend []measured
 	// LastSeen is the latest of the last call in the ledger's hourly sums
 	// of the month (to the hour) and a key's last use on this node since
 	// it started (to the second).
 	LastSeen time.Time
 }
 
-// amount is a cost with what it is counted in.
-type amount struct {
-	Value billing.Units
-	Kind  string // money or credits (costKind)
-}
-
 // costKindOf is what the cost of a product is counted in, from the
-// running catalog; a product no longer in it counts in money.
+// running catalog (kindFor).
 func (h *Handler) costKindOf(serviceID, productID string) string {
-	if svc, ok := h.rt.Catalog.Service(serviceID); ok {
-		if p, ok := svc.Product(productID); ok {
-			return costKind(p)
-		}
-	}
-	return costKind(nil)
+	_, kind := h.measureOf(serviceID, productID)
+	return kind
 }
 
 // users: everyone with a key or a subscription, with their standing,
@@ -167,7 +157,7 @@ func (h *Handler) userRows(ctx context.Context) ([]userRow, bool, error) {
 	rows := make([]userRow, 0, len(m))
 	for id, u := range m {
 		for _, kind := range slices.Sorted(maps.Keys(spend[id])) {
-			u.Spend = append(u.Spend, amount{spend[id][kind], kind})
+			u.Spend = append(u.Spend, measured{spend[id][kind], kind})
 		}
 		sort.Strings(u.Statuses)
 		switch {

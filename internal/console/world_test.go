@@ -49,6 +49,9 @@ func worldCatalog(t *testing.T, quota, spendCap int64) *catalog.Catalog {
 			{ID: "capped", BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerRequest, UnitLabel: "request",
 				Price: billing.Whole(1), SpendingCap: &c},
 		},
+		// capped is sold in euros, tokens in dollars (below): the pages
+		// show money per currency, never summed across them or with credits.
+		ProductListings: []*catalog.ProductListing{{Product: "capped", Currency: "EUR"}},
 	}
 	writer := &catalog.Service{
 		ID: "writer", Backend: "http://127.0.0.1:9", Secrets: []string{testSecret},
@@ -57,6 +60,7 @@ func worldCatalog(t *testing.T, quota, spendCap int64) *catalog.Catalog {
 			{ID: "tokens", BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerToken, UnitLabel: "token",
 				Price: billing.Whole(1) / 1000},
 		},
+		ProductListings: []*catalog.ProductListing{{Product: "tokens", Currency: "USD"}},
 	}
 	cat, err := catalog.Compile([]*catalog.Service{weather, writer}, nil)
 	if err != nil {
@@ -170,6 +174,13 @@ func newWorld(t *testing.T) *world {
 	rt := engine.New(engine.Runtime{Catalog: worldCatalog(t, 100, 10), Data: st, KeyUsed: used.Touch, Calls: new(engine.Calls)})
 	e := &env{rt: rt, ops: ops.New(rt, used.Get)}
 	h := direct(t, e, false)
+	return &world{env: e, url: consoleServer(t, h), now: now}
+}
+
+// consoleServer serves h under /console as Caddy would, with the
+// operator signed in, and returns the console's URL.
+func consoleServer(t *testing.T, h *Handler) string {
+	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasPrefix(r.URL.Path, "/console") {
 			// The browser's /favicon.ico is not the console's, as under
@@ -183,5 +194,5 @@ func newWorld(t *testing.T) *world {
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl)), nil)
 	}))
 	t.Cleanup(srv.Close)
-	return &world{env: e, url: srv.URL + "/console", now: now}
+	return srv.URL + "/console"
 }

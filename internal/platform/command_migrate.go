@@ -146,5 +146,9 @@ func totalsRows(t store.Totals) [][2]string {
 		{"idempotency claims", fmt.Sprint(t.Idempotency)},
 		{"alerts", fmt.Sprint(t.Alerts)},
 		{"audit entries", fmt.Sprint(t.Audit)},
+		{"payment records", fmt.Sprint(t.PaymentRecords)},
+		{"credit grants", fmt.Sprint(t.CreditGrants)},
+		{"credit reversals", fmt.Sprint(t.CreditReversals)},
+		{"leases", fmt.Sprint(t.Leases)},
 	}
 }

@@ -59,6 +59,11 @@ type Totals struct {
 	Idempotency   int
 	Alerts        int
 	Audit         int
+	// The payments data (PaymentsImporter).
+	PaymentRecords  int
+	CreditGrants    int
+	CreditReversals int
+	Leases          int
 }
 
 // Importer is a store that can take another store's contents whole
@@ -87,6 +92,22 @@ type Importer interface {
 	ImportAudit(ctx context.Context, es []AuditEntry) error
 	// Totals sums what the store holds.
 	Totals(ctx context.Context) (Totals, error)
+}
+
+// PaymentsImporter is an Importer that takes the payments data
+// (store.Payments) too, after the audit log. An export of a store that
+// holds any is refused by a target without it.
+type PaymentsImporter interface {
+	ImportPaymentRecords(ctx context.Context, rs []PaymentRecord) error
+	// ImportCreditGrants stores grants as given (Reversed, Expired and
+	// ExpiredAt included); the balances came with the subscriptions.
+	ImportCreditGrants(ctx context.Context, gs []CreditGrant) error
+	// ImportCreditReversals keeps the reversals' ids, so a refund
+	// delivered again after the move is still a replay; Credits is what
+	// each took.
+	ImportCreditReversals(ctx context.Context, rs []CreditReversal) error
+	// ImportLeases keeps each lease's holder, epoch, expiry and cursor.
+	ImportLeases(ctx context.Context, ls []Lease) error
 }
 
 // Exporter is a store that can hand its whole contents to an Importer,

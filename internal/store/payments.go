@@ -23,6 +23,12 @@ import (
 //   - named leases with a cursor: one holder at a time in a fleet (the
 //     meter shipper), whose position survives restarts and is fenced, so a
 //     holder that lost its lease cannot move the cursor.
+//
+// Bad input (an empty kind, id, name or holder, a limit below 1, a grant
+// or reversal of no credits) is ErrBadInput and writes nothing. Every
+// grant, reversal and expiry appends its audit entry (credits.grant,
+// credits.reverse, credits.expire; the actor is the grant's Source, or
+// "payments") with the change itself, so the caller does not audit them.
 type Payments interface {
 	// InsertPaymentRecord stores body under (kind, id) unless a record is
 	// stored there already: then it writes nothing and returns the stored
@@ -34,41 +40,57 @@ type Payments interface {
 	// GetPaymentRecord returns the body stored under (kind, id), or
 	// ErrNotFound.
 	GetPaymentRecord(ctx context.Context, kind, id string) ([]byte, error)
-	// ListPaymentRecords returns up to limit records of kind in id order,
-	// starting after the id `after` ("" for the first), and whether more
-	// follow.
+	// ListPaymentRecords returns up to limit records of kind in id order
+	// (bytewise), starting after the id `after` ("" for the first; it need
+	// not be stored), and whether more follow.
 	ListPaymentRecords(ctx context.Context, kind, after string, limit int) ([]PaymentRecord, bool, error)
 
 	// GrantCredits adds g.Credits to the subscription's prepaid balance
-	// and keeps the grant, in one transaction. A grant whose ID was
-	// granted before writes nothing and returns ErrReplayed with the
-	// subscription as it is. No subscription is ErrNoAccount.
+	// and keeps the grant, in one transaction (in boltstore, one record
+	// of the settlement log: a crash keeps both or neither). A grant whose
+	// ID was granted before writes nothing and returns ErrReplayed with the
+	// subscription as it is, whatever else it says. No subscription is
+	// ErrNoAccount. g needs an ID, the subscription, Credits > 0 and
+	// GrantedAt; ExpiresAt, when set, after GrantedAt; Reversed, Expired
+	// and ExpiredAt zero. The subscription's UpdatedAt is not changed.
 	GrantCredits(ctx context.Context, g CreditGrant) (Subscription, error)
 	// ReverseCredits takes back r.Credits of the grant r.GrantID (a refund
-	// or a lost dispute), at most what the grant gave less what was taken
-	// back before; the balance may go negative. A reversal whose ID was
-	// applied before writes nothing and returns ErrReplayed. An unknown
-	// grant is ErrNotFound.
+	// or a lost dispute), at most what the grant has left
+	// (CreditGrant.Left: Credits - Reversed - Expired, spent or not); the
+	// balance may go negative. It returns the subscription and the grant
+	// after it; what it took is the change of the grant's Reversed. A
+	// reversal whose ID was applied before writes nothing and returns
+	// ErrReplayed with the subscription and the grant it took from. An
+	// unknown grant is ErrNotFound.
 	ReverseCredits(ctx context.Context, r CreditReversal) (Subscription, CreditGrant, error)
 	// ExpireCredits ends every grant whose ExpiresAt <= now: it removes
-	// what is left of it from the balance (credits are spent oldest grant
-	// first) and records that on the grant, once. It returns the grants it
-	// expired.
+	// what is left of it from the balance and records that (Expired,
+	// ExpiredAt = now) on the grant, once, even when nothing is left. What
+	// is left follows ExpireGrants: credits are spent oldest grant first,
+	// so the balance is made of the newest grants, and credits not from a
+	// grant count as spent before any. The balance is the one the store
+	// holds (in pgstore, with the charges the nodes have shipped). It
+	// returns the grants it expired; nodes calling it together expire each
+	// grant once.
 	ExpireCredits(ctx context.Context, now time.Time) ([]CreditGrant, error)
-	// ListCreditGrants returns a subscription's grants oldest first, or
-	// every grant when userID and serviceID are empty.
+	// ListCreditGrants returns a subscription's grants oldest first
+	// (OlderGrant), a user's when serviceID is empty, or every grant when
+	// both are; a serviceID without a userID is ErrBadInput.
 	ListCreditGrants(ctx context.Context, userID, serviceID string) ([]CreditGrant, error)
 
 	// TakeLease gives the lease name to holder until now+ttl when it is
-	// free, expired, or already the holder's (a renewal). It returns the
-	// lease as it is after the call; Held reports whether holder has it.
-	// Each change of holder increments Epoch.
+	// free, expired, or already the holder's (a renewal, which keeps the
+	// epoch). It returns the lease as it is after the call, with its
+	// cursor; Held reports whether holder has it. Each change of holder
+	// (a release counts: the next take is a change) increments Epoch, so
+	// an epoch names one tenure. ttl must be positive.
 	TakeLease(ctx context.Context, name, holder string, ttl time.Duration, now time.Time) (Lease, error)
-	// ReleaseLease gives the lease up if holder has it.
+	// ReleaseLease gives the lease up if holder has it (the cursor stays);
+	// otherwise it does nothing.
 	ReleaseLease(ctx context.Context, name, holder string) error
 	// PutLeaseCursor stores the cursor of the lease name, only while
-	// holder holds it with epoch: otherwise it writes nothing and returns
-	// ErrLeaseLost.
+	// holder holds it with epoch and it has not expired at now: otherwise
+	// it writes nothing and returns ErrLeaseLost.
 	PutLeaseCursor(ctx context.Context, name, holder string, epoch uint64, cursor []byte, now time.Time) error
 }
 

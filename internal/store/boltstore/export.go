@@ -17,7 +17,8 @@ var _ store.Exporter = (*Store)(nil)
 // Export hands the whole store to another (`caddy platform store
 // migrate`), batch records at a time, in one read transaction: keys,
 // subscriptions, counters, the ledger, jobs with the holds of the open
-// ones, idempotency claims, alerts and the audit log. It is meant for a
+// ones, idempotency claims, alerts, the audit log and the payments data
+// (payments.go, to a store.PaymentsImporter). It is meant for a
 // store no gateway serves (Open has released the holds of calls a crash
 // cut short, so what is held is the open jobs'). It returns the totals of
 // what it handed over.
@@ -54,7 +55,7 @@ func (s *Store) Export(ctx context.Context, to store.Importer, batch int) (store
 	}
 	if err == nil {
 		err = run([]step{{"jobs", exportJobs}, {"idempotency claims", exportIdempotency},
-			{"alerts", exportAlerts}, {"audit log", exportAudit}})
+			{"alerts", exportAlerts}, {"audit log", exportAudit}, {"payments", exportPayments}})
 	}
 	return t, err
 }

@@ -24,7 +24,9 @@ func (s *Store) Empty(ctx context.Context) (bool, error) {
 	var found bool
 	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM keys) OR EXISTS (SELECT 1 FROM subscriptions)
 		OR EXISTS (SELECT 1 FROM allowances) OR EXISTS (SELECT 1 FROM ledger) OR EXISTS (SELECT 1 FROM jobs)
-		OR EXISTS (SELECT 1 FROM idempotency) OR EXISTS (SELECT 1 FROM alerts) OR EXISTS (SELECT 1 FROM audit)`).Scan(&found)
+		OR EXISTS (SELECT 1 FROM idempotency) OR EXISTS (SELECT 1 FROM alerts) OR EXISTS (SELECT 1 FROM audit)
+		OR EXISTS (SELECT 1 FROM payment_records) OR EXISTS (SELECT 1 FROM credit_grants)
+		OR EXISTS (SELECT 1 FROM credit_reversals) OR EXISTS (SELECT 1 FROM payment_leases)`).Scan(&found)
 	return !found, s.fail(err)
 }
 
@@ -207,8 +209,11 @@ func (s *Store) Totals(ctx context.Context) (store.Totals, error) {
 		(SELECT count(*) FROM jobs WHERE open AND rec->'holdKey' IS NOT NULL),
 		(SELECT count(*) FROM idempotency),
 		(SELECT count(*) FROM alerts),
-		(SELECT count(*) FROM audit)`).Scan(&t.Keys, &t.Subscriptions, &credits, &t.Counters, &used, &spend,
-		&t.Jobs, &t.JobHolds, &t.Idempotency, &t.Alerts, &t.Audit)
+		(SELECT count(*) FROM audit),
+		(SELECT count(*) FROM payment_records), (SELECT count(*) FROM credit_grants),
+		(SELECT count(*) FROM credit_reversals), (SELECT count(*) FROM payment_leases)`).Scan(&t.Keys, &t.Subscriptions, &credits, &t.Counters, &used, &spend,
+		&t.Jobs, &t.JobHolds, &t.Idempotency, &t.Alerts, &t.Audit,
+		&t.PaymentRecords, &t.CreditGrants, &t.CreditReversals, &t.Leases)
 	if err != nil {
 		return t, s.fail(err)
 	}
@@ -221,4 +226,46 @@ func (s *Store) Totals(ctx context.Context) (store.Totals, error) {
 		return nil
 	})
 	return t, err
+}
+
+var _ store.PaymentsImporter = (*Store)(nil)
+
+// ImportPaymentRecords stores records as given.
+func (s *Store) ImportPaymentRecords(ctx context.Context, rs []store.PaymentRecord) error {
+	b := &pgx.Batch{}
+	for _, r := range rs {
+		b.Queue("INSERT INTO payment_records (kind, id, body, updated_at) VALUES ($1, $2, $3, $4)", r.Kind, r.ID, nonNil(r.Body), r.UpdatedAt.UTC())
+	}
+	return s.importBatch(ctx, b)
+}
+
+// ImportCreditGrants stores grants as given.
+func (s *Store) ImportCreditGrants(ctx context.Context, gs []store.CreditGrant) error {
+	b := &pgx.Batch{}
+	for _, g := range gs {
+		b.Queue("INSERT INTO credit_grants ("+grantColumns+") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+			g.ID, g.UserID, g.ServiceID, int64(g.Credits), g.GrantedAt.UTC(), nullTime(g.ExpiresAt.UTC()), g.Source, g.Reference,
+			int64(g.Reversed), int64(g.Expired), nullTime(g.ExpiredAt.UTC()))
+	}
+	return s.importBatch(ctx, b)
+}
+
+// ImportCreditReversals stores reversals; Credits is what each took.
+func (s *Store) ImportCreditReversals(ctx context.Context, rs []store.CreditReversal) error {
+	b := &pgx.Batch{}
+	for _, r := range rs {
+		b.Queue("INSERT INTO credit_reversals (id, grant_id, credits, took, at, reason) VALUES ($1, $2, $3, $3, $4, $5)",
+			r.ID, r.GrantID, int64(r.Credits), r.At.UTC(), r.Reason)
+	}
+	return s.importBatch(ctx, b)
+}
+
+// ImportLeases stores leases with their holder, epoch, expiry and cursor.
+func (s *Store) ImportLeases(ctx context.Context, ls []store.Lease) error {
+	b := &pgx.Batch{}
+	for _, l := range ls {
+		b.Queue("INSERT INTO payment_leases (name, holder, epoch, expires_at, lease_cursor) VALUES ($1, $2, $3, $4, $5)",
+			l.Name, l.Holder, int64(l.Epoch), nullTime(l.Expires.UTC()), l.Cursor)
+	}
+	return s.importBatch(ctx, b)
 }

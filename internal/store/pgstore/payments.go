@@ -29,8 +29,9 @@ func (s *Store) InsertPaymentRecord(ctx context.Context, kind, id string, body [
 		return nil, err
 	}
 	var stored []byte
+	exists := false
 	err := s.tx(ctx, func(tx pgx.Tx) error {
-		stored = nil
+		stored, exists = nil, false
 		tag, err := tx.Exec(ctx, `INSERT INTO payment_records (kind, id, body, updated_at) VALUES ($1, $2, $3, $4)
 			ON CONFLICT (kind, id) DO NOTHING`, kind, id, nonNil(body), at.UTC())
 		if err != nil || tag.RowsAffected() == 1 {
@@ -38,12 +39,14 @@ func (s *Store) InsertPaymentRecord(ctx context.Context, kind, id string, body [
 		}
 		// The conflicting row is committed (the insert waited for it),
 		// and this statement's snapshot is newer than the insert's.
+		exists = true
 		return tx.QueryRow(ctx, "SELECT body FROM payment_records WHERE kind = $1 AND id = $2", kind, id).Scan(&stored)
 	})
 	if err != nil {
 		return nil, err
 	}
-	if stored != nil {
+	if exists {
+		stored = nonNil(stored)
 		return stored, fmt.Errorf("payment record %s %s: %w", kind, id, store.ErrExists)
 	}
 	return nil, nil
