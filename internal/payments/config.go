@@ -149,6 +149,12 @@ func (c *Config) Validate(cat *catalog.Catalog) error {
 		if p.MeteredPrice != "" && !strings.HasPrefix(p.MeteredPrice, "price_") {
 			bad("%s: metered price %q is not a Stripe Price id (price_…)", where, p.MeteredPrice)
 		}
+		if p.Meter != "" && prod.BillingModel == billing.Prepaid {
+			bad("%s: a prepaid product's usage is paid by credits; only postpaid usage and overage go to a meter", where)
+		}
+		if p.Meter != "" && !validEventName(p.Meter) {
+			bad("%s: meter event name %q: letters, digits, _, - and ., at most 100", where, p.Meter)
+		}
 		if p.MeteredPrice != "" && p.Meter == "" {
 			bad("%s: a metered price needs the meter it is attached to", where)
 		}
@@ -225,6 +231,20 @@ func lookup(cat *catalog.Catalog, serviceID, productID string) (*catalog.Service
 		return nil, nil, fmt.Errorf("service %q has no product %q", serviceID, productID)
 	}
 	return svc, prod, nil
+}
+
+// validEventName is a Stripe meter's event_name as the gateway accepts
+// it: at most 100 characters, no spaces or punctuation beyond _ - . .
+func validEventName(s string) bool {
+	if s == "" || len(s) > 100 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 func validPackName(s string) bool {

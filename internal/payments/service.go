@@ -56,6 +56,9 @@ type Service struct {
 	nodeID string
 
 	custMu sync.Mutex // one customer creation at a time per node
+
+	shipMu sync.Mutex // one run of the meter shipper at a time (meters.go)
+	ship   shipperState
 }
 
 // ErrNoPayments says the store cannot keep payments (it does not
@@ -76,6 +79,9 @@ func New(cfg Config, d Deps) (*Service, error) {
 	}
 	s := &Service{cfg: cfg, st: d.Store, cat: d.Catalog, ops: d.Ops, now: d.Now, log: d.Logger, nodeID: d.NodeID}
 	s.sc = NewStripeClient(cfg.SecretKey, cfg.APIBase)
+	// The shipper's lease holder is this Service, not only this node: on a
+	// reload the new config's shipper waits for the old one's to let go.
+	s.ship.holder = d.NodeID + "/" + randomHex(4)
 	return s, nil
 }
 

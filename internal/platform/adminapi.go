@@ -121,6 +121,8 @@ func (a *adminAPI) route(p []string) (map[string]adminHandler, []string) {
 		return map[string]adminHandler{http.MethodGet: a.outcomeSummary}, nil
 	case len(p) == 1 && p[0] == "audit":
 		return map[string]adminHandler{http.MethodGet: a.listAudit}, nil
+	case len(p) == 2 && p[0] == "stripe" && p[1] == "reconcile":
+		return map[string]adminHandler{http.MethodGet: a.stripeReconcile}, nil
 	case len(p) == 2 && p[0] == "jobs":
 		return map[string]adminHandler{http.MethodGet: a.getJob}, p[1:]
 	}

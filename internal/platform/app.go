@@ -108,6 +108,8 @@ type App struct {
 	pay *payments.Service
 	// alertsDone is closed when the alert loops of Start are over.
 	alertsDone chan struct{}
+	// metersDone is closed when the Stripe meter shipper of Start is over.
+	metersDone <-chan struct{}
 	// storePath is the store file (Store resolved); bolt is that store
 	// once open, and poolKey is set while this config holds a reference
 	// to it in stores; cleanedUp once Cleanup ran (all under storeMu).

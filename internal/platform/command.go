@@ -171,6 +171,7 @@ export reports its progress on standard error every 2 seconds.
 	addViewCommands(cmd)
 	cmd.AddCommand(alertsCommand())   // command_alerts.go
 	cmd.AddCommand(outcomesCommand()) // command_outcomes.go
+	cmd.AddCommand(stripeCommand())   // command_stripe_reconcile.go
 }
 
 // cliFunc runs one `caddy platform` subcommand, writing its result to out.

@@ -233,6 +233,11 @@ func (a *App) Start() error {
 			a.runAlerts(stop)
 		}()
 	}
+	if a.pay != nil {
+		// The meter shipper (one node of a fleet at a time, by the store's
+		// lease); Stop waits for it to let the lease go.
+		a.metersDone = a.pay.StartMeters(a.stop)
+	}
 	return nil
 }
 
@@ -245,6 +250,10 @@ func (a *App) Stop() error {
 	if a.alertsDone != nil {
 		<-a.alertsDone // an attempt under way is cancelled and recorded
 		a.alertsDone = nil
+	}
+	if a.metersDone != nil {
+		<-a.metersDone // a run under way is cancelled; its plan stays in the cursor
+		a.metersDone = nil
 	}
 	return nil
 }
