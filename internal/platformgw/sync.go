@@ -117,8 +117,6 @@ func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, ne
 func (m *meterWriter) end(delivered bool) {
 	defer m.held.release()
 	switch {
-	case m.holding:
-		m.stopHolding()
 	case m.settled:
 	case m.atEnd && !delivered:
 		m.settled = true
@@ -219,12 +217,8 @@ type meterWriter struct {
 	wrap     *wrappedWriter
 	atEnd    bool
 	endUnits billing.Units
-	// holding: the answer is small and of known length, and is kept
-	// (kept) until it is whole, then settled and sent (kept.go).
-	holding bool
-	kept    *[]byte
-	settled bool
-	failed  bool // settling failed: the backend's answer is withheld
+	settled  bool
+	failed   bool // settling failed: the backend's answer is withheld
 }
 
 func (m *meterWriter) Header() http.Header { return m.w.Header() }
@@ -278,32 +272,19 @@ func (m *meterWriter) WriteHeader(status int) {
 		m.w.WriteHeader(status)
 		return
 	}
-	if !m.deferred && status != http.StatusSwitchingProtocols && holdable(hdr) {
-		// A small answer of known length is read whole before the call
-		// settles (kept.go): the backend's connection goes back to the
-		// pool while the settlement waits for the disk.
-		m.holding, m.endUnits = true, units
-		m.kept = getKeptBody()
-		return
-	}
-	if !m.deferred && !m.settleNow(units) {
-		m.refuseUnmetered()
-		return
+	if !m.deferred {
+		if !m.settleNow(units) {
+			m.failed = true
+			m.c.allowance = allowance{}
+			hdr.Del("Content-Length")
+			hdr.Del("Content-Type")
+			hdr.Del("Content-Encoding")
+			m.h.refuse(m.w, m.r, m.c.requestID,
+				apierror.New(apierror.InternalError, "the call could not be metered; it was not charged"))
+			return
+		}
 	}
 	m.w.WriteHeader(status)
-}
-
-// refuseUnmetered answers the caller with an error instead of the
-// backend's answer, whose settlement failed: nothing is charged.
-func (m *meterWriter) refuseUnmetered() {
-	m.failed = true
-	m.c.allowance = allowance{}
-	hdr := m.w.Header()
-	hdr.Del("Content-Length")
-	hdr.Del("Content-Type")
-	hdr.Del("Content-Encoding")
-	m.h.refuse(m.w, m.r, m.c.requestID,
-		apierror.New(apierror.InternalError, "the call could not be metered; it was not charged"))
 }
 
 // writeInformational sends a 1xx response (e.g. 103 Early Hints) without
@@ -337,15 +318,6 @@ func (m *meterWriter) Write(b []byte) (int, error) {
 	}
 	if m.failed {
 		return len(b), nil
-	}
-	if m.holding {
-		if len(*m.kept)+len(b) <= keptBodyMax {
-			*m.kept = append(*m.kept, b...)
-			return len(b), nil
-		}
-		if !m.stopHolding() {
-			return len(b), nil
-		}
 	}
 	n, err := m.w.Write(b)
 	m.written += int64(n)
