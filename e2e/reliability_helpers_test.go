@@ -180,11 +180,20 @@ func readStoreFile(t *testing.T, path string) storeFile {
 				return err
 			}
 		}
-		if b := tx.Bucket([]byte("jobs")); b != nil {
+		// Ended jobs under their ids, open ones (store format 3) in
+		// creation order: the same records.
+		for _, name := range []string{"jobs", "jobs_live"} {
+			b := tx.Bucket([]byte(name))
+			if b == nil {
+				continue
+			}
 			if err := b.ForEach(func(k, v []byte) error {
 				var j fileJob
 				if err := json.Unmarshal(recordPayload(k, v), &j); err != nil {
-					return fmt.Errorf("job %q: %w", k, err)
+					return fmt.Errorf("%s %q: %w", name, k, err)
+				}
+				if _, dup := sf.Jobs[j.ID]; dup {
+					return fmt.Errorf("job %s is in the file twice", j.ID)
 				}
 				sf.Jobs[j.ID] = j
 				return nil

@@ -71,21 +71,24 @@ func (s *Service) CustomerFor(ctx context.Context, userID, email string) (string
 		return "", fmt.Errorf("create the Stripe customer: %w", stripeErr(err))
 	}
 	rec, _ := json.Marshal(CustomerRecord{UserID: userID, CustomerID: c.ID, CreatedAt: s.now().UTC()})
+	// The way back from the customer first, so a stored customer always
+	// has it (a crash between the two leaves a customer the webhooks can
+	// name, never one they cannot).
+	if _, err := pay.InsertPaymentRecord(ctx, KindCustomerUser, c.ID, rec, s.now()); err != nil && !errors.Is(err, store.ErrExists) {
+		return "", err
+	}
 	stored, err := pay.InsertPaymentRecord(ctx, KindCustomer, userID, rec, s.now())
-	customerID := c.ID
 	if errors.Is(err, store.ErrExists) {
 		var won CustomerRecord
-		if json.Unmarshal(stored, &won) == nil && won.CustomerID != "" {
-			customerID = won.CustomerID
-			rec = stored
+		if json.Unmarshal(stored, &won) != nil || won.CustomerID == "" {
+			return "", fmt.Errorf("payments: the stored Stripe customer of %s does not read", userID)
 		}
-	} else if err != nil {
+		return won.CustomerID, nil
+	}
+	if err != nil {
 		return "", err
 	}
-	if _, err := pay.InsertPaymentRecord(ctx, KindCustomerUser, customerID, rec, s.now()); err != nil && !errors.Is(err, store.ErrExists) {
-		return "", err
-	}
-	return customerID, nil
+	return c.ID, nil
 }
 
 // storedCustomer is the user's remembered customer, or ErrNoCustomer.

@@ -12,8 +12,6 @@ import (
 	"github.com/stripe/stripe-go/v82"
 	"go.uber.org/zap"
 
-	"github.com/platformgw/gateway/internal/billing"
-	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/subscription"
 )
@@ -635,15 +633,4 @@ func stripeWords(st state) string {
 		w += " (as read from Stripe)"
 	}
 	return w
-}
-
-// MinorMoney is an amount in a currency's minor units (as Stripe gives
-// it) as Money: 2900 EUR is 29.00 EUR.
-func MinorMoney(minor int64, currency string) catalog.Money {
-	currency = strings.ToUpper(currency)
-	per := int64(billing.Scale)
-	for range catalog.MinorDigits(currency) {
-		per /= 10
-	}
-	return catalog.Money{Amount: billing.Units(minor * per), Currency: currency}
 }

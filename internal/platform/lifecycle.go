@@ -297,7 +297,8 @@ func (a *App) maintain(stop <-chan struct{}) {
 // JobExpiredMessage is the errorMessage of a job that ran out of time.
 const JobExpiredMessage = engine.JobExpiredMessage
 
-// RunMaintenance expires overdue jobs and prunes idempotency keys once.
+// RunMaintenance expires overdue jobs, prunes idempotency keys and
+// expires due credit grants once.
 func (a *App) RunMaintenance(ctx context.Context) {
 	t := a.Now()
 	if n, err := a.DataStore().ExpireJobs(ctx, t, JobExpiredMessage); err != nil {
@@ -310,6 +311,7 @@ func (a *App) RunMaintenance(ctx context.Context) {
 		a.logger.Error("pruning idempotency keys", zap.Error(err))
 	}
 	a.pruneLedger(ctx, t)
+	a.expireCredits(ctx, t)
 }
 
 // Catalog is the compiled service catalog of this config.

@@ -179,3 +179,16 @@ func parsePayments(d *caddyfile.Dispenser) (*payments.Config, error) {
 	}
 	return c, nil
 }
+
+// expireCredits ends the credit grants whose expires_after has passed at
+// t, oldest first (payments.ExpireCredits); the store audits each. It runs
+// in the maintenance of every node: the store expires a grant once.
+func (a *App) expireCredits(ctx context.Context, t time.Time) {
+	expired, err := payments.ExpireCredits(ctx, a.DataStore(), t)
+	if err != nil {
+		a.logger.Error("expiring credit grants", zap.Error(err))
+	}
+	if len(expired) > 0 {
+		a.logger.Info("expired credit grants", zap.Int("count", len(expired)))
+	}
+}

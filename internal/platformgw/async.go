@@ -54,13 +54,13 @@ func (h *Handler) invokeAsync(w http.ResponseWriter, r *http.Request, c *call, n
 	// The payload travels as a JSON string: written with the same escaping
 	// as the canonical string, so the backend rebuilds exactly the signed
 	// bytes from what it parses.
-	payload := string(c.body)
-	sig, ts := h.prepareForward(r, c, signing.AsyncCanonical(payload, c.requestID), c.ep.Path)
-	query := signedQuery(sig, ts)
+	var env envelope
+	canonical := env.start(c.requestID, string(c.body), urls)
+	sig, ts := h.prepareForward(r, c, canonical, c.ep.Path)
 	r.Header.Set("Content-Type", "application/json")
 	r.Header.Del("Content-Encoding") // the envelope is plain JSON, whatever the caller's body was
 	r.Header.Del("Upgrade")          // an async job is never a protocol switch
-	setBody(r, &c.bodyReader, asyncEnvelope(c.requestID, payload, urls.progress+query, urls.callback+query))
+	setBody(r, &c.bodyReader, env.finish(urls, sig, ts))
 
 	ans := &backendAnswer{header: make(http.Header)}
 	err := serveCaptured(next, ans, r)
@@ -236,23 +236,67 @@ func hostPort(r *http.Request) (host, port string) {
 	return host, port
 }
 
-// asyncEnvelope is the body forwarded to the backend of an async endpoint:
+// envelope is the body forwarded to the backend of an async endpoint:
 //
 //	{"request_id":…,"payload":…,"progress_url":…,"callback_url":…}
 //
 // Strings are escaped as JavaScript's JSON.stringify escapes them, the
-// escaping of the signed canonical string.
-func asyncEnvelope(id, payload, progressURL, callbackURL string) []byte {
-	b := make([]byte, 0, len(payload)+len(payload)/8+len(id)+len(progressURL)+len(callbackURL)+80)
-	b = append(b, `{"request_id":`...)
+// escaping of the signed canonical string. It is built in one buffer, in
+// two steps around the signature: start escapes the request id and the
+// payload once and cuts the canonical string to sign from those bytes
+// (signing.AsyncCanonical's bytes, without escaping the payload twice);
+// finish appends the URLs with the signed query written straight into
+// them.
+type envelope struct{ b []byte }
+
+// start begins the envelope and returns the canonical string to sign.
+func (e *envelope) start(id, payload string, urls jobURLs) []byte {
+	const (
+		headID = `{"request_id":`
+		headP  = `,"payload":`
+		canonP = `{"payload":`
+		canonI = `,"request_id":`
+	)
+	// An eighth of slack covers the escapes of typical payloads; the
+	// signed query is a base64 signature, escaped, and a timestamp.
+	n := len(headID) + len(id) + len(headP) + len(payload) + len(payload)/8 +
+		len(urls.progress) + len(urls.callback) + 2*128 + 64
+	b := make([]byte, 0, n)
+	b = append(b, headID...)
+	i0 := len(b)
 	b = signing.AppendJSString(b, id)
-	b = append(b, `,"payload":`...)
+	i1 := len(b)
+	b = append(b, headP...)
+	p0 := len(b)
 	b = signing.AppendJSString(b, payload)
-	b = append(b, `,"progress_url":`...)
-	b = signing.AppendJSString(b, progressURL)
+	p1 := len(b)
+	e.b = b
+	canon := make([]byte, 0, len(canonP)+(p1-p0)+len(canonI)+(i1-i0)+1)
+	canon = append(canon, canonP...)
+	canon = append(canon, b[p0:p1]...)
+	canon = append(canon, canonI...)
+	canon = append(canon, b[i0:i1]...)
+	return append(canon, '}')
+}
+
+// finish appends the progress and callback URLs, each with the signed
+// query, and returns the whole envelope.
+func (e *envelope) finish(urls jobURLs, sig, ts string) []byte {
+	b := append(e.b, `,"progress_url":`...)
+	b = appendSignedURL(b, urls.progress, sig, ts)
 	b = append(b, `,"callback_url":`...)
-	b = signing.AppendJSString(b, callbackURL)
+	b = appendSignedURL(b, urls.callback, sig, ts)
+	e.b = nil
 	return append(b, '}')
+}
+
+// appendSignedURL appends u with the signed query as a JSON string. The
+// query needs no escaping there: query escaping leaves only letters,
+// digits, "-_.~%+", and the "?=&" between its parts.
+func appendSignedURL(b []byte, u, sig, ts string) []byte {
+	b = signing.AppendJSString(b, u)
+	b = appendSignedQuery(b[:len(b)-1], sig, ts)
+	return append(b, '"')
 }
 
 // accepted is the caller's answer to an async invoke.
@@ -279,11 +323,30 @@ func (h *Handler) accept(w http.ResponseWriter, c *call, urls jobURLs) {
 	h.rt.CountInvoke(c.svc.ID, c.ep.ID, "async", "ok")
 }
 
-// signedQuery is the query of the progress and callback URLs: what
-// "?" + url.Values{"signature": {sig}, "timestamp": {ts}}.Encode() writes
-// (keys in order), without its map and sort.
-func signedQuery(sig, ts string) string {
-	return "?signature=" + url.QueryEscape(sig) + "&timestamp=" + url.QueryEscape(ts)
+// appendSignedQuery appends the query of the progress and callback URLs:
+// what "?" + url.Values{"signature": {sig}, "timestamp": {ts}}.Encode()
+// writes (keys in order), without its map and sort.
+func appendSignedQuery(b []byte, sig, ts string) []byte {
+	b = append(b, "?signature="...)
+	b = appendQueryEscape(b, sig)
+	b = append(b, "&timestamp="...)
+	return appendQueryEscape(b, ts)
+}
+
+// appendQueryEscape appends url.QueryEscape(s) without its allocation.
+func appendQueryEscape(b []byte, s string) []byte {
+	const hex = "0123456789ABCDEF"
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_', c == '.', c == '~':
+			b = append(b, c)
+		case c == ' ':
+			b = append(b, '+')
+		default:
+			b = append(b, '%', hex[c>>4], hex[c&15])
+		}
+	}
+	return b
 }
 
 // acceptedBody is json.Marshal(accepted{"ACCEPTED", id, status URL,

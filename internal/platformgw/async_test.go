@@ -22,28 +22,34 @@ import (
 
 func TestAsyncEnvelope(t *testing.T) {
 	payload := "{\"q\":\"<b> & \\\"x\\\"\"}\n\u2028é\x01"
-	env := asyncEnvelope("id-1", payload, "http://h/p?signature=a%2Bb&timestamp=1", "http://h/c?x=1&y=2")
+	var env envelope
+	urls := jobURLs{progress: "http://h/p", callback: "http://h/c\"é"}
+	canonical := string(env.start("id-1", payload, urls))
+	// The payload is written with the canonical string's escaping, so the
+	// bytes a backend signs over can be cut straight out of the envelope.
+	if want := string(signing.AsyncCanonical(payload, "id-1")); canonical != want {
+		t.Fatalf("canonical string\n%q\nwant signing.AsyncCanonical's\n%q", canonical, want)
+	}
+	body := env.finish(urls, "a+b/=", "1")
 	var got struct {
 		RequestID   string `json:"request_id"`
 		Payload     string `json:"payload"`
 		ProgressURL string `json:"progress_url"`
 		CallbackURL string `json:"callback_url"`
 	}
-	if err := json.Unmarshal(env, &got); err != nil {
-		t.Fatalf("envelope is not JSON: %v\n%s", err, env)
+	if err := json.Unmarshal(body, &got); err != nil {
+		t.Fatalf("envelope is not JSON: %v\n%s", err, body)
 	}
-	if got.RequestID != "id-1" || got.Payload != payload || got.ProgressURL != "http://h/p?signature=a%2Bb&timestamp=1" || got.CallbackURL != "http://h/c?x=1&y=2" {
+	if got.RequestID != "id-1" || got.Payload != payload || got.ProgressURL != "http://h/p?signature=a%2Bb%2F%3D&timestamp=1" ||
+		got.CallbackURL != "http://h/c\"é?signature=a%2Bb%2F%3D&timestamp=1" {
 		t.Errorf("round trip %+v", got)
 	}
-	// The payload is written with the canonical string's escaping, so the
-	// bytes a backend signs over can be cut straight out of the envelope.
-	canonical := string(signing.AsyncCanonical(payload, "id-1"))
 	inner := strings.TrimSuffix(strings.TrimPrefix(canonical, `{"payload":`), `,"request_id":"id-1"}`)
-	if !strings.Contains(string(env), `"payload":`+inner+`,`) {
-		t.Errorf("payload escaped differently from the canonical string:\n%s\n%s", env, canonical)
+	if !strings.Contains(string(body), `"payload":`+inner+`,`) {
+		t.Errorf("payload escaped differently from the canonical string:\n%s\n%s", body, canonical)
 	}
-	if !strings.HasPrefix(string(env), `{"request_id":"id-1","payload":`) {
-		t.Errorf("key order: %s", env)
+	if !strings.HasPrefix(string(body), `{"request_id":"id-1","payload":`) {
+		t.Errorf("key order: %s", body)
 	}
 }
 
@@ -170,7 +176,7 @@ func TestAcceptedBodyMatchesJSON(t *testing.T) {
 	}
 	for _, p := range [][2]string{{"abc+/=", "1795467718"}, {"a b&c", "x?y"}} {
 		want := "?" + url.Values{"signature": {p[0]}, "timestamp": {p[1]}}.Encode()
-		if got := signedQuery(p[0], p[1]); got != want {
+		if got := string(appendSignedQuery(nil, p[0], p[1])); got != want {
 			t.Errorf("query %q, url.Values: %q", got, want)
 		}
 	}

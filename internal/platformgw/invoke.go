@@ -58,7 +58,12 @@ type call struct {
 }
 
 func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, c *call, route invokeRoute, next caddyhttp.Handler) error {
-	c.route, c.requestID, c.started = route, requestID(r), h.rt.Now()
+	c.route, c.started = route, h.rt.Now()
+	if route.async {
+		c.requestID = requestID(r) // the job's id: Caddy's random UUID
+	} else {
+		c.requestID = syncRequestID(r)
+	}
 	c.idValue[0] = c.requestID
 	w.Header()[h.requestIDKey] = c.idValue[:]
 	e := h.admit(r, c)

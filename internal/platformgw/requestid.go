@@ -2,11 +2,15 @@ package platformgw
 
 import (
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
+	mrand "math/rand/v2"
 	"net/http"
+	"sync"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
 )
 
 // newRequestID returns a random (version 4) UUID in its usual text form,
@@ -15,7 +19,36 @@ import (
 // the string). crypto/rand.Read does not let its buffer escape.
 func newRequestID() string {
 	var u [16]byte
-	rand.Read(u[:])         // never fails (crypto/rand crashes the program instead)
+	rand.Read(u[:]) // never fails (crypto/rand crashes the program instead)
+	return uuidString(&u)
+}
+
+// newFastRequestID is newRequestID from a ChaCha8 generator rather than a
+// crypto/rand read per call: math/rand/v2's ChaCha8 is a cryptographically
+// strong generator, and each is seeded with 32 bytes of crypto/rand, so
+// the ids are as unique and as unguessable as crypto/rand's (122 random
+// bits), in ~300 instructions where a crypto/rand read of 16 bytes took
+// ~1,300 (callgrind; Linux's vDSO getrandom, a system call before 6.11). The
+// generators are kept one per P by a pool (a generator is not safe for
+// concurrent use; one the pool drops is replaced by a freshly seeded one).
+func newFastRequestID() string {
+	g := idGenerators.Get().(*mrand.ChaCha8)
+	var u [16]byte
+	binary.LittleEndian.PutUint64(u[:8], g.Uint64())
+	binary.LittleEndian.PutUint64(u[8:], g.Uint64())
+	idGenerators.Put(g)
+	return uuidString(&u)
+}
+
+var idGenerators = sync.Pool{New: func() any {
+	var seed [32]byte
+	rand.Read(seed[:])
+	return mrand.NewChaCha8(seed)
+}}
+
+// uuidString sets u's version (4) and variant (RFC 4122) and returns its
+// text form, with the string as the only allocation.
+func uuidString(u *[16]byte) string {
 	u[6] = u[6]&0x0f | 0x40 // version 4
 	u[8] = u[8]&0x3f | 0x80 // RFC 4122 variant
 	var s [36]byte
@@ -43,7 +76,7 @@ func requestID(r *http.Request) string {
 	ctx := r.Context()
 	repl, ok := ctx.Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	if _, extra := ctx.Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields); ok && extra {
-		if v, _ := repl.Get("http.request.uuid"); v != nil {
+		if v, _ := repl.Get(caddyUUIDPlaceholder); v != nil {
 			if id, _ := v.(string); id != "" {
 				return id
 			}
@@ -51,6 +84,37 @@ func requestID(r *http.Request) string {
 	}
 	return newRequestID()
 }
+
+// syncRequestID is requestID for a sync call: Caddy's {http.request.uuid}
+// when something read it already, else a UUID of newFastRequestID's that
+// it makes that placeholder's value, as Caddy would have (the replacer's
+// own values are read before its HTTP placeholders, so every later
+// {http.request.uuid} is this one) and puts in the access log entry as
+// "uuid". Caddy makes its UUID with a crypto/rand read per request, a
+// system call on the path of every sync call; an async call's id is its
+// job's id, and keeps Caddy's (requestID).
+func syncRequestID(r *http.Request) string {
+	ctx := r.Context()
+	repl, ok := ctx.Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	extra, ok2 := ctx.Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields)
+	if !ok || !ok2 {
+		return newFastRequestID()
+	}
+	if caddyhttp.GetVar(ctx, caddyUUIDVar) != nil {
+		return requestID(r) // made already: the access log has it
+	}
+	id := newFastRequestID()
+	repl.Set(caddyUUIDPlaceholder, id)
+	extra.Set(zap.String("uuid", id))
+	return id
+}
+
+// caddyUUIDPlaceholder is Caddy's request id placeholder; caddyUUIDVar the
+// request variable Caddy keeps the UUID it made for it in.
+const (
+	caddyUUIDPlaceholder = "http.request.uuid"
+	caddyUUIDVar         = "uuid"
+)
 
 // The placeholders a checked call publishes (docs/configuration.md,
 // "Placeholders"). http.auth.user.id is the one caddyauth sets; the

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/google/uuid"
 
 	"github.com/platformgw/gateway/internal/billing"
@@ -91,4 +92,68 @@ func TestRequestIDOutsideCaddy(t *testing.T) {
 	if u, err := uuid.Parse(a); err != nil || u.Version() != 4 || a == b {
 		t.Errorf("%q, %q: %v", a, b, err)
 	}
+}
+
+// TestNewFastRequestID: the sync call's generator makes the same kind of
+// id as newRequestID (a version 4, RFC 4122 variant UUID in canonical
+// text form), different every time, in one allocation.
+func TestNewFastRequestID(t *testing.T) {
+	seen := map[string]bool{}
+	for range 10000 {
+		id := newFastRequestID()
+		u, err := uuid.Parse(id)
+		if err != nil || u.String() != id || u.Version() != 4 || u.Variant() != uuid.RFC4122 {
+			t.Fatalf("%q: %v (version %d, variant %v)", id, err, u.Version(), u.Variant())
+		}
+		if seen[id] {
+			t.Fatalf("%q twice", id)
+		}
+		seen[id] = true
+	}
+	if raceDetector {
+		return
+	}
+	if n := testing.AllocsPerRun(100, func() { newFastRequestID() }); n > 1 {
+		t.Errorf("newFastRequestID made %.0f allocations, want 1", n)
+	}
+}
+
+// TestSyncRequestIDIsCaddys: in a request Caddy prepared, a sync call's id
+// is what {http.request.uuid} answers from then on, and a UUID Caddy made
+// before (something read the placeholder first) is kept.
+func TestSyncRequestIDIsCaddys(t *testing.T) {
+	prepared := func() (*http.Request, *caddy.Replacer) {
+		repl := caddy.NewReplacer()
+		w := httptest.NewRecorder()
+		r := caddyhttp.PrepareRequest(httptest.NewRequest("GET", "/", nil), repl, w, nil)
+		return r, repl
+	}
+	r, repl := prepared()
+	id := syncRequestID(r)
+	if u, err := uuid.Parse(id); err != nil || u.Version() != 4 {
+		t.Fatalf("%q: %v", id, err)
+	}
+	for range 2 {
+		if v, _ := repl.GetString(caddyUUIDPlaceholder); v != id {
+			t.Errorf("{http.request.uuid} = %q, the call's id %q", v, id)
+		}
+	}
+	r, repl = prepared()
+	first, _ := repl.GetString(caddyUUIDPlaceholder)
+	if got := syncRequestID(r); got != first || first == "" {
+		t.Errorf("Caddy's UUID %q was read first; the call's id is %q", first, got)
+	}
+}
+
+func BenchmarkRequestID(b *testing.B) {
+	b.Run("crypto", func(b *testing.B) {
+		for b.Loop() {
+			newRequestID()
+		}
+	})
+	b.Run("fast", func(b *testing.B) {
+		for b.Loop() {
+			newFastRequestID()
+		}
+	})
 }

@@ -1,7 +1,6 @@
 package portal
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"net/url"
@@ -21,18 +20,6 @@ import (
 // opens Stripe's customer portal (POST /billing/portal, 303) to change
 // the card. Without a payments block a paid plan is asked for
 // ("Request access"), as before.
-
-// Payments is what the portal uses of the payments integration
-// (*payments.Service has it).
-type Payments interface {
-	Sells(serviceID, productID string) bool
-	StartSubscriptionCheckout(ctx context.Context, r payments.CheckoutRequest) (string, error)
-	BillingPortalURL(ctx context.Context, userID, returnURL string) (string, error)
-	HasCustomer(ctx context.Context, userID string) bool
-	InvoicesOf(ctx context.Context, userID string) ([]payments.InvoiceRecord, error)
-}
-
-var _ Payments = (*payments.Service)(nil)
 
 // paymentsCSP is the portal's CSP with the two Stripe origins a form may
 // end at: a browser applies form-action to the 303 after the POST too.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/platformgw/gateway/internal/engine"
 	"github.com/platformgw/gateway/internal/ops"
+	"github.com/platformgw/gateway/internal/payments"
 	"github.com/platformgw/gateway/internal/platform"
 	"github.com/platformgw/gateway/internal/store"
 )
@@ -87,9 +88,10 @@ type Handler struct {
 	// the admin API runs.
 	rt  *engine.Runtime
 	ops Operations
-	// pay is the payments integration, nil without a payments block
-	// (payments.go); csp the pages' Content-Security-Policy.
-	pay    Payments
+	// pay is the payments integration, nil without a payments block:
+	// paid plans (payments.go) and credit packs (topups.go); csp the
+	// pages' Content-Security-Policy.
+	pay    *payments.Service
 	csp    string
 	oidc   *oidcProvider
 	logger *zap.Logger
@@ -129,9 +131,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	if svc := app.PaymentsService(); svc != nil {
-		h.pay = svc
-	}
+	h.pay = app.PaymentsService()
 	return h.setup(ctx, app.Runtime(), app.Ops(), ctx.Logger())
 }
 

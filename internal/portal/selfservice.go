@@ -63,6 +63,8 @@ type plansView struct {
 	KeysOff bool
 	// Services are the public services, for the index (GET /plans/).
 	Services []serviceLink
+	// Credits is the balance and packs of a prepaid plan (topups.go).
+	Credits *creditsView
 }
 
 type serviceLink struct{ ID, Name string }
@@ -118,6 +120,11 @@ func (h *Handler) servePlans(q *request, rest string) {
 			return
 		}
 		h.planAction(q, serviceID, action)
+	case "buy":
+		if !h.allow(q, http.MethodPost) {
+			return
+		}
+		h.buyCredits(q, serviceID)
 	case "cancel":
 		if !h.allow(q, http.MethodGet, http.MethodHead, http.MethodPost) {
 			return
@@ -218,7 +225,11 @@ func (h *Handler) plans(q *request, serviceID string, confirm bool) {
 		}
 		v.ConfirmCancel = true
 	}
-	h.renderPlans(q, http.StatusOK, sess, v, planNotices[q.r.URL.Query().Get("m")], "", nil)
+	notice := planNotices[q.r.URL.Query().Get("m")]
+	if n, ok := topUpNotices[q.r.URL.Query().Get("m")]; ok {
+		notice = n
+	}
+	h.renderPlans(q, http.StatusOK, sess, v, notice, "", nil)
 }
 
 // renderPlans renders a plans page, with a key just made shown once.
@@ -255,6 +266,7 @@ func (h *Handler) plansView(q *request, userID string, svc *catalog.Service) (*p
 	switch {
 	case err == nil:
 		v.Current = h.currentPlan(svc, sub, q.now)
+		v.Credits = h.creditsOf(q, svc, sub)
 	case !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrNoAccount):
 		return nil, err
 	}
@@ -286,7 +298,9 @@ func (h *Handler) plansView(q *request, userID string, svc *catalog.Service) (*p
 			}
 		}
 		row.Action, row.Note = planAction(svc, p.ID, v.Current, !row.Requested.IsZero())
-		if h.sells(svc.ID, p.ID) && svc.SelfServiceOffer(p.ID) != catalog.NotOffered && row.Requested.IsZero() {
+		if h.prepaidWithPacks(svc, p.ID) {
+			row.Action, row.Note = prepaidPlanAction(p.ID, v.Current)
+		} else if h.sells(svc.ID, p.ID) && svc.SelfServiceOffer(p.ID) != catalog.NotOffered && row.Requested.IsZero() {
 			curPaid := v.Current != nil && h.sells(svc.ID, v.Current.ProductID)
 			row.Action, row.Note = paidAction(svc, p.ID, v.Current, curPaid)
 		}
@@ -472,6 +486,9 @@ func (h *Handler) subscribe(q *request, sess session, sessionKey store.KeyRecord
 		// Sold through Stripe, a trial included: Checkout takes the card.
 		h.checkout(q, sess, svc, productID)
 		return
+	}
+	if h.prepaidWithPacks(svc, productID) {
+		offer = catalog.OfferFree // a zero balance; credits are bought (topups.go)
 	}
 	switch offer {
 	case catalog.NotOffered:

@@ -95,8 +95,8 @@ var listening = regexp.MustCompile(`Listening for HTTP at address: (\S+)`)
 // both stop when the test ends.
 func Start(t testing.TB) *Mock {
 	t.Helper()
-	// Both listeners on free loopback ports: left alone, HTTPS takes
-	// :12112 on every interface, and two tests running at once collide.
+	// HTTPS on a port of its own too: left alone stripe-mock also binds
+	// :12112, and exits at once if another test's stripe-mock has it.
 	cmd := exec.Command(Binary(t), "-http-addr", "127.0.0.1:0", "-https-addr", "127.0.0.1:0")
 	out, err := cmd.StdoutPipe()
 	if err != nil {

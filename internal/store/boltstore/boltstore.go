@@ -35,13 +35,13 @@ var (
 	bucketLedger       = []byte("ledger")        // time(8) seq(8) -> LedgerEntry: the ledger before the ledger directory (ledger.go), moved out at Open
 	bucketReservations = []byte("reservations")  // reservation id -> reservation
 	bucketIdempotency  = []byte("idempotency")   // service \0 key -> idemRecord
-	bucketJobs         = []byte("jobs")          // job id -> Job
+	bucketJobs         = []byte("jobs")          // job id -> Job: the ended jobs (the open ones are in bucketLiveJobs, jobslive.go)
 	bucketOpenJobs     = []byte("jobs_open")     // expires(8) id -> nil
 )
 
 var allBuckets = [][]byte{
 	bucketKeys, bucketKeyIDs, bucketKeyUsers, bucketSubs, bucketCounters,
-	bucketReservations, bucketIdempotency, bucketJobs, bucketOpenJobs,
+	bucketReservations, bucketIdempotency, bucketJobs, bucketOpenJobs, bucketLiveJobs,
 	bucketAlerts, bucketAlertKeys, bucketAlertsDue,
 }
 
@@ -114,6 +114,8 @@ type Store struct {
 
 	// pay serialises the credit grants' changes (payments.go).
 	pay payState
+	// live says which jobs are in bucketLiveJobs, and where (jobslive.go).
+	live liveJobs
 }
 
 type op struct {
@@ -217,20 +219,29 @@ func OpenWith(path string, o Options) (*Store, error) {
 			}
 		}
 		if m := tx.Bucket(bucketMarker); string(m.Get(keyFormat)) != string(storeFormat) {
-			// A store of an earlier build: every record gets its
-			// checksum now, in this transaction, so that from here on
-			// every read checks one.
-			n, err := sealStore(tx)
-			if err != nil {
-				return fmt.Errorf("add checksums to the records: %w", err)
+			if string(m.Get(keyFormat)) != string(sealedFormat) {
+				// A store of an earlier build: every record gets its
+				// checksum now, in this transaction, so that from here on
+				// every read checks one.
+				n, err := sealStore(tx)
+				if err != nil {
+					return fmt.Errorf("add checksums to the records: %w", err)
+				}
+				if exists {
+					s.sealNote = fmt.Sprintf("store %s: added a checksum to each of its %d records (store format %s); every read checks it from now on, and gateways before this one no longer open the file",
+						path, n, storeFormat)
+				}
 			}
-			if exists {
-				s.sealNote = fmt.Sprintf("store %s: added a checksum to each of its %d records (store format %s); every read checks it from now on, and gateways before this one no longer open the file",
-					path, n, storeFormat)
-			}
+			// Format 3 keeps open jobs in bucketLiveJobs (created
+			// above): a gateway that reads format 2 would not see them,
+			// so it must refuse the file. A format 2 store's open jobs
+			// stay in bucketJobs, where they are found as before.
 			if err := m.Put(keyFormat, storeFormat); err != nil {
 				return err
 			}
+		}
+		if err := s.indexLiveJobs(tx); err != nil {
+			return fmt.Errorf("index the open jobs: %w", err)
 		}
 		return s.releaseAbandoned(tx)
 	})

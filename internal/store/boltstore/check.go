@@ -35,11 +35,16 @@ var ErrLocked = errors.New("store file is locked by another process")
 // Format 2 is format 1 with a checksum trailer on every record
 // (recordsum.go). Open seals a format 1 store (or one from before the
 // marker) and records format 2; a gateway that reads format 1 only refuses
-// a format 2 file rather than misread its records.
+// a format 2 file rather than misread its records. Format 3 is format 2
+// with the open jobs in their own bucket, in creation order (jobslive.go):
+// Open records it on a format 2 store, which needs nothing moved, and a
+// gateway that reads format 2 at most refuses the file rather than miss
+// its open jobs and their holds.
 var (
 	bucketMarker   = []byte("platformgw")
 	keyFormat      = []byte("format")
-	storeFormat    = []byte("2")
+	storeFormat    = []byte("3")
+	sealedFormat   = []byte("2")
 	unsealedFormat = []byte("1")
 )
 
@@ -301,8 +306,8 @@ func walk(b *bolt.Bucket) error {
 // created but no gateway filled yet).
 func layout(tx *bolt.Tx, path string) (fresh bool, err error) {
 	if m := tx.Bucket(bucketMarker); m != nil {
-		if v := m.Get(keyFormat); string(v) != string(storeFormat) && string(v) != string(unsealedFormat) {
-			return false, damaged(path, "store format %q, but this gateway reads formats %q and %q", v, unsealedFormat, storeFormat)
+		if v := m.Get(keyFormat); string(v) != string(storeFormat) && string(v) != string(sealedFormat) && string(v) != string(unsealedFormat) {
+			return false, damaged(path, "store format %q, but this gateway reads formats %q, %q and %q", v, unsealedFormat, sealedFormat, storeFormat)
 		}
 		return false, nil
 	}
@@ -400,7 +405,7 @@ func CheckFile(path string) (Report, error) {
 		return rep, err
 	}
 	err = db.View(func(tx *bolt.Tx) error {
-		if m := tx.Bucket(bucketMarker); m == nil || string(m.Get(keyFormat)) != string(storeFormat) {
+		if m := tx.Bucket(bucketMarker); m == nil || string(m.Get(keyFormat)) != string(storeFormat) && string(m.Get(keyFormat)) != string(sealedFormat) {
 			rep.Unsealed = true
 			return nil
 		}

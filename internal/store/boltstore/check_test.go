@@ -141,12 +141,12 @@ func damages() []damage {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMarker).Put(keyFormat, []byte("3")) })
+			err = db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMarker).Put(keyFormat, []byte("4")) })
 			if err != nil {
 				t.Fatal(err)
 			}
 			db.Close()
-		}, `store format "3"`},
+		}, `store format "4"`},
 	}
 	for seed := range uint64(8) {
 		ds = append(ds, damage{fmt.Sprintf("64 random pages overwritten (seed %d)", seed), overwrite(seed), "damaged"})

@@ -183,7 +183,7 @@ func exportJobs(ctx context.Context, tx *bolt.Tx, to store.Importer, n int, t *s
 		jobs, holds = jobs[:0], holds[:0]
 		return err
 	}
-	err := eachJSON(tx, bucketJobs, func(_ []byte, rec jobRecord) error {
+	each := func(_ []byte, rec jobRecord) error {
 		j := rec.job()
 		t.Jobs++
 		jobs = append(jobs, j)
@@ -206,9 +206,12 @@ func exportJobs(ctx context.Context, tx *bolt.Tx, to store.Importer, n int, t *s
 			return flush()
 		}
 		return nil
-	})
-	if err != nil {
-		return err
+	}
+	// The ended jobs, then the open ones (jobslive.go).
+	for _, b := range [][]byte{bucketJobs, bucketLiveJobs} {
+		if err := eachJSON(tx, b, each); err != nil {
+			return err
+		}
 	}
 	return flush()
 }

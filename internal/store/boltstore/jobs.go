@@ -29,11 +29,7 @@ func (s *Store) loadJob(id string) (*memJob, error) {
 		return j, nil
 	}
 	var m *memJob
-	err := s.view(func(tx *bolt.Tx) error {
-		var rec jobRecord
-		if err := getJSON(tx, bucketJobs, []byte(id), &rec); err != nil {
-			return err
-		}
+	err := s.viewJob(id, func(tx *bolt.Tx, rec jobRecord) error {
 		m = &memJob{job: rec.job()}
 		if rid := m.job.ReservationID; rid != "" {
 			n, err := strconv.ParseUint(rid, 10, 64)
@@ -75,12 +71,13 @@ func (f *jobIDs) mayHave(id string) bool {
 }
 
 // indexJobIDs builds the filter of job ids from the file, once the
-// settlement log is replayed onto it (no job is pending then).
+// settlement log is replayed onto it (no job is pending then): the ended
+// jobs' keys and the live index.
 func (s *Store) indexJobIDs() error {
 	f := jobIDs{seed: maphash.MakeSeed()}
 	err := s.view(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketJobs)
-		f.set = make(map[uint64]struct{}, b.Stats().KeyN)
+		f.set = make(map[uint64]struct{}, b.Stats().KeyN+tx.Bucket(bucketLiveJobs).Stats().KeyN)
 		c := b.Cursor()
 		for k, _ := c.First(); k != nil; k, _ = c.Next() {
 			f.set[maphash.Bytes(f.seed, k)] = struct{}{}
@@ -90,6 +87,11 @@ func (s *Store) indexJobIDs() error {
 	if err != nil {
 		return fmt.Errorf("open store %s: index the jobs: %w", s.path, err)
 	}
+	s.live.mu.RLock()
+	for id := range s.live.ids {
+		f.add(id)
+	}
+	s.live.mu.RUnlock()
 	s.jobMu.Lock()
 	s.jobIDs = f
 	s.jobMu.Unlock()
@@ -278,14 +280,13 @@ func (s *Store) GetJob(_ context.Context, id string) (store.Job, error) {
 	if ok {
 		return j, nil
 	}
-	var rec jobRecord
-	err := s.view(func(tx *bolt.Tx) error {
-		return getJSON(tx, bucketJobs, []byte(id), &rec)
+	err := s.viewJob(id, func(_ *bolt.Tx, rec jobRecord) error {
+		j = rec.job()
+		return nil
 	})
 	if err != nil {
-		return rec.job(), err
+		return store.Job{}, err
 	}
-	j = rec.job()
 	s.cache.fillJob(j, gen) // a job not yet stored is never cached, so creating one drops nothing
 	return j, nil
 }
@@ -528,10 +529,12 @@ func (s *Store) releaseJobHold(rec *settlement, h *jobHold) error {
 }
 
 // jobHolds reports whether the hold stored under key still belongs to an
-// open job: the job exists, is not terminal, and names this hold.
-func jobHolds(tx *bolt.Tx, jobID string, key []byte) (bool, error) {
-	var rec jobRecord
-	if err := getJSON(tx, bucketJobs, []byte(jobID), &rec); err != nil {
+// open job: the job exists, is not terminal, and names this hold. tx is
+// the one the live index was built in, or one after it.
+func (s *Store) jobHolds(tx *bolt.Tx, jobID string, key []byte) (bool, error) {
+	num, live, _ := s.live.lookup(jobID)
+	rec, err := findJob(tx, jobID, num, live)
+	if err != nil {
 		if err == store.ErrNotFound {
 			return false, nil
 		}

@@ -59,7 +59,7 @@ func (s *Store) releaseAbandoned(tx *bolt.Tx) error {
 			return err
 		}
 		if r.JobID != "" {
-			open, err := jobHolds(tx, r.JobID, k)
+			open, err := s.jobHolds(tx, r.JobID, k)
 			if err != nil || open {
 				return err
 			}

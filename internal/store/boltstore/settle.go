@@ -405,7 +405,7 @@ func (s *Store) applyRecord(tx *bolt.Tx, r *settlement) error {
 		}
 	}
 	if j := r.job; j != nil {
-		if err := putRaw(tx, bucketJobs, []byte(j.id), j.raw); err != nil {
+		if err := s.applyJob(tx, j); err != nil { // jobslive.go
 			return err
 		}
 		s.written.job(j.id)

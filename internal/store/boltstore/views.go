@@ -3,6 +3,8 @@ package boltstore
 import (
 	"bytes"
 	"context"
+	"slices"
+	"strings"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -10,9 +12,10 @@ import (
 )
 
 // The listings read existing buckets: subscriptions are keyed user \0
-// service, so one user's are a prefix range; jobs are keyed by id and
+// service, so one user's are a prefix range; ended jobs are keyed by id,
+// open ones listed by id from the live index (jobslive.go), and both
 // filtered while scanned, within store.JobScanBudget per call. No index
-// bucket, hence no migration of existing files.
+// bucket on disk.
 
 // jobScanBudget is store.JobScanBudget, lowered by tests.
 var jobScanBudget = store.JobScanBudget
@@ -75,7 +78,9 @@ func (s *Store) ListSubscriptions(ctx context.Context, userID, cursor string, li
 	return out, store.EncodeCursor(next), nil
 }
 
-// ListJobs pages through the jobs matching f, in id order.
+// ListJobs pages through the jobs matching f, in id order: the ended
+// jobs of bucketJobs and the open ones of the live index (jobslive.go),
+// merged.
 func (s *Store) ListJobs(ctx context.Context, f store.JobFilter, cursor string, limit int) ([]store.Job, string, error) {
 	if err := s.applyAll(); err != nil { // jobs changed and not yet applied
 		return nil, "", err
@@ -90,20 +95,51 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter, cursor string, 
 	limit = max(limit, 1)
 	out := make([]store.Job, 0, min(limit, 256))
 	var next []byte
+	// The index is read before the transaction starts: a job it names
+	// that the transaction finds gone from the live bucket was moved to
+	// bucketJobs, where the cursor meets it.
+	live := s.live.inOrder()
+	li, _ := slices.BinarySearchFunc(live, string(after), func(l liveJob, id string) int { return strings.Compare(l.id, id) })
+	if li < len(live) && after != nil && live[li].id == string(after) {
+		li++
+	}
 	err = s.view(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketJobs).Cursor()
+		lb := tx.Bucket(bucketLiveJobs)
 		scanned := 0
 		var last []byte
-		for k, v := seekAfter(c, nil, after); k != nil; k, v = c.Next() {
+		k, v := seekAfter(c, nil, after)
+		for k != nil || li < len(live) {
 			if len(out) == limit || scanned == jobScanBudget {
 				next = bytes.Clone(last)
 				return nil
 			}
 			scanned++
-			last = k
 			var rec jobRecord
-			if err := decodeJSON(bucketJobs, k, v, &rec); err != nil {
-				return err
+			if k != nil && (li == len(live) || string(k) <= live[li].id) {
+				if li < len(live) && string(k) == live[li].id {
+					li++ // moved out of the live bucket: listed once, from here
+				}
+				last = k
+				if err := decodeJSON(bucketJobs, k, v, &rec); err != nil {
+					return err
+				}
+				k, v = c.Next()
+			} else {
+				l := live[li]
+				li++
+				key := u64(l.num)
+				raw := lb.Get(key)
+				if raw == nil {
+					continue // moved to bucketJobs
+				}
+				if err := decodeJSON(bucketLiveJobs, key, raw, &rec); err != nil {
+					return err
+				}
+				if rec.ID != l.id {
+					continue
+				}
+				last = []byte(l.id)
 			}
 			if j := rec.job(); f.Matches(j) {
 				out = append(out, j)

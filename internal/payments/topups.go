@@ -1,0 +1,475 @@
+package payments
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/bits"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/stripe/stripe-go/v82"
+
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/catalog"
+	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/subscription"
+)
+
+// Prepaid top-ups (docs/payments.md, "Prepaid top-ups"): a caller of a
+// prepaid product buys a pack of credits (`topup` in the payments block)
+// through a Checkout Session in payment mode; the paid session grants the
+// pack's credits once, by the PaymentIntent's id (store.Payments
+// GrantCredits); a refund takes back credits in proportion to the money
+// returned, once per refund id, and a lost dispute the rest, once per
+// dispute id (ReverseCredits); the balance may go negative. Grants with an
+// expires_after end at their time, oldest first (ExpireCredits, run by the
+// platform's maintenance).
+
+// MetaPack is the metadata key naming the pack a top-up's Checkout
+// Session (and its PaymentIntent) bought, beside MetaUser, MetaService and
+// MetaProduct: who bought which pack. The webhook trusts it because only
+// the gateway makes these sessions and the event is signed.
+const MetaPack = "platform_pack"
+
+func init() {
+	checkoutByMode[stripe.CheckoutSessionModePayment] = topUpPaid
+	// A delayed payment method (a bank debit) completes the session
+	// unpaid and pays later: the grant waits for this event.
+	handle(stripe.EventTypeCheckoutSessionAsyncPaymentSucceeded, topUpPaid)
+	handle(stripe.EventTypeCheckoutSessionAsyncPaymentFailed, topUpFailed)
+	handle(stripe.EventTypeChargeRefunded, chargeRefunded)
+	handle(stripe.EventTypeChargeDisputeClosed, disputeClosed)
+}
+
+// Errors of StartTopUp, for the portal to word.
+var (
+	ErrUnknownPack    = errors.New("payments: no such credit pack")
+	ErrNoSubscription = errors.New("payments: no running subscription to buy credits for")
+)
+
+// Pack finds the credit pack name of a product.
+func (s *Service) Pack(serviceID, productID, name string) (TopUp, bool) {
+	for _, t := range s.cfg.TopUpsFor(serviceID, productID) {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return TopUp{}, false
+}
+
+// StartTopUp opens a Checkout Session in payment mode for one pack of
+// credits bought by userID, and returns the URL of Stripe's page to send
+// the caller to. The caller must have a subscription to the service that
+// grants access now. successURL and cancelURL are where Stripe sends them
+// back.
+func (s *Service) StartTopUp(ctx context.Context, userID, serviceID, productID, pack, successURL, cancelURL string) (string, error) {
+	t, ok := s.Pack(serviceID, productID, pack)
+	if !ok {
+		return "", ErrUnknownPack
+	}
+	sub, err := s.Store().GetSubscription(ctx, userID, serviceID)
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrNoAccount) ||
+		err == nil && !subscription.EffectiveStatus(sub, s.now()).GrantsAccess() {
+		return "", ErrNoSubscription
+	}
+	if err != nil {
+		return "", err
+	}
+	customer, err := s.customerFor(ctx, userID)
+	if err != nil {
+		return "", err
+	}
+	meta := map[string]string{MetaUser: userID, MetaService: serviceID, MetaProduct: productID, MetaPack: t.Name}
+	params := &stripe.CheckoutSessionCreateParams{
+		Mode:              stripe.String(string(stripe.CheckoutSessionModePayment)),
+		Customer:          stripe.String(customer),
+		ClientReferenceID: stripe.String(userID),
+		LineItems:         []*stripe.CheckoutSessionCreateLineItemParams{{Price: stripe.String(t.Price), Quantity: stripe.Int64(1)}},
+		Metadata:          meta,
+		// The PaymentIntent carries it too, so that a charge's refund or
+		// dispute can be traced in Stripe's dashboard.
+		PaymentIntentData: &stripe.CheckoutSessionCreatePaymentIntentDataParams{Metadata: meta},
+		SuccessURL:        stripe.String(successURL),
+		CancelURL:         stripe.String(cancelURL),
+	}
+	cs, err := s.sc.V1CheckoutSessions.Create(ctx, params)
+	if err != nil {
+		return "", fmt.Errorf("creating the Checkout Session of pack %s of %s/%s: %w", t.Name, serviceID, productID, err)
+	}
+	if cs.URL == "" {
+		return "", fmt.Errorf("stripe answered Checkout Session %s without a URL", cs.ID)
+	}
+	return cs.URL, nil
+}
+
+// PackPrice is what a pack costs, from its Stripe Price (asked once per
+// Price and remembered). ok is false when Stripe could not say (down, or
+// a Price without a unit amount): the portal then shows the listing's
+// currency and leaves the amount to Checkout.
+func (s *Service) PackPrice(ctx context.Context, t TopUp) (catalog.Money, bool) {
+	if m, ok := priceCache.Load(t.Price); ok {
+		return m.(catalog.Money), true
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	p, err := s.sc.V1Prices.Retrieve(ctx, t.Price, nil)
+	if err != nil || p.Currency == "" || p.UnitAmount <= 0 {
+		return catalog.Money{}, false
+	}
+	m := MinorMoney(p.UnitAmount, string(p.Currency))
+	priceCache.Store(t.Price, m)
+	return m, true
+}
+
+// priceCache holds the Prices asked of Stripe, by id. A Price's amount
+// never changes in Stripe (a new amount is a new Price).
+var priceCache sync.Map
+
+// MinorMoney is an amount in a currency's minor units, as Stripe gives it
+// (1000 usd is 10.00 USD, 500 jpy is 500 JPY).
+func MinorMoney(amount int64, currency string) catalog.Money {
+	code := strings.ToUpper(currency)
+	per := int64(billing.Scale)
+	for range catalog.MinorDigits(code) {
+		per /= 10
+	}
+	return catalog.Money{Amount: billing.Units(amount * per), Currency: code}
+}
+
+// topUpOf resolves the metadata of a top-up's session: an event naming a
+// user without a subscription, a product or a pack this config does not
+// have can never apply (400, nothing changes).
+func (s *Service) topUpOf(ctx context.Context, meta map[string]string) (TopUp, error) {
+	userID, serviceID, productID, pack := meta[MetaUser], meta[MetaService], meta[MetaProduct], meta[MetaPack]
+	if userID == "" || serviceID == "" || productID == "" || pack == "" {
+		return TopUp{}, badEvent("the session's metadata does not name a user, service, product and pack of a top-up")
+	}
+	if _, _, err := lookup(s.cat, serviceID, productID); err != nil {
+		return TopUp{}, badEvent("the session names %s/%s: %v", serviceID, productID, err)
+	}
+	t, ok := s.Pack(serviceID, productID, pack)
+	if !ok {
+		return TopUp{}, badEvent("the session names pack %q, which %s/%s does not have", pack, serviceID, productID)
+	}
+	if _, err := s.Store().GetSubscription(ctx, userID, serviceID); errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrNoAccount) {
+		return TopUp{}, badEvent("the session names user %q, who has no subscription to %s", userID, serviceID)
+	} else if err != nil {
+		return TopUp{}, err
+	}
+	return t, nil
+}
+
+// topUpPaid grants a paid top-up's credits: checkout.session.completed
+// in payment mode when it is paid, and
+// checkout.session.async_payment_succeeded. The grant's id is the
+// PaymentIntent's, so the same payment grants once whichever events and
+// however many times they come.
+func topUpPaid(s *Service, ctx context.Context, ev *stripe.Event) error {
+	var cs stripe.CheckoutSession
+	if err := json.Unmarshal(ev.Data.Raw, &cs); err != nil {
+		return badEvent("%s: the session does not parse: %v", ev.Type, err)
+	}
+	if cs.Mode != stripe.CheckoutSessionModePayment {
+		return nil // a subscription's session: its invoices drive it
+	}
+	if cs.PaymentStatus != stripe.CheckoutSessionPaymentStatusPaid {
+		return nil // a delayed payment: async_payment_succeeded grants
+	}
+	if !ours(cs.Metadata) {
+		return nil // a payment the gateway did not start (a Payment Link)
+	}
+	userID := cs.Metadata[MetaUser]
+	t, err := s.topUpOf(ctx, cs.Metadata)
+	if err != nil {
+		return err
+	}
+	if cs.AmountTotal <= 0 || cs.Currency == "" {
+		return badEvent("session %s: a top-up is paid with money; amount_total %d %q", cs.ID, cs.AmountTotal, cs.Currency)
+	}
+	if cs.PaymentIntent == nil || cs.PaymentIntent.ID == "" {
+		return badEvent("session %s: a paid top-up without a payment_intent has nothing to grant by", cs.ID)
+	}
+	pi := cs.PaymentIntent.ID
+	paid := MinorMoney(cs.AmountTotal, string(cs.Currency))
+	// The event's time, the same on every delivery, so the grant is the
+	// same whichever delivery makes it.
+	paidAt := time.Unix(ev.Created, 0).UTC()
+	g := store.CreditGrant{ID: pi, UserID: userID, ServiceID: t.Service, Credits: t.Credits, GrantedAt: paidAt,
+		Source: "stripe", Reference: fmt.Sprintf("pack %s of %s, %s paid, Checkout %s", t.Name, t.Product, paid, cs.ID)}
+	if t.ExpiresAfter > 0 {
+		g.ExpiresAt = paidAt.Add(time.Duration(t.ExpiresAfter))
+	}
+	pay, err := s.Payments()
+	if err != nil {
+		return err
+	}
+	if _, err := pay.GrantCredits(ctx, g); err != nil && !errors.Is(err, store.ErrReplayed) {
+		if errors.Is(err, store.ErrNoAccount) || errors.Is(err, store.ErrBadInput) {
+			return badEvent("session %s: %v", cs.ID, err)
+		}
+		return fmt.Errorf("granting top-up %s: %w", pi, err)
+	}
+	if _, err := pay.GetPaymentRecord(ctx, KindTopUp, pi); err == nil {
+		return nil // recorded by an earlier delivery
+	}
+	rec := TopUpRecord{ID: pi, SessionID: cs.ID, UserID: userID, ServiceID: t.Service, ProductID: t.Product, Pack: t.Name,
+		Credits: t.Credits.String(), Amount: cs.AmountTotal, Currency: strings.ToUpper(string(cs.Currency)),
+		PaidAt: paidAt, ReceiptURL: s.receiptURL(ctx, pi), UpdatedAt: s.now().UTC()}
+	body, _ := json.Marshal(rec)
+	if _, err := pay.InsertPaymentRecord(ctx, KindTopUp, pi, body, s.now()); err != nil && !errors.Is(err, store.ErrExists) {
+		return fmt.Errorf("recording top-up %s: %w", pi, err)
+	}
+	return nil
+}
+
+// receiptURL is the receipt of the payment's charge, or "" when Stripe
+// cannot say now (a later charge.refunded fills it in): the credits are
+// granted either way.
+func (s *Service) receiptURL(ctx context.Context, pi string) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	params := &stripe.PaymentIntentRetrieveParams{}
+	params.AddExpand("latest_charge")
+	p, err := s.sc.V1PaymentIntents.Retrieve(ctx, pi, params)
+	if err != nil || p.LatestCharge == nil {
+		return ""
+	}
+	return p.LatestCharge.ReceiptURL
+}
+
+// topUpFailed records that a delayed payment failed: nothing is granted.
+func topUpFailed(s *Service, ctx context.Context, ev *stripe.Event) error {
+	var cs stripe.CheckoutSession
+	if err := json.Unmarshal(ev.Data.Raw, &cs); err != nil {
+		return badEvent("%s: the session does not parse: %v", ev.Type, err)
+	}
+	if cs.Mode != stripe.CheckoutSessionModePayment || !ours(cs.Metadata) {
+		return nil
+	}
+	t, err := s.topUpOf(ctx, cs.Metadata)
+	if err != nil {
+		return err
+	}
+	s.audit(ctx, "topup.failed", cs.Metadata[MetaUser], t.Service,
+		fmt.Sprintf("the payment of pack %s of %s failed (Checkout %s); no credits granted", t.Name, t.Product, cs.ID))
+	return nil
+}
+
+// topUpRecord reads the top-up paid by PaymentIntent pi, or ErrNotFound
+// when pi paid no top-up (a subscription's invoice).
+func (s *Service) topUpRecord(ctx context.Context, pay store.Payments, pi string) (TopUpRecord, error) {
+	var rec TopUpRecord
+	if pi == "" {
+		return rec, store.ErrNotFound
+	}
+	b, err := pay.GetPaymentRecord(ctx, KindTopUp, pi)
+	if err != nil {
+		return rec, err
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return rec, fmt.Errorf("top-up record %s does not parse: %w", pi, err)
+	}
+	return rec, nil
+}
+
+// ours reports whether a session's metadata is a top-up the gateway
+// started: it names at least one of its keys (all four are checked
+// after).
+func ours(meta map[string]string) bool {
+	return meta[MetaUser] != "" || meta[MetaService] != "" || meta[MetaProduct] != "" || meta[MetaPack] != ""
+}
+
+// notGrantedYet decides about a refund or dispute of a payment with no
+// top-up record: a payment that bought no top-up (a subscription's
+// invoice) changes nothing, but a top-up's whose grant has not come yet
+// (events come in any order) is an error, so that Stripe sends the event
+// again after the grant. Which it is, the PaymentIntent's metadata says
+// (Stripe is asked only when the charge's does not).
+func (s *Service) notGrantedYet(ctx context.Context, pi string, meta map[string]string, what string) error {
+	if pi == "" {
+		return nil
+	}
+	if meta[MetaPack] == "" {
+		p, err := s.sc.V1PaymentIntents.Retrieve(ctx, pi, nil)
+		if err != nil {
+			return fmt.Errorf("%s: asking Stripe whether PaymentIntent %s bought a top-up: %w", what, pi, err)
+		}
+		meta = p.Metadata
+	}
+	if meta[MetaPack] == "" {
+		return nil
+	}
+	return fmt.Errorf("%s before top-up %s was granted; Stripe sends it again", what, pi)
+}
+
+// share is credits*part/whole rounded down, for 0 <= part <= whole: the
+// credits a part of the money paid bought.
+func share(credits billing.Units, part, whole int64) billing.Units {
+	if credits <= 0 || part <= 0 || whole <= 0 {
+		return 0
+	}
+	if part >= whole {
+		return credits
+	}
+	hi, lo := bits.Mul64(uint64(credits), uint64(part))
+	q, _ := bits.Div64(hi, lo, uint64(whole)) // hi < whole since part < whole
+	return billing.Units(q)
+}
+
+// chargeRefunded takes back the credits of refunded money, in proportion:
+// each refund of the charge (oldest first) takes what the refunds up to
+// and including it bought less what the ones before it bought, so the
+// parts add up to the whole grant when everything is refunded, and each
+// is taken once by its refund id, in whatever order the events come.
+func chargeRefunded(s *Service, ctx context.Context, ev *stripe.Event) error {
+	var ch stripe.Charge
+	if err := json.Unmarshal(ev.Data.Raw, &ch); err != nil {
+		return badEvent("charge.refunded: the charge does not parse: %v", err)
+	}
+	pay, err := s.Payments()
+	if err != nil {
+		return err
+	}
+	var pi string
+	if ch.PaymentIntent != nil {
+		pi = ch.PaymentIntent.ID
+	}
+	rec, err := s.topUpRecord(ctx, pay, pi)
+	if errors.Is(err, store.ErrNotFound) {
+		return s.notGrantedYet(ctx, pi, ch.Metadata, "charge "+ch.ID+" refunded")
+	} else if err != nil {
+		return err
+	}
+	if ch.Amount <= 0 {
+		return badEvent("charge %s: amount %d", ch.ID, ch.Amount)
+	}
+	credits, err := billing.ParseUnits(rec.Credits)
+	if err != nil {
+		return fmt.Errorf("top-up record %s: credits %q: %w", pi, rec.Credits, err)
+	}
+	refunds, err := s.refundsOf(ctx, &ch)
+	if err != nil {
+		return err
+	}
+	var cum int64
+	for _, r := range refunds {
+		before := cum
+		cum = min(cum+r.Amount, ch.Amount)
+		take := share(credits, cum, ch.Amount) - share(credits, before, ch.Amount)
+		if take <= 0 {
+			continue
+		}
+		at := time.Unix(cmp.Or(r.Created, ev.Created), 0).UTC()
+		_, _, err := pay.ReverseCredits(ctx, store.CreditReversal{ID: r.ID, GrantID: pi, Credits: take, At: at,
+			Reason: fmt.Sprintf("refund of %s of %s paid", MinorMoney(r.Amount, string(ch.Currency)), MinorMoney(ch.Amount, string(ch.Currency)))})
+		if err != nil && !errors.Is(err, store.ErrReplayed) {
+			return fmt.Errorf("taking back the credits of refund %s: %w", r.ID, err)
+		}
+	}
+	if ch.AmountRefunded > rec.Refunded || rec.ReceiptURL == "" && ch.ReceiptURL != "" {
+		rec.Refunded = max(rec.Refunded, ch.AmountRefunded)
+		rec.ReceiptURL = cmp.Or(rec.ReceiptURL, ch.ReceiptURL)
+		rec.UpdatedAt = s.now().UTC()
+		body, _ := json.Marshal(rec)
+		if err := pay.PutPaymentRecord(ctx, KindTopUp, pi, body, s.now()); err != nil {
+			return fmt.Errorf("recording the refund of top-up %s: %w", pi, err)
+		}
+	}
+	return nil
+}
+
+// refundsOf lists the refunds of a charge that return money (not failed
+// or canceled), oldest first: from the event when it carries them, else
+// from Stripe (charges in events do not carry their refunds since API
+// version 2022-11-15).
+func (s *Service) refundsOf(ctx context.Context, ch *stripe.Charge) ([]*stripe.Refund, error) {
+	var all []*stripe.Refund
+	if ch.Refunds != nil && len(ch.Refunds.Data) > 0 && !ch.Refunds.HasMore {
+		all = ch.Refunds.Data
+	} else {
+		for r, err := range s.sc.V1Refunds.List(ctx, &stripe.RefundListParams{Charge: stripe.String(ch.ID)}) {
+			if err != nil {
+				return nil, fmt.Errorf("listing the refunds of charge %s: %w", ch.ID, err)
+			}
+			all = append(all, r)
+		}
+	}
+	var out []*stripe.Refund
+	for _, r := range all {
+		if r == nil || r.ID == "" || r.Amount <= 0 || r.Status == stripe.RefundStatusFailed || r.Status == stripe.RefundStatusCanceled {
+			continue
+		}
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b *stripe.Refund) int {
+		return cmp.Or(cmp.Compare(a.Created, b.Created), strings.Compare(a.ID, b.ID))
+	})
+	return out, nil
+}
+
+// disputeClosed takes back what is left of a top-up's grant when its
+// dispute is lost (the money went back to the card holder), once by the
+// dispute's id. A won dispute changes nothing.
+func disputeClosed(s *Service, ctx context.Context, ev *stripe.Event) error {
+	var d stripe.Dispute
+	if err := json.Unmarshal(ev.Data.Raw, &d); err != nil {
+		return badEvent("charge.dispute.closed: the dispute does not parse: %v", err)
+	}
+	if d.Status != stripe.DisputeStatusLost {
+		return nil
+	}
+	if d.ID == "" {
+		return badEvent("charge.dispute.closed: the dispute has no id")
+	}
+	pay, err := s.Payments()
+	if err != nil {
+		return err
+	}
+	var pi string
+	switch {
+	case d.PaymentIntent != nil && d.PaymentIntent.ID != "":
+		pi = d.PaymentIntent.ID
+	case d.Charge != nil && d.Charge.PaymentIntent != nil:
+		pi = d.Charge.PaymentIntent.ID
+	}
+	rec, err := s.topUpRecord(ctx, pay, pi)
+	if errors.Is(err, store.ErrNotFound) {
+		return s.notGrantedYet(ctx, pi, d.Metadata, "dispute "+d.ID+" lost")
+	} else if err != nil {
+		return err
+	}
+	credits, err := billing.ParseUnits(rec.Credits)
+	if err != nil {
+		return fmt.Errorf("top-up record %s: credits %q: %w", pi, rec.Credits, err)
+	}
+	// All of it: the store takes back only what the grant has left.
+	_, _, err = pay.ReverseCredits(ctx, store.CreditReversal{ID: d.ID, GrantID: pi, Credits: credits,
+		At: time.Unix(ev.Created, 0).UTC(), Reason: fmt.Sprintf("dispute lost, %s", MinorMoney(d.Amount, string(d.Currency)))})
+	if err != nil && !errors.Is(err, store.ErrReplayed) {
+		return fmt.Errorf("taking back the credits of dispute %s: %w", d.ID, err)
+	}
+	if d.Amount > rec.Disputed {
+		rec.Disputed, rec.UpdatedAt = d.Amount, s.now().UTC()
+		body, _ := json.Marshal(rec)
+		if err := pay.PutPaymentRecord(ctx, KindTopUp, pi, body, s.now()); err != nil {
+			return fmt.Errorf("recording the dispute of top-up %s: %w", pi, err)
+		}
+	}
+	return nil
+}
+
+// ExpireCredits ends the credit grants due at now, oldest first
+// (store.ExpireGrants); the store audits each. Every node of a fleet may
+// call it: a grant expires once.
+func ExpireCredits(ctx context.Context, st store.Store, now time.Time) ([]store.CreditGrant, error) {
+	pay, ok := st.(store.Payments)
+	if !ok {
+		return nil, nil
+	}
+	return pay.ExpireCredits(ctx, now)
+}
