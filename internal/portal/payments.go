@@ -70,7 +70,7 @@ func (h *Handler) checkout(q *request, sess session, svc *catalog.Service, produ
 	back := "/plans/" + url.PathEscape(svc.ID)
 	to, err := h.pay.StartSubscriptionCheckout(q.r.Context(), payments.CheckoutRequest{
 		UserID: sess.UserID, ServiceID: svc.ID, ProductID: productID,
-		SuccessURL: h.absolute(q, back+"?m=paid"), CancelURL: h.absolute(q, back+"?m=checkout-cancelled")})
+		SuccessURL: h.absolute(q, back+"?m=subscribed"), CancelURL: h.absolute(q, back+"?m=checkout-cancelled")})
 	if err != nil {
 		h.logger.Error("portal: Stripe Checkout not started", zap.String("user_id", sess.UserID),
 			zap.String("service_id", svc.ID), zap.String("product_id", productID), zap.Error(err))

@@ -172,11 +172,11 @@ func TestPaidSubscriptionFollowsStripe(t *testing.T) {
 		f.Get("client_reference_id") != "payer" || f.Get("metadata[platform_product_id]") != "pro" ||
 		f.Get("subscription_data[metadata][platform_service_id]") != "echo" || f.Get("customer") == "" ||
 		f.Get("customer") != sessions[1].Form.Get("customer") ||
-		!strings.HasPrefix(f.Get("success_url"), siteBase+"/portal/plans/echo?m=paid") || !strings.Contains(f.Get("cancel_url"), "m=checkout-cancelled") {
+		!strings.HasPrefix(f.Get("success_url"), siteBase+"/portal/plans/echo?m=subscribed") || !strings.Contains(f.Get("cancel_url"), "m=checkout-cancelled") {
 		t.Fatalf("Checkout Session form: %v", f)
 	}
 	cust := f.Get("customer")
-	if _, page := c.get("/portal/plans/echo?m=paid"); !strings.Contains(page, "your payment went through Stripe") {
+	if _, page := c.get("/portal/plans/echo?m=subscribed"); !strings.Contains(page, "your payment went through Stripe") {
 		t.Error("no message back from Checkout")
 	}
 

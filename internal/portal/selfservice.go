@@ -44,7 +44,7 @@ var planNotices = map[string]string{
 	"cancelling": "Your subscription is cancelling: you keep access until the end of this period.",
 	"requested":  "Your request was sent to the operator. This page shows it until they answer.",
 	// Back from Stripe Checkout (payments.go).
-	"paid":               "Thank you: your payment went through Stripe. Your plan applies as soon as Stripe confirms it, usually within seconds; reload this page to see it.",
+	"subscribed":         "Thank you: your payment went through Stripe. Your plan applies as soon as Stripe confirms it, usually within seconds; reload this page to see it.",
 	"checkout-cancelled": "You left Stripe's checkout; nothing was charged and nothing was changed.",
 }
 
