@@ -249,6 +249,36 @@ func (s *Service) InvoicesOf(ctx context.Context, userID string) ([]InvoiceRecor
 	return out, nil
 }
 
+// TopUpsOf returns the user's paid top-ups, newest first: the credit
+// purchases the portal's Billing page lists with their receipts. It reads
+// every top-up record, as InvoicesOf reads every invoice.
+func (s *Service) TopUpsOf(ctx context.Context, userID string) ([]TopUpRecord, error) {
+	pay, err := s.Payments()
+	if err != nil {
+		return nil, err
+	}
+	var out []TopUpRecord
+	after := ""
+	for {
+		page, more, err := pay.ListPaymentRecords(ctx, KindTopUp, after, 500)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range page {
+			var t TopUpRecord
+			if json.Unmarshal(r.Body, &t) == nil && t.UserID == userID {
+				out = append(out, t)
+			}
+			after = r.ID
+		}
+		if !more || len(page) == 0 {
+			break
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].PaidAt.After(out[j].PaidAt) })
+	return out, nil
+}
+
 func invoiceTime(inv InvoiceRecord) time.Time {
 	switch {
 	case !inv.PaidAt.IsZero():

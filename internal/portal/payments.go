@@ -83,6 +83,8 @@ func (h *Handler) checkout(q *request, sess session, svc *catalog.Service, produ
 // billingView is the billing page.
 type billingView struct {
 	Invoices []invoiceRow
+	// TopUps are the caller's credit purchases, newest first.
+	TopUps []topUpRow
 	// CanManage: the caller has a Stripe customer, so the customer portal
 	// opens.
 	CanManage bool
@@ -96,6 +98,16 @@ type invoiceRow struct {
 	Date                time.Time
 	HostedURL, PDFURL   string
 	Paid, PaymentFailed bool
+}
+
+// topUpRow is a credit purchase on the billing page.
+type topUpRow struct {
+	ID, Service, Pack, Credits string
+	// Amount is what was paid, money with its currency; Refunded what
+	// refunds and a lost dispute took back, also money ("" for none).
+	Amount, Refunded string
+	Date             time.Time
+	ReceiptURL       string
 }
 
 // billingNotices are the billing page's messages, by a fixed code.
@@ -158,6 +170,23 @@ func (h *Handler) billing(q *request, problem string, status int) {
 		}
 		row.PaymentFailed = inv.Status == "open" && inv.AmountPaid < inv.AmountDue
 		v.Invoices = append(v.Invoices, row)
+	}
+	tops, err := h.pay.TopUpsOf(ctx, sess.UserID)
+	if err != nil {
+		h.logger.Error("portal billing", zap.String("user_id", sess.UserID), zap.Error(err))
+		h.message(q, http.StatusInternalServerError, "Something went wrong", "Your credit purchases could not be read; try again.")
+		return
+	}
+	for _, t := range tops {
+		row := topUpRow{ID: t.ID, Service: t.ServiceID, Pack: t.Pack, Credits: t.Credits + " credits",
+			Amount: payments.MinorMoney(t.Amount, t.Currency).String(), Date: t.PaidAt, ReceiptURL: httpsOnly(t.ReceiptURL)}
+		if svc, ok := h.rt.Catalog.Service(t.ServiceID); ok {
+			row.Service = svc.Name()
+		}
+		if back := t.Refunded + t.Disputed; back > 0 {
+			row.Refunded = payments.MinorMoney(min(back, t.Amount), t.Currency).String()
+		}
+		v.TopUps = append(v.TopUps, row)
 	}
 	h.render(q, status, "billing", page{Title: "Billing", Base: q.base, CSRF: sess.CSRF, UserID: sess.UserID,
 		Notice: billingNotices[q.r.URL.Query().Get("m")], Error: problem, Billing: v})

@@ -213,6 +213,14 @@ func TestPortalTopUp(t *testing.T) {
 		}
 	}
 
+	// The purchase is on the billing page, as money with its currency.
+	_, page = c.get("/portal/billing")
+	for _, want := range []string{`id="topup-pi_portal"`, "500 credits", "50.00 USD"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("billing page after buying lacks %q:\n%s", want, page)
+		}
+	}
+
 	// Refunded in full after 10 credits were spent: -10, shown plainly,
 	// and calls refused.
 	refund := stripetest.Event("evt_portal_refund", "charge.refunded", paidAt, map[string]any{
@@ -232,6 +240,10 @@ func TestPortalTopUp(t *testing.T) {
 	}
 	if strings.Contains(page, "expire on") {
 		t.Errorf("a refunded grant still shows an expiry")
+	}
+	_, page = c.get("/portal/billing")
+	if !regexp.MustCompile(`(?s)id="topup-pi_portal".*data-label="Refunded">50\.00 USD<`).MatchString(page) {
+		t.Errorf("the billing page does not show the refund as money:\n%s", page)
 	}
 	_, page = c.get("/portal/")
 	if !strings.Contains(page, "below zero, calls are refused until you buy credits") {
