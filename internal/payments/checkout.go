@@ -223,60 +223,44 @@ func (s *Service) HasCustomer(ctx context.Context, userID string) bool {
 // invoice record (a scan; a gateway's invoices number in the thousands,
 // not millions).
 func (s *Service) InvoicesOf(ctx context.Context, userID string) ([]InvoiceRecord, error) {
-	pay, err := s.Payments()
-	if err != nil {
-		return nil, err
-	}
-	var out []InvoiceRecord
-	after := ""
-	for {
-		page, more, err := pay.ListPaymentRecords(ctx, KindInvoice, after, 500)
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range page {
-			var inv InvoiceRecord
-			if json.Unmarshal(r.Body, &inv) == nil && inv.UserID == userID {
-				out = append(out, inv)
-			}
-			after = r.ID
-		}
-		if !more || len(page) == 0 {
-			break
-		}
-	}
+	out, err := recordsOf(ctx, s, KindInvoice, func(inv InvoiceRecord) bool { return inv.UserID == userID })
 	sort.SliceStable(out, func(i, j int) bool { return invoiceTime(out[i]).After(invoiceTime(out[j])) })
-	return out, nil
+	return out, err
 }
 
 // TopUpsOf returns the user's paid top-ups, newest first: the credit
 // purchases the portal's Billing page lists with their receipts. It reads
 // every top-up record, as InvoicesOf reads every invoice.
 func (s *Service) TopUpsOf(ctx context.Context, userID string) ([]TopUpRecord, error) {
+	out, err := recordsOf(ctx, s, KindTopUp, func(t TopUpRecord) bool { return t.UserID == userID })
+	sort.SliceStable(out, func(i, j int) bool { return out[i].PaidAt.After(out[j].PaidAt) })
+	return out, err
+}
+
+// recordsOf reads every record of kind that decodes as T and keep accepts.
+func recordsOf[T any](ctx context.Context, s *Service, kind string, keep func(T) bool) ([]T, error) {
 	pay, err := s.Payments()
 	if err != nil {
 		return nil, err
 	}
-	var out []TopUpRecord
+	var out []T
 	after := ""
 	for {
-		page, more, err := pay.ListPaymentRecords(ctx, KindTopUp, after, 500)
+		page, more, err := pay.ListPaymentRecords(ctx, kind, after, 500)
 		if err != nil {
 			return nil, err
 		}
 		for _, r := range page {
-			var t TopUpRecord
-			if json.Unmarshal(r.Body, &t) == nil && t.UserID == userID {
-				out = append(out, t)
+			var v T
+			if json.Unmarshal(r.Body, &v) == nil && keep(v) {
+				out = append(out, v)
 			}
 			after = r.ID
 		}
 		if !more || len(page) == 0 {
-			break
+			return out, nil
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].PaidAt.After(out[j].PaidAt) })
-	return out, nil
 }
 
 func invoiceTime(inv InvoiceRecord) time.Time {
