@@ -59,6 +59,10 @@ type plansView struct {
 	PendingName string
 	// ConfirmCancel is the confirmation step before cancelling.
 	ConfirmCancel bool
+	// StripeBilled: the caller's live plan is paid through Stripe, so it
+	// is cancelled or changed in Stripe's customer portal (Billing), not
+	// here: the page shows a link to Billing instead of those controls.
+	StripeBilled bool
 	// KeysOff: the operator makes the keys; subscribing makes none.
 	KeysOff bool
 	// Services are the public services, for the index (GET /plans/).
@@ -89,6 +93,8 @@ type planRow struct {
 	// Action is subscribe, upgrade, downgrade or request; "" for none,
 	// with Note saying why.
 	Action, Note string
+	// BillingLink: Note points to the Billing page, linked after it.
+	BillingLink bool
 	// Requested is when the caller asked for it, zero if they did not.
 	Requested time.Time
 }
@@ -219,6 +225,10 @@ func (h *Handler) plans(q *request, serviceID string, confirm bool) {
 		return
 	}
 	if confirm {
+		if v.StripeBilled {
+			h.renderPlans(q, http.StatusConflict, sess, v, "", billedInStripe, nil)
+			return
+		}
 		if v.Current == nil || !v.Current.Live || v.Current.Cancelling {
 			h.message(q, http.StatusConflict, "Nothing to cancel", "You have no running subscription to "+svc.Name()+" to cancel.")
 			return
@@ -270,6 +280,7 @@ func (h *Handler) plansView(q *request, userID string, svc *catalog.Service) (*p
 	case !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrNoAccount):
 		return nil, err
 	}
+	v.StripeBilled = v.Current != nil && v.Current.Live && h.sells(svc.ID, v.Current.ProductID)
 	if v.Current != nil && v.Current.Live {
 		ch, ok, err := h.ops.PendingChange(ctx, userID, svc.ID)
 		if err != nil {
@@ -302,9 +313,15 @@ func (h *Handler) plansView(q *request, userID string, svc *catalog.Service) (*p
 			row.Action, row.Note = prepaidPlanAction(p.ID, v.Current)
 		} else if h.sells(svc.ID, p.ID) && svc.SelfServiceOffer(p.ID) != catalog.NotOffered && row.Requested.IsZero() {
 			curPaid := v.Current != nil && h.sells(svc.ID, v.Current.ProductID)
-			row.Action, row.Note = paidAction(svc, p.ID, v.Current, curPaid)
+			row.Action, row.Note, row.BillingLink = paidAction(svc, p.ID, v.Current, curPaid)
 		}
 		row.Current = v.Current != nil && v.Current.Live && v.Current.ProductID == p.ID
+		if v.StripeBilled && !row.Current && (row.Action == "upgrade" || row.Action == "downgrade" || h.prepaidWithPacks(svc, p.ID)) {
+			// Stripe bills the plan the caller is on: a change made here
+			// would leave Stripe charging for it, and Stripe's next
+			// update would put it back.
+			row.Action, row.Note, row.BillingLink = "", "To change to this plan, use “Manage payment method” on the Billing page (Stripe's customer portal).", true
+		}
 		v.Plans = append(v.Plans, row)
 	}
 	return v, nil
@@ -366,20 +383,21 @@ func planAction(svc *catalog.Service, productID string, cur *currentPlan, reques
 // paidAction is what the caller may do with a plan paid through Stripe:
 // buy it in Checkout, unless they are on it, or on another plan Stripe
 // bills (a change between paid plans is made in Stripe's customer
-// portal, and its webhook moves the plan here).
-func paidAction(svc *catalog.Service, productID string, cur *currentPlan, curPaid bool) (action, note string) {
+// portal, and its webhook moves the plan here). billing: the note points
+// to the Billing page.
+func paidAction(svc *catalog.Service, productID string, cur *currentPlan, curPaid bool) (action, note string, billing bool) {
 	live := cur != nil && cur.Live
 	switch {
 	case cur != nil && cur.Status == string(subscription.Suspended) && curPaid:
-		return "", "Your subscription is suspended because a payment failed: pay the open invoice or change your card on the Billing page, and it serves again."
+		return "", "Your subscription is suspended because a payment failed: pay the open invoice or change your card on the Billing page, and it serves again.", true
 	case live && cur.ProductID == productID:
-		return "", "Your plan. Its invoices and card are on the Billing page."
+		return "", "Your plan. Its invoices and card are on the Billing page.", true
 	case live && cur.Cancelling:
-		return "", "Your subscription is cancelling; take a plan again once it has ended."
+		return "", "Your subscription is cancelling; take a plan again once it has ended.", false
 	case live && curPaid:
-		return "", "To change between paid plans, use “Manage payment method” on the Billing page (Stripe's customer portal)."
+		return "", "To change between paid plans, use “Manage payment method” on the Billing page (Stripe's customer portal).", true
 	}
-	return "checkout", "Paid through Stripe: you are taken to Stripe's checkout to pay."
+	return "checkout", "Paid through Stripe: you are taken to Stripe's checkout to pay.", false
 }
 
 // priceHeadline is a plan's price in one line, every money amount with
@@ -612,13 +630,32 @@ func (h *Handler) live(q *request, sess session, svc *catalog.Service) (store.Su
 	return sub, nil, err
 }
 
+// billedInStripe is the refusal of a cancel or a change of plan of a
+// subscription Stripe bills: Stripe's subscription is what charges the
+// caller, and its next customer.subscription.updated would undo a change
+// made only here, so the caller makes it in Stripe's customer portal and
+// the webhooks bring it to the gateway.
+const billedInStripe = "Your plan is paid through Stripe: to cancel it or change plan, use “Manage payment method” on the Billing page (Stripe's customer portal); the change then applies here too. Nothing was changed."
+
+// stripeBilled is the refusal of a change to sub when Stripe bills its
+// product, else nil.
+func (h *Handler) stripeBilled(svc *catalog.Service, sub store.Subscription) *refusal {
+	if h.sells(svc.ID, sub.ProductID) {
+		return &refusal{status: http.StatusConflict, message: billedInStripe}
+	}
+	return nil
+}
+
 // changePlan moves the caller to another free or trial plan: at once to
 // a pricier one ("changed"), at the period's end to a cheaper one
-// ("scheduled").
+// ("scheduled"). A plan Stripe bills is changed in Stripe instead.
 func (h *Handler) changePlan(q *request, sess session, svc *catalog.Service, productID string) (string, *refusal, error) {
 	sub, r, err := h.live(q, sess, svc)
 	if r != nil || err != nil {
 		return "", r, err
+	}
+	if r := h.stripeBilled(svc, sub); r != nil {
+		return "", r, nil
 	}
 	switch {
 	case sub.ProductID == productID:
@@ -658,11 +695,14 @@ func cancelling(status string) bool {
 // the end of the period, when it becomes CANCELLED (its end, checked at
 // every call), or to its trial's end if that is sooner. A change to a
 // cheaper plan waiting is dropped (the subscription change supersedes it
-// in the audit log).
+// in the audit log). A plan Stripe bills is cancelled in Stripe instead.
 func (h *Handler) cancel(q *request, sess session, svc *catalog.Service) (*refusal, error) {
 	sub, r, err := h.live(q, sess, svc)
 	if r != nil || err != nil {
 		return r, err
+	}
+	if r := h.stripeBilled(svc, sub); r != nil {
+		return r, nil
 	}
 	if cancelling(sub.Status) {
 		return &refusal{status: http.StatusConflict, message: "Your subscription is cancelling already. Nothing was changed."}, nil

@@ -624,7 +624,10 @@ func (s *Store) ExpireCredits(ctx context.Context, now time.Time) ([]store.Credi
 		var balance billing.Units
 		if acc != nil {
 			acc.mu.Lock()
-			balance = acc.credits
+			// Credits held for calls in flight and open jobs count as
+			// spent: a call settled after the expiry must not spend
+			// credits the expiry took as well.
+			balance = acc.credits - max(acc.held, 0)
 			acc.mu.Unlock()
 		}
 		// Only this goroutine changes a balance by a grant (pay.mu), but

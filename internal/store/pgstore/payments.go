@@ -372,7 +372,11 @@ func (s *Store) ReverseCredits(ctx context.Context, r store.CreditReversal) (sto
 
 // ExpireCredits expires every grant due at now (store.ExpireGrants), one
 // transaction per subscription with its row locked, so nodes running it
-// together expire each grant once.
+// together expire each grant once. Credits held (credits_held: leased to
+// nodes for calls not settled or shipped yet, or held by open jobs) count
+// as spent: the rule is given the balance less them, so a call served on
+// them and settled after the expiry does not spend credits the expiry
+// took as well.
 func (s *Store) ExpireCredits(ctx context.Context, now time.Time) ([]store.CreditGrant, error) {
 	if err := store.CtxErr(ctx); err != nil {
 		return nil, err
@@ -394,10 +398,10 @@ func (s *Store) ExpireCredits(ctx context.Context, now time.Time) ([]store.Credi
 		var expired []store.CreditGrant
 		err := s.tx(ctx, func(tx pgx.Tx) error {
 			expired = nil
-			var balance int64
+			var balance, held int64
 			hasSub := true
-			err := tx.QueryRow(ctx, "SELECT credits FROM subscriptions WHERE user_id = $1 AND service_id = $2 FOR UPDATE",
-				ref.UserID, ref.ServiceID).Scan(&balance)
+			err := tx.QueryRow(ctx, "SELECT credits, credits_held FROM subscriptions WHERE user_id = $1 AND service_id = $2 FOR UPDATE",
+				ref.UserID, ref.ServiceID).Scan(&balance, &held)
 			if errors.Is(err, pgx.ErrNoRows) {
 				hasSub = false
 			} else if err != nil {
@@ -413,7 +417,8 @@ func (s *Store) ExpireCredits(ctx context.Context, now time.Time) ([]store.Credi
 				return err
 			}
 			var after billing.Units
-			expired, after = store.ExpireGrants(billing.Units(balance), grants, now)
+			free := billing.Units(balance - max(held, 0))
+			expired, after = store.ExpireGrants(free, grants, now)
 			for _, g := range expired {
 				if _, err := tx.Exec(ctx, "UPDATE credit_grants SET expired = $2, expired_at = $3 WHERE id = $1",
 					g.ID, int64(g.Expired), g.ExpiredAt); err != nil {
@@ -424,7 +429,7 @@ func (s *Store) ExpireCredits(ctx context.Context, now time.Time) ([]store.Credi
 					return err
 				}
 			}
-			if delta := after - billing.Units(balance); hasSub && delta != 0 {
+			if delta := after - free; hasSub && delta != 0 {
 				return addCredits(ctx, tx, ref.UserID, ref.ServiceID, delta)
 			}
 			return nil
