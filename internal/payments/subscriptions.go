@@ -201,8 +201,11 @@ func (s *Service) getSubRecord(ctx context.Context, pay store.Payments, id strin
 // and .deleted.
 func onSubscriptionEvent(s *Service, ctx context.Context, ev *stripe.Event) error {
 	var sub stripe.Subscription
-	if err := json.Unmarshal(ev.Data.Raw, &sub); err != nil || sub.ID == "" {
-		return badEvent("%s: the subscription does not parse", ev.Type)
+	if err := decodeObject(ev, &sub); err != nil {
+		return badEvent("%s: the subscription does not parse: %v", ev.Type, err)
+	}
+	if sub.ID == "" {
+		return badEvent("%s: the subscription has no id", ev.Type)
 	}
 	return s.applyState(ctx, stateOf(&sub), unix(ev.Created), nil)
 }
@@ -213,8 +216,8 @@ func onSubscriptionEvent(s *Service, ctx context.Context, ev *stripe.Event) erro
 // come, before or after this one.
 func onSubscriptionCheckout(s *Service, ctx context.Context, ev *stripe.Event) error {
 	var cs stripe.CheckoutSession
-	if err := json.Unmarshal(ev.Data.Raw, &cs); err != nil {
-		return badEvent("checkout.session.completed: the session does not parse")
+	if err := decodeObject(ev, &cs); err != nil {
+		return badEvent("checkout.session.completed: the session does not parse: %v", err)
 	}
 	if cs.Subscription == nil || cs.Subscription.ID == "" {
 		return badEvent("checkout.session.completed %s: a subscription Checkout without a subscription", cs.ID)
@@ -265,8 +268,11 @@ func onSubscriptionCheckout(s *Service, ctx context.Context, ev *stripe.Event) e
 // makes it active again.
 func onInvoiceEvent(s *Service, ctx context.Context, ev *stripe.Event) error {
 	var inv stripe.Invoice
-	if err := json.Unmarshal(ev.Data.Raw, &inv); err != nil || inv.ID == "" {
-		return badEvent("%s: the invoice does not parse", ev.Type)
+	if err := decodeObject(ev, &inv); err != nil {
+		return badEvent("%s: the invoice does not parse: %v", ev.Type, err)
+	}
+	if inv.ID == "" {
+		return badEvent("%s: the invoice has no id", ev.Type)
 	}
 	pay, err := s.Payments()
 	if err != nil {

@@ -143,7 +143,8 @@ func MinorMoney(amount int64, currency string) catalog.Money {
 
 // topUpOf resolves the metadata of a top-up's session: an event naming a
 // user without a subscription, a product or a pack this config does not
-// have can never apply (400, nothing changes).
+// have can never apply (a badEvent: 200, recorded as ignored, nothing
+// changes).
 func (s *Service) topUpOf(ctx context.Context, meta map[string]string) (TopUp, error) {
 	userID, serviceID, productID, pack := meta[MetaUser], meta[MetaService], meta[MetaProduct], meta[MetaPack]
 	if userID == "" || serviceID == "" || productID == "" || pack == "" {
@@ -171,7 +172,7 @@ func (s *Service) topUpOf(ctx context.Context, meta map[string]string) (TopUp, e
 // however many times they come.
 func topUpPaid(s *Service, ctx context.Context, ev *stripe.Event) error {
 	var cs stripe.CheckoutSession
-	if err := json.Unmarshal(ev.Data.Raw, &cs); err != nil {
+	if err := decodeObject(ev, &cs); err != nil {
 		return badEvent("%s: the session does not parse: %v", ev.Type, err)
 	}
 	if cs.Mode != stripe.CheckoutSessionModePayment {
@@ -245,7 +246,7 @@ func (s *Service) receiptURL(ctx context.Context, pi string) string {
 // topUpFailed records that a delayed payment failed: nothing is granted.
 func topUpFailed(s *Service, ctx context.Context, ev *stripe.Event) error {
 	var cs stripe.CheckoutSession
-	if err := json.Unmarshal(ev.Data.Raw, &cs); err != nil {
+	if err := decodeObject(ev, &cs); err != nil {
 		return badEvent("%s: the session does not parse: %v", ev.Type, err)
 	}
 	if cs.Mode != stripe.CheckoutSessionModePayment || !ours(cs.Metadata) {
@@ -328,7 +329,7 @@ func share(credits billing.Units, part, whole int64) billing.Units {
 // is taken once by its refund id, in whatever order the events come.
 func chargeRefunded(s *Service, ctx context.Context, ev *stripe.Event) error {
 	var ch stripe.Charge
-	if err := json.Unmarshal(ev.Data.Raw, &ch); err != nil {
+	if err := decodeObject(ev, &ch); err != nil {
 		return badEvent("charge.refunded: the charge does not parse: %v", err)
 	}
 	pay, err := s.Payments()
@@ -417,7 +418,7 @@ func (s *Service) refundsOf(ctx context.Context, ch *stripe.Charge) ([]*stripe.R
 // dispute's id. A won dispute changes nothing.
 func disputeClosed(s *Service, ctx context.Context, ev *stripe.Event) error {
 	var d stripe.Dispute
-	if err := json.Unmarshal(ev.Data.Raw, &d); err != nil {
+	if err := decodeObject(ev, &d); err != nil {
 		return badEvent("charge.dispute.closed: the dispute does not parse: %v", err)
 	}
 	if d.Status != stripe.DisputeStatusLost {

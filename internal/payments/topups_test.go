@@ -478,9 +478,10 @@ func TestTopUpDisputeLost(t *testing.T) {
 }
 
 // TestTopUpBadSessions: a paid session that names an unknown user, pack
-// or product, or pays nothing, is 400 with the JSON error and changes
-// nothing; an unpaid one (a delayed payment) and a failed one grant
-// nothing.
+// or product, or pays nothing, verifies but can never apply: 200 with
+// the reason it is ignored (Stripe retries anything else for days), the
+// event recorded as ignored, and nothing changes; an unpaid one (a
+// delayed payment) and a failed one grant nothing.
 func TestTopUpBadSessions(t *testing.T) {
 	e := startTopUps(t)
 	e.caller("erin")
@@ -504,11 +505,19 @@ func TestTopUpBadSessions(t *testing.T) {
 	s["metadata"].(map[string]string)[payments.MetaUser] = ""
 	bad["no user"] = s
 	for name, sess := range bad {
-		status, body := e.deliver("evt_bad_"+strings.ReplaceAll(name, " ", "_"), "checkout.session.completed", at, sess)
-		var je struct{ Code, Message string }
-		_ = json.Unmarshal([]byte(body), &je)
-		if status != http.StatusBadRequest || je.Code != "invalid_request" || je.Message == "" {
-			t.Errorf("%s: %d %s, want 400 invalid_request", name, status, body)
+		id := "evt_bad_" + strings.ReplaceAll(name, " ", "_")
+		status, body := e.deliver(id, "checkout.session.completed", at, sess)
+		var got struct {
+			Received bool
+			Ignored  string
+		}
+		_ = json.Unmarshal([]byte(body), &got)
+		if status != http.StatusOK || !got.Received || got.Ignored == "" {
+			t.Errorf("%s: %d %s, want 200 with the reason it is ignored", name, status, body)
+		}
+		if b, err := e.pay.GetPaymentRecord(context.Background(), payments.KindEvent, id); err != nil ||
+			!strings.Contains(string(b), `"ignored":true`) || !strings.Contains(string(b), `"reason":`) {
+			t.Errorf("%s: event recorded as %s %v, want ignored with its reason", name, b, err)
 		}
 	}
 	// A session the gateway did not start (a Payment Link: none of its

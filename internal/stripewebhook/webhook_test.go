@@ -287,17 +287,39 @@ func TestWebhookRefusals(t *testing.T) {
 		t.Errorf("a duplicate changed the subscription: %+v", s)
 	}
 
-	// Unknown customer and unknown price: 400, nothing changes.
-	status, body = stripetest.Deliver(t, endpoint, stripetest.Event("evt_ref_3", "customer.subscription.created", now,
-		subObj("sub_stranger", "cus_nobody", "active", "price_pro", false, now.Add(time.Hour))), whsec, now)
-	if status != 400 {
-		t.Errorf("unknown customer: %d %s", status, body)
+	// Unknown customer, unknown price, no data.object: they verify but can
+	// never apply, so 200 (Stripe would retry anything else for days and
+	// disable the endpoint), recorded as ignored with the reason, audited,
+	// and nothing changes.
+	ignored := func(id string, payload []byte, reason string) {
+		t.Helper()
+		status, body := stripetest.Deliver(t, endpoint, payload, whsec, now)
+		var got struct {
+			Received bool   `json:"received"`
+			Ignored  string `json:"ignored"`
+		}
+		if status != 200 || json.Unmarshal([]byte(body), &got) != nil || !got.Received || !strings.Contains(got.Ignored, reason) {
+			t.Errorf("%s: %d %s, want 200 ignored (%s)", id, status, body, reason)
+		}
+		b, ok := g.record(payments.KindEvent, id)
+		if !ok || !strings.Contains(string(b), `"ignored":true`) || !strings.Contains(string(b), reason) {
+			t.Errorf("%s recorded as %s %v, want ignored with its reason", id, b, ok)
+		}
+		// A redelivery is a duplicate.
+		if body := g.deliver(payload, 200); !strings.Contains(body, `"duplicate":true`) {
+			t.Errorf("%s again: %s", id, body)
+		}
 	}
+	ignored("evt_ref_3", stripetest.Event("evt_ref_3", "customer.subscription.created", now,
+		subObj("sub_stranger", "cus_nobody", "active", "price_pro", false, now.Add(time.Hour))), "customer cus_nobody is not one the gateway made")
 	cust2 := g.customer("u-ref2")
-	status, body = stripetest.Deliver(t, endpoint, stripetest.Event("evt_ref_4", "customer.subscription.created", now,
-		subObj("sub_odd", cust2, "active", "price_somethingelse", false, now.Add(time.Hour))), whsec, now)
-	if status != 400 {
-		t.Errorf("unknown price: %d %s", status, body)
+	ignored("evt_ref_4", stripetest.Event("evt_ref_4", "customer.subscription.created", now,
+		subObj("sub_odd", cust2, "active", "price_somethingelse", false, now.Add(time.Hour))), "no configured product has its price price_somethingelse")
+	for i, typ := range []string{"customer.subscription.updated", "invoice.paid", "checkout.session.completed",
+		"charge.refunded", "charge.dispute.closed", "checkout.session.async_payment_failed"} {
+		id := fmt.Sprintf("evt_nodata_%d", i)
+		nodata, _ := json.Marshal(map[string]any{"id": id, "object": "event", "type": typ, "created": now.Unix(), "api_version": "2025-03-31.basil"})
+		ignored(id, nodata, "no data.object")
 	}
 	if _, ok := g.sub("u-ref2"); ok {
 		t.Error("an unknown price made a subscription")
@@ -306,6 +328,19 @@ func TestWebhookRefusals(t *testing.T) {
 		if _, ok := g.record(payments.KindSubscription, id); ok {
 			t.Errorf("%s recorded", id)
 		}
+	}
+	entries, _, err := g.app.DataStore().ListAudit(context.Background(), "", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var audited int
+	for _, e := range entries {
+		if e.Action == payments.AuditEventIgnored && e.Actor == "stripe" && strings.Contains(e.Detail, "nothing changed") {
+			audited++
+		}
+	}
+	if audited != 8 {
+		t.Errorf("%d ignored events audited, want 8", audited)
 	}
 }
 
