@@ -263,9 +263,12 @@ func onSubscriptionCheckout(s *Service, ctx context.Context, ev *stripe.Event) e
 }
 
 // onInvoiceEvent records an invoice.paid or invoice.payment_failed and
-// moves its subscription: a failed payment of a running subscription
-// makes it past due (the grace starts), a paid invoice of a past due one
-// makes it active again.
+// applies its subscription as Stripe has it now. The invoice alone does
+// not say the subscription's status: an older invoice paid while a newer
+// one is still due leaves it past due, and a failed retry of a
+// subscription that is paid by now leaves it active. So the subscription
+// is read from Stripe and applied as read (a fetched state: the newest
+// there is), stamped with the event's time.
 func onInvoiceEvent(s *Service, ctx context.Context, ev *stripe.Event) error {
 	var inv stripe.Invoice
 	if err := decodeObject(ev, &inv); err != nil {
@@ -290,10 +293,9 @@ func onInvoiceEvent(s *Service, ctx context.Context, ev *stripe.Event) error {
 	if err != nil {
 		return err
 	}
-	var rec SubscriptionRecord
 	found := false
 	if subID != "" {
-		if rec, found, err = s.getSubRecord(ctx, pay, subID); err != nil {
+		if _, found, err = s.getSubRecord(ctx, pay, subID); err != nil {
 			return err
 		}
 	}
@@ -303,16 +305,12 @@ func onInvoiceEvent(s *Service, ctx context.Context, ev *stripe.Event) error {
 	if !found {
 		return nil // the subscription's own events will set it
 	}
-	var to stripe.SubscriptionStatus
-	switch {
-	case ev.Type == stripe.EventTypeInvoicePaymentFailed && (rec.StripeStatus == string(stripe.SubscriptionStatusActive) || rec.StripeStatus == string(stripe.SubscriptionStatusTrialing)):
-		to = stripe.SubscriptionStatusPastDue
-	case ev.Type == stripe.EventTypeInvoicePaid && (rec.StripeStatus == string(stripe.SubscriptionStatusPastDue) || rec.StripeStatus == string(stripe.SubscriptionStatusUnpaid)):
-		to = stripe.SubscriptionStatusActive
-	default:
-		return nil
+	sub, err := s.sc.V1Subscriptions.Retrieve(ctx, subID, nil)
+	if err != nil {
+		return fmt.Errorf("%s %s: read subscription %s from Stripe: %w", ev.Type, inv.ID, subID, stripeErr(err))
 	}
-	st := state{ID: subID, Customer: cust, Status: to, CancelAtPeriodEnd: rec.CancelAtPeriodEnd, PeriodEnd: rec.CurrentPeriodEnd}
+	st := stateOf(sub)
+	st.ID, st.Customer, st.fetched = subID, cust, true
 	return s.applyState(ctx, st, unix(ev.Created), &id)
 }
 

@@ -421,20 +421,33 @@ func TestWebhookOrder(t *testing.T) {
 
 // TestPastDueGrace: a failed payment leaves a subscription working for
 // past_due_grace, then the call path reads it SUSPENDED; a paid invoice
-// makes it ACTIVE again. Invoices are kept in minor units.
+// makes it ACTIVE again. The status after an invoice event is Stripe's,
+// read back from Stripe, never guessed from the invoice: an older
+// invoice paid while the subscription is still past due leaves it past
+// due. Invoices are kept in minor units.
 func TestPastDueGrace(t *testing.T) {
 	g := startGateway(t, "2h")
 	cust := g.customer("u-due")
 	t0 := time.Now().Add(-time.Minute).Truncate(time.Second)
 	g.deliver(stripetest.Event("evt_d1", "customer.subscription.created", t0,
 		subObj("sub_d", cust, "active", "price_pro", false, t0.Add(720*time.Hour))), 200)
-	inv := func(status string, paid int64) map[string]any {
-		return map[string]any{"id": "in_d1", "object": "invoice", "customer": cust, "status": status,
+	inv := func(id, status string, paid int64) map[string]any {
+		return map[string]any{"id": id, "object": "invoice", "customer": cust, "status": status,
 			"amount_due": 2900, "amount_paid": paid, "currency": "usd",
-			"hosted_invoice_url": "https://invoice.stripe.com/i/in_d1", "invoice_pdf": "https://pay.stripe.com/invoice/in_d1/pdf",
+			"hosted_invoice_url": "https://invoice.stripe.com/i/" + id, "invoice_pdf": "https://pay.stripe.com/invoice/" + id + "/pdf",
 			"parent": map[string]any{"type": "subscription_details", "subscription_details": map[string]any{"subscription": "sub_d"}}}
 	}
-	g.deliver(stripetest.Event("evt_d2", "invoice.payment_failed", t0.Add(time.Second), inv("open", 0)), 200)
+	// What Stripe answers when the gateway reads sub_d back.
+	stripeSays := func(status string) {
+		g.mock.Answer("/v1/subscriptions/sub_d", map[string]any{"id": "sub_d", "customer": cust, "status": status,
+			"cancel_at_period_end": false, "cancel_at": nil, "trial_end": nil})
+	}
+	stripeSays("past_due")
+	reads := len(g.mock.Requests("/v1/subscriptions/sub_d"))
+	g.deliver(stripetest.Event("evt_d2", "invoice.payment_failed", t0.Add(time.Second), inv("in_d1", "open", 0)), 200)
+	if n := len(g.mock.Requests("/v1/subscriptions/sub_d")) - reads; n != 1 {
+		t.Errorf("payment failed: %d reads of the subscription from Stripe, want 1", n)
+	}
 	s, _ := g.sub("u-due")
 	if s.Status != "ACTIVE" || s.EndStatus != "SUSPENDED" || !s.EndsAt.Equal(t0.Add(time.Second).Add(2*time.Hour)) {
 		t.Fatalf("payment failed: %+v, want ACTIVE, SUSPENDED 2h after", s)
@@ -444,12 +457,23 @@ func TestPastDueGrace(t *testing.T) {
 	if !ok || json.Unmarshal(b, &ir) != nil || ir.AmountDue != 2900 || ir.Currency != "USD" || ir.UserID != "u-due" || ir.ProductID != "pro" {
 		t.Fatalf("invoice record: %s", b)
 	}
-	g.deliver(stripetest.Event("evt_d3", "invoice.paid", t0.Add(2*time.Second), inv("paid", 2900)), 200)
+	// An older invoice paid late while in_d1 is still due: Stripe says
+	// past_due, so the grace runs on, from when it began.
+	g.deliver(stripetest.Event("evt_d0", "invoice.paid", t0.Add(2*time.Second), inv("in_d0", "paid", 2900)), 200)
+	if s, _ := g.sub("u-due"); s.Status != "ACTIVE" || s.EndStatus != "SUSPENDED" || !s.EndsAt.Equal(t0.Add(time.Second).Add(2*time.Hour)) {
+		t.Fatalf("an older invoice paid while still past due: %+v, want ACTIVE, SUSPENDED 2h after the failure", s)
+	}
+	if b, ok := g.record(payments.KindInvoice, "in_d0"); !ok || json.Unmarshal(b, &ir) != nil || ir.Status != "paid" {
+		t.Errorf("older invoice record: %s", b)
+	}
+	stripeSays("active")
+	g.deliver(stripetest.Event("evt_d3", "invoice.paid", t0.Add(3*time.Second), inv("in_d1", "paid", 2900)), 200)
 	if s, _ := g.sub("u-due"); s.Status != "ACTIVE" || !s.EndsAt.IsZero() {
 		t.Fatalf("paid: %+v, want ACTIVE with no end", s)
 	}
-	// A late payment_failed of the same invoice does not make it unpaid.
-	g.deliver(stripetest.Event("evt_d4", "invoice.payment_failed", t0.Add(time.Second), inv("open", 0)), 200)
+	// A late payment_failed of the same invoice does not make it unpaid,
+	// nor the subscription past due: Stripe says active.
+	g.deliver(stripetest.Event("evt_d4", "invoice.payment_failed", t0.Add(time.Second), inv("in_d1", "open", 0)), 200)
 	b, _ = g.record(payments.KindInvoice, "in_d1")
 	if json.Unmarshal(b, &ir) != nil || ir.Status != "paid" || ir.AmountPaid != 2900 {
 		t.Errorf("paid invoice after a late failure: %s", b)
