@@ -23,7 +23,7 @@ import (
 //	Stripe                        gateway
 //	active                        ACTIVE
 //	active, cancel at period end  CANCELLING, CANCELLED from the period's end
-//	trialing                      TRIAL, EXPIRED from trial_end (CANCELLED if cancelling)
+//	trialing                      TRIAL, EXPIRED from trial_end + past_due_grace (CANCELLED if cancelling)
 //	past_due                      ACTIVE, SUSPENDED from past_due_grace after it became past due
 //	unpaid, paused                SUSPENDED
 //	canceled, incomplete_expired  EXPIRED
@@ -137,7 +137,15 @@ func mapStatus(st state, pastDueSince time.Time, grace time.Duration) target {
 		}
 		return target{Status: subscription.Active}
 	case stripe.SubscriptionStatusTrialing:
-		t := target{Status: subscription.Trial, EndsAt: st.TrialEnd, EndStatus: subscription.Expired}
+		// The trial ends past_due_grace after trial_end: the event that
+		// the first payment went through (active) may come late, and a
+		// caller paying by then must not be refused meanwhile. A failed
+		// first payment ends it through its own events (past_due,
+		// canceled).
+		t := target{Status: subscription.Trial, EndStatus: subscription.Expired}
+		if !st.TrialEnd.IsZero() {
+			t.EndsAt = st.TrialEnd.Add(grace)
+		}
 		if end := cancelEnd(); (st.CancelAtPeriodEnd || !st.CancelAt.IsZero()) && (t.EndsAt.IsZero() || !end.IsZero() && !end.After(t.EndsAt)) {
 			t.EndsAt, t.EndStatus = end, subscription.Cancelled
 		}
