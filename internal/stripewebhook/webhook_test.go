@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -77,6 +78,7 @@ func startGateway(t *testing.T, grace string) *gw {
 				quota 1000 per month
 				currency USD
 				period_price 29
+				trial 14d
 				self_service
 			}
 			product basic {
@@ -482,6 +484,47 @@ func TestPastDueGrace(t *testing.T) {
 	}
 	if s, _ := g.sub("u-due"); s.Status != "ACTIVE" || !s.EndsAt.IsZero() {
 		t.Errorf("an older failure suspended a paid subscription: %+v", s)
+	}
+}
+
+// TestCheckoutTrialOnce: the listing's trial goes to Stripe's Checkout
+// only for a caller who never had a subscription to the service: not
+// after one ended, nor when a Stripe subscription was ever linked.
+func TestCheckoutTrialOnce(t *testing.T) {
+	g := startGateway(t, "1h")
+	ctx := context.Background()
+	start := func(user string) url.Values {
+		t.Helper()
+		before := len(g.mock.Requests("/v1/checkout/sessions"))
+		if _, err := g.pay.StartSubscriptionCheckout(ctx, payments.CheckoutRequest{UserID: user, ServiceID: "svc", ProductID: "pro",
+			SuccessURL: site + "/ok", CancelURL: site + "/cancel"}); err != nil {
+			t.Fatal(err)
+		}
+		reqs := g.mock.Requests("/v1/checkout/sessions")
+		if len(reqs) != before+1 {
+			t.Fatalf("%d Checkout requests, want 1", len(reqs)-before)
+		}
+		return reqs[len(reqs)-1].Form
+	}
+	const trial = "subscription_data[trial_period_days]"
+	if f := start("u-first"); f.Get(trial) != "14" {
+		t.Errorf("a first subscription: trial %q, want 14", f.Get(trial))
+	}
+	// A subscription that ended (EXPIRED after a trial or a cancel).
+	if _, err := g.app.DataStore().PutSubscription(ctx, store.Subscription{UserID: "u-again", ServiceID: "svc", ProductID: "pro",
+		Status: "EXPIRED", UpdatedAt: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	if f := start("u-again"); f.Has(trial) {
+		t.Errorf("after an ended subscription: trial %q, want none", f.Get(trial))
+	}
+	// A Stripe subscription linked to the user and service before.
+	link, _ := json.Marshal(map[string]any{"subscriptionId": "sub_before", "updatedAt": time.Now().UTC()})
+	if _, err := g.app.DataStore().(store.Payments).InsertPaymentRecord(ctx, payments.KindSubscriptionOf, "svc/u-linked", link, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if f := start("u-linked"); f.Has(trial) {
+		t.Errorf("after a Stripe subscription: trial %q, want none", f.Get(trial))
 	}
 }
 
