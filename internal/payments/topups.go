@@ -64,8 +64,9 @@ func (s *Service) Pack(serviceID, productID, name string) (TopUp, bool) {
 
 // StartTopUp opens a Checkout Session in payment mode for one pack of
 // credits bought by userID, and returns the URL of Stripe's page to send
-// the caller to. The caller must have a subscription to the service that
-// grants access now. successURL and cancelURL are where Stripe sends them
+// the caller to. The caller must have a subscription to the service, to
+// the pack's product, that grants access now (else ErrNoSubscription,
+// wrapped with which it is). successURL and cancelURL are where Stripe sends them
 // back.
 func (s *Service) StartTopUp(ctx context.Context, userID, serviceID, productID, pack, successURL, cancelURL string) (string, error) {
 	t, ok := s.Pack(serviceID, productID, pack)
@@ -73,12 +74,20 @@ func (s *Service) StartTopUp(ctx context.Context, userID, serviceID, productID, 
 		return "", ErrUnknownPack
 	}
 	sub, err := s.Store().GetSubscription(ctx, userID, serviceID)
-	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrNoAccount) ||
-		err == nil && !subscription.EffectiveStatus(sub, s.now()).GrantsAccess() {
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrNoAccount) {
 		return "", ErrNoSubscription
 	}
 	if err != nil {
 		return "", err
+	}
+	// The credits go to the caller's subscription: it must be to the
+	// pack's product, or they would be granted to a plan that does not
+	// spend them.
+	if sub.ProductID != productID {
+		return "", fmt.Errorf("%w: the subscription to %s is to product %s, not %s, whose pack this is", ErrNoSubscription, serviceID, sub.ProductID, productID)
+	}
+	if st := subscription.EffectiveStatus(sub, s.now()); !st.GrantsAccess() {
+		return "", fmt.Errorf("%w: the subscription to %s is %s", ErrNoSubscription, serviceID, st)
 	}
 	customer, err := s.customerFor(ctx, userID)
 	if err != nil {

@@ -3,6 +3,7 @@ package payments_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -90,6 +91,11 @@ func startTopUps(t *testing.T) *topUpEnv {
 				price 1
 				currency USD
 				self_service
+			}
+			product free {
+				billing SUBSCRIPTION
+				measurement PER_REQUEST
+				quota 10
 			}
 		}
 		payments stripe {
@@ -627,4 +633,35 @@ func TestTopUpRefundsFromStripe(t *testing.T) {
 	}
 	// stripe-mock's fixture refund is 100 (of the 1000 paid): a tenth.
 	e.wantBalance("gina", "90")
+}
+
+// TestTopUpNeedsThePacksProduct: a pack is sold only to a caller whose
+// subscription to the service is to the pack's product and grants access
+// now; anything else is ErrNoSubscription (the portal's "subscribe to its
+// prepaid plan first") and opens no Checkout.
+func TestTopUpNeedsThePacksProduct(t *testing.T) {
+	e := startTopUps(t)
+	ctx := context.Background()
+	svc := e.app.PaymentsService()
+	put := func(user, product, status string) {
+		t.Helper()
+		if _, err := e.app.DataStore().PutSubscription(ctx, store.Subscription{UserID: user, ServiceID: "echo", ProductID: product,
+			Status: status, UpdatedAt: time.Now().UTC()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("ivan", "free", "ACTIVE")
+	put("judy", "credits", "SUSPENDED")
+	for _, user := range []string{"ivan", "judy", "nobody"} {
+		if _, err := svc.StartTopUp(ctx, user, "echo", "credits", "small", topUpSite+"/ok", topUpSite+"/cancel"); !errors.Is(err, payments.ErrNoSubscription) {
+			t.Errorf("%s: %v, want ErrNoSubscription", user, err)
+		}
+	}
+	if n := len(e.mock.Requests("/v1/checkout/sessions")); n != 0 {
+		t.Errorf("%d Checkout Sessions opened, want none", n)
+	}
+	put("ivan", "credits", "ACTIVE")
+	if _, err := svc.StartTopUp(ctx, "ivan", "echo", "credits", "small", topUpSite+"/ok", topUpSite+"/cancel"); err != nil {
+		t.Errorf("on the pack's product: %v", err)
+	}
 }
