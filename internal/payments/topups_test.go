@@ -665,3 +665,45 @@ func TestTopUpNeedsThePacksProduct(t *testing.T) {
 		t.Errorf("on the pack's product: %v", err)
 	}
 }
+
+// TestTopUpPendingRefund: a refund pending when charge.refunded comes
+// takes no credits; one that then fails never does; one that then
+// succeeds (charge.refund.updated) takes its share once, however many
+// events say so.
+func TestTopUpPendingRefund(t *testing.T) {
+	e := startTopUps(t)
+	e.caller("kim")
+	at := time.Now().Truncate(time.Second)
+	e.mustDeliver("evt_k_paid", "checkout.session.completed", at, paidSession("cs_k", "pi_k", "kim", "small", 1000))
+	e.wantBalance("kim", "100")
+	refund := func(id string, amount int64, status string, min int) map[string]any {
+		return map[string]any{"id": id, "object": "refund", "amount": amount, "status": status, "currency": "usd",
+			"charge": "ch_k", "payment_intent": "pi_k", "created": at.Add(time.Duration(min) * time.Minute).Unix()}
+	}
+	charge := func(refunded int64, refunds ...map[string]any) map[string]any {
+		return map[string]any{"id": "ch_k", "object": "charge", "amount": 1000, "amount_refunded": refunded, "currency": "usd",
+			"payment_intent": "pi_k", "refunds": map[string]any{"object": "list", "has_more": false, "data": refunds}}
+	}
+	// 2.50 refunded, pending: nothing yet; then it fails: nothing ever.
+	e.mustDeliver("evt_k_r1", "charge.refunded", at, charge(250, refund("re_k1", 250, "pending", 1)))
+	e.wantBalance("kim", "100")
+	e.mustDeliver("evt_k_u1", "charge.refund.updated", at.Add(time.Minute), refund("re_k1", 250, "failed", 1))
+	e.wantBalance("kim", "100")
+	// 5.00 refunded, pending, then succeeded: half the pack, once. What
+	// Stripe lists of the charge's refunds when asked:
+	e.mock.Answer("/v1/refunds", map[string]any{"object": "list", "url": "/v1/refunds", "has_more": false,
+		"data": []any{refund("re_k1", 250, "failed", 1), refund("re_k2", 500, "succeeded", 2)}})
+	e.mustDeliver("evt_k_r2", "charge.refunded", at, charge(500, refund("re_k1", 250, "failed", 1), refund("re_k2", 500, "pending", 2)))
+	e.wantBalance("kim", "100")
+	e.mustDeliver("evt_k_u2", "charge.refund.updated", at.Add(2*time.Minute), refund("re_k2", 500, "succeeded", 2))
+	e.mustDeliver("evt_k_u2", "charge.refund.updated", at.Add(2*time.Minute), refund("re_k2", 500, "succeeded", 2))
+	e.mustDeliver("evt_k_u2b", "charge.refund.updated", at.Add(2*time.Minute), refund("re_k2", 500, "succeeded", 2))
+	e.mustDeliver("evt_k_r3", "charge.refunded", at, charge(500, refund("re_k1", 250, "failed", 1), refund("re_k2", 500, "succeeded", 2)))
+	e.wantBalance("kim", "50")
+	if rec := e.topUp("pi_k"); rec.Refunded != 500 {
+		t.Errorf("top-up record refunded %d, want 500 (what succeeded)", rec.Refunded)
+	}
+	if gs := e.grants("kim"); len(gs) != 1 || gs[0].Reversed != billing.Whole(50) {
+		t.Errorf("grants %+v, want 50 reversed", gs)
+	}
+}
