@@ -149,7 +149,8 @@ type CheckoutRequest struct {
 // has one (no quantity: usage is reported to the meter); the session,
 // its subscription and the customer carry the user, service and product
 // in metadata, and client_reference_id is the user id. A trial of the
-// listing becomes the subscription's trial_period_days.
+// listing becomes the subscription's trial_period_days when the user
+// never had a subscription to the service (neverSubscribed).
 func (s *Service) StartSubscriptionCheckout(ctx context.Context, r CheckoutRequest) (string, error) {
 	p := s.cfg.PriceFor(r.ServiceID, r.ProductID)
 	if p == nil || p.Price == "" {
@@ -167,7 +168,13 @@ func (s *Service) StartSubscriptionCheckout(ctx context.Context, r CheckoutReque
 	sd := &stripe.CheckoutSessionCreateSubscriptionDataParams{Metadata: meta}
 	if svc, ok := s.cat.Service(r.ServiceID); ok {
 		if l, ok := svc.Listing(r.ProductID); ok && l.TrialDays > 0 {
-			sd.TrialPeriodDays = stripe.Int64(int64(l.TrialDays))
+			first, err := s.neverSubscribed(ctx, r.UserID, r.ServiceID)
+			if err != nil {
+				return "", err
+			}
+			if first {
+				sd.TrialPeriodDays = stripe.Int64(int64(l.TrialDays))
+			}
 		}
 	}
 	cs, err := s.sc.V1CheckoutSessions.Create(ctx, &stripe.CheckoutSessionCreateParams{
@@ -187,6 +194,32 @@ func (s *Service) StartSubscriptionCheckout(ctx context.Context, r CheckoutReque
 		return "", errors.New("create the Checkout Session: Stripe gave no URL")
 	}
 	return cs.URL, nil
+}
+
+// neverSubscribed reports whether the user never had a subscription to
+// the service: none in the gateway (of any status, ended ones included)
+// and no Stripe subscription ever linked to it. A trial is for a first
+// subscription only: cancelling and subscribing again is no new trial.
+func (s *Service) neverSubscribed(ctx context.Context, userID, serviceID string) (bool, error) {
+	_, err := s.Store().GetSubscription(ctx, userID, serviceID)
+	if err == nil {
+		return false, nil
+	}
+	if !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrNoAccount) {
+		return false, err
+	}
+	pay, err := s.Payments()
+	if err != nil {
+		return false, err
+	}
+	_, err = pay.GetPaymentRecord(ctx, KindSubscriptionOf, serviceID+"/"+userID)
+	if err == nil {
+		return false, nil
+	}
+	if !errors.Is(err, store.ErrNotFound) {
+		return false, err
+	}
+	return true, nil
 }
 
 // BillingPortalURL opens Stripe's customer portal for the user, where

@@ -218,6 +218,27 @@ func (c *Config) Validate(cat *catalog.Catalog) error {
 			bad("%s: expires_after must not be negative", where)
 		}
 	}
+	// One Stripe Price, one use: the webhooks find the product of a
+	// subscription or a top-up by its Price, so a Price given twice would
+	// grant the wrong product or pack.
+	uses := map[string]string{}
+	use := func(price, what string) {
+		if price == "" {
+			return
+		}
+		if first, dup := uses[price]; dup {
+			bad("payments stripe: Stripe Price %s is used twice, by %s and by %s: each product, metered price and pack needs a Price of its own", price, first, what)
+			return
+		}
+		uses[price] = what
+	}
+	for _, p := range c.Prices {
+		use(p.Price, fmt.Sprintf("price %s %s", p.Service, p.Product))
+		use(p.MeteredPrice, fmt.Sprintf("the metered price of meter %s %s", p.Service, p.Product))
+	}
+	for _, t := range c.TopUps {
+		use(t.Price, fmt.Sprintf("topup %s %s %s", t.Service, t.Product, t.Name))
+	}
 	return errors.Join(errs...)
 }
 

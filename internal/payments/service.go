@@ -2,6 +2,7 @@ package payments
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -131,8 +132,8 @@ func (s *Service) audit(ctx context.Context, action, userID, serviceID, detail s
 }
 
 // errStatus maps an error to the webhook's answer: a bad request is 400
-// (Stripe does not retry it usefully); anything else 500, so Stripe
-// retries the event.
+// (an event without an id; a badEvent of a handler is answered 200 as
+// ignored before this); anything else 500, so Stripe retries the event.
 func errStatus(err error) int {
 	var be badEventError
 	if errors.As(err, &be) {
@@ -148,3 +149,13 @@ type badEventError struct{ msg string }
 func (e badEventError) Error() string { return e.msg }
 
 func badEvent(format string, args ...any) error { return badEventError{fmt.Sprintf(format, args...)} }
+
+// decodeObject reads an event's data.object into v. An event without
+// one (ev.Data nil: a body that verifies but is no object event) can
+// never apply: a badEvent, as is an object that does not parse.
+func decodeObject(ev *stripe.Event, v any) error {
+	if ev.Data == nil || len(ev.Data.Raw) == 0 {
+		return badEvent("%s: the event carries no data.object", ev.Type)
+	}
+	return json.Unmarshal(ev.Data.Raw, v)
+}

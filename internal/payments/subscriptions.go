@@ -23,7 +23,7 @@ import (
 //	Stripe                        gateway
 //	active                        ACTIVE
 //	active, cancel at period end  CANCELLING, CANCELLED from the period's end
-//	trialing                      TRIAL, EXPIRED from trial_end (CANCELLED if cancelling)
+//	trialing                      TRIAL, EXPIRED from trial_end + past_due_grace (CANCELLED if cancelling)
 //	past_due                      ACTIVE, SUSPENDED from past_due_grace after it became past due
 //	unpaid, paused                SUSPENDED
 //	canceled, incomplete_expired  EXPIRED
@@ -137,7 +137,15 @@ func mapStatus(st state, pastDueSince time.Time, grace time.Duration) target {
 		}
 		return target{Status: subscription.Active}
 	case stripe.SubscriptionStatusTrialing:
-		t := target{Status: subscription.Trial, EndsAt: st.TrialEnd, EndStatus: subscription.Expired}
+		// The trial ends past_due_grace after trial_end: the event that
+		// the first payment went through (active) may come late, and a
+		// caller paying by then must not be refused meanwhile. A failed
+		// first payment ends it through its own events (past_due,
+		// canceled).
+		t := target{Status: subscription.Trial, EndStatus: subscription.Expired}
+		if !st.TrialEnd.IsZero() {
+			t.EndsAt = st.TrialEnd.Add(grace)
+		}
 		if end := cancelEnd(); (st.CancelAtPeriodEnd || !st.CancelAt.IsZero()) && (t.EndsAt.IsZero() || !end.IsZero() && !end.After(t.EndsAt)) {
 			t.EndsAt, t.EndStatus = end, subscription.Cancelled
 		}
@@ -201,8 +209,11 @@ func (s *Service) getSubRecord(ctx context.Context, pay store.Payments, id strin
 // and .deleted.
 func onSubscriptionEvent(s *Service, ctx context.Context, ev *stripe.Event) error {
 	var sub stripe.Subscription
-	if err := json.Unmarshal(ev.Data.Raw, &sub); err != nil || sub.ID == "" {
-		return badEvent("%s: the subscription does not parse", ev.Type)
+	if err := decodeObject(ev, &sub); err != nil {
+		return badEvent("%s: the subscription does not parse: %v", ev.Type, err)
+	}
+	if sub.ID == "" {
+		return badEvent("%s: the subscription has no id", ev.Type)
 	}
 	return s.applyState(ctx, stateOf(&sub), unix(ev.Created), nil)
 }
@@ -213,8 +224,8 @@ func onSubscriptionEvent(s *Service, ctx context.Context, ev *stripe.Event) erro
 // come, before or after this one.
 func onSubscriptionCheckout(s *Service, ctx context.Context, ev *stripe.Event) error {
 	var cs stripe.CheckoutSession
-	if err := json.Unmarshal(ev.Data.Raw, &cs); err != nil {
-		return badEvent("checkout.session.completed: the session does not parse")
+	if err := decodeObject(ev, &cs); err != nil {
+		return badEvent("checkout.session.completed: the session does not parse: %v", err)
 	}
 	if cs.Subscription == nil || cs.Subscription.ID == "" {
 		return badEvent("checkout.session.completed %s: a subscription Checkout without a subscription", cs.ID)
@@ -260,13 +271,19 @@ func onSubscriptionCheckout(s *Service, ctx context.Context, ev *stripe.Event) e
 }
 
 // onInvoiceEvent records an invoice.paid or invoice.payment_failed and
-// moves its subscription: a failed payment of a running subscription
-// makes it past due (the grace starts), a paid invoice of a past due one
-// makes it active again.
+// applies its subscription as Stripe has it now. The invoice alone does
+// not say the subscription's status: an older invoice paid while a newer
+// one is still due leaves it past due, and a failed retry of a
+// subscription that is paid by now leaves it active. So the subscription
+// is read from Stripe and applied as read (a fetched state: the newest
+// there is), stamped with the event's time.
 func onInvoiceEvent(s *Service, ctx context.Context, ev *stripe.Event) error {
 	var inv stripe.Invoice
-	if err := json.Unmarshal(ev.Data.Raw, &inv); err != nil || inv.ID == "" {
-		return badEvent("%s: the invoice does not parse", ev.Type)
+	if err := decodeObject(ev, &inv); err != nil {
+		return badEvent("%s: the invoice does not parse: %v", ev.Type, err)
+	}
+	if inv.ID == "" {
+		return badEvent("%s: the invoice has no id", ev.Type)
 	}
 	pay, err := s.Payments()
 	if err != nil {
@@ -284,10 +301,9 @@ func onInvoiceEvent(s *Service, ctx context.Context, ev *stripe.Event) error {
 	if err != nil {
 		return err
 	}
-	var rec SubscriptionRecord
 	found := false
 	if subID != "" {
-		if rec, found, err = s.getSubRecord(ctx, pay, subID); err != nil {
+		if _, found, err = s.getSubRecord(ctx, pay, subID); err != nil {
 			return err
 		}
 	}
@@ -297,16 +313,12 @@ func onInvoiceEvent(s *Service, ctx context.Context, ev *stripe.Event) error {
 	if !found {
 		return nil // the subscription's own events will set it
 	}
-	var to stripe.SubscriptionStatus
-	switch {
-	case ev.Type == stripe.EventTypeInvoicePaymentFailed && (rec.StripeStatus == string(stripe.SubscriptionStatusActive) || rec.StripeStatus == string(stripe.SubscriptionStatusTrialing)):
-		to = stripe.SubscriptionStatusPastDue
-	case ev.Type == stripe.EventTypeInvoicePaid && (rec.StripeStatus == string(stripe.SubscriptionStatusPastDue) || rec.StripeStatus == string(stripe.SubscriptionStatusUnpaid)):
-		to = stripe.SubscriptionStatusActive
-	default:
-		return nil
+	sub, err := s.sc.V1Subscriptions.Retrieve(ctx, subID, nil)
+	if err != nil {
+		return fmt.Errorf("%s %s: read subscription %s from Stripe: %w", ev.Type, inv.ID, subID, stripeErr(err))
 	}
-	st := state{ID: subID, Customer: cust, Status: to, CancelAtPeriodEnd: rec.CancelAtPeriodEnd, PeriodEnd: rec.CurrentPeriodEnd}
+	st := stateOf(sub)
+	st.ID, st.Customer, st.fetched = subID, cust, true
 	return s.applyState(ctx, st, unix(ev.Created), &id)
 }
 

@@ -43,6 +43,9 @@ func init() {
 	handle(stripe.EventTypeCheckoutSessionAsyncPaymentSucceeded, topUpPaid)
 	handle(stripe.EventTypeCheckoutSessionAsyncPaymentFailed, topUpFailed)
 	handle(stripe.EventTypeChargeRefunded, chargeRefunded)
+	// A refund that was pending when charge.refunded came takes its
+	// credits when it succeeds.
+	handle(stripe.EventTypeChargeRefundUpdated, refundUpdated)
 	handle(stripe.EventTypeChargeDisputeClosed, disputeClosed)
 }
 
@@ -64,8 +67,9 @@ func (s *Service) Pack(serviceID, productID, name string) (TopUp, bool) {
 
 // StartTopUp opens a Checkout Session in payment mode for one pack of
 // credits bought by userID, and returns the URL of Stripe's page to send
-// the caller to. The caller must have a subscription to the service that
-// grants access now. successURL and cancelURL are where Stripe sends them
+// the caller to. The caller must have a subscription to the service, to
+// the pack's product, that grants access now (else ErrNoSubscription,
+// wrapped with which it is). successURL and cancelURL are where Stripe sends them
 // back.
 func (s *Service) StartTopUp(ctx context.Context, userID, serviceID, productID, pack, successURL, cancelURL string) (string, error) {
 	t, ok := s.Pack(serviceID, productID, pack)
@@ -73,12 +77,20 @@ func (s *Service) StartTopUp(ctx context.Context, userID, serviceID, productID, 
 		return "", ErrUnknownPack
 	}
 	sub, err := s.Store().GetSubscription(ctx, userID, serviceID)
-	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrNoAccount) ||
-		err == nil && !subscription.EffectiveStatus(sub, s.now()).GrantsAccess() {
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrNoAccount) {
 		return "", ErrNoSubscription
 	}
 	if err != nil {
 		return "", err
+	}
+	// The credits go to the caller's subscription: it must be to the
+	// pack's product, or they would be granted to a plan that does not
+	// spend them.
+	if sub.ProductID != productID {
+		return "", fmt.Errorf("%w: the subscription to %s is to product %s, not %s, whose pack this is", ErrNoSubscription, serviceID, sub.ProductID, productID)
+	}
+	if st := subscription.EffectiveStatus(sub, s.now()); !st.GrantsAccess() {
+		return "", fmt.Errorf("%w: the subscription to %s is %s", ErrNoSubscription, serviceID, st)
 	}
 	customer, err := s.customerFor(ctx, userID)
 	if err != nil {
@@ -143,7 +155,8 @@ func MinorMoney(amount int64, currency string) catalog.Money {
 
 // topUpOf resolves the metadata of a top-up's session: an event naming a
 // user without a subscription, a product or a pack this config does not
-// have can never apply (400, nothing changes).
+// have can never apply (a badEvent: 200, recorded as ignored, nothing
+// changes).
 func (s *Service) topUpOf(ctx context.Context, meta map[string]string) (TopUp, error) {
 	userID, serviceID, productID, pack := meta[MetaUser], meta[MetaService], meta[MetaProduct], meta[MetaPack]
 	if userID == "" || serviceID == "" || productID == "" || pack == "" {
@@ -171,7 +184,7 @@ func (s *Service) topUpOf(ctx context.Context, meta map[string]string) (TopUp, e
 // however many times they come.
 func topUpPaid(s *Service, ctx context.Context, ev *stripe.Event) error {
 	var cs stripe.CheckoutSession
-	if err := json.Unmarshal(ev.Data.Raw, &cs); err != nil {
+	if err := decodeObject(ev, &cs); err != nil {
 		return badEvent("%s: the session does not parse: %v", ev.Type, err)
 	}
 	if cs.Mode != stripe.CheckoutSessionModePayment {
@@ -245,7 +258,7 @@ func (s *Service) receiptURL(ctx context.Context, pi string) string {
 // topUpFailed records that a delayed payment failed: nothing is granted.
 func topUpFailed(s *Service, ctx context.Context, ev *stripe.Event) error {
 	var cs stripe.CheckoutSession
-	if err := json.Unmarshal(ev.Data.Raw, &cs); err != nil {
+	if err := decodeObject(ev, &cs); err != nil {
 		return badEvent("%s: the session does not parse: %v", ev.Type, err)
 	}
 	if cs.Mode != stripe.CheckoutSessionModePayment || !ours(cs.Metadata) {
@@ -322,13 +335,15 @@ func share(credits billing.Units, part, whole int64) billing.Units {
 }
 
 // chargeRefunded takes back the credits of refunded money, in proportion:
-// each refund of the charge (oldest first) takes what the refunds up to
-// and including it bought less what the ones before it bought, so the
-// parts add up to the whole grant when everything is refunded, and each
-// is taken once by its refund id, in whatever order the events come.
+// each succeeded refund of the charge (oldest first) takes what the
+// refunds up to and including it bought less what the ones before it
+// bought, so the parts add up to the whole grant when everything is
+// refunded, and each is taken once by its refund id, in whatever order
+// the events come. A refund still pending takes nothing yet (it may fail
+// and return no money): charge.refund.updated takes it when it succeeds.
 func chargeRefunded(s *Service, ctx context.Context, ev *stripe.Event) error {
 	var ch stripe.Charge
-	if err := json.Unmarshal(ev.Data.Raw, &ch); err != nil {
+	if err := decodeObject(ev, &ch); err != nil {
 		return badEvent("charge.refunded: the charge does not parse: %v", err)
 	}
 	pay, err := s.Payments()
@@ -348,13 +363,84 @@ func chargeRefunded(s *Service, ctx context.Context, ev *stripe.Event) error {
 	if ch.Amount <= 0 {
 		return badEvent("charge %s: amount %d", ch.ID, ch.Amount)
 	}
-	credits, err := billing.ParseUnits(rec.Credits)
-	if err != nil {
-		return fmt.Errorf("top-up record %s: credits %q: %w", pi, rec.Credits, err)
-	}
 	refunds, err := s.refundsOf(ctx, &ch)
 	if err != nil {
 		return err
+	}
+	rec.ReceiptURL = cmp.Or(rec.ReceiptURL, ch.ReceiptURL)
+	return s.takeRefunds(ctx, pay, rec, &ch, refunds, ev.Created)
+}
+
+// refundUpdated applies charge.refund.updated: a refund that succeeded
+// (a pending one, typically, that charge.refunded left alone) takes its
+// share of the top-up's credits, by its id, so once however many events
+// say it; one that failed or was canceled takes nothing.
+func refundUpdated(s *Service, ctx context.Context, ev *stripe.Event) error {
+	var r stripe.Refund
+	if err := decodeObject(ev, &r); err != nil {
+		return badEvent("charge.refund.updated: the refund does not parse: %v", err)
+	}
+	if r.ID == "" {
+		return badEvent("charge.refund.updated: the refund has no id")
+	}
+	if r.Status != stripe.RefundStatusSucceeded {
+		return nil // pending, failed or canceled: no money went back
+	}
+	chargeID := ""
+	if r.Charge != nil {
+		chargeID = r.Charge.ID
+	}
+	if chargeID == "" {
+		return badEvent("charge.refund.updated: refund %s names no charge", r.ID)
+	}
+	var pi string
+	if r.PaymentIntent != nil {
+		pi = r.PaymentIntent.ID
+	}
+	if pi == "" {
+		ch, err := s.sc.V1Charges.Retrieve(ctx, chargeID, nil)
+		if err != nil {
+			return fmt.Errorf("refund %s: asking Stripe for charge %s: %w", r.ID, chargeID, stripeErr(err))
+		}
+		if ch.PaymentIntent != nil {
+			pi = ch.PaymentIntent.ID
+		}
+	}
+	pay, err := s.Payments()
+	if err != nil {
+		return err
+	}
+	rec, err := s.topUpRecord(ctx, pay, pi)
+	if errors.Is(err, store.ErrNotFound) {
+		return s.notGrantedYet(ctx, pi, r.Metadata, "refund "+r.ID+" succeeded")
+	} else if err != nil {
+		return err
+	}
+	if rec.Amount <= 0 {
+		return badEvent("refund %s: top-up %s paid %d", r.ID, pi, rec.Amount)
+	}
+	// The top-up's charge: its amount is what the top-up paid. Its
+	// refunds are listed from Stripe, this one among them even when the
+	// list lags behind the event.
+	ch := &stripe.Charge{ID: chargeID, Amount: rec.Amount, Currency: stripe.Currency(strings.ToLower(rec.Currency))}
+	refunds, err := s.refundsOf(ctx, ch)
+	if err != nil {
+		return err
+	}
+	if !slices.ContainsFunc(refunds, func(x *stripe.Refund) bool { return x.ID == r.ID }) && r.Amount > 0 {
+		refunds = append(refunds, &r)
+		sortRefunds(refunds)
+	}
+	return s.takeRefunds(ctx, pay, rec, ch, refunds, ev.Created)
+}
+
+// takeRefunds takes back the credits of the succeeded refunds of the
+// top-up rec's charge ch (oldest first), each once by its id, and records
+// what was refunded.
+func (s *Service) takeRefunds(ctx context.Context, pay store.Payments, rec TopUpRecord, ch *stripe.Charge, refunds []*stripe.Refund, evCreated int64) error {
+	credits, err := billing.ParseUnits(rec.Credits)
+	if err != nil {
+		return fmt.Errorf("top-up record %s: credits %q: %w", rec.ID, rec.Credits, err)
 	}
 	var cum int64
 	for _, r := range refunds {
@@ -364,29 +450,33 @@ func chargeRefunded(s *Service, ctx context.Context, ev *stripe.Event) error {
 		if take <= 0 {
 			continue
 		}
-		at := time.Unix(cmp.Or(r.Created, ev.Created), 0).UTC()
-		_, _, err := pay.ReverseCredits(ctx, store.CreditReversal{ID: r.ID, GrantID: pi, Credits: take, At: at,
+		at := time.Unix(cmp.Or(r.Created, evCreated), 0).UTC()
+		_, _, err := pay.ReverseCredits(ctx, store.CreditReversal{ID: r.ID, GrantID: rec.ID, Credits: take, At: at,
 			Reason: fmt.Sprintf("refund of %s of %s paid", MinorMoney(r.Amount, string(ch.Currency)), MinorMoney(ch.Amount, string(ch.Currency)))})
 		if err != nil && !errors.Is(err, store.ErrReplayed) {
 			return fmt.Errorf("taking back the credits of refund %s: %w", r.ID, err)
 		}
 	}
-	if ch.AmountRefunded > rec.Refunded || rec.ReceiptURL == "" && ch.ReceiptURL != "" {
-		rec.Refunded = max(rec.Refunded, ch.AmountRefunded)
-		rec.ReceiptURL = cmp.Or(rec.ReceiptURL, ch.ReceiptURL)
-		rec.UpdatedAt = s.now().UTC()
-		body, _ := json.Marshal(rec)
-		if err := pay.PutPaymentRecord(ctx, KindTopUp, pi, body, s.now()); err != nil {
-			return fmt.Errorf("recording the refund of top-up %s: %w", pi, err)
+	old, err := s.topUpRecord(ctx, pay, rec.ID)
+	if err != nil {
+		return err
+	}
+	if cum > old.Refunded || old.ReceiptURL == "" && rec.ReceiptURL != "" {
+		old.Refunded = max(old.Refunded, cum)
+		old.ReceiptURL = cmp.Or(old.ReceiptURL, rec.ReceiptURL)
+		old.UpdatedAt = s.now().UTC()
+		body, _ := json.Marshal(old)
+		if err := pay.PutPaymentRecord(ctx, KindTopUp, rec.ID, body, s.now()); err != nil {
+			return fmt.Errorf("recording the refund of top-up %s: %w", rec.ID, err)
 		}
 	}
 	return nil
 }
 
-// refundsOf lists the refunds of a charge that return money (not failed
-// or canceled), oldest first: from the event when it carries them, else
-// from Stripe (charges in events do not carry their refunds since API
-// version 2022-11-15).
+// refundsOf lists the refunds of a charge that returned money (status
+// succeeded: not pending, failed or canceled), oldest first: from the
+// event when it carries them, else from Stripe (charges in events do not
+// carry their refunds since API version 2022-11-15).
 func (s *Service) refundsOf(ctx context.Context, ch *stripe.Charge) ([]*stripe.Refund, error) {
 	var all []*stripe.Refund
 	if ch.Refunds != nil && len(ch.Refunds.Data) > 0 && !ch.Refunds.HasMore {
@@ -401,15 +491,19 @@ func (s *Service) refundsOf(ctx context.Context, ch *stripe.Charge) ([]*stripe.R
 	}
 	var out []*stripe.Refund
 	for _, r := range all {
-		if r == nil || r.ID == "" || r.Amount <= 0 || r.Status == stripe.RefundStatusFailed || r.Status == stripe.RefundStatusCanceled {
+		if r == nil || r.ID == "" || r.Amount <= 0 || r.Status != stripe.RefundStatusSucceeded {
 			continue
 		}
 		out = append(out, r)
 	}
-	slices.SortFunc(out, func(a, b *stripe.Refund) int {
+	sortRefunds(out)
+	return out, nil
+}
+
+func sortRefunds(rs []*stripe.Refund) {
+	slices.SortFunc(rs, func(a, b *stripe.Refund) int {
 		return cmp.Or(cmp.Compare(a.Created, b.Created), strings.Compare(a.ID, b.ID))
 	})
-	return out, nil
 }
 
 // disputeClosed takes back what is left of a top-up's grant when its
@@ -417,7 +511,7 @@ func (s *Service) refundsOf(ctx context.Context, ch *stripe.Charge) ([]*stripe.R
 // dispute's id. A won dispute changes nothing.
 func disputeClosed(s *Service, ctx context.Context, ev *stripe.Event) error {
 	var d stripe.Dispute
-	if err := json.Unmarshal(ev.Data.Raw, &d); err != nil {
+	if err := decodeObject(ev, &d); err != nil {
 		return badEvent("charge.dispute.closed: the dispute does not parse: %v", err)
 	}
 	if d.Status != stripe.DisputeStatusLost {

@@ -3,6 +3,7 @@ package payments_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -90,6 +91,11 @@ func startTopUps(t *testing.T) *topUpEnv {
 				price 1
 				currency USD
 				self_service
+			}
+			product free {
+				billing SUBSCRIPTION
+				measurement PER_REQUEST
+				quota 10
 			}
 		}
 		payments stripe {
@@ -478,9 +484,10 @@ func TestTopUpDisputeLost(t *testing.T) {
 }
 
 // TestTopUpBadSessions: a paid session that names an unknown user, pack
-// or product, or pays nothing, is 400 with the JSON error and changes
-// nothing; an unpaid one (a delayed payment) and a failed one grant
-// nothing.
+// or product, or pays nothing, verifies but can never apply: 200 with
+// the reason it is ignored (Stripe retries anything else for days), the
+// event recorded as ignored, and nothing changes; an unpaid one (a
+// delayed payment) and a failed one grant nothing.
 func TestTopUpBadSessions(t *testing.T) {
 	e := startTopUps(t)
 	e.caller("erin")
@@ -504,11 +511,19 @@ func TestTopUpBadSessions(t *testing.T) {
 	s["metadata"].(map[string]string)[payments.MetaUser] = ""
 	bad["no user"] = s
 	for name, sess := range bad {
-		status, body := e.deliver("evt_bad_"+strings.ReplaceAll(name, " ", "_"), "checkout.session.completed", at, sess)
-		var je struct{ Code, Message string }
-		_ = json.Unmarshal([]byte(body), &je)
-		if status != http.StatusBadRequest || je.Code != "invalid_request" || je.Message == "" {
-			t.Errorf("%s: %d %s, want 400 invalid_request", name, status, body)
+		id := "evt_bad_" + strings.ReplaceAll(name, " ", "_")
+		status, body := e.deliver(id, "checkout.session.completed", at, sess)
+		var got struct {
+			Received bool
+			Ignored  string
+		}
+		_ = json.Unmarshal([]byte(body), &got)
+		if status != http.StatusOK || !got.Received || got.Ignored == "" {
+			t.Errorf("%s: %d %s, want 200 with the reason it is ignored", name, status, body)
+		}
+		if b, err := e.pay.GetPaymentRecord(context.Background(), payments.KindEvent, id); err != nil ||
+			!strings.Contains(string(b), `"ignored":true`) || !strings.Contains(string(b), `"reason":`) {
+			t.Errorf("%s: event recorded as %s %v, want ignored with its reason", name, b, err)
 		}
 	}
 	// A session the gateway did not start (a Payment Link: none of its
@@ -618,4 +633,77 @@ func TestTopUpRefundsFromStripe(t *testing.T) {
 	}
 	// stripe-mock's fixture refund is 100 (of the 1000 paid): a tenth.
 	e.wantBalance("gina", "90")
+}
+
+// TestTopUpNeedsThePacksProduct: a pack is sold only to a caller whose
+// subscription to the service is to the pack's product and grants access
+// now; anything else is ErrNoSubscription (the portal's "subscribe to its
+// prepaid plan first") and opens no Checkout.
+func TestTopUpNeedsThePacksProduct(t *testing.T) {
+	e := startTopUps(t)
+	ctx := context.Background()
+	svc := e.app.PaymentsService()
+	put := func(user, product, status string) {
+		t.Helper()
+		if _, err := e.app.DataStore().PutSubscription(ctx, store.Subscription{UserID: user, ServiceID: "echo", ProductID: product,
+			Status: status, UpdatedAt: time.Now().UTC()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("ivan", "free", "ACTIVE")
+	put("judy", "credits", "SUSPENDED")
+	for _, user := range []string{"ivan", "judy", "nobody"} {
+		if _, err := svc.StartTopUp(ctx, user, "echo", "credits", "small", topUpSite+"/ok", topUpSite+"/cancel"); !errors.Is(err, payments.ErrNoSubscription) {
+			t.Errorf("%s: %v, want ErrNoSubscription", user, err)
+		}
+	}
+	if n := len(e.mock.Requests("/v1/checkout/sessions")); n != 0 {
+		t.Errorf("%d Checkout Sessions opened, want none", n)
+	}
+	put("ivan", "credits", "ACTIVE")
+	if _, err := svc.StartTopUp(ctx, "ivan", "echo", "credits", "small", topUpSite+"/ok", topUpSite+"/cancel"); err != nil {
+		t.Errorf("on the pack's product: %v", err)
+	}
+}
+
+// TestTopUpPendingRefund: a refund pending when charge.refunded comes
+// takes no credits; one that then fails never does; one that then
+// succeeds (charge.refund.updated) takes its share once, however many
+// events say so.
+func TestTopUpPendingRefund(t *testing.T) {
+	e := startTopUps(t)
+	e.caller("kim")
+	at := time.Now().Truncate(time.Second)
+	e.mustDeliver("evt_k_paid", "checkout.session.completed", at, paidSession("cs_k", "pi_k", "kim", "small", 1000))
+	e.wantBalance("kim", "100")
+	refund := func(id string, amount int64, status string, min int) map[string]any {
+		return map[string]any{"id": id, "object": "refund", "amount": amount, "status": status, "currency": "usd",
+			"charge": "ch_k", "payment_intent": "pi_k", "created": at.Add(time.Duration(min) * time.Minute).Unix()}
+	}
+	charge := func(refunded int64, refunds ...map[string]any) map[string]any {
+		return map[string]any{"id": "ch_k", "object": "charge", "amount": 1000, "amount_refunded": refunded, "currency": "usd",
+			"payment_intent": "pi_k", "refunds": map[string]any{"object": "list", "has_more": false, "data": refunds}}
+	}
+	// 2.50 refunded, pending: nothing yet; then it fails: nothing ever.
+	e.mustDeliver("evt_k_r1", "charge.refunded", at, charge(250, refund("re_k1", 250, "pending", 1)))
+	e.wantBalance("kim", "100")
+	e.mustDeliver("evt_k_u1", "charge.refund.updated", at.Add(time.Minute), refund("re_k1", 250, "failed", 1))
+	e.wantBalance("kim", "100")
+	// 5.00 refunded, pending, then succeeded: half the pack, once. What
+	// Stripe lists of the charge's refunds when asked:
+	e.mock.Answer("/v1/refunds", map[string]any{"object": "list", "url": "/v1/refunds", "has_more": false,
+		"data": []any{refund("re_k1", 250, "failed", 1), refund("re_k2", 500, "succeeded", 2)}})
+	e.mustDeliver("evt_k_r2", "charge.refunded", at, charge(500, refund("re_k1", 250, "failed", 1), refund("re_k2", 500, "pending", 2)))
+	e.wantBalance("kim", "100")
+	e.mustDeliver("evt_k_u2", "charge.refund.updated", at.Add(2*time.Minute), refund("re_k2", 500, "succeeded", 2))
+	e.mustDeliver("evt_k_u2", "charge.refund.updated", at.Add(2*time.Minute), refund("re_k2", 500, "succeeded", 2))
+	e.mustDeliver("evt_k_u2b", "charge.refund.updated", at.Add(2*time.Minute), refund("re_k2", 500, "succeeded", 2))
+	e.mustDeliver("evt_k_r3", "charge.refunded", at, charge(500, refund("re_k1", 250, "failed", 1), refund("re_k2", 500, "succeeded", 2)))
+	e.wantBalance("kim", "50")
+	if rec := e.topUp("pi_k"); rec.Refunded != 500 {
+		t.Errorf("top-up record refunded %d, want 500 (what succeeded)", rec.Refunded)
+	}
+	if gs := e.grants("kim"); len(gs) != 1 || gs[0].Reversed != billing.Whole(50) {
+		t.Errorf("grants %+v, want 50 reversed", gs)
+	}
 }

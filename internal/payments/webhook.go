@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"sort"
@@ -20,8 +21,9 @@ import (
 // An EventHandler applies one verified Stripe event. It must be
 // idempotent: the same event may be delivered twice (Stripe retries, and
 // two nodes of a fleet may take the same retry), and events come in any
-// order. It returns badEvent(...) for an event that can never apply and
-// any other error for one worth retrying.
+// order. It returns badEvent(...) for an event that can never apply
+// (answered 200 and recorded as ignored: retrying cannot help) and any
+// other error for one worth retrying (500).
 type EventHandler func(s *Service, ctx context.Context, ev *stripe.Event) error
 
 // handlers maps event types to their handlers; each feature registers its
@@ -52,13 +54,20 @@ type eventRecord struct {
 	Created   time.Time `json:"created"`
 	HandledAt time.Time `json:"handledAt"`
 	Ignored   bool      `json:"ignored,omitempty"`
+	// Reason says why an event of a handled type was ignored: it
+	// verified but can never apply (a customer, price or metadata the
+	// gateway does not know).
+	Reason string `json:"reason,omitempty"`
 }
 
 // ServeWebhook is the webhook endpoint: it verifies the signature and its
 // timestamp, applies a new event once and answers 200; a duplicate is 200
-// and changes nothing; a bad signature or stale timestamp is 400 with the
-// documented JSON error and changes nothing; an event that failed to apply
-// is 500 so that Stripe sends it again.
+// and changes nothing; a bad signature, stale timestamp or a body that is
+// no Stripe event is 400 with the documented JSON error and changes
+// nothing; an event that verifies but can never apply (a badEvent) is 200
+// with "ignored" and its reason, recorded, and changes nothing, since
+// Stripe retries anything else for days and then disables the endpoint;
+// an event that failed to apply is 500 so that Stripe sends it again.
 func (s *Service) ServeWebhook(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
@@ -92,7 +101,7 @@ func (s *Service) ServeWebhook(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusBadRequest, code, msg)
 		return
 	}
-	status, dup, err := s.applyEvent(r.Context(), &ev)
+	status, dup, ignored, err := s.applyEvent(r.Context(), &ev)
 	if err != nil {
 		s.log.Error("stripe event not applied", zap.String("event_id", ev.ID), zap.String("type", string(ev.Type)), zap.Error(err))
 		code := apierror.InternalError
@@ -104,39 +113,60 @@ func (s *Service) ServeWebhook(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
+	if ignored != "" {
+		_ = json.NewEncoder(w).Encode(map[string]any{"received": true, "ignored": ignored})
+		return
+	}
 	_ = json.NewEncoder(w).Encode(map[string]any{"received": true, "duplicate": dup})
 }
 
 // applyEvent applies a verified event unless it was handled before. The
 // event's id is recorded after its handler succeeded: a crash in between
 // re-applies it on Stripe's retry, which the handlers' idempotence makes
-// harmless, while recording first would lose the event.
-func (s *Service) applyEvent(ctx context.Context, ev *stripe.Event) (status int, duplicate bool, err error) {
+// harmless, while recording first would lose the event. An event its
+// handler finds can never apply (badEvent) is recorded as ignored with
+// the reason, which ignored returns: the answer is 200 all the same.
+func (s *Service) applyEvent(ctx context.Context, ev *stripe.Event) (status int, duplicate bool, ignored string, err error) {
 	if ev.ID == "" {
-		return http.StatusBadRequest, false, badEvent("the event has no id")
+		return http.StatusBadRequest, false, "", badEvent("the event has no id")
 	}
 	pay, err := s.Payments()
 	if err != nil {
-		return http.StatusInternalServerError, false, err
+		return http.StatusInternalServerError, false, "", err
 	}
 	if _, err := pay.GetPaymentRecord(ctx, KindEvent, ev.ID); err == nil {
-		return http.StatusOK, true, nil
+		return http.StatusOK, true, "", nil
 	} else if !errors.Is(err, store.ErrNotFound) {
-		return http.StatusInternalServerError, false, err
+		return http.StatusInternalServerError, false, "", err
 	}
 	h, known := handlers[ev.Type]
 	if known {
 		if err := h(s, ctx, ev); err != nil {
-			return errStatus(err), false, err
+			var be badEventError
+			if !errors.As(err, &be) {
+				return errStatus(err), false, "", err
+			}
+			ignored = be.Error()
 		}
 	}
 	rec, _ := json.Marshal(eventRecord{Type: string(ev.Type), Created: time.Unix(ev.Created, 0).UTC(),
-		HandledAt: s.now().UTC(), Ignored: !known})
+		HandledAt: s.now().UTC(), Ignored: !known || ignored != "", Reason: ignored})
 	if _, err := pay.InsertPaymentRecord(ctx, KindEvent, ev.ID, rec, s.now()); err != nil && !errors.Is(err, store.ErrExists) {
-		return http.StatusInternalServerError, false, err
+		return http.StatusInternalServerError, false, "", err
 	}
-	return http.StatusOK, false, nil
+	if ignored != "" {
+		// The reason names Stripe ids (customers, prices, sessions), never
+		// a key or a secret.
+		s.log.Warn("stripe event ignored: it verifies but can never apply; nothing changed",
+			zap.String("event_id", ev.ID), zap.String("type", string(ev.Type)), zap.String("reason", ignored))
+		s.audit(ctx, AuditEventIgnored, "", "", fmt.Sprintf("Stripe event %s (%s) ignored, nothing changed: %s", ev.ID, ev.Type, ignored))
+	}
+	return http.StatusOK, false, ignored, nil
 }
+
+// AuditEventIgnored is the audit action of an event that verified but
+// could never apply; the actor is "stripe".
+const AuditEventIgnored = "stripe.event_ignored"
 
 // writeJSONError answers with the wire contract's JSON error at a status
 // of Stripe's conventions (400 for a delivery not to retry as is, 500 for
@@ -153,7 +183,7 @@ var checkoutByMode = map[stripe.CheckoutSessionMode]EventHandler{}
 func init() {
 	handle(stripe.EventTypeCheckoutSessionCompleted, func(s *Service, ctx context.Context, ev *stripe.Event) error {
 		var cs stripe.CheckoutSession
-		if err := json.Unmarshal(ev.Data.Raw, &cs); err != nil {
+		if err := decodeObject(ev, &cs); err != nil {
 			return badEvent("checkout.session.completed: the session does not parse: %v", err)
 		}
 		h, ok := checkoutByMode[cs.Mode]

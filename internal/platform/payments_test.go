@@ -109,6 +109,10 @@ func TestCaddyfilePayments(t *testing.T) {
 		{"webhook secret not whsec", "\t\tsecret_key sk_test_x\n\t\twebhook_secret abc\n\t\tprice s pro price_pro", "starts with whsec_"},
 		{"price of an unknown product", goodPayments + "\t\tprice s gold price_gold", `has no product "gold"`},
 		{"recurring price on a prepaid product", goodPayments + "\t\tprice s credits price_c", "prepaid product is paid by top-ups"},
+		{"one price for two products", goodPayments + "\t\tprice s free price_pro", "Stripe Price price_pro is used twice, by price s pro and by price s free"},
+		{"one price as price and metered price", goodPayments + "\t\tmeter s pro calls price_pro", "Stripe Price price_pro is used twice, by price s pro and by the metered price of meter s pro"},
+		{"one price for a product and a pack", goodPayments + "\t\ttopup s credits small price_pro 100", "Stripe Price price_pro is used twice, by price s pro and by topup s credits small"},
+		{"one price for two packs", goodPayments + "\t\ttopup s credits small price_small 100\n\t\ttopup s credits big price_small 1000", "Stripe Price price_small is used twice, by topup s credits small and by topup s credits big"},
 	} {
 		t.Run("validate/"+tc.name, func(t *testing.T) {
 			t.Setenv("S", "s-secret-0123456789abcdef0123456789")

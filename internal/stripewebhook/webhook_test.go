@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -77,6 +78,7 @@ func startGateway(t *testing.T, grace string) *gw {
 				quota 1000 per month
 				currency USD
 				period_price 29
+				trial 14d
 				self_service
 			}
 			product basic {
@@ -287,17 +289,39 @@ func TestWebhookRefusals(t *testing.T) {
 		t.Errorf("a duplicate changed the subscription: %+v", s)
 	}
 
-	// Unknown customer and unknown price: 400, nothing changes.
-	status, body = stripetest.Deliver(t, endpoint, stripetest.Event("evt_ref_3", "customer.subscription.created", now,
-		subObj("sub_stranger", "cus_nobody", "active", "price_pro", false, now.Add(time.Hour))), whsec, now)
-	if status != 400 {
-		t.Errorf("unknown customer: %d %s", status, body)
+	// Unknown customer, unknown price, no data.object: they verify but can
+	// never apply, so 200 (Stripe would retry anything else for days and
+	// disable the endpoint), recorded as ignored with the reason, audited,
+	// and nothing changes.
+	ignored := func(id string, payload []byte, reason string) {
+		t.Helper()
+		status, body := stripetest.Deliver(t, endpoint, payload, whsec, now)
+		var got struct {
+			Received bool   `json:"received"`
+			Ignored  string `json:"ignored"`
+		}
+		if status != 200 || json.Unmarshal([]byte(body), &got) != nil || !got.Received || !strings.Contains(got.Ignored, reason) {
+			t.Errorf("%s: %d %s, want 200 ignored (%s)", id, status, body, reason)
+		}
+		b, ok := g.record(payments.KindEvent, id)
+		if !ok || !strings.Contains(string(b), `"ignored":true`) || !strings.Contains(string(b), reason) {
+			t.Errorf("%s recorded as %s %v, want ignored with its reason", id, b, ok)
+		}
+		// A redelivery is a duplicate.
+		if body := g.deliver(payload, 200); !strings.Contains(body, `"duplicate":true`) {
+			t.Errorf("%s again: %s", id, body)
+		}
 	}
+	ignored("evt_ref_3", stripetest.Event("evt_ref_3", "customer.subscription.created", now,
+		subObj("sub_stranger", "cus_nobody", "active", "price_pro", false, now.Add(time.Hour))), "customer cus_nobody is not one the gateway made")
 	cust2 := g.customer("u-ref2")
-	status, body = stripetest.Deliver(t, endpoint, stripetest.Event("evt_ref_4", "customer.subscription.created", now,
-		subObj("sub_odd", cust2, "active", "price_somethingelse", false, now.Add(time.Hour))), whsec, now)
-	if status != 400 {
-		t.Errorf("unknown price: %d %s", status, body)
+	ignored("evt_ref_4", stripetest.Event("evt_ref_4", "customer.subscription.created", now,
+		subObj("sub_odd", cust2, "active", "price_somethingelse", false, now.Add(time.Hour))), "no configured product has its price price_somethingelse")
+	for i, typ := range []string{"customer.subscription.updated", "invoice.paid", "checkout.session.completed",
+		"charge.refunded", "charge.dispute.closed", "checkout.session.async_payment_failed"} {
+		id := fmt.Sprintf("evt_nodata_%d", i)
+		nodata, _ := json.Marshal(map[string]any{"id": id, "object": "event", "type": typ, "created": now.Unix(), "api_version": "2025-03-31.basil"})
+		ignored(id, nodata, "no data.object")
 	}
 	if _, ok := g.sub("u-ref2"); ok {
 		t.Error("an unknown price made a subscription")
@@ -306,6 +330,19 @@ func TestWebhookRefusals(t *testing.T) {
 		if _, ok := g.record(payments.KindSubscription, id); ok {
 			t.Errorf("%s recorded", id)
 		}
+	}
+	entries, _, err := g.app.DataStore().ListAudit(context.Background(), "", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var audited int
+	for _, e := range entries {
+		if e.Action == payments.AuditEventIgnored && e.Actor == "stripe" && strings.Contains(e.Detail, "nothing changed") {
+			audited++
+		}
+	}
+	if audited != 8 {
+		t.Errorf("%d ignored events audited, want 8", audited)
 	}
 }
 
@@ -343,8 +380,10 @@ func TestWebhookOrder(t *testing.T) {
 	tr := subObj("sub_t", cust2, "trialing", "price_basic", false, trialEnd)
 	tr["trial_end"] = trialEnd.Unix()
 	g.deliver(stripetest.Event("evt_t1", "customer.subscription.created", t0, tr), 200)
-	if s, _ := g.sub("u-trial"); s.Status != "TRIAL" || s.ProductID != "basic" || !s.EndsAt.Equal(trialEnd) || s.EndStatus != "EXPIRED" {
-		t.Fatalf("trialing: %+v", s)
+	// It ends past_due_grace (1h) after trial_end: a late event that the
+	// first payment went through does not refuse a paying caller.
+	if s, _ := g.sub("u-trial"); s.Status != "TRIAL" || s.ProductID != "basic" || !s.EndsAt.Equal(trialEnd.Add(time.Hour)) || s.EndStatus != "EXPIRED" {
+		t.Fatalf("trialing: %+v, want TRIAL, EXPIRED from trial_end + 1h", s)
 	}
 	g.deliver(stripetest.Event("evt_t2", "customer.subscription.updated", t0.Add(time.Second),
 		subObj("sub_t", cust2, "active", "price_pro", false, end)), 200)
@@ -386,20 +425,33 @@ func TestWebhookOrder(t *testing.T) {
 
 // TestPastDueGrace: a failed payment leaves a subscription working for
 // past_due_grace, then the call path reads it SUSPENDED; a paid invoice
-// makes it ACTIVE again. Invoices are kept in minor units.
+// makes it ACTIVE again. The status after an invoice event is Stripe's,
+// read back from Stripe, never guessed from the invoice: an older
+// invoice paid while the subscription is still past due leaves it past
+// due. Invoices are kept in minor units.
 func TestPastDueGrace(t *testing.T) {
 	g := startGateway(t, "2h")
 	cust := g.customer("u-due")
 	t0 := time.Now().Add(-time.Minute).Truncate(time.Second)
 	g.deliver(stripetest.Event("evt_d1", "customer.subscription.created", t0,
 		subObj("sub_d", cust, "active", "price_pro", false, t0.Add(720*time.Hour))), 200)
-	inv := func(status string, paid int64) map[string]any {
-		return map[string]any{"id": "in_d1", "object": "invoice", "customer": cust, "status": status,
+	inv := func(id, status string, paid int64) map[string]any {
+		return map[string]any{"id": id, "object": "invoice", "customer": cust, "status": status,
 			"amount_due": 2900, "amount_paid": paid, "currency": "usd",
-			"hosted_invoice_url": "https://invoice.stripe.com/i/in_d1", "invoice_pdf": "https://pay.stripe.com/invoice/in_d1/pdf",
+			"hosted_invoice_url": "https://invoice.stripe.com/i/" + id, "invoice_pdf": "https://pay.stripe.com/invoice/" + id + "/pdf",
 			"parent": map[string]any{"type": "subscription_details", "subscription_details": map[string]any{"subscription": "sub_d"}}}
 	}
-	g.deliver(stripetest.Event("evt_d2", "invoice.payment_failed", t0.Add(time.Second), inv("open", 0)), 200)
+	// What Stripe answers when the gateway reads sub_d back.
+	stripeSays := func(status string) {
+		g.mock.Answer("/v1/subscriptions/sub_d", map[string]any{"id": "sub_d", "customer": cust, "status": status,
+			"cancel_at_period_end": false, "cancel_at": nil, "trial_end": nil})
+	}
+	stripeSays("past_due")
+	reads := len(g.mock.Requests("/v1/subscriptions/sub_d"))
+	g.deliver(stripetest.Event("evt_d2", "invoice.payment_failed", t0.Add(time.Second), inv("in_d1", "open", 0)), 200)
+	if n := len(g.mock.Requests("/v1/subscriptions/sub_d")) - reads; n != 1 {
+		t.Errorf("payment failed: %d reads of the subscription from Stripe, want 1", n)
+	}
 	s, _ := g.sub("u-due")
 	if s.Status != "ACTIVE" || s.EndStatus != "SUSPENDED" || !s.EndsAt.Equal(t0.Add(time.Second).Add(2*time.Hour)) {
 		t.Fatalf("payment failed: %+v, want ACTIVE, SUSPENDED 2h after", s)
@@ -409,18 +461,70 @@ func TestPastDueGrace(t *testing.T) {
 	if !ok || json.Unmarshal(b, &ir) != nil || ir.AmountDue != 2900 || ir.Currency != "USD" || ir.UserID != "u-due" || ir.ProductID != "pro" {
 		t.Fatalf("invoice record: %s", b)
 	}
-	g.deliver(stripetest.Event("evt_d3", "invoice.paid", t0.Add(2*time.Second), inv("paid", 2900)), 200)
+	// An older invoice paid late while in_d1 is still due: Stripe says
+	// past_due, so the grace runs on, from when it began.
+	g.deliver(stripetest.Event("evt_d0", "invoice.paid", t0.Add(2*time.Second), inv("in_d0", "paid", 2900)), 200)
+	if s, _ := g.sub("u-due"); s.Status != "ACTIVE" || s.EndStatus != "SUSPENDED" || !s.EndsAt.Equal(t0.Add(time.Second).Add(2*time.Hour)) {
+		t.Fatalf("an older invoice paid while still past due: %+v, want ACTIVE, SUSPENDED 2h after the failure", s)
+	}
+	if b, ok := g.record(payments.KindInvoice, "in_d0"); !ok || json.Unmarshal(b, &ir) != nil || ir.Status != "paid" {
+		t.Errorf("older invoice record: %s", b)
+	}
+	stripeSays("active")
+	g.deliver(stripetest.Event("evt_d3", "invoice.paid", t0.Add(3*time.Second), inv("in_d1", "paid", 2900)), 200)
 	if s, _ := g.sub("u-due"); s.Status != "ACTIVE" || !s.EndsAt.IsZero() {
 		t.Fatalf("paid: %+v, want ACTIVE with no end", s)
 	}
-	// A late payment_failed of the same invoice does not make it unpaid.
-	g.deliver(stripetest.Event("evt_d4", "invoice.payment_failed", t0.Add(time.Second), inv("open", 0)), 200)
+	// A late payment_failed of the same invoice does not make it unpaid,
+	// nor the subscription past due: Stripe says active.
+	g.deliver(stripetest.Event("evt_d4", "invoice.payment_failed", t0.Add(time.Second), inv("in_d1", "open", 0)), 200)
 	b, _ = g.record(payments.KindInvoice, "in_d1")
 	if json.Unmarshal(b, &ir) != nil || ir.Status != "paid" || ir.AmountPaid != 2900 {
 		t.Errorf("paid invoice after a late failure: %s", b)
 	}
 	if s, _ := g.sub("u-due"); s.Status != "ACTIVE" || !s.EndsAt.IsZero() {
 		t.Errorf("an older failure suspended a paid subscription: %+v", s)
+	}
+}
+
+// TestCheckoutTrialOnce: the listing's trial goes to Stripe's Checkout
+// only for a caller who never had a subscription to the service: not
+// after one ended, nor when a Stripe subscription was ever linked.
+func TestCheckoutTrialOnce(t *testing.T) {
+	g := startGateway(t, "1h")
+	ctx := context.Background()
+	start := func(user string) url.Values {
+		t.Helper()
+		before := len(g.mock.Requests("/v1/checkout/sessions"))
+		if _, err := g.pay.StartSubscriptionCheckout(ctx, payments.CheckoutRequest{UserID: user, ServiceID: "svc", ProductID: "pro",
+			SuccessURL: site + "/ok", CancelURL: site + "/cancel"}); err != nil {
+			t.Fatal(err)
+		}
+		reqs := g.mock.Requests("/v1/checkout/sessions")
+		if len(reqs) != before+1 {
+			t.Fatalf("%d Checkout requests, want 1", len(reqs)-before)
+		}
+		return reqs[len(reqs)-1].Form
+	}
+	const trial = "subscription_data[trial_period_days]"
+	if f := start("u-first"); f.Get(trial) != "14" {
+		t.Errorf("a first subscription: trial %q, want 14", f.Get(trial))
+	}
+	// A subscription that ended (EXPIRED after a trial or a cancel).
+	if _, err := g.app.DataStore().PutSubscription(ctx, store.Subscription{UserID: "u-again", ServiceID: "svc", ProductID: "pro",
+		Status: "EXPIRED", UpdatedAt: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	if f := start("u-again"); f.Has(trial) {
+		t.Errorf("after an ended subscription: trial %q, want none", f.Get(trial))
+	}
+	// A Stripe subscription linked to the user and service before.
+	link, _ := json.Marshal(map[string]any{"subscriptionId": "sub_before", "updatedAt": time.Now().UTC()})
+	if _, err := g.app.DataStore().(store.Payments).InsertPaymentRecord(ctx, payments.KindSubscriptionOf, "svc/u-linked", link, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if f := start("u-linked"); f.Has(trial) {
+		t.Errorf("after a Stripe subscription: trial %q, want none", f.Get(trial))
 	}
 }
 

@@ -76,6 +76,8 @@ type Mock struct {
 	mu       sync.Mutex
 	requests []Request
 	fail     func(Request) int
+	// answers: fields set over stripe-mock's answer to a GET, by path.
+	answers map[string]map[string]any
 }
 
 // Request is one API request the proxy passed (or failed).
@@ -134,6 +136,7 @@ func Start(t testing.TB) *Mock {
 	m := &Mock{Direct: "http://" + a}
 	target, _ := url.Parse(m.Direct)
 	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.ModifyResponse = m.answer
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -155,6 +158,9 @@ func Start(t testing.TB) *Mock {
 				return
 			}
 		}
+		// Plain JSON back from stripe-mock, for Answer to set fields over
+		// (the proxy's transport decompresses what it asked for itself).
+		r.Header.Del("Accept-Encoding")
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		proxy.ServeHTTP(rec, r)
 		req.Status = rec.status
@@ -201,6 +207,54 @@ func (m *Mock) Fail(fn func(Request) int) {
 	m.mu.Lock()
 	m.fail = fn
 	m.mu.Unlock()
+}
+
+// Answer makes the proxy set fields over stripe-mock's answer to a GET
+// of path (its top-level keys), for what stripe-mock cannot say since it
+// keeps no state: the status of a subscription read back, say. stripe-mock
+// still answers first, which checks the request's shape. nil fields stop
+// it.
+func (m *Mock) Answer(path string, fields map[string]any) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.answers == nil {
+		m.answers = map[string]map[string]any{}
+	}
+	if fields == nil {
+		delete(m.answers, path)
+		return
+	}
+	m.answers[path] = fields
+}
+
+func (m *Mock) answer(resp *http.Response) error {
+	if resp.Request.Method != http.MethodGet || resp.StatusCode != http.StatusOK {
+		return nil
+	}
+	m.mu.Lock()
+	fields := m.answers[resp.Request.URL.Path]
+	m.mu.Unlock()
+	if fields == nil {
+		return nil
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(body, &obj); err != nil {
+		return fmt.Errorf("stripetest: stripe-mock's answer to %s is not an object: %w", resp.Request.URL.Path, err)
+	}
+	for k, v := range fields {
+		obj[k] = v
+	}
+	out, _ := json.Marshal(obj)
+	resp.Body = io.NopCloser(bytes.NewReader(out))
+	resp.ContentLength = int64(len(out))
+	resp.Header.Set("Content-Length", fmt.Sprint(len(out)))
+	resp.Header.Del("Content-Encoding")
+	return nil
 }
 
 // Event builds a Stripe event of type typ whose data.object is obj, as
