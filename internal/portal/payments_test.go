@@ -208,6 +208,16 @@ func TestPaidSubscriptionFollowsStripe(t *testing.T) {
 			"status_transitions": map[string]any{"paid_at": t0.Add(3 * time.Second).Unix()},
 			"parent":             map[string]any{"type": "subscription_details", "subscription_details": map[string]any{"subscription": "sub_payer"}}}
 	}
+	// An invoice event makes the gateway read the subscription back from
+	// Stripe (stripe-mock's answer, with Stripe's status set here).
+	stripeSays := func(status string) {
+		mock.Answer("/v1/subscriptions/sub_payer", map[string]any{"status": status, "customer": cust,
+			"cancel_at_period_end": false, "cancel_at": nil, "trial_end": nil,
+			"metadata": map[string]string{"platform_user_id": "payer", "platform_service_id": "echo", "platform_product_id": "pro"},
+			"items": map[string]any{"object": "list", "data": []any{map[string]any{"id": "si_1", "object": "subscription_item",
+				"price": map[string]any{"id": "price_pro_usd", "object": "price"}, "current_period_end": periodEnd.Unix()}}}})
+	}
+	stripeSays("past_due")
 	payEvent(t, "evt_fail", "invoice.payment_failed", t0.Add(2*time.Second), inv("open", 0))
 	if status, _ := invoke(t, key); status != 200 {
 		t.Fatalf("call within the grace: %d", status)
@@ -228,6 +238,7 @@ func TestPaidSubscriptionFollowsStripe(t *testing.T) {
 	if !strings.Contains(page, "29.00 USD") || !strings.Contains(page, "Payment failed") || !strings.Contains(page, "https://invoice.stripe.com/i/in_payer_1") {
 		t.Errorf("billing page with the failed invoice:\n%s", page)
 	}
+	stripeSays("active")
 	payEvent(t, "evt_paid", "invoice.paid", t0.Add(3*time.Second), inv("paid", 2900))
 	if status, _ := invoke(t, key); status != 200 {
 		t.Fatalf("call after the invoice was paid: %d", status)
