@@ -92,6 +92,11 @@ type MeterEvent struct {
 	Timestamp int64     `json:"timestamp,omitempty"`
 	// Error is why Stripe refused it, while it is held.
 	Error string `json:"error,omitempty"`
+	// NotBefore is when the caller's Stripe subscription started: an
+	// hour's usage is stamped no earlier, so the first partial hour of a
+	// subscription falls inside its first billing period (Stripe bills a
+	// meter event by its timestamp).
+	NotBefore time.Time `json:"notBefore,omitzero"`
 }
 
 // recordID is the event's KindMeterSent id: hour first, so a listing
@@ -436,6 +441,7 @@ func (r *shipRun) plan(ctx context.Context, now time.Time, sweep bool) (bool, er
 		return cmp.Or(a.hour.Compare(b.hour), cmp.Compare(a.user, b.user), cmp.Compare(a.service, b.service), cmp.Compare(a.product, b.product))
 	})
 	customers := map[string]string{}
+	starts := map[[2]string]time.Time{}
 	waiting := map[string]bool{}
 	complete := true
 	for _, k := range keys {
@@ -460,11 +466,18 @@ func (r *shipRun) plan(ctx context.Context, now time.Time, sweep bool) (bool, er
 			break
 		}
 		m := products[[2]string{k.service, k.product}]
+		start, known := starts[[2]string{k.user, k.service}]
+		if !known {
+			if start, err = s.stripeStart(ctx, r.pay, k.user, k.service); err != nil {
+				return false, err
+			}
+			starts[[2]string{k.user, k.service}] = start
+		}
 		n := got.n + 1
 		r.cur.Outbox = append(r.cur.Outbox, MeterEvent{
 			Identifier: identifier(r.cur.Install, k, n), EventName: m.eventName, Customer: cust,
 			UserID: k.user, ServiceID: k.service, ProductID: k.product, Hour: k.hour, N: n,
-			Value: delta, Total: usage[k], Currency: m.currency, PlannedAt: now.UTC(),
+			Value: delta, Total: usage[k], Currency: m.currency, PlannedAt: now.UTC(), NotBefore: start,
 		})
 	}
 	r.run.Planned += len(r.cur.Outbox)
@@ -553,9 +566,12 @@ func (s *Service) customerOf(ctx context.Context, userID string) (string, error)
 // meterTimestamp is the timestamp an event is sent with at now: its hour,
 // or, for an hour older than Stripe accepts (after a long outage), the
 // oldest time Stripe accepts, so the usage is billed late but billed.
-func meterTimestamp(hour, now time.Time) int64 {
+func meterTimestamp(hour, notBefore, now time.Time) int64 {
 	oldest := now.Add(-StripeMeterWindow + meterWindowMargin)
 	ts := hour
+	if notBefore.After(ts) && notBefore.Before(hour.Add(time.Hour)) {
+		ts = notBefore
+	}
 	if ts.Before(oldest) {
 		ts = oldest
 	}
@@ -568,7 +584,7 @@ func meterTimestamp(hour, now time.Time) int64 {
 // sendMeterEvent sends one event and returns it as sent.
 func (s *Service) sendMeterEvent(ctx context.Context, ev MeterEvent) (MeterEvent, error) {
 	now := s.now()
-	ts := meterTimestamp(ev.Hour, now)
+	ts := meterTimestamp(ev.Hour, ev.NotBefore, now)
 	p := &stripe.BillingMeterEventCreateParams{
 		EventName:  stripe.String(ev.EventName),
 		Identifier: stripe.String(ev.Identifier),

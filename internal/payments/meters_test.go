@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -664,5 +665,46 @@ func TestConfigMeterChecks(t *testing.T) {
 	cfg.Prices = []payments.Price{{Service: "geo", Product: "payg", Meter: "geo.payg-v2_calls"}}
 	if err := cfg.Validate(cat); err != nil {
 		t.Errorf("a good meter: %v", err)
+	}
+}
+
+// TestMetersFirstHourInsideTheSubscription: Stripe bills a meter event by
+// its timestamp, so usage of the hour a Stripe subscription started in
+// is stamped at the start, not at the top of the hour before it, where
+// Stripe would leave it out of every invoice. Later hours keep their own
+// start.
+func TestMetersFirstHourInsideTheSubscription(t *testing.T) {
+	st := openBolt(t, filepath.Join(t.TempDir(), "gw.db"))
+	e := newMeterEnv(t, st)
+	e.subscribe("alice", postpaid)
+	e.customer("alice", "cus_alice")
+	s := e.service("node-a")
+	ship(t, s) // the cursor starts at this hour
+	hour := e.clock.Now().UTC().Truncate(time.Hour)
+	started := hour.Add(30 * time.Minute)
+	var pay store.Payments = st
+	ctx := context.Background()
+	rec, _ := json.Marshal(payments.SubscriptionRecord{ID: "sub_alice", UserID: "alice", ServiceID: "geo", ProductID: "payg",
+		CustomerID: "cus_alice", StripeStatus: "active", Status: "ACTIVE", StartDate: started, UpdatedAt: started})
+	link, _ := json.Marshal(map[string]any{"subscriptionId": "sub_alice", "updatedAt": started})
+	if err := pay.PutPaymentRecord(ctx, payments.KindSubscription, "sub_alice", rec, started); err != nil {
+		t.Fatal(err)
+	}
+	if err := pay.PutPaymentRecord(ctx, payments.KindSubscriptionOf, "geo/alice", link, started); err != nil {
+		t.Fatal(err)
+	}
+	e.report("alice", postpaid, 3, started.Add(5*time.Minute))
+	e.report("alice", postpaid, 4, hour.Add(time.Hour+10*time.Minute))
+	e.clock.Add(3 * time.Hour)
+	if run := ship(t, s); run.Sent != 2 {
+		t.Fatalf("run: %+v, want the two hours sent", run)
+	}
+	var stamps []int64
+	for _, ev := range stripeSaw(t, e.mock) {
+		stamps = append(stamps, ev.timestamp)
+	}
+	slices.Sort(stamps)
+	if want := []int64{started.Unix(), hour.Add(time.Hour).Unix()}; !slices.Equal(stamps, want) {
+		t.Errorf("timestamps %v, want %v (the first hour from the subscription's start, the next at its top)", stamps, want)
 	}
 }

@@ -81,7 +81,10 @@ type SubscriptionRecord struct {
 	Status            string    `json:"status"`
 	CancelAtPeriodEnd bool      `json:"cancelAtPeriodEnd,omitempty"`
 	CurrentPeriodEnd  time.Time `json:"currentPeriodEnd,omitzero"`
-	PastDueSince      time.Time `json:"pastDueSince,omitzero"`
+	// StartDate is when Stripe started the subscription: metered usage is
+	// never stamped before it (meters.go meterTimestamp).
+	StartDate    time.Time `json:"startDate,omitzero"`
+	PastDueSince time.Time `json:"pastDueSince,omitzero"`
 	// EventCreated is the creation time of the newest event applied.
 	EventCreated time.Time `json:"eventCreated,omitzero"`
 	UpdatedAt    time.Time `json:"updatedAt"`

@@ -77,15 +77,17 @@ type state struct {
 	CancelAt          time.Time
 	TrialEnd          time.Time
 	PeriodEnd         time.Time
-	Prices            []string
-	Meta              map[string]string
+	// StartDate is when Stripe started the subscription.
+	StartDate time.Time
+	Prices    []string
+	Meta      map[string]string
 	// fetched: read from Stripe now, not taken from an event.
 	fetched bool
 }
 
 func stateOf(sub *stripe.Subscription) state {
 	st := state{ID: sub.ID, Status: sub.Status, CancelAtPeriodEnd: sub.CancelAtPeriodEnd,
-		CancelAt: unix(sub.CancelAt), TrialEnd: unix(sub.TrialEnd), Meta: sub.Metadata}
+		CancelAt: unix(sub.CancelAt), TrialEnd: unix(sub.TrialEnd), StartDate: unix(sub.StartDate), Meta: sub.Metadata}
 	if sub.Customer != nil {
 		st.Customer = sub.Customer.ID
 	}
@@ -500,13 +502,16 @@ func (s *Service) applyState(ctx context.Context, st state, eventAt time.Time, f
 	newRec := SubscriptionRecord{ID: st.ID, UserID: id.User, ServiceID: id.Service, ProductID: id.Product,
 		CustomerID: st.Customer, StripeStatus: string(st.Status), Status: string(t.Status),
 		CancelAtPeriodEnd: st.CancelAtPeriodEnd, CurrentPeriodEnd: st.PeriodEnd, PastDueSince: pastDueSince,
-		EventCreated: eventAt, UpdatedAt: s.now().UTC()}
+		StartDate: st.StartDate, EventCreated: eventAt, UpdatedAt: s.now().UTC()}
 	if found {
 		if newRec.CustomerID == "" || st.fetched {
 			newRec.CustomerID = rec.CustomerID
 		}
 		if rec.EventCreated.After(newRec.EventCreated) {
 			newRec.EventCreated = rec.EventCreated
+		}
+		if newRec.StartDate.IsZero() {
+			newRec.StartDate = rec.StartDate
 		}
 	}
 	if newRec.CustomerID == "" {
@@ -567,6 +572,30 @@ func (s *Service) holdSubscription(ctx context.Context, pay store.Payments, id s
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// stripeStart is when the Stripe subscription that holds the user's
+// subscription to the service started; zero when none is known.
+func (s *Service) stripeStart(ctx context.Context, pay store.Payments, userID, serviceID string) (time.Time, error) {
+	b, err := pay.GetPaymentRecord(ctx, KindSubscriptionOf, serviceID+"/"+userID)
+	if errors.Is(err, store.ErrNotFound) {
+		return time.Time{}, nil
+	} else if err != nil {
+		return time.Time{}, err
+	}
+	var link linkRecord
+	if json.Unmarshal(b, &link) != nil || link.SubscriptionID == "" {
+		return time.Time{}, nil
+	}
+	b, err = pay.GetPaymentRecord(ctx, KindSubscription, link.SubscriptionID)
+	if errors.Is(err, store.ErrNotFound) {
+		return time.Time{}, nil
+	} else if err != nil {
+		return time.Time{}, err
+	}
+	var rec SubscriptionRecord
+	_ = json.Unmarshal(b, &rec)
+	return rec.StartDate, nil
 }
 
 // linkRecord is KindSubscriptionOf.
