@@ -92,6 +92,11 @@ type MeterEvent struct {
 	Timestamp int64     `json:"timestamp,omitempty"`
 	// Error is why Stripe refused it, while it is held.
 	Error string `json:"error,omitempty"`
+	// Abandoned: Stripe refused it for longer than its meter window
+	// (a deleted customer, a removed meter); it is recorded with its
+	// error and never sent again, so the cursor does not grow for ever.
+	// `caddy platform stripe reconcile` shows it as a difference.
+	Abandoned bool `json:"abandoned,omitempty"`
 	// NotBefore is when the caller's Stripe subscription started: an
 	// hour's usage is stamped no earlier, so the first partial hour of a
 	// subscription falls inside its first billing period (Stripe bills a
@@ -352,7 +357,25 @@ func (r *shipRun) record(ctx context.Context, ev MeterEvent) error {
 	return nil
 }
 
-// retryHeld sends the held events again; those Stripe still refuses stay.
+// abandon records a held event Stripe has refused for longer than its
+// meter window as abandoned: counted as planned (never planned again
+// under a new identifier), never sent again, and logged.
+func (r *shipRun) abandon(ctx context.Context, ev MeterEvent, why error) error {
+	ev.Error, ev.Abandoned = why.Error(), true
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	if _, err := r.pay.InsertPaymentRecord(ctx, KindMeterSent, ev.recordID(), b, r.s.now()); err != nil && !errors.Is(err, store.ErrExists) {
+		return err
+	}
+	r.s.log.Error("stripe refused a meter event for longer than its meter window; it is abandoned and shows in reconcile",
+		zap.String("identifier", ev.Identifier), zap.String("user", ev.UserID), zap.Error(why))
+	return nil
+}
+
+// retryHeld sends the held events again; those Stripe still refuses stay,
+// until they are older than Stripe's meter window (abandon).
 func (r *shipRun) retryHeld(ctx context.Context) error {
 	var keep []MeterEvent
 	var ferr error
@@ -366,6 +389,11 @@ func (r *shipRun) retryHeld(ctx context.Context) error {
 		}
 		sent, err := r.s.sendMeterEvent(ctx, ev)
 		switch {
+		case err != nil && refused(err) && r.s.now().Sub(ev.PlannedAt) > StripeMeterWindow:
+			if aerr := r.abandon(ctx, ev, err); aerr != nil {
+				ferr = aerr
+				keep = append(keep, ev)
+			}
 		case err != nil && refused(err):
 			ev.Error = err.Error()
 			keep = append(keep, ev)

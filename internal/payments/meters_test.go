@@ -708,3 +708,47 @@ func TestMetersFirstHourInsideTheSubscription(t *testing.T) {
 		t.Errorf("timestamps %v, want %v (the first hour from the subscription's start, the next at its top)", stamps, want)
 	}
 }
+
+// TestMetersRefusedForeverIsAbandoned: an event Stripe refuses for longer
+// than its meter window (a deleted customer) is recorded as abandoned
+// and never sent again, so the cursor stops carrying it, and its usage
+// is not planned again under a new identifier.
+func TestMetersRefusedForeverIsAbandoned(t *testing.T) {
+	st := openBolt(t, filepath.Join(t.TempDir(), "gw.db"))
+	t.Cleanup(func() { _ = st.Close() })
+	e := newMeterEnv(t, st)
+	s := e.service("node-a")
+	ship(t, s)
+	e.subscribe("gone", postpaid)
+	e.customer("gone", "cus_gone")
+	e.report("gone", postpaid, 2, e.clock.Now())
+	e.mock.Fail(func(r stripetest.Request) int {
+		if r.Form.Get("payload[stripe_customer_id]") == "cus_gone" {
+			return 400
+		}
+		return 0
+	})
+	e.clock.Add(time.Minute)
+	if run := ship(t, s); run.Held != 1 {
+		t.Fatalf("run: %+v, want the event held", run)
+	}
+	ids := map[string]bool{}
+	for range 36 {
+		e.clock.Add(24 * time.Hour)
+		ship(t, s)
+	}
+	for _, r := range e.mock.Requests("/v1/billing/meter_events") {
+		ids[r.Form.Get("identifier")] = true
+	}
+	if len(ids) != 1 {
+		t.Fatalf("%d identifiers sent for one refused unit of usage, want 1 (never planned again): %v", len(ids), ids)
+	}
+	n := len(e.mock.Requests("/v1/billing/meter_events"))
+	e.clock.Add(2 * time.Hour)
+	if run := ship(t, s); run.Held != 0 {
+		t.Fatalf("after 36 days: %+v, want nothing held", run)
+	}
+	if m := len(e.mock.Requests("/v1/billing/meter_events")); m != n {
+		t.Errorf("an abandoned event was sent again (%d requests, then %d)", n, m)
+	}
+}

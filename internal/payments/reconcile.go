@@ -40,10 +40,13 @@ type ReconcileRow struct {
 	// Ledger is the cost of the period's usage in the ledger; Sent what
 	// the shipper sent for the period's hours; Stripe what Stripe's event
 	// summaries of the period add up to.
-	Ledger  billing.Units `json:"ledger"`
-	Sent    billing.Units `json:"sent"`
-	Stripe  billing.Units `json:"stripe"`
-	Differs bool          `json:"differs"`
+	Ledger billing.Units `json:"ledger"`
+	Sent   billing.Units `json:"sent"`
+	Stripe billing.Units `json:"stripe"`
+	// Abandoned is what Stripe refused for longer than its meter window
+	// and the shipper gave up on (it is not in Sent).
+	Abandoned billing.Units `json:"abandoned,omitempty"`
+	Differs   bool          `json:"differs"`
 	// Reason says what a difference most likely is.
 	Reason string `json:"reason,omitempty"`
 }
@@ -151,7 +154,11 @@ func (s *Service) Reconcile(ctx context.Context, from, to time.Time) (Reconcilia
 				break
 			}
 			if !ev.Hour.Before(from) {
-				row(ev.UserID, ev.EventName).Sent += ev.Value
+				if ev.Abandoned {
+					row(ev.UserID, ev.EventName).Abandoned += ev.Value
+				} else {
+					row(ev.UserID, ev.EventName).Sent += ev.Value
+				}
 			}
 		}
 		done = done || !more
@@ -206,6 +213,8 @@ func (s *Service) Reconcile(ctx context.Context, from, to time.Time) (Reconcilia
 		r.Differs = r.Ledger != r.Stripe
 		if r.Differs && r.Reason == "" {
 			switch {
+			case r.Abandoned > 0 && r.Sent+r.Abandoned >= r.Ledger:
+				r.Reason = fmt.Sprintf("%s refused by Stripe for longer than its meter window and abandoned (see the log): bill it by hand", r.Abandoned)
 			case r.Sent < r.Ledger:
 				r.Reason = fmt.Sprintf("%s not sent yet (the shipper sends it within meter_interval, or it is held: see the log)", r.Ledger-r.Sent)
 			case r.Stripe < r.Sent:
