@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stripe/stripe-go/v82"
+	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/store"
 )
@@ -160,6 +161,9 @@ func (s *Service) StartSubscriptionCheckout(ctx context.Context, r CheckoutReque
 	if err != nil {
 		return "", err
 	}
+	if url, ok := s.openCheckout(ctx, r); ok {
+		return url, nil
+	}
 	meta := map[string]string{MetaUser: r.UserID, MetaService: r.ServiceID, MetaProduct: r.ProductID}
 	items := []*stripe.CheckoutSessionCreateLineItemParams{{Price: stripe.String(p.Price), Quantity: stripe.Int64(1)}}
 	if p.MeteredPrice != "" {
@@ -193,7 +197,64 @@ func (s *Service) StartSubscriptionCheckout(ctx context.Context, r CheckoutReque
 	if cs.URL == "" {
 		return "", errors.New("create the Checkout Session: Stripe gave no URL")
 	}
+	s.rememberCheckout(ctx, r, cs)
 	return cs.URL, nil
+}
+
+// KindCheckoutOpen: the subscription Checkout Session last opened for a
+// user and service, by "service/user", so a second click (another tab,
+// a double submit) goes back to the same session instead of opening a
+// second one that would make a second Stripe subscription and a second
+// charge.
+const KindCheckoutOpen = "stripe_checkout_open"
+
+type openCheckoutRecord struct {
+	SessionID string    `json:"sessionId"`
+	URL       string    `json:"url"`
+	ProductID string    `json:"productId"`
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// openCheckout returns the URL of the user's open Checkout Session for
+// the same product, if Stripe says it is still open.
+func (s *Service) openCheckout(ctx context.Context, r CheckoutRequest) (string, bool) {
+	pay, err := s.Payments()
+	if err != nil {
+		return "", false
+	}
+	b, err := pay.GetPaymentRecord(ctx, KindCheckoutOpen, r.ServiceID+"/"+r.UserID)
+	if err != nil {
+		return "", false
+	}
+	var rec openCheckoutRecord
+	if json.Unmarshal(b, &rec) != nil || rec.ProductID != r.ProductID || rec.URL == "" {
+		return "", false
+	}
+	// Stripe decides: a session that expired, completed or was paid
+	// reads as not open. One about to expire is not reused.
+	cs, err := s.sc.V1CheckoutSessions.Retrieve(ctx, rec.SessionID, nil)
+	if err != nil || cs.Status != stripe.CheckoutSessionStatusOpen ||
+		cs.ExpiresAt > 0 && !unix(cs.ExpiresAt).After(s.now().Add(time.Minute)) {
+		return "", false
+	}
+	return rec.URL, true
+}
+
+// rememberCheckout keeps the session openCheckout may return. Failing to
+// keep it only loses that reuse.
+func (s *Service) rememberCheckout(ctx context.Context, r CheckoutRequest, cs *stripe.CheckoutSession) {
+	pay, err := s.Payments()
+	if err != nil {
+		return
+	}
+	exp := unix(cs.ExpiresAt)
+	if exp.IsZero() {
+		exp = s.now().Add(23 * time.Hour) // Stripe's default is 24 hours
+	}
+	b, _ := json.Marshal(openCheckoutRecord{SessionID: cs.ID, URL: cs.URL, ProductID: r.ProductID, ExpiresAt: exp})
+	if err := pay.PutPaymentRecord(ctx, KindCheckoutOpen, r.ServiceID+"/"+r.UserID, b, s.now()); err != nil {
+		s.log.Warn("the open Checkout Session was not kept; a second click opens another", zap.Error(err))
+	}
 }
 
 // neverSubscribed reports whether the user never had a subscription to

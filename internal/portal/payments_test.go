@@ -2,6 +2,7 @@ package portal
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,7 +14,9 @@ import (
 
 	"github.com/caddyserver/caddy/v2/caddytest"
 
+	"github.com/platformgw/gateway/internal/payments"
 	"github.com/platformgw/gateway/internal/payments/stripetest"
+	gwstore "github.com/platformgw/gateway/internal/store"
 
 	_ "github.com/platformgw/gateway/internal/stripewebhook"
 )
@@ -157,15 +160,42 @@ func TestPaidSubscriptionFollowsStripe(t *testing.T) {
 	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "https://checkout.stripe.com/") {
 		t.Fatalf("checkout: %d %s\n%s", resp.StatusCode, resp.Header.Get("Location"), body)
 	}
-	// A second click: a second session, the same customer.
-	c.plansFormFor("echo", "checkout", "pro")
+	// A second click while Stripe says the session is still open: the
+	// same session again (two would make two subscriptions and two
+	// charges), the same customer.
+	var opened []stripetest.Request
+	for _, r := range mock.Requests("/v1/checkout/sessions") {
+		if r.Method == http.MethodPost {
+			opened = append(opened, r)
+		}
+	}
+	first := resp.Header.Get("Location")
+	kept, err := e.store().(gwstore.Payments).GetPaymentRecord(context.Background(), payments.KindCheckoutOpen, "echo/payer")
+	var open struct {
+		SessionID string `json:"sessionId"`
+	}
+	if err != nil || json.Unmarshal(kept, &open) != nil || open.SessionID == "" {
+		t.Fatalf("the open session was not kept: %s %v", kept, err)
+	}
+	sessionID := open.SessionID
+	mock.Answer("/v1/checkout/sessions/"+sessionID, map[string]any{"status": "open", "expires_at": time.Now().Add(time.Hour).Unix()})
+	if resp, _ := c.plansFormFor("echo", "checkout", "pro"); resp.Header.Get("Location") != first {
+		t.Errorf("a second click went to %q, want the open session %q", resp.Header.Get("Location"), first)
+	}
+	mock.Answer("/v1/checkout/sessions/"+sessionID, map[string]any{"status": "expired"})
+	c.plansFormFor("echo", "checkout", "pro") // expired: a new session
 	custs := mock.Requests("/v1/customers")
 	if len(custs) != 1 || custs[0].Method != "POST" || custs[0].IdempotencyKey == "" || custs[0].Form.Get("metadata[platform_user_id]") != "payer" {
 		t.Fatalf("customer creations: %+v", custs)
 	}
-	sessions := mock.Requests("/v1/checkout/sessions")
-	if len(sessions) != 2 {
-		t.Fatalf("%d Checkout Sessions, want 2", len(sessions))
+	var sessions []stripetest.Request
+	for _, r := range mock.Requests("/v1/checkout/sessions") {
+		if r.Method == http.MethodPost {
+			sessions = append(sessions, r)
+		}
+	}
+	if len(opened) != 1 || len(sessions) != 2 {
+		t.Fatalf("%d then %d Checkout Sessions made, want 1 (the second click reuses it) then 2 (after it expired)", len(opened), len(sessions))
 	}
 	f := sessions[0].Form
 	if f.Get("mode") != "subscription" || f.Get("line_items[0][price]") != "price_pro_usd" || f.Get("line_items[0][quantity]") != "1" ||

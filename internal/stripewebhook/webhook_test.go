@@ -528,6 +528,52 @@ func TestCheckoutTrialOnce(t *testing.T) {
 	}
 }
 
+// TestCheckoutOpenedOnce: a second Subscribe while the caller's Checkout
+// Session is still open (another tab, a double submit) goes back to the
+// same session: two sessions would make two Stripe subscriptions and two
+// charges. Once Stripe says the session is no longer open, or for another
+// product, a new one is made.
+func TestCheckoutOpenedOnce(t *testing.T) {
+	g := startGateway(t, "1h")
+	ctx := context.Background()
+	start := func(product string) string {
+		t.Helper()
+		u, err := g.pay.StartSubscriptionCheckout(ctx, payments.CheckoutRequest{UserID: "u-tabs", ServiceID: "svc", ProductID: product,
+			SuccessURL: site + "/ok", CancelURL: site + "/cancel"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	creates := func() int {
+		n := 0
+		for _, r := range g.mock.Requests("/v1/checkout/sessions") {
+			if r.Method == http.MethodPost {
+				n++
+			}
+		}
+		return n
+	}
+	first := start("pro")
+	b, ok := g.record(payments.KindCheckoutOpen, "svc/u-tabs")
+	var open struct {
+		SessionID string `json:"sessionId"`
+	}
+	if !ok || json.Unmarshal(b, &open) != nil || open.SessionID == "" {
+		t.Fatalf("the open session was not kept: %s", b)
+	}
+	path := "/v1/checkout/sessions/" + open.SessionID
+	g.mock.Answer(path, map[string]any{"status": "open", "expires_at": time.Now().Add(time.Hour).Unix()})
+	if again := start("pro"); again != first || creates() != 1 {
+		t.Fatalf("a second click while open: %q (first %q), %d sessions created, want the same one", again, first, creates())
+	}
+	g.mock.Answer(path, map[string]any{"status": "complete"})
+	start("pro")
+	if creates() != 2 {
+		t.Errorf("after the session completed: %d sessions created, want a new one (2)", creates())
+	}
+}
+
 // loadConfig posts a Caddyfile to the admin API's /load and returns the
 // status and body.
 func loadConfig(t *testing.T, caddyfile string) (int, string) {
