@@ -55,9 +55,13 @@ func TestExpireCreditsLeased(t *testing.T) {
 	if err != nil || len(expired) != 1 {
 		t.Fatalf("expire: %+v %v", expired, err)
 	}
+	// A node may lease its next block in the background, so what was
+	// held at the expiry is at least what was read before it: the expiry
+	// took at most the rest, and never a credit the calls spend.
 	gone := expired[0].Expired
-	if want := units(grant) - leased; gone != want || gone > units(grant-calls) {
-		t.Errorf("expired %s of a grant of %d with %s leased out for %d calls; want %s", gone, grant, leased, calls, want)
+	if gone > units(grant)-leased || gone > units(grant-calls) || gone <= 0 {
+		t.Errorf("expired %s of a grant of %d with at least %s leased out for %d calls; want 0 < expired <= %s",
+			gone, grant, leased, calls, units(grant)-leased)
 	}
 
 	for _, res := range held {
