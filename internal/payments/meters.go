@@ -578,17 +578,11 @@ func (s *Service) customerOf(ctx context.Context, userID string) (string, error)
 	if err != nil {
 		return "", err
 	}
-	b, err := pay.GetPaymentRecord(ctx, KindCustomer, userID)
-	if errors.Is(err, store.ErrNotFound) {
+	id, err := s.storedCustomer(ctx, pay, userID)
+	if errors.Is(err, ErrNoCustomer) {
 		return "", nil
-	} else if err != nil {
-		return "", err
 	}
-	var c CustomerRecord
-	if err := json.Unmarshal(b, &c); err != nil {
-		return "", fmt.Errorf("stripe customer of %s does not parse: %w", userID, err)
-	}
-	return c.CustomerID, nil
+	return id, err
 }
 
 // meterTimestamp is the timestamp an event is sent with at now: its hour,

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"sync"
 	"time"
 
@@ -129,17 +128,6 @@ func (s *Service) audit(ctx context.Context, action, userID, serviceID, detail s
 	}
 	_ = s.ops.RecordAudit(ctx, store.AuditEntry{Time: s.now().UTC(), Actor: "stripe", Action: action,
 		UserID: userID, ServiceID: serviceID, Detail: detail})
-}
-
-// errStatus maps an error to the webhook's answer: a bad request is 400
-// (an event without an id; a badEvent of a handler is answered 200 as
-// ignored before this); anything else 500, so Stripe retries the event.
-func errStatus(err error) int {
-	var be badEventError
-	if errors.As(err, &be) {
-		return http.StatusBadRequest
-	}
-	return http.StatusInternalServerError
 }
 
 // badEventError is an event the gateway can never apply (it names a user

@@ -92,7 +92,7 @@ func (s *Service) StartTopUp(ctx context.Context, userID, serviceID, productID, 
 	if st := subscription.EffectiveStatus(sub, s.now()); !st.GrantsAccess() {
 		return "", fmt.Errorf("%w: the subscription to %s is %s", ErrNoSubscription, serviceID, st)
 	}
-	customer, err := s.customerFor(ctx, userID)
+	customer, err := s.CustomerFor(ctx, userID, "")
 	if err != nil {
 		return "", err
 	}

@@ -144,7 +144,8 @@ func (s *Service) applyEvent(ctx context.Context, ev *stripe.Event) (status int,
 		if err := h(s, ctx, ev); err != nil {
 			var be badEventError
 			if !errors.As(err, &be) {
-				return errStatus(err), false, "", err
+				// Worth retrying: Stripe sends it again on a 500.
+				return http.StatusInternalServerError, false, "", err
 			}
 			ignored = be.Error()
 		}
