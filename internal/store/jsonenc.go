@@ -98,6 +98,59 @@ func appendLedgerEntryDetail(b []byte, e *LedgerEntry) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
+// AppendProductJSON appends json.Marshal(p): a product is written with
+// every record that holds units (a job's hold, a PostgreSQL node's
+// settlement record).
+func AppendProductJSON(b []byte, p *billing.Product) []byte {
+	b = append(b, `{"id":`...)
+	b = AppendJSONString(b, p.ID)
+	b = append(b, `,"billing_model":`...)
+	b = AppendJSONString(b, p.BillingModel)
+	b = append(b, `,"measurement_type":`...)
+	b = AppendJSONString(b, p.MeasurementType)
+	if p.UnitLabel != "" {
+		b = append(b, `,"unit_label":`...)
+		b = AppendJSONString(b, p.UnitLabel)
+	}
+	if p.Quota != nil {
+		b = append(b, `,"quota":`...)
+		b = AppendUnitsJSON(b, *p.Quota)
+	}
+	if p.Period != "" {
+		b = append(b, `,"period":`...)
+		b = AppendJSONString(b, p.Period)
+	}
+	if p.CalendarPeriods {
+		b = append(b, `,"calendar_periods":true`...)
+	}
+	if p.Overage != "" {
+		b = append(b, `,"overage":`...)
+		b = AppendJSONString(b, p.Overage)
+	}
+	if p.Price != 0 {
+		b = append(b, `,"price":`...)
+		b = AppendUnitsJSON(b, p.Price)
+	}
+	if p.SpendingCap != nil {
+		b = append(b, `,"spending_cap":`...)
+		b = AppendUnitsJSON(b, *p.SpendingCap)
+	}
+	if rl := p.RateLimit; rl != nil {
+		b = append(b, `,"rate_limit":{"requests":`...)
+		b = strconv.AppendInt(b, int64(rl.Requests), 10)
+		if rl.WindowSeconds != 0 {
+			b = append(b, `,"window_seconds":`...)
+			b = strconv.AppendInt(b, int64(rl.WindowSeconds), 10)
+		}
+		if rl.Burst != 0 {
+			b = append(b, `,"burst":`...)
+			b = strconv.AppendInt(b, int64(rl.Burst), 10)
+		}
+		b = append(b, '}')
+	}
+	return append(b, '}')
+}
+
 // AppendUnitsJSON appends u as billing.Units.MarshalJSON writes it.
 func AppendUnitsJSON(b []byte, u billing.Units) []byte {
 	if u >= 0 && u%billing.Scale == 0 {

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/store/storetest"
 )
@@ -110,5 +113,43 @@ func TestLedgerEntryJSONAllocates(t *testing.T) {
 		}
 	}); n != 0 {
 		t.Fatalf("AppendLedgerEntryDetailJSON: %v allocations, want 0", n)
+	}
+}
+
+// AppendProductJSON names every field of billing.Product that
+// encoding/json writes: a field added to the product without its line
+// there would be dropped from every stored hold and settlement record.
+func TestProductJSONKnowsEveryField(t *testing.T) {
+	known := map[string]bool{"id": true, "billing_model": true, "measurement_type": true, "unit_label": true, "quota": true,
+		"period": true, "calendar_periods": true, "overage": true, "price": true, "spending_cap": true, "rate_limit": true}
+	typ := reflect.TypeFor[billing.Product]()
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" {
+			continue
+		}
+		if !known[name] {
+			t.Errorf("billing.Product.%s (json %q) is not written by store.AppendProductJSON", f.Name, name)
+		}
+		delete(known, name)
+	}
+	for name := range known {
+		t.Errorf("store.AppendProductJSON writes %q, which billing.Product no longer has", name)
+	}
+	rl := reflect.TypeFor[billing.RateLimit]()
+	if rl.NumField() != 3 {
+		t.Errorf("billing.RateLimit has %d fields; store.AppendProductJSON writes 3", rl.NumField())
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	for range 5000 {
+		p := storetest.RandProduct(r)
+		if p == nil {
+			continue
+		}
+		want, _ := json.Marshal(p)
+		if got := store.AppendProductJSON([]byte("x"), p); !bytes.Equal(got[1:], want) || got[0] != 'x' {
+			t.Fatalf("AppendProductJSON:\n got %s\nwant %s", got[1:], want)
+		}
 	}
 }

@@ -3,7 +3,6 @@ package pgstore
 import (
 	"strconv"
 
-	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -34,7 +33,7 @@ func appendRecord(b []byte, r *shipRecord) ([]byte, error) {
 	}
 	if r.Product != nil {
 		b = append(b, `,"pr":`...)
-		b = appendProduct(b, r.Product)
+		b = store.AppendProductJSON(b, r.Product)
 	}
 	if r.Free {
 		b = append(b, `,"f":true`...)
@@ -66,55 +65,4 @@ func appendRecord(b []byte, r *shipRecord) ([]byte, error) {
 		b = strconv.AppendInt(b, r.Sequence, 10)
 	}
 	return append(b, '}'), nil
-}
-
-// appendProduct appends json.Marshal(p).
-func appendProduct(b []byte, p *billing.Product) []byte {
-	b = append(b, `{"id":`...)
-	b = store.AppendJSONString(b, p.ID)
-	b = append(b, `,"billing_model":`...)
-	b = store.AppendJSONString(b, p.BillingModel)
-	b = append(b, `,"measurement_type":`...)
-	b = store.AppendJSONString(b, p.MeasurementType)
-	if p.UnitLabel != "" {
-		b = append(b, `,"unit_label":`...)
-		b = store.AppendJSONString(b, p.UnitLabel)
-	}
-	if p.Quota != nil {
-		b = append(b, `,"quota":`...)
-		b = store.AppendUnitsJSON(b, *p.Quota)
-	}
-	if p.Period != "" {
-		b = append(b, `,"period":`...)
-		b = store.AppendJSONString(b, p.Period)
-	}
-	if p.CalendarPeriods {
-		b = append(b, `,"calendar_periods":true`...)
-	}
-	if p.Overage != "" {
-		b = append(b, `,"overage":`...)
-		b = store.AppendJSONString(b, p.Overage)
-	}
-	if p.Price != 0 {
-		b = append(b, `,"price":`...)
-		b = store.AppendUnitsJSON(b, p.Price)
-	}
-	if p.SpendingCap != nil {
-		b = append(b, `,"spending_cap":`...)
-		b = store.AppendUnitsJSON(b, *p.SpendingCap)
-	}
-	if rl := p.RateLimit; rl != nil {
-		b = append(b, `,"rate_limit":{"requests":`...)
-		b = strconv.AppendInt(b, int64(rl.Requests), 10)
-		if rl.WindowSeconds != 0 {
-			b = append(b, `,"window_seconds":`...)
-			b = strconv.AppendInt(b, int64(rl.WindowSeconds), 10)
-		}
-		if rl.Burst != 0 {
-			b = append(b, `,"burst":`...)
-			b = strconv.AppendInt(b, int64(rl.Burst), 10)
-		}
-		b = append(b, '}')
-	}
-	return append(b, '}')
 }

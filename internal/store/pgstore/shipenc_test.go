@@ -12,26 +12,6 @@ import (
 	"github.com/platformgw/gateway/internal/store/storetest"
 )
 
-func randProduct(r *rand.Rand) *billing.Product {
-	if r.IntN(4) == 0 {
-		return nil
-	}
-	p := &billing.Product{ID: storetest.RandString(r), BillingModel: storetest.RandString(r), MeasurementType: storetest.RandString(r), UnitLabel: storetest.RandString(r),
-		Period: storetest.RandString(r), CalendarPeriods: r.IntN(2) == 0, Overage: storetest.RandString(r), Price: storetest.RandUnits(r)}
-	if r.IntN(2) == 0 {
-		q := storetest.RandUnits(r)
-		p.Quota = &q
-	}
-	if r.IntN(2) == 0 {
-		c := storetest.RandUnits(r)
-		p.SpendingCap = &c
-	}
-	if r.IntN(2) == 0 {
-		p.RateLimit = &billing.RateLimit{Requests: int(r.Int64N(1<<40)) - 1<<39, WindowSeconds: r.IntN(3) * r.IntN(100000), Burst: r.IntN(2) * r.IntN(1000)}
-	}
-	return p
-}
-
 // appendRecord writes what json.Marshal writes, byte for byte (the ledger
 // entry inside by store.AppendLedgerEntryJSON, compared on its own in
 // internal/store/jsonenc_test.go).
@@ -39,7 +19,7 @@ func TestRecordEncodingMatchesEncodingJSON(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := range 20000 {
 		rec := shipRecord{Call: storetest.RandString(r), User: storetest.RandString(r), Service: storetest.RandString(r), Period: r.Int64N(1<<40) - 1<<39,
-			Product: randProduct(r), Free: r.IntN(2) == 0, Units: storetest.RandUnits(r), Entry: storetest.RandEntry(r), Holder: storetest.RandString(r),
+			Product: storetest.RandProduct(r), Free: r.IntN(2) == 0, Units: storetest.RandUnits(r), Entry: storetest.RandEntry(r), Holder: storetest.RandString(r),
 			Consume: Vec{storetest.RandUnits(r), storetest.RandUnits(r), storetest.RandUnits(r)}, Covered: r.IntN(2) == 0, Sequence: r.Int64N(1<<40) * int64(r.IntN(2))}
 		if r.IntN(3) == 0 {
 			rec.Period = 0

@@ -48,6 +48,28 @@ func RandUnits(r *rand.Rand) billing.Units {
 	}
 }
 
+// RandProduct draws products, nil a quarter of the time, with every
+// optional field set or left out.
+func RandProduct(r *rand.Rand) *billing.Product {
+	if r.IntN(4) == 0 {
+		return nil
+	}
+	p := &billing.Product{ID: RandString(r), BillingModel: RandString(r), MeasurementType: RandString(r), UnitLabel: RandString(r),
+		Period: RandString(r), CalendarPeriods: r.IntN(2) == 0, Overage: RandString(r), Price: RandUnits(r)}
+	if r.IntN(2) == 0 {
+		q := RandUnits(r)
+		p.Quota = &q
+	}
+	if r.IntN(2) == 0 {
+		c := RandUnits(r)
+		p.SpendingCap = &c
+	}
+	if r.IntN(2) == 0 {
+		p.RateLimit = &billing.RateLimit{Requests: int(r.Int64N(1<<40)) - 1<<39, WindowSeconds: r.IntN(3) * r.IntN(100000), Burst: r.IntN(2) * r.IntN(1000)}
+	}
+	return p
+}
+
 // RandTime draws times: zero, UTC, at odd offsets, whole microseconds.
 func RandTime(r *rand.Rand) time.Time {
 	if r.IntN(5) == 0 {
