@@ -64,6 +64,12 @@ type App struct {
 	Durability string `json:"durability,omitempty"`
 	// FlushInterval is how often "write" durability fdatasyncs; 5ms.
 	FlushInterval caddy.Duration `json:"flush_interval,omitempty"`
+	// GroupCommit is how "sync" durability starts its fdatasyncs:
+	// "paced" (the default) no sooner than three times the last one's
+	// duration after it (at most 5 ms more), so that more settlements
+	// share each; "eager" as soon as the one before ended
+	// (docs/performance.md, "The settlement path").
+	GroupCommit string `json:"group_commit,omitempty"`
 	// PublicURL is the base URL (scheme://host[:port]) used to build the
 	// absolute progress and callback URLs of async jobs. When empty they
 	// are built from the scheme and Host of the invoking request, if that
@@ -208,6 +214,9 @@ func (a *App) defaults() error {
 	}
 	if _, err := settlelog.ParseMode(a.Durability); err != nil {
 		return err
+	}
+	if a.GroupCommit != "" && a.GroupCommit != "paced" && a.GroupCommit != "eager" {
+		return fmt.Errorf("group_commit %q: want paced or eager", a.GroupCommit)
 	}
 	if a.FlushInterval < 0 {
 		return fmt.Errorf("flush_interval %s: must be positive", time.Duration(a.FlushInterval))

@@ -164,6 +164,11 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "flush_interval":
 			a.FlushInterval, err = durationArg(d)
+		case "group_commit":
+			a.GroupCommit, err = oneArg(d)
+			if err == nil && a.GroupCommit != "paced" && a.GroupCommit != "eager" {
+				err = d.Errf("group_commit '%s': paced (settlements arriving while an fdatasync runs wait to share the next) or eager (each fdatasync starts when the one before ends)", a.GroupCommit)
+			}
 		case "public_url":
 			a.PublicURL, err = oneArg(d)
 			if err == nil {

@@ -165,6 +165,7 @@ func TestCaddyfileErrors(t *testing.T) {
 
 		{"bad durability", "platform {\n\tdurability fsync\n}", []string{"durability 'fsync'", "sync", "write"}, 3},
 		{"bad flush_interval", "platform {\n\tflush_interval soon\n}", []string{"flush_interval"}, 3},
+		{"bad group_commit", "platform {\n\tgroup_commit lazy\n}", []string{"group_commit 'lazy'", "paced", "eager"}, 3},
 
 		// argument counts
 		{"platform argument", "platform x {\n}", []string{"'x'", "no arguments"}, 2},

@@ -151,7 +151,7 @@ func (a *App) openStore() (store.Store, error) {
 			if err != nil {
 				return nil, err
 			}
-			s, err := a.StorePostgres.open(a.logger.Named("store"), mode, time.Duration(a.FlushInterval))
+			s, err := a.StorePostgres.open(a.logger.Named("store"), mode, time.Duration(a.FlushInterval), a.GroupCommit == "eager")
 			if err != nil {
 				return nil, err
 			}
@@ -164,7 +164,8 @@ func (a *App) openStore() (store.Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		s, err := boltstore.OpenWith(path, boltstore.Options{Durability: mode, FlushInterval: time.Duration(a.FlushInterval)})
+		s, err := boltstore.OpenWith(path, boltstore.Options{Durability: mode, FlushInterval: time.Duration(a.FlushInterval),
+			EagerSync: a.GroupCommit == "eager"})
 		if err != nil {
 			return nil, err
 		}

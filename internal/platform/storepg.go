@@ -131,13 +131,14 @@ func (p *PostgresStore) identity() string {
 	return where + " (node " + p.NodeID + ")"
 }
 
-func (p *PostgresStore) open(logger *zap.Logger, durability settlelog.Mode, flush time.Duration) (store.Store, error) {
+func (p *PostgresStore) open(logger *zap.Logger, durability settlelog.Mode, flush time.Duration, eager bool) (store.Store, error) {
 	o := pgstore.Options{DSN: p.dsn, NodeID: p.NodeID, LeaseTTL: time.Duration(p.LeaseTTL), Logger: logger}
 	if p.LeaseMax != nil {
 		o.LeaseMax = *p.LeaseMax
 	}
 	if p.settleLog() {
 		o.LogDir, o.Durability, o.FlushInterval, o.ShipInterval = p.logDir(), durability, flush, time.Duration(p.ShipInterval)
+		o.EagerSync = eager
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

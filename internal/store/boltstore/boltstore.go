@@ -139,6 +139,9 @@ type Options struct {
 	Durability settlelog.Mode
 	// FlushInterval is how often Write mode fdatasyncs (default 5ms).
 	FlushInterval time.Duration
+	// EagerSync starts each of Sync mode's fdatasyncs as soon as the one
+	// before ended, instead of pacing them (settlelog.Options.Eager).
+	EagerSync bool
 	// FS is the file system of the settlement log and the ledger
 	// directory (nil: the OS's). The storage simulation (sim_test.go)
 	// puts them on its simulated disk; the bbolt file is on the OS always.

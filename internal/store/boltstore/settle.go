@@ -119,7 +119,7 @@ func (s *Store) openLog(o Options) error {
 	s.claims = make(map[string]pendingClaim)
 	s.stopApply, s.applyDone = make(chan struct{}), make(chan struct{})
 	s.applyEvery = applyInterval
-	l, err := settlelog.Open(s.path, settlelog.Options{Mode: o.Durability, FlushInterval: o.FlushInterval,
+	l, err := settlelog.Open(s.path, settlelog.Options{Mode: o.Durability, FlushInterval: o.FlushInterval, Eager: o.EagerSync,
 		SegmentBytes: logSegmentBytes, FS: s.fs, Inline: inlineBackground})
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", s.path, err)

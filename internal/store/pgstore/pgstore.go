@@ -72,6 +72,10 @@ type Options struct {
 	Durability settlelog.Mode
 	// FlushInterval is how often Write durability fdatasyncs (5ms).
 	FlushInterval time.Duration
+	// EagerSync starts each of Sync durability's fdatasyncs as soon as
+	// the one before ended, instead of pacing them
+	// (settlelog.Options.Eager).
+	EagerSync bool
 	// ShipInterval is how long a settlement waits in the log before it is
 	// shipped when fewer than a batch (1,000) are waiting; 200ms.
 	ShipInterval time.Duration
@@ -207,7 +211,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	s.listen = newListener(s)
 	s.settle.start(settleWorkers)
 	if o.LogDir != "" {
-		sh, err := openShipper(ctx, s, o.LogDir, o.Durability, o.FlushInterval, o.ShipInterval)
+		sh, err := openShipper(ctx, s, o.LogDir, settlelog.Options{Mode: o.Durability, FlushInterval: o.FlushInterval, Eager: o.EagerSync}, o.ShipInterval)
 		if err != nil {
 			s.settle.close()
 			s.pool.Close()

@@ -128,7 +128,7 @@ type shipper struct {
 // second process), ships what it holds past what PostgreSQL has, gives
 // back the leases its records came from (their incarnation is dead: the
 // lock says so) and starts a new segment.
-func openShipper(ctx context.Context, s *Store, dir string, mode settlelog.Mode, flush, interval time.Duration) (*shipper, error) {
+func openShipper(ctx context.Context, s *Store, dir string, lo settlelog.Options, interval time.Duration) (*shipper, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("pgstore: settlement log directory: %w", err)
 	}
@@ -142,7 +142,7 @@ func openShipper(ctx context.Context, s *Store, dir string, mode settlelog.Mode,
 	sh := &shipper{s: s, dir: dir, lock: lock, interval: interval, pending: map[string]int{},
 		wake: make(chan struct{}, 1), closing: make(chan struct{}), done: make(chan struct{})}
 	sh.cond = sync.NewCond(&sh.mu)
-	l, err := settlelog.Open(filepath.Join(dir, "settle"), settlelog.Options{Mode: mode, FlushInterval: flush, SegmentBytes: shipSegmentBytes})
+	l, err := settlelog.Open(filepath.Join(dir, "settle"), settlelog.Options{Mode: lo.Mode, FlushInterval: lo.FlushInterval, Eager: lo.Eager, SegmentBytes: shipSegmentBytes})
 	if err != nil {
 		unlockDir(lock)
 		return nil, fmt.Errorf("pgstore: %w", err)

@@ -70,6 +70,15 @@ func ParseMode(s string) (Mode, error) {
 	return Sync, fmt.Errorf("durability %q: want sync or write", s)
 }
 
+// PaceFactor and MaxPaceWait pace sync mode's fdatasyncs (Options.Eager):
+// at most one in PaceFactor of the writer's time is spent in fdatasync
+// while settlements keep coming, and a settlement waits at most
+// MaxPaceWait for its batch to start beyond the fdatasync before it.
+const (
+	PaceFactor  = 3
+	MaxPaceWait = 5 * time.Millisecond
+)
+
 // DefaultFlushInterval is how often write mode fdatasyncs by default.
 const DefaultFlushInterval = 5 * time.Millisecond
 
@@ -83,6 +92,15 @@ type Options struct {
 	// FS is the file system the segments are on (nil: the OS's); the
 	// storage simulation's disk in its tests.
 	FS vfs.FS
+	// Eager starts each fdatasync of sync mode as soon as the one before
+	// it ended. Without it (the default) the writer paces them: the next
+	// fdatasync starts no sooner than PaceFactor times the last one's
+	// duration after the last one started (waiting at most MaxPaceWait
+	// more), so that on a disk whose fdatasync is slow, or costs CPU, the
+	// settlements arriving meanwhile share one fdatasync instead of
+	// queueing for the next few. A record appended when the log has been
+	// idle that long is synced at once either way.
+	Eager bool
 	// Inline runs the background writer's work in the caller's
 	// goroutine: a Batch's Wait writes and fdatasyncs it, write mode
 	// syncs at Close only. The storage simulation sets it so that a run

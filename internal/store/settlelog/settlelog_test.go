@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/platformgw/gateway/internal/store/framed"
+	"github.com/platformgw/gateway/internal/store/vfs"
 )
 
 func storeFile(t testing.TB) string { return filepath.Join(t.TempDir(), "platform.db") }
@@ -328,4 +329,124 @@ func TestHeaderlessLastSegment(t *testing.T) {
 	if _, err := Open(path, Options{}); !errors.Is(err, ErrNotOurs) {
 		t.Errorf("a short foreign file: %v", err)
 	}
+}
+
+// slowSyncFS is the OS's file system with an fdatasync that takes d, and
+// records when each started.
+type slowSyncFS struct {
+	vfs.FS
+	d      time.Duration
+	mu     sync.Mutex
+	starts []time.Time
+}
+
+type slowSyncFile struct {
+	vfs.File
+	fs *slowSyncFS
+}
+
+func (f *slowSyncFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	file, err := f.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return slowSyncFile{file, f}, nil
+}
+
+func (f slowSyncFile) Datasync() error {
+	f.fs.mu.Lock()
+	f.fs.starts = append(f.fs.starts, time.Now())
+	f.fs.mu.Unlock()
+	time.Sleep(f.fs.d)
+	return f.File.Datasync()
+}
+
+// TestPacedGroupCommit: sync mode paces its fdatasyncs. With callers
+// settling all the time, the next fdatasync starts no sooner than
+// PaceFactor times the last one's duration after it started (so more
+// records share each), while Eager starts each as soon as the one before
+// ended; a record appended to an idle log is synced at once either way.
+func TestPacedGroupCommit(t *testing.T) {
+	run := func(took time.Duration, eager bool) (starts []time.Time, records, syncs int) {
+		fs := &slowSyncFS{FS: vfs.OS, d: took}
+		l, err := Open(storeFile(t), Options{FS: fs, Eager: eager})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Start(0); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		l.Observe(func(_ time.Duration, n int) { mu.Lock(); syncs++; records += n; mu.Unlock() })
+		// An idle log: the first record's fdatasync starts at once.
+		appended := time.Now()
+		_, b, err := l.Append([]byte("first"))
+		if err == nil {
+			err = b.Wait()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs.mu.Lock()
+		waited := fs.starts[len(fs.starts)-1].Sub(appended)
+		fs.mu.Unlock()
+		if took >= 20*time.Millisecond && waited >= took {
+			t.Errorf("eager %v: an idle log's first fdatasync started %v after the append", eager, waited)
+		}
+		// Then 8 callers settle one record after another for 12 syncs' time.
+		var wg sync.WaitGroup
+		deadline := time.Now().Add(12 * took)
+		for range 8 {
+			wg.Go(func() {
+				for time.Now().Before(deadline) {
+					_, b, err := l.Append([]byte("x"))
+					if err == nil {
+						err = b.Wait()
+					}
+					if err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		l.Close(0)
+		fs.mu.Lock()
+		defer fs.mu.Unlock()
+		return fs.starts, records, syncs
+	}
+	// Paced: between two fdatasyncs of the busy part, at least
+	// PaceFactor times one's duration, or one's duration and MaxPaceWait
+	// when that is less (Close's last one aside; the slack is the write
+	// before each fdatasync). A fast disk (2 ms) meets the factor, a slow
+	// one (20 ms) the cap.
+	var pacedRecords, pacedSyncs int
+	for _, took := range []time.Duration{2 * time.Millisecond, 20 * time.Millisecond} {
+		var paced []time.Time
+		paced, pacedRecords, pacedSyncs = run(took, false)
+		want := took + min((PaceFactor-1)*took, MaxPaceWait) - time.Millisecond/2
+		for i := 2; i < len(paced)-1; i++ {
+			if gap := paced[i].Sub(paced[i-1]); gap < want {
+				t.Errorf("paced, %v fdatasyncs: fdatasync %d started %v after the one before, want >= %v", took, i, gap, want)
+			}
+		}
+	}
+	const took = 20 * time.Millisecond
+	eager, eagerRecords, eagerSyncs := run(took, true)
+	// Eager: each starts right after the one before (well under twice
+	// its duration).
+	short := 0
+	for i := 2; i < len(eager)-1; i++ {
+		if eager[i].Sub(eager[i-1]) < 2*took {
+			short++
+		}
+	}
+	if short == 0 {
+		t.Errorf("eager: no fdatasync started right after the one before: %v", eager)
+	}
+	if pacedSyncs >= eagerSyncs || pacedRecords/pacedSyncs <= eagerRecords/eagerSyncs {
+		t.Errorf("paced: %d records in %d fdatasyncs; eager: %d in %d: pacing shared none", pacedRecords, pacedSyncs, eagerRecords, eagerSyncs)
+	}
+	t.Logf("paced: %d records in %d fdatasyncs; eager: %d in %d", pacedRecords, pacedSyncs, eagerRecords, eagerSyncs)
 }

@@ -149,10 +149,26 @@ func (l *Log) run() {
 			}
 		}
 	}
+	var next time.Time // when the next fdatasync may start (paced)
+	pace := time.NewTimer(time.Hour)
+	pace.Stop()
+	defer pace.Stop()
 	for {
 		select {
 		case <-l.wake:
-			l.flush()
+			if d := time.Until(next); d > 0 && !l.opts.Eager {
+				pace.Reset(d)
+				select {
+				case <-pace.C:
+				case <-l.stop:
+					l.flush()
+					return
+				}
+			}
+			start := time.Now()
+			if took := l.flush(); took > 0 {
+				next = start.Add(took + min((PaceFactor-1)*took, MaxPaceWait))
+			}
 		case <-l.stop:
 			l.flush()
 			return
@@ -183,14 +199,15 @@ func (l *Log) syncWritten() {
 	}
 }
 
-// flush writes and fdatasyncs the pending batch (sync mode).
-func (l *Log) flush() {
+// flush writes and fdatasyncs the pending batch (sync mode), and returns
+// how long the fdatasync took (0 when there was none).
+func (l *Log) flush() (took time.Duration) {
 	l.mu.Lock()
 	b := l.batch
 	l.batch = nil
 	if b == nil {
 		l.mu.Unlock()
-		return
+		return 0
 	}
 	// The batch is written under mu (appends queue into the next batch
 	// meanwhile, they do not wait for the write), then synced outside it.
@@ -216,7 +233,9 @@ func (l *Log) flush() {
 	if err == nil {
 		defer l.endSync(f)
 		start := time.Now()
-		if err = f.Datasync(); err == nil {
+		err = f.Datasync()
+		took = max(time.Since(start), 1)
+		if err == nil {
 			l.noteSynced(path, size, b.end)
 			l.observed(start, b.n)
 		} else {
@@ -242,6 +261,7 @@ func (l *Log) flush() {
 		b.err = err
 		close(b.done)
 	}
+	return took
 }
 
 // Observe sets a function told of every fdatasync of the log (nil: none).
