@@ -56,12 +56,16 @@
 # gateway +1, proxy +2, backend +3, write-mode admin +4, gateway +5),
 # BENCH_IDLE_CONNS (128: idle upstream connections per host, both sites),
 # BENCH_CHART (bin/bench/cpu.svg: the CPU per request as a bar chart; empty: none).
+# BENCH_GROUP_COMMIT (paced|eager: the gateways' group_commit; empty: the default),
+# BENCH_WRITE_FLUSH (the durability write gateway's flush_interval; empty: the default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ROUNDS=${BENCH_ROUNDS:-3}
 DURATION=${BENCH_DURATION:-8s}
 CONNS=${BENCH_CONNS:-64}
+WRITE_FLUSH=${BENCH_WRITE_FLUSH:-}
+GROUP_COMMIT=${BENCH_GROUP_COMMIT:-}
 PROFILE_DIR=${BENCH_PROFILE:-}
 ONLY=${BENCH_ONLY:-sync async status report 5ms write 256}
 PORT_BASE=${BENCH_PORT_BASE:-3410}
@@ -118,7 +122,8 @@ cat > "$work/Caddyfile" << EOF
 		level WARN
 	}
 	platform {
-		store $work/platform.db
+		store $work/platform.db${GROUP_COMMIT:+
+		group_commit $GROUP_COMMIT}
 		service bench {
 			backend http://$BACKEND
 			secret $SECRET
@@ -186,7 +191,7 @@ fi
 CADDY_W_PID=
 if wanted write; then
 	sed -e "s#admin $ADMIN#admin $ADMIN_W#" -e "s#http_port $((PORT_BASE + 1))#http_port $((PORT_BASE + 5))#" \
-		-e "s#store $work/platform.db#store $work/write/platform.db\n\t\tdurability write#" \
+		-e "s#store $work/platform.db#store $work/write/platform.db\n\t\tdurability write${WRITE_FLUSH:+\n\t\tflush_interval $WRITE_FLUSH}#" \
 		-e "s#^http://127.0.0.1:$((PORT_BASE + 1)) {#http://127.0.0.1:$((PORT_BASE + 5)) {#" \
 		"$work/Caddyfile" | awk -v proxy="http://127.0.0.1:$((PORT_BASE + 2)) {" '
 			$0 == proxy { skip = 1 } !skip { print } skip && $0 == "}" { skip = 0 }' > "$work/Caddyfile.write"
