@@ -336,26 +336,20 @@ func (a *revenueAcc) finish(ctx context.Context) (revenueData, error) {
 // eachRecord calls fn with the body of every record of kind, up to
 // maxRevenueRecords; true when it stopped there.
 func eachRecord(ctx context.Context, pay store.Payments, kind string, fn func([]byte) error) (bool, error) {
-	after, n := "", 0
-	for {
-		recs, more, err := pay.ListPaymentRecords(ctx, kind, after, 1000)
+	n := 0
+	for r, err := range store.PaymentRecords(ctx, pay, kind, "") {
 		if err != nil {
 			return false, fmt.Errorf("list %s records: %w", kind, err)
 		}
-		for _, r := range recs {
-			if err := fn(r.Body); err != nil {
-				return false, fmt.Errorf("%s record %s: %w", kind, r.ID, err)
-			}
-			after = r.ID
-		}
-		n += len(recs)
-		if !more || len(recs) == 0 {
-			return false, nil
-		}
-		if n >= maxRevenueRecords {
+		if n == maxRevenueRecords {
 			return true, nil
 		}
+		n++
+		if err := fn(r.Body); err != nil {
+			return false, fmt.Errorf("%s record %s: %w", kind, r.ID, err)
+		}
 	}
+	return false, nil
 }
 
 // balances are the prepaid balances: per service, the positive ones

@@ -338,23 +338,16 @@ func recordsOf[T any](ctx context.Context, s *Service, kind string, keep func(T)
 		return nil, err
 	}
 	var out []T
-	after := ""
-	for {
-		page, more, err := pay.ListPaymentRecords(ctx, kind, after, 500)
+	for r, err := range store.PaymentRecords(ctx, pay, kind, "") {
 		if err != nil {
 			return nil, err
 		}
-		for _, r := range page {
-			var v T
-			if json.Unmarshal(r.Body, &v) == nil && keep(v) {
-				out = append(out, v)
-			}
-			after = r.ID
-		}
-		if !more || len(page) == 0 {
-			return out, nil
+		var v T
+		if json.Unmarshal(r.Body, &v) == nil && keep(v) {
+			out = append(out, v)
 		}
 	}
+	return out, nil
 }
 
 func invoiceTime(inv InvoiceRecord) time.Time {

@@ -542,23 +542,15 @@ func (r *shipRun) sentFrom(ctx context.Context, from time.Time) (map[meterKey]se
 		t.n = max(t.n, ev.N)
 		out[k] = t
 	}
-	after := hourID(from)
-	for {
-		recs, more, err := r.pay.ListPaymentRecords(ctx, KindMeterSent, after, 1000)
+	for rec, err := range store.PaymentRecords(ctx, r.pay, KindMeterSent, hourID(from)) {
 		if err != nil {
 			return nil, fmt.Errorf("stripe meters: reading what was sent: %w", err)
 		}
-		for _, rec := range recs {
-			var ev MeterEvent
-			if err := json.Unmarshal(rec.Body, &ev); err != nil {
-				return nil, fmt.Errorf("stripe meters: record %s does not parse: %w", rec.ID, err)
-			}
-			add(ev)
-			after = rec.ID
+		var ev MeterEvent
+		if err := json.Unmarshal(rec.Body, &ev); err != nil {
+			return nil, fmt.Errorf("stripe meters: record %s does not parse: %w", rec.ID, err)
 		}
-		if !more {
-			break
-		}
+		add(ev)
 	}
 	for _, ev := range r.cur.Held {
 		add(ev)

@@ -137,50 +137,36 @@ func (s *Service) Reconcile(ctx context.Context, from, to time.Time) (Reconcilia
 		}
 	}
 	// What was sent for the period's hours.
-	after := hourID(from)
-	for done := false; !done; {
-		recs, more, err := pay.ListPaymentRecords(ctx, KindMeterSent, after, 1000)
+	for rec, err := range store.PaymentRecords(ctx, pay, KindMeterSent, hourID(from)) {
 		if err != nil {
 			return out, err
 		}
-		for _, rec := range recs {
-			after = rec.ID
-			var ev MeterEvent
-			if err := json.Unmarshal(rec.Body, &ev); err != nil {
-				return out, fmt.Errorf("record %s does not parse: %w", rec.ID, err)
-			}
-			if !ev.Hour.Before(to) {
-				done = true
-				break
-			}
-			if !ev.Hour.Before(from) {
-				if ev.Abandoned {
-					row(ev.UserID, ev.EventName).Abandoned += ev.Value
-				} else {
-					row(ev.UserID, ev.EventName).Sent += ev.Value
-				}
+		var ev MeterEvent
+		if err := json.Unmarshal(rec.Body, &ev); err != nil {
+			return out, fmt.Errorf("record %s does not parse: %w", rec.ID, err)
+		}
+		if !ev.Hour.Before(to) {
+			break
+		}
+		if !ev.Hour.Before(from) {
+			if ev.Abandoned {
+				row(ev.UserID, ev.EventName).Abandoned += ev.Value
+			} else {
+				row(ev.UserID, ev.EventName).Sent += ev.Value
 			}
 		}
-		done = done || !more
 	}
 	// Every customer, with or without usage, on every meter.
 	events := map[string]bool{}
 	for _, m := range products {
 		events[m.eventName] = true
 	}
-	for after := ""; ; {
-		recs, more, err := pay.ListPaymentRecords(ctx, KindCustomer, after, 1000)
+	for rec, err := range store.PaymentRecords(ctx, pay, KindCustomer, "") {
 		if err != nil {
 			return out, err
 		}
-		for _, rec := range recs {
-			after = rec.ID
-			for ev := range events {
-				row(rec.ID, ev)
-			}
-		}
-		if !more {
-			break
+		for ev := range events {
+			row(rec.ID, ev)
 		}
 	}
 	// Stripe's meters, by event name.

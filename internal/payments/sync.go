@@ -11,6 +11,7 @@ import (
 	"github.com/stripe/stripe-go/v82"
 
 	"github.com/platformgw/gateway/internal/catalog"
+	"github.com/platformgw/gateway/internal/store"
 )
 
 // SyncedPrice is a Stripe Product and Price `stripe sync` made for a
@@ -123,25 +124,17 @@ func (s *Service) Resync(ctx context.Context) (ResyncResult, error) {
 	if err != nil {
 		return out, err
 	}
-	after := ""
-	for {
-		page, more, err := pay.ListPaymentRecords(ctx, KindCustomer, after, 200)
+	for r, err := range store.PaymentRecords(ctx, pay, KindCustomer, "") {
 		if err != nil {
 			return out, err
 		}
-		for _, r := range page {
-			after = r.ID
-			var c CustomerRecord
-			if json.Unmarshal(r.Body, &c) != nil || c.CustomerID == "" {
-				continue
-			}
-			out.Customers++
-			if err := s.resyncCustomer(ctx, c, &out); err != nil {
-				return out, err
-			}
+		var c CustomerRecord
+		if json.Unmarshal(r.Body, &c) != nil || c.CustomerID == "" {
+			continue
 		}
-		if !more || len(page) == 0 {
-			break
+		out.Customers++
+		if err := s.resyncCustomer(ctx, c, &out); err != nil {
+			return out, err
 		}
 	}
 	return out, nil

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"iter"
 	"time"
 
 	"github.com/platformgw/gateway/internal/billing"
@@ -147,4 +148,32 @@ type Lease struct {
 	Cursor  []byte    `json:"cursor,omitempty"`
 	// Held reports whether the caller of TakeLease holds it.
 	Held bool `json:"-"`
+}
+
+// paymentPage is how many records PaymentRecords reads at a time.
+const paymentPage = 500
+
+// PaymentRecords yields p's records of kind in id order, starting after the
+// id `after` ("" for the first), reading them a page at a time. A read
+// that fails yields its error once and ends the sequence; breaking out of
+// the loop stops the reading.
+func PaymentRecords(ctx context.Context, p Payments, kind, after string) iter.Seq2[PaymentRecord, error] {
+	return func(yield func(PaymentRecord, error) bool) {
+		for {
+			page, more, err := p.ListPaymentRecords(ctx, kind, after, paymentPage)
+			if err != nil {
+				yield(PaymentRecord{}, err)
+				return
+			}
+			for _, r := range page {
+				if !yield(r, nil) {
+					return
+				}
+				after = r.ID
+			}
+			if !more || len(page) == 0 {
+				return
+			}
+		}
+	}
 }

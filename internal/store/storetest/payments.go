@@ -113,6 +113,16 @@ func testPaymentRecords(t *testing.T, c *suite) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("listed %v, want %v", got, want)
 	}
+	got = got[:0]
+	for r, err := range store.PaymentRecords(ctx, p, "invoice", "b") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, r.ID)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want[3:]) {
+		t.Errorf("PaymentRecords after b = %v, want %v", got, want[3:])
+	}
 	if recs, more, err := p.ListPaymentRecords(ctx, "invoice", "d", 1); err != nil || len(recs) != 1 || recs[0].ID != "é" || more {
 		t.Errorf("List after d = %+v, %v, %v", recs, more, err)
 	}
