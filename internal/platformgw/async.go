@@ -60,7 +60,7 @@ func (h *Handler) invokeAsync(w http.ResponseWriter, r *http.Request, c *call, n
 	r.Header.Set("Content-Type", "application/json")
 	r.Header.Del("Content-Encoding") // the envelope is plain JSON, whatever the caller's body was
 	r.Header.Del("Upgrade")          // an async job is never a protocol switch
-	setBody(r, &c.bodyReader, env.finish(urls, sig, ts))
+	setBody(r, &c.fwd, env.finish(urls, sig, ts))
 
 	ans := &backendAnswer{header: make(http.Header)}
 	err := serveCaptured(next, ans, r)

@@ -47,14 +47,13 @@ type call struct {
 
 	// Parts of a call that would otherwise be allocated one by one on
 	// every call; the call is allocated once anyway. idValue backs the
-	// request id header, bodyReader the body handed to the proxy, fwd what
-	// the upstream source and the transport are told, meter the sync
+	// request id header, fwd what the upstream source and the transport
+	// are told (the body handed to the proxy included), meter the sync
 	// answer's writer, observed what the console's overview is told.
-	idValue    [1]string
-	bodyReader bytes.Reader
-	fwd        forward
-	meter      meterWriter
-	observed   observedCall
+	idValue  [1]string
+	fwd      forward
+	meter    meterWriter
+	observed observedCall
 }
 
 func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, c *call, route invokeRoute, next caddyhttp.Handler) error {

@@ -1,7 +1,6 @@
 package platformgw
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -64,7 +63,7 @@ func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, ne
 		return nil
 	}
 	h.prepareForward(r, c, c.body, c.ep.Path)
-	setBody(r, &c.bodyReader, c.body)
+	setBody(r, &c.fwd, c.body)
 
 	out, wrapped := h.syncOutput(w, r, c) // wrapped.go: sync_response wrapped
 	m := &c.meter
@@ -164,19 +163,25 @@ func (h *Handler) unreachable(c *call, err error) *apierror.Error {
 }
 
 // setBody puts the buffered body back for the proxy, with a known length,
-// through rd (the call's). The io.NopCloser is kept: net/http recognises
-// a *bytes.Reader inside it as a body in memory and sends the headers and
-// the body in one write.
-func setBody(r *http.Request, rd *bytes.Reader, body []byte) {
+// and tells the transport the bytes (f.payload): reverse_proxy wraps the
+// body it hands the transport in readers of its own, which net/http does
+// not recognise as a body in memory, so it wrote the headers and the body
+// in two writes (two syscalls, and often two reads at the backend).
+// Transport.RoundTrip gives net/http the bytes again, as a *bytes.Reader
+// in an io.NopCloser, which it sends with the headers in one write.
+func setBody(r *http.Request, f *forward, body []byte) {
 	r.Header.Del("Expect")
 	r.TransferEncoding = nil
 	r.ContentLength = int64(len(body))
 	if len(body) == 0 {
 		r.Body = http.NoBody
+		f.payload, f.payloadBody = nil, nil
 		return
 	}
-	rd.Reset(body)
-	r.Body = io.NopCloser(rd)
+	f.payloadReader.Reset(body)
+	f.payload = body
+	f.payloadBody = io.NopCloser(&f.payloadReader)
+	r.Body = f.payloadBody
 }
 
 // release returns a reservation unused. Like settling, it runs to the end

@@ -1,6 +1,7 @@
 package platformgw
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"maps"
@@ -55,6 +56,12 @@ type forward struct {
 	body     trackedBody
 	reqUsed  bool
 	bodyUsed bool
+	// payload is the request body the proxy forwards (setBody), nil for
+	// none; payloadBody, reading it through payloadReader, is the body of
+	// the first attempt.
+	payload       []byte
+	payloadReader bytes.Reader
+	payloadBody   io.ReadCloser
 }
 
 // maxForwardHeaders: signature, timestamp, signing version, user, product,
@@ -65,6 +72,23 @@ const maxForwardHeaders = 11
 func (f *forward) add(name, value string) {
 	f.names[f.n], f.vals[f.n] = name, value
 	f.n++
+}
+
+// setPayload makes out's body the payload in a form net/http knows is in
+// memory, so it writes the headers and the body together, and lets it
+// read the body again (GetBody): net/http then retries a request that
+// met a keep-alive connection the backend had just closed, before any of
+// it was written, instead of failing it. The first attempt reads through
+// the reader setBody made; a retry, whose failed attempt net/http may
+// still be reading, gets a reader of its own.
+func (f *forward) setPayload(out *http.Request, first bool) {
+	payload := f.payload
+	if first {
+		out.Body = f.payloadBody
+	} else {
+		out.Body = io.NopCloser(bytes.NewReader(payload))
+	}
+	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(payload)), nil }
 }
 
 func forwardOf(r *http.Request) (*forward, bool) {
@@ -199,7 +223,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			out = new(http.Request)
 		}
 		f.reqUsed = true
+		first := out == &f.req
 		*out = *req
+		if f.payload != nil && req.Body != nil && req.Body != http.NoBody {
+			f.setPayload(out, first)
+		}
 		out.Header = make(http.Header, len(req.Header)+f.n)
 		maps.Copy(out.Header, req.Header)
 		for i := range f.n {
