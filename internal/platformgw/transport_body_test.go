@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -17,13 +18,21 @@ import (
 	"github.com/platformgw/gateway/internal/catalog"
 )
 
-// countingConn counts the writes made on a backend connection.
+// countingConn counts the writes made on a backend connection; while
+// *drop is set, the next write on any connection fails before a byte of
+// it is written, as on a keep-alive connection the backend has just
+// closed, and clears it.
 type countingConn struct {
 	net.Conn
 	writes *atomic.Int64
+	drop   *atomic.Bool
 }
 
 func (c countingConn) Write(p []byte) (int, error) {
+	if c.drop.CompareAndSwap(true, false) {
+		c.Conn.Close()
+		return 0, errors.New("write: connection reset by peer")
+	}
 	c.writes.Add(1)
 	return c.Conn.Write(p)
 }
@@ -78,13 +87,14 @@ func TestTransportSendsBodyWithHeaders(t *testing.T) {
 	}
 	defer tr.Cleanup()
 	var writes atomic.Int64
+	var drop atomic.Bool
 	dial := tr.HTTPTransport.Transport.DialContext
 	tr.HTTPTransport.Transport.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dial(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		return countingConn{Conn: c, writes: &writes}, nil
+		return countingConn{Conn: c, writes: &writes, drop: &drop}, nil
 	}
 
 	svc := &catalog.Service{ID: "svc", Backend: "http://" + ln.Addr().String(), Secrets: []string{"test-secret-0123456789abcdef0123"},
@@ -132,6 +142,14 @@ func TestTransportSendsBodyWithHeaders(t *testing.T) {
 	// A retry after a failed attempt that read the body: it gets all of it.
 	c.fwd.payloadReader.Seek(int64(len(payload)/2), io.SeekStart)
 	send(r)
+
+	// The pooled connection fails before anything of the next request is
+	// written: net/http sends it again on a new connection, whole.
+	drop.Store(true)
+	send(r)
+	if drop.Load() {
+		t.Fatal("the request did not go out on the pooled connection")
+	}
 
 	if c.fwd.req.GetBody == nil {
 		t.Fatal("the request has no GetBody: net/http cannot replay it on a keep-alive connection the backend closed")
