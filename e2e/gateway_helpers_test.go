@@ -194,6 +194,13 @@ func startGatewayWithTransport(t *testing.T, dir, platformBlock, transportOption
 // options (a servers block, say), one per line.
 func startGatewayWithOptions(t *testing.T, dir, platformBlock, transportOptions, globalOptions string) *gateway {
 	t.Helper()
+	return startGatewayWithProxy(t, dir, platformBlock, transportOptions, globalOptions, "")
+}
+
+// startGatewayWithProxy is startGatewayWithOptions with options of
+// reverse_proxy itself (request_buffers, say), one per line.
+func startGatewayWithProxy(t *testing.T, dir, platformBlock, transportOptions, globalOptions, proxyOptions string) *gateway {
+	t.Helper()
 	cfg := fmt.Sprintf(`{
 	admin localhost:%d
 	http_port %d
@@ -211,12 +218,13 @@ func startGatewayWithOptions(t *testing.T, dir, platformBlock, transportOptions,
 	platform_gateway
 	reverse_proxy {
 		dynamic platform
+%s
 		transport platform {
 %s
 		}
 	}
 }
-`, adminPort, gwPort, globalOptions, dir, platformBlock, gwPort, transportOptions)
+`, adminPort, gwPort, globalOptions, dir, platformBlock, gwPort, proxyOptions, transportOptions)
 	tester := testerFor(t, filepath.Join(dir, "platform.db"))
 	tester.InitServer(cfg, "caddyfile")
 	return &gateway{t: t, tester: tester, dir: dir}

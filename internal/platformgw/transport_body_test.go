@@ -104,12 +104,35 @@ func TestTransportSendsBodyWithHeaders(t *testing.T) {
 	}
 	payload := []byte(`{"request_id":"r1","payload":"` + strings.Repeat("x", 600) + `"}`)
 
+	// newCall is a call whose body setBody handed to the proxy.
+	newCall := func(method string, body []byte, hdr ...string) (*call, *http.Request) {
+		t.Helper()
+		r, err := http.NewRequestWithContext(context.WithValue(context.Background(), caddyhttp.VarsCtxKey, map[string]any{}),
+			method, "http://"+ln.Addr().String()+"/job", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i+1 < len(hdr); i += 2 {
+			r.Header.Set(hdr[i], hdr[i+1])
+		}
+		c := new(call)
+		c.fwd.svc = svc
+		c.fwd.add("X-Platform-Request-ID", "r1")
+		setBody(r, &c.fwd, body)
+		caddyhttp.SetVar(r.Context(), forwardVar, &c.fwd)
+		return c, r
+	}
 	// send makes one attempt the way reverse_proxy does: a copy of the
-	// request with the body wrapped.
-	send := func(r *http.Request) {
+	// request with the body wrapped (after prepare, which may read it,
+	// as request_buffers does), and checks the backend got want, in one
+	// write unless the body is not the payload.
+	send := func(r *http.Request, prepare func(*http.Request), want []byte) {
 		t.Helper()
 		out := r.Clone(r.Context())
-		out.Body = caddyWrapped{r.Body}
+		if prepare != nil {
+			prepare(out)
+		}
+		out.Body = caddyWrapped{out.Body}
 		out.URL.Host = ln.Addr().String()
 		before := writes.Load()
 		resp, err := tr.RoundTrip(out)
@@ -118,39 +141,25 @@ func TestTransportSendsBodyWithHeaders(t *testing.T) {
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		if n := writes.Load() - before; n != 1 {
+		if n := writes.Load() - before; n != 1 && bytes.Equal(want, payload) {
 			t.Errorf("the request went out in %d writes, want 1 (headers and body together)", n)
 		}
-		if b := <-got; b != string(payload) {
-			t.Errorf("the backend read a body of %d bytes, want the %d-byte payload", len(b), len(payload))
+		if b := <-got; b != string(want) {
+			t.Errorf("the backend read a body of %d bytes, want %d bytes", len(b), len(want))
 		}
 	}
 
-	vars := map[string]any{}
-	r, err := http.NewRequestWithContext(context.WithValue(context.Background(), caddyhttp.VarsCtxKey, vars),
-		http.MethodPost, "http://"+ln.Addr().String()+"/job", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := new(call)
-	c.fwd.svc = svc
-	c.fwd.add("X-Platform-Request-ID", "r1")
-	setBody(r, &c.fwd, payload)
-	caddyhttp.SetVar(r.Context(), forwardVar, &c.fwd)
-
-	send(r) // the first attempt reads through the call's reader
-	// A retry after a failed attempt that read the body: it gets all of it.
-	c.fwd.payloadReader.Seek(int64(len(payload)/2), io.SeekStart)
-	send(r)
+	c, r := newCall(http.MethodPost, payload)
+	send(r, nil, payload) // the first attempt reads through the call's reader
+	send(r, nil, payload) // a retry gets a reader of its own
 
 	// The pooled connection fails before anything of the next request is
 	// written: net/http sends it again on a new connection, whole.
 	drop.Store(true)
-	send(r)
+	send(r, nil, payload)
 	if drop.Load() {
 		t.Fatal("the request did not go out on the pooled connection")
 	}
-
 	if c.fwd.req.GetBody == nil {
 		t.Fatal("the request has no GetBody: net/http cannot replay it on a keep-alive connection the backend closed")
 	}
@@ -160,6 +169,43 @@ func TestTransportSendsBodyWithHeaders(t *testing.T) {
 	}
 	if b, _ := io.ReadAll(rc); !bytes.Equal(b, payload) {
 		t.Errorf("GetBody gave %d bytes, want the payload", len(b))
+	}
+
+	// request_buffers reads the body before the transport, all of it or
+	// up to its limit, into a copy: the first attempt still sends it whole.
+	// (A GET has no GetBody, below, so net/http cannot mend a short body
+	// by sending it again.)
+	for _, limit := range []int{len(payload) + 1, len(payload) / 3} {
+		for _, method := range []string{http.MethodGet, http.MethodPost} {
+			_, r := newCall(method, payload)
+			send(r, func(out *http.Request) {
+				buf := make([]byte, limit)
+				n, _ := io.ReadFull(out.Body, buf)
+				out.Body = io.NopCloser(io.MultiReader(bytes.NewReader(buf[:n]), out.Body))
+			}, payload)
+		}
+	}
+
+	// A body of another length than the payload's (a handler in between
+	// replaced it) is left as the proxy gave it.
+	_, r = newCall(http.MethodPost, payload)
+	other := []byte("another body")
+	send(r, func(out *http.Request) {
+		out.Body = io.NopCloser(bytes.NewReader(other))
+		out.ContentLength = int64(len(other))
+	}, other)
+
+	// Calls net/http would replay after writing them, when their body can
+	// be read again, keep no GetBody: the backend must not get them twice.
+	for _, tc := range []struct {
+		method string
+		hdr    []string
+	}{{http.MethodGet, nil}, {http.MethodPut, nil}, {http.MethodPost, []string{"Idempotency-Key", "k1"}}, {http.MethodPost, []string{"X-Idempotency-Key", "k2"}}} {
+		c, r := newCall(tc.method, payload, tc.hdr...)
+		send(r, nil, payload)
+		if replay := c.fwd.req.GetBody != nil; replay != (tc.method == http.MethodPut) {
+			t.Errorf("%s %v: GetBody set %v", tc.method, tc.hdr, replay)
+		}
 	}
 
 	// No body: nothing to set, and no GetBody.

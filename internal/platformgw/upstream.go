@@ -75,20 +75,48 @@ func (f *forward) add(name, value string) {
 }
 
 // setPayload makes out's body the payload in a form net/http knows is in
-// memory, so it writes the headers and the body together, and lets it
-// read the body again (GetBody): net/http then retries a request that
-// met a keep-alive connection the backend had just closed, before any of
-// it was written, instead of failing it. The first attempt reads through
-// the reader setBody made; a retry, whose failed attempt net/http may
+// memory, so it writes the headers and the body together. Only a body of
+// the payload's length is replaced (or one sent chunked, for trailers):
+// a handler that gave the proxy another body keeps it. The first attempt
+// reads through the reader setBody made, from the start again
+// (`request_buffers` has read it to the end, or part of it, to make a copy
+// the proxy would have sent); a retry, whose failed attempt net/http may
 // still be reading, gets a reader of its own.
+//
+// GetBody lets net/http send the call again on a new connection when the
+// pooled one it picked turns out closed before a byte of the call was
+// written (that call failed with 502 before). It is set only where that
+// is all it does: net/http also replays a request it has written, after
+// the connection broke without an answer, when it deems the request
+// idempotent (GET, HEAD, OPTIONS, TRACE, or an Idempotency-Key header) and
+// can read its body again; such a call would reach the backend twice for
+// one answer, so those keep no GetBody, as before.
 func (f *forward) setPayload(out *http.Request, first bool) {
 	payload := f.payload
+	if out.ContentLength != int64(len(payload)) && out.ContentLength != -1 {
+		return
+	}
 	if first {
+		f.payloadReader.Reset(payload)
 		out.Body = f.payloadBody
 	} else {
 		out.Body = io.NopCloser(bytes.NewReader(payload))
 	}
-	out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(payload)), nil }
+	if !replayable(out) {
+		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(payload)), nil }
+	}
+}
+
+// replayable reports whether net/http would replay r after writing it, if
+// it could read its body again (http.Request.isReplayable's rule).
+func replayable(r *http.Request) bool {
+	switch r.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	_, key := r.Header["Idempotency-Key"]
+	_, xkey := r.Header["X-Idempotency-Key"]
+	return key || xkey
 }
 
 func forwardOf(r *http.Request) (*forward, bool) {
@@ -225,13 +253,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		f.reqUsed = true
 		first := out == &f.req
 		*out = *req
-		if f.payload != nil && req.Body != nil && req.Body != http.NoBody {
-			f.setPayload(out, first)
-		}
 		out.Header = make(http.Header, len(req.Header)+f.n)
 		maps.Copy(out.Header, req.Header)
 		for i := range f.n {
 			out.Header[f.names[i]] = f.vals[i : i+1 : i+1]
+		}
+		if f.payload != nil && req.Body != nil && req.Body != http.NoBody {
+			f.setPayload(out, first)
 		}
 		req = out
 	}
