@@ -116,6 +116,10 @@ const (
 	maxRecord     = 1 << 30
 	defaultSegMax = 64 << 20
 	segSuffix     = ".settle"
+	// cutSuffix names the copy of a segment made to replace it when a
+	// refused batch could not be cut off in place (cutRefused); one a
+	// crash left is removed at Open.
+	cutSuffix = ".cut"
 	// maxSpare is the largest buffer kept for reuse: a burst's larger
 	// batch is left to the garbage collector.
 	maxSpare = 1 << 20
@@ -151,8 +155,11 @@ type Log struct {
 	wake    chan struct{}
 	closed  bool
 	running bool // Start launched the background writer
-	stop    chan struct{}
-	done    chan struct{}
+	// broken is set when a refused batch could not be cut off the disk
+	// (cutRefused): every later append fails with it.
+	broken error
+	stop   chan struct{}
+	done   chan struct{}
 
 	// spare is a written batch's buffer, kept for the next batch (sync
 	// mode); wbuf is write mode's frame buffer. Both are used under mu
@@ -229,8 +236,18 @@ func Open(storePath string, opts Options) (*Log, error) {
 	}
 	var names []string
 	for _, n := range ents {
-		if strings.HasPrefix(n, l.prefix+".") && strings.HasSuffix(n, segSuffix) {
+		if !strings.HasPrefix(n, l.prefix+".") {
+			continue
+		}
+		switch {
+		case strings.HasSuffix(n, segSuffix):
 			names = append(names, n)
+		case strings.HasSuffix(n, segSuffix+cutSuffix):
+			// A replacement a crash cut short: the segment it was
+			// to replace is still there.
+			if err := l.fs.Remove(filepath.Join(l.dir, n)); err != nil {
+				return nil, fmt.Errorf("settlement log: remove %s, a copy a crash left: %w", n, err)
+			}
 		}
 	}
 	sort.Strings(names)

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -449,4 +452,131 @@ func TestPacedGroupCommit(t *testing.T) {
 		t.Errorf("paced: %d records in %d fdatasyncs; eager: %d in %d: pacing shared none", pacedRecords, pacedSyncs, eagerRecords, eagerSyncs)
 	}
 	t.Logf("paced: %d records in %d fdatasyncs; eager: %d in %d", pacedRecords, pacedSyncs, eagerRecords, eagerSyncs)
+}
+
+// faultFS is the OS's file system with faults a test switches on: the
+// next fdatasync of a segment fails (its data stays in the file, as after
+// a real EIO, where some of it may reach the disk), truncation fails, and
+// renames fail.
+type faultFS struct {
+	vfs.FS
+	failSync     atomic.Int32 // fdatasyncs of segments left to fail
+	failTruncate atomic.Bool
+	failRename   atomic.Bool
+}
+
+type faultFile struct {
+	vfs.File
+	fs   *faultFS
+	name string
+}
+
+func (f *faultFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	file, err := f.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return faultFile{file, f, name}, nil
+}
+
+func (f *faultFS) Rename(from, to string) error {
+	if f.failRename.Load() {
+		return &os.LinkError{Op: "rename", Old: from, New: to, Err: syscall.EIO}
+	}
+	return f.FS.Rename(from, to)
+}
+
+func (f faultFile) Datasync() error {
+	if strings.HasSuffix(f.name, segSuffix) && f.fs.failSync.Add(-1) >= 0 {
+		return &os.PathError{Op: "fdatasync", Path: f.name, Err: syscall.EIO}
+	}
+	return f.File.Datasync()
+}
+
+func (f faultFile) Truncate(size int64) error {
+	if f.fs.failTruncate.Load() {
+		return &os.PathError{Op: "truncate", Path: f.name, Err: syscall.EIO}
+	}
+	return f.File.Truncate(size)
+}
+
+// TestRefusedBatchNeverReplayed: a batch whose fdatasync failed was
+// refused to its callers, so no later start may replay it, though its
+// bytes are in the segment. It is cut off the file; when the file cannot
+// be truncated, or the cut synced, the segment is replaced by a copy of
+// its records before the batch (the cut used to be tried once, its errors
+// ignored: the refused records stayed, and the next start replayed them,
+// charging calls whose callers had an error). When even that fails, the
+// log takes no more appends, with an error that says why.
+func TestRefusedBatchNeverReplayed(t *testing.T) {
+	for _, tc := range []struct {
+		name                   string
+		truncate, sync, rename bool // what fails besides the batch's fdatasync
+		broken                 bool
+	}{
+		{name: "cut in place"},
+		{name: "truncate fails", truncate: true},
+		{name: "the cut's fdatasync fails", sync: true},
+		{name: "truncate and rename fail", truncate: true, rename: true, broken: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := storeFile(t)
+			fsys := &faultFS{FS: vfs.OS}
+			l, err := Open(path, Options{FS: fsys})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Start(0); err != nil {
+				t.Fatal(err)
+			}
+			appendWait := func(rec string) error {
+				_, b, err := l.Append([]byte(rec))
+				if err != nil {
+					return err
+				}
+				return b.Wait()
+			}
+			if err := appendWait("acknowledged-1"); err != nil {
+				t.Fatal(err)
+			}
+			fsys.failSync.Store(1)
+			if tc.sync {
+				fsys.failSync.Store(2)
+			}
+			fsys.failTruncate.Store(tc.truncate)
+			fsys.failRename.Store(tc.rename)
+			if err := appendWait("refused"); err == nil {
+				t.Fatal("the batch's fdatasync failed, and its append was acknowledged")
+			}
+			fsys.failTruncate.Store(false)
+			fsys.failRename.Store(false)
+			err = appendWait("acknowledged-2")
+			if tc.broken {
+				if err == nil || !strings.Contains(err.Error(), "could not be cut off") {
+					t.Fatalf("an append after a refused batch that stayed on the disk: %v, want the log's refusal", err)
+				}
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Close(0); err != nil && !tc.broken {
+				t.Fatal(err)
+			}
+			got, l2 := replayed(t, path, 0)
+			defer l2.Close(0)
+			want := []string{"acknowledged-1", "acknowledged-2"}
+			if tc.broken {
+				// The refused record may come back: the error said so.
+				want = []string{"acknowledged-1", "refused"}
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("replayed %q, want %q", got, want)
+			}
+			ents, _ := os.ReadDir(filepath.Dir(path))
+			for _, e := range ents {
+				if strings.HasSuffix(e.Name(), cutSuffix) {
+					t.Errorf("a copy was left behind: %s", e.Name())
+				}
+			}
+		})
+	}
 }

@@ -2,6 +2,7 @@ package settlelog
 
 import (
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/platformgw/gateway/internal/store/framed"
@@ -24,6 +25,9 @@ func (l *Log) Append(rec []byte) (uint64, *Batch, error) {
 	defer l.mu.Unlock()
 	if l.closed {
 		return 0, nil, ErrClosed
+	}
+	if l.broken != nil {
+		return 0, nil, l.broken
 	}
 	start := l.end
 	if l.opts.Mode == Write {
@@ -77,7 +81,11 @@ func (l *Log) writeLocked(start uint64, buf []byte) error {
 		}
 	}
 	if _, err := l.cur.Write(buf); err != nil {
-		l.cur.Truncate(l.curSize)
+		// A part of buf may have been written, whole records of it too:
+		// cut off, as a refused batch is.
+		if cerr := l.cutRefused(l.curSize); cerr != nil {
+			l.broken = cerr
+		}
 		l.retire()
 		return fmt.Errorf("append to settlement log: %w", err)
 	}
@@ -165,8 +173,7 @@ func (l *Log) run() {
 					return
 				}
 			}
-			start := time.Now()
-			if took := l.flush(); took > 0 {
+			if start, took := l.flush(); took > 0 {
 				next = start.Add(took + min((PaceFactor-1)*took, MaxPaceWait))
 			}
 		case <-l.stop:
@@ -200,14 +207,14 @@ func (l *Log) syncWritten() {
 }
 
 // flush writes and fdatasyncs the pending batch (sync mode), and returns
-// how long the fdatasync took (0 when there was none).
-func (l *Log) flush() (took time.Duration) {
+// when the fdatasync started and how long it took (0 when there was none).
+func (l *Log) flush() (start time.Time, took time.Duration) {
 	l.mu.Lock()
 	b := l.batch
 	l.batch = nil
 	if b == nil {
 		l.mu.Unlock()
-		return 0
+		return start, 0
 	}
 	// The batch is written under mu (appends queue into the next batch
 	// meanwhile, they do not wait for the write), then synced outside it.
@@ -232,7 +239,7 @@ func (l *Log) flush() (took time.Duration) {
 	}
 	if err == nil {
 		defer l.endSync(f)
-		start := time.Now()
+		start = time.Now()
 		err = f.Datasync()
 		took = max(time.Since(start), 1)
 		if err == nil {
@@ -243,13 +250,9 @@ func (l *Log) flush() (took time.Duration) {
 			l.mu.Lock()
 			if l.cur == f {
 				// The batch is refused: cut it off so that it is never
-				// replayed, and start anew. After a failed fdatasync
-				// some of the batch may be on the disk (fsyncgate), so
-				// the cut is synced too: unsynced, a power loss could
-				// undo it and the next start replay a refused record
-				// (found by the storage simulation, seed 23).
-				if l.cur.Truncate(before) == nil {
-					l.cur.Datasync()
+				// replayed, and start anew.
+				if cerr := l.cutRefused(before); cerr != nil {
+					l.broken = cerr
 				}
 				l.cur.Close()
 				l.cur = nil
@@ -261,7 +264,62 @@ func (l *Log) flush() (took time.Duration) {
 		b.err = err
 		close(b.done)
 	}
-	return took
+	return start, took
+}
+
+// cutRefused cuts a refused batch, everything of the current segment from
+// before on, off the disk, so that no later start replays a record whose
+// caller was told it failed. After a failed fdatasync some of the batch
+// may be on the disk (fsyncgate), so the cut is synced too: unsynced, a
+// power loss could undo it (found by the storage simulation, seed 23).
+// When the segment cannot be cut and synced in place, its records before
+// the batch are copied to a new file that replaces it. An error means the
+// refused records may still be there: the caller stops appending (broken).
+// Called with l.mu held.
+func (l *Log) cutRefused(before int64) error {
+	if l.cur.Truncate(before) == nil && l.cur.Datasync() == nil {
+		return nil
+	}
+	path := l.curSeg.path
+	data, err := l.fs.ReadFile(path)
+	if err == nil && int64(len(data)) < before {
+		err = fmt.Errorf("read %d bytes back, want %d", len(data), before)
+	}
+	if err == nil {
+		tmp := path + cutSuffix
+		err = l.writeSynced(tmp, data[:before])
+		if err == nil {
+			err = l.fs.Rename(tmp, path)
+		}
+		if err == nil {
+			err = l.syncDir()
+		}
+		if err != nil {
+			l.fs.Remove(tmp)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("settlement log segment %s: a refused batch could not be cut off (%w); "+
+			"no settlement is taken until the disk is repaired and the gateway restarted, and that start "+
+			"may replay the refused records of positions %d and after in it", path, err, l.curSeg.start+uint64(before-headerSize))
+	}
+	return nil
+}
+
+// writeSynced creates path with data, fdatasync'd.
+func (l *Log) writeSynced(path string, data []byte) error {
+	f, err := l.fs.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Datasync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // Observe sets a function told of every fdatasync of the log (nil: none).
