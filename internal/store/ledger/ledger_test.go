@@ -694,3 +694,61 @@ func TestCodecCarriesEveryField(t *testing.T) {
 		}
 	}
 }
+
+// TestZeroHeaderLastSegment: a crash between a new active segment's
+// creation and its header's sync can leave the file at its size with
+// nothing but zeros in it (the size reached the disk, the page did not).
+// That last segment held no row, and goes; the ledger opened with "bad
+// segment header at offset 0" instead (found by the storage simulation,
+// power failing during a prune's seal). A file of zeros before the last,
+// or one the store file says held rows, is still damage.
+func TestZeroHeaderLastSegment(t *testing.T) {
+	build := func(t *testing.T) (string, []store.LedgerEntry, uint64) {
+		dir := t.TempDir()
+		l := open(t, dir, Options{})
+		es := make([]store.LedgerEntry, 30)
+		for i := range es {
+			es[i] = syncEntry(uint64(i+1), t0.Add(time.Duration(i)*time.Second))
+		}
+		var pos uint64
+		appendBatches(t, l, es, 10, &pos)
+		l.Close()
+		return dir, es, pos
+	}
+	zeros := func(t *testing.T, dir string, base uint64, size int) string {
+		path := filepath.Join(dir, segName(base, rawExt))
+		if err := os.WriteFile(path, make([]byte, size), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	for _, size := range []int{rawHeaderLen, 4096} {
+		t.Run(fmt.Sprint("last, ", size, " bytes"), func(t *testing.T) {
+			dir, es, pos := build(t)
+			path := zeros(t, dir, 1000, size)
+			l := open(t, dir, Options{Covers: pos})
+			defer l.Close()
+			if _, err := os.Stat(path); !os.IsNotExist(err) {
+				t.Errorf("the segment of zeros is still there: %v", err)
+			}
+			sameEntries(t, "after the segment of zeros", scanAll(t, l, store.LedgerFilter{}), es)
+			if err := l.Append([]store.LedgerEntry{syncEntry(31, t0.Add(31*time.Second))}, pos+1); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	t.Run("the store file says it held rows", func(t *testing.T) {
+		dir, _, pos := build(t)
+		path := zeros(t, dir, 1000, 4096)
+		if _, err := Open(dir, Options{Covers: pos + 10}); err == nil || !strings.Contains(err.Error(), path) {
+			t.Fatalf("Open: %v, want the damage named", err)
+		}
+	})
+	t.Run("not the last", func(t *testing.T) {
+		dir, _, _ := build(t)
+		path := zeros(t, dir, 0, 4096) // before the segment of the rows
+		if _, err := Open(dir, Options{}); err == nil || !strings.Contains(err.Error(), path) {
+			t.Fatalf("Open: %v, want the damage named", err)
+		}
+	})
+}
