@@ -460,7 +460,9 @@ func TestPacedGroupCommit(t *testing.T) {
 // renames fail.
 type faultFS struct {
 	vfs.FS
-	failSync     atomic.Int32 // fdatasyncs of segments left to fail
+	delay        time.Duration // every fdatasync of a segment takes this long
+	failSync     atomic.Int32  // fdatasyncs of segments left to fail
+	failAll      atomic.Bool   // every fdatasync of a segment fails
 	failTruncate atomic.Bool
 	failRename   atomic.Bool
 }
@@ -487,8 +489,11 @@ func (f *faultFS) Rename(from, to string) error {
 }
 
 func (f faultFile) Datasync() error {
-	if strings.HasSuffix(f.name, segSuffix) && f.fs.failSync.Add(-1) >= 0 {
-		return &os.PathError{Op: "fdatasync", Path: f.name, Err: syscall.EIO}
+	if strings.HasSuffix(f.name, segSuffix) {
+		time.Sleep(f.fs.delay)
+		if f.fs.failAll.Load() || f.fs.failSync.Add(-1) >= 0 {
+			return &os.PathError{Op: "fdatasync", Path: f.name, Err: syscall.EIO}
+		}
 	}
 	return f.File.Datasync()
 }
@@ -579,4 +584,105 @@ func TestRefusedBatchNeverReplayed(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPacedPauseEdges: what arrives while the writer waits out its pace
+// is synced before it is acknowledged, and never left waiting: a record
+// appended in the pause to a log that then goes idle, a Close in the
+// pause, and fdatasyncs that fail while paced (every caller of those
+// batches gets the error, none an acknowledgement, and the log syncs
+// again once the disk does).
+func TestPacedPauseEdges(t *testing.T) {
+	start := func(t *testing.T, fsys *faultFS) *Log {
+		l, err := Open(storeFile(t), Options{FS: fsys})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Start(0); err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	wait := func(t *testing.T, b *Batch) error {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- b.Wait() }()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(5 * time.Second):
+			t.Fatal("an append waits on after 5 s")
+			return nil
+		}
+	}
+	t.Run("a record in the pause, then idle", func(t *testing.T) {
+		fsys := &faultFS{FS: vfs.OS, delay: 20 * time.Millisecond}
+		l := start(t, fsys)
+		defer l.Close(0)
+		_, b, _ := l.Append([]byte("a"))
+		if err := wait(t, b); err != nil {
+			t.Fatal(err)
+		}
+		pos, b, _ := l.Append([]byte("b")) // within 2 × 20 ms of the sync: paced
+		if err := wait(t, b); err != nil {
+			t.Fatal(err)
+		}
+		if got := l.SyncedPosition(); got < pos {
+			t.Errorf("acknowledged at synced position %d, before the record's %d", got, pos)
+		}
+	})
+	t.Run("Close in the pause", func(t *testing.T) {
+		fsys := &faultFS{FS: vfs.OS, delay: 20 * time.Millisecond}
+		l := start(t, fsys)
+		_, b, _ := l.Append([]byte("a"))
+		if err := wait(t, b); err != nil {
+			t.Fatal(err)
+		}
+		pos, b, _ := l.Append([]byte("b"))
+		closed := make(chan error, 1)
+		go func() { closed <- l.Close(0) }()
+		if err := wait(t, b); err != nil {
+			t.Fatalf("a record appended before Close: %v", err)
+		}
+		if got := l.SyncedPosition(); got < pos {
+			t.Errorf("acknowledged at synced position %d, before the record's %d", got, pos)
+		}
+		if err := <-closed; err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := l.Append([]byte("c")); !errors.Is(err, ErrClosed) {
+			t.Errorf("append after Close: %v", err)
+		}
+	})
+	t.Run("fdatasyncs fail while paced", func(t *testing.T) {
+		fsys := &faultFS{FS: vfs.OS, delay: 2 * time.Millisecond}
+		l := start(t, fsys)
+		defer l.Close(0)
+		fsys.failAll.Store(true)
+		var wg sync.WaitGroup
+		var acked atomic.Int64
+		for i := range 40 {
+			wg.Go(func() {
+				_, b, err := l.Append(fmt.Appendf(nil, "refused-%d", i))
+				if err == nil && wait(t, b) == nil {
+					acked.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if n := acked.Load(); n > 0 {
+			t.Fatalf("%d appends acknowledged while every fdatasync failed", n)
+		}
+		fsys.failAll.Store(false)
+		pos, b, err := l.Append([]byte("after"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := wait(t, b); err != nil {
+			t.Fatalf("an append once the disk syncs again: %v", err)
+		}
+		if got := l.SyncedPosition(); got < pos {
+			t.Errorf("synced position %d, before the record's %d", got, pos)
+		}
+	})
 }
