@@ -465,6 +465,7 @@ type faultFS struct {
 	failAll      atomic.Bool   // every fdatasync of a segment fails
 	failTruncate atomic.Bool
 	failRename   atomic.Bool
+	failWrite    atomic.Bool // the next write to a segment writes most of its bytes, then fails
 }
 
 type faultFile struct {
@@ -496,6 +497,14 @@ func (f faultFile) Datasync() error {
 		}
 	}
 	return f.File.Datasync()
+}
+
+func (f faultFile) Write(p []byte) (int, error) {
+	if strings.HasSuffix(f.name, segSuffix) && f.fs.failWrite.CompareAndSwap(true, false) {
+		n, _ := f.File.Write(p[:len(p)-1])
+		return n, &os.PathError{Op: "write", Path: f.name, Err: syscall.EIO}
+	}
+	return f.File.Write(p)
 }
 
 func (f faultFile) Truncate(size int64) error {
@@ -685,4 +694,47 @@ func TestPacedPauseEdges(t *testing.T) {
 			t.Errorf("synced position %d, before the record's %d", got, pos)
 		}
 	})
+}
+
+// TestFailedWriteNeverReplayed: in write mode a record whose write failed
+// part-way was refused to its caller; what of it reached the file is cut
+// off (by a copy of the segment when truncating fails), so no later start
+// replays it, and the log goes on in a new segment.
+func TestFailedWriteNeverReplayed(t *testing.T) {
+	for _, truncate := range []bool{false, true} {
+		t.Run(fmt.Sprint("truncate fails: ", truncate), func(t *testing.T) {
+			path := storeFile(t)
+			fsys := &faultFS{FS: vfs.OS}
+			l, err := Open(path, Options{FS: fsys, Mode: Write})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Start(0); err != nil {
+				t.Fatal(err)
+			}
+			// Two records in one write would be refused together; one
+			// whole record before the failed one is the case to get
+			// right: its bytes are all in the file.
+			if _, _, err := l.Append([]byte("acknowledged-1")); err != nil {
+				t.Fatal(err)
+			}
+			fsys.failWrite.Store(true)
+			fsys.failTruncate.Store(truncate)
+			if _, _, err := l.Append([]byte("refused-but-almost-whole")); err == nil {
+				t.Fatal("a failed write was acknowledged")
+			}
+			fsys.failTruncate.Store(false)
+			if _, _, err := l.Append([]byte("acknowledged-2")); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Close(0); err != nil {
+				t.Fatal(err)
+			}
+			got, l2 := replayed(t, path, 0)
+			defer l2.Close(0)
+			if want := []string{"acknowledged-1", "acknowledged-2"}; !slices.Equal(got, want) {
+				t.Errorf("replayed %q, want %q", got, want)
+			}
+		})
+	}
 }
