@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/platformgw/gateway/internal/store/vfs"
 )
 
 // The rollup log on disk (rollup.go has its frames): opened and started at
@@ -91,7 +93,7 @@ func (l *Ledger) appendRollupLog(b []byte) error {
 // rewriteRollupLog replaces the log by one holding frame b (every rollup).
 func (l *Ledger) rewriteRollupLog(b []byte) error {
 	path := filepath.Join(l.dir, rollupFile)
-	if err := writeFileAtomic(l.fs, path, append([]byte(rollupMagic), b...)); err != nil {
+	if err := vfs.WriteFileAtomic(l.fs, path, path+tmpExt, append([]byte(rollupMagic), b...)); err != nil {
 		return err
 	}
 	f, err := l.fs.OpenFile(path, os.O_WRONLY, 0o600)

@@ -2,14 +2,12 @@ package ledger
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -528,32 +526,6 @@ func (c *chunkReader) read(f vfs.File, m *segMeta, i int, fn func(*store.LedgerE
 		}
 	}
 	return nil
-}
-
-// writeFileAtomic writes b to path through a synced .tmp file and a rename.
-func writeFileAtomic(fsys vfs.FS, path string, b []byte) error {
-	tmp := path + tmpExt
-	f, err := fsys.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(f, bytes.NewReader(b))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = fsys.Rename(tmp, path)
-	}
-	if err == nil {
-		err = fsys.SyncDir(filepath.Dir(path))
-	}
-	if err != nil {
-		fsys.Remove(tmp)
-	}
-	return err
 }
 
 // allZero reports whether the first size bytes of f are all zero.

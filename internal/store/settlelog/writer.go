@@ -2,7 +2,6 @@ package settlelog
 
 import (
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/platformgw/gateway/internal/store/framed"
@@ -286,17 +285,7 @@ func (l *Log) cutRefused(before int64) error {
 		err = fmt.Errorf("read %d bytes back, want %d", len(data), before)
 	}
 	if err == nil {
-		tmp := path + cutSuffix
-		err = l.writeSynced(tmp, data[:before])
-		if err == nil {
-			err = l.fs.Rename(tmp, path)
-		}
-		if err == nil {
-			err = l.syncDir()
-		}
-		if err != nil {
-			l.fs.Remove(tmp)
-		}
+		err = vfs.WriteFileAtomic(l.fs, path, path+cutSuffix, data[:before])
 	}
 	if err != nil {
 		return fmt.Errorf("settlement log segment %s: a refused batch could not be cut off (%w); "+
@@ -305,23 +294,6 @@ func (l *Log) cutRefused(before int64) error {
 	}
 	return nil
 }
-
-// writeSynced creates path with data, fdatasync'd.
-func (l *Log) writeSynced(path string, data []byte) error {
-	f, err := l.fs.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Datasync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
 // Observe sets a function told of every fdatasync of the log (nil: none).
 func (l *Log) Observe(fn func(d time.Duration, records int)) {
 	if fn == nil {

@@ -13,6 +13,7 @@ package vfs
 import (
 	"io"
 	"os"
+	"path/filepath"
 )
 
 // File is an open file.
@@ -57,4 +58,32 @@ func Or(fsys FS) FS {
 		return OS
 	}
 	return fsys
+}
+
+// WriteFileAtomic replaces path by a file holding b: written to tmp,
+// fsynced, renamed over path, the directory synced. On an error tmp is
+// removed and path is as it was, or already b (the rename done, its
+// directory sync failed).
+func WriteFileAtomic(fsys FS, path, tmp string, b []byte) error {
+	f, err := fsys.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = fsys.Rename(tmp, path)
+	}
+	if err == nil {
+		err = fsys.SyncDir(filepath.Dir(path))
+	}
+	if err != nil {
+		fsys.Remove(tmp)
+	}
+	return err
 }
