@@ -294,6 +294,7 @@ func (l *Log) cutRefused(before int64) error {
 	}
 	return nil
 }
+
 // Observe sets a function told of every fdatasync of the log (nil: none).
 func (l *Log) Observe(fn func(d time.Duration, records int)) {
 	if fn == nil {
