@@ -84,15 +84,10 @@ func (r revenueRange) months() []time.Time {
 // minor is an amount in a currency's minor units, as Stripe gives it.
 type minor = int64
 
-// moneyOfMinor is n minor units of cur as catalog.Money (exact: every
-// currency has at most 3 minor digits, billing.Units 6).
-func moneyOfMinor(n minor, cur string) catalog.Money {
-	per := int64(billing.Scale)
-	for range catalog.MinorDigits(cur) {
-		per /= 10
-	}
-	return catalog.Money{Amount: billing.Units(n * per), Currency: cur}
-}
+// moneyOfMinor is n minor units of cur, as Stripe counts them, as
+// catalog.Money (exact: every currency has at most 3 minor digits,
+// billing.Units 6).
+func moneyOfMinor(n minor, cur string) catalog.Money { return payments.MinorMoney(n, cur) }
 
 // revenueCell is one currency's figures of one month (or of the range).
 type revenueCell struct {

@@ -36,7 +36,8 @@ type SyncResult struct {
 
 // SyncCatalog creates, in Stripe, a Product and a recurring Price for
 // every listed product with a period price that has no Price configured:
-// the amount in the currency's minor units (catalog.Money.MinorUnits),
+// the amount in the currency's minor units as Stripe counts them
+// (StripeMinorUnits),
 // the listing's currency, the product's period as the interval. Each
 // create carries an Idempotency-Key made of the product and its price, so
 // running it twice within Stripe's 24 hours makes nothing twice. The
@@ -57,9 +58,9 @@ func (s *Service) SyncCatalog(ctx context.Context) (SyncResult, error) {
 				continue
 			}
 			where := svc.ID + " " + prod.ID
-			minor, ok := m.MinorUnits()
+			minor, ok := StripeMinorUnits(m)
 			if !ok || m.Currency == "" {
-				out.Skipped = append(out.Skipped, fmt.Sprintf("%s: period price %s is not a whole amount of the currency's minor units", where, m))
+				out.Skipped = append(out.Skipped, fmt.Sprintf("%s: period price %s is not a whole amount of the currency's minor units in Stripe", where, m))
 				continue
 			}
 			interval := strings.ToLower(prod.Period)

@@ -143,14 +143,57 @@ func (s *Service) PackPrice(ctx context.Context, t TopUp) (catalog.Money, bool) 
 var priceCache sync.Map
 
 // MinorMoney is an amount in a currency's minor units, as Stripe gives it
-// (1000 usd is 10.00 USD, 500 jpy is 500 JPY).
+// (1000 usd is 10.00 USD, 500 jpy is 500 JPY, 100000 isk is 1000 ISK):
+// Stripe's minor units, which are not ISO 4217's for every currency
+// (StripeMinorDigits).
 func MinorMoney(amount int64, currency string) catalog.Money {
 	code := strings.ToUpper(currency)
 	per := int64(billing.Scale)
-	for range catalog.MinorDigits(code) {
+	for range StripeMinorDigits(code) {
 		per /= 10
 	}
 	return catalog.Money{Amount: billing.Units(amount * per), Currency: code}
+}
+
+// StripeMinorDigits is how many minor digits Stripe's API counts an
+// amount of the currency in. It is ISO 4217's (catalog.MinorDigits) but
+// for the currencies Stripe documents otherwise (docs.stripe.com/currencies,
+// "Zero-decimal currencies" and "Special cases"): MGA is zero-decimal in
+// Stripe (ISO: 2), and ISK stays two-decimal in Stripe's API, whole
+// kronur only, an amount of 100 being 1 króna (ISO: 0). Reading 5000 mga
+// with ISO's digits recorded a payment of 5000 MGA as 50.00 MGA, and
+// `stripe sync` asked 100 times a listing's MGA price (and a hundredth of
+// an ISK one).
+func StripeMinorDigits(code string) int {
+	switch strings.ToUpper(code) {
+	case "MGA":
+		return 0
+	case "ISK":
+		return 2
+	}
+	return catalog.MinorDigits(code)
+}
+
+// StripeMinorUnits is m as a whole number of Stripe's minor units of its
+// currency (Price.unit_amount); false when m is finer than what Stripe
+// can charge (0.5 MGA, 0.50 ISK, 0.001 USD).
+func StripeMinorUnits(m catalog.Money) (int64, bool) {
+	digits := StripeMinorDigits(m.Currency)
+	if digits > 6 {
+		return 0, false
+	}
+	per := int64(billing.Scale)
+	for range digits {
+		per /= 10
+	}
+	if int64(m.Amount)%per != 0 {
+		return 0, false
+	}
+	n := int64(m.Amount) / per
+	if strings.EqualFold(m.Currency, "ISK") && n%100 != 0 {
+		return 0, false // Stripe takes whole kronur only
+	}
+	return n, true
 }
 
 // topUpOf resolves the metadata of a top-up's session: an event naming a
