@@ -340,6 +340,11 @@ func ours(meta map[string]string) bool {
 	return meta[MetaUser] != "" || meta[MetaService] != "" || meta[MetaProduct] != "" || meta[MetaPack] != ""
 }
 
+// complete reports whether meta names all four keys of a top-up.
+func complete(meta map[string]string) bool {
+	return meta[MetaUser] != "" && meta[MetaService] != "" && meta[MetaProduct] != "" && meta[MetaPack] != ""
+}
+
 // notGrantedYet decides about a refund or dispute of a payment with no
 // top-up record: a payment that bought no top-up (a subscription's
 // invoice) changes nothing, but a top-up's whose grant has not come yet
@@ -350,15 +355,32 @@ func (s *Service) notGrantedYet(ctx context.Context, pi string, meta map[string]
 	if pi == "" {
 		return nil
 	}
-	if meta[MetaPack] == "" {
+	if !complete(meta) {
+		// The gateway puts all four keys on the PaymentIntent; a charge
+		// or dispute carries them only when Stripe copied them.
 		p, err := s.sc.V1PaymentIntents.Retrieve(ctx, pi, nil)
-		if err != nil {
+		switch {
+		case err != nil && meta[MetaPack] == "":
 			return fmt.Errorf("%s: asking Stripe whether PaymentIntent %s bought a top-up: %w", what, pi, err)
+		case err == nil && p.Metadata[MetaPack] != "":
+			meta = p.Metadata
 		}
-		meta = p.Metadata
 	}
 	if meta[MetaPack] == "" {
 		return nil
+	}
+	// A top-up this config can never grant (its pack, product or service
+	// gone, its user without a subscription) was ignored when it was
+	// paid, and the operator is told to refund it: its refund or dispute
+	// is ignored too. Answered with an error, it came back for Stripe's
+	// three days of retries and could then get the endpoint disabled,
+	// stopping every later payment event.
+	if _, err := s.topUpOf(ctx, meta); err != nil && complete(meta) {
+		var bad badEventError
+		if errors.As(err, &bad) {
+			return badEvent("%s: top-up %s was never granted and cannot be (%s): nothing to take back", what, pi, bad.msg)
+		}
+		return err
 	}
 	return fmt.Errorf("%s before top-up %s was granted; Stripe sends it again", what, pi)
 }

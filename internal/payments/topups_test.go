@@ -707,3 +707,38 @@ func TestTopUpPendingRefund(t *testing.T) {
 		t.Errorf("grants %+v, want 50 reversed", gs)
 	}
 }
+
+// TestTopUpRefundOfIgnoredTopUp: a paid top-up the config can never grant
+// (here a pack it no longer has) is ignored when paid, and the operator
+// refunds it, as docs/payments.md says. Its refund is ignored too (200):
+// answered 500, it came back for Stripe's three days of retries and could
+// get the endpoint disabled, stopping every later payment event. A refund
+// of a top-up that can still be granted keeps answering 500 until the
+// grant (TestTopUpOutOfOrderRefunds).
+func TestTopUpRefundOfIgnoredTopUp(t *testing.T) {
+	e := startTopUps(t)
+	e.caller("zoe")
+	at := time.Now().Truncate(time.Second)
+	status, body := e.deliver("evt_z_paid", "checkout.session.completed", at, paidSession("cs_z", "pi_z", "zoe", "retired", 1000))
+	if status != http.StatusOK || !strings.Contains(body, "ignored") {
+		t.Fatalf("paid session of a pack the config does not have: %d %s, want 200 ignored", status, body)
+	}
+	e.wantBalance("zoe", "0")
+	// The charge carries no metadata: the PaymentIntent, which the
+	// gateway's session set up, names the top-up.
+	e.mock.Answer("/v1/payment_intents/pi_z", map[string]any{"id": "pi_z", "object": "payment_intent", "amount": 1000, "currency": "usd",
+		"metadata": map[string]string{payments.MetaUser: "zoe", payments.MetaService: "echo", payments.MetaProduct: "credits", payments.MetaPack: "retired"}})
+	refund := map[string]any{"id": "ch_z", "object": "charge", "amount": 1000, "amount_refunded": 1000, "currency": "usd",
+		"payment_intent": "pi_z", "refunds": map[string]any{"object": "list", "data": []any{
+			map[string]any{"id": "re_z", "object": "refund", "amount": 1000, "status": "succeeded", "created": at.Unix()}}}}
+	for i := range 2 {
+		status, body := e.deliver(fmt.Sprintf("evt_z_refund%d", i), "charge.refunded", at, refund)
+		if status != http.StatusOK || !strings.Contains(body, "never granted") {
+			t.Errorf("refund %d of a top-up that can never be granted: %d %s, want 200 ignored", i+1, status, body)
+		}
+	}
+	e.wantBalance("zoe", "0")
+	if gs := e.grants("zoe"); len(gs) != 0 {
+		t.Errorf("grants after the refund: %+v", gs)
+	}
+}
