@@ -77,10 +77,12 @@ type SubscriptionRecord struct {
 	CustomerID string `json:"customerId"`
 	// StripeStatus is Stripe's status (active, trialing, past_due, …);
 	// Status the gateway's (ACTIVE, TRIAL, CANCELLING, SUSPENDED, …).
-	StripeStatus      string    `json:"stripeStatus"`
-	Status            string    `json:"status"`
-	CancelAtPeriodEnd bool      `json:"cancelAtPeriodEnd,omitempty"`
-	CurrentPeriodEnd  time.Time `json:"currentPeriodEnd,omitzero"`
+	StripeStatus      string `json:"stripeStatus"`
+	Status            string `json:"status"`
+	CancelAtPeriodEnd bool   `json:"cancelAtPeriodEnd,omitempty"`
+	// CancelAt is Stripe's cancel_at: a set end other than the period's.
+	CancelAt         time.Time `json:"cancelAt,omitzero"`
+	CurrentPeriodEnd time.Time `json:"currentPeriodEnd,omitzero"`
 	// StartDate is when Stripe started the subscription: metered usage is
 	// never stamped before it (meters.go meterTimestamp).
 	StartDate    time.Time `json:"startDate,omitzero"`

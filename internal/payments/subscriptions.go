@@ -26,8 +26,9 @@ import (
 //	trialing                      TRIAL, EXPIRED from trial_end + past_due_grace (CANCELLED if cancelling)
 //	past_due                      ACTIVE, SUSPENDED from past_due_grace after it became past due
 //	unpaid, paused                SUSPENDED
-//	canceled, incomplete_expired  EXPIRED
+//	canceled                      EXPIRED
 //	incomplete                    nothing yet (the first payment is not made)
+//	incomplete_expired            nothing (it never gave access)
 //
 // The ends are the subscription's EndsAt and EndStatus, which the call
 // checks itself: a subscription past its grace is refused at the call,
@@ -163,9 +164,14 @@ func mapStatus(st state, pastDueSince time.Time, grace time.Duration) target {
 		return t
 	case stripe.SubscriptionStatusUnpaid, stripe.SubscriptionStatusPaused:
 		return target{Status: subscription.Suspended}
-	case stripe.SubscriptionStatusCanceled, stripe.SubscriptionStatusIncompleteExpired:
+	case stripe.SubscriptionStatusCanceled:
 		return target{Status: subscription.Expired}
 	}
+	// incomplete (the first payment not made yet) and incomplete_expired
+	// (it never was) set nothing: such a subscription never gave access,
+	// so its end takes none away. Mapped to EXPIRED, a caller on another
+	// plan (free, prepaid, assigned by the operator) who opened Checkout
+	// for a paid one and did not pay lost the plan they had.
 	return target{none: true}
 }
 
@@ -501,7 +507,7 @@ func (s *Service) applyState(ctx context.Context, st state, eventAt time.Time, f
 
 	newRec := SubscriptionRecord{ID: st.ID, UserID: id.User, ServiceID: id.Service, ProductID: id.Product,
 		CustomerID: st.Customer, StripeStatus: string(st.Status), Status: string(t.Status),
-		CancelAtPeriodEnd: st.CancelAtPeriodEnd, CurrentPeriodEnd: st.PeriodEnd, PastDueSince: pastDueSince,
+		CancelAtPeriodEnd: st.CancelAtPeriodEnd, CancelAt: st.CancelAt, CurrentPeriodEnd: st.PeriodEnd, PastDueSince: pastDueSince,
 		StartDate: st.StartDate, EventCreated: eventAt, UpdatedAt: s.now().UTC()}
 	if found {
 		if newRec.CustomerID == "" || st.fetched {
@@ -528,7 +534,8 @@ func (s *Service) applyState(ctx context.Context, st state, eventAt time.Time, f
 
 // sameState reports whether st says what rec applied.
 func sameState(rec SubscriptionRecord, st state, s *Service) bool {
-	if rec.StripeStatus != string(st.Status) || rec.CancelAtPeriodEnd != st.CancelAtPeriodEnd || !rec.CurrentPeriodEnd.Equal(st.PeriodEnd) {
+	if rec.StripeStatus != string(st.Status) || rec.CancelAtPeriodEnd != st.CancelAtPeriodEnd ||
+		!rec.CancelAt.Equal(st.CancelAt) || !rec.CurrentPeriodEnd.Equal(st.PeriodEnd) {
 		return false
 	}
 	if len(st.Prices) == 0 {
