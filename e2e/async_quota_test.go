@@ -286,3 +286,41 @@ func TestAsyncPrepaidHold(t *testing.T) {
 		t.Errorf("charged %s, want 2", got)
 	}
 }
+
+// TestRefusedCompletionRaisesNoHold: a completion the gateway refuses (409:
+// the job finished already, with 1 unit) charges nothing, and must not
+// become what the caller's next jobs hold either. Its 10 units were noted
+// before the store decided, so with a quota of 10 and 1 used the next job
+// was refused 429 quota_exceeded. The same steps without the refused
+// completion accept the next job.
+func TestRefusedCompletionRaisesNoHold(t *testing.T) {
+	for _, refused := range []bool{false, true} {
+		t.Run(fmt.Sprintf("refused=%v", refused), func(t *testing.T) {
+			be := newUsageBackend(t, usageSecret)
+			g := startGateway(t, t.TempDir(), asyncQuotaCatalog(be.URL))
+			key, _ := g.newKey("u-note")
+			g.subscribe("u-note", "quota", "ten", "ACTIVE")
+			acc, _ := usageStart(t, be, asyncURL("/api", "quota", "job"), key, "{}")
+			ts := fmt.Sprint(time.Now().Unix())
+			ok := `{"status":"COMPLETED","units":1,"timestamp":` + ts + `}`
+			if resp, body := usagePost(t, usageSigned{URL: acc.CallbackURL, Body: ok, Secret: usageSecret, Timestamp: ts}); resp.StatusCode != 200 {
+				t.Fatalf("completion: %d %s", resp.StatusCode, body)
+			}
+			if refused {
+				late := `{"status":"COMPLETED","units":10,"timestamp":` + ts + `}`
+				resp, body := usagePost(t, usageSigned{URL: acc.CallbackURL, Body: late, Secret: usageSecret, Timestamp: ts})
+				if resp.StatusCode != http.StatusConflict {
+					t.Fatalf("a second, different completion: %d %s, want 409", resp.StatusCode, body)
+				}
+			}
+			if u := ledgerSum(g.ledger("u-note")); u.String() != "1" {
+				t.Fatalf("ledger %s, want 1", u)
+			}
+			// 1 of 10 used: a job costing 1 fits.
+			resp, body := call(t, "POST", asyncURL("/api", "quota", "job"), key, "{}", "Content-Type", "application/json")
+			if resp.StatusCode != http.StatusAccepted {
+				t.Errorf("next job: %d %s (state %+v), want 202", resp.StatusCode, body, asyncReserved(t, g, "u-note"))
+			}
+		})
+	}
+}

@@ -342,9 +342,6 @@ func (h *Handler) complete(w http.ResponseWriter, r *http.Request, id string) {
 	if product != nil {
 		entry.ProductID = product.ID
 	}
-	if ep != nil && entry.Units > 0 {
-		h.rt.NoteCharge(account, ep, entry.Units) // the caller's next jobs hold what this one used
-	}
 	digest := c.digest()
 	resultCap := h.rt.Limits.ResultMaxBytes
 	done, err := h.rt.Jobs().CompleteJob(r.Context(), id, account, entry, func(j *store.Job) error {
@@ -380,6 +377,13 @@ func (h *Handler) complete(w http.ResponseWriter, r *http.Request, id string) {
 	if e := h.jobWriteError(err, id); e != nil {
 		h.refuse(w, r, e)
 		return
+	}
+	// The caller's next jobs hold what this one claimed (before a hard
+	// limit cut it), once the completion is taken: a completion refused
+	// (the job ended or expired, a store error) charged nothing and
+	// raised those holds all the same, refusing the next job for quota.
+	if ep != nil && entry.Units > 0 {
+		h.rt.NoteCharge(account, ep, entry.Units)
 	}
 	h.rt.CountJobState(done.Status)
 	if done.Units > 0 { // what was charged, which a hard limit may have cut
