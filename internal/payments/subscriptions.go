@@ -223,7 +223,9 @@ func onSubscriptionEvent(s *Service, ctx context.Context, ev *stripe.Event) erro
 	if sub.ID == "" {
 		return badEvent("%s: the subscription has no id", ev.Type)
 	}
-	return s.applyState(ctx, stateOf(&sub), unix(ev.Created), nil)
+	st := stateOf(&sub)
+	fillLegacySubscription(&st, ev.Data.Raw) // legacy.go
+	return s.applyState(ctx, st, unix(ev.Created), nil)
 }
 
 // onSubscriptionCheckout links the subscription a completed Checkout
@@ -293,6 +295,7 @@ func onInvoiceEvent(s *Service, ctx context.Context, ev *stripe.Event) error {
 	if inv.ID == "" {
 		return badEvent("%s: the invoice has no id", ev.Type)
 	}
+	fillLegacyInvoice(&inv, ev.Data.Raw) // legacy.go
 	pay, err := s.Payments()
 	if err != nil {
 		return err
