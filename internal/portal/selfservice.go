@@ -374,6 +374,8 @@ func planAction(svc *catalog.Service, productID string, cur *currentPlan, reques
 		return "subscribe", ""
 	case cur.Cancelling:
 		return "", "Your subscription is cancelling; take a plan again once it has ended."
+	case offer == catalog.OfferTrial:
+		return "", "This plan starts with a trial for callers without a subscription here; ask the operator for it."
 	case svc.Pricier(productID, cur.ProductID):
 		return "upgrade", "Applies at once."
 	}
@@ -646,7 +648,11 @@ func (h *Handler) stripeBilled(svc *catalog.Service, sub store.Subscription) *re
 	return nil
 }
 
-// changePlan moves the caller to another free or trial plan: at once to
+// trialForNewcomers is the refusal of a change to a plan offered with a
+// trial.
+const trialForNewcomers = "That plan starts with a trial, which is for callers without a subscription to this service; ask the operator for it. Nothing was changed."
+
+// changePlan moves the caller to another free plan: at once to
 // a pricier one ("changed"), at the period's end to a cheaper one
 // ("scheduled"). A plan Stripe bills is changed in Stripe instead.
 func (h *Handler) changePlan(q *request, sess session, svc *catalog.Service, productID string) (string, *refusal, error) {
@@ -668,6 +674,12 @@ func (h *Handler) changePlan(q *request, sess session, svc *catalog.Service, pro
 		return "", &refusal{status: http.StatusForbidden, message: "The operator assigns that plan; you cannot take it yourself. Nothing was changed."}, nil
 	case catalog.OfferPaid:
 		return "", &refusal{status: http.StatusConflict, message: "That plan costs money: ask the operator for it with “Request access”. Nothing was changed."}, nil
+	case catalog.OfferTrial:
+		// A trial plan is a trial for a new subscriber (mayTake: taken
+		// once, never after an earlier subscription). Changed into, it
+		// kept the current status and end: a plan that costs money
+		// after its trial, ACTIVE with no end.
+		return "", &refusal{status: http.StatusConflict, message: trialForNewcomers}, nil
 	}
 	actor := "portal:" + sess.UserID
 	if svc.Pricier(productID, sub.ProductID) {

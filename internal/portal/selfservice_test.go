@@ -425,3 +425,35 @@ func TestSelfServiceEnds(t *testing.T) {
 		t.Errorf("a call after the operator's ACTIVE: %v", err)
 	}
 }
+
+// TestChangeToTrialPlanRefused: a caller on the free plan "changing" to
+// the trial plan (29 EUR a month after a 14-day trial) got it with the
+// free plan's status and end: ACTIVE, no end, a paid plan for nothing,
+// and a way round "a trial is taken once". A trial is for a caller
+// without a subscription; the change is refused and changes nothing, and
+// the plans page offers no upgrade to it.
+func TestChangeToTrialPlanRefused(t *testing.T) {
+	e := localWith(t, "allow_key_management\nsign_in_limit 1000", shopService())
+	c := e.newClient()
+	c.signIn(e.keyOnly("ann"))
+	if resp, body := c.plansForm("subscribe", "free"); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("subscribe: %d\n%s", resp.StatusCode, body)
+	}
+	resp, body := c.plansForm("change", "trial")
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(body, "starts with a trial") {
+		t.Errorf("change to the trial plan: %d %s, want 409 with the reason", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	if s, _ := e.subscription("ann"); s.ProductID != "free" || s.Status != "ACTIVE" {
+		t.Errorf("after the refused change: %s %s, want free ACTIVE", s.ProductID, s.Status)
+	}
+	if _, page := c.get("/portal/plans/shop"); !strings.Contains(page, "starts with a trial for callers without a subscription") {
+		t.Errorf("the plans page does not say why the trial plan is not an upgrade:\n%s", page)
+	}
+	// A free plan that costs more is still an upgrade at once.
+	if resp, _ := c.plansForm("change", "bigfree"); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("change to the bigger free plan: %d", resp.StatusCode)
+	}
+	if s, _ := e.subscription("ann"); s.ProductID != "bigfree" {
+		t.Errorf("after the upgrade: %s", s.ProductID)
+	}
+}
