@@ -287,8 +287,18 @@ func (l *Leaser) Take(ctx context.Context, k AllowanceKey, lim Limits, units bil
 
 func (l *Leaser) take(ctx context.Context, le *lease, k AllowanceKey, lim Limits, units billing.Units, need Vec) (Hold, Grant, error) {
 	now := l.now()
+	// Units leased under other limits (a product changed, a quota lowered
+	// by a reload) are not this call's to take: the lease starts again
+	// under the new ones, as a lapsed one does. Kept, a node went on
+	// admitting calls from a block leased under a larger quota, up to a
+	// block past the new one.
+	changed := !sameLimits(le.lim, lim)
+	if changed {
+		le.refusedT = time.Time{} // a refusal under the old limits says nothing now
+	}
+	changed = changed && !le.deadline.IsZero()
 	le.lim = lim
-	valid := now.Before(le.deadline)
+	valid := now.Before(le.deadline) && !changed
 	if valid && need.within(le.free) {
 		le.free = le.free.sub(need)
 		le.held = le.held.add(need)
@@ -301,8 +311,8 @@ func (l *Leaser) take(ctx context.Context, le *lease, k AllowanceKey, lim Limits
 		return Hold{}, le.refused, errRefused
 	}
 	if !valid && !le.deadline.IsZero() {
-		// The lease lapsed (renewals failed): what it held may be back in
-		// the allowance. Its row is given up and a fresh one started;
+		// The lease lapsed (renewals failed), or its limits changed: what
+		// it held may be back in the allowance. Its row is given up and a fresh one started;
 		// calls still holding its units settle against the old row. A row
 		// that settlements not yet written consume from is left to expire.
 		if !l.busy(le.holder) {
@@ -628,4 +638,10 @@ func (l *Leaser) Free(k AllowanceKey) Vec {
 		return Vec{}
 	}
 	return le.free
+}
+
+// sameLimits reports whether a and b bound the same quantities alike.
+func sameLimits(a, b Limits) bool {
+	eq := func(x, y *billing.Units) bool { return x == nil && y == nil || x != nil && y != nil && *x == *y }
+	return eq(a.Units, b.Units) && eq(a.Spend, b.Spend) && a.Credits == b.Credits && a.Price == b.Price
 }
