@@ -403,12 +403,33 @@ func (s *Store) current() error {
 // when acc is nil) with the grant part c, and waits until it is durable;
 // on failure the balance in memory is restored.
 func (s *Store) commitCredit(acc *memAccount, userID, serviceID string, delta billing.Units, c *grantChange) error {
+	_, err := s.commitCreditWith(acc, userID, serviceID, func(billing.Units) (billing.Units, *grantChange) { return delta, c })
+	return err
+}
+
+// commitCreditWith is commitCredit with the change decided by decide from
+// the account's free balance (credits less what calls and jobs hold),
+// under the account's lock, so that no call is admitted between the
+// reading and the change (ExpireCredits). decide returning a nil change
+// commits nothing (false).
+func (s *Store) commitCreditWith(acc *memAccount, userID, serviceID string, decide func(free billing.Units) (billing.Units, *grantChange)) (bool, error) {
+	var free billing.Units
+	if acc != nil {
+		acc.mu.Lock()
+		free = acc.credits - max(acc.held, 0)
+	}
+	delta, c := decide(free)
+	if c == nil {
+		if acc != nil {
+			acc.mu.Unlock()
+		}
+		return false, nil
+	}
 	rec := &settlement{grant: c}
 	if acc != nil && delta != 0 {
 		rec.acct = &acctChange{userID: userID, serviceID: serviceID, ops: []acctOp{{kind: opCredit, units: delta}}}
 	}
 	if acc != nil {
-		acc.mu.Lock()
 		acc.credits += delta
 	}
 	_, b, err := s.commitRecord(rec, nil)
@@ -424,7 +445,7 @@ func (s *Store) commitCredit(acc *memAccount, userID, serviceID string, delta bi
 			acc.credits -= delta
 			acc.mu.Unlock()
 		}
-		return err
+		return true, err
 	}
 	if acc != nil && delta != 0 {
 		s.noteChange(userID, serviceID)
@@ -434,7 +455,7 @@ func (s *Store) commitCredit(acc *memAccount, userID, serviceID string, delta bi
 	if applyGrantsAtOnce {
 		s.applyAll()
 	}
-	return nil
+	return true, nil
 }
 
 // applyGrantsAtOnce: a credit change is applied to the file as soon as it
@@ -621,29 +642,30 @@ func (s *Store) ExpireCredits(ctx context.Context, now time.Time) ([]store.Credi
 		if err != nil && err != store.ErrNoAccount {
 			return out, err
 		}
-		var balance billing.Units
-		if acc != nil {
-			acc.mu.Lock()
-			// Credits held for calls in flight and open jobs count as
-			// spent: a call settled after the expiry must not spend
-			// credits the expiry took as well.
-			balance = acc.credits - max(acc.held, 0)
-			acc.mu.Unlock()
-		}
-		// Only this goroutine changes a balance by a grant (pay.mu), but
-		// calls settle meanwhile: the rule reads the balance once, and
-		// what a call spends after it is spent from what is left.
-		expired, after := store.ExpireGrants(balance, sg.grants, now)
-		if len(expired) == 0 {
-			continue
-		}
-		c := &grantChange{}
-		for _, g := range expired {
-			c.Grants = append(c.Grants, toGrantRecord(g))
-			c.Audit = append(c.Audit, grantAudit(g, now, "credits.expire",
-				fmt.Sprintf("expired %s credits left of %s (grant %s)", g.Expired, g.Credits, g.ID)))
-		}
-		if err := s.commitCredit(acc, sg.userID, sg.serviceID, after-balance, c); err != nil {
+		// Credits held for calls in flight and open jobs count as spent:
+		// a call settled after the expiry must not spend credits the
+		// expiry took as well. The balance is read, and the expiry
+		// decided and made, under the account's lock: read before it and
+		// changed after, a call admitted in between held credits the
+		// expiry then took as well, and was charged almost nothing (found
+		// by a review; TestExpireCreditsRacesReserve). Calls settling
+		// afterwards spend from what is left.
+		var expired []store.CreditGrant
+		_, err = s.commitCreditWith(acc, sg.userID, sg.serviceID, func(balance billing.Units) (billing.Units, *grantChange) {
+			var after billing.Units
+			expired, after = store.ExpireGrants(balance, sg.grants, now)
+			if len(expired) == 0 {
+				return 0, nil
+			}
+			c := &grantChange{}
+			for _, g := range expired {
+				c.Grants = append(c.Grants, toGrantRecord(g))
+				c.Audit = append(c.Audit, grantAudit(g, now, "credits.expire",
+					fmt.Sprintf("expired %s credits left of %s (grant %s)", g.Expired, g.Credits, g.ID)))
+			}
+			return after - balance, c
+		})
+		if err != nil {
 			return out, err
 		}
 		out = append(out, expired...)
