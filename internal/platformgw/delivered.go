@@ -200,17 +200,19 @@ func deliveryConnOf(c net.Conn) *deliveryConn {
 // connection close). A wrapped answer being buffered never writes to the
 // caller before the end: nothing of it was on the connection.
 func (m *meterWriter) callerLeft() bool {
-	return !m.atEnd && (m.writeFailed || m.r.Context().Err() != nil)
+	tunnelFailed := m.tunnelConn != nil && m.tunnelConn.failed.Load()
+	return !m.atEnd && (m.writeFailed || tunnelFailed || m.r.Context().Err() != nil)
 }
 
 // deliveredBytes is what a PER_BYTE call is charged: the bytes written, or
 // for a caller that left early, those less what its connection still held
 // unacknowledged.
 func (m *meterWriter) deliveredBytes() int64 {
+	written := m.written + m.tunneled.Load()
 	if !m.callerLeft() {
-		return m.written
+		return written
 	}
-	return delivered(m.r, m.written, m.held)
+	return delivered(m.r, written, m.held)
 }
 
 // delivered is written less the bytes the caller's connection held in its

@@ -1,11 +1,14 @@
 package platformgw
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
 	"maps"
+	"net"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
@@ -210,6 +213,10 @@ type meterWriter struct {
 	wroteHeader bool
 	status      int
 	written     int64
+	// tunneled counts what the proxy wrote to the caller's connection
+	// after a protocol switch (101): it writes to the hijacked connection,
+	// not through Write, from goroutines of its own (Hijack).
+	tunneled    atomic.Int64
 	writeFailed bool // a write to the caller failed (delivered.go)
 	// held keeps the caller's socket open for a PER_BYTE call on a server
 	// without platform_delivery, until the call is settled (delivered.go).
@@ -224,13 +231,52 @@ type meterWriter struct {
 	endUnits billing.Units
 	settled  bool
 	failed   bool // settling failed: the backend's answer is withheld
+	// tunnelConn is the caller's connection after a protocol switch.
+	tunnelConn *countedConn
 }
 
 func (m *meterWriter) Header() http.Header { return m.w.Header() }
 
-// Unwrap lets http.ResponseController reach Flush and Hijack (streaming,
-// WebSocket upgrades).
+// Unwrap lets http.ResponseController reach Flush and the connection's
+// deadlines (streaming).
 func (m *meterWriter) Unwrap() http.ResponseWriter { return m.w }
+
+// Hijack hands the proxy the caller's connection for a protocol switch
+// (a 101: WebSocket), with what it writes to the caller counted: after
+// the switch the proxy copies the backend's bytes to the connection
+// itself, past Write, and a PER_BYTE call measured only what went
+// through Write was settled at 0 units, its tunnel free. The status line
+// and headers net/http buffered are sent first, uncounted, as a
+// response's headers are.
+func (m *meterWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(m.w).Hijack()
+	if err != nil {
+		return conn, brw, err
+	}
+	cc := &countedConn{Conn: conn, n: &m.tunneled}
+	if err := brw.Writer.Flush(); err != nil {
+		cc.failed.Store(true)
+	}
+	m.tunnelConn = cc
+	return cc, bufio.NewReadWriter(brw.Reader, bufio.NewWriterSize(cc, 1)), nil
+}
+
+// countedConn is the caller's connection after a protocol switch,
+// counting the bytes written to it.
+type countedConn struct {
+	net.Conn
+	n      *atomic.Int64
+	failed atomic.Bool
+}
+
+func (c *countedConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.n.Add(int64(n))
+	if err != nil {
+		c.failed.Store(true)
+	}
+	return n, err
+}
 
 func (m *meterWriter) WriteHeader(status int) {
 	if m.wroteHeader {

@@ -1,0 +1,85 @@
+package e2e
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/store"
+)
+
+// TestWebSocketPerByteCharged: a PER_BYTE product on an allow_upgrade
+// endpoint. The backend answers 101 and sends 100000 bytes through the
+// tunnel; the caller reads them all. After the switch the proxy copies to
+// the hijacked connection, past the metering writer, and the call was
+// settled at 0 units: a tunnel of any size for free. It is charged the
+// bytes the caller got, the 101's headers not counted.
+func TestWebSocketPerByteCharged(t *testing.T) {
+	const n = 100000
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+			http.Error(w, "not an upgrade", 400)
+			return
+		}
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		io.WriteString(conn, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n")
+		io.WriteString(conn, strings.Repeat("x", n))
+	}))
+	t.Cleanup(be.Close)
+	catalog := fmt.Sprintf(`
+		service ws {
+			backend %s
+			secret %s
+			endpoint sock {
+				methods GET
+				path /sock
+				allow_upgrade
+			}
+			product bytes {
+				billing SUBSCRIPTION
+				measurement PER_BYTE
+				unit byte
+				quota 1000000
+			}
+		}`, be.URL, wireSecret)
+	g := startWireGateway(t, t.TempDir(), "", catalog, "")
+	key, _ := g.newKey("u-ws")
+	g.subscribe("u-ws", "ws", "bytes", "ACTIVE")
+
+	conn, rd := rawRequest(t, "GET /api/service/ws/endpoint/sock/invoke HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "+key+
+		"\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+	resp, err := http.ReadResponse(rd, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		body, _ := io.ReadAll(resp.Body)
+		t.Fatalf("upgrade: %d %s", resp.StatusCode, body)
+	}
+	got, _ := io.ReadAll(rd)
+	conn.Close()
+	t.Logf("caller received %d bytes through the tunnel", len(got))
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		es := g.ledger("u-ws")
+		st, _ := g.store().State(t.Context(), store.Account{UserID: "u-ws", ServiceID: "ws", Product: productOfService(t, g, "ws", "bytes")}, time.Now())
+		if len(es) > 0 || time.Now().After(deadline) {
+			t.Logf("ledger %d entries, sum %s; state used=%s reserved=%s", len(es), ledgerSum(es), st.Used, st.Reserved)
+			if want := billing.Whole(int64(len(got))); len(got) != n || ledgerSum(es) != want || st.Used != want || st.Reserved != 0 {
+				t.Fatalf("PER_BYTE WebSocket call delivered %d of %d bytes, charged %s (used %s, held %s), want %s",
+					len(got), n, ledgerSum(es), st.Used, st.Reserved, want)
+			}
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
