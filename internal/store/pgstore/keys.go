@@ -163,6 +163,19 @@ func notifySub(user, service string) string {
 	return "s" + string(raw)
 }
 
+// notifyCredits is the notification of a change of the subscription's
+// balance: "c" when credits were taken (delta < 0: a refund, a lost
+// dispute, an expiry, an operator's correction), which also makes every
+// node's leases of it ask the database again (Leaser.Invalidate), else
+// notifySub's.
+func notifyCredits(user, service string, delta billing.Units) string {
+	if delta < 0 {
+		raw, _ := json.Marshal([2]string{user, service})
+		return "c" + string(raw)
+	}
+	return notifySub(user, service)
+}
+
 func notify(ctx context.Context, tx pgx.Tx, payload string) error {
 	_, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", notifyChannel, payload)
 	return err
@@ -431,8 +444,11 @@ func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount
 		if err != nil {
 			return err
 		}
-		return notify(ctx, tx, notifySub(userID, serviceID))
+		return notify(ctx, tx, notifyCredits(userID, serviceID, amount))
 	})
+	if amount < 0 {
+		s.leaser.Invalidate(userID, serviceID)
+	}
 	s.cache.dropSub(userID, serviceID)
 	s.forget(userID, serviceID)
 	s.changes.add(userID, serviceID)

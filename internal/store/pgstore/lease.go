@@ -204,6 +204,10 @@ type lease struct {
 	// still asks.
 	refusedNeed Vec
 	dead        bool // returned; a new lease replaces it
+	// stale: the subscription changed in the database since the lease
+	// was granted (a refund, a grant, a change of plan, told by
+	// LISTEN/NOTIFY): the next call asks the database again (Invalidate).
+	stale bool
 }
 
 // Hold is a call's claim on a lease.
@@ -292,10 +296,11 @@ func (l *Leaser) take(ctx context.Context, le *lease, k AllowanceKey, lim Limits
 	// under the new ones, as a lapsed one does. Kept, a node went on
 	// admitting calls from a block leased under a larger quota, up to a
 	// block past the new one.
-	changed := !sameLimits(le.lim, lim)
+	changed := !sameLimits(le.lim, lim) || le.stale
 	if changed {
 		le.refusedT = time.Time{} // a refusal under the old limits says nothing now
 	}
+	le.stale = false
 	changed = changed && !le.deadline.IsZero()
 	le.lim = lim
 	valid := now.Before(le.deadline) && !changed
@@ -311,11 +316,14 @@ func (l *Leaser) take(ctx context.Context, le *lease, k AllowanceKey, lim Limits
 		return Hold{}, le.refused, errRefused
 	}
 	if !valid && !le.deadline.IsZero() {
-		// The lease lapsed (renewals failed), or its limits changed: what
-		// it held may be back in the allowance. Its row is given up and a fresh one started;
-		// calls still holding its units settle against the old row. A row
-		// that settlements not yet written consume from is left to expire.
-		if !l.busy(le.holder) {
+		// The lease lapsed (renewals failed), or its limits or its
+		// subscription changed: its row is given up and a fresh one
+		// started; calls still holding its units settle against the old
+		// row. A row that settlements not yet written consume from is
+		// left to expire, and so is the row of a lease that has not
+		// lapsed while calls hold units of it: given back, those units
+		// would be leased again while the calls still spend them.
+		if !l.busy(le.holder) && (!changed || le.held.IsZero()) {
 			if err := l.db.Return(ctx, []LeaseRef{{le.holder, k}}); err != nil {
 				l.Grants.Add(1)
 				return Hold{}, Grant{}, err
@@ -644,4 +652,36 @@ func (l *Leaser) Free(k AllowanceKey) Vec {
 func sameLimits(a, b Limits) bool {
 	eq := func(x, y *billing.Units) bool { return x == nil && y == nil || x != nil && y != nil && *x == *y }
 	return eq(a.Units, b.Units) && eq(a.Spend, b.Spend) && a.Credits == b.Credits && a.Price == b.Price
+}
+
+// Invalidate makes this node's leases of the subscription's allowances
+// ask the database at their next call, instead of admitting it from what
+// they leased: the subscription changed in the database (a refund or a
+// dispute took its balance below zero, an operator took credits, its
+// plan changed). A lease is a part of the allowance taken out as it was
+// when it was granted; kept after such a change, a node went on serving
+// calls from credits leased before a refund that took the balance below
+// zero, where every call must be refused.
+func (l *Leaser) Invalidate(userID, serviceID string) {
+	l.invalidate(func(k AllowanceKey) bool { return k.UserID == userID && k.ServiceID == serviceID })
+}
+
+// InvalidateAll is Invalidate for every lease of this node (changes were
+// missed: the notification connection was down).
+func (l *Leaser) InvalidateAll() { l.invalidate(func(AllowanceKey) bool { return true }) }
+
+func (l *Leaser) invalidate(match func(AllowanceKey) bool) {
+	l.mu.Lock()
+	var les []*lease
+	for k, le := range l.leases {
+		if match(k) {
+			les = append(les, le)
+		}
+	}
+	l.mu.Unlock()
+	for _, le := range les {
+		le.mu.Lock() // after a grant in flight, whose answer may predate the change
+		le.stale = true
+		le.mu.Unlock()
+	}
 }

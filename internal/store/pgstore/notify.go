@@ -22,11 +22,14 @@ import (
 // reconnects by itself; on reconnecting it drops everything, since
 // notifications sent meanwhile are lost.
 type listener struct {
-	s      *Store
-	isUp   atomic.Bool
-	cancel context.CancelFunc
-	done   chan struct{}
-	once   sync.Once
+	s    *Store
+	isUp atomic.Bool
+	// listened: a connection listened before this one (only the
+	// listener's goroutine uses it).
+	listened bool
+	cancel   context.CancelFunc
+	done     chan struct{}
+	once     sync.Once
 }
 
 func newListener(s *Store) *listener { return &listener{s: s, done: make(chan struct{})} }
@@ -85,7 +88,12 @@ func (l *listener) listen(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
 		return err
 	}
-	// Whatever changed while no one listened is unknown.
+	// Whatever changed while no one listened is unknown: the cache goes,
+	// and after a connection lost the leases ask the database again.
+	if l.listened {
+		l.s.leaser.InvalidateAll()
+	}
+	l.listened = true
 	l.s.cache.dropAll()
 	l.isUp.Store(true)
 	for {
@@ -124,14 +132,22 @@ func (l *listener) apply(payload string) {
 		var h [32]byte
 		copy(h[:], raw)
 		l.s.cache.dropKey(h)
-	case strings.HasPrefix(payload, "s"):
+	case strings.HasPrefix(payload, "s"), strings.HasPrefix(payload, "c"):
 		var us [2]string
 		if json.Unmarshal([]byte(payload[1:]), &us) != nil {
+			l.s.leaser.InvalidateAll()
 			l.s.cache.dropAll()
 			return
 		}
+		if payload[0] == 'c' {
+			// Credits were taken: the leases first, so that once a read
+			// sees the balance no call is admitted from credits leased
+			// before it.
+			l.s.leaser.Invalidate(us[0], us[1])
+		}
 		l.s.cache.dropSub(us[0], us[1])
 	default:
+		l.s.leaser.InvalidateAll()
 		l.s.cache.dropAll()
 	}
 }

@@ -238,11 +238,16 @@ func addCredits(ctx context.Context, tx pgx.Tx, userID, serviceID string, delta 
 	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("subscription %s/%s: %w", userID, serviceID, store.ErrNoAccount)
 	}
-	return notify(ctx, tx, notifySub(userID, serviceID))
+	return notify(ctx, tx, notifyCredits(userID, serviceID, delta))
 }
 
-// changedCredits drops what this node remembers of the balance.
-func (s *Store) changedCredits(userID, serviceID string) {
+// changedCredits drops what this node remembers of the balance; taken
+// says credits were taken, which the node's leases of the subscription
+// must not go on spending from what they leased (notifyCredits).
+func (s *Store) changedCredits(userID, serviceID string, taken bool) {
+	if taken {
+		s.leaser.Invalidate(userID, serviceID)
+	}
 	s.cache.dropSub(userID, serviceID)
 	s.forget(userID, serviceID)
 	s.changes.add(userID, serviceID)
@@ -285,7 +290,7 @@ func (s *Store) GrantCredits(ctx context.Context, g store.CreditGrant) (store.Su
 	if err != nil {
 		return store.Subscription{}, err
 	}
-	s.changedCredits(g.UserID, g.ServiceID)
+	s.changedCredits(g.UserID, g.ServiceID, false)
 	sub, err := s.GetSubscription(ctx, g.UserID, g.ServiceID)
 	if err == nil && replayed {
 		err = fmt.Errorf("credit grant %s: %w", g.ID, store.ErrReplayed)
@@ -361,7 +366,7 @@ func (s *Store) ReverseCredits(ctx context.Context, r store.CreditReversal) (sto
 			return store.Subscription{}, g, s.fail(err)
 		}
 	} else {
-		s.changedCredits(g.UserID, g.ServiceID)
+		s.changedCredits(g.UserID, g.ServiceID, true)
 	}
 	sub, err := s.GetSubscription(ctx, g.UserID, g.ServiceID)
 	if err == nil && replayed {
@@ -438,7 +443,7 @@ func (s *Store) ExpireCredits(ctx context.Context, now time.Time) ([]store.Credi
 			return out, err
 		}
 		if len(expired) > 0 {
-			s.changedCredits(ref.UserID, ref.ServiceID)
+			s.changedCredits(ref.UserID, ref.ServiceID, true)
 		}
 		out = append(out, expired...)
 	}
