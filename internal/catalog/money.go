@@ -61,7 +61,12 @@ func FormatAmount(amount billing.Units, code string) string {
 // 500); false when the amount is finer than the minor unit (a unit price
 // of 0.0025 USD), which must be billed summed, never rounded alone.
 func (m Money) MinorUnits() (int64, bool) {
-	digits := MinorDigits(m.Currency)
+	return m.MinorUnitsOf(MinorDigits(m.Currency))
+}
+
+// MinorUnitsOf is MinorUnits for a count of minor digits of the caller's
+// (a payment provider that counts a currency otherwise than ISO 4217).
+func (m Money) MinorUnitsOf(digits int) (int64, bool) {
 	if digits > 6 {
 		return 0, false
 	}

@@ -178,22 +178,11 @@ func StripeMinorDigits(code string) int {
 // currency (Price.unit_amount); false when m is finer than what Stripe
 // can charge (0.5 MGA, 0.50 ISK, 0.001 USD).
 func StripeMinorUnits(m catalog.Money) (int64, bool) {
-	digits := StripeMinorDigits(m.Currency)
-	if digits > 6 {
-		return 0, false
-	}
-	per := int64(billing.Scale)
-	for range digits {
-		per /= 10
-	}
-	if int64(m.Amount)%per != 0 {
-		return 0, false
-	}
-	n := int64(m.Amount) / per
-	if strings.EqualFold(m.Currency, "ISK") && n%100 != 0 {
+	n, ok := m.MinorUnitsOf(StripeMinorDigits(m.Currency))
+	if ok && strings.EqualFold(m.Currency, "ISK") && n%100 != 0 {
 		return 0, false // Stripe takes whole kronur only
 	}
-	return n, true
+	return n, ok
 }
 
 // topUpOf resolves the metadata of a top-up's session: an event naming a
