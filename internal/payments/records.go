@@ -17,7 +17,19 @@ const (
 	// KindSubscription: the Stripe subscription behind a gateway
 	// subscription, by Stripe subscription id.
 	KindSubscription = "stripe_subscription"
+	// KindTopUpIgnored: a paid top-up the gateway could not grant when it
+	// was paid (IgnoredTopUp), by the PaymentIntent id: its refund or
+	// dispute takes nothing back.
+	KindTopUpIgnored = "stripe_topup_ignored"
 )
+
+// IgnoredTopUp is KindTopUpIgnored.
+type IgnoredTopUp struct {
+	ID        string    `json:"id"` // the PaymentIntent
+	SessionID string    `json:"sessionId"`
+	Reason    string    `json:"reason"`
+	At        time.Time `json:"at"`
+}
 
 // CustomerRecord is KindCustomer: the Stripe customer of a user, made
 // once and remembered.

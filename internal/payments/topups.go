@@ -231,7 +231,7 @@ func topUpPaid(s *Service, ctx context.Context, ev *stripe.Event) error {
 	userID := cs.Metadata[MetaUser]
 	t, err := s.topUpOf(ctx, cs.Metadata)
 	if err != nil {
-		return err
+		return s.ignoredTopUp(ctx, &cs, err)
 	}
 	if cs.AmountTotal <= 0 || cs.Currency == "" {
 		return badEvent("session %s: a top-up is paid with money; amount_total %d %q", cs.ID, cs.AmountTotal, cs.Currency)
@@ -270,6 +270,28 @@ func topUpPaid(s *Service, ctx context.Context, ev *stripe.Event) error {
 		return fmt.Errorf("recording top-up %s: %w", pi, err)
 	}
 	return nil
+}
+
+// ignoredTopUp remembers a paid top-up that err (a badEvent) keeps from
+// being granted, by its PaymentIntent, so that its refund or dispute is
+// known for one that takes nothing back (notGrantedYet) even once the
+// reason is gone (its user subscribed since): answered with an error, it
+// came back for Stripe's three days of retries. A failure to remember it
+// is an error, so that Stripe sends the event again.
+func (s *Service) ignoredTopUp(ctx context.Context, cs *stripe.CheckoutSession, err error) error {
+	var bad badEventError
+	if !errors.As(err, &bad) || cs.PaymentIntent == nil || cs.PaymentIntent.ID == "" {
+		return err
+	}
+	pay, perr := s.Payments()
+	if perr != nil {
+		return perr
+	}
+	body, _ := json.Marshal(IgnoredTopUp{ID: cs.PaymentIntent.ID, SessionID: cs.ID, Reason: bad.msg, At: s.now().UTC()})
+	if _, perr := pay.InsertPaymentRecord(ctx, KindTopUpIgnored, cs.PaymentIntent.ID, body, s.now()); perr != nil && !errors.Is(perr, store.ErrExists) {
+		return fmt.Errorf("recording the ignored top-up %s: %w", cs.PaymentIntent.ID, perr)
+	}
+	return err
 }
 
 // receiptURL is the receipt of the payment's charge, or "" when Stripe
@@ -343,6 +365,15 @@ func complete(meta map[string]string) bool {
 func (s *Service) notGrantedYet(ctx context.Context, pi string, meta map[string]string, what string) error {
 	if pi == "" {
 		return nil
+	}
+	if pay, err := s.Payments(); err == nil {
+		if b, err := pay.GetPaymentRecord(ctx, KindTopUpIgnored, pi); err == nil {
+			var ig IgnoredTopUp
+			_ = json.Unmarshal(b, &ig)
+			return badEvent("%s: top-up %s was ignored when it was paid (%s): nothing to take back", what, pi, ig.Reason)
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
 	}
 	if !complete(meta) {
 		// The gateway puts all four keys on the PaymentIntent; a charge
