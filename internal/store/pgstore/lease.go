@@ -204,9 +204,10 @@ type lease struct {
 	// still asks.
 	refusedNeed Vec
 	dead        bool // returned; a new lease replaces it
-	// stale: the subscription changed in the database since the lease
-	// was granted (a refund, a grant, a change of plan, told by
-	// LISTEN/NOTIFY): the next call asks the database again (Invalidate).
+	// stale: credits were taken from the subscription since the lease
+	// was granted (a refund, a lost dispute, an expiry, an operator's
+	// correction, told by LISTEN/NOTIFY): the next call asks the database
+	// again (Invalidate).
 	stale bool
 }
 
@@ -656,12 +657,13 @@ func sameLimits(a, b Limits) bool {
 
 // Invalidate makes this node's leases of the subscription's allowances
 // ask the database at their next call, instead of admitting it from what
-// they leased: the subscription changed in the database (a refund or a
-// dispute took its balance below zero, an operator took credits, its
-// plan changed). A lease is a part of the allowance taken out as it was
-// when it was granted; kept after such a change, a node went on serving
-// calls from credits leased before a refund that took the balance below
-// zero, where every call must be refused.
+// they leased: credits were taken from the subscription (a refund or a
+// lost dispute, which may take its balance below zero, an expiry, an
+// operator's correction). A lease is a part of the allowance taken out
+// as it was when it was granted; kept after such a change, a node went on
+// serving calls from credits leased before a refund that took the
+// balance below zero, where every call must be refused. (A change of
+// plan is seen by the limits a call brings: take.)
 func (l *Leaser) Invalidate(userID, serviceID string) {
 	l.invalidate(func(k AllowanceKey) bool { return k.UserID == userID && k.ServiceID == serviceID })
 }
