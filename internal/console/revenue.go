@@ -14,7 +14,6 @@ import (
 
 	"github.com/platformgw/gateway/internal/apierror"
 	"github.com/platformgw/gateway/internal/billing"
-	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/payments"
 	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/subscription"
@@ -84,11 +83,6 @@ func (r revenueRange) months() []time.Time {
 // minor is an amount in a currency's minor units, as Stripe gives it.
 type minor = int64
 
-// moneyOfMinor is n minor units of cur, as Stripe counts them, as
-// catalog.Money (exact: every currency has at most 3 minor digits,
-// billing.Units 6).
-func moneyOfMinor(n minor, cur string) catalog.Money { return payments.MinorMoney(n, cur) }
-
 // revenueCell is one currency's figures of one month (or of the range).
 type revenueCell struct {
 	Currency string
@@ -103,7 +97,8 @@ type revenueCell struct {
 func (c revenueCell) Received() minor { return c.Invoices + c.TopUps }
 
 // Money writes an amount of minor units of the cell's currency.
-func (c revenueCell) Money(n minor) string { return moneyOfMinor(n, c.Currency).String() }
+// Money is n of the cell's currency's minor units, as Stripe counts them.
+func (c revenueCell) Money(n minor) string { return payments.MinorMoney(n, c.Currency).String() }
 
 // UsageText writes the usage not yet invoiced with its currency.
 func (c revenueCell) UsageText() string { return formatCost(c.Usage, c.Currency) }

@@ -366,14 +366,16 @@ func (s *Service) notGrantedYet(ctx context.Context, pi string, meta map[string]
 	if pi == "" {
 		return nil
 	}
-	if pay, err := s.Payments(); err == nil {
-		if b, err := pay.GetPaymentRecord(ctx, KindTopUpIgnored, pi); err == nil {
-			var ig IgnoredTopUp
-			_ = json.Unmarshal(b, &ig)
-			return badEvent("%s: top-up %s was ignored when it was paid (%s): nothing to take back", what, pi, ig.Reason)
-		} else if !errors.Is(err, store.ErrNotFound) {
-			return err
-		}
+	pay, err := s.Payments()
+	if err != nil {
+		return err
+	}
+	if b, err := pay.GetPaymentRecord(ctx, KindTopUpIgnored, pi); err == nil {
+		var ig IgnoredTopUp
+		_ = json.Unmarshal(b, &ig) // the reason is for the log line only
+		return badEvent("%s: top-up %s was ignored when it was paid (%s): nothing to take back", what, pi, ig.Reason)
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return err
 	}
 	if !complete(meta) {
 		// The gateway puts all four keys on the PaymentIntent; a charge

@@ -760,4 +760,16 @@ func TestTopUpRefundOfIgnoredTopUp(t *testing.T) {
 		t.Errorf("refund of a top-up ignored when paid, its user subscribed since: %d %s, want 200 ignored", status, body)
 	}
 	e.wantBalance("yves", "0")
+
+	// A top-up ignored by a gateway from before that record (no record
+	// of it): its refund is still ignored when the config cannot grant
+	// it, by the PaymentIntent's metadata.
+	e.mock.Answer("/v1/payment_intents/pi_old", map[string]any{"id": "pi_old", "object": "payment_intent", "amount": 1000, "currency": "usd",
+		"metadata": map[string]string{payments.MetaUser: "zoe", payments.MetaService: "echo", payments.MetaProduct: "credits", payments.MetaPack: "retired"}})
+	refundOld := map[string]any{"id": "ch_old", "object": "charge", "amount": 1000, "amount_refunded": 1000, "currency": "usd",
+		"payment_intent": "pi_old", "refunds": map[string]any{"object": "list", "data": []any{
+			map[string]any{"id": "re_old", "object": "refund", "amount": 1000, "status": "succeeded", "created": at.Unix()}}}}
+	if status, body := e.deliver("evt_old_refund", "charge.refunded", at, refundOld); status != http.StatusOK || !strings.Contains(body, "never granted and cannot be") {
+		t.Errorf("refund of a top-up the config cannot grant, with no record of it: %d %s, want 200 ignored", status, body)
+	}
 }

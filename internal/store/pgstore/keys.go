@@ -169,11 +169,11 @@ func notifySub(user, service string) string {
 // node's leases of it ask the database again (Leaser.Invalidate), else
 // notifySub's.
 func notifyCredits(user, service string, delta billing.Units) string {
+	p := notifySub(user, service)
 	if delta < 0 {
-		raw, _ := json.Marshal([2]string{user, service})
-		return "c" + string(raw)
+		p = "c" + p[1:]
 	}
-	return notifySub(user, service)
+	return p
 }
 
 func notify(ctx context.Context, tx pgx.Tx, payload string) error {
@@ -446,12 +446,7 @@ func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount
 		}
 		return notify(ctx, tx, notifyCredits(userID, serviceID, amount))
 	})
-	if amount < 0 {
-		s.leaser.Invalidate(userID, serviceID)
-	}
-	s.cache.dropSub(userID, serviceID)
-	s.forget(userID, serviceID)
-	s.changes.add(userID, serviceID)
+	s.changedCredits(userID, serviceID, amount < 0)
 	if err == nil {
 		out.CreditsHeld = max(0, out.CreditsHeld-s.leaser.MineOf(userID, serviceID).Credits) + s.heldOf(userID, serviceID).CreditsHeld
 	}
