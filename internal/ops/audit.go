@@ -32,8 +32,15 @@ const (
 	AuditPortalSignIn = "portal.sign_in"
 	// AuditChangeScheduled is a caller's change to a cheaper plan, taken
 	// at the end of the current period (selfservice.go); its detail is
-	// "product <id> from <RFC 3339 time>".
+	// "product <id> from <RFC 3339 time> (was <id>)", the product it
+	// was scheduled from last (entries written before that part have
+	// none).
 	AuditChangeScheduled = "subscription.change_scheduled"
+	// AuditSubscriptionStripe is a subscription set from a Stripe event
+	// (internal/payments, actor "stripe"): a change of subscription like
+	// AuditSubscriptionPut, so it supersedes a scheduled change and a
+	// pending access request.
+	AuditSubscriptionStripe = "subscription.stripe"
 	// AuditAccessRequest is a caller asking for a product that costs
 	// money while no payments are configured; its detail is
 	// "product <id>". AuditAccessDecline is the operator's no.

@@ -26,8 +26,12 @@ import (
 const auditScan = 5000
 
 // ScheduledChange is a change of product that takes effect at From.
+// Was is the product it was scheduled from ("" in entries older than
+// that field): the change applies only while the subscription is still
+// on it.
 type ScheduledChange struct {
 	UserID, ServiceID, ProductID string
+	Was                          string
 	From                         time.Time
 }
 
@@ -40,10 +44,17 @@ type AccessRequest struct {
 }
 
 // ScheduleChange records that userID's subscription to serviceID moves
-// to productID at from, as actor.
-func (o *Ops) ScheduleChange(ctx context.Context, actor, userID, serviceID, productID string, from time.Time) error {
+// from product was to productID at from, as actor.
+func (o *Ops) ScheduleChange(ctx context.Context, actor, userID, serviceID, was, productID string, from time.Time) error {
 	return o.RecordAudit(ctx, store.AuditEntry{Actor: actor, Action: AuditChangeScheduled, UserID: userID, ServiceID: serviceID,
-		Detail: "product " + productID + " from " + from.UTC().Format(time.RFC3339)})
+		Detail: "product " + productID + " from " + from.UTC().Format(time.RFC3339) + " (was " + was + ")"})
+}
+
+// settlesSubscription reports whether an audit action is a change of
+// subscription, which supersedes what was pending before it: the
+// operator's (or the portal's) put, and a subscription set from Stripe.
+func settlesSubscription(action string) bool {
+	return action == AuditSubscriptionPut || action == AuditSubscriptionStripe
 }
 
 // RequestAccess records a caller's request for productID of serviceID.
@@ -68,13 +79,13 @@ func (o *Ops) PendingChange(ctx context.Context, userID, serviceID string) (Sche
 		if e.UserID != userID || e.ServiceID != serviceID {
 			return true
 		}
-		switch e.Action {
-		case AuditSubscriptionPut:
+		switch {
+		case settlesSubscription(e.Action):
 			return false
-		case AuditChangeScheduled:
-			product, from, ok := parseScheduled(e.Detail)
-			if ok {
-				out, found = ScheduledChange{UserID: userID, ServiceID: serviceID, ProductID: product, From: from}, true
+		case e.Action == AuditChangeScheduled:
+			if ch, ok := parseScheduled(e.Detail); ok {
+				ch.UserID, ch.ServiceID = userID, serviceID
+				out, found = ch, true
 			}
 			return false
 		}
@@ -93,13 +104,14 @@ func (o *Ops) PendingChanges(ctx context.Context) ([]ScheduledChange, error) {
 		if settled[k] {
 			return true
 		}
-		switch e.Action {
-		case AuditSubscriptionPut:
+		switch {
+		case settlesSubscription(e.Action):
 			settled[k] = true
-		case AuditChangeScheduled:
+		case e.Action == AuditChangeScheduled:
 			settled[k] = true
-			if product, from, ok := parseScheduled(e.Detail); ok {
-				out = append(out, ScheduledChange{UserID: e.UserID, ServiceID: e.ServiceID, ProductID: product, From: from})
+			if ch, ok := parseScheduled(e.Detail); ok {
+				ch.UserID, ch.ServiceID = e.UserID, e.ServiceID
+				out = append(out, ch)
 			}
 		}
 		return true
@@ -117,10 +129,10 @@ func (o *Ops) PendingAccessRequests(ctx context.Context, userID string) ([]Acces
 		if userID != "" && e.UserID != userID || settled[k] {
 			return true
 		}
-		switch e.Action {
-		case AuditSubscriptionPut, AuditAccessDecline:
+		switch {
+		case settlesSubscription(e.Action), e.Action == AuditAccessDecline:
 			settled[k] = true
-		case AuditAccessRequest:
+		case e.Action == AuditAccessRequest:
 			settled[k] = true
 			out = append(out, AccessRequest{UserID: e.UserID, ServiceID: e.ServiceID,
 				ProductID: strings.TrimPrefix(e.Detail, "product "), At: e.Time, Actor: e.Actor})
@@ -153,18 +165,23 @@ func (o *Ops) scanAudit(ctx context.Context, fn func(store.AuditEntry) bool) err
 	return nil
 }
 
-// parseScheduled reads the detail of a scheduled change.
-func parseScheduled(detail string) (string, time.Time, bool) {
+// parseScheduled reads the detail of a scheduled change: "product <id>
+// from <time>", then " (was <id>)" in entries that record it.
+func parseScheduled(detail string) (ScheduledChange, bool) {
 	rest, ok := strings.CutPrefix(detail, "product ")
 	if !ok {
-		return "", time.Time{}, false
+		return ScheduledChange{}, false
 	}
 	product, at, ok := strings.Cut(rest, " from ")
 	if !ok {
-		return "", time.Time{}, false
+		return ScheduledChange{}, false
+	}
+	was := ""
+	if i := strings.Index(at, " (was "); i >= 0 && strings.HasSuffix(at, ")") {
+		at, was = at[:i], at[i+len(" (was "):len(at)-1]
 	}
 	from, err := time.Parse(time.RFC3339, at)
-	return product, from, err == nil
+	return ScheduledChange{ProductID: product, Was: was, From: from}, err == nil
 }
 
 var errNoScheduled = errors.New("no scheduled change")
@@ -177,8 +194,10 @@ var errNoScheduled = errors.New("no scheduled change")
 // (SweepSubscriptions) within a minute of From whether or not the caller
 // returns. Applying is idempotent across a fleet: the put's audit entry
 // supersedes the scheduled one, so a node that reads the log after it
-// finds nothing due, and two nodes that both read it before set the same
-// product (the store keeps the start and balance), only auditing twice.
+// finds nothing due, and a node that read it before finds the
+// subscription no longer on ch.Was and leaves it (two nodes that read the
+// subscription at the same moment set the same product, the store keeping
+// the start and balance, only auditing twice).
 func (o *Ops) ApplyDueChange(ctx context.Context, userID, serviceID string, now time.Time) (ScheduledChange, error) {
 	ch, ok, err := o.PendingChange(ctx, userID, serviceID)
 	if err != nil {
@@ -190,6 +209,14 @@ func (o *Ops) ApplyDueChange(ctx context.Context, userID, serviceID string, now 
 	sub, err := o.rt.Store().GetSubscription(ctx, userID, serviceID)
 	if err != nil {
 		return ScheduledChange{}, fmt.Errorf("read the subscription of %s to %s: %w", userID, serviceID, err)
+	}
+	if ch.Was != "" && sub.ProductID != ch.Was {
+		// The subscription moved to another product since the change was
+		// scheduled, by a change whose audit entry is not in the log (a
+		// failed audit write, or one past auditScan): the caller's newer
+		// choice stands, and a downgrade never replaces a plan Stripe
+		// bills.
+		return ScheduledChange{}, errNoScheduled
 	}
 	_, err = o.PutSubscriptionUntil(ctx, "portal:"+userID+" (scheduled)", userID, serviceID, ch.ProductID, sub.Status, EndOf(sub))
 	return ch, err

@@ -12,6 +12,7 @@ import (
 	"github.com/stripe/stripe-go/v82"
 	"go.uber.org/zap"
 
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/subscription"
 )
@@ -49,7 +50,7 @@ const (
 
 // The audit actions of this file; the actor is "stripe".
 const (
-	AuditSubscriptionStripe = "subscription.stripe"
+	AuditSubscriptionStripe = ops.AuditSubscriptionStripe
 	AuditInvoiceStripe      = "invoice.stripe"
 )
 

@@ -110,7 +110,7 @@ type Operations interface {
 	// What a caller does to their own subscriptions (selfservice.go).
 	PutSubscription(ctx context.Context, actor, userID, serviceID, productID, status string) (ops.SubscriptionChange, error)
 	PutSubscriptionUntil(ctx context.Context, actor, userID, serviceID, productID, status string, end ops.End) (ops.SubscriptionChange, error)
-	ScheduleChange(ctx context.Context, actor, userID, serviceID, productID string, from time.Time) error
+	ScheduleChange(ctx context.Context, actor, userID, serviceID, was, productID string, from time.Time) error
 	PendingChange(ctx context.Context, userID, serviceID string) (ops.ScheduledChange, bool, error)
 	ApplyDueChange(ctx context.Context, userID, serviceID string, now time.Time) (ops.ScheduledChange, error)
 	RequestAccess(ctx context.Context, actor, userID, serviceID, productID string) error

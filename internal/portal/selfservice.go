@@ -286,7 +286,9 @@ func (h *Handler) plansView(q *request, userID string, svc *catalog.Service) (*p
 		if err != nil {
 			return nil, err
 		}
-		if ok {
+		// A change scheduled from another product than the current one
+		// is void (ops.ApplyDueChange never applies it).
+		if ok && (ch.Was == "" || ch.Was == sub.ProductID) {
 			v.Pending, v.PendingName = &ch, productName(svc, ch.ProductID)
 		}
 	}
@@ -693,7 +695,7 @@ func (h *Handler) changePlan(q *request, sess session, svc *catalog.Service, pro
 	if p, ok := svc.Product(sub.ProductID); ok {
 		from = periodEnd(p, sub, q.now)
 	}
-	return "scheduled", nil, h.ops.ScheduleChange(q.r.Context(), actor, sess.UserID, svc.ID, productID, from)
+	return "scheduled", nil, h.ops.ScheduleChange(q.r.Context(), actor, sess.UserID, svc.ID, sub.ProductID, productID, from)
 }
 
 // cancelling reports whether a status is one of the cancelling ones,
