@@ -10,6 +10,8 @@ package alerts
 
 import (
 	"fmt"
+	"math"
+	"math/bits"
 	"strings"
 
 	"github.com/platformgw/gateway/internal/billing"
@@ -182,11 +184,24 @@ func Reached(p billing.Product, s billing.State, ts []Threshold) []Reading {
 	return out
 }
 
-// share is percent % of limit, exact to a millionth of a unit.
+// share is percent % of limit, rounded up to a millionth of a unit, so
+// the level is never below the exact share: limit·percent / (100·Scale)
+// in 128 bits. (percent/100 as units lost every digit of the percentage
+// past its fourth decimal: 0.00005% of a quota was 0, reached at once.)
 func share(limit, percent billing.Units) billing.Units {
-	if percent == billing.Whole(100) {
-		return limit
+	if limit <= 0 || percent <= 0 {
+		return 0
 	}
-	// percent/100 as units: 80% is 0.8.
-	return billing.Mul(limit, percent/100)
+	const div = uint64(100 * billing.Scale)
+	hi, lo := bits.Mul64(uint64(limit), uint64(percent))
+	lo, carry := bits.Add64(lo, div-1, 0)
+	hi += carry
+	if hi >= div {
+		return math.MaxInt64
+	}
+	q, _ := bits.Div64(hi, lo, div)
+	if q > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return billing.Units(q)
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -110,6 +111,38 @@ func TestReached(t *testing.T) {
 	}
 }
 
+// TestShareExact: a percentage's level is exact to a millionth, rounded
+// up. Dividing the percentage by 100 first lost its digits past the
+// fourth decimal: 12.345678% of 1,000,000 was reached at 123456, and
+// 0.00005% of 1000 at 0, so it fired with nothing used.
+func TestShareExact(t *testing.T) {
+	for _, c := range []struct{ limit, percent, want string }{
+		{"10", "80", "8"},
+		{"1000000", "12.345678", "123456.78"},
+		{"1000", "0.00005", "0.0005"},
+		{"3", "33.333333", "1"}, // 0.99999999, up to a millionth
+		// 1/3 of a millionth rounds up: the level is never below the share.
+		{"0.000001", "33.333333", "0.000001"},
+		{"1000000000000", "100", "1000000000000"},
+		{"1000000000000", "90", "900000000000"},
+	} {
+		if got := share(units(c.limit), units(c.percent)); got != units(c.want) {
+			t.Errorf("%s%% of %s = %s, want %s", c.percent, c.limit, got, c.want)
+		}
+	}
+	if got := share(units("1000000000000"), units("1000")); got != math.MaxInt64 {
+		t.Errorf("1000%% of the largest quantity = %s, want the largest Units", got)
+	}
+	p := billing.Product{ID: "basic", BillingModel: billing.Subscription, Quota: ptr(units("1000"))}
+	tiny, err := Parse(MetricQuota, []string{"0.00005%"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs := Reached(p, billing.State{}, tiny); len(rs) != 0 {
+		t.Fatalf("nothing used reached %+v", rs)
+	}
+}
+
 func TestEventBodyAndSignature(t *testing.T) {
 	e := Event{EventID: "alt_1", CreatedAt: time.Date(2026, 11, 23, 16, 0, 0, 0, time.FixedZone("x", 3600)),
 		UserID: "u1", ServiceID: "svc", ProductID: "basic", PeriodStart: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC),
@@ -141,6 +174,8 @@ func TestEventBodyAndSignature(t *testing.T) {
 	}
 }
 
+// TestScheduleBacksOffAndGivesUp: the waits double up to Max, the last
+// try is at GiveUpAfter, and a failure then gives up.
 func TestScheduleBacksOffAndGivesUp(t *testing.T) {
 	s := Schedule{Initial: time.Minute, Max: 10 * time.Minute, GiveUpAfter: time.Hour}
 	created := time.Unix(0, 0)
@@ -157,7 +192,14 @@ func TestScheduleBacksOffAndGivesUp(t *testing.T) {
 			t.Fatal("never gives up")
 		}
 	}
-	want := []time.Duration{1, 2, 4, 8, 10, 10, 10, 10}
+	// The last wait is cut to reach GiveUpAfter exactly: a wait of 10
+	// after 55 minutes would pass it, and the alert was given up at 55
+	// minutes, without a try in the last 5 (with DefaultSchedule, nearly
+	// an hour before its 24 h).
+	want := []time.Duration{1, 2, 4, 8, 10, 10, 10, 10, 5}
+	if at != created.Add(s.GiveUpAfter) {
+		t.Fatalf("last try at %s, want at GiveUpAfter %s", at.Sub(created), s.GiveUpAfter)
+	}
 	if len(waits) != len(want) {
 		t.Fatalf("waits %v, want %v minutes", waits, want)
 	}

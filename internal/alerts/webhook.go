@@ -61,16 +61,23 @@ var DefaultSchedule = Schedule{Initial: 30 * time.Second, Max: time.Hour, GiveUp
 
 // Next returns when to try again after the failed attempt number attempts
 // (1 for the first) made at t, and false when the alert, created at
-// created, is to be given up instead.
+// created, is to be given up instead. The last try is at GiveUpAfter
+// exactly: a wait that would pass it is cut to it, so a receiver back
+// within GiveUpAfter still gets the alert; a failure at or past it gives
+// up.
 func (s Schedule) Next(created, t time.Time, attempts int) (time.Time, bool) {
+	deadline := created.Add(s.GiveUpAfter)
+	if !t.Before(deadline) {
+		return time.Time{}, false
+	}
 	wait := s.Initial
 	for i := 1; i < attempts && wait < s.Max; i++ {
 		wait *= 2
 	}
 	wait = min(wait, s.Max)
 	next := t.Add(wait)
-	if next.After(created.Add(s.GiveUpAfter)) {
-		return time.Time{}, false
+	if next.After(deadline) {
+		next = deadline
 	}
 	return next, true
 }
