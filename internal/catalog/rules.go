@@ -41,7 +41,8 @@ func CheckSecrets(secrets []string) error {
 	case len(secrets) == 0 || len(secrets) > 2:
 		return fmt.Errorf("needs one secret, or two during a rotation")
 	case len(secrets) == 2 && subtle.ConstantTimeCompare([]byte(secrets[0]), []byte(secrets[1])) == 1:
-		return fmt.Errorf("secret '%s' given twice; the second secret is the previous one during a rotation", secrets[0])
+		// Not repeated: a config error is logged, and a secret never is.
+		return fmt.Errorf("the same secret is given twice; the second secret is the previous one during a rotation")
 	}
 	return nil
 }

@@ -28,6 +28,9 @@ func lineArgs(d *caddyfile.Dispenser, min, max int) ([]string, error) {
 	switch {
 	case len(args) < min:
 		return nil, d.Errf("%s: missing argument (want %s)", name, argCount(min, max))
+	case max >= 0 && len(args) > max && holdsSecret(name):
+		// The value may be (part of) a secret: a config error is logged.
+		return nil, d.Errf("%s: too many arguments (want %s); the values are not repeated here", name, argCount(min, max))
 	case max >= 0 && len(args) > max:
 		return nil, d.Errf("%s: too many arguments (want %s), unexpected '%s'", name, argCount(min, max), args[max])
 	}
@@ -35,6 +38,13 @@ func lineArgs(d *caddyfile.Dispenser, min, max int) ([]string, error) {
 		return nil, d.Errf("%s takes no block, found '%s' in one", name, d.Val())
 	}
 	return args, nil
+}
+
+// holdsSecret reports whether a setting's value is a secret (a service's
+// or an alert webhook's secret, Stripe's keys, the store's DSN with its
+// password), which no error message repeats.
+func holdsSecret(name string) bool {
+	return strings.Contains(name, "secret") || name == "dsn"
 }
 
 func argCount(min, max int) string {

@@ -181,8 +181,9 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"store postgres log_dir twice", "platform {\n\tstore postgres {\n\t\tdsn x\n\t\tlog_dir a\n\t\tlog_dir b\n\t}\n}", []string{"log_dir set twice"}, 6},
 		{"prefixes without block", "platform {\n\tprefixes\n}", []string{"prefixes needs a block"}, 3},
 		{"prefix group empty", "platform {\n\tprefixes {\n\t\tusage\n\t}\n}", []string{"usage", "missing argument"}, 4},
-		{"three secrets", "platform {\n\tservice s {\n\t\tsecret a b c\n\t}\n}", []string{"secret", "too many", "'c'"}, 4},
-		{"same secret twice", "platform {\n\tservice s {\n\t\tsecret {env.A} {env.A}\n\t}\n}", []string{"'{env.A}' given twice"}, 4},
+		// A secret is never repeated in an error (config errors are logged).
+		{"three secrets", "platform {\n\tservice s {\n\t\tsecret a b c\n\t}\n}", []string{"secret", "too many", "not repeated"}, 4},
+		{"same secret twice", "platform {\n\tservice s {\n\t\tsecret {env.A} {env.A}\n\t}\n}", []string{"the same secret is given twice"}, 4},
 		{"owners empty", "platform {\n\tservice s {\n\t\towners\n\t}\n}", []string{"owners", "missing argument"}, 4},
 		{"owner not a user id", "platform {\n\tservice s {\n\t\towners alice team/bob\n\t}\n}", []string{"owner 'team/bob'", "128 bytes"}, 4},
 		{"service without id", "platform {\n\tservice {\n" + svc + "\t}\n}", []string{"service: missing id"}, 3},
@@ -266,6 +267,27 @@ func TestCaddyfileErrors(t *testing.T) {
 				t.Errorf("error does not point at %s: %s", at, msg)
 			}
 		})
+	}
+}
+
+// TestCaddyfileErrorsKeepSecrets: an error about a setting that holds a
+// secret does not repeat it. A config error is logged, and "secret
+// 's3cr3t…' given twice" wrote a service's signing secret there.
+func TestCaddyfileErrorsKeepSecrets(t *testing.T) {
+	for _, block := range []string{
+		"platform {\n\tservice s {\n\t\tsecret aaaa-first-secret bbbb-second-secret cccc-third-secret\n\t}\n}",
+		"platform {\n\tservice s {\n\t\tsecret cccc-third-secret cccc-third-secret\n\t}\n}",
+		"platform {\n\talerts {\n\t\tsecret aaaa-first-secret cccc-third-secret\n\t}\n}",
+		"platform {\n\tpayments stripe {\n\t\twebhook_secret whsec_aaaa cccc-third-secret\n\t}\n}",
+	} {
+		_, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(platformConfig(block)), nil)
+		if err == nil {
+			t.Fatalf("no error for\n%s", block)
+		}
+		t.Log(err)
+		if strings.Contains(err.Error(), "cccc-third-secret") {
+			t.Errorf("the error repeats a secret: %s", err)
+		}
 	}
 }
 
