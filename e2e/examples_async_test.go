@@ -86,7 +86,7 @@ func TestExampleAsyncBackend(t *testing.T) {
 		es[0].RequestID != id || es[0].ServiceID != "jobs" || es[0].EndpointID != "upper" {
 		t.Errorf("ledger %+v", es)
 	}
-	recs := log.records(t)
+	recs := log.waitRecords(t, 1)
 	if len(recs) != 1 || recs[0]["operation"] != "completion" || recs[0]["status"] != sdk.OutcomeRecorded ||
 		recs[0]["platformRequestId"] != id || recs[0]["userId"] != "ex-async" || recs[0]["unitsReported"] != 5.0 ||
 		recs[0]["endpoint"] != "POST /upper" {

@@ -134,6 +134,22 @@ func (l *exampleLog) records(t *testing.T) []map[string]any {
 	return out
 }
 
+// waitRecords waits (10s at most) until the log holds n records, and
+// returns them. The async example logs a completion when the gateway has
+// answered it, which can be after the job reads COMPLETED to its caller:
+// reading the log at once lost that race now and then.
+func (l *exampleLog) waitRecords(t *testing.T, n int) []map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		recs := l.records(t)
+		if len(recs) >= n || time.Now().After(deadline) {
+			return recs
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // exampleStatus polls a job's status URL as its caller until until says
 // yes, and returns that status.
 func exampleStatus(t *testing.T, statusURL, key string, until func(map[string]any) bool) map[string]any {
