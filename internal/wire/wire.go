@@ -122,7 +122,7 @@ func Str(p *string) string {
 }
 
 // UserIDRule says in words what ValidUserID accepts, for error messages.
-const UserIDRule = "1 to 128 bytes of printable text without '/' or surrounding spaces"
+const UserIDRule = "1 to 128 bytes of printable text without '/' or surrounding spaces, and not '.' or '..'"
 
 // MaxUserIDLen is the longest user id, in bytes.
 const MaxUserIDLen = 128
@@ -133,9 +133,12 @@ const MaxUserIDLen = 128
 // UTF-8, no '/' (ids are path segments of the admin API) and no leading or
 // trailing space. U+FFFD is refused too: it is what a JSON decoder makes
 // of bytes that were not text (or of a lone surrogate escape), so an id
-// holding it names nobody for sure.
+// holding it names nobody for sure. "." and ".." are refused: as a path
+// segment a browser (and any URL resolver) reads them as this directory
+// and the one above, so the console's pages of such a user, and the admin
+// API's routes, could never be reached.
 func ValidUserID(s string) bool {
-	if s == "" || len(s) > MaxUserIDLen || !utf8.ValidString(s) || strings.ContainsAny(s, "/\uFFFD") {
+	if s == "" || s == "." || s == ".." || len(s) > MaxUserIDLen || !utf8.ValidString(s) || strings.ContainsAny(s, "/\uFFFD") {
 		return false
 	}
 	if s[0] == ' ' || s[len(s)-1] == ' ' {

@@ -61,6 +61,8 @@ func TestRules(t *testing.T) {
 	for id, ok := range map[string]bool{
 		"u-1": true, "alice@example.com": true, "auth0|abc": true, "Zoë": true, string(make([]byte, 0)): false,
 		"a/b": false, " a": false, "a ": false, "a\x00b": false, "a\tb": false, "\xff": false, "a\uFFFDb": false,
+		// Path segments a URL resolver removes: /console/users/.. is /console/.
+		".": false, "..": false, "...": true, "a..b": true, ".a": true,
 	} {
 		if ValidUserID(id) != ok {
 			t.Errorf("ValidUserID(%q) = %v", id, !ok)
