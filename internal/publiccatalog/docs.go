@@ -5,6 +5,7 @@ import (
 	"embed"
 	"fmt"
 	"html/template"
+	"net/url"
 	"regexp"
 	"slices"
 	"sort"
@@ -180,11 +181,18 @@ func operationView(path, method string, op *openapi3.Operation, item *openapi3.P
 // curlExample is a curl command for o: the document's first server (or a
 // placeholder host), path parameters as upper-case placeholders (curl
 // would read braces as a glob), the key from $SERVICE_KEY in the header
-// the operation's security names, and a JSON body when it takes one.
+// the operation's security names, and a JSON body when it takes one. A
+// relative server (the gateway's own document is served with "/" when
+// public_url is not set) is joined onto the placeholder host: curl
+// refuses a URL without one.
 func curlExample(servers []string, o docsOperation) string {
-	base := "https://gateway.example"
+	const placeholder = "https://gateway.example"
+	base := placeholder
 	if len(servers) > 0 && servers[0] != "" {
 		base = servers[0]
+		if u, err := url.Parse(base); err != nil || u.Scheme == "" || u.Host == "" {
+			base = placeholder + "/" + strings.TrimLeft(base, "/")
+		}
 	}
 	path := pathParam.ReplaceAllStringFunc(o.Path, func(m string) string {
 		return strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(m[1 : len(m)-1]))

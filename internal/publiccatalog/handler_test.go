@@ -310,6 +310,12 @@ func TestCurlExample(t *testing.T) {
 			`curl -X POST 'https://api.example.com/jobs/JOB_ID/cancel' -H "X-Api-Key: $SERVICE_KEY" -H 'Content-Type: application/json' -d '{}'`},
 		{nil, docsOperation{Method: "PUT", Path: "/upload", Body: []string{"application/octet-stream"}},
 			`curl -X PUT 'https://gateway.example/upload' -H 'Content-Type: application/octet-stream'`},
+		// The gateway's own document without public_url has server "/":
+		// "curl '/api/…'" has no host, and curl refuses it.
+		{[]string{"/"}, docsOperation{Method: "GET", Path: "/api/service/weather/endpoint/forecast/invoke", Auth: "Authorization: Bearer <serviceKey>"},
+			`curl 'https://gateway.example/api/service/weather/endpoint/forecast/invoke' -H "Authorization: Bearer $SERVICE_KEY"`},
+		{[]string{"/v2"}, docsOperation{Method: "GET", Path: "/items"},
+			`curl 'https://gateway.example/v2/items'`},
 	} {
 		if got := curlExample(tc.servers, tc.o); got != tc.want {
 			t.Errorf("curlExample(%v, %s %s):\n got %s\nwant %s", tc.servers, tc.o.Method, tc.o.Path, got, tc.want)
