@@ -256,7 +256,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 			w.WriteHeader(http.StatusPermanentRedirect)
 			return nil
 		}
-		if id != "" && !strings.Contains(id, "/") {
+		// Only a name that could be a service's is repeated: any other
+		// text of the address would put a stranger's words ("your account
+		// is suspended, call …") on the operator's page.
+		if catalog.ValidID(id) {
 			return h.notFound(w, r, "There is no API called “"+id+"” here.")
 		}
 	}

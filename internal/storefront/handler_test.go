@@ -3,6 +3,7 @@ package storefront
 import (
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"regexp"
 	"strings"
 	"testing"
@@ -147,6 +148,12 @@ func TestNotFoundPage(t *testing.T) {
 	}
 	if body := get(t, h, "GET", "/services/nope").Body.String(); !strings.Contains(body, "no API called “nope”") {
 		t.Errorf("unknown service page does not name it:\n%s", body)
+	}
+	// Text that is no service's name is not repeated on the page.
+	phish := "Your account is suspended: call +1 555 0100"
+	w := get(t, h, "GET", "/services/"+url.PathEscape(phish))
+	if body := w.Body.String(); w.Code != http.StatusNotFound || strings.Contains(body, "suspended") || !strings.Contains(body, "There is no page at this address.") {
+		t.Errorf("a 404 repeats the address's text (%d):\n%s", w.Code, body)
 	}
 }
 
