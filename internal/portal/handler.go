@@ -418,7 +418,7 @@ func (h *Handler) createKey(q *request) {
 		if refusal.retryAfter > 0 {
 			q.w.Header().Set("Retry-After", retryAfter(refusal.retryAfter))
 		}
-		h.dashboardStatus(q, refusal.status, sess, sessionKey, dashboardExtras{Error: refusal.message})
+		h.dashboardStatus(q, refusal.status, sess, sessionKey, dashboardExtras{Error: refusal.message, Label: label})
 		return
 	}
 	if errors.Is(err, errParentEnded) {
@@ -430,7 +430,7 @@ func (h *Handler) createKey(q *request) {
 	if err != nil {
 		var ae *apierror.Error
 		if errors.As(err, &ae) {
-			h.dashboardStatus(q, http.StatusBadRequest, sess, sessionKey, dashboardExtras{Error: ae.Message})
+			h.dashboardStatus(q, http.StatusBadRequest, sess, sessionKey, dashboardExtras{Error: ae.Message, Label: label})
 			return
 		}
 		h.logger.Error("portal key creation", zap.String("user_id", sess.UserID), zap.Error(err))

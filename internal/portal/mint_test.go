@@ -3,8 +3,10 @@ package portal
 import (
 	"context"
 	"fmt"
+	htmlstd "html"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -76,7 +78,14 @@ func TestPortalMintedKeyNeverOutlivesItsParent(t *testing.T) {
 			expires := time.Now().UTC().Add(time.Hour).Truncate(time.Second)
 			parentKey, parent := e.keyFor(user, []string{"reader", "writer"}, expires)
 			c := newClient(t)
-			c.signIn(parentKey)
+			page := c.signIn(parentKey)
+			// The form says what the new key will be: it said "does not
+			// expire" of a key that expires with the one signed in with.
+			help := htmlstd.UnescapeString(labelHelp.FindString(page))
+			if strings.Contains(help, "does not expire") || !strings.Contains(help, "expires with it") ||
+				strings.Contains(help, "revokes it too") != (opt == "") {
+				t.Errorf("create-key help for a key expiring %s (%q): %s", expires, opt, help)
+			}
 			key, rec := c.mint(e)
 			if !rec.ExpiresAt.Equal(expires) || !slices.Equal(rec.Roles, parent.Roles) || rec.ParentKeyID != parent.ID ||
 				rec.EndsWithParent != (opt == "") {
@@ -99,6 +108,31 @@ func TestPortalMintedKeyNeverOutlivesItsParent(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// labelHelp is the create-key form's help text.
+var labelHelp = regexp.MustCompile(`<p id="label-help"[^>]*>[^<]*`)
+
+// TestPortalKeyLabelKeptOnRefusal: a label the server refuses (256 bytes
+// is fewer than 256 characters of "é", which the form lets through) comes
+// back in the form with the error, to be shortened rather than typed
+// again; the help of a key that never expires says so.
+func TestPortalKeyLabelKeptOnRefusal(t *testing.T) {
+	e := start(t, "sign_in_limit 1000\nallow_key_management")
+	key, _ := e.user("nell", "basic")
+	c := newClient(t)
+	page := c.signIn(key)
+	if help := htmlstd.UnescapeString(labelHelp.FindString(page)); !strings.Contains(help, "does not expire") {
+		t.Errorf("create-key help for a key that never expires: %s", help)
+	}
+	label := strings.Repeat("é", 200)
+	resp, body := c.post("/portal/keys", url.Values{"csrf": {csrf(t, page)}, "label": {label}})
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "256 bytes") {
+		t.Fatalf("a 400-byte label: %d\n%s", resp.StatusCode, body)
+	}
+	if !strings.Contains(htmlstd.UnescapeString(body), `value="`+label+`"`) {
+		t.Errorf("the refused label is not kept in the form:\n%s", body)
 	}
 }
 

@@ -46,8 +46,15 @@ type page struct {
 
 // dashboard is a caller's own figures.
 type dashboard struct {
-	KeyID         string
-	AllowKeys     bool
+	KeyID     string
+	AllowKeys bool
+	// KeyExpires is when the key signed in with expires (zero: never),
+	// which a key made with it never outlives; KeysFollow is whether a
+	// key made with it is revoked with it (minted_keys follow_parent).
+	KeyExpires time.Time
+	KeysFollow bool
+	// Label is the create-key form's label, kept after a refusal.
+	Label         string
 	NewKey        string
 	NewKeyID      string
 	Subscriptions []subscriptionView
@@ -92,6 +99,8 @@ func productOf(cat *catalog.Catalog, serviceID, productID string) *billing.Produ
 type dashboardExtras struct {
 	Notice, Error    string
 	NewKey, NewKeyID string
+	// Label is the label of a key refused, put back in the form.
+	Label string
 }
 
 // subscriptionView is one subscription's current period and its chart.
@@ -148,7 +157,7 @@ func (h *Handler) dashboardStatus(q *request, status int, sess session, sessionK
 		h.message(q, http.StatusInternalServerError, "Something went wrong", "Your figures could not be read; try again.")
 		return
 	}
-	d.NewKey, d.NewKeyID = x.NewKey, x.NewKeyID
+	d.NewKey, d.NewKeyID, d.Label = x.NewKey, x.NewKeyID, x.Label
 	if d.NewKey != "" {
 		base, prefix := h.gatewayBase(q)
 		for _, v := range d.Subscriptions {
@@ -171,7 +180,8 @@ func (h *Handler) dashboardStatus(q *request, status int, sess session, sessionK
 func (h *Handler) load(q *request, sess session, sessionKey store.KeyRecord) (*dashboard, error) {
 	ctx := q.r.Context()
 	st := h.rt.Store()
-	d := &dashboard{KeyID: sessionKey.ID, AllowKeys: h.AllowKeyManagement, cat: h.rt.Catalog}
+	d := &dashboard{KeyID: sessionKey.ID, AllowKeys: h.AllowKeyManagement, cat: h.rt.Catalog,
+		KeyExpires: sessionKey.ExpiresAt, KeysFollow: h.MintedKeys != MintedIndependent}
 
 	var subs []store.Subscription
 	cursor := ""

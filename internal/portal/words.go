@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/subscription"
 )
@@ -30,14 +31,15 @@ func currencyOf(p *billing.Product) string {
 // unnamedCurrency stands for the currency when the catalog names none.
 const unnamedCurrency = "in your plan's currency"
 
-// moneyText is an amount of money with its currency, two decimals at
-// least ("12.50 EUR", "0.0025 EUR").
+// moneyText is an amount of money with its currency, with at least the
+// currency's minor digits as every other page writes it
+// (catalog.FormatAmount): "12.50 EUR", "0.0025 EUR", "500 JPY",
+// "1.250 BHD"; two without a currency.
 func moneyText(u billing.Units, currency string) string {
-	s := decimal(u, 2)
 	if currency == "" {
-		return s + " " + unnamedCurrency
+		return decimal(u, 2) + " " + unnamedCurrency
 	}
-	return s + " " + currency
+	return decimal(u, catalog.MinorDigits(currency)) + " " + currency
 }
 
 // creditsText is a prepaid balance or price in credits ("12.5 credits").

@@ -43,6 +43,24 @@ func TestPricingWords(t *testing.T) {
 	if got := pricingWords(nil); got != "no longer offered" {
 		t.Errorf("no product: %q", got)
 	}
+	// The currency's own minor digits, as the plans page, the console and
+	// the storefront write them: the dashboard said "500.00 JPY".
+	for _, tc := range []struct {
+		u        billing.Units
+		currency string
+		want     string
+	}{
+		{billing.Whole(500), "JPY", "500 JPY"},
+		{billing.Whole(12345), "JPY", "12,345 JPY"},
+		{billing.Whole(5) / 4, "BHD", "1.250 BHD"},
+		{billing.Whole(29), "USD", "29.00 USD"},
+		{billing.Whole(1) / 400, "EUR", "0.0025 EUR"},
+		{billing.Whole(3), "", "3.00 in your plan's currency"},
+	} {
+		if got := moneyText(tc.u, tc.currency); got != tc.want {
+			t.Errorf("moneyText(%s, %q) = %q, want %q", tc.u, tc.currency, got, tc.want)
+		}
+	}
 }
 
 func TestEnumWords(t *testing.T) {
