@@ -95,8 +95,13 @@ func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, ne
 	err := next.ServeHTTP(m, r)
 	if !m.wroteHeader {
 		// Nothing reached the caller: the backend was not reached or did
-		// not answer. Not charged.
+		// not answer, or the caller left before it did. Not charged.
 		h.release(c, res)
+		if m.callerGone {
+			h.rt.CountKnownInvoke(c.svc.ID, c.ep.ID, "sync", "caller_gone")
+			w.WriteHeader(statusClientClosed) // for the access log, as the proxy does
+			return nil
+		}
 		h.refuseCall(w, r, c, true, "backend_error", h.unreachable(c, err))
 		return nil
 	}
@@ -146,6 +151,11 @@ func (m *meterWriter) end(delivered bool) {
 		m.h.release(m.c, m.res)
 	}
 }
+
+// statusClientClosed is the status Caddy's reverse proxy writes when the
+// caller's request is cancelled before the backend answered (nginx's 499,
+// "client closed request").
+const statusClientClosed = 499
 
 // errCutOff stands for the proxy's abort when a backend cut off the body of
 // a wrapped answer.
@@ -233,6 +243,9 @@ type meterWriter struct {
 	failed   bool // settling failed: the backend's answer is withheld
 	// tunnelConn is the caller's connection after a protocol switch.
 	tunnelConn *countedConn
+	// callerGone: the caller's request was cancelled before any status
+	// line (the reverse proxy's 499); nothing reached it.
+	callerGone bool
 }
 
 func (m *meterWriter) Header() http.Header { return m.w.Header() }
@@ -286,8 +299,21 @@ func (m *meterWriter) WriteHeader(status int) {
 		m.writeInformational(status)
 		return
 	}
+	if status == statusClientClosed && m.r.Context().Err() != nil {
+		// Not the backend's answer: Caddy's reverse proxy writes 499 when
+		// the caller's request was cancelled (it hung up, or a balancer
+		// in front gave up) before the backend's status line. The
+		// contract charges a call without a status line nothing, whatever
+		// its measurement; invokeSync releases the hold.
+		m.callerGone = true
+		return
+	}
 	m.wroteHeader, m.status = true, status
 	hdr := m.w.Header()
+	// One request id, the gateway's: the proxy adds the backend's headers
+	// to those set already, and a backend that echoes the id it was sent
+	// (or sends one of its own) gave the caller two.
+	hdr[m.h.requestIDKey] = m.c.idValue[:]
 	// The name is canonical already (platform.NewHeaders): the map is
 	// read and changed directly, as Get and Del would.
 	unitsName := m.h.hd.Units

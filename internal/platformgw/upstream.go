@@ -56,6 +56,10 @@ type forward struct {
 	body     trackedBody
 	reqUsed  bool
 	bodyUsed bool
+	// sentErr is the error of an earlier attempt that may have reached
+	// the backend (any error but a failed dial): a retry is refused with
+	// it (RoundTrip).
+	sentErr error
 	// payload is the request body the proxy forwards (setBody), nil for
 	// none; payloadBody, reading it through payloadReader, is the body of
 	// the first attempt.
@@ -242,6 +246,17 @@ func (t *Transport) Provision(ctx caddy.Context) error {
 // and when a response is aborted), and that one never holds a signature.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	f, routed := forwardOf(req)
+	if routed && f.sentErr != nil {
+		// A call reaches its backend at most once. Caddy retries a GET
+		// (lb_retries, lb_try_duration) after any transport error, a
+		// response_header_timeout too, when the request was sent and the
+		// backend may be working on it: the work would run twice, charged
+		// once, under the same signature and timestamp (which a backend
+		// refusing replays answers with a 4xx, charged). Only an attempt
+		// that never connected (a dial error) is tried again; the caller
+		// gets the first attempt's error (504 for a timeout).
+		return nil, f.sentErr
+	}
 	if routed {
 		u := f.svc.BackendURL()
 		req.URL.Scheme = u.Scheme
@@ -264,6 +279,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		req = out
 	}
 	resp, err := t.HTTPTransport.RoundTrip(req)
+	if err != nil && routed && !errors.As(err, new(reverseproxy.DialError)) {
+		f.sentErr = err
+	}
 	if err != nil || resp.Body == nil {
 		t.done()
 		return resp, err
