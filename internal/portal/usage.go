@@ -178,10 +178,10 @@ func axisNumber(f float64) string {
 		return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.1f", f/1e6), "0"), ".") + "M"
 	case f >= 1e4:
 		return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.1f", f/1e3), "0"), ".") + "k"
-	case f == math.Trunc(f):
-		return decimal(billing.Whole(int64(f)), 0)
 	}
-	return strings.TrimRight(fmt.Sprintf("%.2f", f), "0")
+	// Exact to a millionth, as usage is: "%.2f" wrote a tick of 0.004 as
+	// "0." (its zeros trimmed).
+	return decimal(billing.Units(math.Round(f*float64(billing.Scale))), 0)
 }
 
 func newAxisChart(from time.Time, sums []float64, unit string) axisChart {

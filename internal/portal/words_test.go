@@ -162,3 +162,16 @@ func TestPortalUsageExport(t *testing.T) {
 		t.Error("a formula cell is not defused")
 	}
 }
+
+// TestAxisNumber: a chart's tick labels. Below 0.01 they read "0." (two
+// decimals, zeros trimmed); they are exact to a millionth, as usage is.
+func TestAxisNumber(t *testing.T) {
+	for f, want := range map[float64]string{
+		0: "0", 5: "5", 2500: "2,500", 25000: "25k", 2500000: "2.5M",
+		0.5: "0.5", 0.004: "0.004", 0.000125: "0.000125", 0.1 + 0.2: "0.3", 1.25: "1.25",
+	} {
+		if got := axisNumber(f); got != want {
+			t.Errorf("axisNumber(%v) = %q, want %q", f, got, want)
+		}
+	}
+}
