@@ -227,7 +227,9 @@ func (a *App) EvaluateAlerts(ctx context.Context, ref store.AccountRef) []store.
 	st := a.DataStore()
 	sub, err := st.GetSubscription(ctx, ref.UserID, ref.ServiceID)
 	if err != nil {
-		if !errors.Is(err, store.ErrNotFound) {
+		// No subscription (an owner's free calls, one removed since) has
+		// no thresholds: nothing to say.
+		if !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrNoAccount) {
 			a.logger.Error("usage alerts: reading a subscription", zap.String("user", ref.UserID),
 				zap.String("service", ref.ServiceID), zap.Error(err))
 		}
