@@ -145,6 +145,16 @@ func (c *readCache) dropAll() {
 	c.mu.Unlock()
 }
 
+// flightKey names the shared read of a record (subFlight) for the callers
+// that missed it at generation gen. A caller shares only a read begun at
+// its own generation: one begun before a drop it has seen (a revocation,
+// a cancellation it was told of) may have read the record from before the
+// change, and what it returns must not be the answer of a lookup that
+// began after the change was known here.
+func flightKey(kind byte, gen uint64, id string) string {
+	return string(strconv.AppendUint([]byte{kind}, gen, 10)) + "\x00" + id
+}
+
 // keyTTL and subTTL are how long cached entries are trusted now.
 func (s *Store) keyTTL() time.Duration {
 	if s.listen.up() {
@@ -237,8 +247,8 @@ func (s *Store) KeyByHash(ctx context.Context, hash [32]byte) (store.KeyRecord, 
 		return k, nil
 	}
 	// One read per key at a time, shared by the callers that find it
-	// expired together.
-	v, err, _ := s.subFlight.Do("k"+string(hash[:]), func() (any, error) {
+	// expired together (flightKey: and saw the same generation).
+	v, err, _ := s.subFlight.Do(flightKey('k', gen, string(hash[:])), func() (any, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		at := time.Now()
@@ -399,8 +409,9 @@ func (s *Store) getSubscription(ctx context.Context, userID, serviceID string) (
 		return sub, nil
 	}
 	// One read per subscription at a time: the callers that find the
-	// entry expired together share it.
-	v, err, _ := s.subFlight.Do("s"+userID+"\x00"+serviceID, func() (any, error) {
+	// entry expired together share it (flightKey: and saw the same
+	// generation).
+	v, err, _ := s.subFlight.Do(flightKey('s', gen, userID+"\x00"+serviceID), func() (any, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		at := time.Now()
