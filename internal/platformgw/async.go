@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/apierror"
+	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/engine"
 	"github.com/platformgw/gateway/internal/signing"
 	"github.com/platformgw/gateway/internal/store"
@@ -91,7 +92,16 @@ func (h *Handler) invokeAsync(w http.ResponseWriter, r *http.Request, c *call, n
 // expiry), surviving restarts. A refusal stores nothing and becomes the
 // caller's error, with the codes a sync call gets.
 func (h *Handler) createJob(ctx context.Context, c *call, job store.Job) *apierror.Error {
-	res, err := h.rt.Jobs().CreateJobReserved(ctx, job, c.account, h.rt.HoldUnits(c.account, c.ep), c.started)
+	hold, cost := h.rt.HoldUnits(c.account, c.ep), c.ep.UnitCost()
+	res, err := h.rt.Jobs().CreateJobReserved(ctx, job, c.account, hold, c.started)
+	if err == nil && !res.Decision.Allowed && hold > cost {
+		// As a sync call (reserve): an estimate that does not fit holds
+		// what is left when that covers the cost, so one large job never
+		// locks the caller out of the rest.
+		if fit := billing.Fit(c.account.Product, res.State, hold); fit >= cost {
+			res, err = h.rt.Jobs().CreateJobReserved(ctx, job, c.account, fit, c.started)
+		}
+	}
 	if errors.Is(err, store.ErrNoAccount) {
 		return apierror.New(apierror.NoSubscription, "no subscription to service "+c.svc.ID)
 	}

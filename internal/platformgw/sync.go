@@ -8,6 +8,8 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"reflect"
+	"strings"
 	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -21,7 +23,20 @@ import (
 // reserve holds the call's units before it is forwarded and fills the
 // allowance the caller is shown.
 func (h *Handler) reserve(r *http.Request, c *call) (store.Reservation, *apierror.Error) {
-	res, err := h.rt.Meter().Reserve(r.Context(), c.account, h.rt.HoldUnits(c.account, c.ep), c.started)
+	hold, cost := h.rt.HoldUnits(c.account, c.ep), c.ep.UnitCost()
+	res, err := h.rt.Meter().Reserve(r.Context(), c.account, hold, c.started)
+	if err == nil && !res.Decision.Allowed && hold > cost {
+		// The estimate is a guess from the caller's past calls, and falls
+		// only with calls that are served: refused, it never fell, and one
+		// large call locked the caller out of the rest of its quota or
+		// credits until a restart. Capped by what is left (never below
+		// cost), the call holds all of it: one such call at a time, at
+		// most its claim past the limit uncharged, the bound of
+		// docs/wire-contract.md ("Claims past a hard limit").
+		if fit := billing.Fit(c.account.Product, res.State, hold); fit >= cost {
+			res, err = h.rt.Meter().Reserve(r.Context(), c.account, fit, c.started)
+		}
+	}
 	if errors.Is(err, store.ErrNoAccount) {
 		return res, apierror.New(apierror.NoSubscription, "no subscription to service "+c.svc.ID)
 	}
@@ -93,6 +108,7 @@ func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, ne
 		}
 	}()
 	err := next.ServeHTTP(m, r)
+	m.dropBrandTrailers()
 	if !m.wroteHeader {
 		// Nothing reached the caller: the backend was not reached or did
 		// not answer, or the caller left before it did. Not charged.
@@ -243,6 +259,8 @@ type meterWriter struct {
 	failed   bool // settling failed: the backend's answer is withheld
 	// tunnelConn is the caller's connection after a protocol switch.
 	tunnelConn *countedConn
+	// brandTrailers are the X-<Brand>-* trailer names the backend declared.
+	brandTrailers []string
 	// callerGone: the caller's request was cancelled before any status
 	// line (the reverse proxy's 499); nothing reached it.
 	callerGone bool
@@ -323,6 +341,7 @@ func (m *meterWriter) WriteHeader(status int) {
 	}
 	claimed, claimedOK := m.claimedUnits(units0)
 	delete(hdr, unitsName)
+	m.dropBrandTrailerNames(hdr)
 	m.c.allowance.write(hdr)
 	if status >= 500 {
 		m.h.release(m.c, m.res)
@@ -338,6 +357,15 @@ func (m *meterWriter) WriteHeader(status int) {
 		m.deferred = true
 		if p.MeasurementType == billing.PerByte {
 			m.holdCallerConn()
+			// The meter counts the bytes written here; an `encode`
+			// handler in front (Caddy orders it before platform_gateway)
+			// compresses them after, and the caller was charged bytes it
+			// never received. With encode in front, no-transform (which
+			// encode honours) keeps the body as counted; without it the
+			// answer is left as it is.
+			if behindEncoder(m.w) && !httpHasValue(hdr, "Content-Encoding") {
+				hdr.Add("Cache-Control", "no-transform")
+			}
 		}
 	} else if m.c.account.Free && status == http.StatusSwitchingProtocols {
 		m.deferred = true
@@ -468,4 +496,88 @@ func (m *meterWriter) settleNow(units billing.Units) bool {
 	m.h.rt.CountKnownInvoke(c.svc.ID, c.ep.ID, "sync", "ok")
 	m.h.rt.CountUnits(c.svc.ID, store.SourceGateway, int64(e.Units))
 	return true
+}
+
+// dropBrandTrailerNames takes X-<Brand>-* names out of the Trailer
+// declaration the reverse proxy copies from the backend's response,
+// remembering them for dropBrandTrailers. Units stated in a trailer are
+// not read (the call counts its cost, docs/wire-contract.md); like the
+// X-<Brand>-Units header, they never reach the caller.
+func (m *meterWriter) dropBrandTrailerNames(hdr http.Header) {
+	decl := hdr["Trailer"]
+	if len(decl) == 0 {
+		return
+	}
+	prefix := m.h.rt.Headers.Prefix
+	var keep []string
+	for _, v := range decl {
+		for _, name := range strings.Split(v, ",") {
+			name = strings.TrimSpace(name)
+			if name == "" {
+				continue
+			}
+			if hasBrandPrefix(name, prefix) {
+				m.brandTrailers = append(m.brandTrailers, http.CanonicalHeaderKey(name))
+				continue
+			}
+			keep = append(keep, name)
+		}
+	}
+	if len(keep) == 0 {
+		delete(hdr, "Trailer")
+	} else {
+		hdr["Trailer"] = []string{strings.Join(keep, ", ")}
+	}
+}
+
+// dropBrandTrailers deletes the values of X-<Brand>-* trailers the proxy
+// put into the header map after the body (declared ones, and undeclared
+// ones under http.TrailerPrefix), so that a caller never sees them, as it
+// never sees the X-<Brand>-Units header. It runs once the proxy is done,
+// before net/http writes the trailers.
+func (m *meterWriter) dropBrandTrailers() {
+	hdr := m.w.Header()
+	for _, name := range m.brandTrailers {
+		delete(hdr, name)
+	}
+	prefix := m.h.rt.Headers.Prefix
+	for name := range hdr {
+		if t, ok := strings.CutPrefix(name, http.TrailerPrefix); ok && hasBrandPrefix(t, prefix) {
+			delete(hdr, name)
+		}
+	}
+}
+
+func httpHasValue(h http.Header, key string) bool {
+	for _, v := range h[key] {
+		if v != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// encodePkg is the package of Caddy's encode handler, whose response
+// writer compresses what passes through it.
+const encodePkg = "github.com/caddyserver/caddy/v2/modules/caddyhttp/encode"
+
+// behindEncoder reports whether w, or a writer it wraps, is Caddy's
+// encode handler's: what is written to w then reaches the caller
+// compressed.
+func behindEncoder(w http.ResponseWriter) bool {
+	for range 16 {
+		t := reflect.TypeOf(w)
+		if t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if t.PkgPath() == encodePkg {
+			return true
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return false
+		}
+		w = u.Unwrap()
+	}
+	return false
 }

@@ -113,7 +113,13 @@ func (ww *wrappedWriter) delivers(proxyErr error) bool {
 		return true
 	}
 	ok := ww.status >= 200 && ww.status < 300
-	return !ok || proxyErr == nil && ww.size <= ww.limit
+	if !ok {
+		// A 3xx reaches the caller as a 502 service_error, an error
+		// instead of the answer (as a 2xx that cannot be wrapped): not
+		// charged. A 4xx is, as raw.
+		return ww.status >= 400
+	}
+	return proxyErr == nil && ww.size <= ww.limit
 }
 
 func (ww *wrappedWriter) Write(b []byte) (int, error) {
