@@ -136,6 +136,29 @@ func TestUsageReport(t *testing.T) {
 		if resp.StatusCode != 200 || resp.Header.Get("Idempotent-Replayed") != "" || len(g.ledger("u-idem")) != 2 {
 			t.Errorf("other service, same key: %d %s", resp.StatusCode, out)
 		}
+		// A retry signs afresh: another timestamp, the same report, replayed.
+		resp, out = usagePost(t, usageSigned{URL: usageReportURL, Secret: usageSecret, Body: usageReportBody("u-idem", "svc", "1234.5", now.Unix()+1), Header: []string{"Idempotency-Key", "batch-7"}})
+		if resp.StatusCode != 200 || resp.Header.Get("Idempotent-Replayed") != "true" || string(out) != answers[0] {
+			t.Errorf("a retry with a new timestamp: %d %s", resp.StatusCode, out)
+		}
+		// The key reused for another report (another user, other units)
+		// was answered with the first report's body and counted nothing,
+		// silently: it is refused, and the backend can send it again
+		// under a key of its own.
+		g.subscribe("u-idem2", "svc", "tokens", "ACTIVE")
+		for _, body := range []string{usageReportBody("u-idem2", "svc", "5", now.Unix()), usageReportBody("u-idem", "svc", "5", now.Unix())} {
+			resp, out = usagePost(t, usageSigned{URL: usageReportURL, Secret: usageSecret, Body: body, Header: []string{"Idempotency-Key", "batch-7"}})
+			if resp.StatusCode != 400 || errorCode(t, resp, out) != "invalid_request" || !strings.Contains(string(out), "another report") || resp.Header.Get("Idempotent-Replayed") != "" {
+				t.Errorf("the key reused for %s: %d %s", body, resp.StatusCode, out)
+			}
+		}
+		if es := g.ledger("u-idem"); len(es) != 2 || len(g.ledger("u-idem2")) != 0 {
+			t.Errorf("ledger after reused keys: %+v", es)
+		}
+		resp, out = usagePost(t, usageSigned{URL: usageReportURL, Secret: usageSecret, Body: usageReportBody("u-idem2", "svc", "5", now.Unix()), Header: []string{"Idempotency-Key", "batch-8"}})
+		if resp.StatusCode != 200 || len(g.ledger("u-idem2")) != 1 {
+			t.Errorf("the report under its own key: %d %s", resp.StatusCode, out)
+		}
 	})
 
 	g.subscribe("u-bad", "svc", "basic", "ACTIVE")

@@ -3,6 +3,7 @@ package usagehandler
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -99,7 +100,14 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 	})
 	switch {
 	case errors.Is(err, store.ErrReplayed):
-		// A retry of a report already recorded: the first answer again.
+		// A retry of a report already recorded: the first answer again,
+		// if it is the same report. A key reused for another user or
+		// other units was answered with the first report's body, and the
+		// second report was never counted, silently.
+		if e := sameReport(body, rep, idem); e != nil {
+			h.refuse(w, r, e)
+			return
+		}
 		w.Header().Set("Idempotent-Replayed", "true")
 	case errors.Is(err, store.ErrNoAccount):
 		// Gone since it was read.
@@ -112,6 +120,24 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 		h.rt.CountUnits(svc.ID, store.SourceReport, int64(rep.Units))
 	}
 	writeJSON(w, http.StatusOK, body)
+}
+
+// sameReport checks that rep is the report first recorded under its
+// Idempotency-Key, whose answer is first: the same user and units (its
+// timestamp and requestId may differ, as a retry signs afresh). An answer
+// that cannot be read is taken as the same.
+func sameReport(first []byte, rep usageReport, key string) *apierror.Error {
+	var was struct {
+		UserID    string `json:"userId"`
+		Breakdown struct {
+			UnitsUsed billing.Units `json:"unitsUsed"`
+		} `json:"breakdown"`
+	}
+	if json.Unmarshal(first, &was) != nil || was.UserID == rep.UserID && was.Breakdown.UnitsUsed == rep.Units {
+		return nil
+	}
+	return apierror.Invalid("Idempotency-Key", fmt.Sprintf("Idempotency-Key %s was used for another report (userId %s, unitsUsed %s): a retry repeats its report, and another report needs a key of its own; nothing was recorded",
+		apierror.QuoteID(key), apierror.QuoteID(was.UserID), was.Breakdown.UnitsUsed))
 }
 
 // parseReport validates the report fields after the signature holds.

@@ -17,12 +17,25 @@ import (
 type statusResponse struct {
 	RequestID          string        `json:"requestId"`
 	Status             string        `json:"status"`
-	StartTime          time.Time     `json:"startTime"`
+	StartTime          millisTime    `json:"startTime"`
 	CurrentStage       *string       `json:"currentStage"`
 	PercentageComplete float64       `json:"percentageComplete"`
 	ErrorMessage       *string       `json:"errorMessage"`
 	ElapsedHours       float64       `json:"elapsedHours"`
 	CurrentCost        billing.Units `json:"currentCost"`
+}
+
+// millisTime is a time as the job routes write it: UTC, RFC 3339 with
+// milliseconds, always three digits ("2026-05-01T10:00:00.000Z"), as a
+// wrapped answer's completedAt. time.Time wrote 0 to 9 digits, as many as
+// the store kept (nanoseconds in bbolt, microseconds in PostgreSQL).
+type millisTime time.Time
+
+func (t millisTime) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 0, 26)
+	b = append(b, '"')
+	b = time.Time(t).UTC().AppendFormat(b, "2006-01-02T15:04:05.000Z")
+	return append(b, '"'), nil
 }
 
 // resultResponse is a completed job's result.
@@ -32,7 +45,7 @@ type resultResponse struct {
 	Result      *string   `json:"result"`
 	ContentType *string   `json:"contentType"`
 	ResultURL   *string   `json:"resultUrl"`
-	CompletedAt time.Time `json:"completedAt"`
+	CompletedAt millisTime `json:"completedAt"`
 	// Size is the result's length in bytes as the backend sent it, before
 	// the inline cap; Truncated says the inline result was cut.
 	Size      int  `json:"size"`
@@ -95,7 +108,7 @@ func (h *Handler) result(w http.ResponseWriter, r *http.Request, id string) {
 			Result:      nonEmpty(job.Result),
 			ContentType: nonEmpty(job.ContentType),
 			ResultURL:   nonEmpty(job.ResultURL),
-			CompletedAt: job.CompletedAt.UTC(),
+			CompletedAt: millisTime(job.CompletedAt),
 			Size:        job.ResultSize,
 			Truncated:   job.ResultTruncated,
 		})
@@ -118,7 +131,7 @@ func statusOf(j store.Job, now time.Time) statusResponse {
 	return statusResponse{
 		RequestID:          j.ID,
 		Status:             j.Status,
-		StartTime:          j.CreatedAt.UTC(),
+		StartTime:          millisTime(j.CreatedAt),
 		CurrentStage:       nonEmpty(j.Stage),
 		PercentageComplete: j.PercentageComplete,
 		ErrorMessage:       nonEmpty(j.ErrorMessage),

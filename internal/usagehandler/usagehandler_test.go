@@ -1,6 +1,7 @@
 package usagehandler
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -206,5 +207,18 @@ func TestStatusOf(t *testing.T) {
 	s := statusOf(effective(j, start.Add(30*time.Hour)), start.Add(30*time.Hour))
 	if s.Status != store.JobFailed || s.ErrorMessage == nil || *s.ErrorMessage != engine.JobExpiredMessage || s.ElapsedHours != 24 {
 		t.Errorf("overdue: %+v", s)
+	}
+	// startTime always has three decimals, whatever the store kept: it
+	// had 0 to 9 (nanoseconds in bbolt, microseconds in PostgreSQL).
+	for at, want := range map[time.Time]string{
+		start:                                  `"2024-01-01T00:00:00.000Z"`,
+		start.Add(123456789 * time.Nanosecond): `"2024-01-01T00:00:00.123Z"`,
+		start.Add(5 * time.Microsecond).In(time.FixedZone("x", 3600)): `"2024-01-01T00:00:00.000Z"`,
+	} {
+		j.CreatedAt = at
+		b, _ := json.Marshal(statusOf(j, start))
+		if !strings.Contains(string(b), `"startTime":`+want+`,`) {
+			t.Errorf("created %s: %s, want startTime %s", at, b, want)
+		}
 	}
 }
