@@ -141,6 +141,8 @@ func totalsRows(t store.Totals) [][2]string {
 		{"ledger entries", fmt.Sprint(t.Ledger)},
 		{"ledger units", t.LedgerUnits.String()},
 		{"ledger cost", t.LedgerCost.String()},
+		{"hourly rollups: calls", fmt.Sprint(t.RollupCalls)},
+		{"hourly rollups: units", t.RollupUnits.String()},
 		{"jobs", fmt.Sprint(t.Jobs)},
 		{"open jobs holding units", fmt.Sprint(t.JobHolds)},
 		{"idempotency claims", fmt.Sprint(t.Idempotency)},

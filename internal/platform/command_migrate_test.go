@@ -183,3 +183,97 @@ func TestStoreMigrate(t *testing.T) {
 		t.Errorf("finished job after the move: %+v, %v", got, err)
 	}
 }
+
+// TestStoreMigratePrunedLedger: a file whose oldest rows were pruned
+// keeps their hourly rollups and its ledger numbering. A migrate made the
+// rollups of the rows it copied only, so the sums of every pruned hour
+// were lost (usage by hour, the charts), and the target numbered its next
+// row after the last copied one: a ledger id (led_1, …) handed out a
+// second time. Both travel now, and the migrate compares the rollups'
+// sums too.
+func TestStoreMigratePrunedLedger(t *testing.T) {
+	ctx := context.Background()
+	whole := billing.Whole
+	p := billing.Product{ID: "payg", BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerRequest, Price: whole(1)}
+	a := store.Account{UserID: "alice", ServiceID: "svc", Product: p}
+	path := filepath.Join(t.TempDir(), "platform.db")
+	src, err := boltstore.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().UTC().Add(-90 * 24 * time.Hour).Truncate(time.Hour)
+	if _, err := src.PutSubscription(ctx, store.Subscription{UserID: "alice", ServiceID: "svc", ProductID: "payg", Status: "ACTIVE",
+		StartedAt: old.Add(-time.Hour), UpdatedAt: old}); err != nil {
+		t.Fatal(err)
+	}
+	settle := func(at time.Time) store.LedgerEntry {
+		t.Helper()
+		res, err := src.Reserve(ctx, a, whole(1), at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := src.Settle(ctx, res, whole(1), store.LedgerEntry{Time: at, UserID: "alice", ServiceID: "svc", EndpointID: "ep",
+			ProductID: "payg", Source: store.SourceGateway})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	for i := range 3 {
+		settle(old.Add(time.Duration(i) * time.Minute))
+	}
+	if err := src.ScanLedger(ctx, store.LedgerFilter{}, func(store.LedgerEntry) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := src.PruneLedger(ctx, old.Add(24*time.Hour)); err != nil || res.Rows != 3 {
+		t.Fatalf("prune: %+v, %v", res, err)
+	}
+	last := settle(time.Now().UTC())
+	var want []store.Rollup
+	if err := src.ScanRollups(ctx, store.RollupFilter{}, func(r store.Rollup) error { want = append(want, r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(want) != 2 || want[0].Calls != 3 {
+		t.Fatalf("rollups before the move: %+v", want)
+	}
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	dsn := pgtest.DB(t)
+	if out, err := cliRun(t, "store", "migrate", "--to", "postgres", "--dsn", dsn, path); err != nil {
+		t.Fatalf("migrate: %v\n%s", err, out)
+	}
+	dst, err := pgstore.Open(ctx, pgstore.Options{DSN: dsn, NodeID: "check"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	var got []store.Rollup
+	if err := dst.ScanRollups(ctx, store.RollupFilter{}, func(r store.Rollup) error { got = append(got, r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("rollups after the move: %+v, want %+v", got, want)
+	}
+	for i := range want {
+		w, g := want[i], got[i]
+		if !g.Hour.Equal(w.Hour) || g.UserID != w.UserID || g.EndpointID != w.EndpointID || g.ProductID != w.ProductID ||
+			g.Calls != w.Calls || g.Units != w.Units || g.Cost != w.Cost {
+			t.Errorf("rollup %d after the move: %+v, want %+v", i, g, w)
+		}
+	}
+	_, err = dst.Record(ctx, a, store.LedgerEntry{Time: time.Now().UTC(), UserID: "alice", ServiceID: "svc", ProductID: "payg",
+		Units: whole(1), Source: store.SourceReport, IdempotencyKey: "k1"},
+		func(store.LedgerEntry, billing.State) ([]byte, error) { return []byte("{}"), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	if err := dst.ScanLedger(ctx, store.LedgerFilter{}, func(e store.LedgerEntry) error { ids = append(ids, e.ID); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 2 || ids[0] != last.ID || ids[1] == "led_1" || ids[1] == last.ID {
+		t.Fatalf("ledger ids after the move and one more row: %v; the copied row is %s, and ids 1 to 3 were handed out before the prune", ids, last.ID)
+	}
+}

@@ -54,6 +54,10 @@ type Totals struct {
 	Ledger        int
 	LedgerUnits   billing.Units
 	LedgerCost    billing.Units
+	// RollupCalls and RollupUnits sum the hourly rollups, which outlive
+	// pruned rows.
+	RollupCalls   int64
+	RollupUnits   billing.Units
 	Jobs          int
 	JobHolds      int
 	Idempotency   int
@@ -82,6 +86,13 @@ type Importer interface {
 	// ImportLedger appends entries keeping their ID, Seq and Time; later
 	// entries of the store number after the highest Seq imported.
 	ImportLedger(ctx context.Context, es []LedgerEntry) error
+	// ImportLedgerHistory takes what a pruned ledger keeps beyond its
+	// rows: the hourly rollups of rows no longer there (added to the
+	// rollups the store made of the rows ImportLedger took), and the
+	// highest sequence number ever handed out, after which the store
+	// numbers its next entries (ledger ids are never given twice). Called
+	// after ImportLedger, in batches of rollups, each with lastSeq.
+	ImportLedgerHistory(ctx context.Context, pruned []Rollup, lastSeq uint64) error
 	// ImportJobs stores jobs as given and takes the holds of the open
 	// ones (each hold names its job).
 	ImportJobs(ctx context.Context, js []Job, holds []JobHold) error

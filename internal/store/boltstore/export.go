@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -157,19 +160,76 @@ func splitUserService(k []byte) (user, service string, ok bool) {
 	return "", "", false
 }
 
-// exportLedger hands over the ledger of record, read from its segments.
+// exportLedger hands over the ledger of record, read from its segments,
+// then what pruning left of the rows it removed (ImportLedgerHistory):
+// the rollups less what the remaining rows account for, and the highest
+// sequence number handed out. A migrate dropped both: the hourly sums of
+// pruned rows were lost, and the target numbered its next rows from the
+// last remaining one, giving ledger ids (led_1, …) a second time.
 func (s *Store) exportLedger(ctx context.Context, to store.Importer, n int, t *store.Totals) error {
+	type rollupKey struct {
+		hour                             int64
+		user, service, endpoint, product string
+	}
+	rollups := map[rollupKey]*store.Rollup{}
+	err := s.ScanRollups(ctx, store.RollupFilter{}, func(r store.Rollup) error {
+		t.RollupCalls += r.Calls
+		t.RollupUnits += r.Units
+		rollups[rollupKey{r.Hour.Unix(), r.UserID, r.ServiceID, r.EndpointID, r.ProductID}] = &r
+		return nil
+	})
+	if err != nil {
+		return err
+	}
 	b := &batcher[store.LedgerEntry]{n: n, flush: func(es []store.LedgerEntry) error { return to.ImportLedger(ctx, es) }}
-	err := s.ScanLedger(ctx, store.LedgerFilter{}, func(e store.LedgerEntry) error {
+	err = s.ScanLedger(ctx, store.LedgerFilter{}, func(e store.LedgerEntry) error {
 		t.Ledger++
 		t.LedgerUnits += e.Units
 		t.LedgerCost += e.Cost
+		if r := rollups[rollupKey{e.Time.UTC().Truncate(time.Hour).Unix(), e.UserID, e.ServiceID, e.EndpointID, e.ProductID}]; r != nil {
+			r.Calls--
+			r.Units -= e.Units
+			r.Overage -= e.Overage
+			r.Cost -= e.Cost
+			if e.UnitsClaimed != 0 {
+				r.Capped--
+			}
+		}
 		return b.add(e)
 	})
 	if err != nil {
 		return err
 	}
-	return b.done()
+	if err := b.done(); err != nil {
+		return err
+	}
+	var lastSeq uint64
+	if err := s.view(func(tx *bolt.Tx) error {
+		lastSeq = max(markerU64(tx.Bucket(bucketMarker), keyLedgerSeq), s.led.LastSeq())
+		return nil
+	}); err != nil {
+		return err
+	}
+	var pruned []store.Rollup
+	for _, r := range rollups {
+		if r.Calls > 0 {
+			pruned = append(pruned, *r)
+		}
+	}
+	slices.SortFunc(pruned, func(a, b store.Rollup) int {
+		if c := a.Hour.Compare(b.Hour); c != 0 {
+			return c
+		}
+		return strings.Compare(a.UserID+"\x00"+a.ServiceID+"\x00"+a.EndpointID+"\x00"+a.ProductID,
+			b.UserID+"\x00"+b.ServiceID+"\x00"+b.EndpointID+"\x00"+b.ProductID)
+	})
+	for len(pruned) > n {
+		if err := to.ImportLedgerHistory(ctx, pruned[:n], lastSeq); err != nil {
+			return err
+		}
+		pruned = pruned[n:]
+	}
+	return to.ImportLedgerHistory(ctx, pruned, lastSeq)
 }
 
 func exportJobs(ctx context.Context, tx *bolt.Tx, to store.Importer, n int, t *store.Totals) error {

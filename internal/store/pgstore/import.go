@@ -99,6 +99,24 @@ func (s *Store) ImportLedger(ctx context.Context, es []store.LedgerEntry) error 
 	return s.importBatch(ctx, b)
 }
 
+// ImportLedgerHistory adds the rollups of pruned rows to those of the
+// imported rows, and moves the ledger's sequence past lastSeq.
+func (s *Store) ImportLedgerHistory(ctx context.Context, pruned []store.Rollup, lastSeq uint64) error {
+	b := &pgx.Batch{}
+	for _, r := range pruned {
+		b.Queue(`INSERT INTO ledger_rollups AS r (hour, user_id, service_id, endpoint_id, product_id, calls, units, overage, cost, capped)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+			ON CONFLICT (hour, user_id, service_id, endpoint_id, product_id) DO UPDATE SET
+				calls = r.calls + EXCLUDED.calls, units = r.units + EXCLUDED.units, overage = r.overage + EXCLUDED.overage,
+				cost = r.cost + EXCLUDED.cost, capped = r.capped + EXCLUDED.capped`,
+			r.Hour.UTC().Truncate(time.Hour), r.UserID, r.ServiceID, r.EndpointID, r.ProductID, r.Calls, int64(r.Units), int64(r.Overage), int64(r.Cost), r.Capped)
+	}
+	if lastSeq > 0 {
+		b.Queue("SELECT setval(pg_get_serial_sequence('ledger', 'seq'), greatest((SELECT max(seq) FROM ledger), $1::bigint, 1))", int64(lastSeq))
+	}
+	return s.importBatch(ctx, b)
+}
+
 // ImportJobs stores jobs and, for the open ones that held units, takes
 // their holds again as CreateJobReserved does: a lease row held by the
 // job, counted in the allowance and the subscription's held credits.
@@ -225,7 +243,15 @@ func (s *Store) Totals(ctx context.Context) (store.Totals, error) {
 		t.LedgerCost += e.Cost
 		return nil
 	})
-	return t, err
+	if err != nil {
+		return t, err
+	}
+	var rollupUnits int64
+	if err := s.pool.QueryRow(ctx, "SELECT coalesce(sum(calls), 0), coalesce(sum(units), 0) FROM ledger_rollups").Scan(&t.RollupCalls, &rollupUnits); err != nil {
+		return t, s.fail(err)
+	}
+	t.RollupUnits = billing.Units(rollupUnits)
+	return t, nil
 }
 
 var _ store.PaymentsImporter = (*Store)(nil)
