@@ -56,13 +56,13 @@ type Totals struct {
 	LedgerCost    billing.Units
 	// RollupCalls and RollupUnits sum the hourly rollups, which outlive
 	// pruned rows.
-	RollupCalls   int64
-	RollupUnits   billing.Units
-	Jobs          int
-	JobHolds      int
-	Idempotency   int
-	Alerts        int
-	Audit         int
+	RollupCalls int64
+	RollupUnits billing.Units
+	Jobs        int
+	JobHolds    int
+	Idempotency int
+	Alerts      int
+	Audit       int
 	// The payments data (PaymentsImporter).
 	PaymentRecords  int
 	CreditGrants    int

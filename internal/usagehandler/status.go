@@ -40,11 +40,11 @@ func (t millisTime) MarshalJSON() ([]byte, error) {
 
 // resultResponse is a completed job's result.
 type resultResponse struct {
-	RequestID   string    `json:"requestId"`
-	Status      string    `json:"status"`
-	Result      *string   `json:"result"`
-	ContentType *string   `json:"contentType"`
-	ResultURL   *string   `json:"resultUrl"`
+	RequestID   string     `json:"requestId"`
+	Status      string     `json:"status"`
+	Result      *string    `json:"result"`
+	ContentType *string    `json:"contentType"`
+	ResultURL   *string    `json:"resultUrl"`
 	CompletedAt millisTime `json:"completedAt"`
 	// Size is the result's length in bytes as the backend sent it, before
 	// the inline cap; Truncated says the inline result was cut.
