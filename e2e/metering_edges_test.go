@@ -69,8 +69,13 @@ func TestLargeCallNeverLocksCallerOut(t *testing.T) {
 			// and cut at the limit (claims past it are not charged), and
 			// then nothing is left for another call.
 			call(t, "POST", invokeURL("lock", "units")+"?n=30", key, "x")
-			if resp, body := call(t, "POST", invokeURL("lock", "units")+"?n=1", key, "x"); resp.StatusCode == http.StatusOK {
+			resp, body := call(t, "POST", invokeURL("lock", "units")+"?n=1", key, "x")
+			if resp.StatusCode == http.StatusOK {
 				t.Fatalf("a call past the limit was served: %s", body)
+			}
+			// The refusal names what a call costs, not the estimate.
+			if p == "prepaid" && !strings.Contains(string(body), "this call costs 1 ") {
+				t.Errorf("refusal past the limit: %d %s", resp.StatusCode, body)
 			}
 			if got := ledgerSum(g.ledger(user)); got != billing.Whole(100) {
 				t.Fatalf("charged %s, want the 100 units of the limit", got)

@@ -100,6 +100,8 @@ func (h *Handler) createJob(ctx context.Context, c *call, job store.Job) *apierr
 		// locks the caller out of the rest.
 		if fit := billing.Fit(c.account.Product, res.State, hold); fit >= cost {
 			res, err = h.rt.Jobs().CreateJobReserved(ctx, job, c.account, fit, c.started)
+		} else if d := billing.Decide(c.account.Product, res.State, cost); !d.Allowed {
+			res.Decision = d // the refusal names the cost, not the estimate
 		}
 	}
 	if errors.Is(err, store.ErrNoAccount) {

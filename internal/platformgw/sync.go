@@ -35,6 +35,10 @@ func (h *Handler) reserve(r *http.Request, c *call) (store.Reservation, *apierro
 		// docs/wire-contract.md ("Claims past a hard limit").
 		if fit := billing.Fit(c.account.Product, res.State, hold); fit >= cost {
 			res, err = h.rt.Meter().Reserve(r.Context(), c.account, fit, c.started)
+		} else if d := billing.Decide(c.account.Product, res.State, cost); !d.Allowed {
+			// Refused all the same: the caller is told what a call costs,
+			// not the estimate ("this call costs 60" of a 1-unit call).
+			res.Decision = d
 		}
 	}
 	if errors.Is(err, store.ErrNoAccount) {
