@@ -31,6 +31,10 @@ func TestLargeCallNeverLocksCallerOut(t *testing.T) {
 			endpoint units {
 				path /units
 			}
+			endpoint free {
+				path /units
+				cost 0
+			}
 			product tokens {
 				billing SUBSCRIPTION
 				measurement PER_TOKEN
@@ -82,6 +86,22 @@ func TestLargeCallNeverLocksCallerOut(t *testing.T) {
 			}
 		})
 	}
+	// An endpoint of cost 0 holds nothing of its own: with nothing left,
+	// "what is left covers the cost" held for every call, and each was
+	// served free past the limit.
+	t.Run("cost 0", func(t *testing.T) {
+		g.subscribe("lock-free", "lock", "tokens", "ACTIVE")
+		key, _ := g.newKey("lock-free")
+		served := 0
+		for range 10 {
+			if resp, _ := call(t, "POST", invokeURL("lock", "free")+"?n=60", key, "x"); resp.StatusCode == http.StatusOK {
+				served++
+			}
+		}
+		if got := ledgerSum(g.ledger("lock-free")); served > 2 || got != billing.Whole(100) {
+			t.Fatalf("%d of 10 calls stating 60 served on a quota of 100, %s charged; want 2 served (the second cut at the limit), 100 charged", served, got)
+		}
+	})
 }
 
 // meterEdgesBackend answers per ?mode=: units in a trailer (announced,

@@ -277,3 +277,46 @@ func TestStoreMigratePrunedLedger(t *testing.T) {
 		t.Fatalf("ledger ids after the move and one more row: %v; the copied row is %s, and ids 1 to 3 were handed out before the prune", ids, last.ID)
 	}
 }
+
+// TestStoreMigrateForgottenRollups: rows kept whose rollups were
+// forgotten (rollup_retention shorter than the rows' age) move, and the
+// target makes their rollups again: the totals compared count them so.
+func TestStoreMigrateForgottenRollups(t *testing.T) {
+	ctx := context.Background()
+	p := billing.Product{ID: "payg", BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerRequest, Price: billing.Whole(1)}
+	a := store.Account{UserID: "bob", ServiceID: "svc", Product: p}
+	path := filepath.Join(t.TempDir(), "platform.db")
+	src, err := boltstore.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().UTC().Add(-60 * 24 * time.Hour).Truncate(time.Hour)
+	if _, err := src.PutSubscription(ctx, store.Subscription{UserID: "bob", ServiceID: "svc", ProductID: "payg", Status: "ACTIVE",
+		StartedAt: old.Add(-time.Hour), UpdatedAt: old}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		at := old.Add(time.Duration(i) * time.Minute)
+		res, err := src.Reserve(ctx, a, billing.Whole(1), at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := src.Settle(ctx, res, billing.Whole(1), store.LedgerEntry{Time: at, UserID: "bob", ServiceID: "svc", EndpointID: "ep",
+			ProductID: "payg", Source: store.SourceGateway}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := src.ScanLedger(ctx, store.LedgerFilter{}, func(store.LedgerEntry) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := src.PruneRollups(ctx, old.Add(24*time.Hour)); err != nil || n == 0 {
+		t.Fatalf("prune rollups: %d, %v", n, err)
+	}
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dsn := pgtest.DB(t)
+	if out, err := cliRun(t, "store", "migrate", "--to", "postgres", "--dsn", dsn, path); err != nil {
+		t.Fatalf("migrate of rows whose rollups were forgotten: %v\n%s", err, out)
+	}
+}

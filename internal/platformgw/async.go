@@ -98,7 +98,7 @@ func (h *Handler) createJob(ctx context.Context, c *call, job store.Job) *apierr
 		// As a sync call (reserve): an estimate that does not fit holds
 		// what is left when that covers the cost, so one large job never
 		// locks the caller out of the rest.
-		if fit := billing.Fit(c.account.Product, res.State, hold); fit >= cost {
+		if fit := billing.Fit(c.account.Product, res.State, hold); fit > 0 && fit >= cost {
 			res, err = h.rt.Jobs().CreateJobReserved(ctx, job, c.account, fit, c.started)
 		} else if d := billing.Decide(c.account.Product, res.State, cost); !d.Allowed {
 			res.Decision = d // the refusal names the cost, not the estimate

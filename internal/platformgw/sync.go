@@ -33,7 +33,9 @@ func (h *Handler) reserve(r *http.Request, c *call) (store.Reservation, *apierro
 		// cost), the call holds all of it: one such call at a time, at
 		// most its claim past the limit uncharged, the bound of
 		// docs/wire-contract.md ("Claims past a hard limit").
-		if fit := billing.Fit(c.account.Product, res.State, hold); fit >= cost {
+		// fit > 0: with cost 0, nothing left is no hold at all, and every
+		// call would be served free past the limit.
+		if fit := billing.Fit(c.account.Product, res.State, hold); fit > 0 && fit >= cost {
 			res, err = h.rt.Meter().Reserve(r.Context(), c.account, fit, c.started)
 		} else if d := billing.Decide(c.account.Product, res.State, cost); !d.Allowed {
 			// Refused all the same: the caller is told what a call costs,
@@ -422,6 +424,12 @@ func (m *meterWriter) writeInformational(status int) {
 }
 
 func (m *meterWriter) Write(b []byte) (int, error) {
+	if m.callerGone {
+		// Nothing reaches a caller that left: a body the backend sent
+		// with a 499 of its own as the caller went does not make the call
+		// a 200.
+		return len(b), nil
+	}
 	if !m.wroteHeader {
 		m.WriteHeader(http.StatusOK)
 	}
@@ -540,8 +548,17 @@ func (m *meterWriter) dropBrandTrailerNames(hdr http.Header) {
 // never sees the X-<Brand>-Units header. It runs once the proxy is done,
 // before net/http writes the trailers.
 func (m *meterWriter) dropBrandTrailers() {
+	if len(m.brandTrailers) == 0 && !m.c.fwd.hadTrailers() {
+		return // the usual answer: no trailers, nothing to scan
+	}
 	hdr := m.w.Header()
 	for _, name := range m.brandTrailers {
+		if name == m.h.requestIDKey {
+			// The gateway's own header: one value, the gateway's (a
+			// wrapped answer writes the header map after this).
+			hdr[name] = m.c.idValue[:]
+			continue
+		}
 		delete(hdr, name)
 	}
 	prefix := m.h.rt.Headers.Prefix
@@ -571,6 +588,9 @@ const encodePkg = "github.com/caddyserver/caddy/v2/modules/caddyhttp/encode"
 func behindEncoder(w http.ResponseWriter) bool {
 	for range 16 {
 		t := reflect.TypeOf(w)
+		if t == nil {
+			return false
+		}
 		if t.Kind() == reflect.Pointer {
 			t = t.Elem()
 		}

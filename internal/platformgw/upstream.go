@@ -2,11 +2,13 @@ package platformgw
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"io"
 	"maps"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -57,9 +59,12 @@ type forward struct {
 	reqUsed  bool
 	bodyUsed bool
 	// sentErr is the error of an earlier attempt that may have reached
-	// the backend (any error but a failed dial): a retry is refused with
-	// it (RoundTrip).
+	// the backend (any error but a failed connection: neverSent): a retry
+	// is refused with it (RoundTrip).
 	sentErr error
+	// resp is the backend's answer the proxy got, whose Trailer the
+	// metering reads once the body is done (hadTrailers).
+	resp *http.Response
 	// payload is the request body the proxy forwards (setBody), nil for
 	// none; payloadBody, reading it through payloadReader, is the body of
 	// the first attempt.
@@ -279,8 +284,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		req = out
 	}
 	resp, err := t.HTTPTransport.RoundTrip(req)
-	if err != nil && routed && !errors.As(err, new(reverseproxy.DialError)) {
+	if err != nil && routed && !neverSent(err) {
 		f.sentErr = err
+	}
+	if routed {
+		f.resp = resp
 	}
 	if err != nil || resp.Body == nil {
 		t.done()
@@ -304,6 +312,28 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp.Body = tb
 	return resp, nil
 }
+
+// neverSent reports whether a failed attempt certainly never sent the
+// request: the connection to the backend was not made (Caddy's DialError
+// is the TCP dial), or its TLS handshake failed (a certificate refused, a
+// handshake timeout, an alert), or the backend is not TLS at all.
+func neverSent(err error) bool {
+	var (
+		dial   reverseproxy.DialError
+		verify *tls.CertificateVerificationError
+		record tls.RecordHeaderError
+		alert  tls.AlertError
+	)
+	if errors.As(err, &dial) || errors.As(err, &verify) || errors.As(err, &record) || errors.As(err, &alert) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "TLS handshake timeout") || strings.Contains(msg, "server gave HTTP response to HTTPS client")
+}
+
+// hadTrailers reports whether the backend's answer carried trailers (read
+// once its body is done: undeclared ones arrive with its end).
+func (f *forward) hadTrailers() bool { return f.resp != nil && len(f.resp.Trailer) > 0 }
 
 // RequestHeaderOps declines the header operation Caddy's http transport
 // asks its proxy for when TLS is configured (as Provision does here): set

@@ -186,7 +186,13 @@ func (s *Store) exportLedger(ctx context.Context, to store.Importer, n int, t *s
 		t.Ledger++
 		t.LedgerUnits += e.Units
 		t.LedgerCost += e.Cost
-		if r := rollups[rollupKey{e.Time.UTC().Truncate(time.Hour).Unix(), e.UserID, e.ServiceID, e.EndpointID, e.ProductID}]; r != nil {
+		r := rollups[rollupKey{e.Time.UTC().Truncate(time.Hour).Unix(), e.UserID, e.ServiceID, e.EndpointID, e.ProductID}]
+		if r == nil {
+			// Its rollup was forgotten (rollup_retention) and the row
+			// kept: the target makes it again from the row.
+			t.RollupCalls++
+			t.RollupUnits += e.Units
+		} else {
 			r.Calls--
 			r.Units -= e.Units
 			r.Overage -= e.Overage
