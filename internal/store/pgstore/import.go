@@ -104,12 +104,7 @@ func (s *Store) ImportLedger(ctx context.Context, es []store.LedgerEntry) error 
 func (s *Store) ImportLedgerHistory(ctx context.Context, pruned []store.Rollup, lastSeq uint64) error {
 	b := &pgx.Batch{}
 	for _, r := range pruned {
-		b.Queue(`INSERT INTO ledger_rollups AS r (hour, user_id, service_id, endpoint_id, product_id, calls, units, overage, cost, capped)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-			ON CONFLICT (hour, user_id, service_id, endpoint_id, product_id) DO UPDATE SET
-				calls = r.calls + EXCLUDED.calls, units = r.units + EXCLUDED.units, overage = r.overage + EXCLUDED.overage,
-				cost = r.cost + EXCLUDED.cost, capped = r.capped + EXCLUDED.capped`,
-			r.Hour.UTC().Truncate(time.Hour), r.UserID, r.ServiceID, r.EndpointID, r.ProductID, r.Calls, int64(r.Units), int64(r.Overage), int64(r.Cost), r.Capped)
+		queueRollupAdd(b, r)
 	}
 	if lastSeq > 0 {
 		b.Queue("SELECT setval(pg_get_serial_sequence('ledger', 'seq'), greatest((SELECT max(seq) FROM ledger), $1::bigint, 1))", int64(lastSeq))

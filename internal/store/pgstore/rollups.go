@@ -265,13 +265,19 @@ func importRollups(b *pgx.Batch, es []store.LedgerEntry) {
 	})
 	for _, k := range keys {
 		r := sums[k]
-		b.Queue(`INSERT INTO ledger_rollups AS r (hour, user_id, service_id, endpoint_id, product_id, calls, units, overage, cost, capped)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-			ON CONFLICT (hour, user_id, service_id, endpoint_id, product_id) DO UPDATE SET
-				calls = r.calls + EXCLUDED.calls, units = r.units + EXCLUDED.units, overage = r.overage + EXCLUDED.overage,
-				cost = r.cost + EXCLUDED.cost, capped = r.capped + EXCLUDED.capped`,
-			k.hour, k.user, k.service, k.endpoint, k.product, r.Calls, int64(r.Units), int64(r.Overage), int64(r.Cost), r.Capped)
+		r.Hour, r.UserID, r.ServiceID, r.EndpointID, r.ProductID = k.hour, k.user, k.service, k.endpoint, k.product
+		queueRollupAdd(b, *r)
 	}
+}
+
+// queueRollupAdd adds r's sums to its hour's rollup (made if missing).
+func queueRollupAdd(b *pgx.Batch, r store.Rollup) {
+	b.Queue(`INSERT INTO ledger_rollups AS r (hour, user_id, service_id, endpoint_id, product_id, calls, units, overage, cost, capped)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+		ON CONFLICT (hour, user_id, service_id, endpoint_id, product_id) DO UPDATE SET
+			calls = r.calls + EXCLUDED.calls, units = r.units + EXCLUDED.units, overage = r.overage + EXCLUDED.overage,
+			cost = r.cost + EXCLUDED.cost, capped = r.capped + EXCLUDED.capped`,
+		r.Hour.UTC().Truncate(time.Hour), r.UserID, r.ServiceID, r.EndpointID, r.ProductID, r.Calls, int64(r.Units), int64(r.Overage), int64(r.Cost), r.Capped)
 }
 
 // rollupChunk is how many rollups one query reads.
