@@ -17,7 +17,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/apierror"
-	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/engine"
 	"github.com/platformgw/gateway/internal/signing"
 	"github.com/platformgw/gateway/internal/store"
@@ -92,16 +91,11 @@ func (h *Handler) invokeAsync(w http.ResponseWriter, r *http.Request, c *call, n
 // expiry), surviving restarts. A refusal stores nothing and becomes the
 // caller's error, with the codes a sync call gets.
 func (h *Handler) createJob(ctx context.Context, c *call, job store.Job) *apierror.Error {
-	hold, cost := h.rt.HoldUnits(c.account, c.ep), c.ep.UnitCost()
+	hold := h.rt.HoldUnits(c.account, c.ep)
 	res, err := h.rt.Jobs().CreateJobReserved(ctx, job, c.account, hold, c.started)
-	if err == nil && !res.Decision.Allowed && hold > cost {
-		// As a sync call (reserve): an estimate that does not fit holds
-		// what is left when that covers the cost, so one large job never
-		// locks the caller out of the rest.
-		if fit := billing.Fit(c.account.Product, res.State, hold); fit > 0 && fit >= cost {
+	if err == nil && !res.Decision.Allowed {
+		if fit := c.refit(hold, res.State, &res.Decision); fit > 0 { // as a sync call
 			res, err = h.rt.Jobs().CreateJobReserved(ctx, job, c.account, fit, c.started)
-		} else if d := billing.Decide(c.account.Product, res.State, cost); !d.Allowed {
-			res.Decision = d // the refusal names the cost, not the estimate
 		}
 	}
 	if errors.Is(err, store.ErrNoAccount) {

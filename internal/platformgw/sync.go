@@ -23,24 +23,11 @@ import (
 // reserve holds the call's units before it is forwarded and fills the
 // allowance the caller is shown.
 func (h *Handler) reserve(r *http.Request, c *call) (store.Reservation, *apierror.Error) {
-	hold, cost := h.rt.HoldUnits(c.account, c.ep), c.ep.UnitCost()
+	hold := h.rt.HoldUnits(c.account, c.ep)
 	res, err := h.rt.Meter().Reserve(r.Context(), c.account, hold, c.started)
-	if err == nil && !res.Decision.Allowed && hold > cost {
-		// The estimate is a guess from the caller's past calls, and falls
-		// only with calls that are served: refused, it never fell, and one
-		// large call locked the caller out of the rest of its quota or
-		// credits until a restart. Capped by what is left (never below
-		// cost), the call holds all of it: one such call at a time, at
-		// most its claim past the limit uncharged, the bound of
-		// docs/wire-contract.md ("Claims past a hard limit").
-		// fit > 0: with cost 0, nothing left is no hold at all, and every
-		// call would be served free past the limit.
-		if fit := billing.Fit(c.account.Product, res.State, hold); fit > 0 && fit >= cost {
+	if err == nil && !res.Decision.Allowed {
+		if fit := c.refit(hold, res.State, &res.Decision); fit > 0 {
 			res, err = h.rt.Meter().Reserve(r.Context(), c.account, fit, c.started)
-		} else if d := billing.Decide(c.account.Product, res.State, cost); !d.Allowed {
-			// Refused all the same: the caller is told what a call costs,
-			// not the estimate ("this call costs 60" of a 1-unit call).
-			res.Decision = d
 		}
 	}
 	if errors.Is(err, store.ErrNoAccount) {
@@ -172,6 +159,31 @@ func (m *meterWriter) end(delivered bool) {
 		m.settled = true
 		m.h.release(m.c, m.res)
 	}
+}
+
+// refit is what a call (or job) whose hold was refused holds instead, 0
+// for nothing. The hold is the caller's estimate when that is more than
+// the endpoint's cost (engine.HoldUnits), a guess from its past calls that
+// falls only with calls that are served: refused, it never fell, and one
+// large call locked the caller out of the rest of its quota or credits
+// until a restart. What is left, when something is and it covers the cost,
+// is held instead: one such call at a time, at most its claim past the
+// limit uncharged (docs/wire-contract.md, "Claims past a hard limit").
+// Nothing left (with cost 0, "covers the cost" holds for nothing) stays a
+// refusal, told what a call costs rather than the estimate: d is replaced
+// by the decision at cost when that refuses too.
+func (c *call) refit(hold billing.Units, st billing.State, d *billing.Decision) billing.Units {
+	cost := c.ep.UnitCost()
+	if hold <= cost {
+		return 0
+	}
+	if fit := billing.Fit(c.account.Product, st, hold); fit > 0 && fit >= cost {
+		return fit
+	}
+	if at := billing.Decide(c.account.Product, st, cost); !at.Allowed {
+		*d = at
+	}
+	return 0
 }
 
 // statusClientClosed is the status Caddy's reverse proxy writes when the
