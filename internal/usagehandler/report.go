@@ -127,12 +127,7 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 // timestamp and requestId may differ, as a retry signs afresh). An answer
 // that cannot be read is taken as the same.
 func sameReport(first []byte, rep usageReport, key string) *apierror.Error {
-	var was struct {
-		UserID    string `json:"userId"`
-		Breakdown struct {
-			UnitsUsed billing.Units `json:"unitsUsed"`
-		} `json:"breakdown"`
-	}
+	var was wire.ReportResult
 	if json.Unmarshal(first, &was) != nil || was.UserID == rep.UserID && was.Breakdown.UnitsUsed == rep.Units {
 		return nil
 	}
