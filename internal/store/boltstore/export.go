@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -222,13 +220,6 @@ func (s *Store) exportLedger(ctx context.Context, to store.Importer, n int, t *s
 			pruned = append(pruned, *r)
 		}
 	}
-	slices.SortFunc(pruned, func(a, b store.Rollup) int {
-		if c := a.Hour.Compare(b.Hour); c != 0 {
-			return c
-		}
-		return strings.Compare(a.UserID+"\x00"+a.ServiceID+"\x00"+a.EndpointID+"\x00"+a.ProductID,
-			b.UserID+"\x00"+b.ServiceID+"\x00"+b.EndpointID+"\x00"+b.ProductID)
-	})
 	for len(pruned) > n {
 		if err := to.ImportLedgerHistory(ctx, pruned[:n], lastSeq); err != nil {
 			return err
