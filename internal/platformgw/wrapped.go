@@ -11,6 +11,7 @@ import (
 
 	"github.com/platformgw/gateway/internal/apierror"
 	"github.com/platformgw/gateway/internal/signing"
+	"github.com/platformgw/gateway/internal/wire"
 )
 
 // wrappedWriter gives a sync invoke the answer of the upstream platform's
@@ -214,7 +215,7 @@ func (ww *wrappedWriter) finish(withheld bool, proxyErr error) {
 			contentType: backendType,
 			result:      ww.body.String(),
 			size:        ww.size,
-			completedAt: ww.h.rt.Now().UTC().Format("2006-01-02T15:04:05.000Z"),
+			completedAt: ww.h.rt.Now().UTC().Format(wire.TimeMillis),
 		}.appendJSON(make([]byte, 0, ww.body.Len()+256))
 		hdr.Set("Content-Type", "application/json")
 		hdr.Set("Content-Length", strconv.Itoa(len(body)))

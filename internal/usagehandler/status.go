@@ -11,6 +11,7 @@ import (
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/engine"
 	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/wire"
 )
 
 // statusResponse is a job's state as its caller polls it.
@@ -34,7 +35,7 @@ type millisTime time.Time
 func (t millisTime) MarshalJSON() ([]byte, error) {
 	b := make([]byte, 0, 26)
 	b = append(b, '"')
-	b = time.Time(t).UTC().AppendFormat(b, "2006-01-02T15:04:05.000Z")
+	b = time.Time(t).UTC().AppendFormat(b, wire.TimeMillis)
 	return append(b, '"'), nil
 }
 

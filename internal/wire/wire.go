@@ -121,6 +121,10 @@ func Str(p *string) string {
 	return *p
 }
 
+// TimeMillis is the layout of the times the job routes and a wrapped
+// answer write: UTC, RFC 3339 with milliseconds, always three digits.
+const TimeMillis = "2006-01-02T15:04:05.000Z"
+
 // UserIDRule says in words what ValidUserID accepts, for error messages.
 const UserIDRule = "1 to 128 bytes of printable text without '/' or surrounding spaces, and not '.' or '..'"
 
