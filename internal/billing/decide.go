@@ -29,6 +29,18 @@ type State struct {
 // API's summaries show it, all from here.
 func (s State) QuotaLeft(q Units) Units { return max(0, q-s.Used-s.Reserved) }
 
+// CreditsFree is the prepaid balance neither spent nor held by calls in
+// flight. It saturates: reports are charged past the balance (down to the
+// smallest Units, see Charge), and such a balance less a hold wrapped round
+// to a large positive one, on which every call was allowed.
+func (s State) CreditsFree() Units {
+	f := s.Credits - s.CreditsHeld
+	if s.CreditsHeld > 0 && f > s.Credits {
+		return math.MinInt64
+	}
+	return f
+}
+
 // SpendingCapLeft is what is left of a spending cap c in this state:
 // neither spent nor held, never below 0.
 func (s State) SpendingCapLeft(c Units) Units { return max(0, c-s.Spend-s.ReservedSpend) }
@@ -94,7 +106,7 @@ func insufficientCredits(p Product, s State, cost Units) string {
 		unit = "unit"
 	}
 	return fmt.Sprintf("not enough credits: the balance is %s, this call costs %s (%s per %s)",
-		s.Credits-s.CreditsHeld, cost, p.Price, unit)
+		s.CreditsFree(), cost, p.Price, unit)
 }
 
 // WithReset adds to a quota or spending cap refusal when the period resets
@@ -108,7 +120,7 @@ func judge(p Product, s State, units, overage, cost Units) Decision {
 	switch {
 	case overage > 0 && !p.OverageAllowed():
 		d.Allowed, d.Code, d.Reason = false, CodeQuotaExceeded, "quota for this period is used up"
-	case p.BillingModel == Prepaid && cost > s.Credits-s.CreditsHeld:
+	case p.BillingModel == Prepaid && cost > s.CreditsFree():
 		d.Allowed, d.Code, d.Reason = false, CodeInsufficientCredits, insufficientCredits(p, s, cost)
 	case p.SpendingCap != nil && addsSpend(p, s, units, cost) && spendAfter(p, s, units, cost) > *p.SpendingCap:
 		d.Allowed, d.Code, d.Reason = false, CodeQuotaExceeded, "spending cap for this period is reached"
@@ -268,7 +280,11 @@ type Breakdown struct {
 // estimate).
 func Summarize(p Product, s State, units Units, charged bool) Breakdown {
 	if !charged {
-		d := Decide(p, s, units)
+		// Priced as its settlement would be: against the settled usage.
+		// Decide prices the units behind the holds, and Charge's reprice
+		// then priced the holds past them again, counting the overage of
+		// the calls in flight twice in remainingSpendingCap.
+		d := DecideCharge(p, s, units)
 		s.Charge(p, d)
 	}
 	b := Breakdown{
@@ -283,7 +299,7 @@ func Summarize(p Product, s State, units Units, charged bool) Breakdown {
 		b.IsOverLimit = b.IsOverage && !p.OverageAllowed()
 	}
 	if p.BillingModel == Prepaid {
-		c := s.Credits - s.CreditsHeld
+		c := s.CreditsFree()
 		b.RemainingCredits = &c
 		b.IsOverLimit = b.IsOverLimit || s.Credits < 0
 	}

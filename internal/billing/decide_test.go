@@ -237,6 +237,16 @@ func TestSummarize(t *testing.T) {
 			UnitsUsed: whole(4), TotalUnitsUsedThisCycle: whole(4), RemainingCredits: ptr(whole(7))}},
 		{"prepaid overdrawn by a report", prepaid, billing.State{Used: whole(44), Credits: -whole(1)}, whole(44), true, billing.Breakdown{
 			UnitsUsed: whole(44), TotalUnitsUsedThisCycle: whole(44), IsOverLimit: true, RemainingCredits: ptr(-whole(1))}},
+		// 95 used and 5 held of a quota of 100, at 0.5 a unit past it: the
+		// estimate's 10 units and the 5 held end 10 past the quota together
+		// whichever settles first (5 of the cap of 10). Decide priced the
+		// 10 behind the holds (5 spent) and the holds were priced past them
+		// again (2.5 more): 2.5 of the cap shown left, not 5.
+		{"overage allowed, estimate behind holds counts them once", quotaAllow, billing.State{Used: whole(95), Reserved: whole(5)}, whole(10), false, billing.Breakdown{
+			UnitsUsed: whole(10), UnitsRemaining: ptr(0), TotalUnitsUsedThisCycle: whole(105), IsOverage: true, IsOverageAllowed: true,
+			RemainingSpendingCap: ptr(whole(5))}},
+		{"prepaid overdrawn to the floor with a hold does not wrap", prepaid, billing.State{Credits: math.MinInt64, CreditsHeld: whole(1)}, whole(4), false, billing.Breakdown{
+			UnitsUsed: whole(4), TotalUnitsUsedThisCycle: whole(4), IsOverLimit: true, RemainingCredits: ptr(math.MinInt64)}},
 		{"postpaid with cap", postpaidCap, billing.State{Used: whole(300), Spend: whole(3), ReservedSpend: whole(1)}, whole(100), true, billing.Breakdown{
 			UnitsUsed: whole(100), TotalUnitsUsedThisCycle: whole(300), RemainingSpendingCap: ptr(whole(1))}},
 		{"postpaid past the cap", postpaidCap, billing.State{Used: whole(600), Spend: whole(6)}, whole(100), true, billing.Breakdown{
@@ -253,6 +263,31 @@ func TestSummarize(t *testing.T) {
 				t.Errorf("Summarize =\n %s\nwant\n %s", showBreakdown(got), showBreakdown(tt.want))
 			}
 		})
+	}
+}
+
+// TestOverdrawnBalanceNeverWraps: reports are charged past a prepaid
+// balance, down to the smallest Units. Such a balance less a call's hold
+// wrapped round to a large positive one, and every call was allowed for
+// as long as something was held (an async job holds for up to job_ttl).
+func TestOverdrawnBalanceNeverWraps(t *testing.T) {
+	prepaid := billing.Product{ID: "p10", BillingModel: billing.Prepaid, MeasurementType: billing.PerRequest, Price: whole(10)}
+	s := billing.State{Credits: whole(10)}
+	s.Hold(prepaid, billing.Decide(prepaid, s, whole(1))) // a job in flight
+	huge := billing.Decide(prepaid, s, billing.MaxUnits)  // its cost saturates
+	s.Charge(prepaid, huge)                               // a report charged past the balance
+	s.Charge(prepaid, huge)
+	if s.Credits != math.MinInt64 || s.CreditsHeld <= 0 {
+		t.Fatalf("state %+v: want the balance at the floor and a hold", s)
+	}
+	if f := s.CreditsFree(); f != math.MinInt64 {
+		t.Errorf("CreditsFree = %v, want the floor", f)
+	}
+	if d := billing.Decide(prepaid, s, whole(1000)); d.Allowed || d.Code != billing.CodeInsufficientCredits {
+		t.Errorf("1000 units on an overdrawn balance: %+v, want insufficient_credits", d)
+	}
+	if d := billing.Decide(prepaid, s, 0); d.Allowed {
+		t.Errorf("0 units on an overdrawn balance allowed: %+v", d)
 	}
 }
 

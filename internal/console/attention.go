@@ -68,7 +68,7 @@ func (h *Handler) attention(ctx context.Context, now time.Time) ([]concern, bool
 				What: fmt.Sprintf("%s on %s (%s): %s at %d%%", sub.UserID, sub.ServiceID, ps.ProductID, l.What, l.Percent),
 				Link: h.link(nil, "users", sub.UserID), LinkTo: "Open " + sub.UserID})
 		}
-		if ps.BillingModel == billing.Prepaid && ps.Credits-ps.CreditsHeld <= 0 {
+		if ps.BillingModel == billing.Prepaid && ps.CreditsFree() <= 0 {
 			out = append(out, concern{Level: levelRed, Tag: "No credits left", UserID: sub.UserID,
 				What: fmt.Sprintf("%s on %s (%s): credit balance %s, calls refused until credits are added", sub.UserID, sub.ServiceID, ps.ProductID, ps.Credits),
 				Link: h.link(nil, "users", sub.UserID), LinkTo: "Add credits"})

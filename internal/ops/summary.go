@@ -46,6 +46,12 @@ type PeriodSummary struct {
 	CallsCutAtLimit int64 `json:"callsCutAtLimit,omitempty"`
 }
 
+// CreditsFree is the prepaid balance neither spent nor held by calls in
+// flight (billing.State.CreditsFree: it never wraps round).
+func (ps PeriodSummary) CreditsFree() billing.Units {
+	return billing.State{Credits: ps.Credits, CreditsHeld: ps.CreditsHeld}.CreditsFree()
+}
+
 // Summarize reads the billing period of sub that contains at, under the
 // product of the running catalog.
 func (o *Ops) Summarize(ctx context.Context, sub store.Subscription, at time.Time) (PeriodSummary, error) {

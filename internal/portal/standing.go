@@ -138,10 +138,10 @@ func refusedNow(ps ops.PeriodSummary, p *billing.Product) *callsRefused {
 	}
 	until := dateWords(ps.PeriodEnd)
 	switch {
-	case d.Code == billing.CodeInsufficientCredits && ps.Credits-ps.CreditsHeld <= 0:
+	case d.Code == billing.CodeInsufficientCredits && st.CreditsFree() <= 0:
 		r.Reason, r.Fix = "you have 0 credits left", "add credits"
 	case d.Code == billing.CodeInsufficientCredits:
-		r.Reason, r.Fix = "your credits ("+creditsText(ps.Credits-ps.CreditsHeld)+") do not cover a call", "add credits"
+		r.Reason, r.Fix = "your credits ("+creditsText(st.CreditsFree())+") do not cover a call", "add credits"
 	case p.Quota != nil && !p.OverageAllowed() && st.QuotaLeft(*p.Quota) < billing.Whole(1):
 		r.Reason, r.Fix = "quota used up until "+until, "wait for the next period, or ask your provider for a larger plan"
 	default:
