@@ -52,6 +52,11 @@ var (
 	// refused before it is forwarded. It clears by itself once a write
 	// commits again.
 	ErrUnavailable = errors.New("store unavailable")
+	// ErrBalanceRange says AddCredits would take a prepaid balance past
+	// what a balance holds (about ±9.2 trillion credits): nothing was
+	// changed. An embedded store wrapped round to a balance of the other
+	// sign.
+	ErrBalanceRange = errors.New("the balance would pass what a balance can hold")
 )
 
 // Store is the gateway's durable state.
@@ -242,6 +247,11 @@ type Meter interface {
 	Record(ctx context.Context, a Account, e LedgerEntry, response func(LedgerEntry, billing.State) ([]byte, error)) (stored []byte, err error)
 	// State returns the subscription's current period state.
 	State(ctx context.Context, a Account, now time.Time) (billing.State, error)
+	// Writable is nil when Reserve would take a hold now, else the error
+	// it would refuse with (ErrUnavailable while the store cannot write or
+	// cannot be reached). The pre-flight routes ask it before they answer
+	// that a call would be allowed.
+	Writable(ctx context.Context) error
 	// ScanLedger calls fn for each entry with from <= Time < to (zero
 	// bounds are open) in time order, stopping at fn's first error.
 	ScanLedger(ctx context.Context, f LedgerFilter, fn func(LedgerEntry) error) error

@@ -7,6 +7,7 @@ package usagehandler
 // billing decision the gateway uses, and never write to the store.
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -135,6 +136,9 @@ func (h *Handler) validateKey(w http.ResponseWriter, r *http.Request, c *coreCal
 		return
 	}
 	st, e := h.standingOf(r.Context(), svc, key.UserID)
+	if e == nil {
+		e = h.writable(r.Context(), c, svc, st)
+	}
 	if e != nil {
 		h.coreRefuse(w, r, c, e)
 		return
@@ -275,6 +279,9 @@ func (h *Handler) bearerUser(r *http.Request, c *coreCall) (string, *apierror.Er
 // means the answer is signed and carries the schema version and timestamp.
 func (h *Handler) estimate(w http.ResponseWriter, r *http.Request, c *coreCall, svc *catalog.Service, userID string, units billing.Units) {
 	st, e := h.standingOf(r.Context(), svc, userID)
+	if e == nil {
+		e = h.writable(r.Context(), c, svc, st)
+	}
 	if e != nil {
 		h.coreRefuse(w, r, c, e)
 		return
@@ -316,6 +323,22 @@ func (h *Handler) estimate(w http.ResponseWriter, r *http.Request, c *coreCall, 
 	}
 	h.rt.CountPreflight(c.kind.String(), svc.ID, outcome)
 	h.coreWrite(w, c, status, out)
+}
+
+// writable refuses a pre-flight answer for a subscriber while the store
+// would refuse the call's hold (docs/wire-contract.md, store_unavailable):
+// an estimate or a validation that says yes while every invoke is refused
+// and every report fails sends the backend to work it cannot be paid for.
+// A service owner calls free, with no hold, so it is asked nothing.
+func (h *Handler) writable(ctx context.Context, c *coreCall, svc *catalog.Service, st subscription.Access) *apierror.Error {
+	if st.Owner() {
+		return nil
+	}
+	if err := h.rt.Meter().Writable(ctx); err != nil {
+		return h.storeError(err, "recording usage", "store cannot take a hold",
+			zap.String("request_id", c.requestID), zap.String("service", svc.ID))
+	}
+	return nil
 }
 
 // estimateOf is the answer for units on top of state st under product p
@@ -533,7 +556,7 @@ func (h *Handler) coreRefuse(w http.ResponseWriter, r *http.Request, c *coreCall
 // Base64(HMAC-SHA256(newest secret, body + timestamp)), over the exact
 // bytes sent, with the timestamp in X-<Brand>-Timestamp.
 func (h *Handler) coreWrite(w http.ResponseWriter, c *coreCall, status int, v any) {
-	body, err := json.Marshal(v)
+	body, err := marshal(v)
 	if err != nil {
 		h.logger.Error("encode core answer", zap.String("request_id", c.requestID), zap.Error(err))
 		status, body = http.StatusInternalServerError, []byte(`{"code":"internal_error","message":"could not encode the answer"}`)
@@ -545,6 +568,20 @@ func (h *Handler) coreWrite(w http.ResponseWriter, c *coreCall, status int, v an
 		w.Header().Set(hd.Timestamp, c.ts)
 	}
 	writeJSON(w, status, body)
+}
+
+// marshal is json.Marshal without its HTML escapes: the wire contract's
+// bodies have '<', '>' and '&' as themselves (a unit label "Q&A" read
+// "Q\u0026A", a refusal's quoted id "a\u003cb"), as apierror.Encode
+// writes every refusal of the other routes.
+func marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte{'\n'}), nil
 }
 
 // requestID is the id of this HTTP request in logs and answers: Caddy's

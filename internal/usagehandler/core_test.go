@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http/httptest"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -250,5 +251,31 @@ func TestValidationMatchesUpstreamFixture(t *testing.T) {
 		`"unitLabel":"request","timestamp":1700000000,"error":null,"validationSchemaVersion":3}`
 	if string(b) != want {
 		t.Errorf("validation\n got %s\nwant %s", b, want)
+	}
+}
+
+// TestCoreAnswersWithoutHTMLEscapes: the pre-flight routes' answers and
+// refusals write '<', '>' and '&' as themselves, as the wire contract says
+// of every body (json.Marshal wrote a refusal's quoted id as "a\u003cb"
+// and a unit label "Q&A <token>" as "Q\u0026A \u003ctoken\u003e"). The
+// signature covers the bytes written.
+func TestCoreAnswersWithoutHTMLEscapes(t *testing.T) {
+	h := &Handler{rt: engine.New(engine.Runtime{})}
+	c := &coreCall{requestID: "rid"}
+	w := httptest.NewRecorder()
+	h.coreWrite(w, c, 404, apierror.New(apierror.ServiceNotFound, `no service "a<b&c>"`))
+	if got := w.Body.String(); !strings.Contains(got, `no service \"a<b&c>\"`) || strings.HasSuffix(got, "\n") {
+		t.Errorf("refusal body %q: want the id as written, no trailing newline", got)
+	}
+	p := billing.Product{ID: "p", BillingModel: billing.Prepaid, MeasurementType: billing.PerToken, UnitLabel: "Q&A <token>", Price: units("1")}
+	out, _ := estimateOf(&p, billing.State{}, units("2"))
+	w = httptest.NewRecorder()
+	h.coreWrite(w, c, 403, out)
+	if got := w.Body.String(); !strings.Contains(got, `"unitLabel":"Q&A <token>"`) {
+		t.Errorf("estimate body %q: want the unit label as written", got)
+	}
+	var back struct{ UnitLabel string }
+	if err := json.Unmarshal(w.Body.Bytes(), &back); err != nil || back.UnitLabel != "Q&A <token>" {
+		t.Errorf("the body does not read back: %v %+v", err, back)
 	}
 }

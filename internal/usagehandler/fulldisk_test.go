@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,6 +23,7 @@ import (
 	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/disktest"
 	"github.com/platformgw/gateway/internal/engine"
+	"github.com/platformgw/gateway/internal/servicekey"
 	"github.com/platformgw/gateway/internal/signing"
 	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/store/boltstore"
@@ -217,4 +219,67 @@ func TestFullDiskLogsOncePerBurst(t *testing.T) {
 	if len(lines) != 3 || lines[0].Message != "record report" || lines[0].ContextMap()["error"] == nil {
 		t.Errorf("%d handler error lines for 3 reports to a closed store, want 3 \"record report\" with the error: %v", len(lines), lines)
 	}
+}
+
+// TestPreflightRefusedWhileStoreCannotWrite: while the store cannot
+// write, an invoke is refused before it is forwarded (503
+// store_unavailable), and so are the pre-flight routes: an estimate said
+// wouldAllow and a validation valid while every call and report failed,
+// sending a backend to work it could not be paid for. When the disk has
+// room again they answer as before, by themselves: the pre-flight routes
+// probe the disk as invokes do, so a deployment that only reports and
+// estimates recovers too. A closed store is a 500, as for an invoke.
+func TestPreflightRefusedWhileStoreCannotWrite(t *testing.T) {
+	d := newDiskServer(t, zap.NewNop())
+	key, hash, err := servicekey.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.store.CreateKey(context.Background(), store.KeyRecord{ID: servicekey.NewID(), Hash: hash, UserID: "alice", Created: d.at}); err != nil {
+		t.Fatal(err)
+	}
+	routes := []struct{ name, path, body string }{
+		{"billing estimate", "/core/api/v1/billing/usage/estimate", `{"serviceId":"svc","userId":"alice","estimatedUnits":1}`},
+		{"key estimate", "/core/api/v1/service-keys/estimate-usage", fmt.Sprintf(`{"serviceId":"svc","serviceKey":%q,"estimatedUnits":1}`, key)},
+		{"validate", "/core/api/v1/service-keys/validate", fmt.Sprintf(`{"serviceId":"svc","serviceKey":%q}`, key)},
+	}
+	expect := func(when string, status int, code string) {
+		t.Helper()
+		for _, r := range routes {
+			if s, c := d.post(r.path, r.body); s != status || c != code {
+				t.Errorf("%s: %s answered %d %q, want %d %q", when, r.name, s, c, status, code)
+			}
+		}
+	}
+	expect("before the disk filled", 200, "")
+
+	filler := disktest.Fill(t, d.dir)
+	epoch := d.at.Unix()
+	for i := 0; d.store.Healthy(); i++ {
+		if i == 1000 {
+			t.Fatal("1000 reports on a full disk and the store still says it writes")
+		}
+		d.post("/usage/api/v1/report", fmt.Sprintf(`{"serviceId":"svc","userId":"alice","unitsUsed":1,"timestamp":%d,"requestId":"r-%d"}`, epoch, i))
+	}
+	p := billing.Product{ID: "basic", BillingModel: "SUBSCRIPTION", MeasurementType: billing.PerRequest, UnitLabel: "request", Quota: unitsPtr("1000000")}
+	if _, err := d.store.Reserve(context.Background(), store.Account{UserID: "alice", ServiceID: "svc", Product: p}, billing.Whole(1), d.at); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("an invoke's hold on a full disk: %v, want store unavailable", err)
+	}
+	expect("on a full disk", 503, "store_unavailable")
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second) // the probe runs once a second
+	for !d.store.Healthy() {
+		if time.Now().After(deadline) {
+			t.Fatal("the pre-flight routes never found the disk writable again")
+		}
+		d.post(routes[0].path, routes[0].body)
+		time.Sleep(100 * time.Millisecond)
+	}
+	expect("with room again", 200, "")
+
+	d.store.Close()
+	expect("after the store closed", 500, "internal_error")
 }

@@ -96,7 +96,7 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 		entry.ProductID = product.ID
 	}
 	body, err := h.rt.Meter().Record(r.Context(), account, entry, func(e store.LedgerEntry, st billing.State) ([]byte, error) {
-		return json.Marshal(reportBody(rep, product, st, e.Units))
+		return marshal(reportBody(rep, product, st, e.Units))
 	})
 	switch {
 	case errors.Is(err, store.ErrReplayed):

@@ -90,30 +90,8 @@ func (s *Store) Reserve(ctx context.Context, a store.Account, units billing.Unit
 	if a.Free {
 		return store.Reservation{Account: a, Decision: billing.Decision{Allowed: true, Units: units}}, nil
 	}
-	if err := store.CtxErr(ctx); err != nil {
+	if err := s.Writable(ctx); err != nil {
 		return store.Reservation{}, err
-	}
-	if err := s.Err(); err != nil {
-		return store.Reservation{}, err
-	}
-	if s.closed.Load() {
-		return store.Reservation{}, ErrClosed
-	}
-	// A call whose settlement could not be recorded is refused before it
-	// is forwarded (docs/reliability.md, §10.4).
-	ok, probe := s.admitHold()
-	if !ok {
-		return store.Reservation{}, store.ErrUnavailable
-	}
-	if probe {
-		if err := s.probeLog(); err != nil {
-			return store.Reservation{}, err
-		}
-		for _, p := range s.health.recovered() {
-			// A failure queues it again (the disk failed again: next
-			// time); ErrNotFound: the hold was released meanwhile.
-			s.Settle(context.Background(), p.r, p.units, p.e)
-		}
 	}
 	acc, err := s.account(a.UserID, a.ServiceID)
 	if err != nil {
@@ -362,6 +340,41 @@ func (s *Store) Record(ctx context.Context, a store.Account, e store.LedgerEntry
 		s.noteChange(a.UserID, a.ServiceID)
 	}
 	return body, nil
+}
+
+// Writable is nil when a hold would be taken now, else what Reserve
+// refuses with: the store damaged or closed, or store.ErrUnavailable while
+// it cannot write. A call whose settlement could not be recorded is
+// refused before it is forwarded (docs/reliability.md, §10.4), and the
+// pre-flight routes ask the same, so that an estimate never allows what
+// the call would be refused. While the store cannot write, one caller a
+// second probes the disk; when it writes again, the settlements that
+// failed meanwhile are retried.
+func (s *Store) Writable(ctx context.Context) error {
+	if err := store.CtxErr(ctx); err != nil {
+		return err
+	}
+	if err := s.Err(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	ok, probe := s.admitHold()
+	if !ok {
+		return store.ErrUnavailable
+	}
+	if probe {
+		if err := s.probeLog(); err != nil {
+			return err
+		}
+		for _, p := range s.health.recovered() {
+			// A failure queues it again (the disk failed again: next
+			// time); ErrNotFound: the hold was released meanwhile.
+			s.Settle(context.Background(), p.r, p.units, p.e)
+		}
+	}
+	return nil
 }
 
 // State returns the subscription's state in the period containing now.

@@ -183,6 +183,23 @@ SELECT coalesce(a.used, 0), coalesce(a.leased_units, 0), coalesce(a.spend, 0), c
 FROM subscriptions s LEFT JOIN allowances a ON a.user_id = s.user_id AND a.service_id = s.service_id AND a.period = $3
 WHERE s.user_id = $1 AND s.service_id = $2`
 
+// Writable is nil unless the node is closed. Whether the database answers
+// is what State, Reserve and the lookups find out by asking it: an
+// estimate reads the subscription's row from the database, so it answers
+// store_unavailable when the database does not (a call may still be
+// admitted from a lease meanwhile, docs/fleet.md).
+func (s *Store) Writable(ctx context.Context) error {
+	if err := store.CtxErr(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-s.stop:
+		return fmt.Errorf("pgstore: closed: %w", store.ErrUnavailable)
+	default:
+		return nil
+	}
+}
+
 // State returns the subscription's state in the period containing now.
 // Units and credits leased to nodes count as held.
 func (s *Store) State(ctx context.Context, a store.Account, now time.Time) (billing.State, error) {

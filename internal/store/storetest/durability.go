@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -31,6 +32,14 @@ func testClose(t *testing.T, c *suite) {
 		})
 	}
 	close(start)
+	if err := s.Writable(ctx); err != nil {
+		t.Errorf("Writable of an open store: %v", err)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := s.Writable(cancelled); err == nil {
+		t.Error("Writable with a cancelled context: nil")
+	}
 	time.Sleep(time.Millisecond) // let some writes in first
 	if err := s.Close(); err != nil {
 		t.Errorf("Close: %v", err)
@@ -44,6 +53,9 @@ func testClose(t *testing.T, c *suite) {
 	}
 	if _, err := s.Record(ctx, a, EntryFor(a, whole(1), T0), OKResponse); err == nil {
 		t.Error("Record after Close succeeded")
+	}
+	if err := s.Writable(ctx); err == nil {
+		t.Error("Writable after Close: nil (a pre-flight answer would allow what Reserve refuses)")
 	}
 	if err := s.Close(); err != nil {
 		t.Errorf("second Close = %v", err)
