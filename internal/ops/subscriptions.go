@@ -188,6 +188,10 @@ func (o *Ops) AddCredits(ctx context.Context, actor, userID, serviceID string, a
 	if errors.Is(err, store.ErrNoAccount) || errors.Is(err, store.ErrNotFound) {
 		return store.Subscription{}, SubscriptionNotFound(userID, serviceID)
 	}
+	if errors.Is(err, store.ErrBalanceRange) {
+		return store.Subscription{}, apierror.Invalid("amount", "the balance cannot change by "+amount.String()+
+			": it would pass what a balance can hold (±9223372036854.775807); nothing was changed")
+	}
 	if err != nil {
 		return store.Subscription{}, fmt.Errorf("add credits to %s on %s: %w", userID, serviceID, err)
 	}

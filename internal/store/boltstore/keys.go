@@ -239,6 +239,10 @@ func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount
 	rec := &settlement{acct: &acctChange{userID: userID, serviceID: serviceID, updated: at.UTC(),
 		ops: []acctOp{{kind: opCredit, units: amount}}}}
 	acc.mu.Lock()
+	if c := acc.credits + amount; (amount > 0) != (c > acc.credits) {
+		acc.mu.Unlock()
+		return store.Subscription{}, store.ErrBalanceRange
+	}
 	acc.credits += amount
 	before := acc.updated
 	acc.updated = at.UTC()

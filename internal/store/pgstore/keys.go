@@ -452,6 +452,9 @@ func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount
 		out, err = scanSub(tx.QueryRow(ctx, `UPDATE subscriptions SET credits = credits + $3,
 			rec = jsonb_set(rec, '{updatedAt}', $4::jsonb)
 			WHERE user_id = $1 AND service_id = $2 RETURNING `+subColumns, userID, serviceID, int64(amount), updated))
+		if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "22003" { // numeric_value_out_of_range
+			return store.ErrBalanceRange
+		}
 		if err != nil {
 			return err
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/servicekey"
 	"github.com/platformgw/gateway/internal/store"
 )
@@ -239,6 +240,30 @@ func testNegativeBalance(t *testing.T, c *suite) {
 	}
 	if sub, err := s.AddCredits(ctx, "u1", "svc", whole(3), T0); err != nil || sub.Credits != whole(1) {
 		t.Errorf("AddCredits(+3) = %+v, %v", sub, err)
+	}
+
+	// A change that would pass what a balance holds is refused and changes
+	// nothing, either way (the embedded store wrapped round: ten adds of
+	// 10^12 credits read as -8.4 trillion).
+	steps := []struct {
+		amount billing.Units
+		want   billing.Units // the balance after; with fail, the one kept
+		fail   bool
+	}{
+		{whole(9_000_000_000_000), whole(9_000_000_000_001), false},
+		{whole(1_000_000_000_000), whole(9_000_000_000_001), true},
+		{-whole(9_000_000_000_000), whole(1), false},
+		{-whole(9_000_000_000_000), -whole(8_999_999_999_999), false},
+		{-whole(1_000_000_000_000), -whole(8_999_999_999_999), true},
+	}
+	for _, st := range steps {
+		sub, err := s.AddCredits(ctx, "u1", "svc", st.amount, T0)
+		if st.fail != (err != nil) || (st.fail && !errors.Is(err, store.ErrBalanceRange)) || (!st.fail && sub.Credits != st.want) {
+			t.Errorf("AddCredits(%s) = %s, %v; want %s, failing %v", st.amount, sub.Credits, err, st.want, st.fail)
+		}
+		if got, err := s.GetSubscription(ctx, "u1", "svc"); err != nil || got.Credits != st.want {
+			t.Errorf("after AddCredits(%s): balance %s, %v; want %s", st.amount, got.Credits, err, st.want)
+		}
 	}
 }
 
