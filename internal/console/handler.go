@@ -63,6 +63,9 @@ type Handler struct {
 	ops    Operations
 	logger *zap.Logger
 	csrf   *csrfKey
+	// once hands out the forms' one-time values and remembers those
+	// taken (once.go).
+	once *onceBook
 	// payments is the config's payments block (defaults filled), nil
 	// when it has none: the Revenue page then shows the usage money only.
 	payments *payments.Config
@@ -124,6 +127,7 @@ func (h *Handler) setup(rt *engine.Runtime, ops Operations, logger *zap.Logger) 
 		return err
 	}
 	h.csrf = k
+	h.once = newOnceBook(k)
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/csv"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -77,7 +78,15 @@ func session(t *testing.T, h *Handler, path, who string) (*http.Cookie, string) 
 	return c, m[1]
 }
 
+// post sends a form as the operator who with cookie c. A form with a
+// CSRF token and no one-time value gets a fresh one, as a form of a page
+// just rendered has (once.go); the tests of the one-time values
+// (once_test.go) post the values their pages carry.
 func post(h *Handler, path string, form url.Values, c *http.Cookie, who string) *httptest.ResponseRecorder {
+	if form.Has("csrf") && !form.Has(onceField) {
+		form = maps.Clone(form)
+		form.Set(onceField, h.once.mint(who))
+	}
 	r := httptest.NewRequest("POST", path, strings.NewReader(form.Encode()))
 	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	if c != nil {

@@ -1,19 +1,20 @@
 package console
 
 import (
+	"math"
+	"math/bits"
 	"time"
 
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/ops"
 )
 
-// Levels of a limit, as the pages colour them: amber from warnAt of a
-// quota or a spending cap, red at or past it.
+// Levels of a limit, as the pages colour them: amber from 80%
+// (warnNum/warnDen) of a quota or a spending cap, red at or past it.
 const (
 	levelOK    = "ok"
 	levelAmber = "amber"
 	levelRed   = "red"
-	warnAt     = 0.8
 )
 
 // limit is one quota or spending cap of a subscription as a bar: how full
@@ -34,15 +35,54 @@ func newLimit(what string, used, capacity billing.Units, unit string) limit {
 		l.Percent, l.Fill, l.Level = 100, 100, levelRed
 		return l
 	}
-	l.Percent = int(int64(used) * 100 / int64(capacity))
+	l.Percent = percentOf(used, capacity)
 	l.Fill = min(100, max(0, l.Percent))
 	switch {
 	case used >= capacity:
 		l.Level = levelRed
-	case float64(used) >= warnAt*float64(capacity):
+	case used > 0 && !lessThanShare(used, capacity, warnNum, warnDen):
 		l.Level = levelAmber
 	}
 	return l
+}
+
+// The amber level starts at warnNum/warnDen (80%) of a limit, compared
+// exactly.
+const warnNum, warnDen = 4, 5
+
+// percentOf is used·100/capacity rounded toward zero, exactly: the
+// product is taken in 128 bits, since used·100 passes int64 from about
+// 9.2e16 micro-units (92 GB of a PER_BYTE quota, 92 billion tokens).
+// capacity is above zero; a share past int's range reads as its largest.
+func percentOf(used, capacity billing.Units) int {
+	neg := used < 0
+	u := uint64(used)
+	if neg {
+		u = -u
+	}
+	hi, lo := bits.Mul64(u, 100)
+	if hi >= uint64(capacity) {
+		if neg {
+			return math.MinInt
+		}
+		return math.MaxInt
+	}
+	q, _ := bits.Div64(hi, lo, uint64(capacity))
+	if q > math.MaxInt {
+		q = math.MaxInt
+	}
+	if neg {
+		return -int(q)
+	}
+	return int(q)
+}
+
+// lessThanShare reports whether used < capacity·num/den, exactly (both
+// sides in 128 bits); used and capacity are above zero.
+func lessThanShare(used, capacity billing.Units, num, den uint64) bool {
+	lh, ll := bits.Mul64(uint64(used), den)
+	rh, rl := bits.Mul64(uint64(capacity), num)
+	return lh < rh || lh == rh && ll < rl
 }
 
 // limits are the bars of a subscription's period: its quota and its

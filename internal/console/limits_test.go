@@ -1,6 +1,7 @@
 package console
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -99,5 +100,34 @@ func TestBeforeAfter(t *testing.T) {
 	// the product it had is still told.
 	if b, _ := beforeAfter(newer, []store.AuditEntry{newer}, false); b != "product basic" {
 		t.Errorf("before from the detail: %q", b)
+	}
+}
+
+// TestLimitPercentExact: a limit's share is exact however large the
+// figures. used·100 in int64 wrapped past about 9.2e16 micro-units: 950
+// GB of a 1 TB PER_BYTE quota read "2%" (green), 100 GB "-8%".
+func TestLimitPercentExact(t *testing.T) {
+	gb := func(n int64) billing.Units { return billing.Whole(n * 1_000_000_000) }
+	tb := gb(1000)
+	for _, tc := range []struct {
+		used, max     billing.Units
+		percent, fill int
+		level         string
+	}{
+		{gb(950), tb, 95, 95, levelAmber},
+		{gb(100), tb, 10, 10, levelOK},
+		{gb(800), tb, 80, 80, levelAmber},
+		{gb(800) - 1, tb, 79, 79, levelOK},
+		{tb, tb, 100, 100, levelRed},
+		{gb(9_000), tb, 900, 100, levelRed},
+		// 92 billion tokens of a quota of 100 billion.
+		{billing.Whole(92_000_000_000), billing.Whole(100_000_000_000), 92, 92, levelAmber},
+		// The largest amount of a limit of one micro-unit.
+		{billing.Units(math.MaxInt64), 1, math.MaxInt, 100, levelRed},
+	} {
+		l := newLimit("quota", tc.used, tc.max, "byte")
+		if l.Percent != tc.percent || l.Fill != tc.fill || l.Level != tc.level {
+			t.Errorf("%v of %v: %d%% (fill %d, %s), want %d%% (fill %d, %s)", tc.used, tc.max, l.Percent, l.Fill, l.Level, tc.percent, tc.fill, tc.level)
+		}
 	}
 }

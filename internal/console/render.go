@@ -24,7 +24,7 @@ var templateFS embed.FS
 var assetFS embed.FS
 
 // pageNames are the templates; each defines "content" inside base.html.
-var pageNames = []string{"overview", "services", "users", "user", "usage", "jobs", "job", "audit", "alerts", "requests", "revenue", "confirm", "error"}
+var pageNames = []string{"overview", "services", "users", "user", "usage", "jobs", "job", "audit", "alerts", "requests", "revenue", "confirm", "error", "notice"}
 
 var pages = func() map[string]*template.Template {
 	funcs := template.FuncMap{
@@ -110,7 +110,13 @@ type page struct {
 	Prefix  string
 	Refresh int
 	Data    any
+	// once makes a form's one-time value (once.go).
+	once func() string
 }
+
+// Once is a new one-time value for a form that changes something: each
+// form rendered gets its own (once.go).
+func (p page) Once() string { return p.once() }
 
 // L builds a console link (see Handler.link) for templates.
 func (p page) L(parts ...string) string {
@@ -142,7 +148,8 @@ func (h *Handler) renderRefresh(q *req, status int, name, title string, data any
 		nav = "jobs"
 	}
 	var buf bytes.Buffer
-	err := pages[name].Execute(&buf, page{Title: title, Nav: nav, Who: q.who, CSRF: q.csrf, Prefix: h.Prefix, Refresh: refresh, Data: data})
+	err := pages[name].Execute(&buf, page{Title: title, Nav: nav, Who: q.who, CSRF: q.csrf, Prefix: h.Prefix, Refresh: refresh, Data: data,
+		once: func() string { return h.once.mint(q.who) }})
 	if err != nil {
 		h.logger.Error("render console page", zap.String("page", name), zap.Error(err))
 		http.Error(q.w, "internal error; see the server log", http.StatusInternalServerError)

@@ -55,8 +55,10 @@ func (h *Handler) declineRequest(q *req) error {
 	// The decline is its audit entry: if that failed, nothing was
 	// recorded and the error page says so.
 	if err := h.ops.DeclineAccess(q.r.Context(), q.actor(), userID, serviceID, productID); err != nil {
+		q.spent = onceFailed
 		return err
 	}
+	q.spent = onceMade
 	http.Redirect(q.w, q.r, h.link(map[string][]string{"done": {"declined"}}, "requests"), http.StatusSeeOther)
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -181,7 +182,22 @@ type revenueAcc struct {
 	// Stripe invoice covers: usage before it is in an invoice.
 	invoicedTo map[string]time.Time
 	unpriced   map[string]billing.Units
+	// edges are the hourly sums whose hour holds the end of the last
+	// invoiced period (periods start at the subscription's start, such as
+	// 23:03:39): part of the hour is invoiced, the rest not. finish
+	// splits them by the raw ledger rows of that hour.
+	edges map[edgeKey]map[rollupKey]bool
 }
+
+// edgeKey is a user's service and the hour its last invoiced period ends
+// in, with that end.
+type edgeKey struct {
+	UserID, ServiceID string
+	Hour, End         time.Time
+}
+
+// rollupKey names an hourly sum within its user, service and hour.
+type rollupKey struct{ EndpointID, ProductID string }
 
 func (a *revenueAcc) cell(month time.Time, cur string) *revenueCell {
 	k := month.Format(monthLayout) + "|" + cur
@@ -208,9 +224,28 @@ func (a *revenueAcc) addUsage(r store.Rollup) {
 		return
 	}
 	_, kind := a.h.measureOf(r.ServiceID, r.ProductID)
-	if kind == kindCredits || r.Hour.Before(a.invoicedTo[r.UserID+"\x00"+r.ServiceID]) {
+	if kind == kindCredits {
 		return
 	}
+	end := a.invoicedTo[r.UserID+"\x00"+r.ServiceID]
+	if !end.Before(r.Hour.Add(time.Hour)) {
+		return // the whole hour is invoiced
+	}
+	if r.Hour.Before(end) {
+		// The invoiced period ends within this hour: its rows from the
+		// end on are counted by finish (splitEdges), the others not.
+		k := edgeKey{r.UserID, r.ServiceID, r.Hour, end}
+		if a.edges[k] == nil {
+			a.edges[k] = map[rollupKey]bool{}
+		}
+		a.edges[k][rollupKey{r.EndpointID, r.ProductID}] = true
+		return
+	}
+	a.countUsage(r, kind)
+}
+
+// countUsage counts priced usage no invoice covers, of cost kind kind.
+func (a *revenueAcc) countUsage(r store.Rollup, kind string) {
 	if !isCurrency(kind) {
 		a.unpriced[kind] += r.Cost
 		return
@@ -224,7 +259,8 @@ func (a *revenueAcc) addUsage(r store.Rollup) {
 // payments block).
 func (h *Handler) revenueStart(ctx context.Context, rg revenueRange, now time.Time) (*revenueAcc, error) {
 	a := &revenueAcc{h: h, d: revenueData{Range: rg, Configured: h.payments != nil},
-		cells: map[string]*revenueCell{}, invoicedTo: map[string]time.Time{}, unpriced: map[string]billing.Units{}}
+		cells: map[string]*revenueCell{}, invoicedTo: map[string]time.Time{}, unpriced: map[string]billing.Units{},
+		edges: map[edgeKey]map[rollupKey]bool{}}
 	d, cell, monthOf, invoicedTo := &a.d, a.cell, a.monthOf, a.invoicedTo
 	pay, hasPay := h.rt.Store().(store.Payments)
 	if d.Configured && !hasPay {
@@ -283,6 +319,9 @@ func (h *Handler) revenueStart(ctx context.Context, rg revenueRange, now time.Ti
 // finish adds up the months and the range per currency, and reads the
 // prepaid balances.
 func (a *revenueAcc) finish(ctx context.Context) (revenueData, error) {
+	if err := a.splitEdges(ctx); err != nil {
+		return revenueData{}, err
+	}
 	d, rg, cells, unpriced := a.d, a.d.Range, a.cells, a.unpriced
 	for k, v := range unpriced {
 		d.Unpriced = addTo(d.Unpriced, k, v)
@@ -321,6 +360,39 @@ func (a *revenueAcc) finish(ctx context.Context) (revenueData, error) {
 	}
 	d.Partial = d.Partial || partial
 	return d, nil
+}
+
+// splitEdges counts the part of each edge hour after the end of the
+// invoiced period: the raw ledger rows of the user's service from that
+// end to the end of the hour, summed (store.SumLedger, as ScanUsage reads
+// the hours a range cuts), for the sums addUsage was given. The hourly
+// rollup cannot tell a call at 23:01 from one at 23:59; taking the whole
+// hour as invoiced dropped up to an hour of usage per subscription and
+// invoice. Rows pruned since (ledger_retention) are not there to count:
+// that part of such an hour reads as invoiced.
+func (a *revenueAcc) splitEdges(ctx context.Context) error {
+	keys := slices.SortedFunc(maps.Keys(a.edges), func(x, y edgeKey) int {
+		return cmp.Or(cmp.Compare(x.UserID, y.UserID), cmp.Compare(x.ServiceID, y.ServiceID), x.Hour.Compare(y.Hour))
+	})
+	for _, k := range keys {
+		seen := a.edges[k]
+		err := store.SumLedger(ctx, a.h.rt.Store(), store.LedgerFilter{UserID: k.UserID, ServiceID: k.ServiceID, From: k.End, To: k.Hour.Add(time.Hour)},
+			func(r store.Rollup) error {
+				if r.Cost == 0 || r.UserID != k.UserID || r.ServiceID != k.ServiceID || !seen[rollupKey{r.EndpointID, r.ProductID}] {
+					return nil
+				}
+				_, kind := a.h.measureOf(r.ServiceID, r.ProductID)
+				if kind != kindCredits {
+					a.countUsage(r, kind)
+				}
+				return nil
+			})
+		if err != nil {
+			return fmt.Errorf("read the ledger of %s on %s from %s: %w", k.UserID, k.ServiceID, k.End.Format(time.RFC3339), err)
+		}
+	}
+	clear(a.edges)
+	return nil
 }
 
 // eachRecord calls fn with the body of every record of kind, up to

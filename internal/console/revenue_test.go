@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,8 +14,11 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/engine"
+	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/payments"
 	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/store/boltstore"
 )
 
 // seedPayments writes, through store.Payments as the webhook handlers do,
@@ -230,5 +234,74 @@ func TestConsoleRevenueUnderCaddy(t *testing.T) {
 				t.Errorf("payments %q: %d, want %q in\n%s", tc.extra, resp.StatusCode, tc.want, got)
 			}
 		})
+	}
+}
+
+// TestRevenueSplitsTheHourAnInvoiceEnds: "usage not yet invoiced" counts
+// the calls after the end of the last invoiced period, in the hour that
+// end falls in too. Periods start at the subscription's start (23:03:39
+// here), so the hourly sum of 23:00 is partly invoiced: the call at 23:01
+// is, the one at 23:10 is not. The whole hour was taken as invoiced.
+func TestRevenueSplitsTheHourAnInvoiceEnds(t *testing.T) {
+	st, err := boltstore.Open(filepath.Join(t.TempDir(), "platform.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	used := ops.NewKeyUse()
+	rt := engine.New(engine.Runtime{Catalog: moneyCatalog(t, false, billing.Whole(100)), Data: st, KeyUsed: used.Touch,
+		Calls: new(engine.Calls), Clock: func() time.Time { return now }})
+	e := &env{rt: rt, ops: ops.New(rt, used.Get)}
+	bg := context.Background()
+	for _, svc := range []string{"jp", "kw"} {
+		if _, err := e.ops.PutSubscription(bg, "test", "ann", svc, "pay", "ACTIVE"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	call := func(service string, at time.Time, units int64) {
+		t.Helper()
+		svc, _ := rt.Catalog.Service(service)
+		p, _ := svc.Product("pay")
+		_, err := st.Record(bg, store.Account{UserID: "ann", ServiceID: service, Product: *p},
+			store.LedgerEntry{Time: at, UserID: "ann", ServiceID: service, EndpointID: "get", ProductID: "pay", Source: store.SourceReport, Units: billing.Whole(units)},
+			func(store.LedgerEntry, billing.State) ([]byte, error) { return []byte("{}"), nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := func(d, h, m, s int) time.Time { return time.Date(2026, 11, d, h, m, s, 0, time.UTC) }
+	// The ledger's times never go back: the calls in the order made.
+	// KWD, 0.125 a request, invoiced to 14:00:00 on the hour: 13:59 is
+	// in the invoice, 14:00 not (the hour boundary was right before).
+	call("kw", at(20, 13, 59, 0), 1) // invoiced
+	call("kw", at(20, 14, 0, 0), 2)  // 0.250 KWD, not
+	// JPY, 3 a request. Invoiced: 22:50 and 23:01 (before 23:03:39).
+	// Not invoiced: 23:03:39 itself, 23:10, and the next day's 00:30.
+	call("jp", at(20, 22, 50, 0), 1)  // 3 JPY, invoiced
+	call("jp", at(20, 23, 1, 0), 2)   // 6 JPY, invoiced
+	call("jp", at(20, 23, 3, 39), 10) // 30 JPY, not
+	call("jp", at(20, 23, 10, 0), 5)  // 15 JPY, not
+	call("jp", at(21, 0, 30, 0), 100) // 300 JPY, not
+	var pay store.Payments = st
+	for _, inv := range []payments.InvoiceRecord{
+		{ID: "in_jp", UserID: "ann", ServiceID: "jp", Status: "paid", AmountPaid: 9, Currency: "JPY", PaidAt: at(21, 9, 0, 0), PeriodEnd: at(20, 23, 3, 39)},
+		{ID: "in_kw", UserID: "ann", ServiceID: "kw", Status: "paid", AmountPaid: 125, Currency: "KWD", PaidAt: at(21, 9, 0, 0), PeriodEnd: at(20, 14, 0, 0)},
+	} {
+		b, _ := json.Marshal(inv)
+		if err := pay.PutPaymentRecord(bg, payments.KindInvoice, inv.ID, b, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := direct(t, e, false)
+	h.payments = &payments.Config{PastDueGrace: caddy.Duration(72 * time.Hour)}
+	got := getPage(t, h, "/console/revenue")
+	for _, w := range []string{"JPY 9 JPY 0 JPY 9 JPY 0 JPY 345 JPY", "KWD 0.125 KWD 0.000 KWD 0.125 KWD 0.000 KWD 0.250 KWD"} {
+		if !strings.Contains(got, w) {
+			t.Errorf("revenue: no %q in\n%s", w, got)
+		}
+	}
+	if got := getPage(t, h, "/console/"); !strings.Contains(got, "Usage not yet invoiced: 345 JPY, 0.250 KWD.") {
+		t.Errorf("overview: not 345 JPY, 0.250 KWD not yet invoiced:\n%s", got)
 	}
 }

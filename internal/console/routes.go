@@ -17,6 +17,9 @@ type req struct {
 	r    *http.Request
 	who  string
 	csrf string
+	// spent is what became of the change a POST asked for, for its
+	// one-time value (once.go): 0 while nothing was changed.
+	spent onceState
 	// parts are the unescaped path segments below the prefix.
 	parts []string
 }
@@ -101,8 +104,22 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request, who string) {
 }
 
 // post dispatches the forms. A form posts to the page it changes; a
-// refused change shows that page again with the error.
+// refused change shows that page again with the error. Each form's
+// one-time value is taken first: a form posted a second time changes
+// nothing and says the change was made already (once.go).
 func (h *Handler) post(q *req) {
+	id, verdict, state := h.once.claim(q.r.PostFormValue(onceField), q.who)
+	if verdict != onceOK {
+		h.onceRefused(q, verdict, state)
+		return
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			h.once.finish(id, onceFailed)
+			panic(r)
+		}
+		h.once.finish(id, q.spent)
+	}()
 	p := q.parts
 	var err error
 	switch {
@@ -135,6 +152,9 @@ func (h *Handler) fail(q *req, err error) {
 		status, msg = apierror.Status(ae.Code), humanMessage(ae)
 	} else {
 		h.logger.Error("console request failed", zap.String("path", q.r.URL.Path), zap.Error(err))
+		if q.spent == onceFailed {
+			msg += ". The change may or may not have been made: look before making it again."
+		}
 	}
 	h.render(q, status, "error", "Error", map[string]any{"Message": msg})
 }

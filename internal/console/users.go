@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/platformgw/gateway/internal/apierror"
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/catalog"
@@ -195,9 +197,12 @@ type userData struct {
 	Services     []*catalog.Service
 	Statuses     []string
 	NewKey       *ops.KeyView
-	Done         string
-	Error        string
-	ErrorForm    string
+	// AuditFailed: the new key was made but its audit entry was not
+	// written.
+	AuditFailed bool
+	Done        string
+	Error       string
+	ErrorForm   string
 	// Posted are the refused form's fields, shown again.
 	Posted url.Values
 }
@@ -286,6 +291,9 @@ func (h *Handler) user(q *req, userID string, newKey *ops.KeyView, formErr error
 		return nil
 	}
 	d.Done = doneNotices[q.r.URL.Query().Get("done")]
+	if newKey != nil && errors.Is(formErr, ops.ErrAuditNotRecorded) {
+		d.AuditFailed, formErr = true, nil
+	}
 	if formErr != nil {
 		var ae *apierror.Error
 		if !errors.As(formErr, &ae) {
@@ -317,20 +325,38 @@ var doneNotices = map[string]string{
 	"credits":      "The credits were added.",
 }
 
-// changed answers a change that is done: back to the user's page with a
-// GET (post/redirect/get), saying what was done by its code in
-// doneNotices.
-func (h *Handler) changed(q *req, userID, done string) error {
-	http.Redirect(q.w, q.r, h.link(map[string][]string{"done": {done}}, "users", userID), http.StatusSeeOther)
-	return nil
+// result answers what the operations did with a change (err is their
+// error). Made: back to the user's page with a GET (post/redirect/get),
+// saying what was done by its code in doneNotices. Made but not audited:
+// a page that says the change was made, so that nobody makes it again.
+// Refused: the user's page again with the error (refused). Either of the
+// first two spends the form's one-time value.
+func (h *Handler) result(q *req, userID, done string, err error) error {
+	switch {
+	case err == nil:
+		q.spent = onceMade
+		http.Redirect(q.w, q.r, h.link(map[string][]string{"done": {done}}, "users", userID), http.StatusSeeOther)
+		return nil
+	case errors.Is(err, ops.ErrAuditNotRecorded):
+		q.spent = onceMade
+		h.logger.Error("console change made, its audit entry not recorded", zap.String("operator", q.who),
+			zap.String("path", q.r.URL.Path), zap.Error(err))
+		h.render(q, http.StatusInternalServerError, "notice", "Change made, not audited", noticeData{Class: "error",
+			Message: doneNotices[done] + " The change itself was made, but its entry in the audit log could not be written (see the server log). Do not make it again: the user's page shows it.",
+			Links:   h.resultLinks(q)})
+		return nil
+	}
+	return h.refused(q, userID, err)
 }
 
 // refused shows the user's page again with the error and the form as it
-// was filled, or fails when the change was made and only its audit entry
-// failed.
+// was filled; nothing was changed. An error that is not the operator's
+// (a store failure) is the error page, and the form's one-time value
+// stays spent: the change may or may not have been made.
 func (h *Handler) refused(q *req, userID string, err error) error {
 	var ae *apierror.Error
 	if !errors.As(err, &ae) {
+		q.spent = onceFailed
 		return err
 	}
 	return h.user(q, userID, nil, err)
@@ -354,8 +380,15 @@ func (h *Handler) createKey(q *req, userID string) error {
 	if v.ID == "" {
 		return h.refused(q, userID, err)
 	}
-	// The key is shown on this answer only, never again: no redirect.
-	return h.user(q, userID, &v, nil)
+	// The key is shown on this answer only, never again: no redirect. A
+	// reload posts the form again, with its one-time value spent: no
+	// second key. An audit entry not written is said on the page (err).
+	q.spent = onceMade
+	if err != nil {
+		h.logger.Error("console key made, its audit entry not recorded", zap.String("operator", q.who),
+			zap.String("key_id", v.ID), zap.Error(err))
+	}
+	return h.user(q, userID, &v, err)
 }
 
 // userKey reads a key of the user, or says it has none by that id.
@@ -434,10 +467,8 @@ func (h *Handler) revokeKey(q *req, userID string) error {
 	if _, err := h.userKey(q, userID, id); err != nil {
 		return h.refused(q, userID, err)
 	}
-	if _, err := h.ops.RevokeKey(q.r.Context(), q.actor(), id); err != nil {
-		return h.refused(q, userID, err)
-	}
-	return h.changed(q, userID, "revoked")
+	_, err := h.ops.RevokeKey(q.r.Context(), q.actor(), id)
+	return h.result(q, userID, "revoked", err)
 }
 
 func (h *Handler) putSubscription(q *req, userID string) error {
@@ -460,10 +491,8 @@ func (h *Handler) putSubscription(q *req, userID string) error {
 			return nil
 		}
 	}
-	if _, err := h.ops.PutSubscription(q.r.Context(), q.actor(), userID, f("serviceId"), f("productId"), f("status")); err != nil {
-		return h.refused(q, userID, err)
-	}
-	return h.changed(q, userID, "subscription")
+	_, err := h.ops.PutSubscription(q.r.Context(), q.actor(), userID, f("serviceId"), f("productId"), f("status"))
+	return h.result(q, userID, "subscription", err)
 }
 
 func (h *Handler) addCredits(q *req, userID string) error {
@@ -479,8 +508,6 @@ func (h *Handler) addCredits(q *req, userID string) error {
 	}, "form", "serviceId", "amount") {
 		return nil
 	}
-	if _, err := h.ops.AddCredits(q.r.Context(), q.actor(), userID, f("serviceId"), amount); err != nil {
-		return h.refused(q, userID, err)
-	}
-	return h.changed(q, userID, "credits")
+	_, err = h.ops.AddCredits(q.r.Context(), q.actor(), userID, f("serviceId"), amount)
+	return h.result(q, userID, "credits", err)
 }

@@ -2,6 +2,7 @@ package ops
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"go.uber.org/zap"
@@ -48,6 +49,11 @@ const (
 	AuditAccessDecline = "access.decline"
 )
 
+// ErrAuditNotRecorded is the error of a change that was made but whose
+// audit entry could not be written (errors.Is): the change stands, and
+// making it again would make it twice.
+var ErrAuditNotRecorded = errors.New("the change was made but its audit entry was not recorded")
+
 // RecordAudit appends an entry for a change that is done, stamped now. A
 // failure to record it is logged (the change stands and cannot be taken
 // back) and answered as an error, so the operator knows the log misses
@@ -58,7 +64,7 @@ func (o *Ops) RecordAudit(ctx context.Context, e store.AuditEntry) error {
 	if _, err := o.rt.Store().AppendAudit(ctx, e); err != nil {
 		o.rt.Logger.Error("audit entry not recorded", zap.String("action", e.Action),
 			zap.String("actor", e.Actor), zap.String("user_id", e.UserID), zap.Error(err))
-		return fmt.Errorf("the change was made but its audit entry was not recorded: %w", err)
+		return fmt.Errorf("%w: %w", ErrAuditNotRecorded, err)
 	}
 	return nil
 }
