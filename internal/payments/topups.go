@@ -209,6 +209,36 @@ func (s *Service) topUpOf(ctx context.Context, meta map[string]string) (TopUp, e
 	return t, nil
 }
 
+// topUpCustomer checks that a top-up's session is the gateway's for
+// the user its metadata names: its customer is the one the gateway made
+// for that user, and so is its client_reference_id when set. Anything
+// else is a badEvent, as for a subscription's Checkout: a session of
+// another gateway on the same Stripe account (whose user may have the
+// same id here), or one whose metadata names another user than the one
+// who paid, grants nothing.
+func (s *Service) topUpCustomer(ctx context.Context, cs *stripe.CheckoutSession) error {
+	pay, err := s.Payments()
+	if err != nil {
+		return err
+	}
+	cust := ""
+	if cs.Customer != nil {
+		cust = cs.Customer.ID
+	}
+	user, err := s.userOfCustomer(ctx, pay, cust)
+	if err != nil {
+		var bad badEventError
+		if errors.As(err, &bad) {
+			return badEvent("session %s: %s", cs.ID, bad.msg)
+		}
+		return err
+	}
+	if mu := cs.Metadata[MetaUser]; mu != user || cs.ClientReferenceID != "" && cs.ClientReferenceID != user {
+		return badEvent("session %s: started for another user than its customer's (customer %s is %s's)", cs.ID, cust, user)
+	}
+	return nil
+}
+
 // topUpPaid grants a paid top-up's credits: checkout.session.completed
 // in payment mode when it is paid, and
 // checkout.session.async_payment_succeeded. The grant's id is the
@@ -230,6 +260,9 @@ func topUpPaid(s *Service, ctx context.Context, ev *stripe.Event) error {
 	}
 	userID := cs.Metadata[MetaUser]
 	t, err := s.topUpOf(ctx, cs.Metadata)
+	if err == nil {
+		err = s.topUpCustomer(ctx, &cs)
+	}
 	if err != nil {
 		return s.ignoredTopUp(ctx, &cs, err)
 	}
@@ -319,6 +352,9 @@ func topUpFailed(s *Service, ctx context.Context, ev *stripe.Event) error {
 		return nil
 	}
 	t, err := s.topUpOf(ctx, cs.Metadata)
+	if err == nil {
+		err = s.topUpCustomer(ctx, &cs)
+	}
 	if err != nil {
 		return err
 	}

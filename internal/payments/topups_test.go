@@ -171,6 +171,32 @@ func (e *topUpEnv) caller(user string) string {
 	return key
 }
 
+// payer is caller with user's Stripe customer, cus_<user> (the
+// customer paidSession names), recorded both ways as
+// payments.CustomerFor records the one it makes at the first Buy:
+// stripe-mock answers every customer creation with the same id, so
+// callers of one test cannot all get theirs from it.
+func (e *topUpEnv) payer(user string) string {
+	e.t.Helper()
+	key := e.caller(user)
+	e.customer(user)
+	return key
+}
+
+// customer records cus_<user> as user's Stripe customer.
+func (e *topUpEnv) customer(user string) string {
+	e.t.Helper()
+	cust := "cus_" + user
+	b, _ := json.Marshal(payments.CustomerRecord{UserID: user, CustomerID: cust, CreatedAt: time.Now().UTC()})
+	// The way back from the customer first, as CustomerFor writes them.
+	for _, r := range []struct{ kind, id string }{{payments.KindCustomerUser, cust}, {payments.KindCustomer, user}} {
+		if _, err := e.pay.InsertPaymentRecord(context.Background(), r.kind, r.id, b, time.Now()); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	return cust
+}
+
 func (e *topUpEnv) balance(user string) billing.Units {
 	e.t.Helper()
 	sub, err := e.app.DataStore().GetSubscription(context.Background(), user, "echo")
@@ -327,6 +353,7 @@ func TestTopUpEndToEnd(t *testing.T) {
 	// Paid: granted once, however often and by whichever event.
 	paidAt := time.Now().Add(-time.Minute).Truncate(time.Second)
 	sess := paidSession("cs_1", "pi_1", "alice", "small", 1000)
+	sess["customer"] = f.Get("customer") // the one StartTopUp made
 	e.mustDeliver("evt_paid_1", "checkout.session.completed", paidAt, sess)
 	e.mustDeliver("evt_paid_1", "checkout.session.completed", paidAt, sess)
 	e.mustDeliver("evt_paid_2", "checkout.session.completed", paidAt, sess)
@@ -408,7 +435,7 @@ func TestTopUpEndToEnd(t *testing.T) {
 // the events came in, and a full refund takes back exactly the pack.
 func TestTopUpOutOfOrderRefunds(t *testing.T) {
 	e := startTopUps(t)
-	e.caller("bob")
+	e.payer("bob")
 	at := time.Now().Truncate(time.Second)
 	e.mustDeliver("evt_b_paid", "checkout.session.completed", at, paidSession("cs_b", "pi_b", "bob", "small", 300))
 	e.wantBalance("bob", "100")
@@ -428,7 +455,7 @@ func TestTopUpOutOfOrderRefunds(t *testing.T) {
 	e.wantBalance("bob", "0")
 	// A refund that comes before its top-up's grant is refused (500),
 	// so Stripe sends it again: after the grant it takes its share.
-	e.caller("hana")
+	e.payer("hana")
 	early := map[string]any{"id": "ch_h", "object": "charge", "amount": 1000, "amount_refunded": 500, "currency": "usd",
 		"payment_intent": "pi_h", "metadata": map[string]string{payments.MetaPack: "small"},
 		"refunds": map[string]any{"object": "list", "data": []any{r("re_h1", 500, 1)}}}
@@ -439,7 +466,7 @@ func TestTopUpOutOfOrderRefunds(t *testing.T) {
 	e.mustDeliver("evt_h_r", "charge.refunded", at, early)
 	e.wantBalance("hana", "50")
 	// A failed refund returns no money and takes back nothing.
-	e.caller("carol")
+	e.payer("carol")
 	e.mustDeliver("evt_c_paid", "checkout.session.completed", at, paidSession("cs_c", "pi_c", "carol", "small", 300))
 	failed := r("re_c1", 300, 1)
 	failed["status"] = "failed"
@@ -452,7 +479,7 @@ func TestTopUpOutOfOrderRefunds(t *testing.T) {
 // left after a partial refund, once; a won one nothing.
 func TestTopUpDisputeLost(t *testing.T) {
 	e := startTopUps(t)
-	e.caller("dave")
+	e.payer("dave")
 	at := time.Now().Truncate(time.Second)
 	e.mustDeliver("evt_d_paid", "checkout.session.completed", at, paidSession("cs_d", "pi_d", "dave", "small", 1000))
 	e.mustDeliver("evt_d_r1", "charge.refunded", at, map[string]any{"id": "ch_d", "object": "charge", "amount": 1000, "amount_refunded": 100,
@@ -490,7 +517,7 @@ func TestTopUpDisputeLost(t *testing.T) {
 // delayed payment) and a failed one grant nothing.
 func TestTopUpBadSessions(t *testing.T) {
 	e := startTopUps(t)
-	e.caller("erin")
+	e.payer("erin")
 	at := time.Now().Truncate(time.Second)
 	bad := map[string]map[string]any{}
 	s := paidSession("cs_e1", "pi_e1", "nobody", "small", 1000)
@@ -567,7 +594,7 @@ func TestTopUpBadSessions(t *testing.T) {
 // once however many times maintenance runs.
 func TestTopUpExpiry(t *testing.T) {
 	e := startTopUps(t)
-	key := e.caller("frank")
+	key := e.payer("frank")
 	t0 := time.Now().Truncate(time.Second)
 	// big: 1000 credits expiring 30 days after t0; small a day later,
 	// without expiry.
@@ -622,7 +649,7 @@ func TestTopUpExpiry(t *testing.T) {
 // Stripe.
 func TestTopUpRefundsFromStripe(t *testing.T) {
 	e := startTopUps(t)
-	e.caller("gina")
+	e.payer("gina")
 	at := time.Now().Truncate(time.Second)
 	e.mustDeliver("evt_g_paid", "checkout.session.completed", at, paidSession("cs_g", "pi_g", "gina", "small", 1000))
 	e.mustDeliver("evt_g_r", "charge.refunded", at, map[string]any{"id": "ch_g", "object": "charge", "amount": 1000,
@@ -672,7 +699,7 @@ func TestTopUpNeedsThePacksProduct(t *testing.T) {
 // events say so.
 func TestTopUpPendingRefund(t *testing.T) {
 	e := startTopUps(t)
-	e.caller("kim")
+	e.payer("kim")
 	at := time.Now().Truncate(time.Second)
 	e.mustDeliver("evt_k_paid", "checkout.session.completed", at, paidSession("cs_k", "pi_k", "kim", "small", 1000))
 	e.wantBalance("kim", "100")
@@ -717,7 +744,7 @@ func TestTopUpPendingRefund(t *testing.T) {
 // grant (TestTopUpOutOfOrderRefunds).
 func TestTopUpRefundOfIgnoredTopUp(t *testing.T) {
 	e := startTopUps(t)
-	e.caller("zoe")
+	e.payer("zoe")
 	at := time.Now().Truncate(time.Second)
 	status, body := e.deliver("evt_z_paid", "checkout.session.completed", at, paidSession("cs_z", "pi_z", "zoe", "retired", 1000))
 	if status != http.StatusOK || !strings.Contains(body, "ignored") {
@@ -746,6 +773,7 @@ func TestTopUpRefundOfIgnoredTopUp(t *testing.T) {
 	// the caller subscribes afterwards, so the config could grant it now,
 	// but its paid event is past: the refund is still ignored (it was
 	// answered 500 until Stripe gave up).
+	e.customer("yves")
 	status, body = e.deliver("evt_y_paid", "checkout.session.completed", at, paidSession("cs_y", "pi_y", "yves", "small", 300))
 	if status != http.StatusOK || !strings.Contains(body, "ignored") {
 		t.Fatalf("paid session of a caller without a subscription: %d %s, want 200 ignored", status, body)
