@@ -51,8 +51,9 @@ const topUpWebhookSecret = "whsec_topup_test_secret"
 // topUpEnv is a running gateway (real Caddy in this process, a real bbolt
 // file) whose payments block talks to stripe-mock through the recording
 // proxy: service echo with a prepaid product "credits" (1 credit a call)
-// and two packs, "small" (100 credits) and "big" (1000 credits that
-// expire 30 days after they are paid).
+// and three packs, "small" (100 credits for 10.00 USD), "big" (1000
+// credits for 50.00 USD that expire 30 days after they are paid) and
+// "trio" (100 credits for 3.00 USD).
 type topUpEnv struct {
 	t    *testing.T
 	mock *stripetest.Mock
@@ -63,6 +64,11 @@ type topUpEnv struct {
 func startTopUps(t *testing.T) *topUpEnv {
 	t.Helper()
 	mock := stripetest.Start(t)
+	// What the packs' Prices cost (stripe-mock's own fixture Price is
+	// 20.00 USD): a session is granted its pack only when it paid that.
+	for price, amount := range map[string]int64{"price_small": 1000, "price_big": 5000, "price_trio": 300} {
+		mock.Answer("/v1/prices/"+price, map[string]any{"unit_amount": amount, "unit_amount_decimal": fmt.Sprint(amount), "currency": "usd"})
+	}
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"hello":"world"}`)
@@ -104,6 +110,7 @@ func startTopUps(t *testing.T) *topUpEnv {
 			api_base %s
 			topup echo credits small price_small 100
 			topup echo credits big price_big 1000 720h
+			topup echo credits trio price_trio 100
 		}
 	}
 }
@@ -437,7 +444,7 @@ func TestTopUpOutOfOrderRefunds(t *testing.T) {
 	e := startTopUps(t)
 	e.payer("bob")
 	at := time.Now().Truncate(time.Second)
-	e.mustDeliver("evt_b_paid", "checkout.session.completed", at, paidSession("cs_b", "pi_b", "bob", "small", 300))
+	e.mustDeliver("evt_b_paid", "checkout.session.completed", at, paidSession("cs_b", "pi_b", "bob", "trio", 300))
 	e.wantBalance("bob", "100")
 	r := func(id string, amount int64, min int) map[string]any {
 		return map[string]any{"id": id, "object": "refund", "amount": amount, "status": "succeeded", "created": at.Add(time.Duration(min) * time.Minute).Unix()}
@@ -467,10 +474,10 @@ func TestTopUpOutOfOrderRefunds(t *testing.T) {
 	e.wantBalance("hana", "50")
 	// A failed refund returns no money and takes back nothing.
 	e.payer("carol")
-	e.mustDeliver("evt_c_paid", "checkout.session.completed", at, paidSession("cs_c", "pi_c", "carol", "small", 300))
-	failed := r("re_c1", 300, 1)
+	e.mustDeliver("evt_c_paid", "checkout.session.completed", at, paidSession("cs_c", "pi_c", "carol", "small", 1000))
+	failed := r("re_c1", 1000, 1)
 	failed["status"] = "failed"
-	e.mustDeliver("evt_c_r1", "charge.refunded", at, map[string]any{"id": "ch_c", "object": "charge", "amount": 300, "amount_refunded": 0,
+	e.mustDeliver("evt_c_r1", "charge.refunded", at, map[string]any{"id": "ch_c", "object": "charge", "amount": 1000, "amount_refunded": 0,
 		"currency": "usd", "payment_intent": "pi_c", "refunds": map[string]any{"object": "list", "data": []any{failed}}})
 	e.wantBalance("carol", "100")
 }
@@ -774,16 +781,16 @@ func TestTopUpRefundOfIgnoredTopUp(t *testing.T) {
 	// but its paid event is past: the refund is still ignored (it was
 	// answered 500 until Stripe gave up).
 	e.customer("yves")
-	status, body = e.deliver("evt_y_paid", "checkout.session.completed", at, paidSession("cs_y", "pi_y", "yves", "small", 300))
+	status, body = e.deliver("evt_y_paid", "checkout.session.completed", at, paidSession("cs_y", "pi_y", "yves", "small", 1000))
 	if status != http.StatusOK || !strings.Contains(body, "ignored") {
 		t.Fatalf("paid session of a caller without a subscription: %d %s, want 200 ignored", status, body)
 	}
 	e.caller("yves")
-	e.mock.Answer("/v1/payment_intents/pi_y", map[string]any{"id": "pi_y", "object": "payment_intent", "amount": 300, "currency": "usd",
+	e.mock.Answer("/v1/payment_intents/pi_y", map[string]any{"id": "pi_y", "object": "payment_intent", "amount": 1000, "currency": "usd",
 		"metadata": map[string]string{payments.MetaUser: "yves", payments.MetaService: "echo", payments.MetaProduct: "credits", payments.MetaPack: "small"}})
-	refundY := map[string]any{"id": "ch_y", "object": "charge", "amount": 300, "amount_refunded": 300, "currency": "usd",
+	refundY := map[string]any{"id": "ch_y", "object": "charge", "amount": 1000, "amount_refunded": 1000, "currency": "usd",
 		"payment_intent": "pi_y", "refunds": map[string]any{"object": "list", "data": []any{
-			map[string]any{"id": "re_y", "object": "refund", "amount": 300, "status": "succeeded", "created": at.Unix()}}}}
+			map[string]any{"id": "re_y", "object": "refund", "amount": 1000, "status": "succeeded", "created": at.Unix()}}}}
 	if status, body := e.deliver("evt_y_refund", "charge.refunded", at, refundY); status != http.StatusOK || !strings.Contains(body, "ignored when it was paid") {
 		t.Errorf("refund of a top-up ignored when paid, its user subscribed since: %d %s, want 200 ignored", status, body)
 	}
