@@ -611,13 +611,58 @@ func (s *Service) stripeStart(ctx context.Context, pay store.Payments, userID, s
 
 // linkRecord is KindSubscriptionOf.
 type linkRecord struct {
-	SubscriptionID string    `json:"subscriptionId"`
-	UpdatedAt      time.Time `json:"updatedAt"`
+	SubscriptionID string `json:"subscriptionId"`
+	// Applied is the gateway subscription as SubscriptionID last set it
+	// (or found it already set); nil in a link written before it was
+	// kept.
+	Applied   *appliedSub `json:"applied,omitempty"`
+	UpdatedAt time.Time   `json:"updatedAt"`
+}
+
+// appliedSub is what a Stripe subscription wrote of the gateway
+// subscription: its product, status and end.
+type appliedSub struct {
+	ProductID string    `json:"productId"`
+	Status    string    `json:"status"`
+	EndsAt    time.Time `json:"endsAt,omitzero"`
+	EndStatus string    `json:"endStatus,omitempty"`
+}
+
+// same reports whether a and b are the same plan, status and end.
+func (a *appliedSub) same(b *appliedSub) bool {
+	return a != nil && b != nil && a.ProductID == b.ProductID && strings.EqualFold(a.Status, b.Status) &&
+		a.EndsAt.Equal(b.EndsAt) && strings.EqualFold(a.EndStatus, b.EndStatus)
+}
+
+// stillSet reports whether cur is still the gateway subscription the
+// Stripe subscription subID set, as link remembers it: nothing was put
+// since (an operator's plan, the portal's free or prepaid one, another
+// Stripe subscription's). The sweep tidying the status to its end's
+// (the same end kept) is not a put. A link from before Applied was kept
+// knows only the subscription: the product must be the one product
+// names.
+func stillSet(link linkRecord, subID, product string, cur store.Subscription) bool {
+	if link.SubscriptionID != subID {
+		return false
+	}
+	a := link.Applied
+	if a == nil {
+		return cur.ProductID == product
+	}
+	if cur.ProductID != a.ProductID || !cur.EndsAt.Equal(a.EndsAt) || !strings.EqualFold(cur.EndStatus, a.EndStatus) {
+		return false
+	}
+	return strings.EqualFold(cur.Status, a.Status) || !a.EndsAt.IsZero() && strings.EqualFold(cur.Status, a.EndStatus)
 }
 
 // setGatewaySubscription writes the gateway subscription, unless it is
-// as the target says already, or a newer Stripe subscription holds it
-// and this one has ended.
+// as the target says already. A target that grants no access (the
+// Stripe subscription ended, unpaid, suspended) is written only over
+// the gateway subscription this Stripe subscription set itself, or
+// where there is none: never over one a newer Stripe subscription holds
+// nor over a plan put since (the caller moved to a free or prepaid plan,
+// an operator assigned one), whichever way the state came (an event, an
+// invoice's read-back, a resync).
 func (s *Service) setGatewaySubscription(ctx context.Context, pay store.Payments, st state, id ident, t target) error {
 	linkID := id.Service + "/" + id.User
 	var link linkRecord
@@ -632,20 +677,27 @@ func (s *Service) setGatewaySubscription(ctx context.Context, pay store.Payments
 			zap.String("subscription", st.ID), zap.String("holder", link.SubscriptionID))
 		return nil
 	}
-	if link.SubscriptionID != st.ID {
-		b, _ := json.Marshal(linkRecord{SubscriptionID: st.ID, UpdatedAt: s.now().UTC()})
-		if err := pay.PutPaymentRecord(ctx, KindSubscriptionOf, linkID, b, s.now()); err != nil {
-			return err
-		}
-	}
 	cur, err := s.Store().GetSubscription(ctx, id.User, id.Service)
 	had := err == nil
 	if err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrNoAccount) {
 		return err
 	}
+	if had && !live && !stillSet(link, st.ID, id.Product, cur) {
+		s.log.Info("a Stripe subscription that grants no access leaves the plan put since it last set it",
+			zap.String("subscription", st.ID), zap.String("user_id", id.User), zap.String("service_id", id.Service),
+			zap.String("plan", describeSub(cur)))
+		return nil
+	}
 	endStatus := ""
 	if !t.EndsAt.IsZero() {
 		endStatus = string(t.EndStatus)
+	}
+	applied := &appliedSub{ProductID: id.Product, Status: string(t.Status), EndsAt: t.EndsAt, EndStatus: endStatus}
+	if link.SubscriptionID != st.ID || !link.Applied.same(applied) {
+		b, _ := json.Marshal(linkRecord{SubscriptionID: st.ID, Applied: applied, UpdatedAt: s.now().UTC()})
+		if err := pay.PutPaymentRecord(ctx, KindSubscriptionOf, linkID, b, s.now()); err != nil {
+			return err
+		}
 	}
 	if had && cur.ProductID == id.Product && strings.EqualFold(cur.Status, string(t.Status)) &&
 		cur.EndsAt.Equal(t.EndsAt) && strings.EqualFold(cur.EndStatus, endStatus) {

@@ -121,25 +121,76 @@ func (s *Service) StartTopUp(ctx context.Context, userID, serviceID, productID, 
 
 // PackPrice is what a pack costs, from its Stripe Price (asked once per
 // Price and remembered). ok is false when Stripe could not say (down, or
-// a Price without a unit amount): the portal then shows the listing's
-// currency and leaves the amount to Checkout.
+// a Price without a unit amount, which the config check refuses): the
+// portal then shows the listing's currency and leaves the amount to
+// Checkout.
 func (s *Service) PackPrice(ctx context.Context, t TopUp) (catalog.Money, bool) {
+	p, err := s.packPrice(ctx, t)
+	return p.base, err == nil
+}
+
+// packPriceOf is what a pack's Price charges: its unit_amount in its
+// currency, and in each of its currency_options (a Price Checkout may
+// charge in the customer's currency), by upper-case currency.
+type packPriceOf struct {
+	base       catalog.Money
+	byCurrency map[string]catalog.Money
+}
+
+// packPrice is what a pack costs. A Price without a fixed unit_amount
+// (the customer chooses the price, tiers, a fraction of a minor unit) is
+// a badEvent: a pack is sold for a fixed amount, and what such a
+// Checkout was paid says nothing of the pack. Stripe out of reach is an
+// error worth retrying.
+func (s *Service) packPrice(ctx context.Context, t TopUp) (packPriceOf, error) {
 	if m, ok := priceCache.Load(t.Price); ok {
-		return m.(catalog.Money), true
+		return m.(packPriceOf), nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	p, err := s.sc.V1Prices.Retrieve(ctx, t.Price, nil)
-	if err != nil || p.Currency == "" || p.UnitAmount <= 0 {
-		return catalog.Money{}, false
+	params := &stripe.PriceRetrieveParams{}
+	params.AddExpand("currency_options")
+	p, err := s.sc.V1Prices.Retrieve(ctx, t.Price, params)
+	if err != nil {
+		return packPriceOf{}, fmt.Errorf("reading Price %s of pack %s from Stripe: %w", t.Price, t.Name, stripeErr(err))
 	}
-	m := MinorMoney(p.UnitAmount, string(p.Currency))
-	priceCache.Store(t.Price, m)
-	return m, true
+	if p.Currency == "" || p.UnitAmount <= 0 {
+		return packPriceOf{}, badEvent("Price %s of pack %s has no fixed unit_amount (a price the customer chooses, tiered or fractional): a pack is sold for a fixed amount", t.Price, t.Name)
+	}
+	out := packPriceOf{base: MinorMoney(p.UnitAmount, string(p.Currency)), byCurrency: map[string]catalog.Money{}}
+	for cur, o := range p.CurrencyOptions {
+		if o != nil && o.UnitAmount > 0 && o.CustomUnitAmount == nil && len(o.Tiers) == 0 {
+			m := MinorMoney(o.UnitAmount, cur)
+			out.byCurrency[m.Currency] = m
+		}
+	}
+	out.byCurrency[out.base.Currency] = out.base
+	priceCache.Store(t.Price, out)
+	return out, nil
 }
 
-// priceCache holds the Prices asked of Stripe, by id. A Price's amount
-// never changes in Stripe (a new amount is a new Price).
+// paidForPack checks that a paid session paid what pack t costs. Its
+// amount_total and currency are what the customer was charged; with
+// Stripe's Adaptive Pricing (the customer's local currency)
+// currency_conversion holds the amount in the Price's own currency.
+func (s *Service) paidForPack(ctx context.Context, cs *stripe.CheckoutSession, t TopUp) error {
+	price, err := s.packPrice(ctx, t)
+	if err != nil {
+		return err
+	}
+	paid := MinorMoney(cs.AmountTotal, string(cs.Currency))
+	if cc := cs.CurrencyConversion; cc != nil && cc.SourceCurrency != "" {
+		paid = MinorMoney(cc.AmountTotal, string(cc.SourceCurrency))
+	}
+	if want, ok := price.byCurrency[paid.Currency]; ok && want == paid {
+		return nil
+	}
+	return badEvent("session %s paid %s, but pack %s of %s costs %s (Price %s): not credited", cs.ID, paid, t.Name, t.Product, price.base, t.Price)
+}
+
+// priceCache holds the Prices of packs asked of Stripe (packPriceOf),
+// by id. A Price's amounts never change in Stripe (a new amount is a new
+// Price).
 var priceCache sync.Map
 
 // MinorMoney is an amount in a currency's minor units, as Stripe gives it
@@ -209,6 +260,36 @@ func (s *Service) topUpOf(ctx context.Context, meta map[string]string) (TopUp, e
 	return t, nil
 }
 
+// topUpCustomer checks that a top-up's session is the gateway's for
+// the user its metadata names: its customer is the one the gateway made
+// for that user, and so is its client_reference_id when set. Anything
+// else is a badEvent, as for a subscription's Checkout: a session of
+// another gateway on the same Stripe account (whose user may have the
+// same id here), or one whose metadata names another user than the one
+// who paid, grants nothing.
+func (s *Service) topUpCustomer(ctx context.Context, cs *stripe.CheckoutSession) error {
+	pay, err := s.Payments()
+	if err != nil {
+		return err
+	}
+	cust := ""
+	if cs.Customer != nil {
+		cust = cs.Customer.ID
+	}
+	user, err := s.userOfCustomer(ctx, pay, cust)
+	if err != nil {
+		var bad badEventError
+		if errors.As(err, &bad) {
+			return badEvent("session %s: %s", cs.ID, bad.msg)
+		}
+		return err
+	}
+	if mu := cs.Metadata[MetaUser]; mu != user || cs.ClientReferenceID != "" && cs.ClientReferenceID != user {
+		return badEvent("session %s: started for another user than its customer's (customer %s is %s's)", cs.ID, cust, user)
+	}
+	return nil
+}
+
 // topUpPaid grants a paid top-up's credits: checkout.session.completed
 // in payment mode when it is paid, and
 // checkout.session.async_payment_succeeded. The grant's id is the
@@ -230,6 +311,9 @@ func topUpPaid(s *Service, ctx context.Context, ev *stripe.Event) error {
 	}
 	userID := cs.Metadata[MetaUser]
 	t, err := s.topUpOf(ctx, cs.Metadata)
+	if err == nil {
+		err = s.topUpCustomer(ctx, &cs)
+	}
 	if err != nil {
 		return s.ignoredTopUp(ctx, &cs, err)
 	}
@@ -241,6 +325,13 @@ func topUpPaid(s *Service, ctx context.Context, ev *stripe.Event) error {
 	}
 	pi := cs.PaymentIntent.ID
 	paid := MinorMoney(cs.AmountTotal, string(cs.Currency))
+	// What was paid must be what the pack costs (quantity 1, no discount
+	// nor tax on the gateway's sessions): the credits are the pack's, so
+	// a session paid otherwise (a custom amount, another Price) is not
+	// credited.
+	if err := s.paidForPack(ctx, &cs, t); err != nil {
+		return s.ignoredTopUp(ctx, &cs, err)
+	}
 	// The event's time, the same on every delivery, so the grant is the
 	// same whichever delivery makes it.
 	paidAt := time.Unix(ev.Created, 0).UTC()
@@ -319,6 +410,9 @@ func topUpFailed(s *Service, ctx context.Context, ev *stripe.Event) error {
 		return nil
 	}
 	t, err := s.topUpOf(ctx, cs.Metadata)
+	if err == nil {
+		err = s.topUpCustomer(ctx, &cs)
+	}
 	if err != nil {
 		return err
 	}

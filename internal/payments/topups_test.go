@@ -51,8 +51,9 @@ const topUpWebhookSecret = "whsec_topup_test_secret"
 // topUpEnv is a running gateway (real Caddy in this process, a real bbolt
 // file) whose payments block talks to stripe-mock through the recording
 // proxy: service echo with a prepaid product "credits" (1 credit a call)
-// and two packs, "small" (100 credits) and "big" (1000 credits that
-// expire 30 days after they are paid).
+// and three packs, "small" (100 credits for 10.00 USD), "big" (1000
+// credits for 50.00 USD that expire 30 days after they are paid) and
+// "trio" (100 credits for 3.00 USD).
 type topUpEnv struct {
 	t    *testing.T
 	mock *stripetest.Mock
@@ -63,6 +64,11 @@ type topUpEnv struct {
 func startTopUps(t *testing.T) *topUpEnv {
 	t.Helper()
 	mock := stripetest.Start(t)
+	// What the packs' Prices cost (stripe-mock's own fixture Price is
+	// 20.00 USD): a session is granted its pack only when it paid that.
+	for price, amount := range map[string]int64{"price_small": 1000, "price_big": 5000, "price_trio": 300} {
+		mock.Answer("/v1/prices/"+price, map[string]any{"unit_amount": amount, "unit_amount_decimal": fmt.Sprint(amount), "currency": "usd"})
+	}
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"hello":"world"}`)
@@ -104,6 +110,7 @@ func startTopUps(t *testing.T) *topUpEnv {
 			api_base %s
 			topup echo credits small price_small 100
 			topup echo credits big price_big 1000 720h
+			topup echo credits trio price_trio 100
 		}
 	}
 }
@@ -169,6 +176,32 @@ func (e *topUpEnv) caller(user string) string {
 		e.t.Fatal(err)
 	}
 	return key
+}
+
+// payer is caller with user's Stripe customer, cus_<user> (the
+// customer paidSession names), recorded both ways as
+// payments.CustomerFor records the one it makes at the first Buy:
+// stripe-mock answers every customer creation with the same id, so
+// callers of one test cannot all get theirs from it.
+func (e *topUpEnv) payer(user string) string {
+	e.t.Helper()
+	key := e.caller(user)
+	e.customer(user)
+	return key
+}
+
+// customer records cus_<user> as user's Stripe customer.
+func (e *topUpEnv) customer(user string) string {
+	e.t.Helper()
+	cust := "cus_" + user
+	b, _ := json.Marshal(payments.CustomerRecord{UserID: user, CustomerID: cust, CreatedAt: time.Now().UTC()})
+	// The way back from the customer first, as CustomerFor writes them.
+	for _, r := range []struct{ kind, id string }{{payments.KindCustomerUser, cust}, {payments.KindCustomer, user}} {
+		if _, err := e.pay.InsertPaymentRecord(context.Background(), r.kind, r.id, b, time.Now()); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	return cust
 }
 
 func (e *topUpEnv) balance(user string) billing.Units {
@@ -327,6 +360,7 @@ func TestTopUpEndToEnd(t *testing.T) {
 	// Paid: granted once, however often and by whichever event.
 	paidAt := time.Now().Add(-time.Minute).Truncate(time.Second)
 	sess := paidSession("cs_1", "pi_1", "alice", "small", 1000)
+	sess["customer"] = f.Get("customer") // the one StartTopUp made
 	e.mustDeliver("evt_paid_1", "checkout.session.completed", paidAt, sess)
 	e.mustDeliver("evt_paid_1", "checkout.session.completed", paidAt, sess)
 	e.mustDeliver("evt_paid_2", "checkout.session.completed", paidAt, sess)
@@ -408,9 +442,9 @@ func TestTopUpEndToEnd(t *testing.T) {
 // the events came in, and a full refund takes back exactly the pack.
 func TestTopUpOutOfOrderRefunds(t *testing.T) {
 	e := startTopUps(t)
-	e.caller("bob")
+	e.payer("bob")
 	at := time.Now().Truncate(time.Second)
-	e.mustDeliver("evt_b_paid", "checkout.session.completed", at, paidSession("cs_b", "pi_b", "bob", "small", 300))
+	e.mustDeliver("evt_b_paid", "checkout.session.completed", at, paidSession("cs_b", "pi_b", "bob", "trio", 300))
 	e.wantBalance("bob", "100")
 	r := func(id string, amount int64, min int) map[string]any {
 		return map[string]any{"id": id, "object": "refund", "amount": amount, "status": "succeeded", "created": at.Add(time.Duration(min) * time.Minute).Unix()}
@@ -428,7 +462,7 @@ func TestTopUpOutOfOrderRefunds(t *testing.T) {
 	e.wantBalance("bob", "0")
 	// A refund that comes before its top-up's grant is refused (500),
 	// so Stripe sends it again: after the grant it takes its share.
-	e.caller("hana")
+	e.payer("hana")
 	early := map[string]any{"id": "ch_h", "object": "charge", "amount": 1000, "amount_refunded": 500, "currency": "usd",
 		"payment_intent": "pi_h", "metadata": map[string]string{payments.MetaPack: "small"},
 		"refunds": map[string]any{"object": "list", "data": []any{r("re_h1", 500, 1)}}}
@@ -439,11 +473,11 @@ func TestTopUpOutOfOrderRefunds(t *testing.T) {
 	e.mustDeliver("evt_h_r", "charge.refunded", at, early)
 	e.wantBalance("hana", "50")
 	// A failed refund returns no money and takes back nothing.
-	e.caller("carol")
-	e.mustDeliver("evt_c_paid", "checkout.session.completed", at, paidSession("cs_c", "pi_c", "carol", "small", 300))
-	failed := r("re_c1", 300, 1)
+	e.payer("carol")
+	e.mustDeliver("evt_c_paid", "checkout.session.completed", at, paidSession("cs_c", "pi_c", "carol", "small", 1000))
+	failed := r("re_c1", 1000, 1)
 	failed["status"] = "failed"
-	e.mustDeliver("evt_c_r1", "charge.refunded", at, map[string]any{"id": "ch_c", "object": "charge", "amount": 300, "amount_refunded": 0,
+	e.mustDeliver("evt_c_r1", "charge.refunded", at, map[string]any{"id": "ch_c", "object": "charge", "amount": 1000, "amount_refunded": 0,
 		"currency": "usd", "payment_intent": "pi_c", "refunds": map[string]any{"object": "list", "data": []any{failed}}})
 	e.wantBalance("carol", "100")
 }
@@ -452,7 +486,7 @@ func TestTopUpOutOfOrderRefunds(t *testing.T) {
 // left after a partial refund, once; a won one nothing.
 func TestTopUpDisputeLost(t *testing.T) {
 	e := startTopUps(t)
-	e.caller("dave")
+	e.payer("dave")
 	at := time.Now().Truncate(time.Second)
 	e.mustDeliver("evt_d_paid", "checkout.session.completed", at, paidSession("cs_d", "pi_d", "dave", "small", 1000))
 	e.mustDeliver("evt_d_r1", "charge.refunded", at, map[string]any{"id": "ch_d", "object": "charge", "amount": 1000, "amount_refunded": 100,
@@ -490,7 +524,7 @@ func TestTopUpDisputeLost(t *testing.T) {
 // delayed payment) and a failed one grant nothing.
 func TestTopUpBadSessions(t *testing.T) {
 	e := startTopUps(t)
-	e.caller("erin")
+	e.payer("erin")
 	at := time.Now().Truncate(time.Second)
 	bad := map[string]map[string]any{}
 	s := paidSession("cs_e1", "pi_e1", "nobody", "small", 1000)
@@ -567,7 +601,7 @@ func TestTopUpBadSessions(t *testing.T) {
 // once however many times maintenance runs.
 func TestTopUpExpiry(t *testing.T) {
 	e := startTopUps(t)
-	key := e.caller("frank")
+	key := e.payer("frank")
 	t0 := time.Now().Truncate(time.Second)
 	// big: 1000 credits expiring 30 days after t0; small a day later,
 	// without expiry.
@@ -622,7 +656,7 @@ func TestTopUpExpiry(t *testing.T) {
 // Stripe.
 func TestTopUpRefundsFromStripe(t *testing.T) {
 	e := startTopUps(t)
-	e.caller("gina")
+	e.payer("gina")
 	at := time.Now().Truncate(time.Second)
 	e.mustDeliver("evt_g_paid", "checkout.session.completed", at, paidSession("cs_g", "pi_g", "gina", "small", 1000))
 	e.mustDeliver("evt_g_r", "charge.refunded", at, map[string]any{"id": "ch_g", "object": "charge", "amount": 1000,
@@ -672,7 +706,7 @@ func TestTopUpNeedsThePacksProduct(t *testing.T) {
 // events say so.
 func TestTopUpPendingRefund(t *testing.T) {
 	e := startTopUps(t)
-	e.caller("kim")
+	e.payer("kim")
 	at := time.Now().Truncate(time.Second)
 	e.mustDeliver("evt_k_paid", "checkout.session.completed", at, paidSession("cs_k", "pi_k", "kim", "small", 1000))
 	e.wantBalance("kim", "100")
@@ -717,7 +751,7 @@ func TestTopUpPendingRefund(t *testing.T) {
 // grant (TestTopUpOutOfOrderRefunds).
 func TestTopUpRefundOfIgnoredTopUp(t *testing.T) {
 	e := startTopUps(t)
-	e.caller("zoe")
+	e.payer("zoe")
 	at := time.Now().Truncate(time.Second)
 	status, body := e.deliver("evt_z_paid", "checkout.session.completed", at, paidSession("cs_z", "pi_z", "zoe", "retired", 1000))
 	if status != http.StatusOK || !strings.Contains(body, "ignored") {
@@ -746,16 +780,17 @@ func TestTopUpRefundOfIgnoredTopUp(t *testing.T) {
 	// the caller subscribes afterwards, so the config could grant it now,
 	// but its paid event is past: the refund is still ignored (it was
 	// answered 500 until Stripe gave up).
-	status, body = e.deliver("evt_y_paid", "checkout.session.completed", at, paidSession("cs_y", "pi_y", "yves", "small", 300))
+	e.customer("yves")
+	status, body = e.deliver("evt_y_paid", "checkout.session.completed", at, paidSession("cs_y", "pi_y", "yves", "small", 1000))
 	if status != http.StatusOK || !strings.Contains(body, "ignored") {
 		t.Fatalf("paid session of a caller without a subscription: %d %s, want 200 ignored", status, body)
 	}
 	e.caller("yves")
-	e.mock.Answer("/v1/payment_intents/pi_y", map[string]any{"id": "pi_y", "object": "payment_intent", "amount": 300, "currency": "usd",
+	e.mock.Answer("/v1/payment_intents/pi_y", map[string]any{"id": "pi_y", "object": "payment_intent", "amount": 1000, "currency": "usd",
 		"metadata": map[string]string{payments.MetaUser: "yves", payments.MetaService: "echo", payments.MetaProduct: "credits", payments.MetaPack: "small"}})
-	refundY := map[string]any{"id": "ch_y", "object": "charge", "amount": 300, "amount_refunded": 300, "currency": "usd",
+	refundY := map[string]any{"id": "ch_y", "object": "charge", "amount": 1000, "amount_refunded": 1000, "currency": "usd",
 		"payment_intent": "pi_y", "refunds": map[string]any{"object": "list", "data": []any{
-			map[string]any{"id": "re_y", "object": "refund", "amount": 300, "status": "succeeded", "created": at.Unix()}}}}
+			map[string]any{"id": "re_y", "object": "refund", "amount": 1000, "status": "succeeded", "created": at.Unix()}}}}
 	if status, body := e.deliver("evt_y_refund", "charge.refunded", at, refundY); status != http.StatusOK || !strings.Contains(body, "ignored when it was paid") {
 		t.Errorf("refund of a top-up ignored when paid, its user subscribed since: %d %s, want 200 ignored", status, body)
 	}

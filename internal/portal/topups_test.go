@@ -29,6 +29,10 @@ const portalWebhookSecret = "whsec_portal_topups"
 func startTopUpSite(t *testing.T) (*env, *stripetest.Mock) {
 	t.Helper()
 	mock := stripetest.Start(t)
+	// What the packs' Prices cost: the webhook grants a pack only for a
+	// session paid that (stripe-mock's own fixture Price is 20.00 USD).
+	mock.Answer("/v1/prices/price_small", map[string]any{"unit_amount": 1000, "unit_amount_decimal": "1000", "currency": "usd"})
+	mock.Answer("/v1/prices/price_big", map[string]any{"unit_amount": 5000, "unit_amount_decimal": "5000", "currency": "usd"})
 	dir := t.TempDir()
 	backend := signingBackend(t)
 	cfg := fmt.Sprintf(`{
