@@ -169,18 +169,20 @@ func (s *Service) packPrice(ctx context.Context, t TopUp) (packPriceOf, error) {
 	return out, nil
 }
 
-// paidForPack checks that a paid session paid what pack t costs. Its
-// amount_total and currency are what the customer was charged; with
-// Stripe's Adaptive Pricing (the customer's local currency)
-// currency_conversion holds the amount in the Price's own currency.
+// paidForPack checks that a paid session was sold at what pack t costs.
+// Its amount_subtotal and currency are the line's price before discounts
+// and taxes (a promotion code the operator allows, or tax Stripe adds,
+// changes what was charged, not which pack was bought); with Stripe's
+// Adaptive Pricing (the customer's local currency) currency_conversion
+// holds it in the Price's own currency.
 func (s *Service) paidForPack(ctx context.Context, cs *stripe.CheckoutSession, t TopUp) error {
 	price, err := s.packPrice(ctx, t)
 	if err != nil {
 		return err
 	}
-	paid := MinorMoney(cs.AmountTotal, string(cs.Currency))
+	paid := MinorMoney(cs.AmountSubtotal, string(cs.Currency))
 	if cc := cs.CurrencyConversion; cc != nil && cc.SourceCurrency != "" {
-		paid = MinorMoney(cc.AmountTotal, string(cc.SourceCurrency))
+		paid = MinorMoney(cc.AmountSubtotal, string(cc.SourceCurrency))
 	}
 	if want, ok := price.byCurrency[paid.Currency]; ok && want == paid {
 		return nil

@@ -70,10 +70,16 @@ func TestTopUpPaidThePacksPrice(t *testing.T) {
 	local["currency_conversion"] = map[string]any{"amount_subtotal": 1000, "amount_total": 1000, "fx_rate": "0.92", "source_currency": "usd"}
 	e.mustDeliver("evt_loc2", "checkout.session.completed", at, local)
 	e.wantBalance("pia", "200")
+	// Tax Stripe added (or a promotion code the operator allows) changes
+	// what was charged, not the pack sold: its subtotal is the pack's.
+	taxed := paidSession("cs_tax", "pi_tax", "pia", "small", 1000)
+	taxed["amount_total"] = 1190
+	e.mustDeliver("evt_tax", "checkout.session.completed", at, taxed)
+	e.wantBalance("pia", "300")
 	bigEUR = paidSession("cs_big_eur2", "pi_big_eur2", "pia", "big", 4600)
 	bigEUR["currency"] = "eur"
 	e.mustDeliver("evt_big_eur2", "checkout.session.completed", at, bigEUR)
-	e.wantBalance("pia", "1200")
+	e.wantBalance("pia", "1300")
 
 	// A pack whose Price lets the customer choose the amount: the config
 	// check refuses it.

@@ -262,7 +262,7 @@ func invokeEcho(t *testing.T, key string) (int, string) {
 func paidSession(id, pi, user, pack string, amount int64) map[string]any {
 	return map[string]any{
 		"id": id, "object": "checkout.session", "mode": "payment", "status": "complete",
-		"payment_status": "paid", "payment_intent": pi, "amount_total": amount, "currency": "usd",
+		"payment_status": "paid", "payment_intent": pi, "amount_total": amount, "amount_subtotal": amount, "currency": "usd",
 		"customer": "cus_" + user,
 		"metadata": map[string]string{payments.MetaUser: user, payments.MetaService: "echo",
 			payments.MetaProduct: "credits", payments.MetaPack: pack},

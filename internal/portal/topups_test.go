@@ -200,7 +200,7 @@ func TestPortalTopUp(t *testing.T) {
 	}
 	ev := stripetest.Event("evt_portal_paid", "checkout.session.completed", paidAt, map[string]any{
 		"id": "cs_portal", "object": "checkout.session", "mode": "payment", "payment_status": "paid",
-		"payment_intent": "pi_portal", "amount_total": 5000, "currency": "usd", "customer": f.Get("customer"), "metadata": meta})
+		"payment_intent": "pi_portal", "amount_total": 5000, "amount_subtotal": 5000, "currency": "usd", "customer": f.Get("customer"), "metadata": meta})
 	if status, body := stripetest.Deliver(t, siteBase+"/stripe/webhook", ev, portalWebhookSecret, time.Now()); status != http.StatusOK {
 		t.Fatalf("webhook: %d %s", status, body)
 	}
