@@ -17,7 +17,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/apierror"
-	"github.com/platformgw/gateway/internal/engine"
 	"github.com/platformgw/gateway/internal/signing"
 	"github.com/platformgw/gateway/internal/store"
 )
@@ -79,7 +78,7 @@ func (h *Handler) invokeAsync(w http.ResponseWriter, r *http.Request, c *call, n
 		refusal = h.unreachable(c, err)
 		reason = refusal.Message
 	}
-	h.failJob(c.requestID, reason)
+	h.failJob(job, reason)
 	h.refuseCall(w, r, c, true, "backend_error", refusal)
 	return nil
 }
@@ -380,28 +379,6 @@ func acceptedBody(id string, urls jobURLs) []byte {
 	b = append(b, `","callbackUrl":"`...)
 	b = append(b, urls.callback...)
 	return append(b, `"}`...)
-}
-
-// failJob marks a job the backend did not take as FAILED, unless the
-// backend already finished it (a backend may post its completion before
-// answering the forward). It runs to the end even when the caller has gone.
-func (h *Handler) failJob(id, reason string) {
-	_, err := h.rt.Jobs().UpdateJob(context.Background(), id, func(j *store.Job) error {
-		if j.Terminal() {
-			return engine.ErrJobFinished
-		}
-		t := h.rt.Now().UTC()
-		j.Status = store.JobFailed
-		j.ErrorMessage = reason
-		j.UpdatedAt, j.CompletedAt = t, t
-		return nil
-	})
-	switch {
-	case err == nil:
-		h.rt.CountJobState(store.JobFailed)
-	case !errors.Is(err, engine.ErrJobFinished):
-		h.logger.Error("fail job", zap.String("request_id", id), zap.Error(err))
-	}
 }
 
 // maxBackendAnswer is how much of a backend's answer to an async forward
