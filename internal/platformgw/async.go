@@ -61,10 +61,18 @@ func (h *Handler) invokeAsync(w http.ResponseWriter, r *http.Request, c *call, n
 	r.Header.Del("Upgrade")          // an async job is never a protocol switch
 	setBody(r, &c.fwd, env.finish(urls, sig, ts))
 
-	ans := &backendAnswer{header: make(http.Header)}
+	ans := &backendAnswer{header: make(http.Header), r: r}
 	err := serveCaptured(next, ans, r)
 	if ans.status >= 200 && ans.status < 300 {
 		h.accept(w, c, urls)
+		return nil
+	}
+	if ans.callerGone && ans.status == 0 {
+		// No refusal of the backend's: the caller left first, as a sync
+		// call's caller may (invokeSync). The job fails, its hold goes.
+		h.failJob(job, "the caller hung up before the service backend accepted the job")
+		h.rt.CountKnownInvoke(c.svc.ID, c.ep.ID, "async", "caller_gone")
+		w.WriteHeader(statusClientClosed) // for the access log, as the proxy does
 		return nil
 	}
 	var refusal *apierror.Error
@@ -395,19 +403,35 @@ var errAnswerTooLong = errors.New("backend answer to an async forward is longer 
 // discards its headers and body.
 type backendAnswer struct {
 	header http.Header
+	r      *http.Request // the forwarded request
 	status int
 	read   int
+	// callerGone: the caller's request was cancelled before the
+	// backend's status line (the reverse proxy's 499).
+	callerGone bool
 }
 
 func (b *backendAnswer) Header() http.Header { return b.header }
 
 func (b *backendAnswer) WriteHeader(status int) {
-	if b.status == 0 && status >= 200 { // 1xx are interim
-		b.status = status
+	if b.status != 0 || b.callerGone || status < 200 { // 1xx are interim
+		return
 	}
+	if status == statusClientClosed && b.r != nil && b.r.Context().Err() != nil {
+		// Not the backend's answer: Caddy's reverse proxy writes 499 when
+		// the caller's request was cancelled (it hung up, or a balancer
+		// in front gave up) before the backend's status line, as for a
+		// sync call (meterWriter.WriteHeader).
+		b.callerGone = true
+		return
+	}
+	b.status = status
 }
 
 func (b *backendAnswer) Write(p []byte) (int, error) {
+	if b.callerGone {
+		return len(p), nil
+	}
 	if b.status == 0 {
 		b.status = http.StatusOK
 	}

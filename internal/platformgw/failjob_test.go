@@ -3,13 +3,19 @@ package platformgw
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/engine"
@@ -298,5 +304,101 @@ func TestFailJobPastDeadlineLeftToSweep(t *testing.T) {
 	})
 	if n := r.tries.Load(); n < 2 {
 		t.Errorf("%d attempts before the deadline, want retries", n)
+	}
+}
+
+// invokeCount reads platform_invokes_total for svc/job/async/outcome.
+func invokeCount(t *testing.T, outcome string) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	engine.SharedMetrics(reg)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "platform_invokes_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["service"] == "svc" && labels["endpoint"] == "job" && labels["mode"] == "async" && labels["outcome"] == outcome {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// TestAsyncCallerGone: a caller that hangs up while its job is being
+// forwarded (Caddy's reverse proxy writes 499 for the cancelled request)
+// is no refusal of the backend's: the job fails saying the caller hung
+// up, its hold is released, no WARN blames the backend, and the outcome
+// is caller_gone, as for a sync call. Before, the job said "the service
+// backend refused the job (HTTP 499)" and the outcome was backend_error.
+// A 499 the backend itself answers, the caller still there, is a refusal.
+func TestAsyncCallerGone(t *testing.T) {
+	g := newTestGateway(t)
+	core, logs := observer.New(zapcore.DebugLevel)
+	g.h.logger = zap.New(core)
+
+	gone0, refused0 := invokeCount(t, "caller_gone"), invokeCount(t, "backend_error")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	proxy := &backend{fn: func(w http.ResponseWriter, r *http.Request) {
+		cancel() // the caller hangs up mid-forward
+		<-r.Context().Done()
+		w.WriteHeader(statusClientClosed) // what reverse_proxy writes then
+	}}
+	r := httptest.NewRequest("POST", "/api/service/svc/endpoint/job/invoke/async", strings.NewReader(`{"q":1}`)).WithContext(ctx)
+	r.Header.Set("Authorization", "Bearer "+g.keys["alice"])
+	w := httptest.NewRecorder()
+	if err := g.h.ServeHTTP(w, r, proxy); err != nil {
+		t.Fatal(err)
+	}
+	if w.Code != statusClientClosed || errorCode(t, w) != "" {
+		t.Errorf("caller gone: %d %s, want a bare 499 for the access log", w.Code, w.Body)
+	}
+	id := w.Header().Get("X-Platform-Request-ID")
+	job, err := g.rt.Store().GetJob(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job.Status != store.JobFailed || job.ErrorMessage != "the caller hung up before the service backend accepted the job" {
+		t.Errorf("job %s %q", job.Status, job.ErrorMessage)
+	}
+	if st := g.state("alice", "basic"); st.Reserved != 0 || st.Used != 0 {
+		t.Errorf("after the caller left: %+v, want nothing held or charged", st)
+	}
+	if n := logs.FilterMessage("backend refused async job").Len(); n != 0 {
+		t.Errorf("%d WARN lines blame the backend for the caller's hang-up", n)
+	}
+	if d := invokeCount(t, "caller_gone") - gone0; d != 1 {
+		t.Errorf("caller_gone counted %v times, want 1", d)
+	}
+	if d := invokeCount(t, "backend_error") - refused0; d != 0 {
+		t.Errorf("backend_error counted %v times, want 0", d)
+	}
+
+	// The backend's own 499, the caller still waiting: a refusal.
+	g.at = g.at.Add(time.Minute) // a fresh rate-limit window
+	w = g.invoke("alice", "POST", "job", true, &backend{fn: func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(statusClientClosed)
+	}})
+	if w.Code != http.StatusBadGateway || errorCode(t, w) != "service_error" {
+		t.Errorf("the backend's 499: %d %s, want 502 service_error", w.Code, w.Body)
+	}
+	job, _ = g.rt.Store().GetJob(context.Background(), w.Header().Get("X-Platform-Request-ID"))
+	if job.Status != store.JobFailed || job.ErrorMessage != "the service backend refused the job (HTTP 499)" {
+		t.Errorf("job %s %q", job.Status, job.ErrorMessage)
+	}
+	if n := logs.FilterMessage("backend refused async job").Len(); n != 1 {
+		t.Errorf("%d WARN lines for the backend's refusal, want 1", n)
+	}
+	if d := invokeCount(t, "backend_error") - refused0; d != 1 {
+		t.Errorf("backend_error counted %v times, want 1", d)
 	}
 }
