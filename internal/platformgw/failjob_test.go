@@ -342,6 +342,7 @@ func invokeCount(t *testing.T, outcome string) float64 {
 // A 499 the backend itself answers, the caller still there, is a refusal.
 func TestAsyncCallerGone(t *testing.T) {
 	g := newTestGateway(t)
+	g.rt.Outcomes = engine.NewOutcomeCounter()
 	core, logs := observer.New(zapcore.DebugLevel)
 	g.h.logger = zap.New(core)
 
@@ -381,6 +382,22 @@ func TestAsyncCallerGone(t *testing.T) {
 	}
 	if d := invokeCount(t, "backend_error") - refused0; d != 0 {
 		t.Errorf("backend_error counted %v times, want 0", d)
+	}
+	// In the hourly call outcomes it is a 4xx (the 499), as a sync
+	// call's caller gone, not the gateway's service_error.
+	st := g.rt.Store().(store.Outcomes)
+	if err := g.rt.Outcomes.Flush(context.Background(), st, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	outcomes := map[string]int64{}
+	if err := st.ScanOutcomes(context.Background(), store.OutcomeFilter{}, func(r store.OutcomeRow) error {
+		outcomes[r.Outcome] += r.Calls
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if outcomes[store.Outcome4xx] != 1 || len(outcomes) != 1 {
+		t.Errorf("call outcomes %v, want one 4xx", outcomes)
 	}
 
 	// The backend's own 499, the caller still waiting: a refusal.
