@@ -25,7 +25,7 @@ type Metrics struct {
 var sharedMetrics = &Metrics{
 	invokes: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "platform", Name: "invokes_total",
-		Help: "Invocations by service, endpoint, mode (sync, async) and outcome (ok, rejected, backend_error).",
+		Help: "Invocations by service, endpoint, mode (sync, async) and outcome (ok, rejected, backend_error, caller_gone).",
 	}, []string{"service", "endpoint", "mode", "outcome"}),
 	rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "platform", Name: "rejections_total",

@@ -17,7 +17,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/apierror"
-	"github.com/platformgw/gateway/internal/engine"
 	"github.com/platformgw/gateway/internal/signing"
 	"github.com/platformgw/gateway/internal/store"
 )
@@ -62,10 +61,18 @@ func (h *Handler) invokeAsync(w http.ResponseWriter, r *http.Request, c *call, n
 	r.Header.Del("Upgrade")          // an async job is never a protocol switch
 	setBody(r, &c.fwd, env.finish(urls, sig, ts))
 
-	ans := &backendAnswer{header: make(http.Header)}
+	ans := &backendAnswer{header: make(http.Header), r: r}
 	err := serveCaptured(next, ans, r)
 	if ans.status >= 200 && ans.status < 300 {
 		h.accept(w, c, urls)
+		return nil
+	}
+	if ans.callerGone && ans.status == 0 {
+		// No refusal of the backend's: the caller left first, as a sync
+		// call's caller may (invokeSync). The job fails, its hold goes.
+		h.failJob(job, "the caller hung up before the service backend accepted the job")
+		h.rt.CountKnownInvoke(c.svc.ID, c.ep.ID, "async", "caller_gone")
+		w.WriteHeader(statusClientClosed) // for the access log, as the proxy does
 		return nil
 	}
 	var refusal *apierror.Error
@@ -79,7 +86,7 @@ func (h *Handler) invokeAsync(w http.ResponseWriter, r *http.Request, c *call, n
 		refusal = h.unreachable(c, err)
 		reason = refusal.Message
 	}
-	h.failJob(c.requestID, reason)
+	h.failJob(job, reason)
 	h.refuseCall(w, r, c, true, "backend_error", refusal)
 	return nil
 }
@@ -382,28 +389,6 @@ func acceptedBody(id string, urls jobURLs) []byte {
 	return append(b, `"}`...)
 }
 
-// failJob marks a job the backend did not take as FAILED, unless the
-// backend already finished it (a backend may post its completion before
-// answering the forward). It runs to the end even when the caller has gone.
-func (h *Handler) failJob(id, reason string) {
-	_, err := h.rt.Jobs().UpdateJob(context.Background(), id, func(j *store.Job) error {
-		if j.Terminal() {
-			return engine.ErrJobFinished
-		}
-		t := h.rt.Now().UTC()
-		j.Status = store.JobFailed
-		j.ErrorMessage = reason
-		j.UpdatedAt, j.CompletedAt = t, t
-		return nil
-	})
-	switch {
-	case err == nil:
-		h.rt.CountJobState(store.JobFailed)
-	case !errors.Is(err, engine.ErrJobFinished):
-		h.logger.Error("fail job", zap.String("request_id", id), zap.Error(err))
-	}
-}
-
 // maxBackendAnswer is how much of a backend's answer to an async forward
 // is read before the gateway stops listening: the answer is discarded, and
 // an acknowledgement is short.
@@ -418,19 +403,35 @@ var errAnswerTooLong = errors.New("backend answer to an async forward is longer 
 // discards its headers and body.
 type backendAnswer struct {
 	header http.Header
+	r      *http.Request // the forwarded request
 	status int
 	read   int
+	// callerGone: the caller's request was cancelled before the
+	// backend's status line (the reverse proxy's 499).
+	callerGone bool
 }
 
 func (b *backendAnswer) Header() http.Header { return b.header }
 
 func (b *backendAnswer) WriteHeader(status int) {
-	if b.status == 0 && status >= 200 { // 1xx are interim
-		b.status = status
+	if b.status != 0 || b.callerGone || status < 200 { // 1xx are interim
+		return
 	}
+	if status == statusClientClosed && b.r != nil && b.r.Context().Err() != nil {
+		// Not the backend's answer: Caddy's reverse proxy writes 499 when
+		// the caller's request was cancelled (it hung up, or a balancer
+		// in front gave up) before the backend's status line, as for a
+		// sync call (meterWriter.WriteHeader).
+		b.callerGone = true
+		return
+	}
+	b.status = status
 }
 
 func (b *backendAnswer) Write(p []byte) (int, error) {
+	if b.callerGone {
+		return len(p), nil
+	}
 	if b.status == 0 {
 		b.status = http.StatusOK
 	}

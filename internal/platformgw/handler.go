@@ -42,6 +42,9 @@ type Handler struct {
 	// signers holds a signing.Signer per service of this config's
 	// catalog (*catalog.Service → *signing.Signer), made on first use.
 	signers sync.Map
+	// jobFailures are the failed jobs the store did not take yet
+	// (failjob.go).
+	jobFailures jobFailures
 }
 
 // CaddyModule returns the Caddy module information.
@@ -60,6 +63,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.init(app.Runtime(), ctx.Logger())
+	register(h)              // until Cleanup: a job failure still queued then moves here
 	registerConnContext(ctx) // PER_BYTE measures a caller's connection (delivered.go)
 	return nil
 }
@@ -110,5 +114,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // Interface guards.
 var (
 	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )
