@@ -37,7 +37,10 @@ var (
 	// to be, by the sweep): 409 to the backend.
 	errExpired = errors.New("job expired")
 	// errSameCompletion: the job completed with this very completion
-	// before; the backend's retry is answered 200 again.
+	// before; the backend's retry is answered 200 again. The store runs
+	// fn only on a job whose last change is durable (a retry that comes
+	// while the first is still being written waits for it), so the 200
+	// never acknowledges a completion the store may yet refuse.
 	errSameCompletion = errors.New("same completion again")
 )
 

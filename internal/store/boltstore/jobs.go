@@ -22,8 +22,49 @@ func openJobKey(j store.Job) []byte {
 // its record is in the settlement log, with the hold it took, and its end
 // settles that hold in the same record. Until applied, the job's latest
 // state is in s.jobs; jobMu serialises the changes.
+//
+// A change is seen by no one until its record is durable: not a poll
+// (GetJob), not the job's next change (whose fn would find a completion's
+// digest and have its retry acknowledged, or refuse a different one as
+// late), not the check that a new id is free. Otherwise a completion
+// whose fdatasync then failed had been shown to the caller and
+// acknowledged to the backend, and was undone: a result delivered and
+// never charged. Whoever reads or changes a job whose change is in
+// flight waits for it (lockJob) without holding jobMu, so only that job
+// waits; the changes of other jobs still share one fdatasync.
 
-// loadJob returns the job's latest state and hold. jobMu is held.
+// lockJob takes jobMu once the latest change of job id, if any, is
+// durable or refused, and returns with jobMu held unless ctx ended first.
+func (s *Store) lockJob(ctx context.Context, id string) error {
+	for {
+		s.jobMu.Lock()
+		m := s.jobs[id]
+		if m == nil || m.settled() {
+			return nil
+		}
+		s.jobMu.Unlock()
+		if err := waitSettled(ctx, m); err != nil {
+			return err
+		}
+	}
+}
+
+// waitSettled waits until m's record is durable or refused, or ctx ends.
+func waitSettled(ctx context.Context, m *memJob) error {
+	if ctx == nil {
+		<-m.durable
+		return nil
+	}
+	select {
+	case <-m.durable:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// loadJob returns the job's latest state and hold. jobMu is held, taken
+// by lockJob(id): the state is durable.
 func (s *Store) loadJob(id string) (*memJob, error) {
 	if j := s.jobs[id]; j != nil {
 		return j, nil
@@ -113,9 +154,11 @@ func (s *Store) jobExists(id string) (bool, error) {
 }
 
 // putJob appends the record of a job's new state (prev: the state before,
-// nil for a new job) and makes it the job's latest. jobMu is held. The
-// returned function waits for the record and, if it was refused, puts the
-// job back as it was and takes back what the record did to the account.
+// nil for a new job) and makes it the job's latest, unsettled: lockJob
+// waits for it. jobMu is held. The returned function waits for the record
+// and, if it was refused, puts the job back as it was and takes back what
+// the record did to the account; either way it then lets the job's
+// readers go. It must be called.
 func (s *Store) putJob(rec *settlement, j store.Job, hold *jobHold, prev *memJob, p billing.Product) (func() error, error) {
 	raw, err := encodeJob(j)
 	if err != nil {
@@ -136,7 +179,8 @@ func (s *Store) putJob(rec *settlement, j store.Job, hold *jobHold, prev *memJob
 		s.undo(rec.acct, p)
 		return nil, err
 	}
-	s.jobs[j.ID] = &memJob{job: j, hold: hold, pos: pos}
+	m := &memJob{job: j, hold: hold, pos: pos, durable: make(chan struct{})}
+	s.jobs[j.ID] = m
 	if prev == nil {
 		s.jobIDs.add(j.ID)
 	}
@@ -144,7 +188,7 @@ func (s *Store) putJob(rec *settlement, j store.Job, hold *jobHold, prev *memJob
 		err := s.await(b)
 		if err != nil {
 			s.jobMu.Lock()
-			if cur := s.jobs[j.ID]; cur != nil && cur.pos == pos {
+			if cur := s.jobs[j.ID]; cur == m {
 				if prev != nil && prev.pos != 0 {
 					s.jobs[j.ID] = prev
 				} else {
@@ -154,6 +198,7 @@ func (s *Store) putJob(rec *settlement, j store.Job, hold *jobHold, prev *memJob
 			s.jobMu.Unlock()
 			s.undo(rec.acct, p)
 		}
+		close(m.durable)
 		return err
 	}, nil
 }
@@ -167,7 +212,9 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job) error {
 		return err
 	}
 	j.ReservationID = "" // only CreateJobReserved ties a hold to a job
-	s.jobMu.Lock()
+	if err := s.lockJob(ctx, j.ID); err != nil {
+		return err
+	}
 	if ok, err := s.jobExists(j.ID); err != nil || ok {
 		s.jobMu.Unlock()
 		if err == nil {
@@ -199,7 +246,9 @@ func (s *Store) CreateJobReserved(ctx context.Context, j store.Job, a store.Acco
 	if err := s.usable(); err != nil {
 		return store.Reservation{}, err
 	}
-	s.jobMu.Lock()
+	if err := s.lockJob(ctx, j.ID); err != nil {
+		return store.Reservation{}, err
+	}
 	if ok, err := s.jobExists(j.ID); err != nil || ok {
 		s.jobMu.Unlock()
 		if err == nil {
@@ -268,9 +317,11 @@ func (s *Store) CreateJobReserved(ctx context.Context, j store.Job, a store.Acco
 }
 
 // GetJob reads a job. Callers poll their jobs' status, so jobs are served
-// from the read cache.
-func (s *Store) GetJob(_ context.Context, id string) (store.Job, error) {
-	s.jobMu.Lock()
+// from the read cache. A change in flight is waited for (lockJob).
+func (s *Store) GetJob(ctx context.Context, id string) (store.Job, error) {
+	if err := s.lockJob(ctx, id); err != nil {
+		return store.Job{}, err
+	}
 	m := s.jobs[id]
 	s.jobMu.Unlock()
 	if m != nil {
@@ -309,7 +360,9 @@ func (s *Store) CompleteJob(ctx context.Context, id string, a store.Account, e s
 	if err := s.usable(); err != nil {
 		return store.Job{}, err
 	}
-	s.jobMu.Lock()
+	if err := s.lockJob(ctx, id); err != nil {
+		return store.Job{}, err
+	}
 	j, wait, err := s.changeJob(id, a, e, fn)
 	s.jobMu.Unlock()
 	if err != nil {
@@ -322,7 +375,8 @@ func (s *Store) CompleteJob(ctx context.Context, id string, a store.Account, e s
 }
 
 // changeJob runs fn on the job and appends the record of the change.
-// jobMu is held.
+// jobMu is held, taken by lockJob(id). The returned function must be
+// called (putJob).
 func (s *Store) changeJob(id string, a store.Account, e store.LedgerEntry, fn func(*store.Job) error) (store.Job, func() error, error) {
 	cur, err := s.loadJob(id)
 	if err != nil {
@@ -385,51 +439,82 @@ func (s *Store) ExpireJobs(ctx context.Context, now time.Time, message string) (
 	if err != nil {
 		return 0, err
 	}
+	expire := func(j *store.Job) error {
+		if j.Terminal() || !j.Expired(now) {
+			return errSkip
+		}
+		j.Status = store.JobFailed
+		j.ErrorMessage = message
+		j.UpdatedAt = now.UTC()
+		j.CompletedAt = now.UTC()
+		return nil
+	}
 	s.jobMu.Lock()
 	for id, m := range s.jobs {
 		if !m.job.Terminal() && m.job.Expired(now) {
 			ids = append(ids, id)
 		}
 	}
-	var waits []func() error
 	seen := make(map[string]bool, len(ids))
+	uniq := ids[:0]
 	for _, id := range ids {
-		if seen[id] {
-			continue
+		if !seen[id] {
+			seen[id] = true
+			uniq = append(uniq, id)
 		}
-		seen[id] = true
-		_, wait, err := s.changeJob(id, store.Account{}, store.LedgerEntry{}, func(j *store.Job) error {
-			if j.Terminal() || !j.Expired(now) {
-				return errSkip
-			}
-			j.Status = store.JobFailed
-			j.ErrorMessage = message
-			j.UpdatedAt = now.UTC()
-			j.CompletedAt = now.UTC()
-			return nil
-		})
-		if err == errSkip || err == store.ErrNotFound {
-			continue
-		}
-		if err != nil {
-			s.jobMu.Unlock()
-			return 0, err
-		}
-		waits = append(waits, wait)
 	}
-	s.jobMu.Unlock()
+	ids = uniq
+	deferred := make(map[string]bool)
 	n := 0
 	var first error
-	for _, w := range waits {
-		if err := w(); err != nil {
-			if first == nil {
-				first = err
+	for {
+		// A job whose change is in flight is seen as the change leaves it:
+		// it is taken in the next round, once that is settled.
+		var waits []func() error
+		var later []*memJob
+		var laterIDs []string
+		var failed error
+		for _, id := range ids {
+			if m := s.jobs[id]; m != nil && !m.settled() {
+				if !deferred[id] { // once: a job changed again meanwhile is left to the next sweep
+					deferred[id] = true
+					later, laterIDs = append(later, m), append(laterIDs, id)
+				}
+				continue
 			}
-			continue
+			_, wait, err := s.changeJob(id, store.Account{}, store.LedgerEntry{}, expire)
+			if err == errSkip || err == store.ErrNotFound {
+				continue
+			}
+			if err != nil {
+				failed = err
+				break
+			}
+			waits = append(waits, wait)
 		}
-		n++
+		s.jobMu.Unlock()
+		for _, w := range waits { // every change appended is waited for, even after a failure
+			if err := w(); err != nil {
+				if first == nil {
+					first = err
+				}
+				continue
+			}
+			n++
+		}
+		if failed != nil {
+			return 0, failed
+		}
+		for _, m := range later {
+			if err := waitSettled(ctx, m); err != nil {
+				return n, err
+			}
+		}
+		if ids = laterIDs; len(ids) == 0 {
+			return n, first
+		}
+		s.jobMu.Lock()
 	}
-	return n, first
 }
 
 // endJob ends the hold of a job that has just become terminal, into the

@@ -103,6 +103,20 @@ type memJob struct {
 	job  store.Job
 	hold *jobHold
 	pos  uint64
+	// durable is closed once the change's record is durable, or refused
+	// and the job put back as it was; until then the change is seen by
+	// no one (lockJob).
+	durable chan struct{}
+}
+
+// settled says whether the change's record is durable (or was refused).
+func (m *memJob) settled() bool {
+	select {
+	case <-m.durable:
+		return true
+	default:
+		return false
+	}
 }
 
 // jobHold is a job's hold: its number and what it holds.
