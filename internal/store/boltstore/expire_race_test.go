@@ -53,7 +53,10 @@ func TestExpireCreditsRacesReserve(t *testing.T) {
 			_, err := s.ExpireCredits(ctx, at)
 			expDone <- err
 		}()
-		time.Sleep(200 * time.Millisecond)
+		// Long enough for the expiry to read its 3,000 grants and queue
+		// on the lock first, under -race on a loaded machine too (200 ms
+		// was not, once: the call then came first, and the test failed).
+		time.Sleep(time.Second)
 		resDone := make(chan store.Reservation, 1)
 		go func() {
 			res, err := s.Reserve(ctx, a, whole(1), at)
