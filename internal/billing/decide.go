@@ -223,6 +223,14 @@ func (s *State) Unhold(p Product, d Decision) {
 		s.CreditsHeld = max(0, s.CreditsHeld-d.Cost)
 	}
 	s.reprice(p)
+	if s.Reserved == 0 {
+		// Nothing held, so no spend held either. Holds taken under two
+		// products (a reload or a plan change between them) are priced by
+		// different rules, one by its own cost, one together with every
+		// hold (reprice); released, they left spend held that no call
+		// held, and the spending cap refused early until a restart.
+		s.ReservedSpend = 0
+	}
 }
 
 // Charge settles consumption of d into the state. Reports and job

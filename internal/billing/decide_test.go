@@ -435,3 +435,27 @@ func TestQuotaAndCapLeft(t *testing.T) {
 		})
 	}
 }
+
+// TestHoldsOfTwoProductsReleaseAllSpend: a hold taken under a product
+// priced by the quota (the spend of every hold together) and one taken
+// after a reload changed it to a usage product (each hold its own cost):
+// both released, no spend is left held. 8 was, and the spending cap
+// refused early until a restart.
+func TestHoldsOfTwoProductsReleaseAllSpend(t *testing.T) {
+	p := billing.Product{ID: "p", BillingModel: billing.Subscription, MeasurementType: billing.PerRequest,
+		Quota: ptr(whole(1)), Overage: "allow", Price: whole(5), SpendingCap: ptr(whole(100))}
+	p2 := billing.Product{ID: "p", BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerRequest,
+		Price: whole(1), SpendingCap: ptr(whole(100))}
+	s := billing.State{Used: whole(1), Spend: 0}
+	a := billing.Decide(p, s, whole(3))
+	s.Hold(p, a)
+	b := billing.Decide(p2, s, whole(2))
+	s.Hold(p2, b)
+	s.Unhold(p, a)
+	s.Charge(p, billing.DecideCharge(p, s, whole(3)))
+	s.Unhold(p2, b)
+	s.Charge(p2, billing.DecideCharge(p2, s, whole(2)))
+	if s.Reserved != 0 || s.ReservedSpend != 0 {
+		t.Errorf("every hold released, yet %s units and %s spend held", s.Reserved, s.ReservedSpend)
+	}
+}
