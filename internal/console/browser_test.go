@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -99,6 +100,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 
 	// Create a key: shown once, with a copy button.
+	once := eval[string](t, ctx, `document.querySelector("#create-key input[name=once]").value`)
 	do(t, ctx, "create key",
 		chromedp.SendKeys(chromedp.CSS("#key-label"), "browser test"),
 		chromedp.Click(chromedp.CSS("#create-key button")),
@@ -108,6 +110,27 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("new key %q", key)
 	}
 	browsertest.Screenshot(t, ctx, "console-user-new-key")
+
+	// The same form sent again (a reload of that answer, a second click):
+	// its one-time value was taken, so no second key is made and the page
+	// says the change was made already, with where to see it.
+	do(t, ctx, "user page", chromedp.Navigate(console+"/users/alice"), chromedp.WaitVisible(chromedp.CSS("#create-key")))
+	eval[bool](t, ctx, `(() => {
+		const f = document.querySelector("#create-key");
+		f.querySelector("input[name=once]").value = `+strconv.Quote(once)+`;
+		f.querySelector("#key-label").value = "browser test";
+		f.submit();
+		return true;
+	})()`)
+	do(t, ctx, "the form sent again", chromedp.WaitVisible(chromedp.CSS("#notice")))
+	if msg := text(t, ctx, "#notice"); !strings.Contains(msg, "This change was already made") || !strings.Contains(msg, "revoke that key") {
+		t.Errorf("the form sent again answered %q", msg)
+	}
+	browsertest.Screenshot(t, ctx, "console-form-already-made")
+	do(t, ctx, "the user's keys", chromedp.Click(chromedp.CSS("#notice-links a")), chromedp.WaitVisible(chromedp.CSS("#keys")))
+	if n := eval[int](t, ctx, `document.querySelectorAll("#keys .status-active").length`); n != 1 {
+		t.Fatalf("%d active keys after the form was sent twice, want 1", n)
+	}
 
 	// Subscribe alice to weather/basic.
 	do(t, ctx, "subscribe",

@@ -229,14 +229,14 @@ func (h *Handler) onceRefused(q *req, verdict onceVerdict, first onceState) {
 		switch first {
 		case onceMade:
 			d.Class, title = "done", "Already made"
-			d.Message = "This change was already made: this form was sent before (a second click, or a reload of the page that answered it). Nothing was changed this time; the result is on the page below."
+			d.Message = "This change was already made: this form was sent before (a second click, or a reload of the page that answered it). Nothing was changed this time; the result is on the pages linked below."
 			if len(q.parts) == 3 && q.parts[2] == "keys" {
 				d.Message += " The new key was shown once, on the answer to the first; if it was not copied, revoke that key and create another."
 			}
 		case onceInFlight:
-			d.Message = "This form was sent a moment ago and that change is being made now. Nothing was changed by sending it again; see the result on the page below."
+			d.Message = "This form was sent a moment ago and that change is being made now. Nothing was changed by sending it again; see the result on the pages linked below."
 		default:
-			d.Message = "This form was sent before and that attempt failed (see the server log): the change may or may not have been made. Nothing was changed this time: look at the page below and make the change from there if it is still needed."
+			d.Message = "This form was sent before and that attempt failed (see the server log): the change may or may not have been made. Nothing was changed this time: look at the pages linked below and make the change from there if it is still needed."
 		}
 	case onceStale:
 		d.Message = "This form is too old to send (a form can be sent within " + onceTTLWords + " of being shown). Nothing was changed: open the page again and make the change from there if it is still needed."
