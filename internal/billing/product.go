@@ -135,6 +135,29 @@ func (p Product) Validate() error {
 	return nil
 }
 
+// Warnings says what in a valid product can never be charged, each in
+// words an operator can act on: a price or spending cap the billing model
+// never reaches, overage allowed for nothing. The gateway logs them when a
+// config is loaded (they may be meant: a soft quota, a free plan); the
+// config still loads.
+func (p Product) Warnings() []string {
+	var w []string
+	subscription := p.BillingModel == Subscription
+	allow := p.OverageAllowed()
+	switch {
+	case subscription && p.Quota != nil && allow && p.Price == 0:
+		w = append(w, "overage allow without a price: calls past the quota are served free (set price to charge them, or overage block to refuse them)")
+	case subscription && p.Price > 0 && p.Quota == nil:
+		w = append(w, "price is never charged: a SUBSCRIPTION product charges only the overage past its quota, and it has no quota")
+	case subscription && p.Price > 0 && !allow:
+		w = append(w, "price is never charged: a SUBSCRIPTION product charges only the overage past its quota, and its overage is blocked")
+	}
+	if p.SpendingCap != nil && (p.Price == 0 || subscription && (p.Quota == nil || !allow)) {
+		w = append(w, "spending_cap can never be reached: nothing this product serves is priced")
+	}
+	return w
+}
+
 // CheckUnitLabel checks a product's unit label: printable text, since it
 // is sent in a header (X-<Brand>-Unit-Label).
 func CheckUnitLabel(label string) error {

@@ -1,6 +1,7 @@
 package billing_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -85,5 +86,45 @@ func TestProductEnumerations(t *testing.T) {
 	}
 	if got := billing.Periods(); len(got) != 4 || got[2] != "month" {
 		t.Errorf("Periods() = %v", got)
+	}
+}
+
+// TestProductWarnings: what in a valid product can never be charged is
+// said (the config still loads: a soft quota or a free plan may be
+// meant), and a product that charges says nothing.
+func TestProductWarnings(t *testing.T) {
+	q := billing.Whole(10)
+	capped := billing.Whole(100)
+	tests := []struct {
+		name string
+		p    billing.Product
+		want []string
+	}{
+		{"overage allowed for nothing", billing.Product{BillingModel: billing.Subscription, Quota: &q, Overage: "allow"},
+			[]string{"overage allow without a price"}},
+		{"subscription price without quota", billing.Product{BillingModel: billing.Subscription, Price: billing.Whole(1), Overage: "allow"},
+			[]string{"has no quota"}},
+		{"subscription price past a blocked quota", billing.Product{BillingModel: billing.Subscription, Quota: &q, Price: billing.Whole(1)},
+			[]string{"its overage is blocked"}},
+		{"cap on a free product", billing.Product{BillingModel: billing.UsagePostpaid, SpendingCap: &capped},
+			[]string{"spending_cap can never be reached"}},
+		{"cap on a blocked quota", billing.Product{BillingModel: billing.Subscription, Quota: &q, SpendingCap: &capped},
+			[]string{"spending_cap can never be reached"}},
+		{"charged overage", billing.Product{BillingModel: billing.Subscription, Quota: &q, Overage: "allow", Price: billing.Whole(1), SpendingCap: &capped}, nil},
+		{"plain quota", billing.Product{BillingModel: billing.Subscription, Quota: &q}, nil},
+		{"prepaid", billing.Product{BillingModel: billing.Prepaid, Price: billing.Whole(1), SpendingCap: &capped}, nil},
+		{"free usage plan", billing.Product{BillingModel: billing.UsageInstant}, nil},
+	}
+	for _, tt := range tests {
+		got := tt.p.Warnings()
+		if len(got) != len(tt.want) {
+			t.Errorf("%s: %q, want %d warnings like %q", tt.name, got, len(tt.want), tt.want)
+			continue
+		}
+		for i, w := range tt.want {
+			if !strings.Contains(got[i], w) {
+				t.Errorf("%s: warning %q, want it to say %q", tt.name, got[i], w)
+			}
+		}
 	}
 }

@@ -59,6 +59,13 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("platform catalog: %w", err)
 	}
 	a.catalog = cat
+	for _, svc := range a.Services {
+		for _, p := range svc.Products {
+			for _, w := range p.Warnings() {
+				a.logger.Warn("product bills nothing here: "+w, zap.String("service", svc.ID), zap.String("product", p.ID))
+			}
+		}
+	}
 	if a.openAPI, err = loadOpenAPI(cat); err != nil {
 		return fmt.Errorf("platform catalog: %w", err)
 	}
