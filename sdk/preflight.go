@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/signing"
 	"github.com/platformgw/gateway/internal/wire"
 )
@@ -69,6 +70,9 @@ type estimateAnswer struct {
 	wire.Estimate
 	WouldAllow *bool           `json:"wouldAllow"`
 	RetryAfter json.RawMessage `json:"retryAfter"`
+	// EstimatedCost is read as an answer's amount: a cost that saturated
+	// is past what Units' decoder takes as input (billing.ParseAnswerUnits).
+	EstimatedCost json.RawMessage `json:"estimatedCost"`
 }
 
 // ValidateKey asks the core service whether serviceKey, presented to this
@@ -235,11 +239,18 @@ func (c *Client) estimateFrom(op string, o outcome, signed bool) (*Estimate, err
 	if !isEstimate {
 		return nil, fmt.Errorf("sdk: %s: the answer is not an estimate", op)
 	}
+	var cost Units
+	if len(a.EstimatedCost) > 0 && string(a.EstimatedCost) != "null" {
+		var err error
+		if cost, err = billing.ParseAnswerUnits(a.EstimatedCost); err != nil {
+			return nil, fmt.Errorf("sdk: %s: estimatedCost: %w", op, err)
+		}
+	}
 	e := &Estimate{
 		WouldAllow:            *a.WouldAllow && o.status == http.StatusOK,
 		SufficientCredits:     a.SufficientCredits,
 		WouldExceedCap:        a.WouldExceedCap,
-		EstimatedCost:         a.EstimatedCost,
+		EstimatedCost:         cost,
 		BillingModelType:      wire.Str(a.BillingModelType),
 		MeasurementType:       wire.Str(a.MeasurementType),
 		UnitLabel:             wire.Str(a.UnitLabel),

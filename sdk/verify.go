@@ -17,9 +17,14 @@ import (
 )
 
 // DefaultMaxBodyBytes is the largest request body a Verifier reads. The
-// gateway forwards bodies up to 10 MiB by default; an async envelope
-// escapes its payload as a JSON string, which can make it longer.
-const DefaultMaxBodyBytes = 16 << 20
+// gateway forwards bodies up to 10 MiB by default (max_body_bytes), and
+// an async envelope escapes its payload as a JSON string: a '"' becomes
+// 2 bytes, a control byte 6 ("\u0001"), an invalid byte 3 (U+FFFD), so
+// an envelope of a 10 MiB body can be up to 60 MiB and a little more.
+// 16 MiB refused a 9 MiB body of quotes the gateway had accepted, and its
+// job failed. A backend that takes smaller bodies sets MaxBodyBytes (and
+// the gateway's max_body_bytes) to match.
+const DefaultMaxBodyBytes = 64 << 20
 
 // Errors of a refused verification; every one is also an ErrUnverified.
 var (

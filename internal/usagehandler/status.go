@@ -1,7 +1,6 @@
 package usagehandler
 
 import (
-	"encoding/json"
 	"errors"
 	"math"
 	"net/http"
@@ -88,7 +87,7 @@ func (h *Handler) status(w http.ResponseWriter, r *http.Request, id string) {
 		h.refuse(w, r, e)
 		return
 	}
-	body, _ := json.Marshal(statusOf(job, h.rt.Now()))
+	body, _ := marshal(statusOf(job, h.rt.Now()))
 	writeJobJSON(w, http.StatusOK, body)
 }
 
@@ -103,7 +102,7 @@ func (h *Handler) result(w http.ResponseWriter, r *http.Request, id string) {
 	}
 	switch job.Status {
 	case store.JobCompleted:
-		body, _ := json.Marshal(resultResponse{
+		body, _ := marshal(resultResponse{
 			RequestID:   job.ID,
 			Status:      job.Status,
 			Result:      nonEmpty(job.Result),
@@ -115,10 +114,10 @@ func (h *Handler) result(w http.ResponseWriter, r *http.Request, id string) {
 		})
 		writeJobJSON(w, http.StatusOK, body)
 	case store.JobFailed:
-		body, _ := json.Marshal(statusOf(job, h.rt.Now()))
+		body, _ := marshal(statusOf(job, h.rt.Now()))
 		writeJobJSON(w, http.StatusInternalServerError, body)
 	default:
-		body, _ := json.Marshal(statusOf(job, h.rt.Now()))
+		body, _ := marshal(statusOf(job, h.rt.Now()))
 		writeJobJSON(w, http.StatusAccepted, body)
 	}
 }
