@@ -201,7 +201,30 @@ func startGatewayWithOptions(t *testing.T, dir, platformBlock, transportOptions,
 // reverse_proxy itself (request_buffers, say), one per line.
 func startGatewayWithProxy(t *testing.T, dir, platformBlock, transportOptions, globalOptions, proxyOptions string) *gateway {
 	t.Helper()
-	cfg := fmt.Sprintf(`{
+	cfg := gatewayConfig(dir, platformBlock, transportOptions, globalOptions, proxyOptions)
+	tester := testerFor(t, filepath.Join(dir, "platform.db"))
+	tester.InitServer(cfg, "caddyfile")
+	return &gateway{t: t, tester: tester, dir: dir}
+}
+
+// reload loads the standard config (startGateway's) with another platform
+// block into the running server, as `caddy reload` does (POST /load).
+func (g *gateway) reload(platformBlock string) {
+	g.t.Helper()
+	resp, err := http.Post(fmt.Sprintf("http://localhost:%d/load", adminPort), "text/caddyfile",
+		strings.NewReader(gatewayConfig(g.dir, platformBlock, "", "", "")))
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if b, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusOK {
+		g.t.Fatalf("reload: %d %s", resp.StatusCode, b)
+	}
+}
+
+// gatewayConfig is the Caddyfile startGatewayWithProxy loads.
+func gatewayConfig(dir, platformBlock, transportOptions, globalOptions, proxyOptions string) string {
+	return fmt.Sprintf(`{
 	admin localhost:%d
 	http_port %d
 	https_port 9443
@@ -225,9 +248,6 @@ func startGatewayWithProxy(t *testing.T, dir, platformBlock, transportOptions, g
 	}
 }
 `, adminPort, gwPort, globalOptions, dir, platformBlock, gwPort, proxyOptions, transportOptions)
-	tester := testerFor(t, filepath.Join(dir, "platform.db"))
-	tester.InitServer(cfg, "caddyfile")
-	return &gateway{t: t, tester: tester, dir: dir}
 }
 
 func (g *gateway) app() *platform.App {

@@ -40,6 +40,10 @@ func (h *Handler) invokeAsync(w http.ResponseWriter, r *http.Request, c *call, n
 		CreatedAt:  c.started.UTC(),
 		UpdatedAt:  c.started.UTC(),
 		ExpiresAt:  c.started.Add(time.Duration(h.rt.Limits.JobTTL)).UTC(),
+		// The terms it is charged under whatever a reload does before it
+		// completes: the endpoint's cost now, and the product it is held
+		// under (the store records c.account's).
+		Terms: &store.JobTerms{EndpointCost: c.ep.UnitCost()},
 	}
 	if c.product != nil {
 		job.ProductID = c.product.ID

@@ -51,6 +51,68 @@ type Job struct {
 	// hold lives as long as the job is open and is settled or released by
 	// the store when the job ends; empty for a job that holds nothing.
 	ReservationID string `json:"-"`
+	// Terms are the terms the job was accepted under, which its completion
+	// is charged with whatever the catalog says by then (Charge). Nil for
+	// a job stored without them: one stored by a version before they were
+	// kept, or created by CreateJob without them.
+	Terms *JobTerms `json:"-"`
+}
+
+// JobTerms are what a job's completion is charged with, taken when the job
+// is accepted, so that a job is charged as a sync call admitted at the same
+// instant is, whatever a reload (a product or endpoint renamed, removed or
+// repriced) or a plan change does before it completes.
+type JobTerms struct {
+	// Product is the product the job was admitted (and its hold taken)
+	// under, as the catalog offered it then: billing model, measurement,
+	// price, quota, overage and cap. Nil for a free job (a service
+	// owner's). CreateJobReserved sets it from the account it holds for.
+	Product *billing.Product
+	// EndpointCost is the endpoint's per-call cost then
+	// (catalog.Endpoint.UnitCost): what a PER_REQUEST (or free) job
+	// completed without stated units is charged.
+	EndpointCost billing.Units
+}
+
+// WithTerms returns j with its terms recording the product of a (none for
+// a free account), as CreateJobReserved stores them: the product the terms
+// name is always the one the job's hold was taken under. A job without
+// terms is returned as is.
+func (j Job) WithTerms(a Account) Job {
+	if j.Terms == nil {
+		return j
+	}
+	t := *j.Terms
+	t.Product = nil
+	if !a.Free {
+		p := a.Product
+		t.Product = &p
+	}
+	j.Terms = &t
+	return j
+}
+
+// Charge is the account and ledger entry a completion of j is charged
+// with, given those the caller passed (CompleteJob). A job with terms is
+// charged under them, whatever a says: to the job's user and service,
+// under Terms.Product (recorded free when it has none, or the job is
+// free). A job stored without terms, by a version before they were kept,
+// is charged with a and e as given, as that version did: under the
+// product the catalog offers at completion. An a with no user (UpdateJob,
+// ExpireJobs: nothing charged) is returned as is.
+func (j Job) Charge(a Account, e LedgerEntry) (Account, LedgerEntry) {
+	if j.Terms == nil || a.UserID == "" {
+		return a, e
+	}
+	out := Account{UserID: j.UserID, ServiceID: j.ServiceID}
+	if j.Free || j.Terms.Product == nil {
+		out.Free = true
+		e.ProductID = ""
+		return out, e
+	}
+	out.Product = *j.Terms.Product
+	e.ProductID = out.Product.ID
+	return out, e
 }
 
 // Terminal reports whether the job's state can no longer change.
@@ -85,7 +147,8 @@ type Jobs interface {
 	// the decision refuses, nothing is written, no job and no hold: the
 	// reservation has no ID. A free account (a service owner) holds
 	// nothing and its job is always created. The reservation settles with
-	// the job and is never passed to Settle.
+	// the job and is never passed to Settle. The job's Terms, when given,
+	// are stored with the product of a (Job.WithTerms).
 	CreateJobReserved(ctx context.Context, j Job, a Account, units billing.Units, now time.Time) (Reservation, error)
 	GetJob(ctx context.Context, id string) (Job, error)
 	// UpdateJob runs fn on the stored job in a write transaction and stores
@@ -101,7 +164,8 @@ type Jobs interface {
 	// stated units kept in e.UnitsClaimed when cut), into the billing
 	// period the hold was taken in. A FAILED job, or e.Units zero, only
 	// releases the hold. A free account records the units with no product.
-	// The job returned carries the units and cost charged.
+	// The job returned carries the units and cost charged. A job with
+	// Terms is charged under them, not a (Job.Charge).
 	CompleteJob(ctx context.Context, id string, a Account, e LedgerEntry, fn func(*Job) error) (Job, error)
 	// ExpireJobs fails every unfinished job that is Expired at now (its
 	// ExpiresAt not after now), releasing its hold, and returns how many it

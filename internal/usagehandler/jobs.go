@@ -300,17 +300,19 @@ func (c completion) digest() string {
 
 // chargedUnits is what a completion meters: the units the backend states;
 // when it states none, a COMPLETED job of a PER_REQUEST product (or a
-// service owner's free job) is one call at the endpoint's cost. A FAILED
-// job is not charged, as a sync call the backend fails is not.
-func chargedUnits(c completion, p *billing.Product, ep *catalog.Endpoint) billing.Units {
+// service owner's free job) is one call at the endpoint's cost, t.cost
+// (none when t.hasCost is false: the endpoint left the catalog of a job
+// stored without terms). A FAILED job is not charged, as a sync call the
+// backend fails is not.
+func chargedUnits(c completion, t jobTerms) billing.Units {
 	if c.Status == store.JobFailed {
 		return 0
 	}
 	if c.HasUnits {
 		return c.Units
 	}
-	if ep != nil && (p == nil || p.MeasurementType == billing.PerRequest) {
-		return ep.UnitCost()
+	if t.hasCost && (t.product == nil || t.product.MeasurementType == billing.PerRequest) {
+		return t.cost
 	}
 	return 0
 }
@@ -331,19 +333,20 @@ func (h *Handler) complete(w http.ResponseWriter, r *http.Request, id string) {
 		h.refuse(w, r, e)
 		return
 	}
-	account, product := h.jobAccount(job, svc)
-	ep, _ := svc.Endpoint(job.EndpointID)
+	terms := h.jobTerms(job, svc)
+	account := terms.account
+	ep, _ := svc.Endpoint(job.EndpointID) // nil when a reload removed it
 	entry := store.LedgerEntry{
 		Time:       now.UTC(),
 		UserID:     job.UserID,
 		ServiceID:  job.ServiceID,
 		EndpointID: job.EndpointID,
 		RequestID:  job.ID,
-		Units:      chargedUnits(c, product, ep),
+		Units:      chargedUnits(c, terms),
 		Source:     store.SourceCompletion,
 	}
-	if product != nil {
-		entry.ProductID = product.ID
+	if terms.product != nil {
+		entry.ProductID = terms.product.ID
 	}
 	digest := c.digest()
 	resultCap := h.rt.Limits.ResultMaxBytes
@@ -412,15 +415,45 @@ func failureMessage(c completion, previous string) string {
 	return "the service reported the job as failed"
 }
 
-// jobAccount is whom a job's units are charged to: the subscription under
-// the product the job was started with, or, when the catalog no longer
-// offers it, the subscription's current product. A service owner's job is
-// recorded free.
-func (h *Handler) jobAccount(job store.Job, svc *catalog.Service) (store.Account, *billing.Product) {
-	a := store.Account{UserID: job.UserID, ServiceID: job.ServiceID}
+// jobTerms is what a job's completion is charged with.
+type jobTerms struct {
+	account store.Account
+	product *billing.Product // nil: recorded free
+	cost    billing.Units    // the endpoint's per-call cost
+	hasCost bool
+}
+
+// jobTerms are the terms a job is charged under: those it was accepted
+// under (store.Job.Terms: the product and the endpoint's cost then),
+// whatever a reload or a plan change did since, as a sync call admitted
+// at the same instant is charged. The store charges the job under them
+// whatever account it is handed (store.Job.Charge); they are read here
+// for the units a completion without any is charged (chargedUnits).
+//
+// A job stored without terms (by a version before they were kept) is
+// charged as that version charged it: under the product it was started
+// with as the catalog offers it now, or, when the catalog no longer
+// offers it, the subscription's current product, else free; and at the
+// endpoint's current cost, none when the endpoint is gone. A service
+// owner's job is recorded free.
+func (h *Handler) jobTerms(job store.Job, svc *catalog.Service) jobTerms {
+	t := jobTerms{account: store.Account{UserID: job.UserID, ServiceID: job.ServiceID}}
+	if job.Terms != nil {
+		t.cost, t.hasCost = job.Terms.EndpointCost, true
+		if job.Free || job.Terms.Product == nil {
+			t.account.Free = true
+			return t
+		}
+		p := *job.Terms.Product
+		t.account.Product, t.product = p, &p
+		return t
+	}
+	if ep, ok := svc.Endpoint(job.EndpointID); ok {
+		t.cost, t.hasCost = ep.UnitCost(), true
+	}
 	if job.Free {
-		a.Free = true
-		return a, nil
+		t.account.Free = true
+		return t
 	}
 	p, ok := svc.Product(job.ProductID)
 	if !ok {
@@ -433,9 +466,9 @@ func (h *Handler) jobAccount(job store.Job, svc *catalog.Service) (store.Account
 		// than refuse a completion the backend cannot change.
 		h.logger.Error("job's product is no longer offered; its units are recorded unpriced",
 			zap.String("request_id", job.ID), zap.String("product", job.ProductID))
-		a.Free = true
-		return a, nil
+		t.account.Free = true
+		return t
 	}
-	a.Product = *p
-	return a, p
+	t.account.Product, t.product = *p, p
+	return t
 }

@@ -168,9 +168,37 @@ func TestChargedUnits(t *testing.T) {
 		{"failed", completion{Status: store.JobFailed, Units: 5, HasUnits: true}, perToken, 0},
 	}
 	for _, tt := range tests {
-		if got := chargedUnits(tt.c, tt.p, ep); got != tt.want {
+		if got := chargedUnits(tt.c, jobTerms{product: tt.p, cost: ep.UnitCost(), hasCost: true}); got != tt.want {
 			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
 		}
+	}
+	// A job stored without terms whose endpoint left the catalog.
+	if got := chargedUnits(completion{Status: store.JobCompleted}, jobTerms{product: perRequest}); got != 0 {
+		t.Errorf("no endpoint cost known: %v, want 0", got)
+	}
+}
+
+// TestJobTermsAdmission: a job that carries its terms is charged under
+// them, however the catalog changed: the product and endpoint it was
+// accepted under are gone from this one.
+func TestJobTermsAdmission(t *testing.T) {
+	h := &Handler{}
+	svc := &catalog.Service{ID: "svc"} // no products, no endpoints left
+	pre := billing.Product{ID: "pre", BillingModel: billing.Prepaid, MeasurementType: billing.PerRequest, Price: billing.Whole(1)}
+	job := store.Job{ID: "j", UserID: "u", ServiceID: "svc", EndpointID: "gone", ProductID: "pre",
+		Terms: &store.JobTerms{Product: &pre, EndpointCost: billing.Whole(3)}}
+	got := h.jobTerms(job, svc)
+	if got.account.Free || got.account.Product != pre || got.account.UserID != "u" || got.product == nil || got.product.ID != "pre" {
+		t.Fatalf("jobTerms = %+v, want charged under the product it was accepted with", got)
+	}
+	if u := chargedUnits(completion{Status: store.JobCompleted}, got); u != billing.Whole(3) {
+		t.Errorf("PER_REQUEST job without units: %v, want the endpoint's cost then (3)", u)
+	}
+	owner := job
+	owner.Free, owner.Terms = true, &store.JobTerms{EndpointCost: billing.Whole(2)}
+	got = h.jobTerms(owner, svc)
+	if !got.account.Free || got.product != nil || chargedUnits(completion{Status: store.JobCompleted}, got) != billing.Whole(2) {
+		t.Errorf("owner's job: %+v, want free, one call at the cost then", got)
 	}
 }
 

@@ -104,5 +104,16 @@ func appendJob(b []byte, j store.Job) ([]byte, bool) {
 	}
 	str(`,"completionDigest":`, j.CompletionDigest, true)
 	str(`,"reservationId":`, j.ReservationID, true)
+	if t := j.Terms; t != nil {
+		b = append(b, `,"terms":{`...)
+		if t.Product != nil {
+			b = append(b, `"product":`...)
+			b = store.AppendProductJSON(b, t.Product)
+			b = append(b, ',')
+		}
+		b = append(b, `"endpointCost":`...)
+		b = append(b, t.EndpointCost.String()...)
+		b = append(b, '}')
+	}
 	return append(b, '}'), ok
 }

@@ -112,6 +112,19 @@ func TestEncodeJobMatchesJSON(t *testing.T) {
 		func(j *store.Job) { j.ExpiresAt = time.Date(10001, 1, 1, 0, 0, 0, 0, time.UTC) },
 		func(j *store.Job) { j.UpdatedAt = time.Time{} },
 		func(j *store.Job) { j.Units, j.Cost = -1, -whole(2) },
+		func(j *store.Job) { j.Terms = &store.JobTerms{EndpointCost: whole(1)} },
+		func(j *store.Job) { j.Terms = &store.JobTerms{EndpointCost: 2_500_000} },
+		func(j *store.Job) {
+			q, c := whole(100), billing.Units(1_500_000)
+			j.Terms = &store.JobTerms{EndpointCost: 0, Product: &billing.Product{ID: "p", BillingModel: billing.Subscription,
+				MeasurementType: billing.PerToken, UnitLabel: "token \"t\"", Quota: &q, Period: "week", CalendarPeriods: true,
+				Overage: "allow", Price: 1234, SpendingCap: &c,
+				RateLimit: &billing.RateLimit{Requests: 5, WindowSeconds: 2, Burst: 7}, Currency: "EUR"}}
+		},
+		func(j *store.Job) {
+			j.Terms = &store.JobTerms{EndpointCost: whole(5), Product: &billing.Product{ID: "pre", BillingModel: billing.Prepaid,
+				MeasurementType: billing.PerRequest, Price: whole(1)}}
+		},
 	} {
 		j := base
 		f(&j)

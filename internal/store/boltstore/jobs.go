@@ -256,7 +256,7 @@ func (s *Store) CreateJobReserved(ctx context.Context, j store.Job, a store.Acco
 		}
 		return store.Reservation{}, err
 	}
-	job := j
+	job := j.WithTerms(a) // the terms name the product the hold is taken under
 	job.ReservationID = ""
 	rec := &settlement{job: &jobChange{id: j.ID, newJob: true}}
 	res, dec := store.Reservation{Account: a, JobID: j.ID}, billing.Decision{Allowed: true, Units: units}
@@ -388,6 +388,8 @@ func (s *Store) changeJob(id string, a store.Account, e store.LedgerEntry, fn fu
 		return store.Job{}, nil, err
 	}
 	j.ReservationID = cur.job.ReservationID // the store's, whatever fn did
+	j.Terms = cur.job.Terms
+	a, e = cur.job.Charge(a, e) // under the job's terms, when it has them
 	rec := &settlement{job: &jobChange{id: id}}
 	hold := cur.hold
 	p := a.Product

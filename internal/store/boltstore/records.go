@@ -101,6 +101,30 @@ type jobRecord struct {
 	Cost               amount    `json:"cost,omitempty"`
 	CompletionDigest   string    `json:"completionDigest,omitempty"`
 	ReservationID      string    `json:"reservationId,omitempty"`
+	// Terms are the job's store.JobTerms; absent from the records of
+	// jobs stored before they were kept, which are charged as they were
+	// then (store.Job.Charge).
+	Terms *jobTermsRecord `json:"terms,omitempty"`
+}
+
+// jobTermsRecord is a job's store.JobTerms as stored.
+type jobTermsRecord struct {
+	Product      *billing.Product `json:"product,omitempty"`
+	EndpointCost amount           `json:"endpointCost"`
+}
+
+func toTermsRecord(t *store.JobTerms) *jobTermsRecord {
+	if t == nil {
+		return nil
+	}
+	return &jobTermsRecord{Product: t.Product, EndpointCost: amount(t.EndpointCost)}
+}
+
+func (r *jobTermsRecord) terms() *store.JobTerms {
+	if r == nil {
+		return nil
+	}
+	return &store.JobTerms{Product: r.Product, EndpointCost: billing.Units(r.EndpointCost)}
 }
 
 func toJobRecord(j store.Job) jobRecord {
@@ -110,7 +134,7 @@ func toJobRecord(j store.Job) jobRecord {
 		UpdatedAt: j.UpdatedAt, ExpiresAt: j.ExpiresAt, CompletedAt: j.CompletedAt, Result: j.Result,
 		ResultSize: j.ResultSize, ResultTruncated: j.ResultTruncated, ResultURL: j.ResultURL,
 		ContentType: j.ContentType, Units: amount(j.Units), Cost: amount(j.Cost),
-		CompletionDigest: j.CompletionDigest, ReservationID: j.ReservationID}
+		CompletionDigest: j.CompletionDigest, ReservationID: j.ReservationID, Terms: toTermsRecord(j.Terms)}
 }
 
 func (r jobRecord) job() store.Job {
@@ -120,7 +144,7 @@ func (r jobRecord) job() store.Job {
 		UpdatedAt: r.UpdatedAt, ExpiresAt: r.ExpiresAt, CompletedAt: r.CompletedAt, Result: r.Result,
 		ResultSize: r.ResultSize, ResultTruncated: r.ResultTruncated, ResultURL: r.ResultURL,
 		ContentType: r.ContentType, Units: billing.Units(r.Units), Cost: billing.Units(r.Cost),
-		CompletionDigest: r.CompletionDigest, ReservationID: r.ReservationID}
+		CompletionDigest: r.CompletionDigest, ReservationID: r.ReservationID, Terms: r.Terms.terms()}
 }
 
 // decisionRecord is the decision of a stored reservation.

@@ -59,6 +59,7 @@ func (s *Store) CreateJobReserved(ctx context.Context, j store.Job, a store.Acco
 		return store.Reservation{}, err
 	}
 	j.ReservationID = ""
+	j = j.WithTerms(a) // the terms name the product the hold is taken under
 	if a.Free {
 		err := s.tx(ctx, func(tx pgx.Tx) error { return insertJob(ctx, tx, toJobRecord(j, nil)) })
 		if err != nil {
@@ -182,9 +183,10 @@ func (s *Store) CompleteJob(ctx context.Context, id string, a store.Account, e s
 		if err := fn(&j); err != nil {
 			return err
 		}
-		j.ReservationID = before.ReservationID
+		j.ReservationID, j.Terms = before.ReservationID, before.Terms
 		if wasOpen && j.Terminal() {
-			if changed, err = endJob(ctx, tx, &j, rec.HoldKey, a, e); err != nil {
+			ca, ce := before.Charge(a, e) // under the job's terms, when it has them
+			if changed, err = endJob(ctx, tx, &j, rec.HoldKey, ca, ce); err != nil {
 				return err
 			}
 		}

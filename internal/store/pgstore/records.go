@@ -105,6 +105,30 @@ type jobRecord struct {
 	Digest      string        `json:"completionDigest,omitempty"`
 	Reservation string        `json:"reservationId,omitempty"`
 	HoldKey     *AllowanceKey `json:"holdKey,omitempty"`
+	// Terms are the job's store.JobTerms; absent from the records of
+	// jobs stored before they were kept, which are charged as they were
+	// then (store.Job.Charge).
+	Terms *jobTermsRecord `json:"terms,omitempty"`
+}
+
+// jobTermsRecord is a job's store.JobTerms as stored.
+type jobTermsRecord struct {
+	Product      *billing.Product `json:"product,omitempty"`
+	EndpointCost store.Amount     `json:"endpointCost"`
+}
+
+func toTermsRecord(t *store.JobTerms) *jobTermsRecord {
+	if t == nil {
+		return nil
+	}
+	return &jobTermsRecord{Product: t.Product, EndpointCost: store.Amount(t.EndpointCost)}
+}
+
+func (r *jobTermsRecord) terms() *store.JobTerms {
+	if r == nil {
+		return nil
+	}
+	return &store.JobTerms{Product: r.Product, EndpointCost: billing.Units(r.EndpointCost)}
 }
 
 func toJobRecord(j store.Job, hold *AllowanceKey) jobRecord {
@@ -114,7 +138,7 @@ func toJobRecord(j store.Job, hold *AllowanceKey) jobRecord {
 		UpdatedAt: j.UpdatedAt, ExpiresAt: j.ExpiresAt, CompletedAt: j.CompletedAt, Result: j.Result,
 		ResultSize: j.ResultSize, ResultTruncated: j.ResultTruncated, ResultURL: j.ResultURL,
 		ContentType: j.ContentType, Units: store.Amount(j.Units), Cost: store.Amount(j.Cost),
-		Digest: j.CompletionDigest, Reservation: j.ReservationID, HoldKey: hold}
+		Digest: j.CompletionDigest, Reservation: j.ReservationID, HoldKey: hold, Terms: toTermsRecord(j.Terms)}
 }
 
 func (r jobRecord) job() store.Job {
@@ -124,5 +148,5 @@ func (r jobRecord) job() store.Job {
 		UpdatedAt: r.UpdatedAt, ExpiresAt: r.ExpiresAt, CompletedAt: r.CompletedAt, Result: r.Result,
 		ResultSize: r.ResultSize, ResultTruncated: r.ResultTruncated, ResultURL: r.ResultURL,
 		ContentType: r.ContentType, Units: billing.Units(r.Units), Cost: billing.Units(r.Cost),
-		CompletionDigest: r.Digest, ReservationID: r.Reservation}
+		CompletionDigest: r.Digest, ReservationID: r.Reservation, Terms: r.Terms.terms()}
 }

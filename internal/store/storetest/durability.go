@@ -242,3 +242,32 @@ func testJobHoldSurvivesRestart(t *testing.T, c *suite) {
 		t.Errorf("after completion and expiry: %+v", st)
 	}
 }
+
+// testJobTermsSurviveRestart: a job's terms are durable: after a restart
+// its completion is still charged under the product it was accepted under,
+// though handed another.
+func testJobTermsSurviveRestart(t *testing.T, c *suite) {
+	c.needRestart(t)
+	s := c.store(t)
+	a := subscribe(t, s, "u1", "svc", prepaid, whole(10)) // 0.25 a unit
+	j := newJob("job", T0.Add(time.Hour))
+	j.Terms = &store.JobTerms{EndpointCost: 1_500_000}
+	j.ProductID = prepaid.ID
+	if res, err := s.CreateJobReserved(ctx, j, a, whole(4), T0); err != nil || !res.Decision.Allowed {
+		t.Fatalf("CreateJobReserved: %+v, %v", res.Decision, err)
+	}
+	s = c.restart(t, s)
+	got, err := s.GetJob(ctx, "job")
+	if err != nil || got.Terms == nil || got.Terms.EndpointCost != 1_500_000 || got.Terms.Product == nil || *got.Terms.Product != prepaid {
+		t.Fatalf("after restart: terms %+v, %v", got.Terms, err)
+	}
+	repriced := a
+	repriced.Product.Price = whole(1)
+	done, err := s.CompleteJob(ctx, "job", repriced, completion(repriced, "job", whole(2)), complete(store.JobCompleted, "d"))
+	if err != nil || done.Cost != 500_000 {
+		t.Fatalf("CompleteJob after restart = %+v, %v; want 2 units costing 0.5", done, err)
+	}
+	if sub, _ := s.GetSubscription(ctx, "u1", "svc"); sub.Credits != 9_500_000 || sub.CreditsHeld != 0 {
+		t.Errorf("credits %s held %s, want 9.5 and nothing held", sub.Credits, sub.CreditsHeld)
+	}
+}

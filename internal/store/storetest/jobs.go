@@ -295,9 +295,26 @@ func testExpireJobsBoundary(t *testing.T, c *suite) {
 
 // reserveJob creates job id holding units for a, and fails the test unless
 // the hold was taken.
+// reserveJob creates an open job holding units for a, with its terms, as
+// the gateway does: charged under a's product whatever the completion
+// is handed.
 func reserveJob(t testing.TB, s store.Store, id string, a store.Account, units billing.Units) store.Reservation {
 	t.Helper()
 	j := newJob(id, T0.Add(time.Hour))
+	j.Terms = &store.JobTerms{EndpointCost: whole(1)}
+	return createReserved(t, s, j, a, units)
+}
+
+// reserveLegacyJob creates an open job holding units for a without terms,
+// as a version before they were kept stored it.
+func reserveLegacyJob(t testing.TB, s store.Store, id string, a store.Account, units billing.Units) store.Reservation {
+	t.Helper()
+	return createReserved(t, s, newJob(id, T0.Add(time.Hour)), a, units)
+}
+
+func createReserved(t testing.TB, s store.Store, j store.Job, a store.Account, units billing.Units) store.Reservation {
+	t.Helper()
+	id := j.ID
 	j.ServiceID, j.ProductID = a.ServiceID, a.Product.ID
 	res, err := s.CreateJobReserved(ctx, j, a, units, T0)
 	dec := res.Decision
@@ -558,13 +575,53 @@ func testCompleteJobNegativeUnits(t *testing.T, c *suite) {
 	}
 }
 
-// testJobHoldProductChanged: a job started under one product and completed
-// under another gives back exactly what it held and is priced by the new
-// product; a product no longer offered records the units free.
+// testJobHoldProductChanged: a job is charged under the product it was
+// accepted (and held) under, whatever account its completion is handed: a
+// plan change or a reload that reprices the product, or one that removes
+// it (the gateway then has no product to hand but a free account), changes
+// nothing. The hold is given back exactly.
 func testJobHoldProductChanged(t *testing.T, c *suite) {
 	s := c.store(t)
+	a := subscribe(t, s, "u1", "svc", prepaid, whole(10)) // 0.25 a unit
+	reserveJob(t, s, "job-1", a, whole(8))                // 2 credits held
+	now := store.Account{UserID: "u1", ServiceID: "svc", Product: quotaBlock}
+	j, err := s.CompleteJob(ctx, "job-1", now, completion(now, "job-1", whole(3)), complete(store.JobCompleted, "d"))
+	if err != nil || j.Units != whole(3) || j.Cost != 750_000 {
+		t.Fatalf("CompleteJob(another product) = %+v, %v; want 3 units costing 0.75 under the job's product", j, err)
+	}
+	if sub, _ := s.GetSubscription(ctx, "u1", "svc"); sub.CreditsHeld != 0 || sub.Credits != 9_250_000 {
+		t.Errorf("credits %s held %s, want 9.25 and nothing held", sub.Credits, sub.CreditsHeld)
+	}
+	if st := c.state(t, s, a, T0); st.Used != whole(3) || st.Reserved != 0 {
+		t.Errorf("state %+v", st)
+	}
+
+	reserveJob(t, s, "job-2", a, whole(4)) // 1 credit held
+	free := store.Account{UserID: "u1", ServiceID: "svc", Free: true}
+	j, err = s.CompleteJob(ctx, "job-2", free, completion(free, "job-2", whole(5)), complete(store.JobCompleted, "d"))
+	if err != nil || j.Units != whole(5) || j.Cost != 1_250_000 {
+		t.Fatalf("CompleteJob(product gone) = %+v, %v; want 5 units costing 1.25", j, err)
+	}
+	if sub, _ := s.GetSubscription(ctx, "u1", "svc"); sub.CreditsHeld != 0 || sub.Credits != whole(8) {
+		t.Errorf("credits %s held %s, want 8 and nothing held", sub.Credits, sub.CreditsHeld)
+	}
+	es := Ledger(t, s, store.LedgerFilter{})
+	if len(es) != 2 || es[0].ProductID != prepaid.ID || es[0].Cost != 750_000 || es[1].ProductID != prepaid.ID || es[1].Cost != 1_250_000 {
+		t.Errorf("ledger %+v, want both under %s", es, prepaid.ID)
+	}
+}
+
+// testJobWithoutTermsCharged: a job stored without terms (by a version
+// before they were kept) is charged with the account its completion is
+// handed, as that version did: priced by the product given, recorded free
+// when given a free account. Its hold is given back exactly.
+func testJobWithoutTermsCharged(t *testing.T, c *suite) {
+	s := c.store(t)
 	a := subscribe(t, s, "u1", "svc", prepaid, whole(10))
-	reserveJob(t, s, "job-1", a, whole(8)) // 2 credits held
+	reserveLegacyJob(t, s, "job-1", a, whole(8)) // 2 credits held
+	if j, _ := s.GetJob(ctx, "job-1"); j.Terms != nil {
+		t.Fatalf("a job created without terms has %+v", j.Terms)
+	}
 	now := store.Account{UserID: "u1", ServiceID: "svc", Product: quotaBlock}
 	if _, err := s.CompleteJob(ctx, "job-1", now, completion(now, "job-1", whole(3)), complete(store.JobCompleted, "d")); err != nil {
 		t.Fatal(err)
@@ -576,7 +633,7 @@ func testJobHoldProductChanged(t *testing.T, c *suite) {
 		t.Errorf("state %+v", st)
 	}
 
-	reserveJob(t, s, "job-2", a, whole(4))
+	reserveLegacyJob(t, s, "job-2", a, whole(4))
 	free := store.Account{UserID: "u1", ServiceID: "svc", Free: true}
 	j, err := s.CompleteJob(ctx, "job-2", free, completion(free, "job-2", whole(5)), complete(store.JobCompleted, "d"))
 	if err != nil || j.Units != whole(5) || j.Cost != 0 {
@@ -587,6 +644,97 @@ func testJobHoldProductChanged(t *testing.T, c *suite) {
 	}
 	if es := Ledger(t, s, store.LedgerFilter{}); len(es) != 2 || es[1].ProductID != "" || es[1].Units != whole(5) {
 		t.Errorf("ledger %+v", es)
+	}
+}
+
+// testJobTermsPriceChanged: a job is charged the price in force when it
+// was accepted, not the one its completion is handed (a reload raised it a
+// thousandfold meanwhile).
+func testJobTermsPriceChanged(t *testing.T, c *suite) {
+	s := c.store(t)
+	tok := billing.Product{ID: "tok", BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerToken, Price: 1_000} // 0.001
+	a := subscribe(t, s, "u1", "svc", tok, 0)
+	reserveJob(t, s, "job", a, whole(1))
+	repriced := a
+	repriced.Product.Price = whole(1)
+	j, err := s.CompleteJob(ctx, "job", repriced, completion(repriced, "job", whole(10)), complete(store.JobCompleted, "d"))
+	if err != nil || j.Units != whole(10) || j.Cost != 10_000 {
+		t.Fatalf("CompleteJob = %+v, %v; want 10 units costing 0.01, the price at acceptance", j, err)
+	}
+	if st := c.state(t, s, a, T0); st.Used != whole(10) || st.Spend != 10_000 || st.Reserved != 0 || st.ReservedSpend != 0 {
+		t.Errorf("state %+v, want 10 used, 0.01 spent, nothing held", st)
+	}
+	if es := Ledger(t, s, store.LedgerFilter{}); len(es) != 1 || es[0].Cost != 10_000 || es[0].ProductID != "tok" {
+		t.Errorf("ledger %+v", es)
+	}
+}
+
+// testJobTermsKept: a job's terms are stored with it, the product being
+// the one its hold was taken under (a free account's job has none); no
+// change of the job's can alter them, and they outlive its end. They are
+// what the gateway charges a job completed without units with once a
+// reload removed its endpoint or repriced it.
+func testJobTermsKept(t *testing.T, c *suite) {
+	s := c.store(t)
+	a := subscribe(t, s, "u1", "svc", quotaBlock, 0)
+	j := newJob("job", T0.Add(time.Hour))
+	j.Terms = &store.JobTerms{EndpointCost: 2_500_000, Product: &instant} // the product is the store's to set
+	if res, err := s.CreateJobReserved(ctx, j, a, whole(1), T0); err != nil || !res.Decision.Allowed {
+		t.Fatalf("CreateJobReserved: %+v, %v", res.Decision, err)
+	}
+	check := func(when string) {
+		t.Helper()
+		got, err := s.GetJob(ctx, "job")
+		if err != nil || got.Terms == nil || got.Terms.EndpointCost != 2_500_000 || got.Terms.Product == nil ||
+			got.Terms.Product.ID != quotaBlock.ID || got.Terms.Product.Quota == nil || *got.Terms.Product.Quota != whole(10) {
+			t.Fatalf("%s: GetJob = %+v, %v; want the endpoint's cost 2.5 and the product held under", when, got.Terms, err)
+		}
+	}
+	check("created")
+	if _, err := s.UpdateJob(ctx, "job", func(j *store.Job) error {
+		j.Status, j.Terms = store.JobRunning, &store.JobTerms{EndpointCost: whole(9)}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	check("after progress that tried to change them")
+	if _, err := s.CompleteJob(ctx, "job", a, completion(a, "job", 2_500_000), complete(store.JobCompleted, "d")); err != nil {
+		t.Fatal(err)
+	}
+	check("completed")
+
+	owner := newJob("owner", T0.Add(time.Hour))
+	owner.Free, owner.Terms = true, &store.JobTerms{EndpointCost: whole(3), Product: &quotaBlock}
+	if _, err := s.CreateJobReserved(ctx, owner, store.Account{UserID: "u1", ServiceID: "svc", Free: true}, whole(3), T0); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.GetJob(ctx, "owner"); err != nil || got.Terms == nil || got.Terms.Product != nil || got.Terms.EndpointCost != whole(3) {
+		t.Errorf("owner's job terms %+v, %v; want the cost and no product", got.Terms, err)
+	}
+}
+
+// testJobTermsProductRemoved: a reload removed the PREPAID product a job
+// was held under; its completion is still charged under it, in credits,
+// and the hold is given back.
+func testJobTermsProductRemoved(t *testing.T, c *suite) {
+	s := c.store(t)
+	a := subscribe(t, s, "u1", "svc", prepaidWhole, whole(10)) // 1 credit a unit
+	reserveJob(t, s, "job", a, whole(1))
+	if st := c.state(t, s, a, T0); st.CreditsHeld != whole(1) {
+		t.Fatalf("held %s, want 1", st.CreditsHeld)
+	}
+	// What the gateway had left to hand once the product was gone.
+	free := store.Account{UserID: "u1", ServiceID: "svc", Free: true}
+	e := completion(free, "job", whole(3))
+	j, err := s.CompleteJob(ctx, "job", free, e, complete(store.JobCompleted, "d"))
+	if err != nil || j.Units != whole(3) || j.Cost != whole(3) {
+		t.Fatalf("CompleteJob = %+v, %v; want 3 units costing 3 credits", j, err)
+	}
+	if sub, _ := s.GetSubscription(ctx, "u1", "svc"); sub.Credits != whole(7) || sub.CreditsHeld != 0 {
+		t.Errorf("credits %s held %s, want 7 and nothing held", sub.Credits, sub.CreditsHeld)
+	}
+	if es := Ledger(t, s, store.LedgerFilter{}); len(es) != 1 || es[0].ProductID != prepaidWhole.ID || es[0].Units != whole(3) || es[0].Cost != whole(3) {
+		t.Errorf("ledger %+v, want 3 units costing 3 under %s", es, prepaidWhole.ID)
 	}
 }
 

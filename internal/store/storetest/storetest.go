@@ -114,6 +114,10 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"JobEndsReleaseHold", testJobEndsReleaseHold},
 		{"CompleteJobNegativeUnits", testCompleteJobNegativeUnits},
 		{"JobHoldProductChanged", testJobHoldProductChanged},
+		{"JobWithoutTermsCharged", testJobWithoutTermsCharged},
+		{"JobTermsPriceChanged", testJobTermsPriceChanged},
+		{"JobTermsKept", testJobTermsKept},
+		{"JobTermsProductRemoved", testJobTermsProductRemoved},
 		{"JobHoldPeriod", testJobHoldPeriod},
 		{"CreateJobReservedConcurrent", testCreateJobReservedConcurrent},
 		{"ListSubscriptions", testListSubscriptions},
@@ -134,6 +138,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"DurableAcrossReopen", testDurableAcrossReopen},
 		{"RestartReleasesSyncHolds", testRestartReleasesSyncHolds},
 		{"JobHoldSurvivesRestart", testJobHoldSurvivesRestart},
+		{"JobTermsSurviveRestart", testJobTermsSurviveRestart},
 	}
 	names := map[string]bool{}
 	for _, tc := range cases {
