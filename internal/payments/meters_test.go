@@ -791,7 +791,7 @@ func TestMetersRenewalHourSplitAtTheRenewal(t *testing.T) {
 			ship(t, s) // the cursor at 09:00 on 2026-11-02
 			hour := e.clock.Now().UTC().Truncate(time.Hour)
 			renewal := hour.Add(40*time.Minute + 17*time.Second) // 09:40:17
-			started := renewal.AddDate(0, -1, 0)                  // 2026-10-02 09:40:17
+			started := renewal.AddDate(0, -1, 0)                 // 2026-10-02 09:40:17
 			rec := payments.SubscriptionRecord{ID: "sub_alice", UserID: "alice", ServiceID: "geo", ProductID: "payg",
 				CustomerID: "cus_alice", StripeStatus: "active", Status: "ACTIVE", StartDate: started, UpdatedAt: started,
 				CurrentPeriodEnd: renewal.AddDate(0, 1, 0)}
@@ -803,13 +803,13 @@ func TestMetersRenewalHourSplitAtTheRenewal(t *testing.T) {
 			linkStripeSub(t, st, rec)
 
 			oldCost := e.report("alice", postpaid, 3, renewal.Add(-10*time.Minute)) // 09:30: the old period
-			e.clock.Add(25 * time.Minute)                                            // 09:35: the running hour ships
+			e.clock.Add(25 * time.Minute)                                           // 09:35: the running hour ships
 			if run := ship(t, s); run.Sent != 1 {
 				t.Fatalf("09:35: %+v, want the hour so far sent", run)
 			}
 			lateOld := e.report("alice", postpaid, 2, renewal.Add(-2*time.Minute)) // 09:38, after it shipped
-			atRenewal := e.report("alice", postpaid, 1, renewal)                    // at the renewal: the new period
-			newCost := e.report("alice", postpaid, 4, renewal.Add(10*time.Minute))  // 09:50: the new period
+			atRenewal := e.report("alice", postpaid, 1, renewal)                   // at the renewal: the new period
+			newCost := e.report("alice", postpaid, 4, renewal.Add(10*time.Minute)) // 09:50: the new period
 			// A crash between the parts: the first part's event goes, then
 			// Stripe fails; the next run sends the second part as planned.
 			e.clock.Add(20 * time.Minute) // 09:55
