@@ -272,7 +272,12 @@ func (h *Handler) revenueStart(ctx context.Context, rg revenueRange, now time.Ti
 			if err := json.Unmarshal(b, &inv); err != nil {
 				return err
 			}
-			if inv.Status != "void" && inv.PeriodEnd.After(invoicedTo[inv.UserID+"\x00"+inv.ServiceID]) {
+			// The first invoice of a subscription (its period starts and
+			// ends at the subscription's start) bills no metered usage:
+			// the meter shipper stamps usage from before the start at the
+			// start, in the first period (payments/meters.go).
+			covers := inv.PeriodStart.IsZero() || inv.PeriodEnd.After(inv.PeriodStart)
+			if inv.Status != "void" && covers && inv.PeriodEnd.After(invoicedTo[inv.UserID+"\x00"+inv.ServiceID]) {
 				invoicedTo[inv.UserID+"\x00"+inv.ServiceID] = inv.PeriodEnd
 			}
 			if inv.Status != "paid" || inv.AmountPaid == 0 {

@@ -305,3 +305,53 @@ func TestRevenueSplitsTheHourAnInvoiceEnds(t *testing.T) {
 		t.Errorf("overview: not 345 JPY, 0.250 KWD not yet invoiced:\n%s", got)
 	}
 }
+
+// TestRevenueFirstInvoiceCoversNoUsage: the first invoice of a Stripe
+// subscription (its period starts and ends at the subscription's start)
+// bills no metered usage: the meter shipper stamps usage recorded before
+// the subscription began at its start, so it is billed at the end of the
+// first period, and until then it is not yet invoiced. It read as
+// invoiced as soon as the first invoice came (found by a review of the
+// shown figures, with TestMetersUsageBeforeTheSubscriptionStampedAtItsStart).
+func TestRevenueFirstInvoiceCoversNoUsage(t *testing.T) {
+	st, err := boltstore.Open(filepath.Join(t.TempDir(), "platform.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	used := ops.NewKeyUse()
+	rt := engine.New(engine.Runtime{Catalog: moneyCatalog(t, false, billing.Whole(100)), Data: st, KeyUsed: used.Touch,
+		Calls: new(engine.Calls), Clock: func() time.Time { return now }})
+	e := &env{rt: rt, ops: ops.New(rt, used.Get)}
+	bg := context.Background()
+	if _, err := e.ops.PutSubscription(bg, "test", "ann", "jp", "pay", "ACTIVE"); err != nil {
+		t.Fatal(err)
+	}
+	svc, _ := rt.Catalog.Service("jp")
+	p, _ := svc.Product("pay")
+	at := func(d, h, m, s int) time.Time { return time.Date(2026, 11, d, h, m, s, 0, time.UTC) }
+	for _, c := range []struct {
+		at    time.Time
+		units int64
+	}{{at(20, 9, 10, 0), 1}, {at(20, 10, 40, 0), 2}} { // 3 JPY before the start (10:30), 6 JPY after
+		_, err := st.Record(bg, store.Account{UserID: "ann", ServiceID: "jp", Product: *p},
+			store.LedgerEntry{Time: c.at, UserID: "ann", ServiceID: "jp", EndpointID: "get", ProductID: "pay", Source: store.SourceReport, Units: billing.Whole(c.units)},
+			func(store.LedgerEntry, billing.State) ([]byte, error) { return []byte("{}"), nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var pay store.Payments = st
+	start := at(20, 10, 30, 0)
+	b, _ := json.Marshal(payments.InvoiceRecord{ID: "in_first", UserID: "ann", ServiceID: "jp", Status: "paid", AmountPaid: 500,
+		Currency: "JPY", PaidAt: start, PeriodStart: start, PeriodEnd: start})
+	if err := pay.PutPaymentRecord(bg, payments.KindInvoice, "in_first", b, now); err != nil {
+		t.Fatal(err)
+	}
+	h := direct(t, e, false)
+	h.payments = &payments.Config{PastDueGrace: caddy.Duration(72 * time.Hour)}
+	if got := getPage(t, h, "/console/"); !strings.Contains(got, "Usage not yet invoiced: 9 JPY.") {
+		t.Errorf("overview: not 9 JPY not yet invoiced:\n%s", got)
+	}
+}

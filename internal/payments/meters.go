@@ -78,6 +78,13 @@ type MeterEvent struct {
 	ServiceID  string    `json:"serviceId"`
 	ProductID  string    `json:"productId"`
 	Hour       time.Time `json:"hour"`
+	// From is where in the hour the event's usage starts: zero for the
+	// top of the hour (the whole hour, or its part before a renewal of the
+	// caller's Stripe subscription that falls inside it), the renewal for
+	// the part from it on, which is stamped there so that Stripe bills it
+	// in the new period. Each part is a key of its own (identifiers,
+	// records, numbering).
+	From time.Time `json:"from,omitzero"`
 	// N numbers the events of the key from 1.
 	N int `json:"n"`
 	// Value is what this event adds, Total what the key's events carry
@@ -97,17 +104,24 @@ type MeterEvent struct {
 	// error and never sent again, so the cursor does not grow for ever.
 	// `caddy platform stripe reconcile` shows it as a difference.
 	Abandoned bool `json:"abandoned,omitempty"`
-	// NotBefore is when the caller's Stripe subscription started: an
-	// hour's usage is stamped no earlier, so the first partial hour of a
-	// subscription falls inside its first billing period (Stripe bills a
-	// meter event by its timestamp).
+	// NotBefore is when the caller's Stripe subscription started: usage
+	// is stamped no earlier, so the first partial hour of a subscription,
+	// and usage recorded before it began (a user who had no Stripe
+	// customer yet), fall inside its first billing period (Stripe bills a
+	// meter event by its timestamp: one stamped before the subscription
+	// began would be in no invoice).
 	NotBefore time.Time `json:"notBefore,omitzero"`
+}
+
+// key is the event's key: its user, service, product, hour and part.
+func (e MeterEvent) key() meterKey {
+	return meterKey{e.UserID, e.ServiceID, e.ProductID, e.Hour.UTC(), e.From.UTC()}
 }
 
 // recordID is the event's KindMeterSent id: hour first, so a listing
 // from an hour on reads the records of the hours it scans.
 func (e MeterEvent) recordID() string {
-	return hourID(e.Hour) + "/" + keyHash(e.UserID, e.ServiceID, e.ProductID, e.Hour) + "/" + fmt.Sprintf("%06d", e.N)
+	return hourID(e.Hour) + "/" + e.key().hash() + "/" + fmt.Sprintf("%06d", e.N)
 }
 
 func hourID(h time.Time) string { return h.UTC().Format("2006010215") }
@@ -116,6 +130,18 @@ func hourID(h time.Time) string { return h.UTC().Format("2006010215") }
 // ids containing any separator cannot collide.
 func keyHash(user, service, product string, hour time.Time) string {
 	h := sha256.Sum256([]byte(user + "\x00" + service + "\x00" + product + "\x00" + hour.UTC().Format(time.RFC3339)))
+	return hex.EncodeToString(h[:12])
+}
+
+// hash names the key in ids: keyHash for the top of the hour (as before
+// hours were split), a digest that also holds the part's start for the
+// part of an hour from a renewal on.
+func (k meterKey) hash() string {
+	if k.from.IsZero() {
+		return keyHash(k.user, k.service, k.product, k.hour)
+	}
+	h := sha256.Sum256([]byte(k.user + "\x00" + k.service + "\x00" + k.product + "\x00" + k.hour.UTC().Format(time.RFC3339) +
+		"\x00" + k.from.UTC().Format(time.RFC3339Nano)))
 	return hex.EncodeToString(h[:12])
 }
 
@@ -154,10 +180,11 @@ type MeterRun struct {
 // errLeaseLost stops a run whose node lost the lease.
 var errLeaseLost = store.ErrLeaseLost
 
-// meterKey is a (user, service, product, hour).
+// meterKey is a (user, service, product, hour) and the part of the hour
+// from `from` on (zero: from its top).
 type meterKey struct {
 	user, service, product string
-	hour                   time.Time
+	hour, from             time.Time
 }
 
 // metered is a product whose usage goes to a meter.
@@ -446,7 +473,7 @@ func (r *shipRun) plan(ctx context.Context, now time.Time, sweep bool) (bool, er
 			if _, ok := products[[2]string{ru.ServiceID, ru.ProductID}]; !ok || ru.Cost <= 0 {
 				return nil
 			}
-			usage[meterKey{ru.UserID, ru.ServiceID, ru.ProductID, ru.Hour.UTC()}] += ru.Cost
+			usage[meterKey{ru.UserID, ru.ServiceID, ru.ProductID, ru.Hour.UTC(), time.Time{}}] += ru.Cost
 			return nil
 		})
 		if err != nil {
@@ -469,13 +496,17 @@ func (r *shipRun) plan(ctx context.Context, now time.Time, sweep bool) (bool, er
 		return cmp.Or(a.hour.Compare(b.hour), cmp.Compare(a.user, b.user), cmp.Compare(a.service, b.service), cmp.Compare(a.product, b.product))
 	})
 	customers := map[string]string{}
-	starts := map[[2]string]time.Time{}
+	subs := map[[2]string]SubscriptionRecord{}
+	raw := map[rawKey]map[string][2]billing.Units{}
 	waiting := map[string]bool{}
 	complete := true
 	for _, k := range keys {
-		got := sent[k]
-		delta := usage[k] - got.total
-		if delta <= 0 {
+		parts := sent[k]
+		var got billing.Units
+		for _, t := range parts {
+			got += t.total
+		}
+		if usage[k]-got <= 0 {
 			continue // sent; less than sent only once rollups were pruned
 		}
 		cust, ok := customers[k.user]
@@ -489,24 +520,39 @@ func (r *shipRun) plan(ctx context.Context, now time.Time, sweep bool) (bool, er
 			waiting[k.user] = true
 			continue
 		}
-		if len(r.cur.Outbox) == meterMaxPlan {
-			complete = false
-			break
-		}
 		m := products[[2]string{k.service, k.product}]
-		start, known := starts[[2]string{k.user, k.service}]
+		sub, known := subs[[2]string{k.user, k.service}]
 		if !known {
-			if start, err = s.stripeStart(ctx, r.pay, k.user, k.service); err != nil {
+			if sub, err = s.stripeSubscription(ctx, r.pay, k.user, k.service); err != nil {
 				return false, err
 			}
-			starts[[2]string{k.user, k.service}] = start
+			subs[[2]string{k.user, k.service}] = sub
 		}
-		n := got.n + 1
-		r.cur.Outbox = append(r.cur.Outbox, MeterEvent{
-			Identifier: identifier(r.cur.Install, k, n), EventName: m.eventName, Customer: cust,
-			UserID: k.user, ServiceID: k.service, ProductID: k.product, Hour: k.hour, N: n,
-			Value: delta, Total: usage[k], Currency: m.currency, PlannedAt: now.UTC(), NotBefore: start,
-		})
+		shares, err := r.split(ctx, k, usage[k], parts, sub, raw)
+		if err != nil {
+			return false, err
+		}
+		for _, sh := range shares {
+			if sh.delta <= 0 {
+				continue
+			}
+			if len(r.cur.Outbox) == meterMaxPlan {
+				complete = false
+				break
+			}
+			pk := k
+			pk.from = sh.from
+			n := parts[sh.from].n + 1
+			r.cur.Outbox = append(r.cur.Outbox, MeterEvent{
+				Identifier: identifier(r.cur.Install, pk, n), EventName: m.eventName, Customer: cust,
+				UserID: k.user, ServiceID: k.service, ProductID: k.product, Hour: k.hour, From: sh.from, N: n,
+				Value: sh.delta, Total: parts[sh.from].total + sh.delta, Currency: m.currency, PlannedAt: now.UTC(),
+				NotBefore: sub.StartDate,
+			})
+		}
+		if !complete {
+			break
+		}
 	}
 	r.run.Planned += len(r.cur.Outbox)
 	for u := range waiting {
@@ -532,15 +578,21 @@ type sentTotal struct {
 }
 
 // sentFrom sums the records of the hours from `from` on, and the held
-// events (planned, not yet taken by Stripe, never to be planned again).
-func (r *shipRun) sentFrom(ctx context.Context, from time.Time) (map[meterKey]sentTotal, error) {
-	out := map[meterKey]sentTotal{}
+// events (planned, not yet taken by Stripe, never to be planned again):
+// per hour (the key with a zero from), per part of the hour.
+func (r *shipRun) sentFrom(ctx context.Context, from time.Time) (map[meterKey]map[time.Time]sentTotal, error) {
+	out := map[meterKey]map[time.Time]sentTotal{}
 	add := func(ev MeterEvent) {
-		k := meterKey{ev.UserID, ev.ServiceID, ev.ProductID, ev.Hour.UTC()}
-		t := out[k]
+		k := ev.key()
+		part := k.from
+		k.from = time.Time{}
+		if out[k] == nil {
+			out[k] = map[time.Time]sentTotal{}
+		}
+		t := out[k][part]
 		t.total += ev.Value
 		t.n = max(t.n, ev.N)
-		out[k] = t
+		out[k][part] = t
 	}
 	for rec, err := range store.PaymentRecords(ctx, r.pay, KindMeterSent, hourID(from)) {
 		if err != nil {
@@ -561,7 +613,155 @@ func (r *shipRun) sentFrom(ctx context.Context, from time.Time) (map[meterKey]se
 // identifier is the event's identifier at Stripe: the same for a resend,
 // another for each event of a key.
 func identifier(install string, k meterKey, n int) string {
-	return "gw_" + install + "_" + keyHash(k.user, k.service, k.product, k.hour) + "_" + strconv.Itoa(n)
+	return "gw_" + install + "_" + k.hash() + "_" + strconv.Itoa(n)
+}
+
+// meterShare is what to plan for a part of an hour.
+type meterShare struct {
+	from  time.Time
+	delta billing.Units
+}
+
+// rawKey is a user's service and one of its hours split at a renewal.
+type rawKey struct {
+	user, service string
+	hour, at      time.Time
+}
+
+// split divides what an hour's key still has to send (its rollup's cost
+// less what its parts' events carry) between its parts. An hour that
+// holds a renewal of the caller's Stripe subscription (periodBoundaryIn)
+// is split there by its raw ledger rows, as the console's Revenue page
+// splits the hour its last invoice ends in: the rows before the renewal
+// are the top of the hour's key (stamped in the hour, billed in the
+// period that ends), the rows from it on the part from the renewal
+// (stamped at the renewal, billed in the new period). What a part's
+// events carry beyond its rows (sent before the split was known) comes
+// off the other part, so the hour is never sent more than it costs. An
+// hour whose raw rows were pruned (ledger_retention) is not split: all
+// of it goes to the top of the hour, as before.
+func (r *shipRun) split(ctx context.Context, k meterKey, total billing.Units, parts map[time.Time]sentTotal,
+	sub SubscriptionRecord, raw map[rawKey]map[string][2]billing.Units) ([]meterShare, error) {
+	var got billing.Units
+	for _, t := range parts {
+		got += t.total
+	}
+	whole := []meterShare{{delta: total - got}}
+	at, ok := periodBoundaryIn(sub, k.hour)
+	if !ok {
+		return whole, nil
+	}
+	rk := rawKey{k.user, k.service, k.hour, at}
+	sums, ok := raw[rk]
+	if !ok {
+		sums = map[string][2]billing.Units{}
+		for i, f := range []store.LedgerFilter{{From: k.hour, To: at}, {From: at, To: k.hour.Add(time.Hour)}} {
+			f.UserID, f.ServiceID = k.user, k.service
+			err := store.SumLedger(ctx, r.s.Store(), f, func(ru store.Rollup) error {
+				if ru.UserID != k.user || ru.ServiceID != k.service || ru.Cost <= 0 {
+					return nil
+				}
+				v := sums[ru.ProductID]
+				v[i] += ru.Cost
+				sums[ru.ProductID] = v
+				return nil
+			})
+			if err != nil {
+				return nil, fmt.Errorf("stripe meters: reading the ledger of %s on %s at %s: %w", k.user, k.service, at.Format(time.RFC3339), err)
+			}
+		}
+		raw[rk] = sums
+	}
+	before, after := sums[k.product][0], sums[k.product][1]
+	if before+after < total {
+		// The hour's raw rows were pruned: it cannot be split.
+		return whole, nil
+	}
+	var sentBefore, sentAfter billing.Units
+	for from, t := range parts {
+		if from.Before(at) {
+			sentBefore += t.total
+		} else {
+			sentAfter += t.total
+		}
+	}
+	db, da := before-sentBefore, after-sentAfter
+	if db < 0 {
+		da, db = da+db, 0
+	}
+	if da < 0 {
+		db, da = db+da, 0
+	}
+	return []meterShare{{delta: db}, {from: at, delta: da}}, nil
+}
+
+// periodBoundaryIn is the renewal of the Stripe subscription sub that
+// falls inside hour (after its top, before its end), if one does: its
+// current period's start or end as the gateway last applied them, or
+// its billing cycle anchor stepped by its interval (Stripe's months keep
+// the anchor's day, or the month's last day when it has fewer). A record
+// without an interval (written before it was kept) is taken as monthly
+// from its start. Its start is no boundary here: usage before it is
+// stamped at it (meterTimestamp).
+func periodBoundaryIn(sub SubscriptionRecord, hour time.Time) (time.Time, bool) {
+	start := sub.StartDate
+	if start.IsZero() {
+		return time.Time{}, false
+	}
+	end := hour.Add(time.Hour)
+	inside := func(t time.Time) bool { return !t.IsZero() && t.After(hour) && t.Before(end) && t.After(start) }
+	for _, t := range []time.Time{sub.CurrentPeriodStart, sub.CurrentPeriodEnd} {
+		if inside(t) {
+			return t.UTC(), true
+		}
+	}
+	anchor := sub.BillingCycleAnchor
+	if anchor.IsZero() {
+		anchor = start
+	}
+	anchor = anchor.UTC()
+	unit, n := sub.Interval, int(sub.IntervalCount)
+	if unit == "" {
+		unit, n = "month", 1
+	}
+	n = max(n, 1)
+	switch unit {
+	case "day", "week":
+		step := time.Duration(n) * 24 * time.Hour
+		if unit == "week" {
+			step *= 7
+		}
+		i := int64(max(hour.Sub(anchor), 0) / step)
+		for _, j := range []int64{i, i + 1} {
+			if t := anchor.Add(time.Duration(j) * step); inside(t) {
+				return t, true
+			}
+		}
+	case "month", "year":
+		if unit == "year" {
+			n *= 12
+		}
+		i := ((hour.Year()-anchor.Year())*12 + int(hour.Month()) - int(anchor.Month())) / n
+		for j := i - 1; j <= i+1; j++ {
+			if j < 0 {
+				continue
+			}
+			if t := addMonths(anchor, j*n); inside(t) {
+				return t, true
+			}
+		}
+	}
+	return time.Time{}, false
+}
+
+// addMonths is t moved n months on as Stripe moves a billing cycle
+// anchor: the same day, or the month's last day when it has fewer.
+func addMonths(t time.Time, n int) time.Time {
+	m := int(t.Month()) - 1 + n
+	y := t.Year() + m/12
+	m %= 12
+	last := time.Date(y, time.Month(m+2), 0, 0, 0, 0, 0, time.UTC).Day()
+	return time.Date(y, time.Month(m+1), min(t.Day(), last), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.UTC)
 }
 
 // customerOf returns the user's Stripe customer, "" when they have none.
@@ -578,12 +778,18 @@ func (s *Service) customerOf(ctx context.Context, userID string) (string, error)
 }
 
 // meterTimestamp is the timestamp an event is sent with at now: its hour,
-// or, for an hour older than Stripe accepts (after a long outage), the
-// oldest time Stripe accepts, so the usage is billed late but billed.
-func meterTimestamp(hour, notBefore, now time.Time) int64 {
+// or the start of its part of the hour (a renewal inside it); never
+// before the caller's Stripe subscription started (notBefore), also for
+// usage recorded before it (it would be in no invoice); and, for an hour
+// older than Stripe accepts (after a long outage), the oldest time Stripe
+// accepts, so the usage is billed late but billed.
+func meterTimestamp(hour, from, notBefore, now time.Time) int64 {
 	oldest := now.Add(-StripeMeterWindow + meterWindowMargin)
 	ts := hour
-	if notBefore.After(ts) && notBefore.Before(hour.Add(time.Hour)) {
+	if from.After(ts) {
+		ts = from
+	}
+	if notBefore.After(ts) {
 		ts = notBefore
 	}
 	if ts.Before(oldest) {
@@ -598,7 +804,7 @@ func meterTimestamp(hour, notBefore, now time.Time) int64 {
 // sendMeterEvent sends one event and returns it as sent.
 func (s *Service) sendMeterEvent(ctx context.Context, ev MeterEvent) (MeterEvent, error) {
 	now := s.now()
-	ts := meterTimestamp(ev.Hour, ev.NotBefore, now)
+	ts := meterTimestamp(ev.Hour, ev.From, ev.NotBefore, now)
 	p := &stripe.BillingMeterEventCreateParams{
 		EventName:  stripe.String(ev.EventName),
 		Identifier: stripe.String(ev.Identifier),

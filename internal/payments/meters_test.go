@@ -752,3 +752,156 @@ func TestMetersRefusedForeverIsAbandoned(t *testing.T) {
 		t.Errorf("an abandoned event was sent again (%d requests, then %d)", n, m)
 	}
 }
+
+// linkStripeSub stores rec as the Stripe subscription of user's
+// subscription to geo, as the webhook handlers keep it.
+func linkStripeSub(t testing.TB, pay store.Payments, rec payments.SubscriptionRecord) {
+	t.Helper()
+	ctx := context.Background()
+	b, _ := json.Marshal(rec)
+	link, _ := json.Marshal(map[string]any{"subscriptionId": rec.ID, "updatedAt": rec.UpdatedAt})
+	if err := pay.PutPaymentRecord(ctx, payments.KindSubscription, rec.ID, b, rec.UpdatedAt); err != nil {
+		t.Fatal(err)
+	}
+	if err := pay.PutPaymentRecord(ctx, payments.KindSubscriptionOf, "geo/"+rec.UserID, link, rec.UpdatedAt); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMetersRenewalHourSplitAtTheRenewal: a Stripe subscription renews
+// inside an hour (it started at 09:40:17, so it renews at 09:40:17). The
+// usage of that hour before the renewal is stamped in the hour (the
+// period that ends), the usage from the renewal on at the renewal (the
+// new period), each part with its own identifiers; late rows of either
+// part go to their part; a crash between the parts' events resends the
+// same identifiers and values. Before, the whole hour was stamped at its
+// top: the period that ended was billed for the new period's usage
+// (found by a review of the shown figures). Run with a record as kept
+// before the periods were (monthly from its start) and with one that
+// knows its period and interval.
+func TestMetersRenewalHourSplitAtTheRenewal(t *testing.T) {
+	for _, kind := range []string{"start only", "period and interval"} {
+		t.Run(kind, func(t *testing.T) {
+			st := openBolt(t, filepath.Join(t.TempDir(), "gw.db"))
+			t.Cleanup(func() { _ = st.Close() })
+			e := newMeterEnv(t, st)
+			e.subscribe("alice", postpaid)
+			e.customer("alice", "cus_alice")
+			s := e.service("node-a")
+			ship(t, s) // the cursor at 09:00 on 2026-11-02
+			hour := e.clock.Now().UTC().Truncate(time.Hour)
+			renewal := hour.Add(40*time.Minute + 17*time.Second) // 09:40:17
+			started := renewal.AddDate(0, -1, 0)                 // 2026-10-02 09:40:17
+			rec := payments.SubscriptionRecord{ID: "sub_alice", UserID: "alice", ServiceID: "geo", ProductID: "payg",
+				CustomerID: "cus_alice", StripeStatus: "active", Status: "ACTIVE", StartDate: started, UpdatedAt: started,
+				CurrentPeriodEnd: renewal.AddDate(0, 1, 0)}
+			if kind != "start only" {
+				// As the gateway knows it before the renewal's webhook.
+				rec.CurrentPeriodStart, rec.CurrentPeriodEnd = started, renewal
+				rec.BillingCycleAnchor, rec.Interval, rec.IntervalCount = started, "month", 1
+			}
+			linkStripeSub(t, st, rec)
+
+			oldCost := e.report("alice", postpaid, 3, renewal.Add(-10*time.Minute)) // 09:30: the old period
+			e.clock.Add(25 * time.Minute)                                           // 09:35: the running hour ships
+			if run := ship(t, s); run.Sent != 1 {
+				t.Fatalf("09:35: %+v, want the hour so far sent", run)
+			}
+			lateOld := e.report("alice", postpaid, 2, renewal.Add(-2*time.Minute)) // 09:38, after it shipped
+			atRenewal := e.report("alice", postpaid, 1, renewal)                   // at the renewal: the new period
+			newCost := e.report("alice", postpaid, 4, renewal.Add(10*time.Minute)) // 09:50: the new period
+			// A crash between the parts: the first part's event goes, then
+			// Stripe fails; the next run sends the second part as planned.
+			e.clock.Add(20 * time.Minute) // 09:55
+			var seen atomic.Int64
+			e.mock.Fail(func(r stripetest.Request) int {
+				if r.Path == "/v1/billing/meter_events" && seen.Add(1) > 1 {
+					return 500
+				}
+				return 0
+			})
+			if _, err := s.ShipMeters(context.Background()); err == nil {
+				t.Fatal("the run with Stripe down reported success")
+			}
+			e.mock.Fail(nil)
+			e.clock.Add(3 * time.Hour)
+			if run := ship(t, s); run.Sent != 1 || run.Planned != 0 {
+				t.Fatalf("after the failure: %+v, want the planned part sent, nothing planned again", run)
+			}
+			// A late row of the new part (a store's rows are in time order).
+			lateNew := e.report("alice", postpaid, 5, renewal.Add(11*time.Minute))
+			if run := ship(t, s); run.Sent != 1 {
+				t.Fatalf("late row: %+v, want one event", run)
+			}
+			if run := ship(t, s); run.Sent != 0 {
+				t.Fatalf("again: %+v, want nothing", run)
+			}
+
+			var before, after int64
+			for id, ev := range stripeSaw(t, e.mock) {
+				ts := time.Unix(ev.timestamp, 0).UTC()
+				switch {
+				case ts.Equal(hour):
+					before += ev.value
+				case ts.Equal(renewal):
+					after += ev.value
+				default:
+					t.Errorf("event %s of %d stamped %s, want %s or the renewal %s", id, ev.value, ts, hour, renewal)
+				}
+			}
+			if want := int64(oldCost + lateOld); before != want {
+				t.Errorf("stamped before the renewal (the period that ends): %d, want %d", before, want)
+			}
+			if want := int64(newCost + atRenewal + lateNew); after != want {
+				t.Errorf("stamped at the renewal (the new period): %d, want %d", after, want)
+			}
+			if got := sums(t, stripeSaw(t, e.mock)); got["cus_alice"] != int64(e.ledgerCost("alice")) {
+				t.Errorf("Stripe got %d in all, the ledger says %d", got["cus_alice"], e.ledgerCost("alice"))
+			}
+			if n := len(stripeSaw(t, e.mock)); n != 4 {
+				t.Errorf("%d identifiers, want 4 (two per part)", n)
+			}
+		})
+	}
+}
+
+// TestMetersUsageBeforeTheSubscriptionStampedAtItsStart: usage recorded
+// before the caller's Stripe subscription began (no customer yet, then
+// Checkout) is stamped at the subscription's start, so it is billed in
+// its first period. Before, it was stamped at its own hours, before the
+// subscription, where it is in no invoice (found by a review of the
+// shown figures).
+func TestMetersUsageBeforeTheSubscriptionStampedAtItsStart(t *testing.T) {
+	st := openBolt(t, filepath.Join(t.TempDir(), "gw.db"))
+	t.Cleanup(func() { _ = st.Close() })
+	e := newMeterEnv(t, st)
+	e.subscribe("bob", postpaid)
+	s := e.service("node-a")
+	ship(t, s) // the cursor at 09:00
+	e.clock.Add(10 * time.Minute)
+	e.report("bob", postpaid, 5, e.clock.Now()) // 09:20, no customer yet
+	e.clock.Add(time.Hour)
+	e.report("bob", postpaid, 2, e.clock.Now()) // 10:20
+	if run := ship(t, s); run.Sent != 0 || len(run.NoCustomer) != 1 {
+		t.Fatalf("without a customer: %+v, want bob waiting", run)
+	}
+	e.clock.Add(time.Hour) // 11:20: Checkout
+	started := e.clock.Now()
+	e.customer("bob", "cus_bob")
+	linkStripeSub(t, st, payments.SubscriptionRecord{ID: "sub_bob", UserID: "bob", ServiceID: "geo", ProductID: "payg",
+		CustomerID: "cus_bob", StripeStatus: "active", Status: "ACTIVE", StartDate: started, UpdatedAt: started})
+	after := e.report("bob", postpaid, 1, started.Add(5*time.Minute))
+	e.clock.Add(time.Minute)
+	if run := ship(t, s); run.Sent != 3 {
+		t.Fatalf("with a customer: %+v, want the three hours sent", run)
+	}
+	saw := stripeSaw(t, e.mock)
+	for id, ev := range saw {
+		if ts := time.Unix(ev.timestamp, 0).UTC(); !ts.Equal(started) {
+			t.Errorf("event %s of %d stamped %s, want the subscription's start %s", id, ev.value, ts, started)
+		}
+	}
+	if got := sums(t, saw); got["cus_bob"] != int64(e.ledgerCost("bob")) || got["cus_bob"] != 16000 || after != 2000 {
+		t.Errorf("Stripe got %d, the ledger says %d (want 16000)", got["cus_bob"], e.ledgerCost("bob"))
+	}
+}

@@ -97,8 +97,17 @@ type SubscriptionRecord struct {
 	CurrentPeriodEnd time.Time `json:"currentPeriodEnd,omitzero"`
 	// StartDate is when Stripe started the subscription: metered usage is
 	// never stamped before it (meters.go meterTimestamp).
-	StartDate    time.Time `json:"startDate,omitzero"`
-	PastDueSince time.Time `json:"pastDueSince,omitzero"`
+	StartDate time.Time `json:"startDate,omitzero"`
+	// CurrentPeriodStart, BillingCycleAnchor, Interval and IntervalCount
+	// place the subscription's billing periods (its renewals): the meter
+	// shipper splits an hour that holds one (meters.go periodBoundaryIn).
+	// Empty in a record written before they were kept: the periods are
+	// then taken as months from StartDate.
+	CurrentPeriodStart time.Time `json:"currentPeriodStart,omitzero"`
+	BillingCycleAnchor time.Time `json:"billingCycleAnchor,omitzero"`
+	Interval           string    `json:"interval,omitempty"`
+	IntervalCount      int64     `json:"intervalCount,omitempty"`
+	PastDueSince       time.Time `json:"pastDueSince,omitzero"`
 	// EventCreated is the creation time of the newest event applied.
 	EventCreated time.Time `json:"eventCreated,omitzero"`
 	UpdatedAt    time.Time `json:"updatedAt"`

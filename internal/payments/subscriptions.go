@@ -79,17 +79,21 @@ type state struct {
 	CancelAt          time.Time
 	TrialEnd          time.Time
 	PeriodEnd         time.Time
-	// StartDate is when Stripe started the subscription.
-	StartDate time.Time
-	Prices    []string
-	Meta      map[string]string
+	// StartDate is when Stripe started the subscription; PeriodStart,
+	// Anchor, Interval and IntervalCount place its billing periods.
+	StartDate, PeriodStart, Anchor time.Time
+	Interval                       string
+	IntervalCount                  int64
+	Prices                         []string
+	Meta                           map[string]string
 	// fetched: read from Stripe now, not taken from an event.
 	fetched bool
 }
 
 func stateOf(sub *stripe.Subscription) state {
 	st := state{ID: sub.ID, Status: sub.Status, CancelAtPeriodEnd: sub.CancelAtPeriodEnd,
-		CancelAt: unix(sub.CancelAt), TrialEnd: unix(sub.TrialEnd), StartDate: unix(sub.StartDate), Meta: sub.Metadata}
+		CancelAt: unix(sub.CancelAt), TrialEnd: unix(sub.TrialEnd), StartDate: unix(sub.StartDate),
+		Anchor: unix(sub.BillingCycleAnchor), Meta: sub.Metadata}
 	if sub.Customer != nil {
 		st.Customer = sub.Customer.ID
 	}
@@ -102,7 +106,10 @@ func stateOf(sub *stripe.Subscription) state {
 				st.Prices = append(st.Prices, it.Price.ID)
 			}
 			if e := unix(it.CurrentPeriodEnd); e.After(st.PeriodEnd) {
-				st.PeriodEnd = e
+				st.PeriodEnd, st.PeriodStart = e, unix(it.CurrentPeriodStart)
+			}
+			if st.Interval == "" && it.Price != nil && it.Price.Recurring != nil && it.Price.Recurring.Interval != "" {
+				st.Interval, st.IntervalCount = string(it.Price.Recurring.Interval), it.Price.Recurring.IntervalCount
 			}
 		}
 	}
@@ -512,7 +519,8 @@ func (s *Service) applyState(ctx context.Context, st state, eventAt time.Time, f
 	newRec := SubscriptionRecord{ID: st.ID, UserID: id.User, ServiceID: id.Service, ProductID: id.Product,
 		CustomerID: st.Customer, StripeStatus: string(st.Status), Status: string(t.Status),
 		CancelAtPeriodEnd: st.CancelAtPeriodEnd, CancelAt: st.CancelAt, CurrentPeriodEnd: st.PeriodEnd, PastDueSince: pastDueSince,
-		StartDate: st.StartDate, EventCreated: eventAt, UpdatedAt: s.now().UTC()}
+		StartDate: st.StartDate, CurrentPeriodStart: st.PeriodStart, BillingCycleAnchor: st.Anchor,
+		Interval: st.Interval, IntervalCount: st.IntervalCount, EventCreated: eventAt, UpdatedAt: s.now().UTC()}
 	if found {
 		if newRec.CustomerID == "" || st.fetched {
 			newRec.CustomerID = rec.CustomerID
@@ -522,6 +530,15 @@ func (s *Service) applyState(ctx context.Context, st state, eventAt time.Time, f
 		}
 		if newRec.StartDate.IsZero() {
 			newRec.StartDate = rec.StartDate
+		}
+		if newRec.BillingCycleAnchor.IsZero() {
+			newRec.BillingCycleAnchor = rec.BillingCycleAnchor
+		}
+		if newRec.Interval == "" {
+			newRec.Interval, newRec.IntervalCount = rec.Interval, rec.IntervalCount
+		}
+		if newRec.CurrentPeriodStart.IsZero() && newRec.CurrentPeriodEnd.Equal(rec.CurrentPeriodEnd) {
+			newRec.CurrentPeriodStart = rec.CurrentPeriodStart
 		}
 	}
 	if newRec.CustomerID == "" {
@@ -585,28 +602,29 @@ func (s *Service) holdSubscription(ctx context.Context, pay store.Payments, id s
 	}
 }
 
-// stripeStart is when the Stripe subscription that holds the user's
-// subscription to the service started; zero when none is known.
-func (s *Service) stripeStart(ctx context.Context, pay store.Payments, userID, serviceID string) (time.Time, error) {
+// stripeSubscription is the record of the Stripe subscription that
+// holds the user's subscription to the service (when it started, its
+// billing periods); the zero record when none is known.
+func (s *Service) stripeSubscription(ctx context.Context, pay store.Payments, userID, serviceID string) (SubscriptionRecord, error) {
 	b, err := pay.GetPaymentRecord(ctx, KindSubscriptionOf, serviceID+"/"+userID)
 	if errors.Is(err, store.ErrNotFound) {
-		return time.Time{}, nil
+		return SubscriptionRecord{}, nil
 	} else if err != nil {
-		return time.Time{}, err
+		return SubscriptionRecord{}, err
 	}
 	var link linkRecord
 	if json.Unmarshal(b, &link) != nil || link.SubscriptionID == "" {
-		return time.Time{}, nil
+		return SubscriptionRecord{}, nil
 	}
 	b, err = pay.GetPaymentRecord(ctx, KindSubscription, link.SubscriptionID)
 	if errors.Is(err, store.ErrNotFound) {
-		return time.Time{}, nil
+		return SubscriptionRecord{}, nil
 	} else if err != nil {
-		return time.Time{}, err
+		return SubscriptionRecord{}, err
 	}
 	var rec SubscriptionRecord
 	_ = json.Unmarshal(b, &rec)
-	return rec.StartDate, nil
+	return rec, nil
 }
 
 // linkRecord is KindSubscriptionOf.

@@ -111,11 +111,13 @@ func buildUsage(cat *catalog.Catalog, rollups []store.Rollup, now time.Time) usa
 			}
 			return strings.Compare(a.EndpointID, b.EndpointID)
 		})
-		sums := make([]float64, usageDays)
+		// Summed in billing.Units, exact as the table's total is; float
+		// only for the bars' geometry and the axis's round ticks.
+		sums := make([]billing.Units, usageDays)
 		for _, row := range u.Rows {
 			i := int(row.Day.Sub(from) / (24 * time.Hour))
 			if i >= 0 && i < usageDays {
-				sums[i] += float64(row.Units) / float64(billing.Scale)
+				sums[i] += row.Units
 			}
 		}
 		u.Chart = newAxisChart(from, sums, u.Unit)
@@ -184,22 +186,25 @@ func axisNumber(f float64) string {
 	return decimal(billing.Units(math.Round(f*float64(billing.Scale))), 0)
 }
 
-func newAxisChart(from time.Time, sums []float64, unit string) axisChart {
+// newAxisChart lays out the days' sums; the caption's figures ("in all",
+// "at most") are exact sums of units, as the table's total, and only the
+// bars and the ticks go through float64.
+func newAxisChart(from time.Time, sums []billing.Units, unit string) axisChart {
 	c := axisChart{Left: axisLeft, Right: axisWidth - axisRight, Top: axisTop, Bottom: axisHeight - axisBottom}
-	top, total := 0.0, 0.0
+	var top, total billing.Units
 	for _, s := range sums {
 		top = max(top, s)
 		total += s
 	}
-	scale := niceScale(top)
+	scale := niceScale(unitsFloat(top))
 	plotH := c.Bottom - c.Top
 	w := (c.Right - c.Left) / float64(len(sums))
 	for i, s := range sums {
 		day := from.AddDate(0, 0, i)
-		h := s / scale * plotH
+		h := unitsFloat(s) / scale * plotH
 		c.Bars = append(c.Bars, axisBar{
 			X: c.Left + float64(i)*w + 1, W: max(w-2, 1), Y: c.Bottom - h, H: h,
-			Label: fmt.Sprintf("%s: %s %s", dateWords(day), axisNumber(s), unit),
+			Label: fmt.Sprintf("%s: %s %s", dateWords(day), dayNumber(s), unit),
 		})
 	}
 	for _, f := range []float64{0, 0.5, 1} {
@@ -209,11 +214,18 @@ func newAxisChart(from time.Time, sums []float64, unit string) axisChart {
 		c.XTicks = append(c.XTicks, axisTick{X: c.Left + (float64(i)+0.5)*w, Y: axisHeight - 6, Label: from.AddDate(0, 0, i).Format("2 Jan")})
 	}
 	c.Caption = fmt.Sprintf("%s per day, %s to %s: %s in all, at most %s in one day",
-		strings.ToUpper(unit[:1])+unit[1:], dateWords(from), dateWords(from.AddDate(0, 0, len(sums)-1)), exactNumber(total), exactNumber(top))
+		strings.ToUpper(unit[:1])+unit[1:], dateWords(from), dateWords(from.AddDate(0, 0, len(sums)-1)), decimal(total, 0), decimal(top, 0))
 	return c
 }
 
-// exactNumber writes a sum of units in full: 1,234.5.
-func exactNumber(f float64) string {
-	return decimal(billing.Units(math.Round(f*float64(billing.Scale))), 0)
+// unitsFloat is a sum of units as a float64, for geometry only.
+func unitsFloat(u billing.Units) float64 { return float64(u) / float64(billing.Scale) }
+
+// dayNumber writes a day's sum on its bar: short from ten thousand on
+// (2.5k, 3M, as the ticks), else exact.
+func dayNumber(u billing.Units) string {
+	if u >= billing.Whole(10000) {
+		return axisNumber(unitsFloat(u))
+	}
+	return decimal(u, 0)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/ops"
+	"github.com/platformgw/gateway/internal/store"
 )
 
 func TestPricingWords(t *testing.T) {
@@ -173,5 +174,44 @@ func TestAxisNumber(t *testing.T) {
 		if got := axisNumber(f); got != want {
 			t.Errorf("axisNumber(%v) = %q, want %q", f, got, want)
 		}
+	}
+}
+
+// TestPortalUsageCaptionExact: the usage chart's caption says the
+// table's exact total and the largest day exactly, however large: summed
+// through float64 it said "1,423,456,789,016.999936 in all" beside a
+// table of 1,423,456,789,017 (found by a review of the shown figures).
+// A small day's bar says it exactly too.
+func TestPortalUsageCaptionExact(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	day := now.Truncate(24 * time.Hour)
+	var rs []store.Rollup
+	for _, u := range []billing.Units{billing.Whole(600_000_000_001), billing.Whole(700_000_000_003), billing.Whole(123_456_789_013),
+		billing.Whole(1) / 1000 * 3} {
+		rs = append(rs, store.Rollup{UserID: "u", ServiceID: "s", EndpointID: "e", ProductID: "p", Hour: day, Calls: 1, Units: u})
+		day = day.Add(-24 * time.Hour)
+	}
+	v := buildUsage(nil, rs, now)
+	if len(v.Units) != 1 {
+		t.Fatalf("%d units, want 1", len(v.Units))
+	}
+	u := v.Units[0]
+	if got, want := decimal(u.Total, 0), "1,423,456,789,017.003"; got != want {
+		t.Fatalf("table total %s, want %s", got, want)
+	}
+	for _, want := range []string{"1,423,456,789,017.003 in all", "at most 700,000,000,003 in one day"} {
+		if !strings.Contains(u.Chart.Caption, want) {
+			t.Errorf("caption %q does not say %q", u.Chart.Caption, want)
+		}
+	}
+	var small bool
+	for _, b := range u.Chart.Bars {
+		small = small || strings.HasSuffix(b.Label, ": 0.003 "+u.Unit)
+		if strings.Contains(b.Label, "999") {
+			t.Errorf("bar label %q is not the day's sum", b.Label)
+		}
+	}
+	if !small {
+		t.Errorf("no bar says the small day's 0.003 exactly: %+v", u.Chart.Bars)
 	}
 }
