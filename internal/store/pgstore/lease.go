@@ -167,8 +167,12 @@ type LeaseConfig struct {
 	Spawn func(f func())
 	// Busy, when set, says that settlements not yet in the database
 	// consume from holder's lease row (the node's settlement log,
-	// shiplog.go): the row is not given back before they are, or its
-	// consumed units would go back to the allowance.
+	// shiplog.go, or the group commit's queue, settler.go): the row is
+	// not given back before they are written, or its consumed units would
+	// go back to the allowance. (Settle moves a call's units out of held
+	// at once; without the group commit's count a lease whose charges
+	// waited more than the idle time for their commit was given back as
+	// idle, found by a review.)
 	Busy func(holder string) bool
 }
 
