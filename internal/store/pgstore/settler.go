@@ -50,6 +50,7 @@ type settlement struct {
 	consume Vec    // what the charge takes from that lease row
 	covered bool   // the lease covers the whole charge
 	seq     int64  // the ledger number given at acknowledgement (settle log), 0: none yet
+	logged  bool   // acknowledged from the settlement log: never dropped (commitOnce)
 
 	out  store.LedgerEntry
 	err  error
