@@ -200,9 +200,9 @@ type lease struct {
 	mu        sync.Mutex // held while a grant is in flight
 	lim       Limits
 	gen       int64
-	holder    string
-	free      Vec // leased, not held by any call
-	held      Vec // held by calls in flight, of this gen
+	holder    string // written under mu and Leaser.mu both: Renew reads it under Leaser.mu alone
+	free      Vec    // leased, not held by any call
+	held      Vec    // held by calls in flight, of this gen
 	deadline  time.Time
 	left      Vec           // unleased in the database after the last grant
 	sized     bool          // left is known
@@ -348,7 +348,9 @@ func (l *Leaser) take(ctx context.Context, le *lease, k AllowanceKey, lim Limits
 			l.Grants.Add(1)
 		}
 		le.gen = l.gens.Add(1)
+		l.mu.Lock() // Renew reads holder under l.mu alone (le.mu.TryLock failed)
 		le.holder = l.holderOf(le.gen)
+		l.mu.Unlock()
 		le.free, le.held = Vec{}, Vec{}
 		le.deadline = time.Time{}
 	}
