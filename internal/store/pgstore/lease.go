@@ -123,7 +123,8 @@ type Grant struct {
 type LeaseDB interface {
 	// Grant leases big to holder's lease on k if every limit allows it,
 	// else small, else nothing; the lease row expires ttl after now (the
-	// database's clock).
+	// database's clock). A row of holder's that has expired is neither
+	// added to nor revived: errLeaseExpired, nothing granted.
 	Grant(ctx context.Context, holder string, k AllowanceKey, lim Limits, big, small Vec, ttl time.Duration) (Grant, error)
 	// Renew moves the expiry of holders' leases that have not expired yet
 	// to ttl after now, and returns the holders it renewed: a lease the
@@ -143,6 +144,14 @@ type LeaseRef struct {
 // the Grant says in which dimension.
 var errRefused = errors.New("refused")
 
+// errLapsed: a lease was found lapsed while leasing more (take); the
+// call asks again, on a new row.
+var errLapsed = errors.New("pgstore: the lease lapsed")
+
+// errLeaseExpired is what Grant says when the holder's row has expired:
+// the lease lapsed, and a lapsed lease leases nothing more.
+var errLeaseExpired = errors.New("pgstore: the lease row has expired")
+
 // LeaseConfig tunes a node's leases.
 type LeaseConfig struct {
 	// TTL is how long a lease outlives its last renewal in the database:
@@ -158,8 +167,12 @@ type LeaseConfig struct {
 	Spawn func(f func())
 	// Busy, when set, says that settlements not yet in the database
 	// consume from holder's lease row (the node's settlement log,
-	// shiplog.go): the row is not given back before they are, or its
-	// consumed units would go back to the allowance.
+	// shiplog.go, or the group commit's queue, settler.go): the row is
+	// not given back before they are written, or its consumed units would
+	// go back to the allowance. (Settle moves a call's units out of held
+	// at once; without the group commit's count a lease whose charges
+	// waited more than the idle time for their commit was given back as
+	// idle, found by a review.)
 	Busy func(holder string) bool
 }
 
@@ -187,9 +200,9 @@ type lease struct {
 	mu        sync.Mutex // held while a grant is in flight
 	lim       Limits
 	gen       int64
-	holder    string
-	free      Vec // leased, not held by any call
-	held      Vec // held by calls in flight, of this gen
+	holder    string // written under mu and Leaser.mu both: Renew reads it under Leaser.mu alone
+	free      Vec    // leased, not held by any call
+	held      Vec    // held by calls in flight, of this gen
 	deadline  time.Time
 	left      Vec           // unleased in the database after the last grant
 	sized     bool          // left is known
@@ -286,6 +299,9 @@ func (l *Leaser) Take(ctx context.Context, k AllowanceKey, lim Limits, units bil
 		}
 		h, g, err := l.take(ctx, le, k, lim, units, need)
 		le.mu.Unlock()
+		if err == errLapsed {
+			continue // once: the lease's next row is a new one
+		}
 		return h, g, err
 	}
 }
@@ -332,7 +348,9 @@ func (l *Leaser) take(ctx context.Context, le *lease, k AllowanceKey, lim Limits
 			l.Grants.Add(1)
 		}
 		le.gen = l.gens.Add(1)
+		l.mu.Lock() // Renew reads holder under l.mu alone (le.mu.TryLock failed)
 		le.holder = l.holderOf(le.gen)
+		l.mu.Unlock()
 		le.free, le.held = Vec{}, Vec{}
 		le.deadline = time.Time{}
 	}
@@ -345,6 +363,13 @@ func (l *Leaser) take(ctx context.Context, le *lease, k AllowanceKey, lim Limits
 	g, err := l.db.Grant(ctx, le.holder, k, lim, big, need, l.cfg.TTL)
 	l.Grants.Add(1)
 	if err != nil {
+		if errors.Is(err, errLeaseExpired) && !le.deadline.IsZero() {
+			// The database let the row expire before the node's deadline
+			// (a clock that ran slow, a request held up): the lease has
+			// lapsed, and the call asks again on a new row (Take).
+			le.deadline = sent
+			return Hold{}, Grant{}, errLapsed
+		}
 		return Hold{}, Grant{}, err
 	}
 	le.left, le.sized = g.Left, true
@@ -388,12 +413,24 @@ func (l *Leaser) topUp(le *lease, k AllowanceKey, lim Limits, units billing.Unit
 	refill := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.TTL/10)
 		defer cancel()
+		le.mu.Lock()
 		sent := l.now()
+		if !sent.Before(le.deadline) || le.gen != gen || le.dead {
+			// Lapsed (or ended) before the refill was sent: a lapsed
+			// lease leases nothing more (Settle).
+			le.refilling, le.refill = false, Vec{}
+			le.mu.Unlock()
+			return
+		}
+		le.mu.Unlock()
 		g, err := l.db.Grant(ctx, holder, k, lim, big, big, l.cfg.TTL)
 		l.Grants.Add(1)
 		le.mu.Lock()
 		defer le.mu.Unlock()
 		le.refilling, le.refill = false, Vec{}
+		if errors.Is(err, errLeaseExpired) && le.gen == gen && sent.Before(le.deadline) {
+			le.deadline = sent // lapsed: see take
+		}
 		if err != nil {
 			return // the next call that finds the lease short leases itself
 		}
@@ -405,7 +442,7 @@ func (l *Leaser) topUp(le *lease, k AllowanceKey, lim Limits, units billing.Unit
 		}
 		le.free = le.free.add(g.Granted)
 		le.block, le.granted = block, l.now()
-		if dl := l.safeDeadline(sent); le.deadline.Before(dl) {
+		if dl := l.safeDeadline(sent); sent.Before(le.deadline) && le.deadline.Before(dl) {
 			le.deadline = dl
 		}
 	}
@@ -472,17 +509,30 @@ func (l *Leaser) Settle(ctx context.Context, h Hold, lim Limits, charge Vec) (co
 	if !current {
 		return h.Need, false, nil
 	}
+	now := l.now()
 	le.held = le.held.sub(h.Need)
+	le.lastUse = now // its charge is not written yet: not idle (Renew)
 	extra := charge.sub(h.Need)
-	if l.now().Before(le.deadline) && extra.within(le.free) {
-		le.free = le.free.sub(extra)
-		return charge, true, nil
+	if now.Before(le.deadline) {
+		if extra.within(le.free) {
+			le.free = le.free.sub(extra)
+			return charge, true, nil
+		}
+		var g Grant
+		g, err = l.db.Grant(ctx, le.holder, h.Key, lim, extra, extra, l.cfg.TTL)
+		l.Grants.Add(1)
+		if err == nil && !g.Granted.IsZero() {
+			return charge, true, nil
+		}
+		if errors.Is(err, errLeaseExpired) {
+			le.deadline = now // lapsed: see take
+		}
 	}
-	g, err := l.db.Grant(ctx, le.holder, h.Key, lim, extra, extra, l.cfg.TTL)
-	l.Grants.Add(1)
-	if err == nil && !g.Granted.IsZero() {
-		return charge, true, nil
-	}
+	// A lapsed lease leases nothing more: its row may have expired and
+	// been swept (its units handed back), and a grant on its holder would
+	// make a fresh row for it, which the next renewal would find alive.
+	// (It did: the node admitted calls again from free units the database
+	// had given to others.)
 	// What the hold and the lease have is consumed; the rest is capped.
 	consume = h.Need
 	le.free, consume = Vec{}, consume.add(le.free)
@@ -553,7 +603,14 @@ func (l *Leaser) Renew(ctx context.Context, idle time.Duration) (int, error) {
 	l.mu.Lock()
 	for _, le := range l.leases {
 		if le.mu.TryLock() {
-			if ok[le.holder] && !le.deadline.IsZero() && le.deadline.Before(dl) {
+			// A lease whose deadline had passed when the renewal was sent
+			// stays lapsed for good, even if its row was found alive: the
+			// database may have handed its units back meanwhile (a row
+			// found alive then was not the one the node leased: a grant
+			// after the sweep had made it, found by a review). Its row,
+			// if alive, is renewed for the charges of its calls; the next
+			// call starts a new lease.
+			if ok[le.holder] && sent.Before(le.deadline) && le.deadline.Before(dl) {
 				le.deadline = dl
 			}
 			le.mu.Unlock()

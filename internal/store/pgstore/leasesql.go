@@ -29,22 +29,29 @@ type querier interface {
 // $1 holder, $2 user, $3 service, $4 period, $5 ttl seconds, $6-$8 big
 // units/spend/credits, $9-$11 small, $12 unit limit, $13 spend limit
 // (NULL: none), $14 whether credits are bounded.
+//
+// A holder's row that has expired is never added to (nor its expiry moved:
+// the upsert would revive it, as a renewal never does): the statement
+// grants nothing and answers 'x' (errLeaseExpired).
 const grantSQL = `
 WITH sb AS (
 	SELECT credits - credits_held AS avail FROM subscriptions
 	WHERE user_id = $2 AND service_id = $3 AND $14::bool FOR UPDATE
 ), av AS (
 	SELECT CASE WHEN $14::bool THEN (SELECT avail FROM sb) ELSE 9223372036854775807 END AS avail
+), ex AS (
+	SELECT 'x'::text AS k FROM leases
+	WHERE holder = $1 AND user_id = $2 AND service_id = $3 AND period = $4 AND expires_at <= now()
 ), b AS (
 	UPDATE allowances SET leased_units = leased_units + $6, leased_spend = leased_spend + $7
-	WHERE user_id = $2 AND service_id = $3 AND period = $4
+	WHERE user_id = $2 AND service_id = $3 AND period = $4 AND NOT EXISTS (SELECT 1 FROM ex)
 	  AND ($12::bigint IS NULL OR used + leased_units + $6 <= $12)
 	  AND ($13::bigint IS NULL OR spend + leased_spend + $7 <= $13)
 	  AND (SELECT avail FROM av) >= $8
 	RETURNING 'b'::text AS k
 ), sm AS (
 	UPDATE allowances SET leased_units = leased_units + $9, leased_spend = leased_spend + $10
-	WHERE user_id = $2 AND service_id = $3 AND period = $4 AND NOT EXISTS (SELECT 1 FROM b)
+	WHERE user_id = $2 AND service_id = $3 AND period = $4 AND NOT EXISTS (SELECT 1 FROM b) AND NOT EXISTS (SELECT 1 FROM ex)
 	  AND ($12::bigint IS NULL OR used + leased_units + $9 <= $12)
 	  AND ($13::bigint IS NULL OR spend + leased_spend + $10 <= $13)
 	  AND (SELECT avail FROM av) >= $11
@@ -63,7 +70,7 @@ WITH sb AS (
 		units = leases.units + EXCLUDED.units, spend = leases.spend + EXCLUDED.spend,
 		credits = leases.credits + EXCLUDED.credits, expires_at = EXCLUDED.expires_at
 )
-SELECT k FROM g`
+SELECT k FROM g UNION ALL SELECT k FROM ex`
 
 const ensureAllowanceSQL = `INSERT INTO allowances (user_id, service_id, period) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`
 
@@ -144,6 +151,8 @@ func grant(ctx context.Context, q querier, holder string, k AllowanceKey, lim Li
 		g.Granted = big
 	case "s":
 		g.Granted = small
+	case "x":
+		return Grant{}, row{}, errLeaseExpired
 	default:
 		if !r.hasSub {
 			return Grant{}, row{}, errNoSub

@@ -206,7 +206,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		return nil, fmt.Errorf("pgstore: make ledger partitions: %w", err)
 	}
 	s.leaser = NewLeaser(pgLeases{s}, s.node, LeaseConfig{TTL: o.LeaseTTL, Max: o.LeaseMax,
-		RefuseFor: 100 * time.Millisecond, Spawn: func(f func()) { s.refills.Go(f) }, Busy: func(h string) bool { return s.ship.busy(h) }}, nil)
+		RefuseFor: 100 * time.Millisecond, Spawn: func(f func()) { s.refills.Go(f) }, Busy: func(h string) bool { return s.ship.busy(h) || s.settle.busy(h) }}, nil)
 	s.settle = newSettler(s)
 	s.listen = newListener(s)
 	s.settle.start(settleWorkers)

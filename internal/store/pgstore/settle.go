@@ -264,7 +264,22 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 		sub := subRows[subKey{st.key.UserID, st.key.ServiceID}]
 		a := allow[st.key]
 		if sub == nil || a == nil {
-			st.err = store.ErrNoAccount
+			if !st.logged {
+				st.err = store.ErrNoAccount
+				continue
+			}
+			// Acknowledged from the settlement log, and its subscription
+			// is gone since (a row deleted by hand, a database restored
+			// from before it was made): recorded, charged nothing, with
+			// the units it stated kept in unitsClaimed, as a charge cut
+			// at a limit is. It was dropped (logged, then released from
+			// the log with the others): an acknowledged charge lost.
+			entry.UnitsClaimed, entry.Units, entry.Overage, entry.Cost = st.units, 0, 0, 0
+			st.out = store.LedgerEntry{}
+			if st.units > 0 {
+				ins.add(i, st.callID, st.seq, entry)
+				st.out = entry
+			}
 			continue
 		}
 		p := st.product

@@ -50,6 +50,7 @@ type settlement struct {
 	consume Vec    // what the charge takes from that lease row
 	covered bool   // the lease covers the whole charge
 	seq     int64  // the ledger number given at acknowledgement (settle log), 0: none yet
+	logged  bool   // acknowledged from the settlement log: never dropped (commitOnce)
 
 	out  store.LedgerEntry
 	err  error
@@ -76,13 +77,59 @@ type settler struct {
 	dropped bool // abandon: a killed node writes nothing more
 	mu      sync.Mutex
 
+	// pending counts, per lease holder, the settlements queued or being
+	// written that consume from its row: the row is not given back before
+	// their batch ends (busy), or the units they consume would go back to
+	// the allowance, be leased and served by another node, and the
+	// charges, finding no lease row, be cut at the limit.
+	pendMu  sync.Mutex
+	pending map[string]int
+
 	// batches, calls and nanos count the commits, the settlements they
 	// carried and the time they took (the benchmark reports them).
 	batches, calls, nanos atomic.Int64
 }
 
 func newSettler(s *Store) *settler {
-	return &settler{s: s, in: make(chan *settlement, maxSettleBatch), closing: make(chan struct{}), done: make(chan struct{})}
+	return &settler{s: s, in: make(chan *settlement, maxSettleBatch), closing: make(chan struct{}), done: make(chan struct{}),
+		pending: map[string]int{}}
+}
+
+// busy says whether settlements queued or being written consume from the
+// lease row of holder: it must not be given back before their batch ends.
+func (t *settler) busy(holder string) bool {
+	if t == nil {
+		return false
+	}
+	t.pendMu.Lock()
+	defer t.pendMu.Unlock()
+	return t.pending[holder] > 0
+}
+
+func (t *settler) hold(st *settlement) {
+	if st.holder == "" {
+		return
+	}
+	t.pendMu.Lock()
+	t.pending[st.holder]++
+	t.pendMu.Unlock()
+}
+
+func (t *settler) unhold(st *settlement) {
+	if st.holder == "" {
+		return
+	}
+	t.pendMu.Lock()
+	if t.pending[st.holder]--; t.pending[st.holder] <= 0 {
+		delete(t.pending, st.holder)
+	}
+	t.pendMu.Unlock()
+}
+
+// finish ends st: its batch committed, or it failed for good.
+func (t *settler) finish(st *settlement) {
+	t.unhold(st)
+	close(st.done)
 }
 
 // submit queues st and waits until it is durable, or settleWait passed
@@ -90,9 +137,11 @@ func newSettler(s *Store) *settler {
 func (t *settler) submit(ctx context.Context, st *settlement) (store.LedgerEntry, error) {
 	st.done = make(chan struct{})
 	st.sent = time.Now()
+	t.hold(st) // counted before it leaves the caller's hands (busy)
 	select {
 	case t.in <- st:
 	case <-t.closing:
+		t.unhold(st)
 		return store.LedgerEntry{}, fmt.Errorf("pgstore: closed: %w", store.ErrUnavailable)
 	}
 	timer := time.NewTimer(settleWait)
@@ -203,7 +252,7 @@ func (t *settler) loop() {
 		if err == nil {
 			backoff = 50 * time.Millisecond
 			for _, st := range batch {
-				close(st.done)
+				t.finish(st)
 			}
 			continue
 		}
@@ -218,7 +267,7 @@ func (t *settler) loop() {
 					}
 					st.err = err
 				}
-				close(st.done)
+				t.finish(st)
 			}
 			continue
 		}
@@ -228,7 +277,7 @@ func (t *settler) loop() {
 			for _, st := range retained[maxRetained:] {
 				t.s.log.Error("settlement dropped: PostgreSQL unreachable too long", zap.String("call", st.callID))
 				st.err = err
-				close(st.done)
+				t.finish(st)
 			}
 			retained = retained[:maxRetained]
 		}
@@ -239,11 +288,11 @@ func (t *settler) loop() {
 			if err := t.s.commitSettlements(retained); err != nil {
 				for _, st := range retained {
 					st.err = err
-					close(st.done)
+					t.finish(st)
 				}
 			} else {
 				for _, st := range retained {
-					close(st.done)
+					t.finish(st)
 				}
 			}
 			retained = nil

@@ -78,7 +78,7 @@ func recordOf(st *settlement) shipRecord {
 
 func (r shipRecord) settlement() *settlement {
 	st := &settlement{callID: r.Call, free: r.Free, units: r.Units, entry: r.Entry, holder: r.Holder,
-		consume: r.Consume, covered: r.Covered, seq: r.Sequence}
+		consume: r.Consume, covered: r.Covered, seq: r.Sequence, logged: true}
 	st.key = AllowanceKey{r.User, r.Service, r.Period}
 	if r.Product != nil {
 		st.product = *r.Product
@@ -254,6 +254,7 @@ func (sh *shipper) append(st *settlement) (uint64, *settlelog.Batch, error) {
 		sh.mu.Unlock()
 		return 0, nil, err
 	}
+	st.logged = true
 	sh.queue = append(sh.queue, shipItem{pos, st})
 	sh.appendN = pos
 	if st.holder != "" {

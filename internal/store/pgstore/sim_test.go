@@ -75,6 +75,9 @@ func (d *simDB) left(a *simAllow, lim Limits) Vec {
 // Grant is grantSQL.
 func (d *simDB) Grant(_ context.Context, holder string, k AllowanceKey, lim Limits, big, small Vec, ttl time.Duration) (Grant, error) {
 	d.trips++
+	if l := d.leases[holder][k]; l != nil && !l.expires.After(d.now()) {
+		return Grant{}, errLeaseExpired // never added to, never revived
+	}
 	a := d.row(k)
 	var g Vec
 	switch {
