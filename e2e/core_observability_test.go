@@ -49,9 +49,12 @@ func observedConfig(dir, platformBlock string) string {
 		format filter {
 			wrap json
 			request>headers>X-Platform-Signature delete
+			request>headers>Stripe-Signature delete
 			resp_headers>X-Platform-Signature delete
 			request>uri query {
 				delete signature
+				delete code
+				delete state
 			}
 		}
 	}

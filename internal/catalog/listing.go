@@ -95,7 +95,7 @@ func CheckImageURL(what, s string) error {
 	case err == nil && u.Scheme == "" && u.Host == "" && strings.HasPrefix(s, "/") && !strings.HasPrefix(s, "//"):
 		return nil
 	}
-	return fmt.Errorf("%s '%s' must be an http or https URL, or a path starting with /", what, s)
+	return fmt.Errorf("%s '%s' must be an http or https URL, or a path starting with /", what, ShownURL(s))
 }
 
 var tagPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)

@@ -92,7 +92,7 @@ func TestCompileListingRefuses(t *testing.T) {
 		{"listing twice", func(s *Service) { s.ProductListings[1].Product = "basic" }, "listing for product basic given twice"},
 		{"feature twice", func(s *Service) { s.Features[1].ID = "fast" }, "feature fast declared twice"},
 		{"feature without label", func(s *Service) { s.Features[0].Label = "" }, "feature fast has no label"},
-		{"logo not a URL", func(s *Service) { s.LogoURL = "javascript:alert(1)" }, "logo_url 'javascript:alert(1)'"},
+		{"logo not a URL", func(s *Service) { s.LogoURL = "javascript:alert(1)" }, "logo_url 'javascript:…'"},
 		{"cover from another scheme-relative host", func(s *Service) { s.CoverImageURL = "//evil.example/x.png" }, "cover_image_url"},
 		{"bad tag", func(s *Service) { s.Tags = []string{"Weather"} }, "tag 'Weather'"},
 		{"tag twice", func(s *Service) { s.Tags = []string{"geo", "geo"} }, "tag geo given twice"},

@@ -28,9 +28,33 @@ func CheckID(kind, id string) error {
 func CheckBackend(s string) (*url.URL, error) {
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || u.User != nil {
-		return nil, fmt.Errorf("backend '%s' must be an http or https URL with a host and no query, fragment or credentials", s)
+		return nil, fmt.Errorf("backend '%s' must be an http or https URL with a host and no query, fragment or credentials", ShownURL(s))
 	}
 	return u, nil
+}
+
+// ShownURL is a configured URL as an error message may repeat it: its
+// scheme and host, the rest elided ("https://hooks.example.com/…"). A
+// config error is logged, and a URL may carry a secret in its credentials
+// (https://user:password@…), its path (a Slack webhook's token) or its
+// query (?token=…); a value that does not parse as scheme://host is not
+// repeated at all, since a mistyped URL hides a secret just as well.
+func ShownURL(s string) string {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return "(value not repeated)"
+	case u.Scheme != "" && u.Host != "":
+		shown := u.Scheme + "://" + u.Host
+		if s != shown && s != shown+"/" {
+			shown += "/…"
+		}
+		return shown
+	case u.Scheme != "":
+		return u.Scheme + ":…"
+	default:
+		return "(no scheme; value not repeated)"
+	}
 }
 
 // CheckSecrets checks a service's secrets as configured (before

@@ -6,10 +6,13 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"net/http"
+
+	"github.com/platformgw/gateway/internal/httpsonly"
 )
 
 // CSRF protection: double submit, bound to the operator. The console sets
-// a random cookie (HttpOnly, SameSite=Strict) and puts in every form the
+// a random cookie (HttpOnly, SameSite=Strict, Secure unless plain HTTP on
+// loopback: httpsonly.SecureCookie) and puts in every form the
 // HMAC of that cookie and the operator's name under a key of this process;
 // a POST must carry both and they must match. Another site can neither
 // read the token nor, with SameSite=Strict, send the cookie; a token of
@@ -51,7 +54,7 @@ func (h *Handler) csrfToken(w http.ResponseWriter, r *http.Request, who string) 
 		}
 		http.SetCookie(w, &http.Cookie{
 			Name: csrfCookie, Value: val, Path: path, HttpOnly: true,
-			Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
+			Secure: httpsonly.SecureCookie(r), SameSite: http.SameSiteStrictMode,
 		})
 	}
 	return h.csrf.token(val, who)

@@ -73,27 +73,42 @@ func TestConsolePlainHTTPOnlyOnLoopback(t *testing.T) {
 
 	// Served: loopback over plain HTTP, anyone over TLS, anyone with
 	// allow_plain_http. Without an operator each is still refused, as
-	// before: the HTTPS rule opens nothing.
+	// before: the HTTPS rule opens nothing. The CSRF cookie is Secure
+	// except over plain HTTP on loopback: behind a proxy that terminates
+	// TLS (allow_plain_http) too, where it was not (a review of security
+	// by default).
 	open := direct(t, e, false)
 	open.AllowPlainHTTP = true
 	for _, tc := range []struct {
-		name string
-		h    *Handler
-		addr string
-		tls  bool
+		name   string
+		h      *Handler
+		addr   string
+		tls    bool
+		secure bool
 	}{
-		{"loopback v4", h, "127.0.0.1:5555", false},
-		{"loopback v6", h, "[::1]:5555", false},
-		{"TLS from afar", h, "203.0.113.7:5000", true},
-		{"allow_plain_http from afar", open, "203.0.113.7:5000", false},
+		{"loopback v4", h, "127.0.0.1:5555", false, false},
+		{"loopback v6", h, "[::1]:5555", false, false},
+		{"TLS from afar", h, "203.0.113.7:5000", true, true},
+		{"TLS on loopback", h, "127.0.0.1:5555", true, true},
+		{"allow_plain_http from afar", open, "203.0.113.7:5000", false, true},
 	} {
 		r := httptest.NewRequest("GET", "/console/users", nil)
 		r.RemoteAddr = tc.addr
 		if tc.tls {
 			r.TLS = &tls.ConnectionState{}
 		}
-		if w := serveFrom(tc.h, r, "alice"); w.Code != http.StatusOK {
+		w := serveFrom(tc.h, r, "alice")
+		if w.Code != http.StatusOK {
 			t.Errorf("%s: %d %q", tc.name, w.Code, w.Body)
+		}
+		var csrf *http.Cookie
+		for _, c := range w.Result().Cookies() {
+			if c.Name == csrfCookie {
+				csrf = c
+			}
+		}
+		if csrf == nil || csrf.Secure != tc.secure {
+			t.Errorf("%s: CSRF cookie %v, want Secure %v", tc.name, csrf, tc.secure)
 		}
 		r = httptest.NewRequest("GET", "/console/users", nil)
 		r.RemoteAddr = tc.addr

@@ -2,6 +2,7 @@ package console
 
 import (
 	"errors"
+	"mime"
 	"net/http"
 	"net/url"
 	"strings"
@@ -49,6 +50,9 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request, who string) {
 		return
 	}
 	if r.Method == http.MethodPost {
+		if !h.readForm(q) {
+			return
+		}
 		if !h.csrfOK(r, who) {
 			h.logger.Warn("console POST refused: missing or wrong CSRF token",
 				zap.String("operator", who), zap.String("path", r.URL.Path), zap.String("remote", r.RemoteAddr))
@@ -101,6 +105,40 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request, who string) {
 	if err != nil {
 		h.fail(q, err)
 	}
+}
+
+// maxFormBytes caps the body of a console POST. The largest form (a key's
+// label, roles and expiry, with the CSRF token and one-time value) is
+// under 1 KiB.
+const maxFormBytes = 16 << 10
+
+// readForm reads a POST's form before anything else looks at it: a form
+// as a browser sends it (application/x-www-form-urlencoded), at most
+// maxFormBytes. Anything else is refused with a page saying so and
+// nothing changed: PostFormValue alone read any body, and spooled a
+// multipart upload of any size to disk, before the CSRF check refused it.
+func (h *Handler) readForm(q *req) bool {
+	refuse := func(status int, why, msg string) bool {
+		h.logger.Info("console POST refused: "+why,
+			zap.String("operator", q.who), zap.String("path", q.r.URL.Path), zap.String("remote", q.r.RemoteAddr))
+		h.render(q, status, "notice", "Form not sent", noticeData{Class: "error", Message: msg, Links: h.resultLinks(q)})
+		return false
+	}
+	if mt, _, _ := mime.ParseMediaType(q.r.Header.Get("Content-Type")); mt != "application/x-www-form-urlencoded" {
+		return refuse(http.StatusUnsupportedMediaType, "not a form",
+			"The console takes forms as a browser sends them (application/x-www-form-urlencoded): no upload and no other body. Nothing was changed.")
+	}
+	q.r.Body = http.MaxBytesReader(q.w, q.r.Body, maxFormBytes)
+	if err := q.r.ParseForm(); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return refuse(http.StatusRequestEntityTooLarge, "body too large",
+				"This form is larger than any of the console's forms (at most 16 KiB). Nothing was changed.")
+		}
+		return refuse(http.StatusBadRequest, "unreadable form",
+			"This form could not be read. Nothing was changed: open the page again and send its form.")
+	}
+	return true
 }
 
 // post dispatches the forms. A form posts to the page it changes; a

@@ -20,6 +20,17 @@ func PlainFromAfar(r *http.Request) bool {
 	return r.TLS == nil && !Loopback(r)
 }
 
+// SecureCookie reports whether a cookie set in answer to r must be
+// Secure: always, except over plain HTTP from a loopback client (local
+// development, where a browser would not send a Secure cookie back over
+// http://). r.TLS alone is not the rule: behind a proxy that terminates
+// TLS every request is plain HTTP to the gateway, and the session and
+// CSRF cookies would lose Secure exactly where the browser is across the
+// network. The peer address is used, as in PlainFromAfar.
+func SecureCookie(r *http.Request) bool {
+	return r.TLS != nil || !Loopback(r)
+}
+
 // Loopback reports whether r's peer is on loopback (127.0.0.0/8 or ::1).
 func Loopback(r *http.Request) bool {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)

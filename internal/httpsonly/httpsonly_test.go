@@ -8,7 +8,8 @@ import (
 
 // TestPlainFromAfar: only a plain HTTP request from a peer that is not on
 // loopback is "from afar"; TLS from anywhere and plain HTTP from loopback
-// are not, and a forged X-Forwarded-For changes nothing.
+// are not, and a forged X-Forwarded-For changes nothing. A cookie is
+// Secure except over plain HTTP from loopback (SecureCookie).
 func TestPlainFromAfar(t *testing.T) {
 	for addr, loopback := range map[string]bool{
 		"127.0.0.1:1": true, "[::1]:2": true, "127.8.9.1:3": true,
@@ -24,9 +25,15 @@ func TestPlainFromAfar(t *testing.T) {
 		if got := PlainFromAfar(r); got != !loopback {
 			t.Errorf("PlainFromAfar(%q) over plain HTTP = %v", addr, got)
 		}
+		if got := SecureCookie(r); got != !loopback {
+			t.Errorf("SecureCookie(%q) over plain HTTP = %v", addr, got)
+		}
 		r.TLS = &tls.ConnectionState{}
 		if PlainFromAfar(r) {
 			t.Errorf("PlainFromAfar(%q) over TLS = true", addr)
+		}
+		if !SecureCookie(r) {
+			t.Errorf("SecureCookie(%q) over TLS = false", addr)
 		}
 	}
 }

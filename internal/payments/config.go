@@ -118,7 +118,7 @@ func (c *Config) Validate(cat *catalog.Catalog) error {
 	if c.APIBase != "" {
 		u, err := url.Parse(c.APIBase)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad("payments stripe: api_base %q: an http or https URL", c.APIBase)
+			bad("payments stripe: api_base '%s': an http or https URL", catalog.ShownURL(c.APIBase))
 		}
 	}
 	if c.WebhookTolerance < 0 || c.PastDueGrace < 0 || c.MeterInterval < 0 {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/platformgw/gateway/internal/alerts"
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -81,7 +82,7 @@ func (c *AlertsConfig) check() error {
 	}
 	if !strings.Contains(c.Webhook, "{") { // a placeholder is checked once resolved
 		if err := validWebhookURL(c.Webhook); err != nil {
-			return fmt.Errorf("webhook %q: %v", c.Webhook, err)
+			return fmt.Errorf("webhook '%s': %v", catalog.ShownURL(c.Webhook), err)
 		}
 	}
 	return nil

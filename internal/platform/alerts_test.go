@@ -40,7 +40,7 @@ func TestAlertsCaddyfileErrors(t *testing.T) {
 		{"alerts without webhook", "platform {\n\talerts {\n\t\tsecret {env.A}\n\t}\n}", []string{"alerts: no webhook URL"}, 3},
 		{"alerts without secret", "platform {\n\talerts {\n\t\twebhook https://h.example/a\n\t}\n}", []string{"no secret to sign the webhooks with"}, 3},
 		{"secret and sign_with service", "platform {\n\talerts {\n\t\twebhook https://h.example/a\n\t\tsecret x\n\t\tsign_with service\n\t}\n}", []string{"one or the other"}, 3},
-		{"bad webhook", "platform {\n\talerts {\n\t\twebhook ftp://h.example/a\n\t}\n}", []string{"webhook 'ftp://h.example/a'"}, 4},
+		{"bad webhook", "platform {\n\talerts {\n\t\twebhook ftp://h.example/a\n\t}\n}", []string{"webhook 'ftp://h.example/…'"}, 4},
 		{"webhook with credentials", "platform {\n\talerts {\n\t\twebhook https://u:p@h.example/a\n\t}\n}", []string{"no credentials"}, 4},
 		{"bad sign_with", "platform {\n\talerts {\n\t\tsign_with owner\n\t}\n}", []string{"sign_with 'owner' is not one of secret, service"}, 4},
 		{"unknown in alerts", "platform {\n\talerts {\n\t\turl https://h.example\n\t}\n}", []string{"unrecognized subdirective 'url' in alerts"}, 4},

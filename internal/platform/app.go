@@ -233,7 +233,7 @@ func (a *App) defaults() error {
 	if a.PublicURL != "" {
 		a.PublicURL = strings.TrimRight(a.PublicURL, "/")
 		if !strings.HasPrefix(a.PublicURL, "http://") && !strings.HasPrefix(a.PublicURL, "https://") {
-			return fmt.Errorf("public_url %q must be an http or https URL", a.PublicURL)
+			return fmt.Errorf("public_url '%s' must be an http or https URL", catalog.ShownURL(a.PublicURL))
 		}
 	}
 	return nil

@@ -321,7 +321,7 @@ func parseAlerts(d *caddyfile.Dispenser) (*AlertsConfig, error) {
 // allowed (receivers often take a token there), credentials are not.
 func checkWebhookURL(d *caddyfile.Dispenser, s string) error {
 	if err := validWebhookURL(s); err != nil {
-		return d.Errf("webhook '%s': %v", s, err)
+		return d.Errf("webhook '%s': %v", catalog.ShownURL(s), err)
 	}
 	return nil
 }

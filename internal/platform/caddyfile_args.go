@@ -150,7 +150,7 @@ func sizeArg(d *caddyfile.Dispenser, max uint64) (int64, error) {
 func checkBaseURL(d *caddyfile.Dispenser, name, s string) error {
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || u.User != nil {
-		return d.Errf("%s '%s' must be an http or https URL with a host and no query, fragment or credentials", name, s)
+		return d.Errf("%s '%s' must be an http or https URL with a host and no query, fragment or credentials", name, catalog.ShownURL(s))
 	}
 	return nil
 }

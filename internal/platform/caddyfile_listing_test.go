@@ -29,7 +29,7 @@ func TestCaddyfileListingErrors(t *testing.T) {
 		{"trial not in days", "platform {\n\tservice s {\n" + svc + "\t\tproduct p {\n" + usage + "\t\t\ttrial 36h\n\t\t}\n\t}\n}", []string{"trial '36h' must be whole days"}, 10},
 		{"trial twice", "platform {\n\tservice s {\n" + svc + "\t\tproduct p {\n" + usage + "\t\t\ttrial 7d\n\t\t\ttrial 14d\n\t\t}\n\t}\n}", []string{"duplicate subdirective 'trial'"}, 11},
 		{"self_service with an argument", "platform {\n\tservice s {\n" + svc + "\t\tproduct p {\n" + usage + "\t\t\tself_service yes\n\t\t}\n\t}\n}", []string{"self_service", "too many arguments"}, 10},
-		{"bad logo", "platform {\n\tservice s {\n" + svc + "\t\tlogo_url ftp://x/logo.png\n\t}\n}", []string{"logo_url 'ftp://x/logo.png'"}, 7},
+		{"bad logo", "platform {\n\tservice s {\n" + svc + "\t\tlogo_url ftp://x/logo.png\n\t}\n}", []string{"logo_url 'ftp://x/…'"}, 7},
 		{"bad tag", "platform {\n\tservice s {\n" + svc + "\t\ttags ok Not-OK\n\t}\n}", []string{"tag 'Not-OK'"}, 7},
 		{"tag twice across lines", "platform {\n\tservice s {\n" + svc + "\t\ttags a\n\t\ttags a\n\t}\n}", []string{"tag 'a' given twice"}, 8},
 		{"feature without label", "platform {\n\tservice s {\n" + svc + "\t\tfeature fast\n\t}\n}", []string{"feature", "missing argument"}, 7},

@@ -231,7 +231,7 @@ func TestCaddyfileErrors(t *testing.T) {
 
 		// other values
 		{"bad brand", "platform {\n\theader_brand X-Tollara\n}", []string{"header_brand 'X-Tollara'"}, 3},
-		{"bad public url", "platform {\n\tpublic_url api.example.com\n}", []string{"public_url 'api.example.com'"}, 3},
+		{"bad public url", "platform {\n\tpublic_url api.example.com\n}", []string{"public_url '(no scheme; value not repeated)'"}, 3},
 		{"bad backend", "platform {\n\tservice s {\n\t\tbackend ftp://files\n\t}\n}", []string{"backend 'ftp://files'"}, 4},
 		{"bad prefix", "platform {\n\tprefixes {\n\t\tgateway api/\n\t}\n}", []string{"gateway prefix 'api/'"}, 4},
 		{"prefix twice in a group", "platform {\n\tprefixes {\n\t\tcore /a /a\n\t}\n}", []string{"core prefix '/a' listed twice"}, 4},
@@ -288,6 +288,43 @@ func TestCaddyfileErrorsKeepSecrets(t *testing.T) {
 		if strings.Contains(err.Error(), "cccc-third-secret") {
 			t.Errorf("the error repeats a secret: %s", err)
 		}
+	}
+}
+
+// TestCaddyfileURLErrorsKeepSecrets: an error about a URL names its
+// scheme and host, never the rest. "webhook 'https://ops:TOKEN@hooks…'"
+// and "backend 'https://svc:PASSWORD@10.0.0.5'" wrote a receiver's token
+// and a backend's password to the log (a review of security by default).
+func TestCaddyfileURLErrorsKeepSecrets(t *testing.T) {
+	const secret = "tok-SECRET"
+	for _, tc := range []struct{ block, want string }{
+		{"platform {\n\talerts {\n\t\twebhook https://ops:tok-SECRET@hooks.example.com/alerts\n\t\tsecret {env.A}\n\t}\n}", "webhook 'https://hooks.example.com/…'"},
+		{"platform {\n\talerts {\n\t\twebhook https://hooks.example.com/alerts?token=tok-SECRET#x\n\t\tsecret {env.A}\n\t}\n}", "webhook 'https://hooks.example.com/…'"},
+		{"platform {\n\talerts {\n\t\twebhook htps://hooks.slack.com/services/T0/B0/tok-SECRET\n\t\tsecret {env.A}\n\t}\n}", "webhook 'htps://hooks.slack.com/…'"},
+		{"platform {\n\talerts {\n\t\twebhook hooks.slack.com/services/T0/B0/tok-SECRET\n\t\tsecret {env.A}\n\t}\n}", "webhook '(no scheme; value not repeated)'"},
+		{"platform {\n\tservice s {\n\t\tbackend https://svc:tok-SECRET@10.0.0.5:8443\n\t\tsecret {env.S}\n\t\tendpoint e\n\t}\n}", "backend 'https://10.0.0.5:8443/…'"},
+		{"platform {\n\tservice s {\n\t\tbackend svc:tok-SECRET@10.0.0.5\n\t\tsecret {env.S}\n\t\tendpoint e\n\t}\n}", "backend 'svc:…'"},
+		{"platform {\n\tpublic_url https://api.example.com/?k=tok-SECRET\n}", "public_url 'https://api.example.com/…'"},
+		{"platform {\n\tservice s {\n\t\tbackend http://x\n\t\tsecret {env.S}\n\t\tendpoint e\n\t}\n\tpayments stripe {\n\t\tsecret_key {env.K}\n\t\twebhook_secret {env.W}\n\t\tapi_base https://u:tok-SECRET@stripe.example\n\t}\n}", "api_base 'https://stripe.example/…'"},
+	} {
+		_, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(platformConfig(tc.block)), nil)
+		switch {
+		case err == nil:
+			t.Errorf("no error for\n%s", tc.block)
+		case strings.Contains(err.Error(), secret):
+			t.Errorf("the error repeats the URL's secret: %s", err)
+		case !strings.Contains(err.Error(), tc.want):
+			t.Errorf("error %q does not say %q", err, tc.want)
+		}
+	}
+	// JSON config (no Caddyfile): the same checks at provision.
+	c := &AlertsConfig{Webhook: "https://ops:tok-SECRET@hooks.example.com/a", Secret: "0123456789abcdef0123"}
+	if err := c.check(); err == nil || strings.Contains(err.Error(), secret) {
+		t.Errorf("AlertsConfig.check() = %v, want an error without the token", err)
+	}
+	a := &App{PublicURL: "api.example.com/tok-SECRET"}
+	if err := a.defaults(); err == nil || strings.Contains(err.Error(), secret) {
+		t.Errorf("App public_url: %v, want an error without the secret", err)
 	}
 }
 

@@ -175,13 +175,14 @@ func unmarshalOIDC(d *caddyfile.Dispenser) (*OIDC, error) {
 			return nil, d.Errf("oidc: unknown option %q", opt)
 		}
 		if one != nil {
-			if !d.NextArg() {
-				return nil, d.ArgErr()
+			// Not d.ArgErr(): it repeats the last token read, which for
+			// "client_secret first-half second-half" is part of the
+			// secret, and a config error is logged.
+			args := d.RemainingArgs()
+			if len(args) != 1 {
+				return nil, d.Errf("oidc: %s takes one value, found %d (the values are not repeated here)", opt, len(args))
 			}
-			*one = d.Val()
-			if d.NextArg() {
-				return nil, d.ArgErr()
-			}
+			*one = args[0]
 		}
 		if err := o.checkOption(opt); err != nil {
 			return nil, d.Errf("%v", err)

@@ -210,11 +210,12 @@ func (h *Handler) serveAsset(q *request, name string) error {
 }
 
 // cookie builds a cookie of the portal: HttpOnly, SameSite=Strict, under
-// the portal's path, Secure whenever the request came over TLS.
+// the portal's path, Secure unless the request is plain HTTP on loopback
+// (httpsonly.SecureCookie): behind a proxy that terminates TLS too.
 func (q *request) cookie(name, value string, maxAge int) *http.Cookie {
 	return &http.Cookie{
 		Name: name, Value: value, Path: q.base + "/", MaxAge: maxAge,
-		HttpOnly: true, Secure: q.r.TLS != nil, SameSite: http.SameSiteStrictMode,
+		HttpOnly: true, Secure: httpsonly.SecureCookie(q.r), SameSite: http.SameSiteStrictMode,
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/oauth2"
 
+	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/ops"
 )
 
@@ -89,13 +90,13 @@ func (o *OIDC) checkOption(opt string) error {
 	case "issuer":
 		iu, err := url.Parse(o.Issuer)
 		if err != nil || (iu.Scheme != "https" && iu.Scheme != "http") || iu.Host == "" {
-			return fmt.Errorf("oidc issuer %q: an http(s) URL", o.Issuer)
+			return fmt.Errorf("oidc issuer '%s': an http(s) URL", catalog.ShownURL(o.Issuer))
 		}
 	case "redirect_url":
 		ru, err := url.Parse(o.RedirectURL)
 		if err != nil || (ru.Scheme != "https" && ru.Scheme != "http") || ru.Host == "" ||
 			!strings.HasSuffix(ru.Path, "/oidc/callback") || ru.RawQuery != "" || ru.Fragment != "" {
-			return fmt.Errorf("oidc redirect_url %q: the portal's http(s) address followed by /oidc/callback", o.RedirectURL)
+			return fmt.Errorf("oidc redirect_url '%s': the portal's http(s) address followed by /oidc/callback", catalog.ShownURL(o.RedirectURL))
 		}
 	case "user_claim":
 		switch o.UserClaim {

@@ -535,6 +535,30 @@ func TestOIDCCaddyfile(t *testing.T) {
 	}
 }
 
+// TestOIDCCaddyfileErrorsKeepSecrets: a refused oidc line does not
+// repeat its value. d.ArgErr() wrote "…after 'SECOND-HALF'" for a
+// client_secret pasted with a space (a review of security by default).
+func TestOIDCCaddyfileErrorsKeepSecrets(t *testing.T) {
+	const ok = "  issuer https://id.example.com\n  client_id gw\n  redirect_url https://x.example.com/portal/oidc/callback\n"
+	for _, tc := range []struct{ line, want string }{
+		{"  client_secret first-half SECOND-SECRET-half\n", "client_secret takes one value, found 2"},
+		{"  client_secret SECOND-SECRET-a SECOND-SECRET-b SECOND-SECRET-c\n", "client_secret takes one value, found 3"},
+		{"  client_secret\n", "client_secret takes one value, found 0"},
+		{"  issuer htps://u:SECOND-SECRET@id.example.com/x?y\n", "issuer 'htps://id.example.com/…'"},
+	} {
+		var h Handler
+		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("platform_portal {\n oidc {\n" + tc.line + ok + " }\n}"))
+		switch {
+		case err == nil:
+			t.Errorf("%q: no error", tc.line)
+		case strings.Contains(err.Error(), "SECOND-SECRET"):
+			t.Errorf("the error repeats the secret: %s", err)
+		case !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "Testfile:3"):
+			t.Errorf("%q: error %v, want %q at Testfile:3", tc.line, err, tc.want)
+		}
+	}
+}
+
 // TestOIDCLogsNoSecrets: what sign-ins log, accepted or refused, holds
 // no token, code, state, nonce, PKCE verifier, client secret or cookie
 // value, and names the user and the reason.

@@ -22,11 +22,11 @@ const oidcCookie = "platform_portal_oidc"
 // flowCookie is the state cookie: HttpOnly, limited to the portal's
 // /oidc/ paths, and SameSite=Lax rather than Strict, since the callback
 // is a top-level navigation from the provider's site. It is Secure
-// unless the request is plain HTTP on loopback (the demo).
+// unless the request is plain HTTP on loopback (httpsonly.SecureCookie).
 func (q *request) flowCookie(value string, maxAge int) *http.Cookie {
 	return &http.Cookie{
 		Name: oidcCookie, Value: value, Path: q.base + "/oidc/", MaxAge: maxAge,
-		HttpOnly: true, Secure: q.r.TLS != nil || !httpsonly.Loopback(q.r), SameSite: http.SameSiteLaxMode,
+		HttpOnly: true, Secure: httpsonly.SecureCookie(q.r), SameSite: http.SameSiteLaxMode,
 	}
 }
 

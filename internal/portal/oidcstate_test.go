@@ -43,7 +43,8 @@ func TestFlowCookieSealed(t *testing.T) {
 
 // TestFlowCookieAttributes: Lax (the callback is a navigation from the
 // provider), HttpOnly, under the portal's /oidc/ path, and Secure except
-// over plain HTTP on loopback.
+// over plain HTTP on loopback; the portal's other cookies are Secure by
+// the same rule.
 func TestFlowCookieAttributes(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -65,6 +66,12 @@ func TestFlowCookieAttributes(t *testing.T) {
 		c := q.flowCookie("v", 600)
 		if c.Secure != tc.secure || !c.HttpOnly || c.SameSite != http.SameSiteLaxMode || c.Path != "/portal/oidc/" {
 			t.Errorf("%s: %+v", tc.name, c)
+		}
+		// The session and pre-session cookies follow the same rule; they
+		// were Secure over TLS only, and not behind a proxy that
+		// terminates it (a review of security by default).
+		if c := q.cookie(sessionCookie, "v", 600); c.Secure != tc.secure || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/portal/" {
+			t.Errorf("%s: session cookie %+v", tc.name, c)
 		}
 	}
 }

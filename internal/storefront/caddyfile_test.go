@@ -80,3 +80,24 @@ func TestCaddyfileAdapt(t *testing.T) {
 		t.Errorf("adapted:\n%s\nwant the prefix stripped and %s", out, want)
 	}
 }
+
+// TestLinkErrorsKeepSecrets: a refused link or origin is named by its
+// scheme and host only; a config error is logged, and a link may carry
+// credentials or a token (a review of security by default).
+func TestLinkErrorsKeepSecrets(t *testing.T) {
+	for _, check := range []func(string) error{
+		func(s string) error { return CheckLink(s, false) },
+		func(s string) error { return CheckLink(s, true) },
+		CheckOrigin,
+	} {
+		for _, s := range []string{"ftp://u:link-SECRET@cdn.example.com/x", "javascript:link-SECRET", "https://cdn.example.com/x?token=link-SECRET#"} {
+			err := check(s)
+			if err != nil && strings.Contains(err.Error(), "link-SECRET") {
+				t.Errorf("the error repeats the link's secret: %s", err)
+			}
+		}
+	}
+	if err := CheckLink("ftp://u:link-SECRET@cdn.example.com/x", false); err == nil || !strings.Contains(err.Error(), "'ftp://cdn.example.com/…'") {
+		t.Errorf("CheckLink error %v does not name the scheme and host", err)
+	}
+}

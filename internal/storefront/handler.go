@@ -184,9 +184,9 @@ func CheckLink(s string, mail bool) error {
 		return nil
 	}
 	if mail {
-		return fmt.Errorf("'%s' is not a path starting with /, an http(s) URL or a mailto: address", s)
+		return fmt.Errorf("'%s' is not a path starting with /, an http(s) URL or a mailto: address", catalog.ShownURL(s))
 	}
-	return fmt.Errorf("'%s' is not a path starting with / or an http(s) URL", s)
+	return fmt.Errorf("'%s' is not a path starting with / or an http(s) URL", catalog.ShownURL(s))
 }
 
 // CheckOrigin checks an image origin: scheme and host (and port), as a
@@ -195,7 +195,7 @@ func CheckOrigin(s string) error {
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
 		u.Path != "" || u.RawQuery != "" || u.Fragment != "" || strings.ContainsAny(s, " ;,'*") {
-		return fmt.Errorf("'%s' is not an origin such as https://cdn.example.com", s)
+		return fmt.Errorf("'%s' is not an origin such as https://cdn.example.com", catalog.ShownURL(s))
 	}
 	return nil
 }
