@@ -77,13 +77,26 @@ func TestRecordsReadOldRows(t *testing.T) {
 			CompletedAt: recT0.Add(2 * time.Second), Result: `{"a":1}`, ResultSize: 7, ResultTruncated: true,
 			ResultURL: "https://x/y", ContentType: "application/json", Units: 1_500_000, Cost: math.MinInt64,
 			CompletionDigest: "abc", ReservationID: "job/req-1"}
-		checkAllSet(t, want)
-		roundTrip(t, oldJobRow, want, func(r jobRecord) store.Job {
+		// A row from before jobs kept their terms has none.
+		checkAllSet(t, want, "Terms")
+		readJob := func(r jobRecord) store.Job {
 			if r.HoldKey == nil || *r.HoldKey != *hold {
 				t.Errorf("holdKey = %+v, want %+v", r.HoldKey, hold)
 			}
 			return r.job()
-		}, func(j store.Job) jobRecord { return toJobRecord(j, hold) })
+		}
+		roundTrip(t, oldJobRow, want, readJob, func(j store.Job) jobRecord { return toJobRecord(j, hold) })
+		// A row with them: the product's own JSON and the endpoint's cost,
+		// after every field the earlier rows had.
+		p := billing.Product{ID: "p", BillingModel: billing.Prepaid, MeasurementType: billing.PerRequest, UnitLabel: "call", Price: billing.Whole(2)}
+		pj, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want.Terms = &store.JobTerms{Product: &p, EndpointCost: 1_500_000}
+		checkAllSet(t, want)
+		roundTrip(t, oldJobRow[:len(oldJobRow)-1]+`,"terms":{"product":`+string(pj)+`,"endpointCost":1.5}}`, want,
+			readJob, func(j store.Job) jobRecord { return toJobRecord(j, hold) })
 		roundTrip(t, oldBareJobRow, store.Job{ID: "req-2", UserID: "bob", ServiceID: "svc", EndpointID: "ep",
 			Status: "PENDING", CreatedAt: recT0, UpdatedAt: recT0, ExpiresAt: recT0.Add(time.Hour)},
 			func(r jobRecord) store.Job { return r.job() }, func(j store.Job) jobRecord { return toJobRecord(j, nil) })
