@@ -108,6 +108,17 @@ func (s *Service) storedCustomer(ctx context.Context, pay store.Payments, userID
 	return c.CustomerID, nil
 }
 
+// sessionUser is the customer of a Checkout session and the user the
+// gateway made it for (userOfCustomer): whose session it is, whatever its
+// metadata says.
+func (s *Service) sessionUser(ctx context.Context, pay store.Payments, cs *stripe.CheckoutSession) (customer, user string, err error) {
+	if cs.Customer != nil {
+		customer = cs.Customer.ID
+	}
+	user, err = s.userOfCustomer(ctx, pay, customer)
+	return customer, user, err
+}
+
 // userOfCustomer is the gateway user of a Stripe customer, or a
 // badEvent: a customer the gateway did not make is none of its business.
 func (s *Service) userOfCustomer(ctx context.Context, pay store.Payments, customerID string) (string, error) {

@@ -252,11 +252,7 @@ func onSubscriptionCheckout(s *Service, ctx context.Context, ev *stripe.Event) e
 	if err != nil {
 		return err
 	}
-	cust := ""
-	if cs.Customer != nil {
-		cust = cs.Customer.ID
-	}
-	user, err := s.userOfCustomer(ctx, pay, cust)
+	cust, user, err := s.sessionUser(ctx, pay, &cs)
 	if err != nil {
 		return err
 	}

@@ -274,11 +274,7 @@ func (s *Service) topUpCustomer(ctx context.Context, cs *stripe.CheckoutSession)
 	if err != nil {
 		return err
 	}
-	cust := ""
-	if cs.Customer != nil {
-		cust = cs.Customer.ID
-	}
-	user, err := s.userOfCustomer(ctx, pay, cust)
+	cust, user, err := s.sessionUser(ctx, pay, cs)
 	if err != nil {
 		var bad badEventError
 		if errors.As(err, &bad) {
