@@ -184,7 +184,7 @@ func (g *gateway) settleAlerts(user string) {
 func stopGateway(t *testing.T) {
 	t.Helper()
 	admin := fmt.Sprintf("localhost:%d", adminPort)
-	resp, err := http.Post("http://"+admin+"/load", "application/json",
+	resp, err := loadClient.Post("http://"+admin+"/load", "application/json",
 		strings.NewReader(fmt.Sprintf(`{"admin": {"listen": %q}}`, admin)))
 	if err != nil {
 		t.Fatal(err)
@@ -425,7 +425,7 @@ func TestAlertsBadConfigRefused(t *testing.T) {
 	load := func(platformBlock string) string {
 		cfg := fmt.Sprintf("{\n\tadmin localhost:%d\n\tplatform {\n\t\tstore %s/platform.db\n%s\n\t}\n}\n:%d {\n\tbind 127.0.0.1\n\tplatform_gateway\n\treverse_proxy {\n\t\tdynamic platform\n\t\ttransport platform\n\t}\n}\n",
 			adminPort, dir, platformBlock, gwPort)
-		resp, err := http.Post(fmt.Sprintf("http://localhost:%d/load", adminPort), "text/caddyfile", strings.NewReader(cfg))
+		resp, err := loadClient.Post(fmt.Sprintf("http://localhost:%d/load", adminPort), "text/caddyfile", strings.NewReader(cfg))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -62,7 +62,7 @@ func testerFor(t *testing.T, path string) *caddytest.Tester {
 	if a, err := caddy.ActiveContext().AppIfConfigured("platform"); err == nil {
 		if app, ok := a.(*platform.App); ok && app.StorePath() != filepath.Clean(path) {
 			admin := fmt.Sprintf("localhost:%d", adminPort)
-			if resp, err := http.Post("http://"+admin+"/load", "application/json",
+			if resp, err := loadClient.Post("http://"+admin+"/load", "application/json",
 				strings.NewReader(fmt.Sprintf(`{"admin": {"listen": %q}}`, admin))); err == nil {
 				resp.Body.Close()
 			}
@@ -207,11 +207,18 @@ func startGatewayWithProxy(t *testing.T, dir, platformBlock, transportOptions, g
 	return &gateway{t: t, tester: tester, dir: dir}
 }
 
+// loadClient posts configs to the admin API's /load, each on a connection
+// of its own: Caddy replaces its admin server as a load applies (or rolls
+// back), closing the connections it had, so a /load sent on a connection
+// kept alive from an earlier one could read EOF (it failed CI once, in
+// TestAlertsBadConfigRefused's series of refused loads).
+var loadClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: time.Minute}
+
 // reload loads the standard config (startGateway's) with another platform
 // block into the running server, as `caddy reload` does (POST /load).
 func (g *gateway) reload(platformBlock string) {
 	g.t.Helper()
-	resp, err := http.Post(fmt.Sprintf("http://localhost:%d/load", adminPort), "text/caddyfile",
+	resp, err := loadClient.Post(fmt.Sprintf("http://localhost:%d/load", adminPort), "text/caddyfile",
 		strings.NewReader(gatewayConfig(g.dir, platformBlock, "", "", "")))
 	if err != nil {
 		g.t.Fatal(err)

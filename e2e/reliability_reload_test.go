@@ -143,7 +143,7 @@ func TestReloadUnderLoad(t *testing.T) {
 	for gen := 1; gen <= reloads; gen++ {
 		time.Sleep(time.Second)
 		start := time.Now()
-		resp, err := http.Post(fmt.Sprintf("http://localhost:%d/load", adminPort), "text/caddyfile", strings.NewReader(config(gen)))
+		resp, err := loadClient.Post(fmt.Sprintf("http://localhost:%d/load", adminPort), "text/caddyfile", strings.NewReader(config(gen)))
 		if err != nil {
 			t.Fatalf("reload %d: %v", gen, err)
 		}

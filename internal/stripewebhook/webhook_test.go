@@ -580,6 +580,10 @@ func loadConfig(t *testing.T, caddyfile string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://localhost:%d/load", adminPort), strings.NewReader(caddyfile))
 	req.Header.Set("Content-Type", "text/caddyfile")
+	// A connection of its own: Caddy replaces its admin server as a load
+	// applies or rolls back, and a kept-alive connection of an earlier
+	// load could be closed under this one (EOF).
+	req.Close = true
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
