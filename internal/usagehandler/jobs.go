@@ -440,12 +440,11 @@ func (h *Handler) jobTerms(job store.Job, svc *catalog.Service) jobTerms {
 	t := jobTerms{account: store.Account{UserID: job.UserID, ServiceID: job.ServiceID}}
 	if job.Terms != nil {
 		t.cost, t.hasCost = job.Terms.EndpointCost, true
-		if job.Free || job.Terms.Product == nil {
-			t.account.Free = true
-			return t
+		t.account, _ = job.Charge(t.account, store.LedgerEntry{}) // the store's one reading of the terms
+		if !t.account.Free {
+			p := t.account.Product
+			t.product = &p
 		}
-		p := *job.Terms.Product
-		t.account.Product, t.product = p, &p
 		return t
 	}
 	if ep, ok := svc.Endpoint(job.EndpointID); ok {
