@@ -188,6 +188,7 @@ func BenchmarkJobCreate(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			j := newJob(benchUUID(), t0.Add(time.Hour))
+			j.Terms = &store.JobTerms{EndpointCost: whole(1)} // as the gateway creates every job
 			if res, err := s.CreateJobReserved(ctx, j, a, whole(1), t0); err != nil || !res.Decision.Allowed {
 				b.Errorf("CreateJobReserved: %+v, %v", res.Decision, err)
 				return

@@ -35,7 +35,11 @@ func encodeCounter(c counter) []byte {
 // strings are escaped as encoding/json escapes them
 // (store.AppendJSONString).
 func encodeJob(j store.Job) ([]byte, error) {
-	if b, ok := appendJob(make([]byte, 0, 384+len(j.Result)+len(j.ErrorMessage)), j); ok {
+	n := 384 + len(j.Result) + len(j.ErrorMessage)
+	if j.Terms != nil && j.Terms.Product != nil {
+		n += 256 // a product's JSON is 150-250 bytes: no second buffer
+	}
+	if b, ok := appendJob(make([]byte, 0, n), j); ok {
 		return b, nil
 	}
 	return json.Marshal(toJobRecord(j))

@@ -159,7 +159,13 @@ func (s *Store) jobExists(id string) (bool, error) {
 // and, if it was refused, puts the job back as it was and takes back what
 // the record did to the account; either way it then lets the job's
 // readers go. It must be called.
-func (s *Store) putJob(rec *settlement, j store.Job, hold *jobHold, prev *memJob, p billing.Product) (func() error, error) {
+//
+// p is the product rec's account change was made under, which a refused
+// record takes back under (undo); nil when rec changes no account. It is
+// a pointer so that neither it nor j is copied to the heap for the
+// returned function on every job change (an async invoke's allocations,
+// docs/performance.md).
+func (s *Store) putJob(rec *settlement, j store.Job, hold *jobHold, prev *memJob, p *billing.Product) (func() error, error) {
 	raw, err := encodeJob(j)
 	if err != nil {
 		return nil, err
@@ -176,27 +182,32 @@ func (s *Store) putJob(rec *settlement, j store.Job, hold *jobHold, prev *memJob
 	}
 	pos, b, err := s.commitRecord(rec, nil)
 	if err != nil {
-		s.undo(rec.acct, p)
+		if p != nil {
+			s.undo(rec.acct, *p)
+		}
 		return nil, err
 	}
 	m := &memJob{job: j, hold: hold, pos: pos, durable: make(chan struct{})}
-	s.jobs[j.ID] = m
+	id := j.ID
+	s.jobs[id] = m
 	if prev == nil {
-		s.jobIDs.add(j.ID)
+		s.jobIDs.add(id)
 	}
 	return func() error {
 		err := s.await(b)
 		if err != nil {
 			s.jobMu.Lock()
-			if cur := s.jobs[j.ID]; cur == m {
+			if cur := s.jobs[id]; cur == m {
 				if prev != nil && prev.pos != 0 {
-					s.jobs[j.ID] = prev
+					s.jobs[id] = prev
 				} else {
-					delete(s.jobs, j.ID)
+					delete(s.jobs, id)
 				}
 			}
 			s.jobMu.Unlock()
-			s.undo(rec.acct, p)
+			if p != nil {
+				s.undo(rec.acct, *p)
+			}
 		}
 		close(m.durable)
 		return err
@@ -222,7 +233,7 @@ func (s *Store) CreateJob(ctx context.Context, j store.Job) error {
 		}
 		return err
 	}
-	wait, err := s.putJob(&settlement{job: &jobChange{id: j.ID, newJob: true}}, j, nil, nil, billing.Product{})
+	wait, err := s.putJob(&settlement{job: &jobChange{id: j.ID, newJob: true}}, j, nil, nil, nil)
 	s.jobMu.Unlock()
 	if err != nil {
 		return err
@@ -256,8 +267,15 @@ func (s *Store) CreateJobReserved(ctx context.Context, j store.Job, a store.Acco
 		}
 		return store.Reservation{}, err
 	}
-	job := j.WithTerms(a) // the terms name the product the hold is taken under
+	// The terms name the product the hold is taken under, none for a free
+	// account (store.Job.WithTerms): the hold's own copy, set below.
+	job := j
 	job.ReservationID = ""
+	if j.Terms != nil {
+		t := *j.Terms
+		t.Product = nil
+		job.Terms = &t
+	}
 	rec := &settlement{job: &jobChange{id: j.ID, newJob: true}}
 	res, dec := store.Reservation{Account: a, JobID: j.ID}, billing.Decision{Allowed: true, Units: units}
 	var state billing.State
@@ -299,9 +317,16 @@ func (s *Store) CreateJobReserved(ctx context.Context, j store.Job, a store.Acco
 			ops: []acctOp{opOf(opHold, a.Product, dec)}}
 		rec.job.holdID, rec.job.holdRaw = id, raw
 		job.ReservationID = strconv.FormatUint(id, 10)
+		if job.Terms != nil {
+			job.Terms.Product = &hold.rec.Product
+		}
 		res = store.Reservation{ID: job.ReservationID, Account: a, Decision: dec, PeriodKey: period, JobID: j.ID}
 	}
-	wait, err := s.putJob(rec, job, hold, nil, a.Product)
+	var held *billing.Product // the hold's own copy of a.Product: nothing copied again
+	if hold != nil {
+		held = &hold.rec.Product
+	}
+	wait, err := s.putJob(rec, job, hold, nil, held)
 	s.jobMu.Unlock()
 	if err == nil {
 		err = wait()
@@ -405,7 +430,12 @@ func (s *Store) changeJob(id string, a store.Account, e store.LedgerEntry, fn fu
 		}
 		hold = nil
 	}
-	wait, err := s.putJob(rec, j, hold, cur, p)
+	var changed *billing.Product // only a change to an account may need undoing
+	if rec.acct != nil {
+		changed = new(billing.Product)
+		*changed = p
+	}
+	wait, err := s.putJob(rec, j, hold, cur, changed)
 	if err != nil {
 		return store.Job{}, nil, err
 	}
