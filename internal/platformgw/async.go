@@ -421,11 +421,8 @@ func (b *backendAnswer) WriteHeader(status int) {
 	if b.status != 0 || b.callerGone || status < 200 { // 1xx are interim
 		return
 	}
-	if status == statusClientClosed && b.r != nil && b.r.Context().Err() != nil {
-		// Not the backend's answer: Caddy's reverse proxy writes 499 when
-		// the caller's request was cancelled (it hung up, or a balancer
-		// in front gave up) before the backend's status line, as for a
-		// sync call (meterWriter.WriteHeader).
+	if callerHungUp(status, b.r) {
+		// The backend never accepted the job: invokeAsync fails it.
 		b.callerGone = true
 		return
 	}

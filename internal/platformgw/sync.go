@@ -191,6 +191,16 @@ func (c *call) refit(hold billing.Units, st billing.State, d *billing.Decision) 
 // "client closed request").
 const statusClientClosed = 499
 
+// callerHungUp reports whether status, written to the gateway's writer by
+// Caddy's reverse proxy for r, is not the backend's answer but the
+// proxy's 499: the caller's request was cancelled (it hung up, or a
+// balancer in front gave up) before the backend's status line. The
+// contract charges such a call nothing, whatever its measurement, and an
+// async job is failed (meterWriter.WriteHeader, backendAnswer.WriteHeader).
+func callerHungUp(status int, r *http.Request) bool {
+	return status == statusClientClosed && r != nil && r.Context().Err() != nil
+}
+
 // errCutOff stands for the proxy's abort when a backend cut off the body of
 // a wrapped answer.
 var errCutOff = errors.New("the backend's response body ended early")
@@ -335,12 +345,8 @@ func (m *meterWriter) WriteHeader(status int) {
 		m.writeInformational(status)
 		return
 	}
-	if status == statusClientClosed && m.r.Context().Err() != nil {
-		// Not the backend's answer: Caddy's reverse proxy writes 499 when
-		// the caller's request was cancelled (it hung up, or a balancer
-		// in front gave up) before the backend's status line. The
-		// contract charges a call without a status line nothing, whatever
-		// its measurement; invokeSync releases the hold.
+	if callerHungUp(status, m.r) {
+		// No status line from the backend: invokeSync releases the hold.
 		m.callerGone = true
 		return
 	}
