@@ -14,7 +14,19 @@ import (
 // not hand every key a fresh burst.
 type Limiters struct {
 	mu sync.Mutex
-	m  map[limiterKey]*rate.Limiter
+	m  map[limiterKey]*bucket
+}
+
+// bucket is one token bucket and the latest time a call reached it. Calls
+// reach it out of the order of their times (a call's time is read before
+// its key and subscription are looked up), and rate.Limiter takes an older
+// time as its new clock: the next call would be credited the interval
+// between the two a second time. A call older than the latest counts as
+// made at the latest.
+type bucket struct {
+	mu   sync.Mutex
+	lim  *rate.Limiter
+	last time.Time
 }
 
 type limiterKey struct {
@@ -23,7 +35,7 @@ type limiterKey struct {
 }
 
 // NewLimiters is an empty set of buckets.
-func NewLimiters() *Limiters { return &Limiters{m: make(map[limiterKey]*rate.Limiter)} }
+func NewLimiters() *Limiters { return &Limiters{m: make(map[limiterKey]*bucket)} }
 
 // maxLimiters bounds memory: past it, idle buckets (full again) are dropped.
 const maxLimiters = 1 << 20
@@ -40,19 +52,27 @@ func (s *Limiters) Allow(keyID, serviceID string, rl *billing.RateLimit, t time.
 	window, burst := rl.Window(), rl.Capacity()
 	k := limiterKey{keyID: keyID, serviceID: serviceID, limit: *rl}
 	s.mu.Lock()
-	lim := s.m[k]
-	if lim == nil {
+	b := s.m[k]
+	if b == nil {
 		if len(s.m) >= maxLimiters {
 			for key, l := range s.m {
-				if l.TokensAt(t) >= float64(l.Burst()) {
+				if l.lim.TokensAt(t) >= float64(l.lim.Burst()) {
 					delete(s.m, key)
 				}
 			}
 		}
-		lim = rate.NewLimiter(rate.Limit(float64(rl.Requests)/window.Seconds()), burst)
-		s.m[k] = lim
+		b = &bucket{lim: rate.NewLimiter(rate.Limit(float64(rl.Requests)/window.Seconds()), burst)}
+		s.m[k] = b
 	}
 	s.mu.Unlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if t.Before(b.last) {
+		t = b.last
+	} else {
+		b.last = t
+	}
+	lim := b.lim
 	r := lim.ReserveN(t, 1)
 	if d := r.DelayFrom(t); d > 0 {
 		r.CancelAt(t)
