@@ -83,9 +83,15 @@ func (s *Limiters) Allow(keyID, serviceID string, rl *billing.RateLimit, t time.
 	// (the wait truncates to 0), so that much slack counts, and no more: a
 	// fixed 1e-6 tokens is 86 ms of a `1/d` bucket, and r=1 was reported
 	// with the next call refused.
+	// A bucket at its burst is full whatever its size (a float64 of 2^63
+	// tokens does not convert to an int).
 	tokens := lim.TokensAt(t)
-	remaining = min(int(tokens+float64(lim.Limit())*1e-9), burst)
-	if remaining >= burst || lim.Limit() <= 0 {
+	granted := tokens + float64(lim.Limit())*1e-9
+	if granted >= float64(burst) {
+		return true, 0, burst
+	}
+	remaining = int(granted)
+	if lim.Limit() <= 0 {
 		return true, 0, remaining
 	}
 	need := float64(remaining+1) - tokens

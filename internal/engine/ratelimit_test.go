@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -148,5 +149,21 @@ func TestAllowOutOfOrderTimes(t *testing.T) {
 	}
 	if ok, _, remaining := a.Allow("key-out-of-order-2", "svc", rl, t0.Add(10*time.Second)); ok {
 		t.Errorf("the drained bucket granted a call at 10 s (remaining %d)", remaining)
+	}
+}
+
+// TestAllowHugeBurst: a burst as large as an int (the Caddyfile takes
+// any) reports a full bucket as full. The whole tokens left, a float64
+// of 2^63, converted to a negative int: the first call said remaining
+// -2^63 and a negative wait, and the caller was shown r=0.
+func TestAllowHugeBurst(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	a := NewLimiters()
+	for _, burst := range []int{1 << 53, 1 << 62, math.MaxInt64} {
+		rl := &billing.RateLimit{Requests: 1, WindowSeconds: 1, Burst: burst}
+		ok, wait, remaining := a.Allow(fmt.Sprint("key-huge-", burst), "svc", rl, t0)
+		if !ok || wait < 0 || remaining < burst/2 {
+			t.Errorf("burst %d, first call: ok %v, wait %v, remaining %d", burst, ok, wait, remaining)
+		}
 	}
 }
