@@ -22,7 +22,7 @@ type Limiters struct {
 // its key and subscription are looked up), and rate.Limiter takes an older
 // time as its new clock: the next call would be credited the interval
 // between the two a second time. A call older than the latest counts as
-// made at the latest.
+// made at the latest, unless it is older by more than clockStep.
 type bucket struct {
 	mu   sync.Mutex
 	lim  *rate.Limiter
@@ -33,6 +33,14 @@ type limiterKey struct {
 	keyID, serviceID string
 	limit            billing.RateLimit
 }
+
+// clockStep is how much older than a bucket's latest call a call must be
+// to be taken as the clock stepped back rather than as a call that took
+// that long to reach the bucket (its key and subscription lookups). Times
+// without a monotonic reading (the portal's, read in UTC) go back with
+// the system clock; taken as made at the latest, they left a drained
+// bucket empty until the clock caught up again.
+const clockStep = time.Minute
 
 // NewLimiters is an empty set of buckets.
 func NewLimiters() *Limiters { return &Limiters{m: make(map[limiterKey]*bucket)} }
@@ -67,7 +75,7 @@ func (s *Limiters) Allow(keyID, serviceID string, rl *billing.RateLimit, t time.
 	s.mu.Unlock()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if t.Before(b.last) {
+	if t.Before(b.last) && b.last.Sub(t) <= clockStep {
 		t = b.last
 	} else {
 		b.last = t

@@ -167,3 +167,25 @@ func TestAllowHugeBurst(t *testing.T) {
 		}
 	}
 }
+
+// TestAllowClockSteppedBack: times without a monotonic reading (the
+// portal's limits read the clock in UTC) go back when the system clock is
+// stepped back. A bucket that took every older call as made at its latest
+// would refill only once the clock had caught up again: an hour's step
+// locked a drained bucket for an hour. A call that much older is taken as
+// the clock stepped back, and the bucket refills from it.
+func TestAllowClockSteppedBack(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	rl := &billing.RateLimit{Requests: 1, WindowSeconds: 60}
+	a := NewLimiters()
+	if ok, _, _ := a.Allow("key-clock-step", "svc", rl, t0); !ok {
+		t.Fatal("first call refused")
+	}
+	back := t0.Add(-time.Hour)
+	if ok, _, _ := a.Allow("key-clock-step", "svc", rl, back); ok {
+		t.Error("the drained bucket granted a call as the clock stepped back")
+	}
+	if ok, wait, _ := a.Allow("key-clock-step", "svc", rl, back.Add(61*time.Second)); !ok {
+		t.Errorf("a minute after the clock stepped back an hour, still refused (wait %v)", wait)
+	}
+}
