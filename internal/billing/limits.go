@@ -1,5 +1,7 @@
 package billing
 
+import "math"
+
 // HardLimits are a product's hard limits (the refusals of judge) as bounds
 // on three quantities of a billing period, for a store that enforces them
 // by counting rather than by calling Decide (pgstore's leases):
@@ -47,16 +49,21 @@ func (p Product) HardLimits() HardLimits {
 			c := *p.SpendingCap
 			l.Spend = &c
 		case p.Quota != nil && !blocked:
-			u := *p.Quota + overageUnits(*p.SpendingCap, p.Price)
+			u := *p.Quota + min(overageUnits(*p.SpendingCap, p.Price), math.MaxInt64-*p.Quota)
 			l.Units = &u
 		}
 	}
 	return l
 }
 
-// overageUnits is the most units whose price fits in budget.
+// overageUnits is the most units whose price fits in budget, saturating
+// at math.MaxInt64 (as Div does) when budget buys more than Units holds.
 func overageUnits(budget, price Units) Units {
-	lo, hi := Units(0), Div(budget, price)+Scale
+	most := Div(budget, price)
+	if most > math.MaxInt64-Scale {
+		return math.MaxInt64
+	}
+	lo, hi := Units(0), most+Scale
 	for lo < hi { // the largest u with Mul(u, price) <= budget
 		mid := lo + (hi-lo+1)/2
 		if Mul(mid, price) <= budget {

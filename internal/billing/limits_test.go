@@ -64,3 +64,27 @@ func bound(u *billing.Units) billing.Units {
 	}
 	return *u
 }
+
+// TestHardLimitsCapPastUnits: a SUBSCRIPTION cap that pays for more
+// overage units than Units can hold (a cap of 10,000,000 at 0.000001 a
+// unit) bounds nothing Decide would refuse. overageUnits' upper bound,
+// Div saturated at MaxInt64 plus one unit, wrapped negative: the bound
+// was the quota alone, so pgstore refused every overage unit that Decide
+// (and boltstore) let through and priced under the cap.
+func TestHardLimitsCapPastUnits(t *testing.T) {
+	p := billing.Product{ID: "big-cap", BillingModel: billing.Subscription, MeasurementType: billing.PerToken,
+		Quota: ptr(whole(100)), Overage: "allow", Price: 1, SpendingCap: ptr(whole(10_000_000))}
+	st := billing.State{Used: whole(100)}
+	if d := billing.Decide(p, st, whole(1000)); !d.Allowed {
+		t.Fatalf("Decide refuses 1000 overage units: %+v", d)
+	}
+	l := p.HardLimits()
+	if l.Units == nil || *l.Units < whole(100)+whole(1000) {
+		t.Errorf("Units = %s: the bound refuses what Decide allows", bound(l.Units))
+	}
+	// Quota and overage together past what Units holds: saturated, not wrapped.
+	p.Quota, p.Price, p.SpendingCap = ptr(billing.MaxUnits), 1, ptr(whole(9_000_000))
+	if l := p.HardLimits(); l.Units == nil || *l.Units < billing.MaxUnits {
+		t.Errorf("Units = %s for a quota of %s and a cap worth 9e12 more units", bound(l.Units), billing.MaxUnits)
+	}
+}

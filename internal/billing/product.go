@@ -2,6 +2,7 @@ package billing
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -128,6 +129,10 @@ func (p Product) Validate() error {
 	}
 	if p.RateLimit != nil && (p.RateLimit.Requests <= 0 || p.RateLimit.WindowSeconds < 0 || p.RateLimit.Burst < 0) {
 		return fmt.Errorf("product %s: rate limit needs a positive request count", p.ID)
+	}
+	if p.RateLimit != nil && p.RateLimit.WindowSeconds > math.MaxInt32 {
+		// As the Caddyfile's: Window must not overflow time.Duration.
+		return fmt.Errorf("product %s: rate limit window of %d seconds is longer than %d", p.ID, p.RateLimit.WindowSeconds, math.MaxInt32)
 	}
 	if err := CheckUnitLabel(p.UnitLabel); err != nil {
 		return fmt.Errorf("product %s: %w", p.ID, err)

@@ -128,3 +128,24 @@ func TestProductWarnings(t *testing.T) {
 		}
 	}
 }
+
+// TestRateLimitWindowBounded: the JSON config takes window_seconds as a
+// number, where the Caddyfile refuses a window past math.MaxInt32
+// seconds. A longer one was accepted and Window overflowed time.Duration:
+// 10^10 seconds became a negative window, a bucket that never refilled
+// (its key refused for good after the burst) and a negative `w` in
+// RateLimit-Policy.
+func TestRateLimitWindowBounded(t *testing.T) {
+	p := billing.Product{ID: "p", BillingModel: billing.Subscription, MeasurementType: billing.PerRequest,
+		RateLimit: &billing.RateLimit{Requests: 1, WindowSeconds: 10_000_000_000}}
+	if err := p.Validate(); err == nil {
+		t.Errorf("a window of 10^10 seconds validated; Window() = %v", p.RateLimit.Window())
+	}
+	p.RateLimit.WindowSeconds = 1<<31 - 1
+	if err := p.Validate(); err != nil {
+		t.Errorf("the longest window the Caddyfile takes: %v", err)
+	}
+	if w := p.RateLimit.Window(); w <= 0 {
+		t.Errorf("Window() = %v", w)
+	}
+}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -108,5 +109,83 @@ func TestAllowRemainingIsGranted(t *testing.T) {
 			steps = append(steps, at)
 		}
 		check(fmt.Sprintf("%d/%ds-burst-%d", rl.Requests, rl.WindowSeconds, rl.Burst), rl, steps)
+	}
+}
+
+// TestAllowOutOfOrderTimes: calls reach the bucket out of the order of
+// their times (each call's time is read when it arrives, before the key
+// and subscription lookups, so a call that arrived first can reach the
+// bucket last). A call older than the bucket's last one used to move the
+// bucket's clock back, and the next call was credited that interval a
+// second time: on `10/s`, ten calls at 1 s, one at 0.5 s (refused), and
+// five more at 1 s were granted. Over a second of 32 concurrent callers
+// with up to 3 ms between arriving and reaching the bucket, `100/s burst 1`
+// granted some 600 calls.
+func TestAllowOutOfOrderTimes(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	rl := &billing.RateLimit{Requests: 10, WindowSeconds: 1}
+	a := NewLimiters()
+	for i := range 10 {
+		if ok, _, _ := a.Allow("key-out-of-order", "svc", rl, t0.Add(time.Second)); !ok {
+			t.Fatalf("call %d of the burst refused", i+1)
+		}
+	}
+	if ok, _, _ := a.Allow("key-out-of-order", "svc", rl, t0.Add(500*time.Millisecond)); ok {
+		t.Errorf("a call older than the drained bucket's last was granted")
+	}
+	if ok, wait, remaining := a.Allow("key-out-of-order", "svc", rl, t0.Add(time.Second)); ok {
+		t.Errorf("the drained bucket granted a call (remaining %d): a straggler moved its clock back", remaining)
+	} else if (wait - 100*time.Millisecond).Abs() > time.Millisecond {
+		t.Errorf("wait %v, want 100ms", wait)
+	}
+
+	// An older call that is granted must not move the clock back either.
+	rl = &billing.RateLimit{Requests: 1, WindowSeconds: 1, Burst: 2}
+	if ok, _, _ := a.Allow("key-out-of-order-2", "svc", rl, t0.Add(10*time.Second)); !ok {
+		t.Fatal("first call refused")
+	}
+	if ok, _, _ := a.Allow("key-out-of-order-2", "svc", rl, t0.Add(9*time.Second)); !ok {
+		t.Fatal("second call of the burst refused")
+	}
+	if ok, _, remaining := a.Allow("key-out-of-order-2", "svc", rl, t0.Add(10*time.Second)); ok {
+		t.Errorf("the drained bucket granted a call at 10 s (remaining %d)", remaining)
+	}
+}
+
+// TestAllowHugeBurst: a burst as large as an int (the Caddyfile takes
+// any) reports a full bucket as full. The whole tokens left, a float64
+// of 2^63, converted to a negative int: the first call said remaining
+// -2^63 and a negative wait, and the caller was shown r=0.
+func TestAllowHugeBurst(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	a := NewLimiters()
+	for _, burst := range []int{1 << 53, 1 << 62, math.MaxInt64} {
+		rl := &billing.RateLimit{Requests: 1, WindowSeconds: 1, Burst: burst}
+		ok, wait, remaining := a.Allow(fmt.Sprint("key-huge-", burst), "svc", rl, t0)
+		if !ok || wait < 0 || remaining < burst/2 {
+			t.Errorf("burst %d, first call: ok %v, wait %v, remaining %d", burst, ok, wait, remaining)
+		}
+	}
+}
+
+// TestAllowClockSteppedBack: times without a monotonic reading (the
+// portal's limits read the clock in UTC) go back when the system clock is
+// stepped back. A bucket that took every older call as made at its latest
+// would refill only once the clock had caught up again: an hour's step
+// locked a drained bucket for an hour. A call that much older is taken as
+// the clock stepped back, and the bucket refills from it.
+func TestAllowClockSteppedBack(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	rl := &billing.RateLimit{Requests: 1, WindowSeconds: 60}
+	a := NewLimiters()
+	if ok, _, _ := a.Allow("key-clock-step", "svc", rl, t0); !ok {
+		t.Fatal("first call refused")
+	}
+	back := t0.Add(-time.Hour)
+	if ok, _, _ := a.Allow("key-clock-step", "svc", rl, back); ok {
+		t.Error("the drained bucket granted a call as the clock stepped back")
+	}
+	if ok, wait, _ := a.Allow("key-clock-step", "svc", rl, back.Add(61*time.Second)); !ok {
+		t.Errorf("a minute after the clock stepped back an hour, still refused (wait %v)", wait)
 	}
 }

@@ -1,6 +1,8 @@
 package platformgw
 
 import (
+	"math"
+	"math/bits"
 	"net/http"
 	"net/textproto"
 	"strconv"
@@ -43,11 +45,23 @@ func (a *allowance) rate(rl *billing.RateLimit, remaining int, wait time.Duratio
 	a.rateQ = burst
 	a.rateWin = window
 	if rl.Requests > 0 {
-		req := int64(rl.Requests)
-		a.rateWin = max((burst*window+req-1)/req, 1)
+		a.rateWin = max(refillSeconds(burst, window, int64(rl.Requests)), 1)
 	}
 	a.rateLeft = min(int64(max(remaining, 0)), burst)
 	a.rateResetSec = billing.CeilSeconds(wait)
+}
+
+// refillSeconds is burst × window / requests rounded up, saturating at
+// math.MaxInt64: the product of a huge burst and a long window wrapped.
+func refillSeconds(burst, window, requests int64) int64 {
+	hi, lo := bits.Mul64(uint64(burst), uint64(window))
+	lo, carry := bits.Add64(lo, uint64(requests-1), 0)
+	hi += carry
+	if hi >= uint64(requests) {
+		return math.MaxInt64
+	}
+	q, _ := bits.Div64(hi, lo, uint64(requests))
+	return int64(min(q, math.MaxInt64))
 }
 
 func (a *allowance) setQuota(p *billing.Product, st billing.State, start, end, now time.Time) {

@@ -31,6 +31,10 @@ func TestAllowanceRateHeaders(t *testing.T) {
 			`"rate";q=5;w=10`, `"rate";r=5;t=0`, "5", "5", "0"},
 		{"w rounds up: 3/s burst 4", billing.RateLimit{Requests: 3, WindowSeconds: 1, Burst: 4}, 3, 300 * time.Millisecond,
 			`"rate";q=4;w=2`, `"rate";r=3;t=1`, "4", "3", "1"},
+		// burst × window past int64 (a Caddyfile takes any burst): w
+		// saturates; it wrapped to a negative number.
+		{"w saturates: 1/d burst 2^50", billing.RateLimit{Requests: 1, WindowSeconds: 86400, Burst: 1 << 50}, 1 << 50, 0,
+			`"rate";q=1125899906842624;w=9223372036854775807`, `"rate";r=1125899906842624;t=0`, "1125899906842624", "1125899906842624", "0"},
 		{"remaining clamped to q", billing.RateLimit{Requests: 1, WindowSeconds: 60, Burst: 2}, 7, 0,
 			`"rate";q=2;w=120`, `"rate";r=2;t=0`, "2", "2", "0"},
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/pgtest"
 	"github.com/platformgw/gateway/internal/store"
 )
@@ -71,5 +72,46 @@ func TestLeaseFollowsQuotaChange(t *testing.T) {
 	}
 	if st, _ := s.State(ctx, big, time.Now()); st.Used != units(21) {
 		t.Errorf("used %s after one more call, want 21", st.Used)
+	}
+}
+
+// TestLeaseCapWorthMoreUnitsThanUnitsHold: a SUBSCRIPTION product whose
+// spending cap pays for more overage units than billing.Units can hold
+// (10,000,000 at 0.000001 a unit, 100 included). Its units bound wrapped
+// to the quota alone: every call past the quota was refused
+// quota_exceeded, where boltstore (billing.Decide) serves and prices it.
+// With a quota of MaxUnits the bound wrapped negative and even the first
+// call, within the quota, was refused.
+func TestLeaseCapWorthMoreUnitsThanUnitsHold(t *testing.T) {
+	s := openNode(t, pgtest.DB(t), "a")
+	ctx := context.Background()
+	subscribe(t, s, "u", "svc", "big-cap")
+	a := store.Account{UserID: "u", ServiceID: "svc", Product: billing.Product{ID: "big-cap",
+		BillingModel: billing.Subscription, MeasurementType: billing.PerToken,
+		Quota: ptr(units(100)), Overage: "allow", Price: 1, SpendingCap: ptr(units(10_000_000))}}
+	for i := range 3 {
+		res, err := s.Reserve(ctx, a, units(60), time.Now())
+		if err != nil || !res.Decision.Allowed {
+			t.Fatalf("call %d (60 units, 100 included, the cap pays for 10^13 more): %v %+v", i+1, err, res.Decision)
+		}
+		if _, err := s.Settle(ctx, res, units(60), store.LedgerEntry{UserID: "u", ServiceID: "svc", ProductID: "big-cap", Source: store.SourceGateway, Time: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := s.State(ctx, a, time.Now())
+	if err != nil || st.Used != units(180) || st.Spend != 80 {
+		t.Errorf("state %+v %v: want used 180, spend 0.000080", st, err)
+	}
+
+	subscribe(t, s, "v", "svc", "big-quota")
+	b := store.Account{UserID: "v", ServiceID: "svc", Product: billing.Product{ID: "big-quota",
+		BillingModel: billing.Subscription, MeasurementType: billing.PerToken,
+		Quota: ptr(billing.MaxUnits), Overage: "allow", Price: 1, SpendingCap: ptr(units(9_000_000))}}
+	res, err := s.Reserve(ctx, b, units(1), time.Now())
+	if err != nil || !res.Decision.Allowed {
+		t.Fatalf("a first call within a quota of %s: %v %+v", billing.MaxUnits, err, res.Decision)
+	}
+	if _, err := s.Settle(ctx, res, units(1), store.LedgerEntry{UserID: "v", ServiceID: "svc", ProductID: "big-quota", Source: store.SourceGateway, Time: time.Now()}); err != nil {
+		t.Fatal(err)
 	}
 }
