@@ -322,3 +322,54 @@ func TestCurlExample(t *testing.T) {
 		}
 	}
 }
+
+// TestNoOveragePriceWithoutQuota: a SUBSCRIPTION with overage allowed and
+// a price but no quota is never charged (billing prices only the units
+// past a quota, and there is none), so the catalog states no overage
+// price for it, and a caller takes it as the free plan it is rather than
+// paying or asking for it.
+func TestNoOveragePriceWithoutQuota(t *testing.T) {
+	p := &billing.Product{ID: "open", BillingModel: billing.Subscription, MeasurementType: billing.PerRequest,
+		Overage: "allow", Price: *units("0.002")}
+	for _, n := range []billing.Units{billing.Whole(1), billing.Whole(1_000_000)} {
+		if d := billing.DecideCharge(*p, billing.State{Used: billing.Whole(5000)}, n); d.Cost != 0 {
+			t.Fatalf("billing charges %s for %s units of %s", d.Cost, n, p.ID)
+		}
+	}
+	svc := &catalog.Service{
+		ID: "open", Backend: "http://10.0.0.7:9000", Secrets: []string{"backend-secret-0123456789"}, Public: true,
+		Endpoints:       []*catalog.Endpoint{{ID: "x", Methods: []string{"GET"}}},
+		Products:        []*billing.Product{p},
+		ProductListings: []*catalog.ProductListing{{Product: "open", Currency: "USD", SelfService: true}},
+	}
+	c, err := catalog.Compile([]*catalog.Service{svc}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := new(Handler)
+	if err := h.setup(c, DocOptions{Options: Options{GatewayPrefix: "/api"}}, zap.NewNop()); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h.ServeHTTP(w, r, nil); err != nil {
+			t.Error(err)
+		}
+	}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/services/open")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var got Service
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || len(got.Products) != 1 {
+		t.Fatalf("%v: %+v", err, got)
+	}
+	if pv := got.Products[0]; pv.OveragePrice != "" || pv.Currency != "" {
+		t.Errorf("the catalog states overagePrice %q %s for a product billing never charges", pv.OveragePrice, pv.Currency)
+	}
+	s, _ := c.Service("open")
+	if offer := s.SelfServiceOffer("open"); offer != catalog.OfferFree {
+		t.Errorf("a plan that charges nothing is offered as %d, want OfferFree (%d)", offer, catalog.OfferFree)
+	}
+}
