@@ -1,8 +1,10 @@
 package storefront
 
 import (
+	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -300,5 +302,47 @@ func TestPlanTermsAsCharged(t *testing.T) {
 	}
 	if !strings.Contains(page, "Charged by what each call uses (100 units held while it runs)") {
 		t.Errorf("llm page does not say its calls are measured:\n%s", page)
+	}
+}
+
+// TestOddRequestTargets: the storefront at the root of a site (no path
+// matcher, as on a marketing site) answers request targets that are not
+// a path starting with / ("*", which Go's server passes on for any
+// method) with its 404 page, not a panic that drops the connection.
+func TestOddRequestTargets(t *testing.T) {
+	cfg := fmt.Sprintf(`{
+	admin localhost:%d
+	http_port %d
+	auto_https off
+	grace_period 1s
+	platform {
+		store %s/platform.db
+	}
+}
+:%d {
+	bind 127.0.0.1
+	platform_storefront
+}
+`, adminPort, httpPort, t.TempDir(), httpPort)
+	unloadOtherStore()
+	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: adminPort})
+	tester.InitServer(cfg, "caddyfile")
+	for _, target := range []string{"*"} {
+		conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", httpPort))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", target)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			conn.Close()
+			t.Errorf("GET %s: no answer (%v)", target, err)
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		conn.Close()
+		if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), "<h1>Not found</h1>") {
+			t.Errorf("GET %s: %d\n%s", target, resp.StatusCode, body)
+		}
 	}
 }
