@@ -203,6 +203,9 @@ func planOf(p *billing.Product, l *catalog.ProductListing) plan {
 	period := cmp.Or(strings.ToLower(p.Period), "month")
 	unit := cmp.Or(p.UnitLabel, "unit")
 	periodMoney, hasPeriodPrice := l.PeriodPriceMoney()
+	// A period price of 0 is no fee: the plan is free, as the catalog
+	// offers it (CostsMoney) and the portal shows it.
+	hasPeriodPrice = hasPeriodPrice && periodMoney.Amount > 0
 	unitMoney, hasUnitPrice := l.UnitPriceMoney(p)
 	prepaid := p.BillingModel == billing.Prepaid && p.Price > 0
 	switch {
