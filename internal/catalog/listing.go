@@ -297,14 +297,15 @@ func (l *ProductListing) UnitPriceMoney(p *billing.Product) (Money, bool) {
 
 // chargesMoneyPerUnit reports whether the product's price is money that a
 // caller may be billed: a usage price, or a SUBSCRIPTION's overage price
-// when it allows overage. A PREPAID price is credits; a SUBSCRIPTION that
-// blocks at its quota never bills its price.
+// when it has a quota and allows overage. A PREPAID price is credits; a
+// SUBSCRIPTION that blocks at its quota, or has none, never bills its
+// price (billing prices only the units past a quota).
 func chargesMoneyPerUnit(p *billing.Product) bool {
 	switch {
 	case p.Price <= 0 || p.BillingModel == billing.Prepaid:
 		return false
 	case p.BillingModel == billing.Subscription:
-		return p.OverageAllowed()
+		return p.Quota != nil && p.OverageAllowed()
 	}
 	return true
 }

@@ -2,6 +2,7 @@ package publiccatalog
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -320,5 +321,117 @@ func TestCurlExample(t *testing.T) {
 		if got := curlExample(tc.servers, tc.o); got != tc.want {
 			t.Errorf("curlExample(%v, %s %s):\n got %s\nwant %s", tc.servers, tc.o.Method, tc.o.Path, got, tc.want)
 		}
+	}
+}
+
+// TestNoOveragePriceWithoutQuota: a SUBSCRIPTION with overage allowed and
+// a price but no quota is never charged (billing prices only the units
+// past a quota, and there is none), so the catalog states no overage
+// price for it, and a caller takes it as the free plan it is rather than
+// paying or asking for it.
+func TestNoOveragePriceWithoutQuota(t *testing.T) {
+	p := &billing.Product{ID: "open", BillingModel: billing.Subscription, MeasurementType: billing.PerRequest,
+		Overage: "allow", Price: *units("0.002")}
+	for _, n := range []billing.Units{billing.Whole(1), billing.Whole(1_000_000)} {
+		if d := billing.DecideCharge(*p, billing.State{Used: billing.Whole(5000)}, n); d.Cost != 0 {
+			t.Fatalf("billing charges %s for %s units of %s", d.Cost, n, p.ID)
+		}
+	}
+	svc := &catalog.Service{
+		ID: "open", Backend: "http://10.0.0.7:9000", Secrets: []string{"backend-secret-0123456789"}, Public: true,
+		Endpoints:       []*catalog.Endpoint{{ID: "x", Methods: []string{"GET"}}},
+		Products:        []*billing.Product{p},
+		ProductListings: []*catalog.ProductListing{{Product: "open", Currency: "USD", SelfService: true}},
+	}
+	c, err := catalog.Compile([]*catalog.Service{svc}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := new(Handler)
+	if err := h.setup(c, DocOptions{Options: Options{GatewayPrefix: "/api"}}, zap.NewNop()); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h.ServeHTTP(w, r, nil); err != nil {
+			t.Error(err)
+		}
+	}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/services/open")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var got Service
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || len(got.Products) != 1 {
+		t.Fatalf("%v: %+v", err, got)
+	}
+	if pv := got.Products[0]; pv.OveragePrice != "" || pv.Currency != "" {
+		t.Errorf("the catalog states overagePrice %q %s for a product billing never charges", pv.OveragePrice, pv.Currency)
+	}
+	s, _ := c.Service("open")
+	if offer := s.SelfServiceOffer("open"); offer != catalog.OfferFree {
+		t.Errorf("a plan that charges nothing is offered as %d, want OfferFree (%d)", offer, catalog.OfferFree)
+	}
+}
+
+// TestGeneratedDocumentValidWithLookalikeIDs: endpoint ids may hold '_',
+// so one endpoint's id can be another's operationId with its method or
+// "_async" added ("run" async beside "run_async", "search" on GET and
+// POST beside "search_get"). OpenAPI requires operationIds unique in a
+// document; the generated document stays valid, and its reference page
+// has an anchor per operation.
+func TestGeneratedDocumentValidWithLookalikeIDs(t *testing.T) {
+	svc := &catalog.Service{
+		ID: "look", Backend: "http://10.0.0.7:9000", Secrets: []string{"backend-secret-0123456789"}, Public: true,
+		Endpoints: []*catalog.Endpoint{
+			{ID: "run", Methods: []string{"POST"}, Async: true},
+			{ID: "run_async", Methods: []string{"POST"}},
+			{ID: "search", Methods: []string{"GET", "POST"}},
+			{ID: "search_get", Methods: []string{"GET"}},
+		},
+	}
+	c, err := catalog.Compile([]*catalog.Service{svc}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := new(Handler)
+	if err := h.setup(c, DocOptions{Options: Options{GatewayPrefix: "/api"}}, zap.NewNop()); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h.ServeHTTP(w, r, nil); err != nil {
+			t.Error(err)
+		}
+	}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/services/look/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if _, err := openapidoc.Check(body); err != nil {
+		t.Errorf("the generated document is not valid OpenAPI: %v", err)
+	}
+	var doc struct {
+		Paths map[string]map[string]struct {
+			OperationID string `json:"operationId"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	for path, ops := range doc.Paths {
+		for m, op := range ops {
+			if prev, dup := seen[op.OperationID]; dup {
+				t.Errorf("operationId %q on %s %s and %s", op.OperationID, m, path, prev)
+			}
+			seen[op.OperationID] = m + " " + path
+		}
+	}
+	if len(seen) != 6 {
+		t.Errorf("%d operations, want 6: %v", len(seen), seen)
 	}
 }

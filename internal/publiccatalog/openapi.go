@@ -2,6 +2,7 @@ package publiccatalog
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 
 	"github.com/platformgw/gateway/internal/catalog"
@@ -48,13 +49,14 @@ func errorRef(name string) obj { return obj{"$ref": "#/components/responses/" + 
 // BuildOpenAPI builds the service's document from the catalog.
 func BuildOpenAPI(s *catalog.Service, o DocOptions) obj {
 	paths := obj{}
+	ids := map[string]bool{} // the operationIds given, unique in a document
 	for _, e := range s.Endpoints {
 		invoke := InvokePath(o.GatewayPrefix, s.ID, e.ID)
 		if !e.AsyncOnly {
-			paths[invoke] = pathItem(s, e, o, false)
+			paths[invoke] = pathItem(e, o, false, ids)
 		}
 		if e.Async {
-			paths[invoke+"/async"] = pathItem(s, e, o, true)
+			paths[invoke+"/async"] = pathItem(e, o, true, ids)
 		}
 	}
 	info := obj{"title": s.Name(), "version": "1"}
@@ -140,12 +142,12 @@ var errorResponses = []struct{ status, name, description string }{
 	{"504", "ServiceTimeout", "service_timeout."},
 }
 
-func pathItem(s *catalog.Service, e *catalog.Endpoint, o DocOptions, async bool) obj {
+func pathItem(e *catalog.Endpoint, o DocOptions, async bool, ids map[string]bool) obj {
 	item := obj{}
 	methods := Methods(e)
 	for _, m := range methods {
 		op := obj{
-			"operationId": operationID(e.ID, m, async, len(methods) > 1),
+			"operationId": uniqueID(operationID(e.ID, m, async, len(methods) > 1), ids),
 			"summary":     summary(e.ID, async),
 			"responses":   responsesFor(e, o, async),
 		}
@@ -169,6 +171,19 @@ func operationID(endpoint, method string, async, several bool) string {
 		id += "_async"
 	}
 	return id
+}
+
+// uniqueID is id, or id with "_2", "_3", … when an operation of the
+// document has it already: endpoint ids may hold '_', so one endpoint's
+// id can be another's with "_async" or its method added, and OpenAPI
+// requires operationIds unique in a document.
+func uniqueID(id string, ids map[string]bool) string {
+	out := id
+	for n := 2; ids[out]; n++ {
+		out = id + "_" + strconv.Itoa(n)
+	}
+	ids[out] = true
+	return out
 }
 
 func summary(endpoint string, async bool) string {

@@ -288,7 +288,9 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, res *resource, c
 
 // notFound answers 404 with a page that leads back to the storefront.
 func (h *Handler) notFound(w http.ResponseWriter, r *http.Request, message string) error {
-	base := strings.Repeat("../", strings.Count(r.URL.Path, "/")-1)
+	// A target with no '/' ("*", which Go's server passes on for any
+	// method) is at the root: a negative count made Repeat panic.
+	base := strings.Repeat("../", max(0, strings.Count(r.URL.Path, "/")-1))
 	body, err := render(notFoundPage, pageData{Site: h.site, Base: base, PageTitle: "Not found", Message: message})
 	if err != nil {
 		return caddyhttp.Error(http.StatusInternalServerError, err)

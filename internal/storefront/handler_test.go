@@ -1,6 +1,7 @@
 package storefront
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -368,5 +369,65 @@ func TestOptionsChecked(t *testing.T) {
 	ok := &Handler{ContactURL: "mailto:sales@example.com", SignInURL: "https://portal.example.com/portal/"}
 	if err := ok.setup(testCatalog(t), "/api", zap.NewNop()); err != nil {
 		t.Errorf("mailto contact and absolute sign-in: %v", err)
+	}
+}
+
+// TestZeroPeriodPriceIsFree: a plan whose period price is 0 and that
+// prices nothing else costs nothing: its box says Free, as the portal
+// does and as the catalog offers it (OfferFree), and the card counts it
+// as the free plan; a usage plan with a period price of 0 leads with its
+// unit price, not "0.00 USD per month".
+func TestZeroPeriodPriceIsFree(t *testing.T) {
+	q := billing.Whole(100)
+	svc := &catalog.Service{
+		ID: "zero", Backend: "http://10.0.0.7:9000", Secrets: []string{"backend-secret-0123456789"}, Public: true,
+		Endpoints: []*catalog.Endpoint{{ID: "x", Methods: []string{"GET"}}},
+		Products: []*billing.Product{
+			{ID: "hobby", BillingModel: billing.Subscription, MeasurementType: billing.PerRequest, UnitLabel: "request", Quota: &q},
+			{ID: "meter", BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerRequest, UnitLabel: "request", Price: *units("0.01")},
+		},
+		ProductListings: []*catalog.ProductListing{
+			{Product: "hobby", Currency: "USD", PeriodPrice: units("0"), SelfService: true},
+			{Product: "meter", Currency: "USD", PeriodPrice: units("0")},
+		},
+	}
+	c, err := catalog.Compile([]*catalog.Service{svc}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := c.Service("zero")
+	if offer := s.SelfServiceOffer("hobby"); offer != catalog.OfferFree {
+		t.Fatalf("the catalog offers hobby as %d, not free", offer)
+	}
+	h := &Handler{}
+	if err := h.setup(c, "/api", zap.NewNop()); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h.ServeHTTP(w, r, nil); err != nil {
+			t.Error(err)
+		}
+	}))
+	defer srv.Close()
+	read := func(path string) string {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	page := read("/services/zero")
+	if strings.Contains(page, "0.00 USD") || strings.Contains(page, ">0 USD") {
+		t.Errorf("a period price of 0 is shown as a price:\n%s", page)
+	}
+	for _, want := range []string{"<strong>Free</strong>", "<strong>0.01 USD</strong> <span class=\"per\">per request</span>"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("service page lacks %s", want)
+		}
+	}
+	if front := read("/"); !strings.Contains(front, "2 plans, including a free one") {
+		t.Error("the card does not count the free plan")
 	}
 }

@@ -68,8 +68,11 @@ type plan struct {
 }
 
 type endpoint struct {
-	ID, Methods, Path, AsyncPath, Cost string
-	Streaming, WebSocket               bool
+	ID, Methods, Path, AsyncPath string
+	// Charge says what a call counts: its cost on per-request plans, and
+	// on plans that measure their units only what is held up front.
+	Charge               string
+	Streaming, WebSocket bool
 }
 
 // options are what the pages need beyond the catalog.
@@ -89,6 +92,7 @@ func newShop(c *catalog.Catalog, o options) *shop {
 			continue
 		}
 		page := servicePage{card: newCard(s, o)}
+		var perRequest, measured bool
 		if s.CoverImageURL != "" && imageAllowed(s.CoverImageURL, o.imageOrigins) {
 			page.Cover = s.CoverImageURL
 		}
@@ -98,6 +102,11 @@ func newShop(c *catalog.Catalog, o options) *shop {
 			}
 			l, _ := s.Listing(p.ID)
 			pl := planOf(p, l)
+			if p.MeasurementType == billing.PerRequest {
+				perRequest = true
+			} else {
+				measured = true
+			}
 			page.Plans = append(page.Plans, pl)
 			if pl.Price == "Free" {
 				page.FromFree = true
@@ -111,7 +120,7 @@ func newShop(c *catalog.Catalog, o options) *shop {
 		}
 		page.card.Plans = len(page.Plans)
 		for _, e := range s.Endpoints {
-			page.Endpoints = append(page.Endpoints, endpointOf(s, e, o.gatewayPrefix))
+			page.Endpoints = append(page.Endpoints, endpointOf(s, e, o.gatewayPrefix, perRequest || !measured, measured))
 		}
 		if o.catalogURL != "" {
 			base := strings.TrimRight(o.catalogURL, "/") + "/services/" + url.PathEscape(s.ID)
@@ -194,6 +203,9 @@ func planOf(p *billing.Product, l *catalog.ProductListing) plan {
 	period := cmp.Or(strings.ToLower(p.Period), "month")
 	unit := cmp.Or(p.UnitLabel, "unit")
 	periodMoney, hasPeriodPrice := l.PeriodPriceMoney()
+	// A period price of 0 is no fee: the plan is free, as the catalog
+	// offers it (CostsMoney) and the portal shows it.
+	hasPeriodPrice = hasPeriodPrice && periodMoney.Amount > 0
 	unitMoney, hasUnitPrice := l.UnitPriceMoney(p)
 	prepaid := p.BillingModel == billing.Prepaid && p.Price > 0
 	switch {
@@ -207,13 +219,7 @@ func planOf(p *billing.Product, l *catalog.ProductListing) plan {
 		pl.Price = "Free"
 	}
 	if p.Quota != nil {
-		pl.Terms = append(pl.Terms, grouped(*p.Quota)+" "+plural(unit, *p.Quota)+" included per "+period)
-		switch {
-		case p.OverageAllowed() && hasUnitPrice:
-			pl.Terms = append(pl.Terms, "Past the quota: "+unitMoney.String()+" per "+unit)
-		case !p.OverageAllowed():
-			pl.Terms = append(pl.Terms, "Calls past the quota are refused until the next "+period)
-		}
+		pl.Terms = append(pl.Terms, quotaTerms(p, unit, period, unitMoney, hasUnitPrice)...)
 	}
 	if hasPeriodPrice && hasUnitPrice && p.BillingModel != billing.Subscription {
 		pl.Terms = append(pl.Terms, "Plus "+unitMoney.String()+" per "+unit)
@@ -221,7 +227,11 @@ func planOf(p *billing.Product, l *catalog.ProductListing) plan {
 	if prepaid {
 		pl.Terms = append(pl.Terms, "Each "+unit+" takes "+p.Price.String()+" credits from your prepaid balance")
 	}
-	if p.SpendingCap != nil && l.Currency != "" {
+	switch {
+	case p.SpendingCap != nil && p.BillingModel == billing.Prepaid:
+		// A prepaid product spends credits, and its cap counts them.
+		pl.Terms = append(pl.Terms, "Spending capped at "+p.SpendingCap.String()+" credits per "+period)
+	case p.SpendingCap != nil && l.Currency != "":
 		pl.Terms = append(pl.Terms, "Spending capped at "+catalog.Money{Amount: *p.SpendingCap, Currency: l.Currency}.String()+" per "+period)
 	}
 	if rl := p.RateLimit; rl != nil {
@@ -236,6 +246,30 @@ func planOf(p *billing.Product, l *catalog.ProductListing) plan {
 		pl.Trial = strconv.Itoa(l.TrialDays) + "-day free trial"
 	}
 	return pl
+}
+
+// quotaTerms states a quota as billing applies it (billing.Decide): a
+// SUBSCRIPTION prices only the units past its quota, so the quota is
+// included in the plan; every other model prices every unit, inside the
+// quota too, so a priced quota includes nothing and past it (overage
+// allowed) calls cost the same.
+func quotaTerms(p *billing.Product, unit, period string, unitMoney catalog.Money, hasUnitPrice bool) []string {
+	q := grouped(*p.Quota) + " " + plural(unit, *p.Quota)
+	var terms []string
+	if p.BillingModel == billing.Subscription || p.Price == 0 {
+		terms = append(terms, q+" included per "+period)
+	} else {
+		terms = append(terms, "Quota of "+q+" per "+period+", each one charged")
+	}
+	switch {
+	case !p.OverageAllowed():
+		terms = append(terms, "Calls past the quota are refused until the next "+period)
+	case p.BillingModel != billing.Subscription && p.Price > 0:
+		terms = append(terms, "Calls past the quota go on at the same price")
+	case hasUnitPrice:
+		terms = append(terms, "Past the quota: "+unitMoney.String()+" per "+unit)
+	}
+	return terms
 }
 
 // grouped writes a count with thousands separators ("100,000"), which a
@@ -266,9 +300,13 @@ func plural(unit string, n billing.Units) string {
 	return unit + "s"
 }
 
-func endpointOf(s *catalog.Service, e *catalog.Endpoint, prefix string) endpoint {
+// endpointOf is an endpoint as a caller calls it. perRequest and
+// measured say whether the service's listed plans count a call by the
+// endpoint's cost (PER_REQUEST) or by what the call uses (the other
+// measurements, where the cost is only held up front).
+func endpointOf(s *catalog.Service, e *catalog.Endpoint, prefix string, perRequest, measured bool) endpoint {
 	v := endpoint{
-		ID: e.ID, Methods: strings.Join(publiccatalog.Methods(e), " "), Cost: e.UnitCost().String(),
+		ID: e.ID, Methods: strings.Join(publiccatalog.Methods(e), " "), Charge: callCharge(e.UnitCost(), perRequest, measured),
 		Streaming: e.Streaming, WebSocket: e.AllowUpgrade,
 	}
 	invoke := publiccatalog.InvokePath(prefix, s.ID, e.ID)
@@ -279,4 +317,16 @@ func endpointOf(s *catalog.Service, e *catalog.Endpoint, prefix string) endpoint
 		v.AsyncPath = invoke + "/async"
 	}
 	return v
+}
+
+// callCharge says what one call of an endpoint of the given cost counts.
+func callCharge(cost billing.Units, perRequest, measured bool) string {
+	n := cost.String() + " " + plural("unit", cost)
+	switch {
+	case !measured:
+		return n + " per call"
+	case !perRequest:
+		return "Charged by what each call uses (" + n + " held while it runs)"
+	}
+	return n + " per call on per-request plans; other plans charge what each call uses"
 }
