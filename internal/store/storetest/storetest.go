@@ -120,6 +120,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"JobTermsProductRemoved", testJobTermsProductRemoved},
 		{"JobHoldPeriod", testJobHoldPeriod},
 		{"CreateJobReservedConcurrent", testCreateJobReservedConcurrent},
+		{"PutSubscriptionShowsHolds", testPutSubscriptionShowsHolds},
 		{"ListSubscriptions", testListSubscriptions},
 		{"ListJobs", testListJobs},
 		{"AlertFiresOnce", testAlertFiresOnce},
