@@ -1,8 +1,12 @@
 package storetest
 
 import (
+	"errors"
+	"math"
 	"testing"
+	"time"
 
+	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -33,5 +37,59 @@ func testPutSubscriptionShowsHolds(t *testing.T, c *suite) {
 	}
 	if _, err := s.Settle(ctx, res, whole(1), EntryFor(a, 0, T0)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// testCreditGrantsBalanceRange: a grant or a reversal that would take the
+// balance past what a balance holds is ErrBalanceRange and changes
+// nothing, as AddCredits is: no grant or reversal kept, the balance as it
+// was. (The embedded store wrapped round: a reversal on a balance a huge
+// report had overdrawn to the least a balance holds left it at 9.2
+// trillion credits.)
+func testCreditGrantsBalanceRange(t *testing.T, c *suite) {
+	s := c.store(t)
+	p := payments(t, s)
+	// A balance a huge report overdrew to the least a balance holds.
+	b := subscribe(t, s, "u2", "svc", billing.Product{ID: "dear", BillingModel: billing.Prepaid,
+		MeasurementType: billing.PerToken, Price: whole(100)}, 0)
+	if _, err := p.GrantCredits(ctx, grant("pi_2", "u2", "svc", 10, T0)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 { // each costs past what a balance holds (the cost saturates)
+		if _, err := s.Record(ctx, b, EntryFor(b, billing.MaxUnits, T0.Add(time.Duration(i)*time.Hour)), OKResponse); err != nil {
+			t.Fatal(err)
+		}
+	}
+	low := c.balance(t, s, "u2", "svc")
+	if low != math.MinInt64 {
+		t.Fatalf("balance %d after a huge report, want the least a balance holds", low)
+	}
+	_, _, err := p.ReverseCredits(ctx, store.CreditReversal{ID: "re_2", GrantID: "pi_2", Credits: whole(10), At: T0})
+	if !errors.Is(err, store.ErrBalanceRange) {
+		t.Errorf("ReverseCredits below the least balance = %v, want ErrBalanceRange", err)
+	}
+	if got := c.balance(t, s, "u2", "svc"); got != low {
+		t.Errorf("balance %d after a reversal refused, want %d", got, low)
+	}
+	if gs, err := p.ListCreditGrants(ctx, "u2", "svc"); err != nil || len(gs) != 1 || gs[0].Reversed != 0 {
+		t.Errorf("grants %+v, %v after a reversal refused, want pi_2 with nothing reversed", gs, err)
+	}
+
+	subscribe(t, s, "u1", "svc", prepaidWhole, whole(9_000_000_000_000))
+	if _, err := p.GrantCredits(ctx, grant("pi_big", "u1", "svc", 1_000_000_000_000, T0)); !errors.Is(err, store.ErrBalanceRange) {
+		t.Errorf("GrantCredits past the largest balance = %v, want ErrBalanceRange", err)
+	}
+	if got := c.balance(t, s, "u1", "svc"); got != whole(9_000_000_000_000) {
+		t.Errorf("balance %s after a grant refused, want 9000000000000", got)
+	}
+	if gs, err := p.ListCreditGrants(ctx, "u1", "svc"); err != nil || len(gs) != 0 {
+		t.Errorf("grants %+v, %v after a grant refused, want none", gs, err)
+	}
+	// The grant can be made once the balance has room.
+	if _, err := s.AddCredits(ctx, "u1", "svc", -whole(9_000_000_000_000), T0); err != nil {
+		t.Fatal(err)
+	}
+	if sub, err := p.GrantCredits(ctx, grant("pi_big", "u1", "svc", 1_000_000_000_000, T0)); err != nil || sub.Credits != whole(1_000_000_000_000) {
+		t.Fatalf("GrantCredits = %s, %v; want a balance of 1000000000000", sub.Credits, err)
 	}
 }

@@ -134,6 +134,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"Leases", testLeases},
 		{"CreditGrants", testCreditGrants},
 		{"CreditGrantsConcurrent", testCreditGrantsConcurrent},
+		{"CreditGrantsBalanceRange", testCreditGrantsBalanceRange},
 		{"ExpireCredits", testExpireCredits},
 		{"Close", testClose},
 		{"DurableAcrossReopen", testDurableAcrossReopen},
