@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"math"
+	"sync"
 	"testing"
 	"time"
 
@@ -91,5 +92,53 @@ func testCreditGrantsBalanceRange(t *testing.T, c *suite) {
 	}
 	if sub, err := p.GrantCredits(ctx, grant("pi_big", "u1", "svc", 1_000_000_000_000, T0)); err != nil || sub.Credits != whole(1_000_000_000_000) {
 		t.Fatalf("GrantCredits = %s, %v; want a balance of 1000000000000", sub.Credits, err)
+	}
+}
+
+// testRollupsSaturate: the hourly rollups of rows whose sums pass what a
+// quantity holds (costs that saturated, reported and settled) saturate
+// too, as the period's spend does, rather than fail the write that
+// charges them: the rows are charged, their rollup reads the largest
+// quantity.
+func testRollupsSaturate(t *testing.T, c *suite) {
+	s := c.store(t)
+	dear := instant
+	dear.ID, dear.Price = "instant-dear", whole(100) // MaxUnits cost past what a quantity holds
+	a := subscribe(t, s, "u1", "svc", dear, 0)
+	for range 2 {
+		if _, err := s.Record(ctx, a, EntryFor(a, billing.MaxUnits, T0), OKResponse); err != nil {
+			t.Fatalf("Record of a cost past what a quantity holds: %v", err)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() {
+			res, err := s.Reserve(ctx, a, billing.MaxUnits, T0)
+			if err == nil {
+				e := EntryFor(a, 0, T0.Add(time.Hour))
+				e.Source = store.SourceGateway
+				_, err = s.Settle(ctx, res, billing.MaxUnits, e)
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("call %d costing past what a quantity holds: %v", i, err)
+		}
+	}
+	if c.sync != nil {
+		c.sync(t, s)
+	}
+	es := Ledger(t, s, store.LedgerFilter{})
+	if len(es) != 6 {
+		t.Fatalf("%d ledger rows, want 6", len(es))
+	}
+	for _, r := range rollups(t, s, store.RollupFilter{}) {
+		if r.Cost != math.MaxInt64 || r.Units != billing.Units(r.Calls)*billing.MaxUnits {
+			t.Errorf("rollup %+v: want a cost of %d (saturated) and %d calls' units", r, int64(math.MaxInt64), r.Calls)
+		}
 	}
 }

@@ -98,6 +98,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"PruneIdempotency", testPruneIdempotency},
 		{"ScanLedger", testScanLedger},
 		{"Rollups", testRollups},
+		{"RollupsSaturate", testRollupsSaturate},
 		{"PruneLedger", testPruneLedger},
 		{"PruneRollups", testPruneRollups},
 		{"PruneBadCutoff", testPruneBadCutoff},
