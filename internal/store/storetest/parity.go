@@ -142,3 +142,34 @@ func testRollupsSaturate(t *testing.T, c *suite) {
 		}
 	}
 }
+
+// testJobCompletionBesideSyncHold: a completion stating more than its job
+// held is charged up to what the hard limits leave, and what they leave is
+// the quota less what is settled and what the calls in flight hold (store.Jobs,
+// CompleteJob: "as Settle does"), not less what a store keeps aside for
+// calls that have not come yet (a fleet node's unused lease).
+func testJobCompletionBesideSyncHold(t *testing.T, c *suite) {
+	s := c.store(t)
+	p := quotaBlock
+	p.ID, p.Quota = "quota-block-1000", ptr(whole(1000))
+	a := subscribe(t, s, "u1", "svc", p, 0)
+	sync, err := s.Reserve(ctx, a, whole(1), T0)
+	if err != nil || !sync.Decision.Allowed {
+		t.Fatalf("Reserve = %+v, %v", sync, err)
+	}
+	reserveJob(t, s, "job", a, whole(2))
+	j, err := s.CompleteJob(ctx, "job", a, completion(a, "job", whole(999)), complete(store.JobCompleted, "d"))
+	if err != nil || j.Units != whole(999) {
+		t.Fatalf("CompleteJob = units %s, %v; want 999 charged (1 held by a call: within the quota of 1000)", j.Units, err)
+	}
+	if _, err := s.Settle(ctx, sync, whole(1), EntryFor(a, 0, T0)); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.state(t, s, a, T0); st.Used != whole(1000) || st.Reserved != 0 {
+		t.Errorf("state %+v, want 1000 used, nothing held", st)
+	}
+	units, _ := SumUnits(Ledger(t, s, store.LedgerFilter{}))
+	if units != whole(1000) {
+		t.Errorf("ledger sums %s, want 1000", units)
+	}
+}

@@ -121,6 +121,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"JobTermsProductRemoved", testJobTermsProductRemoved},
 		{"JobHoldPeriod", testJobHoldPeriod},
 		{"CreateJobReservedConcurrent", testCreateJobReservedConcurrent},
+		{"JobCompletionBesideSyncHold", testJobCompletionBesideSyncHold},
 		{"PutSubscriptionShowsHolds", testPutSubscriptionShowsHolds},
 		{"ListSubscriptions", testListSubscriptions},
 		{"ListJobs", testListJobs},
