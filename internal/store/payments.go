@@ -53,16 +53,19 @@ type Payments interface {
 	// subscription as it is, whatever else it says. No subscription is
 	// ErrNoAccount. g needs an ID, the subscription, Credits > 0 and
 	// GrantedAt; ExpiresAt, when set, after GrantedAt; Reversed, Expired
-	// and ExpiredAt zero. The subscription's UpdatedAt is not changed.
+	// and ExpiredAt zero. The subscription's UpdatedAt is not changed. A
+	// grant that would take the balance past what a balance holds is
+	// ErrBalanceRange and writes nothing.
 	GrantCredits(ctx context.Context, g CreditGrant) (Subscription, error)
 	// ReverseCredits takes back r.Credits of the grant r.GrantID (a refund
 	// or a lost dispute), at most what the grant has left
 	// (CreditGrant.Left: Credits - Reversed - Expired, spent or not); the
-	// balance may go negative. It returns the subscription and the grant
-	// after it; what it took is the change of the grant's Reversed. A
-	// reversal whose ID was applied before writes nothing and returns
-	// ErrReplayed with the subscription and the grant it took from. An
-	// unknown grant is ErrNotFound.
+	// balance may go negative, but not past what a balance holds
+	// (ErrBalanceRange, nothing written). It returns the subscription and
+	// the grant after it; what it took is the change of the grant's
+	// Reversed. A reversal whose ID was applied before writes nothing and
+	// returns ErrReplayed with the subscription and the grant it took
+	// from. An unknown grant is ErrNotFound.
 	ReverseCredits(ctx context.Context, r CreditReversal) (Subscription, CreditGrant, error)
 	// ExpireCredits ends every grant whose ExpiresAt <= now: it removes
 	// what is left of it from the balance and records that (Expired,

@@ -52,10 +52,10 @@ var (
 	// refused before it is forwarded. It clears by itself once a write
 	// commits again.
 	ErrUnavailable = errors.New("store unavailable")
-	// ErrBalanceRange says AddCredits would take a prepaid balance past
-	// what a balance holds (about ±9.2 trillion credits): nothing was
-	// changed. An embedded store wrapped round to a balance of the other
-	// sign.
+	// ErrBalanceRange says AddCredits (or a grant, or a reversal of one:
+	// Payments) would take a prepaid balance past what a balance holds
+	// (about ±9.2 trillion credits): nothing was changed. An embedded
+	// store wrapped round to a balance of the other sign.
 	ErrBalanceRange = errors.New("the balance would pass what a balance can hold")
 )
 

@@ -425,6 +425,12 @@ func (s *Store) commitCreditWith(acc *memAccount, userID, serviceID string, deci
 		}
 		return false, nil
 	}
+	if acc != nil && (delta > 0) != (acc.credits+delta > acc.credits) {
+		// Past what a balance holds, as AddCredits refuses it: added, it
+		// wrapped round to a balance of the other sign.
+		acc.mu.Unlock()
+		return false, store.ErrBalanceRange
+	}
 	rec := &settlement{grant: c}
 	if acc != nil && delta != 0 {
 		rec.acct = &acctChange{userID: userID, serviceID: serviceID, ops: []acctOp{{kind: opCredit, units: delta}}}

@@ -387,7 +387,19 @@ func (s *Store) PutSubscription(ctx context.Context, sub store.Subscription) (st
 	s.cache.dropSub(sub.UserID, sub.ServiceID)
 	s.forget(sub.UserID, sub.ServiceID)
 	s.changes.add(sub.UserID, sub.ServiceID)
+	if err == nil {
+		out.CreditsHeld = s.shownHeld(out)
+	}
 	return out, err
+}
+
+// shownHeld is the CreditsHeld a subscription read from the database is
+// shown with, as State shows it: what calls in flight and open jobs hold.
+// The database's credits_held counts this node's whole lease, its unused
+// credits included (view.go).
+func (s *Store) shownHeld(sub store.Subscription) billing.Units {
+	mine, held := s.leaser.MineOf(sub.UserID, sub.ServiceID), s.heldOf(sub.UserID, sub.ServiceID)
+	return max(0, sub.CreditsHeld-mine.Credits) + held.CreditsHeld
 }
 
 // GetSubscription reads a subscription; store.ErrNoAccount when none. Its
@@ -398,8 +410,7 @@ func (s *Store) GetSubscription(ctx context.Context, userID, serviceID string) (
 	if err != nil {
 		return sub, err
 	}
-	mine, held := s.leaser.MineOf(userID, serviceID), s.heldOf(userID, serviceID)
-	sub.CreditsHeld = max(0, sub.CreditsHeld-mine.Credits) + held.CreditsHeld
+	sub.CreditsHeld = s.shownHeld(sub)
 	return sub, nil
 }
 
@@ -462,7 +473,7 @@ func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount
 	})
 	s.changedCredits(userID, serviceID, amount < 0)
 	if err == nil {
-		out.CreditsHeld = max(0, out.CreditsHeld-s.leaser.MineOf(userID, serviceID).Credits) + s.heldOf(userID, serviceID).CreditsHeld
+		out.CreditsHeld = s.shownHeld(out)
 	}
 	return out, err
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/store"
@@ -232,6 +233,9 @@ func grantAudit(g store.CreditGrant, at time.Time, action, detail string) store.
 func addCredits(ctx context.Context, tx pgx.Tx, userID, serviceID string, delta billing.Units) error {
 	tag, err := tx.Exec(ctx, "UPDATE subscriptions SET credits = credits + $3 WHERE user_id = $1 AND service_id = $2",
 		userID, serviceID, int64(delta))
+	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "22003" { // numeric_value_out_of_range
+		return fmt.Errorf("subscription %s/%s: %w", userID, serviceID, store.ErrBalanceRange)
+	}
 	if err != nil {
 		return err
 	}

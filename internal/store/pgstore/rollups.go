@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -58,15 +59,25 @@ func (r *rollupCols) add(e store.LedgerEntry) {
 // CTE named ins (joined on call id and time) to their rollups. Keys go in
 // primary key order, so that batches of several nodes lock the rollup rows
 // they share in one order.
-const rollupUpsert = `
+var rollupUpsert = `
 	INSERT INTO ledger_rollups AS r (hour, user_id, service_id, endpoint_id, product_id, calls, units, overage, cost, capped)
 	SELECT src.hour, src.user_id, src.service_id, src.endpoint_id, src.product_id,
-		count(*), sum(src.units)::bigint, sum(src.overage)::bigint, sum(src.cost)::bigint, sum(src.capped)::bigint
+		count(*), ` + clamp("sum(src.units)") + `, ` + clamp("sum(src.overage)") + `, ` + clamp("sum(src.cost)") + `, sum(src.capped)::bigint
 	FROM src JOIN ins ON ins.call_id = src.call_id AND ins.time = src.time
 	GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5
-	ON CONFLICT (hour, user_id, service_id, endpoint_id, product_id) DO UPDATE SET
-		calls = r.calls + EXCLUDED.calls, units = r.units + EXCLUDED.units, overage = r.overage + EXCLUDED.overage,
-		cost = r.cost + EXCLUDED.cost, capped = r.capped + EXCLUDED.capped`
+	ON CONFLICT (hour, user_id, service_id, endpoint_id, product_id) DO UPDATE SET ` + addRollupSums
+
+// addRollupSums adds a rollup's sums (EXCLUDED) to the row r there is: its
+// units, overage and cost saturate, as a period's spend and the bbolt
+// store's rollups do. A cost past what a quantity holds is a ledger row's
+// own (billing.Mul saturates), and added in bigint it failed the write:
+// the report refused, the settlement batch with every call in it.
+var addRollupSums = `calls = r.calls + EXCLUDED.calls,
+	units = ` + satAddSQL("r.units", "EXCLUDED.units") + `, overage = ` + satAddSQL("r.overage", "EXCLUDED.overage") + `,
+	cost = ` + satAddSQL("r.cost", "EXCLUDED.cost") + `, capped = r.capped + EXCLUDED.capped`
+
+// satAddSQL is a + b in bigint, saturated (clamp).
+func satAddSQL(a, b string) string { return clamp(a + "::numeric + " + b) }
 
 // insertLedgerSQL inserts a settlement batch's ledger rows, each with the
 // seq a node's settlement log gave it, or a new one where it gave none. A
@@ -136,12 +147,10 @@ func (l *ledgerRows) insertArgs() []any {
 // addRollupsSQL adds a batch's rollups, summed by the node (rollupSums),
 // one row per key in primary key order, so that batches of several nodes
 // lock the rollup rows they share in one order.
-const addRollupsSQL = `INSERT INTO ledger_rollups AS r (hour, user_id, service_id, endpoint_id, product_id, calls, units, overage, cost, capped)
+var addRollupsSQL = `INSERT INTO ledger_rollups AS r (hour, user_id, service_id, endpoint_id, product_id, calls, units, overage, cost, capped)
 	SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[],
 		$6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[])
-	ON CONFLICT (hour, user_id, service_id, endpoint_id, product_id) DO UPDATE SET
-		calls = r.calls + EXCLUDED.calls, units = r.units + EXCLUDED.units, overage = r.overage + EXCLUDED.overage,
-		cost = r.cost + EXCLUDED.cost, capped = r.capped + EXCLUDED.capped`
+	ON CONFLICT (hour, user_id, service_id, endpoint_id, product_id) DO UPDATE SET ` + addRollupSums
 
 // rollupKey is a row of ledger_rollups: a subscription's endpoint and
 // product in one UTC hour.
@@ -179,9 +188,9 @@ func (r *rollupSums) add(e *store.LedgerEntry) {
 	}
 	s := &r.sums[i]
 	s.calls++
-	s.units += int64(e.Units)
-	s.overage += int64(e.Overage)
-	s.cost += int64(e.Cost)
+	s.units = satAdd(s.units, int64(e.Units))
+	s.overage = satAdd(s.overage, int64(e.Overage))
+	s.cost = satAdd(s.cost, int64(e.Cost))
 	if e.UnitsClaimed != 0 {
 		s.capped++
 	}
@@ -249,9 +258,9 @@ func importRollups(b *pgx.Batch, es []store.LedgerEntry) {
 			keys = append(keys, k)
 		}
 		r.Calls++
-		r.Units += e.Units
-		r.Overage += e.Overage
-		r.Cost += e.Cost
+		r.Units = billing.Units(satAdd(int64(r.Units), int64(e.Units)))
+		r.Overage = billing.Units(satAdd(int64(r.Overage), int64(e.Overage)))
+		r.Cost = billing.Units(satAdd(int64(r.Cost), int64(e.Cost)))
 		if e.UnitsClaimed != 0 {
 			r.Capped++
 		}
@@ -274,9 +283,7 @@ func importRollups(b *pgx.Batch, es []store.LedgerEntry) {
 func queueRollupAdd(b *pgx.Batch, r store.Rollup) {
 	b.Queue(`INSERT INTO ledger_rollups AS r (hour, user_id, service_id, endpoint_id, product_id, calls, units, overage, cost, capped)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-		ON CONFLICT (hour, user_id, service_id, endpoint_id, product_id) DO UPDATE SET
-			calls = r.calls + EXCLUDED.calls, units = r.units + EXCLUDED.units, overage = r.overage + EXCLUDED.overage,
-			cost = r.cost + EXCLUDED.cost, capped = r.capped + EXCLUDED.capped`,
+		ON CONFLICT (hour, user_id, service_id, endpoint_id, product_id) DO UPDATE SET `+addRollupSums,
 		r.Hour.UTC().Truncate(time.Hour), r.UserID, r.ServiceID, r.EndpointID, r.ProductID, r.Calls, int64(r.Units), int64(r.Overage), int64(r.Cost), r.Capped)
 }
 
@@ -506,4 +513,16 @@ func scanBounds(from, to time.Time) (time.Time, time.Time) {
 		to = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 	}
 	return from, to
+}
+
+// satAdd is a + b, saturated at the int64 bounds (a rollup's sums, as
+// addRollupSums adds them).
+func satAdd(a, b int64) int64 {
+	if s := a + b; (b > 0) == (s > a) || b == 0 {
+		return s
+	}
+	if b > 0 {
+		return math.MaxInt64
+	}
+	return math.MinInt64
 }

@@ -50,6 +50,9 @@ func (s *Store) ListSubscriptions(ctx context.Context, userID, cursor string, li
 		last := out[limit-1]
 		next = store.EncodeCursor([]byte(last.UserID + "\x00" + last.ServiceID))
 	}
+	for i := range out {
+		out[i].CreditsHeld = s.shownHeld(out[i])
+	}
 	return out, next, nil
 }
 
