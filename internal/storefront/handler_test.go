@@ -317,6 +317,19 @@ func TestSubscribeCallToAction(t *testing.T) {
 	if strings.Contains(body, ">Subscribe<") || !strings.Contains(body, "The plans of this service are not taken from this page") {
 		t.Error("the weather page, with no self-service plan, offers Subscribe")
 	}
+	// A sign-in URL with a query keeps it after the plans page's path.
+	for signIn, want := range map[string]string{
+		"/portal/?from=store":                       "/portal/plans/maps?from=store",
+		"https://portal.example.com/p?from=store&a": "https://portal.example.com/p/plans/maps?from=store&amp;a",
+	} {
+		q := &Handler{SignInURL: signIn}
+		if err := q.setup(testCatalog(t), "/api", zap.NewNop()); err != nil {
+			t.Fatal(err)
+		}
+		if body := get(t, q, "GET", "/services/maps").Body.String(); !strings.Contains(body, `<a class="cta" href="`+want+`">Subscribe</a>`) {
+			t.Errorf("sign_in_url %s: no Subscribe to %s", signIn, want)
+		}
+	}
 	bare := &Handler{}
 	if err := bare.setup(testCatalog(t), "/api", zap.NewNop()); err != nil {
 		t.Fatal(err)

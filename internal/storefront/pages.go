@@ -64,7 +64,15 @@ func (d pageData) PlansURL() string {
 	if d.Site.SignInURL == "" || d.Service == nil {
 		return ""
 	}
-	return strings.TrimRight(d.Site.SignInURL, "/") + "/plans/" + url.PathEscape(d.Service.ID)
+	u, err := url.Parse(d.Site.SignInURL) // checked at setup (CheckLink)
+	if err != nil {
+		return ""
+	}
+	// The page under the sign-in's path; its query (a sign_in_url of
+	// "/portal/?from=store") stays after it, not in the middle.
+	u.Path = strings.TrimRight(u.Path, "/") + "/plans/" + d.Service.ID
+	u.RawPath = ""
+	return u.String()
 }
 
 // Home is the link to the front page from this page.
