@@ -12,6 +12,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/platformgw/gateway/internal/store/settlelog"
 )
 
 // A backup is a tar stream (POSIX ustar) of two parts taken at one moment:
@@ -221,7 +223,8 @@ var ErrExists = errors.New("a store is there already")
 
 // Restore unpacks a backup (Backup's stream, or the file `caddy platform
 // store backup` wrote) to the store file at path and its ledger
-// directory, then checks the result like CheckFile. Neither may exist. It
+// directory, then checks the result like CheckFile. Neither may exist,
+// nor a segment of the settlement log of path (settlelog.Segments). It
 // unpacks into a directory next to path first and moves the parts into
 // place only once the stream is whole and checks, the ledger directory
 // before the file, so an interrupted restore leaves no store that starts.
@@ -231,6 +234,17 @@ func Restore(r io.Reader, storePath string) (Report, error) {
 		if _, err := os.Lstat(p); err == nil {
 			return fail(fmt.Errorf("%s exists: %w; restore to a new path, or move it away first", p, ErrExists))
 		}
+	}
+	// Segments of the settlement log of the store that was there (a
+	// crash leaves them) would be replayed onto the restored file at its
+	// start: settlements of another history on top of the backup.
+	segs, err := settlelog.Segments(storePath)
+	if err != nil {
+		return fail(err)
+	}
+	if len(segs) > 0 {
+		return fail(fmt.Errorf("%s exists, a segment of the settlement log of the store that was there (its start would replay it onto the restored file): %w; move it away with that store, or restore to a new path",
+			strings.Join(segs, ", "), ErrExists))
 	}
 	if err := os.MkdirAll(filepath.Dir(storePath), 0o700); err != nil {
 		return fail(err)

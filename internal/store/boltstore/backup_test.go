@@ -167,3 +167,64 @@ func TestOpenRemovesStaleBackupDirs(t *testing.T) {
 		t.Errorf("after a backup: %v; want only the file", left)
 	}
 }
+
+// TestRestoreRefusesLeftoverSettlementLog: settlement log segments of the
+// store that was there (a crash leaves them) would be replayed onto the
+// restored file at its start, charging the restored store with calls of
+// another history (here 20 rows of a user the backup has no subscription
+// for). The restore refuses the path, names the segment, and changes
+// nothing, as it does for a file or a ledger directory that is there.
+func TestRestoreRefusesLeftoverSettlementLog(t *testing.T) {
+	path := storePath(t)
+	s := openAt(t, path)
+	a := subscribe(t, s, "u1", "svc", unlimited, 0)
+	for range 10 {
+		if _, err := s.Record(ctx, a, entryFor(a, whole(1), t0), okResponse); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var buf bytes.Buffer
+	if _, err := s.Backup(&buf, nil); err != nil {
+		t.Fatal(err)
+	}
+	b := subscribe(t, s, "u2", "svc", unlimited, 0)
+	for range 20 {
+		if _, err := s.Record(ctx, b, entryFor(b, whole(1), t0), okResponse); err != nil {
+			t.Fatal(err)
+		}
+	}
+	crash(t, s)
+	segs, _ := filepath.Glob(path + ".*.settle")
+	if len(segs) == 0 {
+		t.Fatal("the crash left no settlement log segment")
+	}
+	// The operator moves the file and its ledger aside, not the segments.
+	aside := t.TempDir()
+	for _, p := range []string{path, LedgerDir(path)} {
+		if err := os.Rename(p, filepath.Join(aside, filepath.Base(p))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := Restore(bytes.NewReader(buf.Bytes()), path)
+	if !errors.Is(err, ErrExists) || !strings.Contains(err.Error(), filepath.Base(segs[0])) {
+		t.Fatalf("restore beside a settlement log segment: %v; want ErrExists naming %s", err, segs[0])
+	}
+	for _, p := range []string{path, LedgerDir(path)} {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("the refused restore made %s: %v", p, err)
+		}
+	}
+	// Once the segments are moved away too, the restore is the backup.
+	for _, p := range segs {
+		if err := os.Rename(p, filepath.Join(aside, filepath.Base(p))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := Restore(bytes.NewReader(buf.Bytes()), path); err != nil {
+		t.Fatal(err)
+	}
+	c := openAt(t, path)
+	if rows := ledger(t, c, store.LedgerFilter{}); len(rows) != 10 {
+		t.Errorf("restored store has %d ledger rows, the backup 10", len(rows))
+	}
+}
