@@ -16,7 +16,8 @@ import (
 	"github.com/platformgw/gateway/internal/store/settlelog"
 )
 
-// A backup is a tar stream (POSIX ustar) of two parts taken at one moment:
+// A backup is a tar stream (POSIX ustar; a file of 8 GiB or more has a GNU
+// header, headerFormat) of two parts taken at one moment:
 //
 //	store.db                 the store file (bbolt's Tx.WriteTo)
 //	store.db.ledger/<file>   the ledger directory (LedgerDir)
@@ -195,7 +196,7 @@ func addFile(tw *tar.Writer, src string, f backupFile) error {
 	}
 	defer r.Close()
 	err = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.name, Size: f.size, Mode: 0o600,
-		ModTime: f.mod.UTC().Truncate(time.Second), Format: tar.FormatUSTAR})
+		ModTime: f.mod.UTC().Truncate(time.Second), Format: headerFormat(f.size)})
 	if err != nil {
 		return err
 	}
@@ -204,6 +205,21 @@ func addFile(tw *tar.Writer, src string, f backupFile) error {
 		err = fmt.Errorf("%s: %d bytes, want %d", src, n, f.size)
 	}
 	return err
+}
+
+// ustarMaxSize is the largest size a ustar header holds (11 octal digits).
+const ustarMaxSize = 1<<33 - 1
+
+// headerFormat is ustar, or for a file too large for it (a store file that
+// held the ledger before the ledger directory keeps its size until it is
+// compacted) GNU tar's, which writes the size in base-256 in the same
+// 512-byte header: the stream's length backupFiles computes stays exact,
+// and GNU tar, bsdtar and Go's archive/tar read it.
+func headerFormat(size int64) tar.Format {
+	if size > ustarMaxSize {
+		return tar.FormatGNU
+	}
+	return tar.FormatUSTAR
 }
 
 type countWriter struct {

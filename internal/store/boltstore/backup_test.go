@@ -228,3 +228,54 @@ func TestRestoreRefusesLeftoverSettlementLog(t *testing.T) {
 		t.Errorf("restored store has %d ledger rows, the backup 10", len(rows))
 	}
 }
+
+// TestBackupLargeFile: a file of 8 GiB or more (a store file that held the
+// ledger before the ledger directory keeps its size until compacted) does
+// not fit a ustar header's size field. The backup wrote every part as
+// ustar, so the header of such a file failed after the answer's status and
+// length had gone out, and no backup of the store could ever be made. Its
+// header is still one 512-byte block (the length said first stays exact),
+// read back with the file's size.
+func TestBackupLargeFile(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "big")
+	f, err := os.Create(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 8<<30 + 4096 // sparse: no disk is used
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	st, _ := os.Stat(src)
+	w := &stopAfter{left: 512 + 4096}
+	err = addFile(tar.NewWriter(w), src, backupFile{name: backupStoreName, size: st.Size(), mod: st.ModTime()})
+	if !errors.Is(err, errStopped) {
+		t.Fatalf("addFile of a %d-byte file: %v; want its header and content written", int64(size), err)
+	}
+	h, err := tar.NewReader(bytes.NewReader(w.buf.Bytes())).Next()
+	if err != nil || h.Name != backupStoreName || h.Size != size || h.Typeflag != tar.TypeReg {
+		t.Fatalf("header read back: %+v, %v", h, err)
+	}
+	if w.buf.Len() != 512+4096 {
+		t.Errorf("wrote %d bytes before the content's first 4096; want one 512-byte header", w.buf.Len()-4096)
+	}
+}
+
+var errStopped = errors.New("stopped")
+
+// stopAfter takes left bytes, then fails.
+type stopAfter struct {
+	buf  bytes.Buffer
+	left int
+}
+
+func (s *stopAfter) Write(p []byte) (int, error) {
+	n := min(len(p), s.left)
+	s.buf.Write(p[:n])
+	s.left -= n
+	if n < len(p) {
+		return n, errStopped
+	}
+	return n, nil
+}
