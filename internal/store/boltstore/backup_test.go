@@ -279,3 +279,74 @@ func (s *stopAfter) Write(p []byte) (int, error) {
 	}
 	return n, nil
 }
+
+// TestOpenRefusesStoreRemainsWithoutFile: a store path whose file is not
+// there while its ledger directory, or a segment of its settlement log, is
+// (a restore cut off between moving the ledger directory and the file into
+// place, the file alone moved or deleted) was started as a new, empty
+// store: every key, subscription and credit gone, and the old ledger rows
+// (or the log's settlements, replayed) carried on under it. It is refused,
+// naming what is there, and no file is made.
+func TestOpenRefusesStoreRemainsWithoutFile(t *testing.T) {
+	t.Run("ledger directory", func(t *testing.T) {
+		path := storePath(t)
+		s := openAt(t, path)
+		a := subscribe(t, s, "u1", "svc", unlimited, 0)
+		for range 10 {
+			if _, err := s.Record(ctx, a, entryFor(a, whole(1), t0), okResponse); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(path, filepath.Join(t.TempDir(), "platform.db")); err != nil {
+			t.Fatal(err)
+		}
+		wantRefused(t, path, LedgerDir(path))
+	})
+	t.Run("settlement log", func(t *testing.T) {
+		path := storePath(t)
+		s := openAt(t, path)
+		a := subscribe(t, s, "u1", "svc", unlimited, 0)
+		if _, err := s.Record(ctx, a, entryFor(a, whole(1), t0), okResponse); err != nil {
+			t.Fatal(err)
+		}
+		crash(t, s)
+		aside := t.TempDir()
+		for _, p := range []string{path, LedgerDir(path)} {
+			if err := os.Rename(p, filepath.Join(aside, filepath.Base(p))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		segs, _ := filepath.Glob(path + ".*.settle")
+		if len(segs) == 0 {
+			t.Fatal("the crash left no settlement log segment")
+		}
+		wantRefused(t, path, segs[0])
+	})
+	t.Run("empty ledger directory", func(t *testing.T) {
+		// An empty directory holds nothing to lose: a new store starts.
+		path := storePath(t)
+		if err := os.Mkdir(LedgerDir(path), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		openAt(t, path).Close()
+	})
+}
+
+func wantRefused(t *testing.T, path, there string) {
+	t.Helper()
+	s, err := Open(path)
+	if err == nil {
+		rows := ledger(t, s, store.LedgerFilter{})
+		s.Close()
+		t.Fatalf("opened a new store at %s beside %s (%d ledger rows in it)", path, there, len(rows))
+	}
+	if !strings.Contains(err.Error(), there) || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("Open: %v; want it to name %s", err, there)
+	}
+	if _, err := os.Lstat(path); !os.IsNotExist(err) {
+		t.Errorf("the refused open made %s: %v", path, err)
+	}
+}
