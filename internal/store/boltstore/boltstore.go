@@ -165,18 +165,20 @@ func remainsWithoutFile(path string) error {
 		return fmt.Errorf("open store %s: %w", path, err)
 	}
 	if len(names) > 0 {
-		there = append(there, LedgerDir(path))
+		there = append(there, "its ledger directory "+LedgerDir(path))
 	}
 	segs, err := settlelog.Segments(path)
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", path, err)
 	}
-	there = append(there, segs...)
+	if len(segs) > 0 {
+		there = append(there, "its settlement log "+strings.Join(segs, ", "))
+	}
 	if len(there) == 0 {
 		return nil
 	}
-	return fmt.Errorf("open store %s: the file does not exist, but %s of a store at that path does: a new, empty store is not started beside it (every key, subscription and credit would be gone and its usage carried on); put back the file it belongs with (or restore both from a backup, docs/operations.md), or move it away to start an empty store on purpose",
-		path, strings.Join(there, ", "))
+	return fmt.Errorf("open store %s: the file does not exist, but %s does: a new, empty store is not started beside what is left of one (every key, subscription and credit would be gone and its usage carried on); put back the file it belongs with (or restore both from a backup, docs/operations.md), or move it away to start an empty store on purpose",
+		path, strings.Join(there, " and "))
 }
 
 // OpenWith opens the store file at path, or creates it if the path does
