@@ -441,3 +441,28 @@ func TestUsageLedgerPostgres(t *testing.T) {
 		t.Fatalf("after the retentions: %d rows, %d rollups", len(rows), len(rs))
 	}
 }
+
+// TestStoreBackupPostgres: on the PostgreSQL store the backup route
+// answers 501 with the code every route a store cannot serve answers,
+// not_supported. It said platform_not_configured, the code of a running
+// config without a platform app (503), for a platform that is configured.
+func TestStoreBackupPostgres(t *testing.T) {
+	pg, err := pgstore.Open(context.Background(), pgstore.Options{DSN: pgtest.DB(t), NodeID: "backup-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Close() })
+	app := appOver(pg)
+	app.held.Store(&heldStore{pg})
+	w := httptest.NewRecorder()
+	api := &storeAdminAPI{logger: zap.NewNop()}
+	if err := api.backup(app, w, httptest.NewRequest(http.MethodGet, storeAdminBase+"backup", nil)); err != nil {
+		t.Fatal(err)
+	}
+	var e struct {
+		Code string `json:"code"`
+	}
+	if json.Unmarshal(w.Body.Bytes(), &e); w.Code != http.StatusNotImplemented || e.Code != codeNotSupported {
+		t.Errorf("backup of a PostgreSQL store: %d %s; want 501 %s", w.Code, w.Body, codeNotSupported)
+	}
+}

@@ -110,7 +110,7 @@ func (a *storeAdminAPI) backup(app *App, w http.ResponseWriter, r *http.Request)
 	}
 	s, ok := opened.(storeBackup)
 	if !ok {
-		writeErrorStatus(w, http.StatusNotImplemented, apierror.New(codeNotConfigured,
+		writeErrorStatus(w, http.StatusNotImplemented, apierror.New(codeNotSupported,
 			"the store is PostgreSQL: back it up with PostgreSQL's own tools (pg_dump, or base backups with WAL archiving); see docs/fleet.md"))
 		return nil
 	}

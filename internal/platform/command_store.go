@@ -56,9 +56,10 @@ platform store restore'.
 Unpacks a backup written by 'caddy platform store backup' (or GET
 /platform/store/backup) to <store file> and <store file>.ledger/, checks
 them like 'caddy platform store check', and moves them into place, the
-ledger directory first. Neither may exist: stop the gateway, move the old
-store file, its .ledger directory and its settlement log segments away,
-restore, and start the gateway on <store file>.
+ledger directory first. Neither may exist, nor a segment of the settlement
+log of <store file> (<store file>.<position>.settle): stop the gateway,
+move the old store file, its .ledger directory and its settlement log
+segments away, restore, and start the gateway on <store file>.
 
 	caddy platform store restore /backups/platform-2026-05-01.tar /var/lib/caddy/platform.db`,
 		Args: cobra.ExactArgs(2),

@@ -438,6 +438,16 @@ func TestStartRefusesBadSettlementLog(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			path := filepath.Join(dir, "platform.db")
+			// A store file first: without one, what is left of a store
+			// is refused before the log is read (boltstore's
+			// remainsWithoutFile).
+			s, err := boltstore.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
 			seg := path + ".00000000000000000000.settle"
 			os.WriteFile(seg, content, 0o600)
 			cfg := filepath.Join(t.TempDir(), "caddy.json")

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -86,10 +87,33 @@ func Subs(cat *catalog.Catalog) []Sub {
 // Going around the store's settlement path (a Settle per call) is what
 // makes 10 million rows take seconds instead of an hour; the store opened
 // on the directory afterwards is an ordinary one (it numbers new rows on
-// from the ledger's last).
+// from the ledger's last). The store is built beside path (a store never
+// starts at a path whose file is missing while its ledger directory is
+// there) and moved into place, the ledger directory first, once whole.
 func BuildLedger(tb testing.TB, path string, cat *catalog.Catalog, calls int) {
 	tb.Helper()
-	l, err := segledger.Open(boltstore.LedgerDir(path), segledger.Options{ManualSeal: true, Level: zstd.SpeedFastest})
+	build := path + ".build"
+	os.Remove(build) // a build cut short
+	os.RemoveAll(boltstore.LedgerDir(build))
+	st, err := boltstore.Open(build)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		tb.Fatal(err)
+	}
+	defer func() {
+		if tb.Failed() {
+			return
+		}
+		if err := os.Rename(boltstore.LedgerDir(build), boltstore.LedgerDir(path)); err != nil {
+			tb.Fatal(err)
+		}
+		if err := os.Rename(build, path); err != nil {
+			tb.Fatal(err)
+		}
+	}()
+	l, err := segledger.Open(boltstore.LedgerDir(build), segledger.Options{ManualSeal: true, Level: zstd.SpeedFastest})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -12,9 +12,12 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/platformgw/gateway/internal/store/settlelog"
 )
 
-// A backup is a tar stream (POSIX ustar) of two parts taken at one moment:
+// A backup is a tar stream (POSIX ustar; a file of 8 GiB or more has a GNU
+// header, headerFormat) of two parts taken at one moment:
 //
 //	store.db                 the store file (bbolt's Tx.WriteTo)
 //	store.db.ledger/<file>   the ledger directory (LedgerDir)
@@ -193,7 +196,7 @@ func addFile(tw *tar.Writer, src string, f backupFile) error {
 	}
 	defer r.Close()
 	err = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.name, Size: f.size, Mode: 0o600,
-		ModTime: f.mod.UTC().Truncate(time.Second), Format: tar.FormatUSTAR})
+		ModTime: f.mod.UTC().Truncate(time.Second), Format: headerFormat(f.size)})
 	if err != nil {
 		return err
 	}
@@ -202,6 +205,21 @@ func addFile(tw *tar.Writer, src string, f backupFile) error {
 		err = fmt.Errorf("%s: %d bytes, want %d", src, n, f.size)
 	}
 	return err
+}
+
+// ustarMaxSize is the largest size a ustar header holds (11 octal digits).
+const ustarMaxSize = 1<<33 - 1
+
+// headerFormat is ustar, or for a file too large for it (a store file that
+// held the ledger before the ledger directory keeps its size until it is
+// compacted) GNU tar's, which writes the size in base-256 in the same
+// 512-byte header: the stream's length backupFiles computes stays exact,
+// and GNU tar, bsdtar and Go's archive/tar read it.
+func headerFormat(size int64) tar.Format {
+	if size > ustarMaxSize {
+		return tar.FormatGNU
+	}
+	return tar.FormatUSTAR
 }
 
 type countWriter struct {
@@ -221,7 +239,8 @@ var ErrExists = errors.New("a store is there already")
 
 // Restore unpacks a backup (Backup's stream, or the file `caddy platform
 // store backup` wrote) to the store file at path and its ledger
-// directory, then checks the result like CheckFile. Neither may exist. It
+// directory, then checks the result like CheckFile. Neither may exist,
+// nor a segment of the settlement log of path (settlelog.Segments). It
 // unpacks into a directory next to path first and moves the parts into
 // place only once the stream is whole and checks, the ledger directory
 // before the file, so an interrupted restore leaves no store that starts.
@@ -231,6 +250,17 @@ func Restore(r io.Reader, storePath string) (Report, error) {
 		if _, err := os.Lstat(p); err == nil {
 			return fail(fmt.Errorf("%s exists: %w; restore to a new path, or move it away first", p, ErrExists))
 		}
+	}
+	// Segments of the settlement log of the store that was there (a
+	// crash leaves them) would be replayed onto the restored file at its
+	// start: settlements of another history on top of the backup.
+	segs, err := settlelog.Segments(storePath)
+	if err != nil {
+		return fail(err)
+	}
+	if len(segs) > 0 {
+		return fail(fmt.Errorf("%s exists, a segment of the settlement log of the store that was there (its start would replay it onto the restored file): %w; move it away with that store, or restore to a new path",
+			strings.Join(segs, ", "), ErrExists))
 	}
 	if err := os.MkdirAll(filepath.Dir(storePath), 0o700); err != nil {
 		return fail(err)

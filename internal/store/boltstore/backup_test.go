@@ -167,3 +167,186 @@ func TestOpenRemovesStaleBackupDirs(t *testing.T) {
 		t.Errorf("after a backup: %v; want only the file", left)
 	}
 }
+
+// TestRestoreRefusesLeftoverSettlementLog: settlement log segments of the
+// store that was there (a crash leaves them) would be replayed onto the
+// restored file at its start, charging the restored store with calls of
+// another history (here 20 rows of a user the backup has no subscription
+// for). The restore refuses the path, names the segment, and changes
+// nothing, as it does for a file or a ledger directory that is there.
+func TestRestoreRefusesLeftoverSettlementLog(t *testing.T) {
+	path := storePath(t)
+	s := openAt(t, path)
+	a := subscribe(t, s, "u1", "svc", unlimited, 0)
+	for range 10 {
+		if _, err := s.Record(ctx, a, entryFor(a, whole(1), t0), okResponse); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var buf bytes.Buffer
+	if _, err := s.Backup(&buf, nil); err != nil {
+		t.Fatal(err)
+	}
+	b := subscribe(t, s, "u2", "svc", unlimited, 0)
+	for range 20 {
+		if _, err := s.Record(ctx, b, entryFor(b, whole(1), t0), okResponse); err != nil {
+			t.Fatal(err)
+		}
+	}
+	crash(t, s)
+	segs, _ := filepath.Glob(path + ".*.settle")
+	if len(segs) == 0 {
+		t.Fatal("the crash left no settlement log segment")
+	}
+	// The operator moves the file and its ledger aside, not the segments.
+	aside := t.TempDir()
+	for _, p := range []string{path, LedgerDir(path)} {
+		if err := os.Rename(p, filepath.Join(aside, filepath.Base(p))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := Restore(bytes.NewReader(buf.Bytes()), path)
+	if !errors.Is(err, ErrExists) || !strings.Contains(err.Error(), filepath.Base(segs[0])) {
+		t.Fatalf("restore beside a settlement log segment: %v; want ErrExists naming %s", err, segs[0])
+	}
+	for _, p := range []string{path, LedgerDir(path)} {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("the refused restore made %s: %v", p, err)
+		}
+	}
+	// Once the segments are moved away too, the restore is the backup.
+	for _, p := range segs {
+		if err := os.Rename(p, filepath.Join(aside, filepath.Base(p))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := Restore(bytes.NewReader(buf.Bytes()), path); err != nil {
+		t.Fatal(err)
+	}
+	c := openAt(t, path)
+	if rows := ledger(t, c, store.LedgerFilter{}); len(rows) != 10 {
+		t.Errorf("restored store has %d ledger rows, the backup 10", len(rows))
+	}
+}
+
+// TestBackupLargeFile: a file of 8 GiB or more (a store file that held the
+// ledger before the ledger directory keeps its size until compacted) does
+// not fit a ustar header's size field. The backup wrote every part as
+// ustar, so the header of such a file failed after the answer's status and
+// length had gone out, and no backup of the store could ever be made. Its
+// header is still one 512-byte block (the length said first stays exact),
+// read back with the file's size.
+func TestBackupLargeFile(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "big")
+	f, err := os.Create(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 8<<30 + 4096 // sparse: no disk is used
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	st, _ := os.Stat(src)
+	w := &stopAfter{left: 512 + 4096}
+	err = addFile(tar.NewWriter(w), src, backupFile{name: backupStoreName, size: st.Size(), mod: st.ModTime()})
+	if !errors.Is(err, errStopped) {
+		t.Fatalf("addFile of a %d-byte file: %v; want its header and content written", int64(size), err)
+	}
+	h, err := tar.NewReader(bytes.NewReader(w.buf.Bytes())).Next()
+	if err != nil || h.Name != backupStoreName || h.Size != size || h.Typeflag != tar.TypeReg {
+		t.Fatalf("header read back: %+v, %v", h, err)
+	}
+	if w.buf.Len() != 512+4096 {
+		t.Errorf("wrote %d bytes before the content's first 4096; want one 512-byte header", w.buf.Len()-4096)
+	}
+}
+
+var errStopped = errors.New("stopped")
+
+// stopAfter takes left bytes, then fails.
+type stopAfter struct {
+	buf  bytes.Buffer
+	left int
+}
+
+func (s *stopAfter) Write(p []byte) (int, error) {
+	n := min(len(p), s.left)
+	s.buf.Write(p[:n])
+	s.left -= n
+	if n < len(p) {
+		return n, errStopped
+	}
+	return n, nil
+}
+
+// TestOpenRefusesStoreRemainsWithoutFile: a store path whose file is not
+// there while its ledger directory, or a segment of its settlement log, is
+// (a restore cut off between moving the ledger directory and the file into
+// place, the file alone moved or deleted) was started as a new, empty
+// store: every key, subscription and credit gone, and the old ledger rows
+// (or the log's settlements, replayed) carried on under it. It is refused,
+// naming what is there, and no file is made.
+func TestOpenRefusesStoreRemainsWithoutFile(t *testing.T) {
+	t.Run("ledger directory", func(t *testing.T) {
+		path := storePath(t)
+		s := openAt(t, path)
+		a := subscribe(t, s, "u1", "svc", unlimited, 0)
+		for range 10 {
+			if _, err := s.Record(ctx, a, entryFor(a, whole(1), t0), okResponse); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(path, filepath.Join(t.TempDir(), "platform.db")); err != nil {
+			t.Fatal(err)
+		}
+		wantRefused(t, path, LedgerDir(path))
+	})
+	t.Run("settlement log", func(t *testing.T) {
+		path := storePath(t)
+		s := openAt(t, path)
+		a := subscribe(t, s, "u1", "svc", unlimited, 0)
+		if _, err := s.Record(ctx, a, entryFor(a, whole(1), t0), okResponse); err != nil {
+			t.Fatal(err)
+		}
+		crash(t, s)
+		aside := t.TempDir()
+		for _, p := range []string{path, LedgerDir(path)} {
+			if err := os.Rename(p, filepath.Join(aside, filepath.Base(p))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		segs, _ := filepath.Glob(path + ".*.settle")
+		if len(segs) == 0 {
+			t.Fatal("the crash left no settlement log segment")
+		}
+		wantRefused(t, path, segs[0])
+	})
+	t.Run("empty ledger directory", func(t *testing.T) {
+		// An empty directory holds nothing to lose: a new store starts.
+		path := storePath(t)
+		if err := os.Mkdir(LedgerDir(path), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		openAt(t, path).Close()
+	})
+}
+
+func wantRefused(t *testing.T, path, there string) {
+	t.Helper()
+	s, err := Open(path)
+	if err == nil {
+		rows := ledger(t, s, store.LedgerFilter{})
+		s.Close()
+		t.Fatalf("opened a new store at %s beside %s (%d ledger rows in it)", path, there, len(rows))
+	}
+	if !strings.Contains(err.Error(), there) || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("Open: %v; want it to name %s", err, there)
+	}
+	if _, err := os.Lstat(path); !os.IsNotExist(err) {
+		t.Errorf("the refused open made %s: %v", path, err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -151,6 +152,35 @@ type Options struct {
 // Open opens the store at path with the default options; see OpenWith.
 func Open(path string) (*Store, error) { return OpenWith(path, Options{}) }
 
+// remainsWithoutFile refuses to create a store file at path while parts of
+// a store that was there are left: a ledger directory that holds anything,
+// or settlement log segments (a restore cut off between moving the ledger
+// directory and the file into place, the file moved or deleted alone). A
+// new, empty store would start beside them: every key, subscription and
+// credit gone, and their rows and settlements carried on under it.
+func remainsWithoutFile(path string) error {
+	var there []string
+	names, err := os.ReadDir(LedgerDir(path))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("open store %s: %w", path, err)
+	}
+	if len(names) > 0 {
+		there = append(there, "its ledger directory "+LedgerDir(path))
+	}
+	segs, err := settlelog.Segments(path)
+	if err != nil {
+		return fmt.Errorf("open store %s: %w", path, err)
+	}
+	if len(segs) > 0 {
+		there = append(there, "its settlement log "+strings.Join(segs, ", "))
+	}
+	if len(there) == 0 {
+		return nil
+	}
+	return fmt.Errorf("open store %s: the file does not exist, but %s does: a new, empty store is not started beside what is left of one (every key, subscription and credit would be gone and its usage carried on); put back the file it belongs with (or restore both from a backup, docs/operations.md), or move it away to start an empty store on purpose",
+		path, strings.Join(there, " and "))
+}
+
 // OpenWith opens the store file at path, or creates it if the path does
 // not exist, replays the settlement log beside it onto the file, and
 // starts the commit loop and the applier. An existing file must be a
@@ -176,6 +206,9 @@ func OpenWith(path string, o Options) (*Store, error) {
 		return file, err
 	}}
 	if !exists {
+		if err := remainsWithoutFile(path); err != nil {
+			return nil, err
+		}
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return nil, fmt.Errorf("create store directory: %w", err)
 		}

@@ -143,7 +143,7 @@ func inspect(path string) (info FileInfo, exists bool, err error) {
 	}
 	info.Size = st.Size()
 	if info.Size == 0 {
-		return info, true, damaged(path, "the file is empty (0 bytes); an existing file is never started afresh, only a path that does not exist is; restore the store from a backup (or delete the file to start an empty store on purpose)")
+		return info, true, damaged(path, "the file is empty (0 bytes); an existing file is never started afresh, only a path that does not exist is; restore the store from a backup (or delete the file, its .ledger directory and its settlement log segments to start an empty store on purpose)")
 	}
 	// The first meta page tells the page size; a torn first page leaves
 	// the second at bbolt's default (the OS page size) or another power of

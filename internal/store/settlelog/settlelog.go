@@ -278,6 +278,27 @@ func Open(storePath string, opts Options) (*Log, error) {
 	return l, nil
 }
 
+// Segments lists the files Open would read as segments of the log of the
+// store file storePath, without reading them: what a restore to that path
+// must not find (they would be replayed onto the restored file).
+func Segments(storePath string) ([]string, error) {
+	dir, prefix := filepath.Dir(storePath), filepath.Base(storePath)+"."
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("settlement log in %s: %w", dir, err)
+	}
+	var segs []string
+	for _, e := range ents {
+		if n := e.Name(); strings.HasPrefix(n, prefix) && strings.HasSuffix(n, segSuffix) {
+			segs = append(segs, filepath.Join(dir, n))
+		}
+	}
+	return segs, nil
+}
+
 // End is the position past the last record found at Open.
 func (l *Log) End() uint64 {
 	if len(l.old) == 0 {
