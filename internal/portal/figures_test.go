@@ -1,6 +1,8 @@
 package portal
 
 import (
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/ops"
 	"net/http"
 	"strings"
 	"testing"
@@ -30,5 +32,20 @@ func TestCancelTrialConfirmation(t *testing.T) {
 	}
 	if !trial.EndsAt.Before(time.Now().AddDate(0, 0, 20)) {
 		t.Fatalf("the trial ends %s, not before its period", trial.EndsAt)
+	}
+}
+
+// TestStandingNegativeBalance: a prepaid balance below zero (a refund
+// took back credits already spent) is said as it is, not as "0 credits
+// left": buying a pack as large as the debt does not yet serve a call.
+func TestStandingNegativeBalance(t *testing.T) {
+	prepaid := &billing.Product{BillingModel: billing.Prepaid, MeasurementType: billing.PerRequest, Price: billing.Whole(1)}
+	s := standingOf(ops.PeriodSummary{Status: "ACTIVE", Credits: -billing.Whole(5)}, prepaid)
+	if s.Refused == nil || !strings.Contains(s.Refused.Reason, "-5 credits") || strings.Contains(s.Refused.Reason, "0 credits") {
+		t.Errorf("a balance of -5 credits: %+v", s.Refused)
+	}
+	s = standingOf(ops.PeriodSummary{Status: "ACTIVE"}, prepaid)
+	if s.Refused == nil || s.Refused.Reason != "you have 0 credits left" {
+		t.Errorf("a balance of 0: %+v", s.Refused)
 	}
 }
