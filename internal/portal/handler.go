@@ -80,6 +80,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 	if strings.HasPrefix(p, "/assets/") {
 		return h.serveAsset(q, strings.TrimPrefix(p, "/assets/"))
 	}
+	if h.onward(q, p) {
+		return nil
+	}
 	switch {
 	case p == "/":
 		if !h.allow(q, http.MethodGet, http.MethodHead) {
@@ -138,6 +141,35 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 		h.message(q, http.StatusNotFound, "Not found", "There is no such page in the portal.")
 	}
 	return nil
+}
+
+// onward answers a page that goes on by itself to the same address when
+// the request is a navigation another site started (Stripe sending a
+// caller back from Checkout or its customer portal, a link in a mail)
+// and carries no session cookie: the browser does not send the
+// SameSite=Strict cookie on such a navigation, so the caller would look
+// signed out and lose the page's message. The page's own navigation is
+// same-site, and carries it. A browser that does not say where a
+// navigation came from (Sec-Fetch-Site) is served as before; the OIDC
+// callback answers with such a page itself.
+func (h *Handler) onward(q *request, p string) bool {
+	r := q.r
+	if r.Method != http.MethodGet || r.Header.Get("Sec-Fetch-Site") != "cross-site" ||
+		r.Header.Get("Sec-Fetch-Mode") != "navigate" || p == "/oidc/callback" {
+		return false
+	}
+	if _, err := r.Cookie(sessionCookie); err == nil {
+		return false
+	}
+	to := q.base + p
+	if !strings.HasPrefix(to, "/") || strings.HasPrefix(to, "//") || strings.ContainsAny(to, "\\\"'<>") {
+		return false // never anywhere but a path of this site
+	}
+	if query := r.URL.Query(); len(query) > 0 {
+		to += "?" + query.Encode()
+	}
+	h.render(q, http.StatusOK, "onward", page{Title: "API portal", Base: q.base, Text: to})
+	return true
 }
 
 // basePath is where the portal is mounted: the original path less the

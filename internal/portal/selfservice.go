@@ -329,6 +329,13 @@ func (h *Handler) plansView(q *request, userID string, svc *catalog.Service) (*p
 	return v, nil
 }
 
+// EndsFirst reports whether the subscription ends (a trial's end)
+// before this period does: a cancellation then ends it at that end, not
+// at the period's (cancel), and the confirmation says so.
+func (c *currentPlan) EndsFirst() bool {
+	return !c.EndsAt.IsZero() && c.EndsAt.Before(c.PeriodEnd)
+}
+
 func (h *Handler) currentPlan(svc *catalog.Service, sub store.Subscription, now time.Time) *currentPlan {
 	st := subscription.EffectiveStatus(sub, now)
 	c := &currentPlan{ProductID: sub.ProductID, Name: productName(svc, sub.ProductID), Status: string(st),

@@ -138,6 +138,8 @@ func refusedNow(ps ops.PeriodSummary, p *billing.Product) *callsRefused {
 	}
 	until := dateWords(ps.PeriodEnd)
 	switch {
+	case d.Code == billing.CodeInsufficientCredits && st.Credits < 0:
+		r.Reason, r.Fix = "your credit balance is below zero ("+creditsText(st.Credits)+")", "add credits"
 	case d.Code == billing.CodeInsufficientCredits && st.CreditsFree() <= 0:
 		r.Reason, r.Fix = "you have 0 credits left", "add credits"
 	case d.Code == billing.CodeInsufficientCredits:

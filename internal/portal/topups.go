@@ -63,13 +63,17 @@ type packView struct {
 // prepaidWithPacks reports whether productID of svc is a prepaid plan
 // whose credits callers buy here: then subscribing to it costs nothing
 // (a zero balance) and the caller buys credits on its page, rather than
-// asking the operator for it.
+// asking the operator for it. A listing with a period price (a fee on
+// top of the credits) is not one: taking it costs that fee.
 func (h *Handler) prepaidWithPacks(svc *catalog.Service, productID string) bool {
 	if h.pay == nil || svc.SelfServiceOffer(productID) != catalog.OfferPaid {
 		return false
 	}
 	p, ok := svc.Product(productID)
 	if !ok || p.BillingModel != billing.Prepaid {
+		return false
+	}
+	if l, ok := svc.Listing(productID); !ok || l.PeriodPrice != nil && *l.PeriodPrice > 0 {
 		return false
 	}
 	cfg := h.pay.Config()

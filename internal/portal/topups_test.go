@@ -28,6 +28,13 @@ const portalWebhookSecret = "whsec_portal_topups"
 // days), the portal under /portal/ and the Stripe webhook endpoint.
 func startTopUpSite(t *testing.T) (*env, *stripetest.Mock) {
 	t.Helper()
+	return startTopUpSiteWith(t, "")
+}
+
+// startTopUpSiteWith is startTopUpSite with listing, more lines of the
+// prepaid product's block.
+func startTopUpSiteWith(t *testing.T, listing string) (*env, *stripetest.Mock) {
+	t.Helper()
 	mock := stripetest.Start(t)
 	// What the packs' Prices cost: the webhook grants a pack only for a
 	// session paid that (stripe-mock's own fixture Price is 20.00 USD).
@@ -60,6 +67,7 @@ func startTopUpSite(t *testing.T) (*env, *stripetest.Mock) {
 				currency USD
 				display_name Credits
 				self_service
+				%s
 			}
 		}
 		payments stripe {
@@ -88,7 +96,7 @@ func startTopUpSite(t *testing.T) (*env, *stripetest.Mock) {
 		}
 	}
 }
-`, adminPort, httpPort, dir, siteBase, backend.URL, echoSecret, portalWebhookSecret, mock.URL, httpPort)
+`, adminPort, httpPort, dir, siteBase, backend.URL, echoSecret, listing, portalWebhookSecret, mock.URL, httpPort)
 	unloadOtherStore(filepath.Join(dir, "platform.db"))
 	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: adminPort})
 	tester.InitServer(cfg, "caddyfile")
@@ -252,5 +260,33 @@ func TestPortalTopUp(t *testing.T) {
 	_, page = c.get("/portal/")
 	if !strings.Contains(page, "below zero, calls are refused until you buy credits") {
 		t.Errorf("the dashboard does not say the balance is below zero")
+	}
+}
+
+// TestPrepaidPlanWithPeriodPriceNotFree: a prepaid plan whose listing also
+// has a period price (a fee a month on top of the credits) costs money to
+// take, packs or not: Subscribe does not make it ACTIVE for nothing, the
+// plans page does not offer it "free to take", and nothing is stored.
+func TestPrepaidPlanWithPeriodPriceNotFree(t *testing.T) {
+	e, _ := startTopUpSiteWith(t, "period_price 10")
+	key, hash, err := servicekey.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store().CreateKey(context.Background(), store.KeyRecord{ID: servicekey.NewID(), Hash: hash, UserID: "fee", Created: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	c := e.newClient()
+	c.signIn(key)
+	_, page := c.get("/portal/plans/echo")
+	if strings.Contains(page, "Free to take") || !strings.Contains(page, "10.00 USD a month") {
+		t.Errorf("the plans page offers a plan of 10.00 USD a month free:\n%s", page)
+	}
+	resp, body := c.post("/portal/plans/echo/subscribe", url.Values{"csrf": {csrf(t, page)}, "product": {"credits"}})
+	if resp.StatusCode < 400 {
+		t.Errorf("subscribe to a plan of 10.00 USD a month: %d\n%s", resp.StatusCode, body)
+	}
+	if sub, err := e.store().GetSubscription(context.Background(), "fee", "echo"); err == nil {
+		t.Errorf("a plan with a period price taken for nothing: %+v", sub)
 	}
 }
