@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -187,5 +188,131 @@ func TestAllowClockSteppedBack(t *testing.T) {
 	}
 	if ok, wait, _ := a.Allow("key-clock-step", "svc", rl, back.Add(61*time.Second)); !ok {
 		t.Errorf("a minute after the clock stepped back an hour, still refused (wait %v)", wait)
+	}
+}
+
+// TestLimitersFloodSweepBounded: past its bound, the set made room for a
+// new bucket by examining every bucket in it, under the lock every call
+// takes. Full of buckets none of which is idle (a flood of keys each with
+// a token out), every new bucket examined them all again: at the bound of
+// 2^20 a new key took close to a second (BenchmarkLimitersNewKeyWhenFull)
+// and an existing key's call waited seconds behind the scans
+// (BenchmarkLimitersAllowDuringFlood). A new bucket examines a few
+// buckets at most, still limits like any other, and idle buckets still
+// make room.
+func TestLimitersFloodSweepBounded(t *testing.T) {
+	const bound = 1000
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	busy := &billing.RateLimit{Requests: 1, WindowSeconds: 86400, Burst: 2}
+	a := NewLimiters()
+	a.keys.max = bound
+	for i := range bound {
+		a.Allow(fmt.Sprint("flood-", i), "svc", busy, t0)
+	}
+	examined := a.keys.examined
+	for i := range bound {
+		key := fmt.Sprint("new-", i)
+		for j := range 2 {
+			if ok, _, _ := a.Allow(key, "svc", busy, t0); !ok {
+				t.Fatalf("new key %d, call %d of its burst refused", i, j+1)
+			}
+		}
+		if ok, _, _ := a.Allow(key, "svc", busy, t0); ok {
+			t.Fatalf("new key %d: a third call on a burst of 2 was granted", i)
+		}
+	}
+	if per := (a.keys.examined - examined) / bound; per > 32 {
+		t.Errorf("each new bucket examined %d buckets of a full set (bound %d)", per, bound)
+	}
+	// Two days on, every bucket is full again: new ones take their room.
+	later := t0.Add(48 * time.Hour)
+	for i := range bound {
+		a.Allow(fmt.Sprint("later-", i), "svc", busy, later)
+	}
+	old := 0
+	for k := range a.keys.m {
+		if !strings.HasPrefix(k.keyID, "later-") {
+			old++
+		}
+	}
+	if old > 0 {
+		t.Errorf("%d idle buckets left after %d new ones past the bound", old, bound)
+	}
+}
+
+// TestAllowClientFloodBounded: the portal's sign-in buckets, one per
+// client network, are made by anyone who reaches it. They are a set of
+// their own, bounded: a flood of networks neither grows the keys' set nor
+// examines it, past its bound new networks share one bucket (limited as
+// one client, not unlimited), and once the flood's buckets are idle
+// again a new network has its own.
+func TestAllowClientFloodBounded(t *testing.T) {
+	const bound, flood = 100, 5000
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	signIn := &billing.RateLimit{Requests: 10, WindowSeconds: 60}
+	invoke := &billing.RateLimit{Requests: 1, WindowSeconds: 60, Burst: 2}
+	a := NewLimiters()
+	a.clients.max = bound
+	if ok, _, _ := a.Allow("key-beside-flood", "svc", invoke, t0); !ok {
+		t.Fatal("the key's first call refused")
+	}
+	granted := 0
+	for i := range flood {
+		if ok, _, _ := a.AllowClient(fmt.Sprintf("2001:db8:%x::/64", i), signIn, t0); ok {
+			granted++
+		}
+	}
+	if granted > bound+signIn.Capacity() {
+		t.Errorf("%d networks past a bound of %d: %d attempts granted, want at most %d",
+			flood, bound, granted, bound+signIn.Capacity())
+	}
+	if n := len(a.clients.m); n > bound {
+		t.Errorf("%d client buckets, bound %d", n, bound)
+	}
+	if len(a.keys.m) != 1 || a.keys.examined != 0 {
+		t.Errorf("the client flood reached the keys' set: %d buckets, %d examined", len(a.keys.m), a.keys.examined)
+	}
+	if ok, _, _ := a.Allow("key-beside-flood", "svc", invoke, t0); !ok {
+		t.Error("the key's second call of its burst refused")
+	}
+	if ok, _, _ := a.Allow("key-beside-flood", "svc", invoke, t0); ok {
+		t.Error("the key's third call on a burst of 2 granted")
+	}
+	// A minute on, the flood's buckets are full again: a new network
+	// has a bucket of its own, its whole burst.
+	later := t0.Add(time.Minute)
+	for i := range signIn.Capacity() {
+		if ok, _, _ := a.AllowClient("2001:db8:ffff::/64", signIn, later); !ok {
+			t.Fatalf("a network after the flood: attempt %d refused", i+1)
+		}
+	}
+}
+
+// TestAllowSweptBucketNotUsed: a call that found a bucket in the set just
+// before a sweep dropped it (it was full: idle) took its token from the
+// dropped bucket, which no later call sees: the key's next calls had a
+// fresh full bucket, one call more than its burst.
+func TestAllowSweptBucketNotUsed(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	rl := &billing.RateLimit{Requests: 1, WindowSeconds: 86400, Burst: 2}
+	a := NewLimiters()
+	a.keys.max = 1
+	k := limiterKey{keyID: "key-swept", serviceID: "svc", limit: *rl}
+	b := a.keys.get(k, rl, t0) // the call has its bucket, not yet a token
+	a.Allow("key-sweeper", "svc", rl, t0)
+	if _, ok := a.keys.m[k]; ok {
+		t.Fatal("the sweep kept the idle bucket")
+	}
+	granted := 0
+	if ok, _, _ := a.keys.take(b, k, rl, t0); ok {
+		granted++
+	}
+	for range 3 {
+		if ok, _, _ := a.Allow("key-swept", "svc", rl, t0); ok {
+			granted++
+		}
+	}
+	if granted != 2 {
+		t.Errorf("%d calls granted at one instant on a burst of 2", granted)
 	}
 }

@@ -46,7 +46,7 @@ func (a *App) releaseLimiters() {
 }
 
 // Allow takes one token from the bucket of a key on a service
-// (engine.Limiters.Allow); the portal limits its sign-in attempts with it.
+// (engine.Limiters.Allow).
 func (a *App) Allow(keyID, serviceID string, rl *billing.RateLimit, t time.Time) (ok bool, wait time.Duration, remaining int) {
 	return a.limiters.Allow(keyID, serviceID, rl, t)
 }

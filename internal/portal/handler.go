@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"path"
 	"strconv"
@@ -204,6 +205,25 @@ func clientAddress(r *http.Request) string {
 	return host
 }
 
+// signInNetwork is what sign-in attempts are counted against: the client
+// address, an IPv6 one cut to its /64 (one client, a home connection,
+// holds every address of a /64: counted per address, each would be a
+// fresh sign_in_limit of attempts), an IPv4-mapped one counted as its
+// IPv4 address.
+func signInNetwork(r *http.Request) string {
+	a := clientAddress(r)
+	ip, err := netip.ParseAddr(a)
+	if err != nil {
+		return a
+	}
+	ip = ip.Unmap().WithZone("")
+	if ip.Is4() {
+		return ip.String()
+	}
+	p, _ := ip.Prefix(64)
+	return p.String()
+}
+
 // allow answers 405 unless the request's method is one of methods.
 func (h *Handler) allow(q *request, methods ...string) bool {
 	for _, m := range methods {
@@ -341,7 +361,7 @@ func (h *Handler) signInPage(q *request, status int, notice, problem string) {
 
 func (h *Handler) signIn(q *request) {
 	limit := &billing.RateLimit{Requests: h.SignInLimit, WindowSeconds: 60}
-	if ok, wait, _ := h.rt.Allow("portal-sign-in:"+clientAddress(q.r), "", limit, q.now); !ok {
+	if ok, wait, _ := h.rt.AllowClient("portal-sign-in:"+signInNetwork(q.r), limit, q.now); !ok {
 		q.w.Header().Set("Retry-After", retryAfter(wait))
 		h.signInPage(q, http.StatusTooManyRequests, "", "Too many sign-in attempts from your address; wait a minute and try again.")
 		return

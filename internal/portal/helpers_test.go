@@ -111,6 +111,12 @@ func startShop(t *testing.T, portalOptions string) *env {
 
 func startSite(t *testing.T, portalOptions string, shop bool) *env {
 	t.Helper()
+	return startSiteWith(t, "", portalOptions, shop)
+}
+
+// startSiteWith is startSite with more global options.
+func startSiteWith(t *testing.T, global, portalOptions string, shop bool) *env {
+	t.Helper()
 	public, basicListing, cappedListing, storefront := "", "", "", ""
 	if shop {
 		public = "public\n\t\t\tdisplay_name Echo"
@@ -125,6 +131,7 @@ func startSite(t *testing.T, portalOptions string, shop bool) *env {
 	http_port %d
 	auto_https off
 	grace_period 1s
+	%s
 	platform {
 		store %s/platform.db
 		public_url %s
@@ -172,7 +179,7 @@ func startSite(t *testing.T, portalOptions string, shop bool) *env {
 		}
 	}
 }
-`, adminPort, httpPort, dir, siteBase, backend.URL, echoSecret, public, basicListing, cappedListing, httpPort, storefront, portalOptions)
+`, adminPort, httpPort, global, dir, siteBase, backend.URL, echoSecret, public, basicListing, cappedListing, httpPort, storefront, portalOptions)
 	unloadOtherStore(filepath.Join(dir, "platform.db"))
 	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: adminPort})
 	tester.InitServer(cfg, "caddyfile")

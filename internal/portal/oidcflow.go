@@ -69,7 +69,7 @@ func (h *Handler) oidcCallback(q *request) {
 	}
 	name := h.OIDC.Name
 	limit := &billing.RateLimit{Requests: h.SignInLimit, WindowSeconds: 60}
-	if ok, wait, _ := h.rt.Allow("portal-sign-in:"+clientAddress(q.r), "", limit, q.now); !ok {
+	if ok, wait, _ := h.rt.AllowClient("portal-sign-in:"+signInNetwork(q.r), limit, q.now); !ok {
 		q.w.Header().Set("Retry-After", retryAfter(wait))
 		h.oidcRefused(q, http.StatusTooManyRequests, "too many attempts", "Too many sign-in attempts from your address; wait a minute and try again.")
 		return

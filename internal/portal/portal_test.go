@@ -2,6 +2,7 @@ package portal
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -379,6 +380,48 @@ func TestPortalSignInRateLimit(t *testing.T) {
 	}
 }
 
+// TestPortalSignInLimitPerIPv6Network: sign-in attempts were counted
+// per client address, and an IPv6 client has a /64 of them (2^64
+// addresses, what one home connection gets): each address was a fresh
+// bucket, a fresh sign_in_limit of attempts, so the limit limited nothing
+// over IPv6 (and each address was one more bucket in memory). Attempts
+// are counted per /64 for IPv6, per address for IPv4, an IPv4-mapped IPv6
+// address counting as its IPv4 address.
+func TestPortalSignInLimitPerIPv6Network(t *testing.T) {
+	e := startSiteWith(t, "servers {\n\t\ttrusted_proxies static 127.0.0.1/32\n\t}", "sign_in_limit 3", false)
+	c := e.newClient()
+	attempt := func(from string) int {
+		t.Helper()
+		_, page := c.get("/portal/")
+		req, _ := http.NewRequest(http.MethodPost, c.base+"/portal/signin",
+			strings.NewReader(url.Values{"csrf": {csrf(t, page)}, "key": {"pk_wrong"}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("X-Forwarded-For", from)
+		resp, _ := c.do(req)
+		return resp.StatusCode
+	}
+	steps := []struct {
+		from string
+		want int
+	}{
+		{"2001:db8:5e1:64::1", http.StatusUnauthorized},
+		{"2001:db8:5e1:64::2", http.StatusUnauthorized},
+		{"2001:db8:5e1:64:ffff:ffff:ffff:fffe", http.StatusUnauthorized},
+		{"2001:db8:5e1:64:1234::5", http.StatusTooManyRequests}, // same /64
+		{"2001:db8:5e1:65::1", http.StatusUnauthorized},         // the next /64
+		{"192.0.2.64", http.StatusUnauthorized},
+		{"192.0.2.64", http.StatusUnauthorized},
+		{"::ffff:192.0.2.64", http.StatusUnauthorized}, // the same IPv4 address
+		{"192.0.2.64", http.StatusTooManyRequests},
+		{"192.0.2.65", http.StatusUnauthorized}, // IPv4: per address
+	}
+	for i, s := range steps {
+		if got := attempt(s.from); got != s.want {
+			t.Errorf("attempt %d from %s: %d, want %d", i+1, s.from, got, s.want)
+		}
+	}
+}
+
 // TestPortalRoutes: unknown paths, wrong methods and the stylesheet.
 func TestPortalRoutes(t *testing.T) {
 	e := local(t, "")
@@ -572,5 +615,24 @@ func TestPortalShowsRefusedCalls(t *testing.T) {
 	if !strings.Contains(page, `<td data-label="Outcome">Refused: subscription not active</td><td data-label="Calls">3</td>`) ||
 		strings.Contains(page, "spending cap reached") {
 		t.Error("bob's dashboard lacks his refusals, or shows alice's")
+	}
+}
+
+// TestSignInNetwork: what sign-in attempts are counted against, from the
+// client address Caddy determined (or the peer's).
+func TestSignInNetwork(t *testing.T) {
+	for _, c := range []struct{ addr, want string }{
+		{"192.0.2.1", "192.0.2.1"},
+		{"::ffff:192.0.2.1", "192.0.2.1"},
+		{"2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64"},
+		{"fe80::1%eth0", "fe80::/64"},
+		{"::1", "::/64"},
+		{"not-an-address", "not-an-address"},
+	} {
+		r := httptest.NewRequest(http.MethodPost, "/signin", nil)
+		r.RemoteAddr = net.JoinHostPort(c.addr, "5000")
+		if got := signInNetwork(r); got != c.want {
+			t.Errorf("%s: %q, want %q", c.addr, got, c.want)
+		}
 	}
 }
