@@ -52,10 +52,5 @@ func runContract(t *testing.T, withLog bool) {
 				t.Fatalf("Flush: %v", err)
 			}
 		}),
-		storetest.Known(map[string]string{
-			"JobCompletionBesideSyncHold": "a job's completion is capped against the database's leased units, " +
-				"which count the node's own unused lease: a completion past its hold near the limit is cut by " +
-				"up to that lease's free units (a sync call's settlement consumes them, Leaser.Settle; endJob does not)",
-		}),
 	)
 }

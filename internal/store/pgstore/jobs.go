@@ -171,7 +171,9 @@ func (s *Store) CompleteJob(ctx context.Context, id string, a store.Account, e s
 	}
 	var out store.Job
 	var changed *AllowanceKey
-	err := s.tx(ctx, func(tx pgx.Tx) error {
+	spare := &jobSpare{leaser: s.leaser}
+	attempt := func(tx pgx.Tx) error {
+		spare.used, spare.ended = false, false
 		changed = nil
 		rec, err := scanJob(tx.QueryRow(ctx, "SELECT rec FROM jobs WHERE id = $1 FOR UPDATE", id))
 		if err != nil {
@@ -186,7 +188,7 @@ func (s *Store) CompleteJob(ctx context.Context, id string, a store.Account, e s
 		j.ReservationID, j.Terms = before.ReservationID, before.Terms
 		if wasOpen && j.Terminal() {
 			ca, ce := before.Charge(a, e) // under the job's terms, when it has them
-			if changed, err = endJob(ctx, tx, &j, rec.HoldKey, ca, ce); err != nil {
+			if changed, err = endJob(ctx, tx, &j, rec.HoldKey, ca, ce, spare); err != nil {
 				return err
 			}
 		}
@@ -199,8 +201,20 @@ func (s *Store) CompleteJob(ctx context.Context, id string, a store.Account, e s
 			return err
 		}
 		out = j
+		spare.ended = true
 		return nil
-	})
+	}
+	err := s.tx(ctx, attempt)
+	if errors.Is(err, errWantSpare) {
+		// Cut at a limit while the node's own lease may have free units
+		// for the allowance: they are taken out of the lease here, outside
+		// any transaction (TakeFree may wait for a grant in flight, which
+		// may wait for the rows the transaction locked), and the
+		// completion runs again with them.
+		spare.sp = s.leaser.TakeFree(spare.key, spare.lim, spare.want)
+		err = s.tx(ctx, attempt)
+	}
+	spare.finish(err)
 	if err == nil && changed != nil {
 		s.touched(*changed)
 	}
@@ -240,7 +254,7 @@ func (s *Store) ExpireJobs(ctx context.Context, now time.Time, message string) (
 				}
 				j.Status, j.ErrorMessage = store.JobFailed, message
 				j.UpdatedAt, j.CompletedAt = now.UTC(), now.UTC()
-				k, err := endJob(ctx, tx, &j, rec.HoldKey, store.Account{}, store.LedgerEntry{})
+				k, err := endJob(ctx, tx, &j, rec.HoldKey, store.Account{}, store.LedgerEntry{}, nil)
 				if err != nil {
 					return err
 				}
@@ -271,8 +285,10 @@ func (s *Store) ExpireJobs(ctx context.Context, now time.Time, message string) (
 // endJob ends the hold of a job that has just become terminal, in the
 // transaction that stores it: the job's lease row is given back, and a
 // COMPLETED job's units are charged to a, capped at the hard limits, into
-// the period the hold was taken in. It returns the allowance it changed.
-func endJob(ctx context.Context, tx pgx.Tx, j *store.Job, hold *AllowanceKey, a store.Account, e store.LedgerEntry) (*AllowanceKey, error) {
+// the period the hold was taken in; a charge past them may use the node's
+// free leased units (sp: nil for none). It returns the allowance it
+// changed.
+func endJob(ctx context.Context, tx pgx.Tx, j *store.Job, hold *AllowanceKey, a store.Account, e store.LedgerEntry, sp *jobSpare) (*AllowanceKey, error) {
 	units := e.Units
 	if j.Status != store.JobCompleted {
 		units = 0
@@ -326,6 +342,15 @@ func endJob(ctx context.Context, tx pgx.Tx, j *store.Job, hold *AllowanceKey, a 
 	entry := e
 	entry.Units = units
 	dec := billing.DecideCharge(p, acc.state, units)
+	if !dec.Allowed && sp != nil {
+		ok, err := sp.cover(ctx, tx, acc, p, units)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			dec = billing.DecideCharge(p, acc.state, units)
+		}
+	}
 	if !dec.Allowed {
 		entry.UnitsClaimed = units
 		entry.Units = billing.FitCharge(p, acc.state, units)
@@ -359,4 +384,87 @@ func keyOf(acc *account) *AllowanceKey {
 		return nil
 	}
 	return &acc.key
+}
+
+// errWantSpare rolls back a job's completion that was cut at a limit
+// while the node's own lease may have free units for the allowance: the
+// completion runs again with them (CompleteJob).
+var errWantSpare = errors.New("pgstore: the completion asks for the node's free leased units")
+
+// jobSpare lets a job's completion past its hold be charged from the
+// node's free leased units, as a sync call's settlement is (Leaser.Settle):
+// the database counts the node's whole lease as leased, so without them a
+// completion near a hard limit was cut by units the node itself had idle.
+// The units leave the lease in memory before the transaction (no call is
+// admitted from them meanwhile) and its row in the transaction that
+// charges them; what the transaction did not take goes back (finish).
+type jobSpare struct {
+	leaser *Leaser
+	asked  bool          // a first attempt asked for the lease's free units
+	key    AllowanceKey  // what it asked for: the allowance,
+	lim    Limits        // under these limits,
+	want   billing.Units // and the units its charge was cut by
+	sp     Spare         // what was taken out of the lease
+	used   bool          // this attempt took sp out of the lease row
+	ended  bool          // this attempt's work ended well: an error after it is the COMMIT's
+}
+
+// shrinkLeaseSQL takes a charge's units out of a node's lease row, if it
+// still holds them (a lease given back meanwhile has no row: its units
+// went back to the allowance, and the charge does without them).
+const shrinkLeaseSQL = `UPDATE leases SET units = units - $5, spend = spend - $6, credits = credits - $7
+	WHERE holder = $1 AND user_id = $2 AND service_id = $3 AND period = $4
+	  AND units >= $5 AND spend >= $6 AND credits >= $7`
+
+// cover is called when acc's state does not allow a charge of units of p:
+// it makes the node's free leased units available to it, taking them out
+// of the node's lease row and of what acc counts as leased, and reports
+// whether it did. The first attempt only asks for them (errWantSpare),
+// when the node's lease may have some.
+func (sp *jobSpare) cover(ctx context.Context, tx pgx.Tx, acc *account, p billing.Product, units billing.Units) (bool, error) {
+	lim := limitsOf(p)
+	if !lim.Hard() {
+		return false, nil
+	}
+	if !sp.asked {
+		if !sp.leaser.MayHaveFree(acc.key, lim) {
+			return false, nil
+		}
+		sp.asked, sp.key, sp.lim = true, acc.key, lim
+		sp.want = units - billing.FitCharge(p, acc.state, units)
+		return false, errWantSpare
+	}
+	need := sp.sp.Need
+	if need.IsZero() || sp.sp.Key != acc.key || !sameLimits(sp.lim, lim) {
+		return false, nil
+	}
+	tag, err := tx.Exec(ctx, shrinkLeaseSQL, sp.sp.Holder, acc.key.UserID, acc.key.ServiceID, acc.key.Period,
+		int64(need.Units), int64(need.Spend), int64(need.Credits))
+	if err != nil {
+		return false, err
+	}
+	if tag.RowsAffected() == 0 {
+		return false, nil
+	}
+	sp.used = true
+	acc.state.Reserved -= need.Units
+	acc.state.ReservedSpend -= need.Spend
+	acc.state.CreditsHeld -= need.Credits
+	return true, nil
+}
+
+// finish gives the lease back what the completion did not take from its
+// row: everything when the transaction rolled back before its COMMIT, what
+// its last attempt did not use when it committed. When the COMMIT itself
+// failed the transaction may have committed: what the attempt took from
+// the row stays out of the lease, idle in its row until the lease is given
+// back (never admitted from units the row may no longer hold).
+func (sp *jobSpare) finish(err error) {
+	if sp.sp.Need.IsZero() {
+		return
+	}
+	if sp.used && (err == nil || sp.ended) {
+		return
+	}
+	sp.leaser.PutBack(sp.sp, sp.sp.Need)
 }

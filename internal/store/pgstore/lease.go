@@ -744,3 +744,93 @@ func (l *Leaser) invalidate(match func(AllowanceKey) bool) {
 		le.mu.Unlock()
 	}
 }
+
+// Spare is free units of a node's lease taken out for a charge that the
+// database decides rather than the lease (a job's completion past its
+// hold, endJob): no call is admitted from them meanwhile, the charge's
+// transaction shrinks the lease row (Holder) by Need, and PutBack gives
+// back what it did not take from the row.
+type Spare struct {
+	Key    AllowanceKey
+	Holder string
+	Need   Vec
+	gen    int64
+}
+
+func (l *Leaser) lookup(k AllowanceKey) *lease {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.leases[k]
+}
+
+// spareUnits is how many of le's free units a charge under lim may take
+// (le.mu held): none from a lease that ended, lapsed, is stale or was
+// leased under other limits, from which take admits no call either.
+func (l *Leaser) spareUnits(le *lease, lim Limits) billing.Units {
+	if le.dead || le.stale || !sameLimits(le.lim, lim) || !l.now().Before(le.deadline) {
+		return 0
+	}
+	n, ok := lim.unitsIn(le.free)
+	if !ok {
+		return 0
+	}
+	return n
+}
+
+// MayHaveFree reports whether the node's lease on k may have free units
+// for a charge under lim. It never waits: a caller in a transaction must
+// not wait for a grant in flight, which may be waiting for the rows the
+// transaction locked; when a grant holds the lease it answers true.
+func (l *Leaser) MayHaveFree(k AllowanceKey, lim Limits) bool {
+	le := l.lookup(k)
+	if le == nil {
+		return false
+	}
+	if !le.mu.TryLock() {
+		return true
+	}
+	defer le.mu.Unlock()
+	return l.spareUnits(le, lim) > 0
+}
+
+// TakeFree takes up to units of the free units of the node's lease on k
+// out of the lease, for a charge under lim (see Spare). It waits for a
+// grant in flight: never call it inside a transaction.
+func (l *Leaser) TakeFree(k AllowanceKey, lim Limits, units billing.Units) Spare {
+	le := l.lookup(k)
+	if le == nil || units <= 0 {
+		return Spare{}
+	}
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	n := min(units, l.spareUnits(le, lim))
+	need := lim.Need(n)
+	if n <= 0 || need.IsZero() || !need.within(le.free) {
+		return Spare{}
+	}
+	le.free = le.free.sub(need)
+	le.lastUse = l.now() // not idle while its charge is written (Renew)
+	return Spare{Key: k, Holder: le.holder, Need: need, gen: le.gen}
+}
+
+// PutBack gives v of sp, which its charge did not take from the lease row,
+// back to the lease's free units: only to the lease sp was taken from, if
+// it has not ended (a new row, or a lease given back, never gets units
+// its row does not hold). A lease that lapsed meanwhile takes them back
+// too: take admits nothing from a lapsed lease's free units, and a
+// settlement of one of its calls consumes them from its row, which holds
+// them.
+func (l *Leaser) PutBack(sp Spare, v Vec) {
+	if v.IsZero() {
+		return
+	}
+	le := l.lookup(sp.Key)
+	if le == nil {
+		return
+	}
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	if le.gen == sp.gen && !le.dead {
+		le.free = le.free.add(v)
+	}
+}
