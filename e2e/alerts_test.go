@@ -12,9 +12,11 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/store"
 )
@@ -530,5 +532,72 @@ func TestAlertsReloadSendsOnce(t *testing.T) {
 	g.settleAlerts("u7")
 	if recs := g.alerts("u7"); len(recs) != 1 {
 		t.Fatalf("records %+v", recs)
+	}
+}
+
+// TestAlertsCrossingAtPeriodEnd: a threshold reached in the last moment of
+// a period and evaluated just after it ends (the evaluator runs every
+// interval, after the commit) still fires, for the period it was reached
+// in; the new period starts with nothing fired.
+func TestAlertsCrossingAtPeriodEnd(t *testing.T) {
+	be := newTestBackend(t, testSecret, "Platform")
+	rcv := newAlertReceiver(t, alertSecret)
+	// The loop leaves the evaluation to the test (settleAlerts).
+	g := startGateway(t, t.TempDir(), strings.Replace(alertsCatalog(be.URL, rcv.URL), "interval 20ms", "interval 1h", 1))
+	key, _ := g.newKey("u-end")
+	g.subscribe("u-end", "svc", "basic", "ACTIVE")
+	sub, err := g.store().GetSubscription(context.Background(), "u-end", "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, _ := g.app().Catalog().Service("svc")
+	p, _ := svc.Product("basic")
+	start, end := billing.PeriodBounds(p.Period, p.CalendarPeriods, sub.StartedAt, sub.StartedAt)
+	var now atomic.Pointer[time.Time]
+	at := func(t time.Time) { now.Store(&t) }
+	g.app().SetClock(func() time.Time { return *now.Load() })
+	defer g.app().SetClock(nil)
+
+	at(end.Add(-500 * time.Millisecond))
+	invokeOK(t, key, 8) // 8 of 10 in the period's last second
+	at(end.Add(500 * time.Millisecond))
+	g.settleAlerts("u-end")
+	recs := g.alerts("u-end")
+	if len(recs) != 1 || recs[0].Threshold != "quota 80%" || !recs[0].PeriodStart.Equal(start) || recs[0].Value != billing.Whole(8) {
+		t.Fatalf("alerts after a crossing at the period's end %+v, want quota 80%% of the period from %s at 8", recs, start)
+	}
+	waitFor(t, "the webhook", func() bool { return len(rcv.accepted()["u-end quota 80%"]) == 1 })
+
+	// A plan changed at the period's end: the old plan's usage of the
+	// period is not read against the new plan's thresholds (8 calls on
+	// metered, no quota, are not 80% of basic's quota of 10).
+	moverKey, _ := g.newKey("u-mover")
+	if _, err := g.store().PutSubscription(context.Background(), store.Subscription{UserID: "u-mover", ServiceID: "svc",
+		ProductID: "metered", Status: "ACTIVE", UpdatedAt: start}); err != nil { // the same periods as u-end
+		t.Fatal(err)
+	}
+	at(end.Add(-500 * time.Millisecond))
+	invokeOK(t, moverKey, 8)
+	at(end.Add(100 * time.Millisecond))
+	if _, err := g.store().PutSubscription(context.Background(), store.Subscription{UserID: "u-mover", ServiceID: "svc",
+		ProductID: "basic", Status: "ACTIVE", UpdatedAt: end.Add(100 * time.Millisecond)}); err != nil {
+		t.Fatal(err)
+	}
+	at(end.Add(500 * time.Millisecond))
+	g.settleAlerts("u-mover")
+	if recs := g.alerts("u-mover"); len(recs) != 0 {
+		t.Fatalf("alerts of a plan changed at the period's end: %+v, want none", recs)
+	}
+
+	// The new period: nothing used, nothing fired; a crossing fires anew.
+	invokeOK(t, key, 7)
+	g.settleAlerts("u-end")
+	if recs := g.alerts("u-end"); len(recs) != 1 {
+		t.Fatalf("alerts at 70%% of the new period: %+v", recs)
+	}
+	invokeOK(t, key, 1)
+	g.settleAlerts("u-end")
+	if recs := g.alerts("u-end"); len(recs) != 2 || !recs[0].PeriodStart.Equal(end) {
+		t.Fatalf("alerts at 80%% of the new period: %+v, want a second for the period from %s", recs, end)
 	}
 }

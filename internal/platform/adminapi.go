@@ -245,6 +245,9 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 		if dec.Decode(new(json.RawMessage)) != io.EOF {
 			return apierror.Invalid("body", "the body must hold exactly one JSON object")
 		}
+		if name := duplicateField(raw); name != "" {
+			return apierror.Invalid(name, name+" is given more than once")
+		}
 		return nil
 	}
 	var (
@@ -271,6 +274,45 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 		return apierror.Invalid(name, "unknown field "+name)
 	}
 	return apierror.Invalid("body", err.Error())
+}
+
+// duplicateField returns the first name an object of raw (one valid JSON
+// value) gives twice, compared as encoding/json matches names (without
+// regard to case), or "". encoding/json keeps the last of them, so
+// {"amount": 1, "amount": 1000} credited 1000 where whoever read the
+// first saw 1.
+func duplicateField(raw []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	var stack []map[string]bool // the names of each open object; nil for an array
+	key := false                // the next token is a name of the innermost object
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		if d, ok := tok.(json.Delim); ok && (d == '}' || d == ']') {
+			stack = stack[:len(stack)-1]
+			key = len(stack) > 0 && stack[len(stack)-1] != nil
+			continue
+		}
+		if name, ok := tok.(string); ok && key {
+			folded := strings.ToLower(strings.ToUpper(name))
+			if stack[len(stack)-1][folded] {
+				return name
+			}
+			stack[len(stack)-1][folded] = true
+			key = false
+			continue
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack, key = append(stack, map[string]bool{}), true
+		case json.Delim('['):
+			stack, key = append(stack, nil), false
+		default:
+			key = len(stack) > 0 && stack[len(stack)-1] != nil
+		}
+	}
 }
 
 func jsonKind(t interface{ String() string }) string {

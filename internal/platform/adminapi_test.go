@@ -899,3 +899,48 @@ func TestAdminUsageExportStoreFailure(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminDuplicateFields: a body that gives a field twice (in any case:
+// encoding/json matches names without regard to it) is refused, naming
+// the field, and changes nothing. encoding/json took the last value, so
+// {"amount": 1, "amount": 1000} credited 1000 where a proxy, a log or a
+// reviewer reading the first saw 1.
+func TestAdminDuplicateFields(t *testing.T) {
+	env := admStart(t)
+	const path = "/platform/subscriptions/alice/weather"
+	if r := admJSON(t, "PUT", path, `{"productId": "basic"}`); r.status != 200 {
+		t.Fatalf("subscribe: %d %s", r.status, r.body)
+	}
+	var before auditPage
+	admJSON(t, "GET", "/platform/audit", "").decode(t, &before)
+	for _, tc := range []struct{ method, path, body, field string }{
+		{"POST", path + "/credits", `{"amount": 1, "amount": 1000}`, "amount"},
+		{"POST", path + "/credits", `{"amount": 1, "AMOUNT": 1000}`, "AMOUNT"},
+		{"PUT", path, `{"productId": "basic", "status": "SUSPENDED", "status": "ACTIVE"}`, "status"},
+		{"PUT", path, `{"productId": "basic", "productId": "pro"}`, "productId"},
+		{"POST", "/platform/keys", `{"userId": "alice", "userId": "mallory"}`, "userId"},
+	} {
+		t.Run(tc.body, func(t *testing.T) {
+			admExpectError(t, admJSON(t, tc.method, tc.path, tc.body), 400, "invalid_request", tc.field)
+		})
+	}
+	// Nested objects keep their own names; the same name in two of them
+	// is not a duplicate (roles is a list of strings, so this is only
+	// refused for its type).
+	admExpectError(t, admJSON(t, "POST", "/platform/keys", `{"userId": "bob", "roles": [{"a": 1}, {"a": 2}]}`), 400, "invalid_request", "roles")
+
+	sub, err := env.app.DataStore().GetSubscription(context.Background(), "alice", "weather")
+	if err != nil || sub.Credits != 0 || sub.ProductID != "basic" || sub.Status != "ACTIVE" {
+		t.Fatalf("subscription after refused bodies: %+v, %v", sub, err)
+	}
+	for _, user := range []string{"alice", "mallory", "bob"} {
+		if keys, _ := env.app.DataStore().ListKeys(context.Background(), user); len(keys) != 0 {
+			t.Fatalf("a refused body made a key for %s: %+v", user, keys)
+		}
+	}
+	var after auditPage
+	admJSON(t, "GET", "/platform/audit", "").decode(t, &after)
+	if len(after.Entries) != len(before.Entries) {
+		t.Fatalf("refused bodies were audited: %+v", after.Entries)
+	}
+}

@@ -246,20 +246,72 @@ func (a *App) EvaluateAlerts(ctx context.Context, ref store.AccountRef) []store.
 		return nil
 	}
 	t := a.Now()
-	state, err := st.State(ctx, store.Account{UserID: ref.UserID, ServiceID: ref.ServiceID, Product: *p}, t)
+	start, _ := billing.PeriodBounds(p.Period, p.CalendarPeriods, sub.StartedAt, t)
+	fired := a.recordReached(ctx, ref, *p, thresholds, start, t, t)
+	if periodic := periodThresholds(thresholds); len(periodic) > 0 && a.lateForPrevious(sub, start, t) {
+		prev := start.Add(-time.Nanosecond)
+		prevStart, _ := billing.PeriodBounds(p.Period, p.CalendarPeriods, sub.StartedAt, prev)
+		fired = append(a.recordReached(ctx, ref, *p, periodic, prevStart, prev, t), fired...)
+	}
+	if len(fired) > 0 {
+		select {
+		case a.alerter.wake <- struct{}{}:
+		default:
+		}
+	}
+	return fired
+}
+
+// alertLateWindow is how long into a period the previous one is
+// evaluated too: a charge settled in a period's last moments is
+// evaluated an interval after its commit, in the next period, whose
+// counters do not hold it.
+const alertLateWindow = time.Minute
+
+// lateForPrevious reports whether an evaluation at t, in the period from
+// start, also evaluates the previous period: t is within
+// alertLateWindow (and an interval) of start, the subscription ran in
+// that period, and it was not changed since (a plan changed at the
+// period's end would read the old plan's usage against the new plan's
+// thresholds).
+func (a *App) lateForPrevious(sub store.Subscription, start, t time.Time) bool {
+	return t.Sub(start) < alertLateWindow+a.alerter.interval && sub.StartedAt.Before(start) &&
+		sub.UpdatedAt.Before(start)
+}
+
+// periodThresholds are those of ts that watch a period's counters (a
+// share of the quota or of the spending cap): a balance is not a
+// period's, and one below credits_below now says nothing of the
+// previous period.
+func periodThresholds(ts []alerts.Threshold) []alerts.Threshold {
+	var out []alerts.Threshold
+	for _, t := range ts {
+		if t.Metric != alerts.MetricCreditsBelow {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// recordReached records every threshold the subscription's state at at
+// (in the period from periodStart) has reached and that was not recorded
+// before, as fired at now, and returns the alerts it recorded.
+func (a *App) recordReached(ctx context.Context, ref store.AccountRef, p billing.Product, thresholds []alerts.Threshold,
+	periodStart, at, now time.Time) []store.Alert {
+	st := a.DataStore()
+	state, err := st.State(ctx, store.Account{UserID: ref.UserID, ServiceID: ref.ServiceID, Product: p}, at)
 	if err != nil {
 		a.logger.Error("usage alerts: reading usage", zap.String("user", ref.UserID),
 			zap.String("service", ref.ServiceID), zap.Error(err))
 		return nil
 	}
-	start, _ := billing.PeriodBounds(p.Period, p.CalendarPeriods, sub.StartedAt, t)
 	var fired []store.Alert
-	for _, r := range alerts.Reached(*p, state, thresholds) {
+	for _, r := range alerts.Reached(p, state, thresholds) {
 		name := r.Threshold.String()
 		// A read first: a subscription past 80% stays past it for the
 		// rest of the period, and every call on it would otherwise cost
 		// a write.
-		has, err := st.HasAlert(ctx, ref.UserID, ref.ServiceID, start, name)
+		has, err := st.HasAlert(ctx, ref.UserID, ref.ServiceID, periodStart, name)
 		if err != nil {
 			a.logger.Error("usage alerts: reading an alert", zap.String("user", ref.UserID),
 				zap.String("service", ref.ServiceID), zap.String("threshold", name), zap.Error(err))
@@ -269,8 +321,8 @@ func (a *App) EvaluateAlerts(ctx context.Context, ref store.AccountRef) []store.
 			continue
 		}
 		al, err := st.CreateAlert(ctx, store.Alert{
-			UserID: ref.UserID, ServiceID: ref.ServiceID, ProductID: p.ID, PeriodStart: start,
-			Threshold: name, Value: r.Value, Limit: r.Limit, Created: t, NextAttempt: t,
+			UserID: ref.UserID, ServiceID: ref.ServiceID, ProductID: p.ID, PeriodStart: periodStart,
+			Threshold: name, Value: r.Value, Limit: r.Limit, Created: now, NextAttempt: now,
 		})
 		if errors.Is(err, store.ErrExists) {
 			continue // another evaluator recorded it first
@@ -283,12 +335,6 @@ func (a *App) EvaluateAlerts(ctx context.Context, ref store.AccountRef) []store.
 		a.logger.Info("usage alert fired", zap.String("alert", al.ID), zap.String("user", al.UserID),
 			zap.String("service", al.ServiceID), zap.String("threshold", name), zap.String("value", al.Value.String()))
 		fired = append(fired, al)
-	}
-	if len(fired) > 0 {
-		select {
-		case a.alerter.wake <- struct{}{}:
-		default:
-		}
 	}
 	return fired
 }

@@ -36,7 +36,9 @@ func (s *Store) AppendAudit(ctx context.Context, e store.AuditEntry) (store.Audi
 func (s *Store) ListAudit(_ context.Context, cursor string, limit int) ([]store.AuditEntry, string, error) {
 	var before uint64
 	if cursor != "" {
-		n, err := strconv.ParseUint(cursor, 10, 64)
+		// 63 bits, as PostgreSQL's bigserial: the same cursor is
+		// malformed in both stores.
+		n, err := strconv.ParseUint(cursor, 10, 63)
 		if err != nil || n == 0 {
 			return nil, "", store.ErrBadCursor
 		}

@@ -386,7 +386,10 @@ func (s *Store) PutSubscription(ctx context.Context, sub store.Subscription) (st
 	})
 	s.cache.dropSub(sub.UserID, sub.ServiceID)
 	s.forget(sub.UserID, sub.ServiceID)
+	// A plan change moves the thresholds a subscription has reached
+	// with no call: the evaluator is woken, not left for a settlement.
 	s.changes.add(sub.UserID, sub.ServiceID)
+	s.changes.publish()
 	if err == nil {
 		out.CreditsHeld = s.shownHeld(out)
 	}

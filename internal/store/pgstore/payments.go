@@ -254,7 +254,10 @@ func (s *Store) changedCredits(userID, serviceID string, taken bool) {
 	}
 	s.cache.dropSub(userID, serviceID)
 	s.forget(userID, serviceID)
+	// A balance taken below a credits_below threshold refuses every call
+	// after it, so no settlement would wake the evaluator for it.
 	s.changes.add(userID, serviceID)
+	s.changes.publish()
 }
 
 // GrantCredits adds the grant's credits to the balance and keeps the

@@ -130,6 +130,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"AlertDeliveryStates", testAlertDeliveryStates},
 		{"ListAlerts", testListAlerts},
 		{"ChangedAccounts", testChangedAccounts},
+		{"ChangedAccountsWithoutCalls", testChangedAccountsWithoutCalls},
 		{"Audit", testAudit},
 		{"PaymentRecords", testPaymentRecords},
 		{"PaymentRecordsConcurrent", testPaymentRecordsConcurrent},

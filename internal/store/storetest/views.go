@@ -366,6 +366,50 @@ func testChangedAccounts(t *testing.T, c *suite) {
 	}
 }
 
+// testChangedAccountsWithoutCalls: a change of balance or plan that no
+// call makes (an operator's correction, a refund's reversal, a grant's
+// expiry, a plan change) names its subscription and wakes the evaluator
+// too: a prepaid balance taken below a credits_below threshold this way
+// is refused every call after it, so no settlement would ever wake it.
+func testChangedAccountsWithoutCalls(t *testing.T, c *suite) {
+	s := c.store(t)
+	s.ChangedAccounts() // turns the bookkeeping on
+	subscribe(t, s, "u1", "svc", prepaid, whole(10))
+	ref := store.AccountRef{UserID: "u1", ServiceID: "svc"}
+	for _, tc := range []struct {
+		what   string
+		change func() error
+	}{
+		{"a negative correction of credits", func() error {
+			_, err := s.AddCredits(ctx, "u1", "svc", -whole(9), T0)
+			return err
+		}},
+		{"a change of plan", func() error {
+			_, err := s.PutSubscription(ctx, store.Subscription{UserID: "u1", ServiceID: "svc", ProductID: quotaBlock.ID,
+				Status: "ACTIVE", UpdatedAt: T0})
+			return err
+		}},
+	} {
+		// As the evaluator does: take what changed, then wait for more.
+		_, ready := s.ChangedAccounts()
+		if err := tc.change(); err != nil {
+			t.Fatalf("%s: %v", tc.what, err)
+		}
+		var refs []store.AccountRef
+		deadline := time.After(5 * time.Second)
+		for !slices.Contains(refs, ref) {
+			select {
+			case <-ready:
+			case <-deadline:
+				t.Fatalf("%s: the evaluator was not woken 5s after it (named so far: %v)", tc.what, refs)
+			}
+			var more []store.AccountRef
+			more, ready = s.ChangedAccounts()
+			refs = append(refs, more...)
+		}
+	}
+}
+
 // testAudit: entries get increasing sequence numbers and page newest first
 // without losing or repeating one; a malformed cursor is ErrBadCursor.
 func testAudit(t *testing.T, c *suite) {
@@ -391,8 +435,13 @@ func testAudit(t *testing.T, c *suite) {
 		page[0].UserID != "u1" || page[0].Detail != "created" || !page[0].Time.Equal(at) {
 		t.Fatalf("newest entry %+v, %v", page, err)
 	}
-	if _, _, err := s.ListAudit(ctx, "x", 2); !errors.Is(err, store.ErrBadCursor) {
-		t.Fatalf("bad cursor: %v", err)
+	// A cursor is a sequence number no store hands out past 2^63-1: one
+	// past it is malformed in every store, not the whole log in one and
+	// an error in the other.
+	for _, bad := range []string{"x", "0", "-1", "9223372036854775808", "18446744073709551615"} {
+		if _, _, err := s.ListAudit(ctx, bad, 2); !errors.Is(err, store.ErrBadCursor) {
+			t.Fatalf("cursor %q: %v, want ErrBadCursor", bad, err)
+		}
 	}
 }
 
