@@ -2,6 +2,8 @@ package platform
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -50,19 +52,29 @@ func (a *App) auditedSettings() []auditedSetting {
 	}
 }
 
-// recordedWebhook is the webhook URL as the audit log shows it: its query
-// left out, since a receiver's token often travels there (credentials in
-// the URL are refused by validWebhookURL).
+// recordedWebhook is the webhook URL as the audit log and the log line
+// show it: its scheme and host, where alerts go, and of the rest (path and
+// query) only a fingerprint, the first 8 hex digits of its SHA-256. A
+// receiver's token travels in the path as often as in the query (Slack's
+// and Zapier's hook URLs are /services/T…/B…/<token>), and no log line may
+// hold a secret (catalog.ShownURL); a change of path or query is still a
+// change of the recorded value, and so still audited. Credentials in the
+// URL are refused by validWebhookURL.
 func recordedWebhook(s string) string {
 	u, err := url.Parse(s)
-	if err != nil {
+	if err != nil || u.Scheme == "" || u.Host == "" {
 		return "(unparsable URL)"
 	}
-	out := u.Scheme + "://" + u.Host + u.EscapedPath()
-	if u.RawQuery != "" {
-		out += "?(query not recorded)"
+	out := u.Scheme + "://" + u.Host
+	rest := u.EscapedPath()
+	if u.RawQuery != "" || u.ForceQuery {
+		rest += "?" + u.RawQuery
 	}
-	return out
+	if rest == "" || rest == "/" {
+		return out + rest
+	}
+	sum := sha256.Sum256([]byte(rest))
+	return out + "/… (path and query not recorded: fingerprint " + hex.EncodeToString(sum[:4]) + ")"
 }
 
 func recordedRetention[D ~int64](d D) string {
