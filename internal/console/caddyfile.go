@@ -48,7 +48,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			n, err := strconv.Atoi(d.Val())
-			if err != nil || n < 1 || n > 3600 {
+			if err != nil || n < 1 || n > maxRefresh {
 				return d.Errf("refresh %q: seconds from 1 to 3600", d.Val())
 			}
 			h.RefreshSeconds = n

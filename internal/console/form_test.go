@@ -56,7 +56,7 @@ func TestConsoleFormBodies(t *testing.T) {
 	c, token := session(t, h, "/console/users/alice", "bob")
 	const path = "/console/users/alice/credits"
 	good := func() url.Values {
-		return url.Values{"csrf": {token}, onceField: {h.once.mint("bob")}, "serviceId": {"weather"}, "amount": {"5"}}
+		return url.Values{"csrf": {token}, onceField: {h.once.Mint("bob")}, "serviceId": {"weather"}, "amount": {"5"}}
 	}
 	send := func(body io.Reader, contentType string) (*httptest.ResponseRecorder, int64) {
 		cr := &countingReader{r: body}

@@ -16,6 +16,7 @@ package console
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -118,8 +119,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 // and tests).
 func (h *Handler) setup(rt *engine.Runtime, ops Operations, logger *zap.Logger) error {
 	h.rt, h.ops, h.logger = rt, ops, logger
+	if err := h.checkOptions(); err != nil {
+		return err
+	}
 	h.Prefix = strings.TrimRight(h.Prefix, "/")
-	if h.RefreshSeconds <= 0 {
+	if h.RefreshSeconds == 0 {
 		h.RefreshSeconds = 10
 	}
 	k, err := newCSRFKey()
@@ -128,6 +132,21 @@ func (h *Handler) setup(rt *engine.Runtime, ops Operations, logger *zap.Logger) 
 	}
 	h.csrf = k
 	h.once = newOnceBook(k)
+	return nil
+}
+
+// maxRefresh is the most refresh_seconds may be.
+const maxRefresh = 3600
+
+// checkOptions refuses the options the Caddyfile refuses on their line,
+// from any config (JSON too), with the same words.
+func (h *Handler) checkOptions() error {
+	if h.Prefix != "" && h.Prefix[0] != '/' {
+		return fmt.Errorf("platform_console: prefix %q must start with /", h.Prefix)
+	}
+	if n := h.RefreshSeconds; n < 0 || n > maxRefresh {
+		return fmt.Errorf("platform_console: refresh_seconds %d: seconds from 1 to %d", n, maxRefresh)
+	}
 	return nil
 }
 

@@ -85,7 +85,7 @@ func session(t *testing.T, h *Handler, path, who string) (*http.Cookie, string) 
 func post(h *Handler, path string, form url.Values, c *http.Cookie, who string) *httptest.ResponseRecorder {
 	if form.Has("csrf") && !form.Has(onceField) {
 		form = maps.Clone(form)
-		form.Set(onceField, h.once.mint(who))
+		form.Set(onceField, h.once.Mint(who))
 	}
 	r := httptest.NewRequest("POST", path, strings.NewReader(form.Encode()))
 	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")

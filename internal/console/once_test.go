@@ -312,8 +312,8 @@ func TestConsoleFormValueRefusals(t *testing.T) {
 	other := direct(t, e, false) // another process: another key
 	for name, v := range map[string]string{
 		"none":               "",
-		"not ours":           other.once.mint("bob"),
-		"another operator's": h.once.mint("carol"),
+		"not ours":           other.once.Mint("bob"),
+		"another operator's": h.once.Mint("carol"),
 		"cut short":          form.Get(onceField)[:20],
 	} {
 		f := with(form)
@@ -328,63 +328,12 @@ func TestConsoleFormValueRefusals(t *testing.T) {
 			t.Errorf("%s: %d %s", name, w.Code, w.Body)
 		}
 	}
-	h.once.now = func() time.Time { return time.Now().Add(onceTTL + time.Minute) }
+	h.once.Now = func() time.Time { return time.Now().Add(onceTTL + time.Minute) }
 	if w := post(h, "/console/users/alice/credits", form, c, "bob"); w.Code != http.StatusForbidden || !strings.Contains(w.Body.String(), "too old to send") {
 		t.Errorf("a day-old form: %d %s", w.Code, w.Body)
 	}
 	if got := credits(t, e, "alice"); got != "0" {
 		t.Fatalf("refused POSTs changed the balance to %s", got)
-	}
-}
-
-// TestOnceBookBounded: the book remembers at most max values; when full
-// it forgets the older half and refuses values made up to then as stale,
-// so a forgotten value is never taken again.
-func TestOnceBookBounded(t *testing.T) {
-	k, err := newCSRFKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := newOnceBook(k)
-	b.max = 4
-	at := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
-	b.now = func() time.Time { return at }
-	var vals []string
-	for range 7 {
-		at = at.Add(time.Second)
-		v := b.mint("op")
-		id, verdict, _ := b.claim(v, "op")
-		if verdict != onceOK {
-			t.Fatalf("a fresh value: verdict %d", verdict)
-		}
-		b.finish(id, onceMade)
-		vals = append(vals, v)
-		if len(b.used) > b.max {
-			t.Fatalf("%d values remembered, max %d", len(b.used), b.max)
-		}
-	}
-	for i, v := range vals {
-		_, verdict, state := b.claim(v, "op")
-		if verdict == onceOK {
-			t.Errorf("value %d taken a second time", i)
-		}
-		if verdict == onceTaken && state != onceMade {
-			t.Errorf("value %d: state %d", i, state)
-		}
-	}
-	if _, verdict, _ := b.claim(vals[0], "op"); verdict != onceStale {
-		t.Errorf("the oldest value, forgotten: verdict %d, want stale", verdict)
-	}
-	if _, verdict, _ := b.claim(vals[6], "op"); verdict != onceTaken {
-		t.Errorf("the newest value: verdict %d, want taken", verdict)
-	}
-	// Past onceTTL the values are forgotten and refused as stale.
-	at = at.Add(onceTTL + 2*time.Minute)
-	if _, verdict, _ := b.claim(b.mint("op"), "op"); verdict != onceOK || len(b.used) != 1 {
-		t.Errorf("after a day: verdict %d, %d remembered", verdict, len(b.used))
-	}
-	if _, verdict, _ := b.claim(vals[6], "op"); verdict != onceStale {
-		t.Errorf("a day-old value: verdict %d, want stale", verdict)
 	}
 }
 

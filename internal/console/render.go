@@ -149,7 +149,7 @@ func (h *Handler) renderRefresh(q *req, status int, name, title string, data any
 	}
 	var buf bytes.Buffer
 	err := pages[name].Execute(&buf, page{Title: title, Nav: nav, Who: q.who, CSRF: q.csrf, Prefix: h.Prefix, Refresh: refresh, Data: data,
-		once: func() string { return h.once.mint(q.who) }})
+		once: func() string { return h.once.Mint(q.who) }})
 	if err != nil {
 		h.logger.Error("render console page", zap.String("page", name), zap.Error(err))
 		http.Error(q.w, "internal error; see the server log", http.StatusInternalServerError)

@@ -146,17 +146,17 @@ func (h *Handler) readForm(q *req) bool {
 // one-time value is taken first: a form posted a second time changes
 // nothing and says the change was made already (once.go).
 func (h *Handler) post(q *req) {
-	id, verdict, state := h.once.claim(q.r.PostFormValue(onceField), q.who)
+	id, verdict, state := h.once.Claim(q.r.PostFormValue(onceField), q.who)
 	if verdict != onceOK {
 		h.onceRefused(q, verdict, state)
 		return
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			h.once.finish(id, onceFailed)
+			h.once.Finish(id, onceFailed)
 			panic(r)
 		}
-		h.once.finish(id, q.spent)
+		h.once.Finish(id, q.spent)
 	}()
 	p := q.parts
 	var err error

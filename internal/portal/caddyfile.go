@@ -2,7 +2,6 @@ package portal
 
 import (
 	"strconv"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -65,7 +64,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			dur, err := caddy.ParseDuration(d.Val())
-			if err != nil || dur < time.Minute || dur > 24*time.Hour {
+			if err != nil || dur < minSessionTTL || dur > maxSessionTTL {
 				return d.Errf("session_ttl %q: a duration from 1m to 24h", d.Val())
 			}
 			h.SessionTTL = caddy.Duration(dur)
@@ -77,7 +76,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			n, err := strconv.Atoi(d.Val())
-			if err != nil || n < 1 || n > 10000 {
+			if err != nil || n < 1 || n > maxSignInLimit {
 				return d.Errf("sign_in_limit %q: attempts per minute, 1 to 10000", d.Val())
 			}
 			h.SignInLimit = n
@@ -100,7 +99,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			n, err := strconv.Atoi(d.Val())
-			if err != nil || n < 1 || n > 1000 {
+			if err != nil || n < 1 || n > maxKeyOption {
 				return d.Errf("max_active_keys %q: active keys per user, 1 to 1000", d.Val())
 			}
 			h.MaxActiveKeys = n
@@ -112,7 +111,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			n, err := strconv.Atoi(d.Val())
-			if err != nil || n < 1 || n > 1000 {
+			if err != nil || n < 1 || n > maxKeyOption {
 				return d.Errf("key_create_limit %q: keys per minute per user, 1 to 1000", d.Val())
 			}
 			h.KeyCreateLimit = n

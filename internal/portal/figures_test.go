@@ -49,3 +49,50 @@ func TestStandingNegativeBalance(t *testing.T) {
 		t.Errorf("a balance of 0: %+v", s.Refused)
 	}
 }
+
+// TestStandingEndsBeforeNextPeriod: a quota used up or a cap reached on
+// a subscription that ends before its period does (a trial ending, a
+// cancellation) was said as "until <period end>", with "wait for the
+// next period": a period the caller will not have. The banner and the
+// bar name the subscription's end and do not promise one; a
+// subscription whose end comes after the period's still waits for the
+// next period.
+func TestStandingEndsBeforeNextPeriod(t *testing.T) {
+	periodEnd := time.Date(2026, 12, 26, 0, 0, 0, 0, time.UTC)
+	q, c := billing.Whole(100), billing.Whole(10)
+	quota := &billing.Product{BillingModel: billing.Subscription, MeasurementType: billing.PerRequest, UnitLabel: "request", Quota: &q}
+	capped := &billing.Product{BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerRequest, Price: billing.Whole(1), SpendingCap: &c}
+	for _, tc := range []struct {
+		name   string
+		status string
+		ends   time.Time
+		p      *billing.Product
+		reason string
+		fix    string
+	}{
+		{"trial ending first", "TRIAL", time.Date(2026, 12, 9, 14, 0, 0, 0, time.UTC), quota,
+			"quota used up; your subscription ends 9 Dec 2026", "ask your provider for a larger plan"},
+		{"cancelling at the period's end", "CANCELLING", periodEnd, quota,
+			"quota used up; your subscription ends 26 Dec 2026", "ask your provider for a larger plan"},
+		{"cap, cancelling early", "CANCELLING", time.Date(2026, 12, 20, 0, 0, 0, 0, time.UTC), capped,
+			"spending cap reached; your subscription ends 20 Dec 2026", "ask your provider to raise the cap"},
+		{"ending after the period", "TRIAL", periodEnd.AddDate(0, 0, 10), quota,
+			"quota used up until 26 Dec 2026", "wait for the next period, or ask your provider for a larger plan"},
+		{"no end", "ACTIVE", time.Time{}, capped,
+			"spending cap reached until 26 Dec 2026", "wait for the next period, or ask your provider to raise the cap"},
+	} {
+		ps := ops.PeriodSummary{ServiceID: "echo", Status: tc.status, PeriodEnd: periodEnd, EndsAt: tc.ends}
+		if tc.p == quota {
+			ps.Quota, ps.UnitsUsed = &q, billing.Whole(100)
+		} else {
+			ps.SpendingCap, ps.Spend = &c, billing.Whole(10)
+		}
+		s := standingOf(ps, tc.p)
+		if s.Refused == nil || s.Refused.Reason != tc.reason || s.Refused.Fix != tc.fix {
+			t.Errorf("%s: banner %+v, want %q, %q", tc.name, s.Refused, tc.reason, tc.fix)
+		}
+		if len(s.Gauges) != 1 || s.Gauges[0].Note != tc.reason {
+			t.Errorf("%s: bar %+v, want the note %q", tc.name, s.Gauges, tc.reason)
+		}
+	}
+}

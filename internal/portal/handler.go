@@ -18,6 +18,7 @@ import (
 	"github.com/platformgw/gateway/internal/apierror"
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/httpsonly"
+	"github.com/platformgw/gateway/internal/onceform"
 	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/store"
 )
@@ -460,8 +461,23 @@ func (h *Handler) createKey(q *request) {
 			"The operator of this portal does not let callers create or revoke keys here. Nothing was changed.")
 		return
 	}
+	// The form is taken once (once.go): posted again, it makes no
+	// second key.
+	finish, ok := h.takeForm(q, sess.UserID)
+	if !ok {
+		return
+	}
+	spent := onceform.Failed
+	defer func() { finish(spent) }()
 	label := strings.TrimSpace(q.r.PostForm.Get("label"))
 	rec, refusal, err := h.mint(q, sess, sessionKey, label, nil)
+	var invalid *apierror.Error
+	switch {
+	case rec.ID != "" || errors.Is(err, errParentEnded):
+		spent = onceform.Made
+	case refusal != nil || errors.As(err, &invalid):
+		spent = onceform.Unchanged // refused: the same form may be sent again
+	}
 	if err != nil && rec.ID != "" {
 		// The key exists but its audit entry failed (the server log says
 		// so): it is shown, once, as the admin API does.

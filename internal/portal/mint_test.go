@@ -36,7 +36,7 @@ func (e *env) keyFor(user string, roles []string, expires time.Time) (string, st
 func (c *client) mint(e *env) (string, store.KeyRecord) {
 	c.t.Helper()
 	_, page := c.get("/portal/")
-	resp, body := c.post("/portal/keys", url.Values{"csrf": {csrf(c.t, page)}, "label": {"minted"}})
+	resp, body := c.post("/portal/keys", keyForm(c.t, page, "minted"))
 	if resp.StatusCode != http.StatusCreated {
 		c.t.Fatalf("create: %d\n%s", resp.StatusCode, body)
 	}
@@ -127,7 +127,7 @@ func TestPortalKeyLabelKeptOnRefusal(t *testing.T) {
 		t.Errorf("create-key help for a key that never expires: %s", help)
 	}
 	label := strings.Repeat("é", 200)
-	resp, body := c.post("/portal/keys", url.Values{"csrf": {csrf(t, page)}, "label": {label}})
+	resp, body := c.post("/portal/keys", keyForm(t, page, label))
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "256 bytes") {
 		t.Fatalf("a 400-byte label: %d\n%s", resp.StatusCode, body)
 	}
@@ -241,7 +241,7 @@ func TestPortalKeyCreationLimits(t *testing.T) {
 	create := func() (*http.Response, string) {
 		t.Helper()
 		_, page := c.get("/portal/")
-		return c.post("/portal/keys", url.Values{"csrf": {csrf(t, page)}, "label": {"x"}})
+		return c.post("/portal/keys", keyForm(t, page, "x"))
 	}
 	_, first := c.mint(e)
 	c.mint(e)

@@ -71,6 +71,11 @@ func (o *OIDC) check() error {
 			return err
 		}
 	}
+	if o.Name != "" {
+		if err := o.checkOption("name"); err != nil {
+			return err
+		}
+	}
 	if o.UserClaim == "" {
 		o.UserClaim = ClaimEmail
 	}

@@ -235,7 +235,7 @@ func TestOIDCSignIn(t *testing.T) {
 	}
 
 	// A key made by a caller who signed in with the provider.
-	resp, body = c.post("/portal/keys", url.Values{"csrf": {csrf(t, body)}, "label": {"first"}})
+	resp, body = c.post("/portal/keys", keyForm(t, body, "first"))
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("create key: %d\n%s", resp.StatusCode, body)
 	}

@@ -92,6 +92,8 @@ type billingView struct {
 
 type invoiceRow struct {
 	ID, Service, Product, Status string
+	// StatusWords is Status in words (invoiceWords).
+	StatusWords string
 	// Amount is money with its currency ("29.00 EUR").
 	Amount              string
 	Period              string
@@ -169,6 +171,7 @@ func (h *Handler) billing(q *request, problem string, status int) {
 			row.Period = inv.PeriodStart.UTC().Format("2 Jan 2006") + " – " + inv.PeriodEnd.UTC().Format("2 Jan 2006")
 		}
 		row.PaymentFailed = inv.Status == "open" && inv.AmountPaid < inv.AmountDue
+		row.StatusWords = invoiceWords(inv.Status, row.PaymentFailed)
 		v.Invoices = append(v.Invoices, row)
 	}
 	tops, err := h.pay.TopUpsOf(ctx, sess.UserID)
@@ -178,7 +181,7 @@ func (h *Handler) billing(q *request, problem string, status int) {
 		return
 	}
 	for _, t := range tops {
-		row := topUpRow{ID: t.ID, Service: t.ServiceID, Pack: t.Pack, Credits: t.Credits + " credits",
+		row := topUpRow{ID: t.ID, Service: t.ServiceID, Pack: t.Pack, Credits: storedCreditsText(t.Credits),
 			Amount: payments.MinorMoney(t.Amount, t.Currency).String(), Date: t.PaidAt, ReceiptURL: httpsOnly(t.ReceiptURL)}
 		if svc, ok := h.rt.Catalog.Service(t.ServiceID); ok {
 			row.Service = svc.Name()

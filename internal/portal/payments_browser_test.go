@@ -15,7 +15,8 @@ import (
 // TestBrowserBillingOnAPhone: in a real browser at 390×844, the plans
 // page with a paid plan and the billing page with invoices fit the
 // screen, keep the stylesheet under the CSP with no inline script, and
-// name every control; the invoices become stacked rows.
+// name every control; the invoices become stacked rows, their statuses
+// in words ("Being prepared, not yet due") within the screen.
 func TestBrowserBillingOnAPhone(t *testing.T) {
 	ctx := newBrowser(t)
 	e, _ := startPaid(t)
@@ -26,7 +27,7 @@ func TestBrowserBillingOnAPhone(t *testing.T) {
 	if _, err := pay.InsertPaymentRecord(bg, payments.KindCustomer, "phone", rec, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	for i, st := range []string{"paid", "open"} {
+	for i, st := range []string{"paid", "open", "draft"} {
 		inv, _ := json.Marshal(payments.InvoiceRecord{ID: "in_phone_" + st, UserID: "phone", ServiceID: "echo", ProductID: "pro",
 			CustomerID: "cus_phone", Status: st, AmountDue: 2900, AmountPaid: map[string]int64{"paid": 2900}[st], Currency: "USD",
 			PeriodStart: time.Now().AddDate(0, -i-1, 0), PeriodEnd: time.Now().AddDate(0, -i, 0),

@@ -146,10 +146,13 @@ func (h *Handler) setup(ctx context.Context, rt *engine.Runtime, o Operations, l
 	if h.pay != nil {
 		h.csp = paymentsCSP
 	}
-	if h.SessionTTL <= 0 {
+	if err := h.checkBounds(); err != nil {
+		return err
+	}
+	if h.SessionTTL == 0 {
 		h.SessionTTL = caddy.Duration(DefaultSessionTTL)
 	}
-	if h.SignInLimit <= 0 {
+	if h.SignInLimit == 0 {
 		h.SignInLimit = DefaultSignInLimit
 	}
 	switch h.MintedKeys {
@@ -159,10 +162,10 @@ func (h *Handler) setup(ctx context.Context, rt *engine.Runtime, o Operations, l
 	default:
 		return fmt.Errorf("platform_portal: minted_keys %q: %s or %s", h.MintedKeys, MintedFollowParent, MintedIndependent)
 	}
-	if h.MaxActiveKeys <= 0 {
+	if h.MaxActiveKeys == 0 {
 		h.MaxActiveKeys = DefaultMaxActiveKeys
 	}
-	if h.KeyCreateLimit <= 0 {
+	if h.KeyCreateLimit == 0 {
 		h.KeyCreateLimit = DefaultKeyCreateLimit
 	}
 	if h.OIDC != nil {
@@ -180,6 +183,34 @@ func (h *Handler) setup(ctx context.Context, rt *engine.Runtime, o Operations, l
 	}
 	h.assets, err = fs.Sub(assetFS, "assets")
 	return err
+}
+
+// The options' bounds: the Caddyfile refuses a value outside them on
+// its line, and setup refuses one from any config (JSON too, where a
+// bare number of session_ttl is nanoseconds); 0 is the default.
+const (
+	minSessionTTL  = time.Minute
+	maxSessionTTL  = 24 * time.Hour
+	maxSignInLimit = 10000
+	maxKeyOption   = 1000 // max_active_keys and key_create_limit
+)
+
+// checkBounds refuses an option set outside its bounds, with the words
+// the Caddyfile's refusal uses.
+func (h *Handler) checkBounds() error {
+	if d := time.Duration(h.SessionTTL); d != 0 && (d < minSessionTTL || d > maxSessionTTL) {
+		return fmt.Errorf("platform_portal: session_ttl %s: a duration from 1m to 24h (a bare number in JSON is nanoseconds: write \"30m\")", d)
+	}
+	if n := h.SignInLimit; n < 0 || n > maxSignInLimit {
+		return fmt.Errorf("platform_portal: sign_in_limit %d: attempts per minute, 1 to %d", n, maxSignInLimit)
+	}
+	if n := h.MaxActiveKeys; n < 0 || n > maxKeyOption {
+		return fmt.Errorf("platform_portal: max_active_keys %d: active keys per user, 1 to %d", n, maxKeyOption)
+	}
+	if n := h.KeyCreateLimit; n < 0 || n > maxKeyOption {
+		return fmt.Errorf("platform_portal: key_create_limit %d: keys per minute per user, 1 to %d", n, maxKeyOption)
+	}
+	return nil
 }
 
 // parsePages parses the embedded templates.

@@ -235,7 +235,7 @@ func TestPortalKeyManagement(t *testing.T) {
 	key, rec := e.user("dana", "basic")
 	c := newClient(t)
 	page := c.signIn(key)
-	resp, body := c.post("/portal/keys", url.Values{"csrf": {csrf(t, page)}, "label": {"ci <runner>"}})
+	resp, body := c.post("/portal/keys", keyForm(t, page, "ci <runner>"))
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("create: %d\n%s", resp.StatusCode, body)
 	}

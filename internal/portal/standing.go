@@ -87,12 +87,11 @@ func standingOf(ps ops.PeriodSummary, p *billing.Product) standing {
 		return s
 	}
 	s.RateLimit = rateWords(p.RateLimit)
-	until := dateWords(ps.PeriodEnd)
 	if ps.Quota != nil {
 		used := ps.UnitsUsed + ps.UnitsHeld
 		g := newGauge("Quota", used, *ps.Quota, quantityText(p, used), quantityText(p, *ps.Quota))
 		if g.Percent >= 100 {
-			g.Note = "quota used up until " + until
+			g.Note, _ = limitHolds(ps, "quota used up")
 			if p.OverageAllowed() {
 				g.Note += "; further calls are billed as overage"
 			}
@@ -103,7 +102,7 @@ func standingOf(ps ops.PeriodSummary, p *billing.Product) standing {
 		spent := ps.Spend + ps.SpendHeld
 		g := newGauge("Spending cap", spent, *ps.SpendingCap, priceText(p, spent), priceText(p, *ps.SpendingCap))
 		if g.Percent >= 100 {
-			g.Note = "spending cap reached until " + until
+			g.Note, _ = limitHolds(ps, "spending cap reached")
 		}
 		s.Gauges = append(s.Gauges, g)
 	}
@@ -136,7 +135,6 @@ func refusedNow(ps ops.PeriodSummary, p *billing.Product) *callsRefused {
 	if d.Allowed {
 		return nil
 	}
-	until := dateWords(ps.PeriodEnd)
 	switch {
 	case d.Code == billing.CodeInsufficientCredits && st.Credits < 0:
 		r.Reason, r.Fix = "your credit balance is below zero ("+creditsText(st.Credits)+")", "add credits"
@@ -145,9 +143,31 @@ func refusedNow(ps ops.PeriodSummary, p *billing.Product) *callsRefused {
 	case d.Code == billing.CodeInsufficientCredits:
 		r.Reason, r.Fix = "your credits ("+creditsText(st.CreditsFree())+") do not cover a call", "add credits"
 	case p.Quota != nil && !p.OverageAllowed() && st.QuotaLeft(*p.Quota) < billing.Whole(1):
-		r.Reason, r.Fix = "quota used up until "+until, "wait for the next period, or ask your provider for a larger plan"
+		r.Reason, r.Fix = limitFix(ps, "quota used up", "ask your provider for a larger plan")
 	default:
-		r.Reason, r.Fix = "spending cap reached until "+until, "wait for the next period, or ask your provider to raise the cap"
+		r.Reason, r.Fix = limitFix(ps, "spending cap reached", "ask your provider to raise the cap")
 	}
 	return r
+}
+
+// limitHolds says how long a used-up quota or a reached cap (what)
+// holds: to the period's end, when the next period starts afresh, or to
+// the subscription's end when that comes first or with it (a trial
+// ending, a cancellation, the rule of currentPlan.EndsFirst): then last
+// is true, and there is no next period to wait for.
+func limitHolds(ps ops.PeriodSummary, what string) (words string, last bool) {
+	if !ps.EndsAt.IsZero() && !ps.EndsAt.After(ps.PeriodEnd) {
+		return what + "; your subscription ends " + dateWords(ps.EndsAt), true
+	}
+	return what + " until " + dateWords(ps.PeriodEnd), false
+}
+
+// limitFix is the banner's reason and fix for a limit reached: waiting
+// for the next period only when the subscription has one.
+func limitFix(ps ops.PeriodSummary, what, ask string) (reason, fix string) {
+	reason, last := limitHolds(ps, what)
+	if last {
+		return reason, ask
+	}
+	return reason, "wait for the next period, or " + ask
 }

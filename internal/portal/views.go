@@ -53,8 +53,10 @@ type dashboard struct {
 	// key made with it is revoked with it (minted_keys follow_parent).
 	KeyExpires time.Time
 	KeysFollow bool
-	// Label is the create-key form's label, kept after a refusal.
+	// Label is the create-key form's label, kept after a refusal; Once
+	// is the form's one-time value (once.go).
 	Label         string
+	Once          string
 	NewKey        string
 	NewKeyID      string
 	Subscriptions []subscriptionView
@@ -158,6 +160,9 @@ func (h *Handler) dashboardStatus(q *request, status int, sess session, sessionK
 		return
 	}
 	d.NewKey, d.NewKeyID, d.Label = x.NewKey, x.NewKeyID, x.Label
+	if d.AllowKeys {
+		d.Once = forms.Mint(sess.UserID)
+	}
 	if d.NewKey != "" {
 		base, prefix := h.gatewayBase(q)
 		for _, v := range d.Subscriptions {

@@ -277,6 +277,38 @@ func endingWords(status string, endsAt time.Time) string {
 	return words + " — ends " + endsAt.UTC().Format(time.DateOnly)
 }
 
+// invoiceWords is a Stripe invoice's status in words; failed is an open
+// invoice whose payment did not go through, said apart (the page marks
+// it).
+func invoiceWords(status string, failed bool) string {
+	switch status {
+	case "paid":
+		return "Paid"
+	case "open":
+		if failed {
+			return "Payment failed"
+		}
+		return "Awaiting payment"
+	case "draft":
+		return "Being prepared, not yet due"
+	case "void":
+		return "Cancelled, nothing to pay"
+	case "uncollectible":
+		return "Unpaid, written off"
+	}
+	return keyWords(status)
+}
+
+// storedCreditsText is creditsText of a count of credits a payment
+// record holds as a decimal string; one it cannot read is shown as it is.
+func storedCreditsText(s string) string {
+	u, err := billing.ParseStoredUnits(s)
+	if err != nil {
+		return s + " credits"
+	}
+	return creditsText(u)
+}
+
 // jobWords is a job's status in words.
 func jobWords(status string) string {
 	switch status {

@@ -1,8 +1,6 @@
 package storefront
 
 import (
-	"time"
-
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
@@ -73,7 +71,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			dur, err := caddy.ParseDuration(d.Val())
-			if err != nil || dur < time.Second || dur%time.Second != 0 || dur > 365*24*time.Hour {
+			if err == nil {
+				err = checkMaxAge(dur)
+			}
+			if err != nil {
 				return d.Errf("max_age '%s': whole seconds, 1s to 365d", d.Val())
 			}
 			h.MaxAge = caddy.Duration(dur)

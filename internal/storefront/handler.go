@@ -11,6 +11,7 @@ package storefront
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -144,8 +145,8 @@ func (h *Handler) setup(c *catalog.Catalog, gatewayPrefix string, logger *zap.Lo
 
 // check rejects options that would make a broken page or a weak policy.
 func (h *Handler) check() error {
-	if h.MaxAge < 0 {
-		return fmt.Errorf("platform_storefront: max_age %s is negative", time.Duration(h.MaxAge))
+	if err := checkMaxAge(time.Duration(h.MaxAge)); h.MaxAge != 0 && err != nil {
+		return fmt.Errorf("platform_storefront: max_age %s: %w (a bare number in JSON is nanoseconds: write \"1m\")", time.Duration(h.MaxAge), err)
 	}
 	if err := catalog.CheckText("title", h.Title, catalog.MaxDisplayName, false); err != nil {
 		return fmt.Errorf("platform_storefront: %w", err)
@@ -166,6 +167,16 @@ func (h *Handler) check() error {
 		if err := CheckOrigin(o); err != nil {
 			return fmt.Errorf("platform_storefront: image_origins: %w", err)
 		}
+	}
+	return nil
+}
+
+// checkMaxAge holds max_age to whole seconds from 1s to 365d, for the
+// Caddyfile and for any config: the header counts seconds, so less than
+// a second would say max-age=0.
+func checkMaxAge(d time.Duration) error {
+	if d < time.Second || d%time.Second != 0 || d > 365*24*time.Hour {
+		return errors.New("whole seconds, 1s to 365d")
 	}
 	return nil
 }
