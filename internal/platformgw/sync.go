@@ -307,7 +307,15 @@ func (m *meterWriter) Unwrap() http.ResponseWriter { return m.w }
 // through Write was settled at 0 units, its tunnel free. The status line
 // and headers net/http buffered are sent first, uncounted, as a
 // response's headers are.
+//
+// A call whose settlement failed at the 101 was answered 500 (settleNow,
+// WriteHeader): the proxy still hijacked the connection after it, and
+// the tunnel went through uncharged. There is no tunnel after a withheld
+// answer.
 func (m *meterWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if m.failed {
+		return nil, nil, errWithheld
+	}
 	conn, brw, err := http.NewResponseController(m.w).Hijack()
 	if err != nil {
 		return conn, brw, err
@@ -319,6 +327,10 @@ func (m *meterWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	m.tunnelConn = cc
 	return cc, bufio.NewReadWriter(brw.Reader, bufio.NewWriterSize(cc, 1)), nil
 }
+
+// errWithheld refuses the proxy the caller's connection when the call
+// could not be metered and its answer was withheld.
+var errWithheld = errors.New("the call could not be metered: no protocol switch")
 
 // countedConn is the caller's connection after a protocol switch,
 // counting the bytes written to it.

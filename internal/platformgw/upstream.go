@@ -287,6 +287,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil && routed && !neverSent(err) {
 		f.sentErr = err
 	}
+	if err == nil && routed {
+		// The backend answered. lb_retry_match can still have the proxy
+		// try again on that answer ({rp.status_code}, {rp.header.*}):
+		// the backend would run the call a second time under the same
+		// signature and timestamp. It is refused like any retry.
+		f.sentErr = errAnswered
+	}
 	if routed {
 		f.resp = resp
 	}
@@ -312,6 +319,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp.Body = tb
 	return resp, nil
 }
+
+// errAnswered refuses a retry of a call its backend answered: the caller
+// gets 502 service_error, not charged.
+var errAnswered = errors.New("the backend answered this call already; a call is not sent twice (lb_retry_match)")
 
 // neverSent reports whether a failed attempt certainly never sent the
 // request: the connection to the backend was not made (Caddy's DialError
