@@ -162,6 +162,7 @@ func parseProgress(body []byte, now time.Time, skew time.Duration) (progressUpda
 	if e != nil {
 		return p, e
 	}
+	stage = storable(stage)
 	if !ok || strings.TrimSpace(stage) == "" {
 		return p, apierror.Invalid("stage", "stage is required")
 	}
@@ -184,7 +185,7 @@ func parseProgress(body []byte, now time.Time, skew time.Duration) (progressUpda
 	if e != nil {
 		return p, e
 	}
-	p.ErrorMessage, _ = cut(msg, maxErrorMessageBytes)
+	p.ErrorMessage, _ = cut(storable(msg), maxErrorMessageBytes)
 	p.HasError = ok
 	if _, e := f.timestamp(now, skew); e != nil {
 		return p, e
@@ -228,6 +229,7 @@ func parseCompletion(body []byte, now time.Time, skew time.Duration) (completion
 			if err := json.Unmarshal(raw, &c.Result); err != nil {
 				return c, apierror.Invalid("result", "result must be a string or JSON value")
 			}
+			c.Result = storable(c.Result)
 		} else {
 			c.Result = compactJSON(raw)
 			c.ContentType = "application/json"
@@ -256,7 +258,7 @@ func parseCompletion(body []byte, now time.Time, skew time.Duration) (completion
 	if e != nil {
 		return c, e
 	}
-	c.ErrorMessage, _ = cut(msg, maxErrorMessageBytes)
+	c.ErrorMessage, _ = cut(storable(msg), maxErrorMessageBytes)
 	if _, e := f.timestamp(now, skew); e != nil {
 		return c, e
 	}
