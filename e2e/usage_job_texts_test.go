@@ -11,7 +11,8 @@ import (
 	"github.com/platformgw/gateway/internal/pgtest"
 )
 
-// TestUsageJobTextsWithNUL: a backend's stage, error text and result may
+// TestUsageJobTextsWithNUL: a backend's stage, error text, result and
+// content type (in a quoted parameter) may
 // hold U+0000 (JSON's "\u0000"), which PostgreSQL cannot store in a jsonb
 // record. Both stores must take the progress and the completion alike
 // (the NUL shown as U+FFFD), and the completion must be charged: a
@@ -48,14 +49,15 @@ func TestUsageJobTextsWithNUL(t *testing.T) {
 				t.Errorf("status after a progress with NULs: %d %s", resp.StatusCode, body)
 			}
 
-			complete := fmt.Sprintf(`{"status":"COMPLETED","result":"a\u0000b","timestamp":%d}`, time.Now().Unix())
+			complete := fmt.Sprintf(`{"status":"COMPLETED","result":"a\u0000b","contentType":"text/plain; x=\"\u0000\"","timestamp":%d}`, time.Now().Unix())
 			resp, body = usagePost(t, usageSigned{URL: env.CallbackURL, Body: complete, Secret: usageSecret, Timestamp: ts})
 			if resp.StatusCode != http.StatusOK {
 				t.Fatalf("completion with a NUL: %d %s", resp.StatusCode, body)
 			}
 			resp, body = call(t, "GET", gwBase+"/api/requests/"+acc.RequestID+"/result", key, "")
 			res := usageJSON(t, body)
-			if resp.StatusCode != http.StatusOK || res["result"] != "a\uFFFDb" || res["size"] != float64(len("a\uFFFDb")) || res["truncated"] != false {
+			if resp.StatusCode != http.StatusOK || res["result"] != "a\uFFFDb" || res["size"] != float64(len("a\uFFFDb")) || res["truncated"] != false ||
+				res["contentType"] != "text/plain; x=\"\uFFFD\"" {
 				t.Errorf("result: %d %s", resp.StatusCode, body)
 			}
 			if es := g.ledger("u-nul"); len(es) != 1 || es[0].Units != billing.Whole(1) {

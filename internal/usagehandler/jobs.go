@@ -246,6 +246,7 @@ func parseCompletion(body []byte, now time.Time, skew time.Duration) (completion
 	if ct, ok, e := f.str("contentType"); e != nil {
 		return c, e
 	} else if ok && ct != "" {
+		ct = storable(ct) // a quoted parameter may hold one
 		if _, _, err := mime.ParseMediaType(ct); err != nil || len(ct) > maxContentTypeBytes {
 			return c, apierror.Invalid("contentType", "contentType must be a media type such as application/json")
 		}
