@@ -86,3 +86,40 @@ func startGatewayPostgres(t *testing.T, dir, dsn, platformBlock string) *gateway
 	tester.InitServer(cfg, "caddyfile")
 	return &gateway{t: t, tester: tester, dir: dir}
 }
+
+// TestJobIDNotUTF8: a job id in the path that is not UTF-8 (%ff) names no
+// job: 404 request_not_found on both stores, for the caller's status and
+// result and for a backend's progress and completion, never a store error
+// (PostgreSQL refuses such a text parameter).
+func TestJobIDNotUTF8(t *testing.T) {
+	for _, pg := range []bool{false, true} {
+		name := "file"
+		if pg {
+			name = "postgres"
+		}
+		t.Run(name, func(t *testing.T) {
+			be := newUsageBackend(t, usageSecret)
+			other := newUsageBackend(t, usageSecret2)
+			var g *gateway
+			if pg {
+				g = startGatewayPostgres(t, t.TempDir(), pgtest.DB(t), usageCatalog(be.URL, other.URL))
+			} else {
+				g = startGateway(t, t.TempDir(), usageCatalog(be.URL, other.URL))
+			}
+			key, _ := g.newKey("u-utf8")
+			for _, url := range []string{gwBase + "/api/requests/a%ffb/status", gwBase + "/api/requests/a%ffb/result", gwBase + "/api/usage/progress/a%ffb"} {
+				resp, body := call(t, "GET", url, key, "")
+				if resp.StatusCode != http.StatusNotFound || errorCode(t, resp, body) != "request_not_found" {
+					t.Errorf("GET %s: %d %s", url, resp.StatusCode, body)
+				}
+			}
+			body := fmt.Sprintf(`{"stage":"x","percentageComplete":1,"timestamp":%d}`, time.Now().Unix())
+			for _, url := range []string{gwBase + "/api/usage/progress/a%ffb", gwBase + "/api/usage/complete/a%ffb"} {
+				resp, got := usagePost(t, usageSigned{URL: url, Body: body, Secret: usageSecret})
+				if resp.StatusCode != http.StatusNotFound || errorCode(t, resp, got) != "request_not_found" {
+					t.Errorf("POST %s: %d %s", url, resp.StatusCode, got)
+				}
+			}
+		})
+	}
+}
