@@ -123,3 +123,27 @@ func TestJobIDNotUTF8(t *testing.T) {
 		})
 	}
 }
+
+// TestJobResultSizeNotUTF8: a result that is a JSON value rather than a
+// string is kept as its JSON text; bytes in it that are not UTF-8 are
+// kept as U+FFFD, as in a string result, and size counts the text the
+// caller gets, not the bytes the store never kept.
+func TestJobResultSizeNotUTF8(t *testing.T) {
+	be := newUsageBackend(t, usageSecret)
+	other := newUsageBackend(t, usageSecret2)
+	g := startGateway(t, t.TempDir(), usageCatalog(be.URL, other.URL))
+	key, _ := g.newKey("u-raw")
+	g.subscribe("u-raw", "svc", "basic", "ACTIVE")
+	acc, env := usageStart(t, be, asyncURL("/api", "svc", "job"), key, `{}`)
+	complete := fmt.Sprintf("{\"result\":{\"a\":\"x\xff\xfey\"},\"timestamp\":%d}", time.Now().Unix())
+	resp, body := usagePost(t, usageSigned{URL: env.CallbackURL, Body: complete, Secret: usageSecret})
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("completion: %d %s", resp.StatusCode, body)
+	}
+	resp, body = call(t, "GET", gwBase+"/api/requests/"+acc.RequestID+"/result", key, "")
+	res := usageJSON(t, body)
+	want := "{\"a\":\"x\uFFFD\uFFFDy\"}"
+	if resp.StatusCode != http.StatusOK || res["result"] != want || res["size"] != float64(len(want)) || res["truncated"] != false {
+		t.Errorf("result: %d %s; want result %q size %d", resp.StatusCode, body, want, len(want))
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 
@@ -231,7 +232,7 @@ func parseCompletion(body []byte, now time.Time, skew time.Duration) (completion
 			}
 			c.Result = storable(c.Result)
 		} else {
-			c.Result = compactJSON(raw)
+			c.Result = validText(compactJSON(raw))
 			c.ContentType = "application/json"
 		}
 	}
@@ -270,6 +271,27 @@ func compactJSON(raw json.RawMessage) string {
 	var b bytes.Buffer
 	if json.Compact(&b, raw) != nil {
 		return string(raw)
+	}
+	return b.String()
+}
+
+// validText is s with each byte that is not UTF-8 written as U+FFFD, as
+// encoding/json writes a string (and both stores keep a job's texts):
+// a result sent as a JSON value is raw body bytes, which a string result
+// never is, so its size and cap were counted on bytes no store kept.
+func validText(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n == 1 {
+			b.WriteString("\uFFFD")
+		} else {
+			b.WriteString(s[i : i+n])
+		}
+		i += n
 	}
 	return b.String()
 }
