@@ -163,14 +163,13 @@ func parseProgress(body []byte, now time.Time, skew time.Duration) (progressUpda
 	if e != nil {
 		return p, e
 	}
-	stage = storable(stage)
 	if !ok || strings.TrimSpace(stage) == "" {
 		return p, apierror.Invalid("stage", "stage is required")
 	}
 	if len(stage) > maxStageBytes {
 		return p, apierror.Invalid("stage", "stage is longer than 1 KiB")
 	}
-	p.Stage = stage
+	p.Stage = storable(stage) // measured as sent: what a store file took before
 	pct, ok, e := f.number("percentageComplete")
 	if e != nil {
 		return p, e
@@ -247,11 +246,10 @@ func parseCompletion(body []byte, now time.Time, skew time.Duration) (completion
 	if ct, ok, e := f.str("contentType"); e != nil {
 		return c, e
 	} else if ok && ct != "" {
-		ct = storable(ct) // a quoted parameter may hold one
 		if _, _, err := mime.ParseMediaType(ct); err != nil || len(ct) > maxContentTypeBytes {
 			return c, apierror.Invalid("contentType", "contentType must be a media type such as application/json")
 		}
-		c.ContentType = ct
+		c.ContentType = storable(ct) // a quoted parameter may hold U+0000
 	}
 	if c.Units, c.HasUnits, e = f.units("units"); e != nil {
 		return c, e
