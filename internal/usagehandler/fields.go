@@ -192,6 +192,16 @@ func parseEpoch(s string) (time.Time, error) {
 	return t.Add(time.Duration(n) * unit / time.Second), nil
 }
 
+// storable is a backend's text as a job keeps it: U+0000 (JSON's
+// "\u0000") becomes U+FFFD, as bytes that are not UTF-8 already do.
+// PostgreSQL cannot hold U+0000 in a jsonb record, so a stage, error text,
+// result or content type (in a quoted parameter) with one was refused there with a store error (the progress
+// lost, the completion never taken nor charged) while the store file kept
+// it: both stores now keep the same text.
+func storable(s string) string {
+	return strings.ReplaceAll(s, "\x00", "\uFFFD")
+}
+
 // cut returns s cut to at most max bytes at a UTF-8 boundary, and whether
 // it was cut.
 func cut(s string, max int) (string, bool) {

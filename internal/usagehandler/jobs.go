@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 
@@ -168,7 +169,7 @@ func parseProgress(body []byte, now time.Time, skew time.Duration) (progressUpda
 	if len(stage) > maxStageBytes {
 		return p, apierror.Invalid("stage", "stage is longer than 1 KiB")
 	}
-	p.Stage = stage
+	p.Stage = storable(stage) // measured as sent: what a store file took before
 	pct, ok, e := f.number("percentageComplete")
 	if e != nil {
 		return p, e
@@ -184,7 +185,7 @@ func parseProgress(body []byte, now time.Time, skew time.Duration) (progressUpda
 	if e != nil {
 		return p, e
 	}
-	p.ErrorMessage, _ = cut(msg, maxErrorMessageBytes)
+	p.ErrorMessage, _ = cut(storable(msg), maxErrorMessageBytes)
 	p.HasError = ok
 	if _, e := f.timestamp(now, skew); e != nil {
 		return p, e
@@ -228,8 +229,9 @@ func parseCompletion(body []byte, now time.Time, skew time.Duration) (completion
 			if err := json.Unmarshal(raw, &c.Result); err != nil {
 				return c, apierror.Invalid("result", "result must be a string or JSON value")
 			}
+			c.Result = storable(c.Result)
 		} else {
-			c.Result = compactJSON(raw)
+			c.Result = validText(compactJSON(raw))
 			c.ContentType = "application/json"
 		}
 	}
@@ -247,7 +249,7 @@ func parseCompletion(body []byte, now time.Time, skew time.Duration) (completion
 		if _, _, err := mime.ParseMediaType(ct); err != nil || len(ct) > maxContentTypeBytes {
 			return c, apierror.Invalid("contentType", "contentType must be a media type such as application/json")
 		}
-		c.ContentType = ct
+		c.ContentType = storable(ct) // a quoted parameter may hold U+0000
 	}
 	if c.Units, c.HasUnits, e = f.units("units"); e != nil {
 		return c, e
@@ -256,7 +258,7 @@ func parseCompletion(body []byte, now time.Time, skew time.Duration) (completion
 	if e != nil {
 		return c, e
 	}
-	c.ErrorMessage, _ = cut(msg, maxErrorMessageBytes)
+	c.ErrorMessage, _ = cut(storable(msg), maxErrorMessageBytes)
 	if _, e := f.timestamp(now, skew); e != nil {
 		return c, e
 	}
@@ -267,6 +269,27 @@ func compactJSON(raw json.RawMessage) string {
 	var b bytes.Buffer
 	if json.Compact(&b, raw) != nil {
 		return string(raw)
+	}
+	return b.String()
+}
+
+// validText is s with each byte that is not UTF-8 written as U+FFFD, as
+// encoding/json writes a string (and both stores keep a job's texts):
+// a result sent as a JSON value is raw body bytes, which a string result
+// never is, so its size and cap were counted on bytes no store kept.
+func validText(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n == 1 {
+			b.WriteString("\uFFFD")
+		} else {
+			b.WriteString(s[i : i+n])
+		}
+		i += n
 	}
 	return b.String()
 }

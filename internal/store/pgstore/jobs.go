@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -140,8 +142,20 @@ func scanJob(row pgx.Row) (jobRecord, error) {
 	return rec, json.Unmarshal(raw, &rec)
 }
 
+// noSuchJobID reports whether id cannot name a stored job: PostgreSQL
+// text holds neither bytes that are not UTF-8 nor NUL, and refuses such a
+// parameter with an error, where the store file answers ErrNotFound. Ids
+// come from request paths (%ff), so they are answered as not found here
+// too rather than as a store failure.
+func noSuchJobID(id string) bool {
+	return !utf8.ValidString(id) || strings.IndexByte(id, 0) >= 0
+}
+
 // GetJob reads a job, whichever node created or changed it.
 func (s *Store) GetJob(ctx context.Context, id string) (store.Job, error) {
+	if noSuchJobID(id) {
+		return store.Job{}, store.ErrNotFound
+	}
 	rec, err := scanJob(s.pool.QueryRow(ctx, "SELECT rec FROM jobs WHERE id = $1", id))
 	if err != nil {
 		return store.Job{}, s.fail(err)
@@ -162,6 +176,9 @@ func (s *Store) CompleteJob(ctx context.Context, id string, a store.Account, e s
 	}
 	if err := store.CtxErr(ctx); err != nil {
 		return store.Job{}, err
+	}
+	if noSuchJobID(id) {
+		return store.Job{}, store.ErrNotFound
 	}
 	if e.Time.IsZero() {
 		e.Time = time.Now()

@@ -65,6 +65,12 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter, cursor string, 
 	if err != nil {
 		return nil, "", err
 	}
+	if noSuchJobID(string(after)) { // a forged cursor: no job id is such text
+		return nil, "", store.ErrBadCursor
+	}
+	if noSuchJobID(f.UserID) || noSuchJobID(f.ServiceID) || noSuchJobID(f.Status) {
+		return nil, "", nil // a filter no job matches (PostgreSQL refuses it as text)
+	}
 	limit = max(limit, 1)
 	rows, err := s.pool.Query(ctx, `SELECT rec FROM jobs WHERE id > $1
 		AND ($2 = '' OR rec->>'userId' = $2) AND ($3 = '' OR rec->>'serviceId' = $3) AND ($4 = '' OR rec->>'status' = $4)

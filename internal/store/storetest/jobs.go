@@ -54,6 +54,16 @@ func testJobs(t *testing.T, c *suite) {
 	if _, err := s.UpdateJob(ctx, "nope", func(*store.Job) error { return nil }); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("UpdateJob(unknown) = %v, want ErrNotFound", err)
 	}
+	// Ids from request paths may be any bytes: one that is not UTF-8 or
+	// holds NUL names no job, on every store (PostgreSQL text refuses it).
+	for _, id := range []string{"a\xffb", "a\x00b"} {
+		if _, err := s.GetJob(ctx, id); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("GetJob(%q) = %v, want ErrNotFound", id, err)
+		}
+		if _, err := s.UpdateJob(ctx, id, func(*store.Job) error { return nil }); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("UpdateJob(%q) = %v, want ErrNotFound", id, err)
+		}
+	}
 
 	// Progress.
 	got, err = s.UpdateJob(ctx, "job-1", func(j *store.Job) error {

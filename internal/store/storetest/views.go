@@ -124,6 +124,18 @@ func testListJobs(t *testing.T, c *suite) {
 	if jobs, next, err := s.ListJobs(ctx, store.JobFilter{Status: store.JobPending}, "", 5); err != nil || len(jobs) != 5 || next == "" {
 		t.Errorf("first page of 5: %d jobs, next %q, %v", len(jobs), next, err)
 	}
+	// Filters come from the console's query string and may be any bytes:
+	// one that is not UTF-8 or holds NUL matches nothing, on every store.
+	for _, f := range []store.JobFilter{{UserID: "u\xff"}, {ServiceID: "s\x00"}, {Status: "\xff"}} {
+		if jobs, next, err := s.ListJobs(ctx, f, "", 5); err != nil || len(jobs) != 0 || next != "" {
+			t.Errorf("ListJobs(%+v) = %d jobs, next %q, %v; want none", f, len(jobs), next, err)
+		}
+	}
+	// A cursor that decodes to such bytes (a forged one) is refused as a
+	// bad cursor or lists what follows, never a store error.
+	if _, _, err := s.ListJobs(ctx, store.JobFilter{}, store.EncodeCursor([]byte("j\xff")), 5); err != nil && !errors.Is(err, store.ErrBadCursor) {
+		t.Errorf("ListJobs(cursor j\\xff) = %v", err)
+	}
 }
 
 func newAlert(user, threshold string) store.Alert {
