@@ -147,8 +147,20 @@ func scanJob(row pgx.Row) (jobRecord, error) {
 // parameter with an error, where the store file answers ErrNotFound. Ids
 // come from request paths (%ff), so they are answered as not found here
 // too rather than as a store failure.
-func noSuchJobID(id string) bool {
-	return !utf8.ValidString(id) || strings.IndexByte(id, 0) >= 0
+func noSuchJobID(id string) bool { return noSuchText(id) }
+
+// noSuchText reports whether any of ss is text no row holds: not UTF-8,
+// or holding U+0000, which PostgreSQL refuses as a text parameter (an
+// error, where the store file finds nothing). A read given such an id,
+// filter or cursor answers as for an id nobody has (the admin API's and
+// the console's filters come from query strings).
+func noSuchText(ss ...string) bool {
+	for _, s := range ss {
+		if !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // GetJob reads a job, whichever node created or changed it.

@@ -274,6 +274,9 @@ func (s *Store) KeyByID(ctx context.Context, id string) (store.KeyRecord, error)
 // ListKeys lists a user's keys (every key when userID is empty) in id
 // order.
 func (s *Store) ListKeys(ctx context.Context, userID string) ([]store.KeyRecord, error) {
+	if noSuchText(userID) {
+		return nil, nil
+	}
 	q, args := "SELECT hash, rec FROM keys ORDER BY id", []any(nil)
 	if userID != "" {
 		q, args = "SELECT hash, rec FROM keys WHERE user_id = $1 ORDER BY id", []any{userID}
@@ -409,6 +412,9 @@ func (s *Store) shownHeld(sub store.Subscription) billing.Units {
 // CreditsHeld is what calls in flight and open jobs hold, as State shows
 // it: this node's unused lease is not a hold.
 func (s *Store) GetSubscription(ctx context.Context, userID, serviceID string) (store.Subscription, error) {
+	if noSuchText(userID, serviceID) {
+		return store.Subscription{}, store.ErrNoAccount
+	}
 	sub, err := s.getSubscription(ctx, userID, serviceID)
 	if err != nil {
 		return sub, err

@@ -79,6 +79,9 @@ func (s *Store) GetPaymentRecord(ctx context.Context, kind, id string) ([]byte, 
 	if err := store.CheckPaymentRecordID(kind, id); err != nil {
 		return nil, err
 	}
+	if noSuchText(kind, id) {
+		return nil, fmt.Errorf("payment record %q %q: %w", kind, id, store.ErrNotFound)
+	}
 	var body []byte
 	err := s.pool.QueryRow(ctx, "SELECT body FROM payment_records WHERE kind = $1 AND id = $2", kind, id).Scan(&body)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -94,6 +97,9 @@ func (s *Store) ListPaymentRecords(ctx context.Context, kind, after string, limi
 	}
 	if err := store.CheckListLimit(limit); err != nil {
 		return nil, false, err
+	}
+	if noSuchText(kind, after) {
+		return nil, false, nil
 	}
 	rows, err := s.pool.Query(ctx, `SELECT id, body, updated_at FROM payment_records
 		WHERE kind = $1 AND id > $2 ORDER BY id LIMIT $3`, kind, after, int64(limit)+1)
@@ -462,6 +468,9 @@ func (s *Store) ExpireCredits(ctx context.Context, now time.Time) ([]store.Credi
 func (s *Store) ListCreditGrants(ctx context.Context, userID, serviceID string) ([]store.CreditGrant, error) {
 	if userID == "" && serviceID != "" {
 		return nil, fmt.Errorf("%w: listing credit grants of a service needs a user", store.ErrBadInput)
+	}
+	if noSuchText(userID, serviceID) {
+		return nil, nil
 	}
 	q, args := "SELECT "+grantColumns+" FROM credit_grants", []any{}
 	switch {

@@ -25,6 +25,9 @@ func (s *Store) ListSubscriptions(ctx context.Context, userID, cursor string, li
 	if err != nil {
 		return nil, "", err
 	}
+	if noSuchText(userID) {
+		return nil, "", nil
+	}
 	afterUser, afterService, hasAfter := "", "", after != nil
 	if hasAfter {
 		u, sv, ok := bytes.Cut(after, []byte{0})
@@ -32,6 +35,9 @@ func (s *Store) ListSubscriptions(ctx context.Context, userID, cursor string, li
 			return nil, "", store.ErrBadCursor
 		}
 		afterUser, afterService = string(u), string(sv)
+		if noSuchText(afterUser, afterService) { // forged: no subscription is keyed by such text
+			return nil, "", store.ErrBadCursor
+		}
 	}
 	limit = max(limit, 1)
 	rows, err := s.pool.Query(ctx, `SELECT `+subColumns+` FROM subscriptions
@@ -231,6 +237,9 @@ func (s *Store) ListAlerts(ctx context.Context, f store.AlertFilter, cursor stri
 	before, err := store.DecodeAlertCursor(cursor)
 	if err != nil {
 		return nil, "", err
+	}
+	if noSuchText(f.UserID, f.ServiceID, f.Status) {
+		return nil, "", nil
 	}
 	beforeSeq := int64(1) << 62
 	if before != nil {

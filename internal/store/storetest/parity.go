@@ -173,3 +173,58 @@ func testJobCompletionBesideSyncHold(t *testing.T, c *suite) {
 		t.Errorf("ledger sums %s, want 1000", units)
 	}
 }
+
+// testOddTextQueries: a read whose id, filter or cursor is text no store
+// keeps (not UTF-8, or holding U+0000: PostgreSQL refuses such text as a
+// parameter) finds nothing, as a well-formed id nobody has does, or is a
+// bad cursor; never a store error (the admin API's and the console's
+// filters come from the query string).
+func testOddTextQueries(t *testing.T, c *suite) {
+	s := c.store(t)
+	subscribe(t, s, "u1", "svc", quotaBlock, 0)
+	for _, odd := range []string{"u\xff", "u\x00v"} {
+		if _, err := s.GetSubscription(ctx, odd, "svc"); !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrNoAccount) {
+			t.Errorf("GetSubscription(%q): %v, want not found", odd, err)
+		}
+		if keys, err := s.ListKeys(ctx, odd); err != nil || len(keys) != 0 {
+			t.Errorf("ListKeys(%q) = %d, %v; want none", odd, len(keys), err)
+		}
+		if subs, _, err := s.ListSubscriptions(ctx, odd, "", 10); err != nil || len(subs) != 0 {
+			t.Errorf("ListSubscriptions(%q) = %d, %v; want none", odd, len(subs), err)
+		}
+		if _, _, err := s.ListSubscriptions(ctx, "", store.EncodeCursor([]byte(odd)), 10); err != nil && !errors.Is(err, store.ErrBadCursor) {
+			t.Errorf("ListSubscriptions after %q: %v, want a page or a bad cursor", odd, err)
+		}
+		n := 0
+		if err := s.ScanLedger(ctx, store.LedgerFilter{UserID: odd}, func(store.LedgerEntry) error { n++; return nil }); err != nil || n != 0 {
+			t.Errorf("ScanLedger(user %q) = %d rows, %v; want none", odd, n, err)
+		}
+		if err := s.ScanLedger(ctx, store.LedgerFilter{ServiceID: odd}, func(store.LedgerEntry) error { n++; return nil }); err != nil || n != 0 {
+			t.Errorf("ScanLedger(service %q) = %d rows, %v; want none", odd, n, err)
+		}
+		if alerts, _, err := s.ListAlerts(ctx, store.AlertFilter{UserID: odd, ServiceID: odd, Status: odd}, "", 10); err != nil || len(alerts) != 0 {
+			t.Errorf("ListAlerts(%q) = %d, %v; want none", odd, len(alerts), err)
+		}
+		if p, ok := s.(store.Payments); ok {
+			if grants, err := p.ListCreditGrants(ctx, odd, "svc"); err != nil || len(grants) != 0 {
+				t.Errorf("ListCreditGrants(%q) = %d, %v; want none", odd, len(grants), err)
+			}
+			if _, err := p.GetPaymentRecord(ctx, "stripe_topup", odd); !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrBadInput) {
+				t.Errorf("GetPaymentRecord(%q): %v, want not found (or bad input: a NUL)", odd, err)
+			}
+			if recs, _, err := p.ListPaymentRecords(ctx, "stripe_topup", odd, 10); err != nil || len(recs) != 0 {
+				t.Errorf("ListPaymentRecords(after %q) = %d, %v; want none", odd, len(recs), err)
+			}
+		}
+		if rr, ok := s.(store.RollupReader); ok {
+			if err := rr.ScanRollups(ctx, store.RollupFilter{UserID: odd, ServiceID: odd}, func(store.Rollup) error { n++; return nil }); err != nil || n != 0 {
+				t.Errorf("ScanRollups(%q) = %d, %v; want none", odd, n, err)
+			}
+		}
+		if o, ok := s.(store.Outcomes); ok {
+			if err := o.ScanOutcomes(ctx, store.OutcomeFilter{UserID: odd, ServiceID: odd, Outcome: odd}, func(store.OutcomeRow) error { n++; return nil }); err != nil || n != 0 {
+				t.Errorf("ScanOutcomes(%q) = %d, %v; want none", odd, n, err)
+			}
+		}
+	}
+}

@@ -131,6 +131,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"ListAlerts", testListAlerts},
 		{"ChangedAccounts", testChangedAccounts},
 		{"ChangedAccountsWithoutCalls", testChangedAccountsWithoutCalls},
+		{"OddTextQueries", testOddTextQueries},
 		{"Audit", testAudit},
 		{"PaymentRecords", testPaymentRecords},
 		{"PaymentRecordsConcurrent", testPaymentRecordsConcurrent},
