@@ -292,6 +292,11 @@ type meterWriter struct {
 	// callerGone: the caller's request was cancelled before any status
 	// line (the reverse proxy's 499); nothing reached it.
 	callerGone bool
+	// capped: a PER_BYTE answer delivers at most capBytes (the most its
+	// caller could be charged when the call was admitted, streamcap.go).
+	capped    bool
+	capBytes  int64
+	cutLogged atomic.Bool
 }
 
 func (m *meterWriter) Header() http.Header { return m.w.Header() }
@@ -320,7 +325,11 @@ func (m *meterWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if err != nil {
 		return conn, brw, err
 	}
-	cc := &countedConn{Conn: conn, n: &m.tunneled}
+	cc := &countedConn{Conn: conn, n: &m.tunneled, m: m}
+	if m.capped {
+		cc.limit = max(m.capBytes-m.written, 0)
+		cc.capped = true
+	}
 	if err := brw.Writer.Flush(); err != nil {
 		cc.failed.Store(true)
 	}
@@ -338,9 +347,18 @@ type countedConn struct {
 	net.Conn
 	n      *atomic.Int64
 	failed atomic.Bool
+	// capped: the tunnel carries at most limit bytes to the caller
+	// (streamcap.go); m is the call's writer, told once it is cut.
+	capped bool
+	limit  int64
+	m      *meterWriter
+	cut    atomic.Bool
 }
 
 func (c *countedConn) Write(b []byte) (int, error) {
+	if c.capped && int64(len(b)) > c.limit-c.n.Load() {
+		return c.cutAtCeiling(b)
+	}
 	n, err := c.Conn.Write(b)
 	c.n.Add(int64(n))
 	if err != nil {
@@ -413,6 +431,9 @@ func (m *meterWriter) WriteHeader(status int) {
 		m.w.WriteHeader(status)
 		return
 	}
+	if m.deferred && m.c.product != nil && m.c.product.MeasurementType == billing.PerByte {
+		m.setByteCeiling()
+	}
 	if !m.deferred {
 		if !m.settleNow(units) {
 			m.failed = true
@@ -465,6 +486,9 @@ func (m *meterWriter) Write(b []byte) (int, error) {
 	}
 	if m.failed {
 		return len(b), nil
+	}
+	if m.capped && int64(len(b)) > m.capBytes-m.written {
+		return m.cutAtCeiling(b)
 	}
 	n, err := m.w.Write(b)
 	m.written += int64(n)
