@@ -161,8 +161,11 @@ func TestPerByteStreamCutOffAtHardLimit(t *testing.T) {
 		if err != nil || len(body) != read {
 			t.Fatalf("caller got %d bytes (%v), want %d", len(body), err, read)
 		}
-		if e, ok := waitEntry(t, g, "sc-allow", id); !ok || e.Units < billing.Whole(read) {
-			t.Errorf("charged %+v, want at least the %d bytes read", e, read)
+		// The caller hangs up: charged what reached it, less up to the
+		// chunk framing still unacknowledged (docs/wire-contract.md).
+		const framingSlack = 4 << 10
+		if e, ok := waitEntry(t, g, "sc-allow", id); !ok || e.Units < billing.Whole(read-framingSlack) || e.UnitsClaimed != 0 {
+			t.Errorf("charged %+v, want about the %d bytes read", e, read)
 		}
 	})
 	t.Run("PER_REQUEST: not bounded", func(t *testing.T) {
@@ -214,5 +217,49 @@ func TestWebSocketPerByteCutOffAtHardLimit(t *testing.T) {
 	st, _ := g.store().State(t.Context(), store.Account{UserID: "ws-prepaid", ServiceID: "sc", Product: productOfService(t, g, "sc", "prepaid")}, time.Now())
 	if st.Credits != 0 || st.CreditsHeld != 0 {
 		t.Errorf("after the tunnel: %+v, want the balance spent and nothing held", st)
+	}
+}
+
+// TestPerTimeUnitStreamCutOffAtHardLimit: an endless stream on a
+// PER_TIME_UNIT product ran past the caller's prepaid balance for as long
+// as the backend sent, charged only up to the balance. It is cut before
+// its seconds pass what the balance pays for (2 seconds here) and charged
+// them, nothing uncharged.
+func TestPerTimeUnitStreamCutOffAtHardLimit(t *testing.T) {
+	be := streamCapBackend(t)
+	cat := strings.Replace(streamCapCatalog(be.URL), "product request {", `product seconds {
+				billing PREPAID
+				measurement PER_TIME_UNIT
+				unit second
+				price 1
+			}
+			product request {`, 1)
+	g := startWireGateway(t, t.TempDir(), "", cat, "")
+	key, _ := g.newKey("sc-seconds")
+	g.subscribe("sc-seconds", "sc", "seconds", "ACTIVE")
+	g.credits("sc-seconds", "sc", "2")
+	req, _ := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d/api/service/sc/endpoint/events/invoke", gwPort), nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	start := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	took := time.Since(start)
+	if err == nil || took > 2*time.Second {
+		t.Fatalf("the stream ended after %s (read error %v), want a cut within the 2 seconds paid for", took, err)
+	}
+	e, ok := waitEntry(t, g, "sc-seconds", resp.Header.Get("X-Platform-Request-ID"))
+	if !ok {
+		t.Fatal("no ledger row")
+	}
+	if e.Units != billing.Whole(2) || e.UnitsClaimed != 0 {
+		t.Errorf("charged %s (claimed %s), want the 2 seconds, nothing uncharged", e.Units, e.UnitsClaimed)
 	}
 }

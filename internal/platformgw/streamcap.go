@@ -1,7 +1,10 @@
 package platformgw
 
 import (
+	"context"
 	"errors"
+	"net/http"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -19,7 +22,9 @@ import (
 // reverse proxy aborts the answer (the caller sees a body cut off, as when
 // a backend cuts off), and the call is settled at what it delivered, its
 // outcome cut_off (docs/wire-contract.md, "Streams cut at a hard limit").
-// Nothing is computed for any other call.
+// A PER_TIME_UNIT stream is cut by time the same way: its proxied request
+// is cancelled just before its seconds pass the ceiling. Nothing is
+// computed for any other call.
 
 // errCutAtCeiling ends a PER_BYTE answer or tunnel that reached the most
 // its caller can be charged.
@@ -86,5 +91,39 @@ func (m *meterWriter) logCut() {
 	}
 	m.h.logger.Warn("stream cut at the caller's hard limit",
 		zap.String("request_id", m.c.requestID), zap.String("service", m.c.svc.ID),
-		zap.String("endpoint", m.c.ep.ID), zap.Int64("ceiling_bytes", m.capBytes))
+		zap.String("endpoint", m.c.ep.ID), zap.Int64("ceiling", m.capBytes))
+}
+
+// timeCutMargin is how long before its ceiling a PER_TIME_UNIT stream is
+// cut: it is charged its seconds rounded up at its end, which comes after
+// the cut has unwound the proxy.
+const timeCutMargin = 250 * time.Millisecond
+
+// withCeilingCancel gives a PER_TIME_UNIT call's request a context the
+// gateway can cancel, which cuts the stream the proxy is copying; the
+// function returned cancels it (and is called when the call ends).
+func withCeilingCancel(r *http.Request) (*http.Request, func()) {
+	ctx, cancel := context.WithCancel(r.Context())
+	return r.WithContext(ctx), cancel
+}
+
+// setTimeCeiling cuts a PER_TIME_UNIT stream before the seconds from the
+// call's start pass the most its caller can be charged (each second is a
+// whole unit). The timer is stopped when the call ends (end).
+func (m *meterWriter) setTimeCeiling() {
+	if m.c.account.Free || m.res.ID == "" {
+		return
+	}
+	ceiling, ok := billing.Ceiling(m.c.account.Product, m.res.State, m.res.Decision)
+	if !ok {
+		return
+	}
+	secs := int64(ceiling / billing.Scale)
+	m.capped, m.capBytes = false, secs
+	at := m.c.started.Add(time.Duration(secs)*time.Second - timeCutMargin)
+	stop := m.stopAt
+	m.capTimer = time.AfterFunc(max(at.Sub(m.h.rt.Now()), 0), func() {
+		m.logCut()
+		stop()
+	})
 }

@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
@@ -73,12 +74,17 @@ func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, ne
 		h.refuseCall(w, r, c, true, "rejected", e)
 		return nil
 	}
+	var stopAt func()
+	if c.product != nil && c.product.MeasurementType == billing.PerTimeUnit {
+		r, stopAt = withCeilingCancel(r) // streamcap.go
+		defer stopAt()
+	}
 	h.prepareForward(r, c, c.body, c.ep.Path)
 	setBody(r, &c.fwd, c.body)
 
 	out, wrapped := h.syncOutput(w, r, c) // wrapped.go: sync_response wrapped
 	m := &c.meter
-	*m = meterWriter{w: out, r: r, h: h, c: c, res: res, wrap: wrapped}
+	*m = meterWriter{w: out, r: r, h: h, c: c, res: res, wrap: wrapped, stopAt: stopAt}
 	defer func() {
 		// The reverse proxy panics with http.ErrAbortHandler when a body
 		// is cut off, by the backend (it closed before its Content-Length)
@@ -132,6 +138,9 @@ func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, ne
 // too large) reaches the caller as an error, and is not charged.
 func (m *meterWriter) end(delivered bool) {
 	defer m.held.release()
+	if m.capTimer != nil {
+		m.capTimer.Stop()
+	}
 	switch {
 	case m.settled:
 	case m.atEnd && !delivered:
@@ -297,6 +306,10 @@ type meterWriter struct {
 	capped    bool
 	capBytes  int64
 	cutLogged atomic.Bool
+	// stopAt cancels the proxied request of a PER_TIME_UNIT call: its
+	// stream is cut at the ceiling (streamcap.go); nil for other calls.
+	stopAt   func()
+	capTimer *time.Timer
 }
 
 func (m *meterWriter) Header() http.Header { return m.w.Header() }
@@ -433,6 +446,8 @@ func (m *meterWriter) WriteHeader(status int) {
 	}
 	if m.deferred && m.c.product != nil && m.c.product.MeasurementType == billing.PerByte {
 		m.setByteCeiling()
+	} else if m.deferred && m.stopAt != nil {
+		m.setTimeCeiling()
 	}
 	if !m.deferred {
 		if !m.settleNow(units) {
