@@ -318,3 +318,25 @@ func Summarize(p Product, s State, units Units, charged bool) Breakdown {
 	}
 	return b
 }
+
+// Ceiling is the most a call holding d (its reservation, included in s)
+// can be charged when it settles, as far as s knows: what DecideCharge
+// allows once its own hold is released, and true; false when no hard limit
+// can bind (no quota with overage blocked, not prepaid, no spending cap,
+// or limits that never price what the call uses), when the call may be
+// charged any quantity. The gateway cuts a measured stream there
+// (docs/wire-contract.md): what it delivers past it would go uncharged.
+// Other calls settling change what is left, so it is the ceiling at the
+// time of s, not a promise.
+func Ceiling(p Product, s State, d Decision) (Units, bool) {
+	blocked := p.Quota != nil && !p.OverageAllowed()
+	if !blocked && p.BillingModel != Prepaid && p.SpendingCap == nil {
+		return 0, false
+	}
+	s.Unhold(p, d)
+	c := FitCharge(p, s, MaxUnits)
+	if c >= MaxUnits {
+		return 0, false // the limits price nothing the call uses
+	}
+	return max(c, d.Units), true
+}

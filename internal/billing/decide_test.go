@@ -459,3 +459,45 @@ func TestHoldsOfTwoProductsReleaseAllSpend(t *testing.T) {
 		t.Errorf("every hold released, yet %s units and %s spend held", s.Reserved, s.ReservedSpend)
 	}
 }
+
+// TestCeiling: the most a call holding a reservation can be charged is its
+// hold plus what the hard limits leave after every hold, and nothing binds
+// where no hard limit can.
+func TestCeiling(t *testing.T) {
+	free := billing.Product{ID: "pf", BillingModel: billing.Prepaid, MeasurementType: billing.PerByte}
+	tests := []struct {
+		name  string
+		p     billing.Product
+		s     billing.State // before the call's hold
+		hold  billing.Units
+		want  billing.Units
+		bound bool
+	}{
+		{"quota block: the rest of the quota", quotaBlock, billing.State{Used: whole(60), Reserved: whole(10)}, whole(5), whole(30), true},
+		{"quota block: only the hold left", quotaBlock, billing.State{Used: whole(95)}, whole(5), whole(5), true},
+		{"prepaid: what the credits buy", prepaid, billing.State{Credits: whole(10)}, whole(4), whole(40) + 1, true},
+		{"prepaid: others' holds count", prepaid, billing.State{Credits: whole(10), CreditsHeld: whole(5)}, whole(4), whole(20) + 1, true},
+		{"spending cap", instantCap, billing.State{Spend: whole(1)}, whole(1), whole(2), true},
+		{"overage allow under a cap", quotaAllow, billing.State{Used: whole(90)}, whole(1), whole(30), true},
+		{"overage allow, no cap", quotaAllowNoCap, billing.State{Used: whole(90)}, whole(1), 0, false},
+		{"unlimited", unlimited, billing.State{}, whole(1), 0, false},
+		{"prepaid at price 0", free, billing.State{}, whole(1), 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := tt.s
+			d := billing.Decide(tt.p, s, tt.hold)
+			if !d.Allowed {
+				t.Fatalf("hold refused: %+v", d)
+			}
+			s.Hold(tt.p, d)
+			got, bound := billing.Ceiling(tt.p, s, d)
+			if got != tt.want || bound != tt.bound {
+				t.Errorf("Ceiling = %s, %v; want %s, %v", got, bound, tt.want, tt.bound)
+			}
+			if bound && got < tt.hold {
+				t.Errorf("Ceiling %s below the hold %s", got, tt.hold)
+			}
+		})
+	}
+}

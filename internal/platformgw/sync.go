@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
@@ -73,12 +74,17 @@ func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, ne
 		h.refuseCall(w, r, c, true, "rejected", e)
 		return nil
 	}
+	var stopAt func()
+	if c.product != nil && c.product.MeasurementType == billing.PerTimeUnit {
+		r, stopAt = withCeilingCancel(r) // streamcap.go
+		defer stopAt()
+	}
 	h.prepareForward(r, c, c.body, c.ep.Path)
 	setBody(r, &c.fwd, c.body)
 
 	out, wrapped := h.syncOutput(w, r, c) // wrapped.go: sync_response wrapped
 	m := &c.meter
-	*m = meterWriter{w: out, r: r, h: h, c: c, res: res, wrap: wrapped}
+	*m = meterWriter{w: out, r: r, h: h, c: c, res: res, wrap: wrapped, stopAt: stopAt}
 	defer func() {
 		// The reverse proxy panics with http.ErrAbortHandler when a body
 		// is cut off, by the backend (it closed before its Content-Length)
@@ -132,6 +138,9 @@ func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, ne
 // too large) reaches the caller as an error, and is not charged.
 func (m *meterWriter) end(delivered bool) {
 	defer m.held.release()
+	if m.capTimer != nil {
+		m.capTimer.Stop()
+	}
 	switch {
 	case m.settled:
 	case m.atEnd && !delivered:
@@ -292,6 +301,15 @@ type meterWriter struct {
 	// callerGone: the caller's request was cancelled before any status
 	// line (the reverse proxy's 499); nothing reached it.
 	callerGone bool
+	// capped: a PER_BYTE answer delivers at most capBytes (the most its
+	// caller could be charged when the call was admitted, streamcap.go).
+	capped    bool
+	capBytes  int64
+	cutLogged atomic.Bool
+	// stopAt cancels the proxied request of a PER_TIME_UNIT call: its
+	// stream is cut at the ceiling (streamcap.go); nil for other calls.
+	stopAt   func()
+	capTimer *time.Timer
 }
 
 func (m *meterWriter) Header() http.Header { return m.w.Header() }
@@ -320,7 +338,11 @@ func (m *meterWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if err != nil {
 		return conn, brw, err
 	}
-	cc := &countedConn{Conn: conn, n: &m.tunneled}
+	cc := &countedConn{Conn: conn, n: &m.tunneled, m: m}
+	if m.capped {
+		cc.limit = max(m.capBytes-m.written, 0)
+		cc.capped = true
+	}
 	if err := brw.Writer.Flush(); err != nil {
 		cc.failed.Store(true)
 	}
@@ -338,9 +360,18 @@ type countedConn struct {
 	net.Conn
 	n      *atomic.Int64
 	failed atomic.Bool
+	// capped: the tunnel carries at most limit bytes to the caller
+	// (streamcap.go); m is the call's writer, told once it is cut.
+	capped bool
+	limit  int64
+	m      *meterWriter
+	cut    atomic.Bool
 }
 
 func (c *countedConn) Write(b []byte) (int, error) {
+	if c.capped && int64(len(b)) > c.limit-c.n.Load() {
+		return c.cutAtCeiling(b)
+	}
 	n, err := c.Conn.Write(b)
 	c.n.Add(int64(n))
 	if err != nil {
@@ -413,6 +444,11 @@ func (m *meterWriter) WriteHeader(status int) {
 		m.w.WriteHeader(status)
 		return
 	}
+	if m.deferred && m.c.product != nil && m.c.product.MeasurementType == billing.PerByte {
+		m.setByteCeiling()
+	} else if m.deferred && m.stopAt != nil {
+		m.setTimeCeiling()
+	}
 	if !m.deferred {
 		if !m.settleNow(units) {
 			m.failed = true
@@ -465,6 +501,9 @@ func (m *meterWriter) Write(b []byte) (int, error) {
 	}
 	if m.failed {
 		return len(b), nil
+	}
+	if m.capped && int64(len(b)) > m.capBytes-m.written {
+		return m.cutAtCeiling(b)
 	}
 	n, err := m.w.Write(b)
 	m.written += int64(n)
