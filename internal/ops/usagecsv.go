@@ -62,10 +62,17 @@ func CostUnit(cat *catalog.Catalog, serviceID, productID string) string {
 		return ""
 	}
 	p, ok := svc.Product(productID)
-	switch {
-	case !ok:
+	if !ok {
 		return ""
-	case p.BillingModel == billing.Prepaid:
+	}
+	return productCostUnit(p)
+}
+
+// productCostUnit is what p's costs, spend and spending cap are counted
+// in: "credits" for PREPAID, else the listing's currency ("" when it
+// names none).
+func productCostUnit(p *billing.Product) string {
+	if p.BillingModel == billing.Prepaid {
 		return "credits"
 	}
 	return p.Currency
