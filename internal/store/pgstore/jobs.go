@@ -107,7 +107,7 @@ func (s *Store) CreateJobReserved(ctx context.Context, j store.Job, a store.Acco
 		if err != nil {
 			return err
 		}
-		if g.Granted.IsZero() {
+		if !g.OK {
 			dec = refusal(a.Product, lim, g, units)
 			return errJobRefused
 		}
