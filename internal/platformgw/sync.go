@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
@@ -78,7 +79,7 @@ func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, ne
 
 	out, wrapped := h.syncOutput(w, r, c) // wrapped.go: sync_response wrapped
 	m := &c.meter
-	*m = meterWriter{w: out, r: r, h: h, c: c, res: res, wrap: wrapped}
+	*m = meterWriter{w: out, r: r, h: h, c: c, res: res, wrap: wrapped, forwarded: h.rt.Now()}
 	defer func() {
 		// The reverse proxy panics with http.ErrAbortHandler when a body
 		// is cut off, by the backend (it closed before its Content-Length)
@@ -263,6 +264,12 @@ type meterWriter struct {
 	h   *Handler
 	c   *call
 	res store.Reservation
+	// forwarded is when the call went to the backend: a PER_TIME_UNIT
+	// call's seconds count from here, not from c.started, which is
+	// before the caller's body was read (a slow uplink's seconds were
+	// charged though the backend sees nothing of a body until it is all
+	// read) and the units reserved.
+	forwarded time.Time
 
 	wroteHeader bool
 	status      int
@@ -484,10 +491,10 @@ func (m *meterWriter) claimedUnits(v string) (billing.Units, bool) {
 
 // deferredUnits measures a finished response: bytes for PER_BYTE (those
 // that reached the caller, delivered.go), whole seconds (rounded up) from
-// the call's start for PER_TIME_UNIT.
+// the call's forwarding for PER_TIME_UNIT.
 func (m *meterWriter) deferredUnits() billing.Units {
 	if p := m.c.product; p != nil && p.MeasurementType == billing.PerTimeUnit {
-		return billing.Whole(billing.CeilSeconds(m.h.rt.Now().Sub(m.c.started)))
+		return billing.Whole(billing.CeilSeconds(m.h.rt.Now().Sub(m.forwarded)))
 	}
 	return billing.Whole(m.deliveredBytes())
 }
