@@ -8,7 +8,8 @@ import "math"
 //
 //   - a blocked quota caps units: used + held + n <= quota;
 //   - a prepaid balance caps credits: credits held + cost <= credits, the
-//     cost of n units being n × price whatever the quota;
+//     cost of n units being n × price whatever the quota (at price 0,
+//     a balance below zero refuses every call);
 //   - a spending cap on usage priced per unit (every model but
 //     SUBSCRIPTION) caps spend: spend + held spend + n × price <= cap;
 //   - a spending cap of a SUBSCRIPTION product whose overage is billed
@@ -40,7 +41,12 @@ func (p Product) HardLimits() HardLimits {
 		q := *p.Quota
 		l.Units = &q
 	}
-	if p.BillingModel == Prepaid && p.Price > 0 {
+	if p.BillingModel == Prepaid {
+		// At any price: judge refuses every call of a PREPAID product on
+		// an overdrawn balance (cost 0 > a negative balance), so must
+		// the leases. Bounding only priced products let a PREPAID product
+		// of price 0 be called on PostgreSQL where the embedded store
+		// (and the portal, and the docs) refused.
 		l.Credits = true
 	}
 	if p.SpendingCap != nil && p.Price > 0 {

@@ -17,7 +17,8 @@ func TestHardLimits(t *testing.T) {
 		{"blocked quota caps units", quotaBlock, whole(100), none, false},
 		{"unlimited bounds nothing", unlimited, none, none, false},
 		{"prepaid bounds credits", prepaid, none, none, true},
-		{"free prepaid bounds nothing", billing.Product{BillingModel: billing.Prepaid}, none, none, false},
+		// As Decide: an overdrawn balance refuses calls that cost nothing.
+		{"free prepaid bounds credits", billing.Product{BillingModel: billing.Prepaid}, none, none, true},
 		{"postpaid cap caps spend", postpaidCap, none, whole(5), false},
 		{"instant cap caps spend", instantCap, none, whole(5), false},
 		{"instant without cap bounds nothing", instantNoCap, none, none, false},

@@ -131,3 +131,17 @@ func TestLimitPercentExact(t *testing.T) {
 		}
 	}
 }
+
+// TestUnitNameOfEachMeasurement: a product without a unit label is named
+// by its measurement, as the portal names it; a PER_TIME_UNIT product's
+// seconds were charted as "unit".
+func TestUnitNameOfEachMeasurement(t *testing.T) {
+	for m, want := range map[string]string{billing.PerRequest: "request", billing.PerToken: "token", billing.PerByte: "byte", billing.PerTimeUnit: "second"} {
+		if got := unitName(&billing.Product{MeasurementType: m}); got != want {
+			t.Errorf("%s: %q, want %q", m, got, want)
+		}
+	}
+	if got := unitName(&billing.Product{MeasurementType: billing.PerTimeUnit, UnitLabel: "minute"}); got != "minute" {
+		t.Errorf("a label: %q", got)
+	}
+}

@@ -70,6 +70,8 @@ func unitName(p *billing.Product) string {
 		return "token"
 	case billing.PerByte:
 		return "byte"
+	case billing.PerTimeUnit:
+		return "second"
 	}
 	return "unit"
 }

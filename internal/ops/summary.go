@@ -40,6 +40,10 @@ type PeriodSummary struct {
 	SpendHeld      billing.Units  `json:"spendHeld"`
 	SpendingCap    *billing.Units `json:"spendingCap,omitempty"`
 	SpendRemaining *billing.Units `json:"spendingCapRemaining,omitempty"`
+	// CostUnit is what Spend, SpendHeld, SpendingCap and SpendRemaining
+	// are counted in: "credits" for a PREPAID product, else the ISO 4217
+	// code of the product's listing; empty when the listing names none.
+	CostUnit string `json:"costUnit,omitempty"`
 	// CallsCutAtLimit counts the period's calls, reports and completions
 	// whose backend stated more units than a hard limit let the gateway
 	// charge (their rows carry unitsClaimed and unitsUncharged).

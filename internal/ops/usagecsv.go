@@ -62,25 +62,39 @@ func CostUnit(cat *catalog.Catalog, serviceID, productID string) string {
 		return ""
 	}
 	p, ok := svc.Product(productID)
-	switch {
-	case !ok:
+	if !ok {
 		return ""
-	case p.BillingModel == billing.Prepaid:
+	}
+	return productCostUnit(p)
+}
+
+// productCostUnit is what p's costs, spend and spending cap are counted
+// in: "credits" for PREPAID, else the listing's currency ("" when it
+// names none).
+func productCostUnit(p *billing.Product) string {
+	if p.BillingModel == billing.Prepaid {
 		return "credits"
 	}
 	return p.Currency
 }
 
 // rollupColumns are the CSV columns of a rollup export.
-var rollupColumns = []string{"hour", "userId", "serviceId", "endpointId", "productId", "calls", "units", "overage", "cost", "capped"}
+var rollupColumns = []string{"hour", "userId", "serviceId", "endpointId", "productId", "calls", "units", "overage", "cost", "capped", "costUnit"}
 
 // RollupCSVColumns are the columns of an hourly rollup CSV export.
 func RollupCSVColumns() []string { return slices.Clone(rollupColumns) }
 
+// RollupRow is an hourly rollup as exported: with what its cost is
+// counted in (CostUnit), as a row of the usage export is.
+type RollupRow struct {
+	store.Rollup
+	CostUnit string `json:"costUnit,omitempty"`
+}
+
 // RollupCSVRow is a rollup as a row of a CSV export.
-func RollupCSVRow(r store.Rollup) []string {
+func RollupCSVRow(r RollupRow) []string {
 	return []string{csvTime(r.Hour), csvText(r.UserID), csvText(r.ServiceID), csvText(r.EndpointID), csvText(r.ProductID),
-		strconv.FormatInt(r.Calls, 10), r.Units.String(), r.Overage.String(), r.Cost.String(), strconv.FormatInt(r.Capped, 10)}
+		strconv.FormatInt(r.Calls, 10), r.Units.String(), r.Overage.String(), r.Cost.String(), strconv.FormatInt(r.Capped, 10), r.CostUnit}
 }
 
 func csvTime(t time.Time) string {

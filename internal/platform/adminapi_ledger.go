@@ -159,20 +159,23 @@ func (a *adminAPI) exportRollups(app *App, w http.ResponseWriter, r *http.Reques
 	if !ok {
 		return notSupported(w, "hourly rollups")
 	}
-	var enc exportEncoder[store.Rollup]
+	var enc exportEncoder[ops.RollupRow]
 	filename := ""
 	switch format {
 	case formatJSON:
-		enc = &jsonArrayOf[store.Rollup]{}
+		enc = &jsonArrayOf[ops.RollupRow]{}
 	case formatNDJSON:
-		enc = ndjsonOf[store.Rollup]{}
+		enc = ndjsonOf[ops.RollupRow]{}
 	case formatCSV:
-		enc = &csvOf[store.Rollup]{columns: ops.RollupCSVColumns(), row: ops.RollupCSVRow}
+		enc = &csvOf[ops.RollupRow]{columns: ops.RollupCSVColumns(), row: ops.RollupCSVRow}
 		filename = "usage-hourly.csv"
 	}
 	rf := store.RollupFilter(f)
-	return streamExport(a, w, r, enc, filename, gz, func(fn func(store.Rollup) error) error {
-		return rr.ScanRollups(r.Context(), rf, fn)
+	cat := app.Catalog()
+	return streamExport(a, w, r, enc, filename, gz, func(fn func(ops.RollupRow) error) error {
+		return rr.ScanRollups(r.Context(), rf, func(x store.Rollup) error {
+			return fn(ops.RollupRow{Rollup: x, CostUnit: ops.CostUnit(cat, x.ServiceID, x.ProductID)})
+		})
 	})
 }
 

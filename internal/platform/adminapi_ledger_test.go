@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/pgtest"
 	"github.com/platformgw/gateway/internal/store"
@@ -464,5 +465,33 @@ func TestStoreBackupPostgres(t *testing.T) {
 	}
 	if json.Unmarshal(w.Body.Bytes(), &e); w.Code != http.StatusNotImplemented || e.Code != codeNotSupported {
 		t.Errorf("backup of a PostgreSQL store: %d %s; want 501 %s", w.Code, w.Body, codeNotSupported)
+	}
+}
+
+// TestRollupExportNamesCostUnit: an hourly rollup's cost is money in the
+// product's listing currency (or credits for PREPAID), and the rollup
+// export names it as the row export does (costUnit); it gave the summed
+// cost as a bare number, in every format.
+func TestRollupExportNamesCostUnit(t *testing.T) {
+	app, srv, _ := ledgerEnv(t)
+	cat, err := catalog.Compile([]*catalog.Service{{ID: "weather", Backend: "http://127.0.0.1:9", Secrets: []string{"s3cret-s3cret-s3cret-s3cret-0001"},
+		Endpoints: []*catalog.Endpoint{{ID: "forecast", Path: "/forecast"}},
+		Products: []*billing.Product{
+			{ID: "basic", BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerRequest, Price: billing.Whole(1) / 2},
+		},
+		ProductListings: []*catalog.ProductListing{{Product: "basic", Currency: "EUR"}},
+	}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app.catalog = cat
+	r := ledgerGet(t, srv.URL+"?rollup=hour&userId=alice&from=2026-05-02&to=2026-05-02&format=ndjson", nil)
+	if first, _, _ := strings.Cut(string(r.body), "\n"); r.status != 200 || !strings.HasSuffix(first, `"cost":10,"costUnit":"EUR"}`) {
+		t.Errorf("ndjson rollup: %d %s", r.status, first)
+	}
+	r = ledgerGet(t, srv.URL+"?rollup=hour&userId=alice&from=2026-05-02&to=2026-05-02&format=csv", nil)
+	rows, err := csv.NewReader(bytes.NewReader(r.body)).ReadAll()
+	if err != nil || len(rows) < 2 || rows[0][len(rows[0])-1] != "costUnit" || rows[1][len(rows[1])-1] != "EUR" {
+		t.Errorf("csv rollup: %v (%v)", rows[:min(2, len(rows))], err)
 	}
 }

@@ -337,3 +337,42 @@ func mustService(t *testing.T, env *admEnv) *catalog.Service {
 	}
 	return svc
 }
+
+// TestSummaryNamesCostUnit: the period summary's spend and spending cap
+// are money in the product's listing currency, or credits for PREPAID.
+// The summary, and `caddy platform subscription show` reading it, gave
+// bare numbers ("Spend: 2 of cap 10, 8 left"), where the usage export
+// names the cost's unit beside every cost (costUnit).
+func TestSummaryNamesCostUnit(t *testing.T) {
+	env := admStartProducts(t, `,{"id": "capped", "billing_model": "USAGE_POSTPAID", "measurement_type": "PER_TOKEN", "unit_label": "token", "price": 0.5, "spending_cap": 10}],
+		"product_listings": [{"product": "capped", "currency": "EUR"}`)
+	ctx := context.Background()
+	ds := env.app.DataStore()
+	cliMust(t, "subscribe", "--user", "alice", "--service", "weather", "--product", "capped")
+	capped, _ := mustService(t, env).Product("capped")
+	a := store.Account{UserID: "alice", ServiceID: "weather", Product: *capped}
+	e := store.LedgerEntry{Time: time.Now(), UserID: "alice", ServiceID: "weather", ProductID: "capped", Units: billing.Whole(4), Source: store.SourceReport}
+	if _, err := ds.Record(ctx, a, e, func(store.LedgerEntry, billing.State) ([]byte, error) { return []byte("{}"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	r := admJSON(t, "GET", "/platform/users/alice/summary", "")
+	if !strings.Contains(string(r.body), `"spend":2,`) || !strings.Contains(string(r.body), `"costUnit":"EUR"`) {
+		t.Errorf("summary of a EUR product: %d %s", r.status, r.body)
+	}
+	if out := cliMust(t, "subscription", "show", "--user", "alice", "--service", "weather"); !strings.Contains(out, "Spend:   2 EUR of cap 10 EUR, 8 EUR left") {
+		t.Errorf("subscription show:\n%s", out)
+	}
+	cliMust(t, "subscribe", "--user", "bob", "--service", "weather", "--product", "basic")
+	r = admJSON(t, "GET", "/platform/users/bob/summary", "")
+	if !strings.Contains(string(r.body), `"costUnit":"credits"`) {
+		t.Errorf("summary of a PREPAID product: %d %s", r.status, r.body)
+	}
+	if out := cliMust(t, "subscription", "show", "--user", "bob", "--service", "weather"); !strings.Contains(out, "Spend:   0 credits") {
+		t.Errorf("subscription show of PREPAID:\n%s", out)
+	}
+	// A product whose listing names no currency: a bare number, as before.
+	cliMust(t, "subscribe", "--user", "carol", "--service", "weather", "--product", "pro")
+	if r = admJSON(t, "GET", "/platform/users/carol/summary", ""); strings.Contains(string(r.body), "costUnit") {
+		t.Errorf("summary without a currency: %s", r.body)
+	}
+}

@@ -106,6 +106,7 @@ type cliPeriod struct {
 	Spend           json.Number `json:"spend"`
 	SpendingCap     json.Number `json:"spendingCap"`
 	SpendRemaining  json.Number `json:"spendingCapRemaining"`
+	CostUnit        string      `json:"costUnit"`
 	MeasurementType string      `json:"measurementType"`
 	CallsCutAtLimit int64       `json:"callsCutAtLimit"`
 }
@@ -138,6 +139,15 @@ func unitsOf(amount json.Number, label string) string {
 	return label + "s"
 }
 
+// amount is a spend or cap figure with what it is counted in ("2 EUR",
+// "3 credits"); bare when the product's listing names no currency.
+func (p cliPeriod) amount(v json.Number) string {
+	if p.CostUnit == "" {
+		return string(v)
+	}
+	return string(v) + " " + p.CostUnit
+}
+
 func printPeriod(w io.Writer, p cliPeriod) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
 	fmt.Fprintf(tw, "Service:\t%s\n", p.ServiceID)
@@ -160,9 +170,9 @@ func printPeriod(w io.Writer, p cliPeriod) error {
 		credits += " (" + string(p.CreditsHeld) + " held)"
 	}
 	fmt.Fprintf(tw, "Credits:\t%s\n", credits)
-	spend := string(p.Spend)
+	spend := p.amount(p.Spend)
 	if p.SpendingCap != "" {
-		spend += fmt.Sprintf(" of cap %s, %s left", p.SpendingCap, p.SpendRemaining)
+		spend += fmt.Sprintf(" of cap %s, %s left", p.amount(p.SpendingCap), p.amount(p.SpendRemaining))
 	}
 	fmt.Fprintf(tw, "Spend:\t%s\n", spend)
 	if p.CallsCutAtLimit > 0 {

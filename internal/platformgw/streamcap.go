@@ -108,7 +108,7 @@ func withCeilingCancel(r *http.Request) (*http.Request, func()) {
 }
 
 // setTimeCeiling cuts a PER_TIME_UNIT stream before the seconds from the
-// call's start pass the most its caller can be charged (each second is a
+// call's forwarding pass the most its caller can be charged (each second is a
 // whole unit). The timer is stopped when the call ends (end).
 func (m *meterWriter) setTimeCeiling() {
 	if m.c.account.Free || m.res.ID == "" {
@@ -120,7 +120,8 @@ func (m *meterWriter) setTimeCeiling() {
 	}
 	secs := int64(ceiling / billing.Scale)
 	m.capped, m.capBytes = false, secs
-	at := m.c.started.Add(time.Duration(secs)*time.Second - timeCutMargin)
+	// Its seconds count from its forwarding (deferredUnits).
+	at := m.forwarded.Add(time.Duration(secs)*time.Second - timeCutMargin)
 	stop := m.stopAt
 	m.capTimer = time.AfterFunc(max(at.Sub(m.h.rt.Now()), 0), func() {
 		m.logCut()

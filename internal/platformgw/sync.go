@@ -75,16 +75,18 @@ func (h *Handler) invokeSync(w http.ResponseWriter, r *http.Request, c *call, ne
 		return nil
 	}
 	var stopAt func()
+	var forwarded time.Time // a PER_TIME_UNIT call's seconds count from here
 	if c.product != nil && c.product.MeasurementType == billing.PerTimeUnit {
 		r, stopAt = withCeilingCancel(r) // streamcap.go
 		defer stopAt()
+		forwarded = h.rt.Now()
 	}
 	h.prepareForward(r, c, c.body, c.ep.Path)
 	setBody(r, &c.fwd, c.body)
 
 	out, wrapped := h.syncOutput(w, r, c) // wrapped.go: sync_response wrapped
 	m := &c.meter
-	*m = meterWriter{w: out, r: r, h: h, c: c, res: res, wrap: wrapped, stopAt: stopAt}
+	*m = meterWriter{w: out, r: r, h: h, c: c, res: res, wrap: wrapped, stopAt: stopAt, forwarded: forwarded}
 	defer func() {
 		// The reverse proxy panics with http.ErrAbortHandler when a body
 		// is cut off, by the backend (it closed before its Content-Length)
@@ -272,6 +274,12 @@ type meterWriter struct {
 	h   *Handler
 	c   *call
 	res store.Reservation
+	// forwarded is when the call went to the backend: a PER_TIME_UNIT
+	// call's seconds count from here, not from c.started, which is
+	// before the caller's body was read (a slow uplink's seconds were
+	// charged though the backend sees nothing of a body until it is all
+	// read) and the units reserved.
+	forwarded time.Time
 
 	wroteHeader bool
 	status      int
@@ -535,10 +543,10 @@ func (m *meterWriter) claimedUnits(v string) (billing.Units, bool) {
 
 // deferredUnits measures a finished response: bytes for PER_BYTE (those
 // that reached the caller, delivered.go), whole seconds (rounded up) from
-// the call's start for PER_TIME_UNIT.
+// the call's forwarding for PER_TIME_UNIT.
 func (m *meterWriter) deferredUnits() billing.Units {
 	if p := m.c.product; p != nil && p.MeasurementType == billing.PerTimeUnit {
-		return billing.Whole(billing.CeilSeconds(m.h.rt.Now().Sub(m.c.started)))
+		return billing.Whole(billing.CeilSeconds(m.h.rt.Now().Sub(m.forwarded)))
 	}
 	return billing.Whole(m.deliveredBytes())
 }

@@ -2,6 +2,8 @@ package portal
 
 import (
 	"fmt"
+	"math"
+	"math/bits"
 	"strings"
 
 	"github.com/platformgw/gateway/internal/billing"
@@ -45,7 +47,7 @@ func newGauge(name string, used, limit billing.Units, usedText, limitText string
 	case limit <= 0 && used > 0:
 		g.Percent = 100
 	case limit > 0:
-		g.Percent = int(float64(used) / float64(limit) * 100)
+		g.Percent = percentOf(used, limit)
 	}
 	g.Width = float64(min(max(g.Percent, 0), 100))
 	switch {
@@ -57,6 +59,32 @@ func newGauge(name string, used, limit billing.Units, usedText, limitText string
 		g.Level = levelOK
 	}
 	return g
+}
+
+// percentOf is used·100/limit rounded toward zero, exactly: through
+// float64, 29 of 100 read 28% (0.29·100 is 28.999…). The product is
+// taken in 128 bits, as used·100 passes int64 from about 9.2e16
+// micro-units. limit is above zero; a share past int's range reads as
+// its largest.
+func percentOf(used, limit billing.Units) int {
+	neg := used < 0
+	u := uint64(used)
+	if neg {
+		u = -u
+	}
+	hi, lo := bits.Mul64(u, 100)
+	if hi >= uint64(limit) {
+		if neg {
+			return math.MinInt
+		}
+		return math.MaxInt
+	}
+	q, _ := bits.Div64(hi, lo, uint64(limit))
+	q = min(q, math.MaxInt)
+	if neg {
+		return -int(q)
+	}
+	return int(q)
 }
 
 // callsRefused is why the gateway refuses a subscription's calls now, and the

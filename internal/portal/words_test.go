@@ -215,3 +215,24 @@ func TestPortalUsageCaptionExact(t *testing.T) {
 		t.Errorf("no bar says the small day's 0.003 exactly: %+v", u.Chart.Bars)
 	}
 }
+
+// TestGaugePercentExact: a bar's percentage is the share used, rounded
+// down, exactly. Through float64, 29 of 100 requests read "28%" (0.29 ×
+// 100 is 28.999…), 57 "56%", 113 "112%".
+func TestGaugePercentExact(t *testing.T) {
+	end := time.Date(2026, 12, 26, 0, 0, 0, 0, time.UTC)
+	q := billing.Whole(100)
+	basic := &billing.Product{BillingModel: billing.Subscription, MeasurementType: billing.PerRequest, UnitLabel: "request", Quota: &q}
+	for _, used := range []int64{29, 57, 58, 113} {
+		g := standingOf(ops.PeriodSummary{Status: "ACTIVE", PeriodEnd: end, UnitsUsed: billing.Whole(used), Quota: &q}, basic).Gauges[0]
+		if g.Percent != int(used) {
+			t.Errorf("%d of 100 used: %d%%", used, g.Percent)
+		}
+	}
+	// Past int64 when multiplied by 100: a 1 TB PER_BYTE quota, 950 GB used.
+	tb := billing.Whole(1_000_000_000_000)
+	bytes := &billing.Product{BillingModel: billing.Subscription, MeasurementType: billing.PerByte, Quota: &tb}
+	if g := standingOf(ops.PeriodSummary{Status: "ACTIVE", PeriodEnd: end, UnitsUsed: tb / 100 * 95, Quota: &tb}, bytes).Gauges[0]; g.Percent != 95 || g.Level != levelWarn {
+		t.Errorf("950 GB of 1 TB: %+v", g)
+	}
+}

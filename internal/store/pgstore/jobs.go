@@ -109,7 +109,7 @@ func (s *Store) CreateJobReserved(ctx context.Context, j store.Job, a store.Acco
 		if err != nil {
 			return err
 		}
-		if g.Granted.IsZero() {
+		if !g.OK {
 			dec = refusal(a.Product, lim, g, units)
 			return errJobRefused
 		}

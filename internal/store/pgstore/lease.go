@@ -107,6 +107,10 @@ const (
 
 // Grant is the outcome of one lease request.
 type Grant struct {
+	// OK says the request was granted. Granted alone cannot say it: a
+	// call that needs nothing (an endpoint of cost 0, a unit priced 0)
+	// is granted a zero Vec, and was read as refused.
+	OK bool
 	// Granted is what was leased: the block asked for, the call's own
 	// need when the block did not fit, or nothing (refused).
 	Granted Vec
@@ -376,7 +380,7 @@ func (l *Leaser) take(ctx context.Context, le *lease, k AllowanceKey, lim Limits
 	if g.Granted == big {
 		le.block, le.granted = block, l.now()
 	}
-	if g.Granted.IsZero() {
+	if !g.OK {
 		le.refused, le.refusedT, le.refusedNeed = g, l.now(), need
 		return Hold{}, g, errRefused
 	}
@@ -435,7 +439,7 @@ func (l *Leaser) topUp(le *lease, k AllowanceKey, lim Limits, units billing.Unit
 			return // the next call that finds the lease short leases itself
 		}
 		le.left, le.sized = g.Left, true
-		if g.Granted.IsZero() || le.gen != gen || le.dead {
+		if !g.OK || le.gen != gen || le.dead {
 			// Refused, or the lease ended meanwhile: units granted to a
 			// row no one renews come back when it expires.
 			return
@@ -521,7 +525,7 @@ func (l *Leaser) Settle(ctx context.Context, h Hold, lim Limits, charge Vec) (co
 		var g Grant
 		g, err = l.db.Grant(ctx, le.holder, h.Key, lim, extra, extra, l.cfg.TTL)
 		l.Grants.Add(1)
-		if err == nil && !g.Granted.IsZero() {
+		if err == nil && g.OK {
 			return charge, true, nil
 		}
 		if errors.Is(err, errLeaseExpired) {

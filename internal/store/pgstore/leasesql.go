@@ -25,7 +25,10 @@ type querier interface {
 // grantSQL leases $6.. (big) if every limit allows it, else $9.. (small),
 // in one statement: the subscription row (prepaid) and the allowance row
 // are locked and checked, and the lease row upserted, atomically. The
-// condition is the whole protocol: settled + leased + asked <= limit.
+// condition is the whole protocol: settled + leased + asked <= limit, as
+// billing.Decide judges it: asking no units or no spend never crosses a
+// quota or a cap (a call of cost 0 past a quota a report overdrew), while
+// a balance below zero refuses even a call that costs nothing.
 // $1 holder, $2 user, $3 service, $4 period, $5 ttl seconds, $6-$8 big
 // units/spend/credits, $9-$11 small, $12 unit limit, $13 spend limit
 // (NULL: none), $14 whether credits are bounded.
@@ -45,15 +48,15 @@ WITH sb AS (
 ), b AS (
 	UPDATE allowances SET leased_units = leased_units + $6, leased_spend = leased_spend + $7
 	WHERE user_id = $2 AND service_id = $3 AND period = $4 AND NOT EXISTS (SELECT 1 FROM ex)
-	  AND ($12::bigint IS NULL OR used + leased_units + $6 <= $12)
-	  AND ($13::bigint IS NULL OR spend + leased_spend + $7 <= $13)
+	  AND ($12::bigint IS NULL OR $6 = 0 OR used + leased_units + $6 <= $12)
+	  AND ($13::bigint IS NULL OR $7 = 0 OR spend + leased_spend + $7 <= $13)
 	  AND (SELECT avail FROM av) >= $8
 	RETURNING 'b'::text AS k
 ), sm AS (
 	UPDATE allowances SET leased_units = leased_units + $9, leased_spend = leased_spend + $10
 	WHERE user_id = $2 AND service_id = $3 AND period = $4 AND NOT EXISTS (SELECT 1 FROM b) AND NOT EXISTS (SELECT 1 FROM ex)
-	  AND ($12::bigint IS NULL OR used + leased_units + $9 <= $12)
-	  AND ($13::bigint IS NULL OR spend + leased_spend + $10 <= $13)
+	  AND ($12::bigint IS NULL OR $9 = 0 OR used + leased_units + $9 <= $12)
+	  AND ($13::bigint IS NULL OR $10 = 0 OR spend + leased_spend + $10 <= $13)
 	  AND (SELECT avail FROM av) >= $11
 	RETURNING 's'::text AS k
 ), g AS (
@@ -101,15 +104,20 @@ func (r row) left(lim Limits) Vec {
 	return v
 }
 
-// refusedIn names the first dimension need does not fit in.
+// refusedIn names the first dimension need does not fit in, in the order
+// billing.Decide checks its limits (quota, credits, cap), so that a call
+// is told what Decide would tell it: a PREPAID product with a spending
+// cap, out of credits and past its cap, answered 429 quota_exceeded
+// where Decide (and the embedded store) answers 403 insufficient_credits.
+// As in grantSQL, no units and no spend fit whatever is left.
 func refusedIn(need, left Vec) int {
 	switch {
-	case need.Units > left.Units:
+	case need.Units > 0 && need.Units > left.Units:
 		return DimUnits
-	case need.Spend > left.Spend:
-		return DimSpend
 	case need.Credits > left.Credits:
 		return DimCredits
+	case need.Spend > 0 && need.Spend > left.Spend:
+		return DimSpend
 	}
 	return DimNone
 }
@@ -148,9 +156,9 @@ func grant(ctx context.Context, q querier, holder string, k AllowanceKey, lim Li
 	g := Grant{Left: r.left(lim)}
 	switch kind {
 	case "b":
-		g.Granted = big
+		g.Granted, g.OK = big, true
 	case "s":
-		g.Granted = small
+		g.Granted, g.OK = small, true
 	case "x":
 		return Grant{}, row{}, errLeaseExpired
 	default:

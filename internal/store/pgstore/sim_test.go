@@ -57,7 +57,7 @@ func (d *simDB) row(k AllowanceKey) *simAllow {
 }
 
 func (d *simDB) fits(a *simAllow, lim Limits, v Vec) bool {
-	return (lim.Units == nil || a.used+a.leased+v.Units <= *lim.Units) &&
+	return (lim.Units == nil || v.Units == 0 || a.used+a.leased+v.Units <= *lim.Units) &&
 		(!lim.Credits || a.credits-a.creditsHeld >= v.Credits)
 }
 
@@ -103,7 +103,7 @@ func (d *simDB) Grant(_ context.Context, holder string, k AllowanceKey, lim Limi
 	}
 	l.v = l.v.add(g)
 	l.expires = d.now().Add(ttl)
-	return Grant{Granted: g, Left: d.left(a, lim)}, nil
+	return Grant{OK: true, Granted: g, Left: d.left(a, lim)}, nil
 }
 
 // Renew is pgLeases.Renew: expired rows are never revived.

@@ -238,6 +238,30 @@ func testNegativeBalance(t *testing.T, c *suite) {
 	if res, err := s.Reserve(ctx, a, whole(1), T0); err != nil || res.Decision.Allowed {
 		t.Errorf("Reserve on an overdrawn balance = %+v, %v; want a refusal", res.Decision, err)
 	}
+	// A call that costs nothing (an endpoint of cost 0, a PREPAID product
+	// of price 0) is decided alike by both stores on an overdrawn balance.
+	free := prepaid
+	free.ID, free.Price = "prepaid-free", 0
+	for _, tc := range []struct {
+		name  string
+		p     billing.Product
+		units billing.Units
+	}{{"0 units", prepaid, 0}, {"price 0", free, whole(1)}} {
+		a := a
+		a.Product = tc.p
+		res, err := s.Reserve(ctx, a, tc.units, T0)
+		if err != nil {
+			t.Fatalf("Reserve(%s) on an overdrawn balance: %v", tc.name, err)
+		}
+		if res.Decision.Allowed {
+			if _, err := s.Settle(ctx, res, 0, store.LedgerEntry{Time: T0, UserID: "u1", ServiceID: "svc", ProductID: tc.p.ID}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if want := billing.Decide(tc.p, billing.State{Credits: -whole(2)}, tc.units).Allowed; res.Decision.Allowed != want {
+			t.Errorf("Reserve(%s) on a balance of -2: allowed %v, billing.Decide says %v (%+v)", tc.name, res.Decision.Allowed, want, res.Decision)
+		}
+	}
 	if sub, err := s.AddCredits(ctx, "u1", "svc", whole(3), T0); err != nil || sub.Credits != whole(1) {
 		t.Errorf("AddCredits(+3) = %+v, %v", sub, err)
 	}

@@ -80,6 +80,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"Subscriptions", testSubscriptions},
 		{"SubscriptionEnd", testSubscriptionEnd},
 		{"NegativeBalance", testNegativeBalance},
+		{"ReserveAsDecide", testReserveAsDecide},
 		{"ReserveSettle", testReserveSettle},
 		{"ReserveRefused", testReserveRefused},
 		{"SettleAmongHolds", testSettleAmongHolds},
