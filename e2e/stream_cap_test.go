@@ -110,7 +110,7 @@ func streamCapCatalog(backend string) string {
 func TestPerByteStreamCutOffAtHardLimit(t *testing.T) {
 	be := streamCapBackend(t)
 	g := startWireGateway(t, t.TempDir(), "", streamCapCatalog(be.URL), "")
-	get := func(t *testing.T, user, query string, limit int64) ([]byte, error, string) {
+	get := func(t *testing.T, user, query string, limit int64) ([]byte, string, error) {
 		t.Helper()
 		key, _ := g.newKey(user)
 		req, _ := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d/api/service/sc/endpoint/events/invoke%s", gwPort, query), nil)
@@ -125,14 +125,14 @@ func TestPerByteStreamCutOffAtHardLimit(t *testing.T) {
 			t.Fatalf("status %d: %s", resp.StatusCode, b)
 		}
 		body, err := io.ReadAll(io.LimitReader(resp.Body, limit))
-		return body, err, resp.Header.Get("X-Platform-Request-ID")
+		return body, resp.Header.Get("X-Platform-Request-ID"), err
 	}
 	cut := func(t *testing.T, user, product, credits string, want int64) {
 		g.subscribe(user, "sc", product, "ACTIVE")
 		if credits != "" {
 			g.credits(user, "sc", credits)
 		}
-		body, err, id := get(t, user, "", 1<<20)
+		body, id, err := get(t, user, "", 1<<20)
 		if err == nil || int64(len(body)) != want {
 			t.Fatalf("caller got %d bytes (read error %v), want %d then a cut", len(body), err, want)
 		}
@@ -157,7 +157,7 @@ func TestPerByteStreamCutOffAtHardLimit(t *testing.T) {
 	t.Run("overage allowed without a cap: never cut", func(t *testing.T) {
 		g.subscribe("sc-allow", "sc", "allow", "ACTIVE")
 		const read = 200_000
-		body, err, id := get(t, "sc-allow", "", read)
+		body, id, err := get(t, "sc-allow", "", read)
 		if err != nil || len(body) != read {
 			t.Fatalf("caller got %d bytes (%v), want %d", len(body), err, read)
 		}
@@ -170,7 +170,7 @@ func TestPerByteStreamCutOffAtHardLimit(t *testing.T) {
 	})
 	t.Run("PER_REQUEST: not bounded", func(t *testing.T) {
 		g.subscribe("sc-request", "sc", "request", "ACTIVE")
-		body, err, id := get(t, "sc-request", "?size=100000", 1<<20)
+		body, id, err := get(t, "sc-request", "?size=100000", 1<<20)
 		if err != nil || len(body) != 100000 {
 			t.Fatalf("caller got %d bytes (%v), want the whole 100000", len(body), err)
 		}
