@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/platformgw/gateway/internal/onceform"
 )
 
 // countingReader counts what the handler read of a body.
@@ -56,7 +58,7 @@ func TestConsoleFormBodies(t *testing.T) {
 	c, token := session(t, h, "/console/users/alice", "bob")
 	const path = "/console/users/alice/credits"
 	good := func() url.Values {
-		return url.Values{"csrf": {token}, onceField: {h.once.Mint("bob")}, "serviceId": {"weather"}, "amount": {"5"}}
+		return url.Values{"csrf": {token}, onceform.Field: {h.once.Mint("bob")}, "serviceId": {"weather"}, "amount": {"5"}}
 	}
 	send := func(body io.Reader, contentType string) (*httptest.ResponseRecorder, int64) {
 		cr := &countingReader{r: body}

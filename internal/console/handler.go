@@ -28,6 +28,7 @@ import (
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/engine"
 	"github.com/platformgw/gateway/internal/httpsonly"
+	"github.com/platformgw/gateway/internal/onceform"
 	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/payments"
 	"github.com/platformgw/gateway/internal/platform"
@@ -66,7 +67,7 @@ type Handler struct {
 	csrf   *csrfKey
 	// once hands out the forms' one-time values and remembers those
 	// taken (once.go).
-	once *onceBook
+	once *onceform.Book
 	// payments is the config's payments block (defaults filled), nil
 	// when it has none: the Revenue page then shows the usage money only.
 	payments *payments.Config

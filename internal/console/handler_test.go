@@ -18,6 +18,7 @@ import (
 
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/engine"
+	"github.com/platformgw/gateway/internal/onceform"
 	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/store"
 )
@@ -83,9 +84,9 @@ func session(t *testing.T, h *Handler, path, who string) (*http.Cookie, string) 
 // just rendered has (once.go); the tests of the one-time values
 // (once_test.go) post the values their pages carry.
 func post(h *Handler, path string, form url.Values, c *http.Cookie, who string) *httptest.ResponseRecorder {
-	if form.Has("csrf") && !form.Has(onceField) {
+	if form.Has("csrf") && !form.Has(onceform.Field) {
 		form = maps.Clone(form)
-		form.Set(onceField, h.once.Mint(who))
+		form.Set(onceform.Field, h.once.Mint(who))
 	}
 	r := httptest.NewRequest("POST", path, strings.NewReader(form.Encode()))
 	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")

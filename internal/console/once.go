@@ -16,30 +16,7 @@ import (
 // the CSRF key, the values are bound to the operator's name
 // (docs/console.md, "Forms").
 
-const (
-	onceField    = onceform.Field
-	onceTTL      = onceform.TTL
-	onceTTLWords = onceform.TTLWords
-)
-
-type (
-	onceBook    = onceform.Book
-	onceState   = onceform.State
-	onceVerdict = onceform.Verdict
-)
-
-const (
-	onceInFlight = onceform.InFlight
-	onceMade     = onceform.Made
-	onceFailed   = onceform.Failed
-
-	onceOK    = onceform.OK
-	onceBad   = onceform.Bad
-	onceStale = onceform.Stale
-	onceTaken = onceform.Taken
-)
-
-func newOnceBook(k *csrfKey) *onceBook {
+func newOnceBook(k *csrfKey) *onceform.Book {
 	return onceform.New(k.key[:], "platform_console one-time form values")
 }
 
@@ -74,26 +51,26 @@ func (h *Handler) resultLinks(q *req) []noticeLink {
 
 // onceRefused answers a POST whose one-time value was not taken: sent
 // before, too old, or none of this console's. Nothing is changed.
-func (h *Handler) onceRefused(q *req, verdict onceVerdict, first onceState) {
+func (h *Handler) onceRefused(q *req, verdict onceform.Verdict, first onceform.State) {
 	d := noticeData{Class: "error", Links: h.resultLinks(q)}
 	status, title := http.StatusForbidden, "Form not sent"
 	switch verdict {
-	case onceTaken:
+	case onceform.Taken:
 		status, title = http.StatusConflict, "Already sent"
 		switch first {
-		case onceMade:
+		case onceform.Made:
 			d.Class, title = "done", "Already made"
 			d.Message = "This change was already made: this form was sent before (a second click, or a reload of the page that answered it). Nothing was changed this time; the result is on the pages linked below."
 			if len(q.parts) == 3 && q.parts[2] == "keys" {
 				d.Message += " The new key was shown once, on the answer to the first; if it was not copied, revoke that key and create another."
 			}
-		case onceInFlight:
+		case onceform.InFlight:
 			d.Message = "This form was sent a moment ago and that change is being made now. Nothing was changed by sending it again; see the result on the pages linked below."
 		default:
 			d.Message = "This form was sent before and that attempt failed (see the server log): the change may or may not have been made. Nothing was changed this time: look at the pages linked below and make the change from there if it is still needed."
 		}
-	case onceStale:
-		d.Message = "This form is too old to send (a form can be sent within " + onceTTLWords + " of being shown). Nothing was changed: open the page again and make the change from there if it is still needed."
+	case onceform.Stale:
+		d.Message = "This form is too old to send (a form can be sent within " + onceform.TTLWords + " of being shown). Nothing was changed: open the page again and make the change from there if it is still needed."
 	default:
 		d.Message = "This form lacks its one-time value, or carries one this console did not make. Nothing was changed: open the page again and send its form."
 	}

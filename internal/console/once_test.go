@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/onceform"
 	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/store"
 )
@@ -58,7 +59,7 @@ func formOf(t *testing.T, body, mark string) url.Values {
 		for _, m := range hiddenRE.FindAllStringSubmatch(f, -1) {
 			v.Add(html.UnescapeString(m[1]), html.UnescapeString(m[2]))
 		}
-		if v.Get("csrf") == "" || v.Get(onceField) == "" {
+		if v.Get("csrf") == "" || v.Get(onceform.Field) == "" {
 			t.Fatalf("form %s has no CSRF token or one-time value:\n%s", mark, f)
 		}
 		return v
@@ -188,7 +189,7 @@ func TestConsoleCorrectionConfirmedTwice(t *testing.T) {
 		t.Fatalf("a negative amount: %d %s", w.Code, w.Body)
 	}
 	confirm := formOf(t, w.Body.String(), `id="confirm-form"`)
-	if confirm.Get(onceField) == first.Get(onceField) || confirm.Get("amount") != "-2" || confirm.Get("confirm") != "yes" {
+	if confirm.Get(onceform.Field) == first.Get(onceform.Field) || confirm.Get("amount") != "-2" || confirm.Get("confirm") != "yes" {
 		t.Fatalf("the confirmation's form: %v", confirm)
 	}
 	if w := post(h, "/console/users/alice/credits", confirm, c, "bob"); w.Code != http.StatusSeeOther {
@@ -219,7 +220,7 @@ func TestConsoleKeyRepostRefused(t *testing.T) {
 		t.Fatalf("create: %d %s", w.Code, w.Body)
 	}
 	// The page with the key has forms of its own, fresh.
-	if next := formOf(t, w.Body.String(), `id="create-key"`); next.Get(onceField) == form.Get(onceField) {
+	if next := formOf(t, w.Body.String(), `id="create-key"`); next.Get(onceform.Field) == form.Get(onceform.Field) {
 		t.Error("the answer's key form carries the value just taken")
 	}
 	w = post(h, "/console/users/alice/keys", form, c, "bob")
@@ -287,7 +288,7 @@ func TestConsoleRefusedFormKeepsInput(t *testing.T) {
 	if w.Code != 400 || !strings.Contains(w.Body.String(), `value="12,5"`) || !strings.Contains(w.Body.String(), "Nothing was changed.") {
 		t.Fatalf("a bad amount: %d %s", w.Code, w.Body)
 	}
-	if again := formOf(t, w.Body.String(), `id="credits"`); again.Get(onceField) == form.Get(onceField) {
+	if again := formOf(t, w.Body.String(), `id="credits"`); again.Get(onceform.Field) == form.Get(onceform.Field) {
 		t.Error("the form shown again carries the value just sent")
 	}
 	if w := post(h, "/console/users/alice/credits", with(form, "amount", "12.5"), c, "bob"); w.Code != http.StatusSeeOther {
@@ -300,7 +301,7 @@ func TestConsoleRefusedFormKeepsInput(t *testing.T) {
 
 // TestConsoleFormValueRefusals: a POST with a good CSRF token but no
 // one-time value, one this console did not make, another operator's, or
-// one older than onceTTL changes nothing.
+// one older than onceform.TTL changes nothing.
 func TestConsoleFormValueRefusals(t *testing.T) {
 	e := local(t)
 	h := direct(t, e, false)
@@ -314,12 +315,12 @@ func TestConsoleFormValueRefusals(t *testing.T) {
 		"none":               "",
 		"not ours":           other.once.Mint("bob"),
 		"another operator's": h.once.Mint("carol"),
-		"cut short":          form.Get(onceField)[:20],
+		"cut short":          form.Get(onceform.Field)[:20],
 	} {
 		f := with(form)
-		f.Del(onceField)
+		f.Del(onceform.Field)
 		if v != "" {
-			f.Set(onceField, v)
+			f.Set(onceform.Field, v)
 		}
 		r := httptest.NewRequest("POST", "/console/users/alice/credits", strings.NewReader(f.Encode()))
 		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -328,7 +329,7 @@ func TestConsoleFormValueRefusals(t *testing.T) {
 			t.Errorf("%s: %d %s", name, w.Code, w.Body)
 		}
 	}
-	h.once.Now = func() time.Time { return time.Now().Add(onceTTL + time.Minute) }
+	h.once.Now = func() time.Time { return time.Now().Add(onceform.TTL + time.Minute) }
 	if w := post(h, "/console/users/alice/credits", form, c, "bob"); w.Code != http.StatusForbidden || !strings.Contains(w.Body.String(), "too old to send") {
 		t.Errorf("a day-old form: %d %s", w.Code, w.Body)
 	}

@@ -3,6 +3,7 @@ package console
 import (
 	"net/http"
 
+	"github.com/platformgw/gateway/internal/onceform"
 	"github.com/platformgw/gateway/internal/ops"
 )
 
@@ -55,10 +56,10 @@ func (h *Handler) declineRequest(q *req) error {
 	// The decline is its audit entry: if that failed, nothing was
 	// recorded and the error page says so.
 	if err := h.ops.DeclineAccess(q.r.Context(), q.actor(), userID, serviceID, productID); err != nil {
-		q.spent = onceFailed
+		q.spent = onceform.Failed
 		return err
 	}
-	q.spent = onceMade
+	q.spent = onceform.Made
 	http.Redirect(q.w, q.r, h.link(map[string][]string{"done": {"declined"}}, "requests"), http.StatusSeeOther)
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/apierror"
+	"github.com/platformgw/gateway/internal/onceform"
 )
 
 // req is one request as the pages see it.
@@ -20,7 +21,7 @@ type req struct {
 	csrf string
 	// spent is what became of the change a POST asked for, for its
 	// one-time value (once.go): 0 while nothing was changed.
-	spent onceState
+	spent onceform.State
 	// parts are the unescaped path segments below the prefix.
 	parts []string
 }
@@ -146,14 +147,14 @@ func (h *Handler) readForm(q *req) bool {
 // one-time value is taken first: a form posted a second time changes
 // nothing and says the change was made already (once.go).
 func (h *Handler) post(q *req) {
-	id, verdict, state := h.once.Claim(q.r.PostFormValue(onceField), q.who)
-	if verdict != onceOK {
+	id, verdict, state := h.once.Claim(q.r.PostFormValue(onceform.Field), q.who)
+	if verdict != onceform.OK {
 		h.onceRefused(q, verdict, state)
 		return
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			h.once.Finish(id, onceFailed)
+			h.once.Finish(id, onceform.Failed)
 			panic(r)
 		}
 		h.once.Finish(id, q.spent)
@@ -190,7 +191,7 @@ func (h *Handler) fail(q *req, err error) {
 		status, msg = apierror.Status(ae.Code), humanMessage(ae)
 	} else {
 		h.logger.Error("console request failed", zap.String("path", q.r.URL.Path), zap.Error(err))
-		if q.spent == onceFailed {
+		if q.spent == onceform.Failed {
 			msg += ". The change may or may not have been made: look before making it again."
 		}
 	}

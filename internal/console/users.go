@@ -16,6 +16,7 @@ import (
 	"github.com/platformgw/gateway/internal/apierror"
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/catalog"
+	"github.com/platformgw/gateway/internal/onceform"
 	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/subscription"
@@ -334,11 +335,11 @@ var doneNotices = map[string]string{
 func (h *Handler) result(q *req, userID, done string, err error) error {
 	switch {
 	case err == nil:
-		q.spent = onceMade
+		q.spent = onceform.Made
 		http.Redirect(q.w, q.r, h.link(map[string][]string{"done": {done}}, "users", userID), http.StatusSeeOther)
 		return nil
 	case errors.Is(err, ops.ErrAuditNotRecorded):
-		q.spent = onceMade
+		q.spent = onceform.Made
 		h.logger.Error("console change made, its audit entry not recorded", zap.String("operator", q.who),
 			zap.String("path", q.r.URL.Path), zap.Error(err))
 		h.render(q, http.StatusInternalServerError, "notice", "Change made, not audited", noticeData{Class: "error",
@@ -356,7 +357,7 @@ func (h *Handler) result(q *req, userID, done string, err error) error {
 func (h *Handler) refused(q *req, userID string, err error) error {
 	var ae *apierror.Error
 	if !errors.As(err, &ae) {
-		q.spent = onceFailed
+		q.spent = onceform.Failed
 		return err
 	}
 	return h.user(q, userID, nil, err)
@@ -383,7 +384,7 @@ func (h *Handler) createKey(q *req, userID string) error {
 	// The key is shown on this answer only, never again: no redirect. A
 	// reload posts the form again, with its one-time value spent: no
 	// second key. An audit entry not written is said on the page (err).
-	q.spent = onceMade
+	q.spent = onceform.Made
 	if err != nil {
 		h.logger.Error("console key made, its audit entry not recorded", zap.String("operator", q.who),
 			zap.String("key_id", v.ID), zap.Error(err))
