@@ -35,22 +35,28 @@ var errCutAtCeiling = errors.New("the answer reached the most its caller can be 
 // owner's call (free) and a product without a hard limit that binds are
 // not bounded.
 func (m *meterWriter) setByteCeiling() {
+	if whole, ok := m.wholeCeiling(); ok {
+		m.capped, m.ceiling = true, whole
+	}
+}
+
+// wholeCeiling is the most the call can be charged (billing.Ceiling), in
+// whole units: a byte or a second is one unit, and a fraction of a unit
+// left buys none. A service owner's call (free), a call that holds
+// nothing and a product without a hard limit that binds have none.
+func (m *meterWriter) wholeCeiling() (int64, bool) {
 	if m.c.account.Free || m.res.ID == "" {
-		return
+		return 0, false
 	}
 	ceiling, ok := billing.Ceiling(m.c.account.Product, m.res.State, m.res.Decision)
-	if !ok {
-		return
-	}
-	// A byte is one whole unit: a fraction of a unit left buys no byte.
-	m.capped, m.capBytes = true, int64(ceiling/billing.Scale)
+	return int64(ceiling / billing.Scale), ok
 }
 
 // cutAtCeiling writes what of b still fits under the ceiling and fails the
 // write: the proxy stops copying and aborts the answer.
 func (m *meterWriter) cutAtCeiling(b []byte) (int, error) {
 	var n int
-	if room := m.capBytes - m.written; room > 0 {
+	if room := m.ceiling - m.written; room > 0 {
 		var err error
 		n, err = m.w.Write(b[:room])
 		m.written += int64(n)
@@ -91,7 +97,7 @@ func (m *meterWriter) logCut() {
 	}
 	m.h.logger.Warn("stream cut at the caller's hard limit",
 		zap.String("request_id", m.c.requestID), zap.String("service", m.c.svc.ID),
-		zap.String("endpoint", m.c.ep.ID), zap.Int64("ceiling", m.capBytes))
+		zap.String("endpoint", m.c.ep.ID), zap.Int64("ceiling", m.ceiling))
 }
 
 // timeCutMargin is how long before its ceiling a PER_TIME_UNIT stream is
@@ -111,15 +117,11 @@ func withCeilingCancel(r *http.Request) (*http.Request, func()) {
 // call's forwarding pass the most its caller can be charged (each second is a
 // whole unit). The timer is stopped when the call ends (end).
 func (m *meterWriter) setTimeCeiling() {
-	if m.c.account.Free || m.res.ID == "" {
-		return
-	}
-	ceiling, ok := billing.Ceiling(m.c.account.Product, m.res.State, m.res.Decision)
+	secs, ok := m.wholeCeiling()
 	if !ok {
 		return
 	}
-	secs := int64(ceiling / billing.Scale)
-	m.capped, m.capBytes = false, secs
+	m.ceiling = secs
 	// Its seconds count from its forwarding (deferredUnits).
 	at := m.forwarded.Add(time.Duration(secs)*time.Second - timeCutMargin)
 	stop := m.stopAt

@@ -309,10 +309,12 @@ type meterWriter struct {
 	// callerGone: the caller's request was cancelled before any status
 	// line (the reverse proxy's 499); nothing reached it.
 	callerGone bool
-	// capped: a PER_BYTE answer delivers at most capBytes (the most its
-	// caller could be charged when the call was admitted, streamcap.go).
+	// ceiling is the most the call's caller could be charged when it was
+	// admitted, in whole units: bytes for PER_BYTE, seconds for
+	// PER_TIME_UNIT (streamcap.go). capped: a PER_BYTE answer delivers at
+	// most ceiling bytes.
 	capped    bool
-	capBytes  int64
+	ceiling   int64
 	cutLogged atomic.Bool
 	// stopAt cancels the proxied request of a PER_TIME_UNIT call: its
 	// stream is cut at the ceiling (streamcap.go); nil for other calls.
@@ -348,7 +350,7 @@ func (m *meterWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	}
 	cc := &countedConn{Conn: conn, n: &m.tunneled, m: m}
 	if m.capped {
-		cc.limit = max(m.capBytes-m.written, 0)
+		cc.limit = max(m.ceiling-m.written, 0)
 		cc.capped = true
 	}
 	if err := brw.Writer.Flush(); err != nil {
@@ -510,7 +512,7 @@ func (m *meterWriter) Write(b []byte) (int, error) {
 	if m.failed {
 		return len(b), nil
 	}
-	if m.capped && int64(len(b)) > m.capBytes-m.written {
+	if m.capped && int64(len(b)) > m.ceiling-m.written {
 		return m.cutAtCeiling(b)
 	}
 	n, err := m.w.Write(b)
