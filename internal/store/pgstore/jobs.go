@@ -142,13 +142,6 @@ func scanJob(row pgx.Row) (jobRecord, error) {
 	return rec, json.Unmarshal(raw, &rec)
 }
 
-// noSuchJobID reports whether id cannot name a stored job: PostgreSQL
-// text holds neither bytes that are not UTF-8 nor NUL, and refuses such a
-// parameter with an error, where the store file answers ErrNotFound. Ids
-// come from request paths (%ff), so they are answered as not found here
-// too rather than as a store failure.
-func noSuchJobID(id string) bool { return noSuchText(id) }
-
 // noSuchText reports whether any of ss is text no row holds: not UTF-8,
 // or holding U+0000, which PostgreSQL refuses as a text parameter (an
 // error, where the store file finds nothing). A read given such an id,
@@ -165,7 +158,7 @@ func noSuchText(ss ...string) bool {
 
 // GetJob reads a job, whichever node created or changed it.
 func (s *Store) GetJob(ctx context.Context, id string) (store.Job, error) {
-	if noSuchJobID(id) {
+	if noSuchText(id) {
 		return store.Job{}, store.ErrNotFound
 	}
 	rec, err := scanJob(s.pool.QueryRow(ctx, "SELECT rec FROM jobs WHERE id = $1", id))
@@ -189,7 +182,7 @@ func (s *Store) CompleteJob(ctx context.Context, id string, a store.Account, e s
 	if err := store.CtxErr(ctx); err != nil {
 		return store.Job{}, err
 	}
-	if noSuchJobID(id) {
+	if noSuchText(id) {
 		return store.Job{}, store.ErrNotFound
 	}
 	if e.Time.IsZero() {

@@ -71,10 +71,10 @@ func (s *Store) ListJobs(ctx context.Context, f store.JobFilter, cursor string, 
 	if err != nil {
 		return nil, "", err
 	}
-	if noSuchJobID(string(after)) { // a forged cursor: no job id is such text
+	if noSuchText(string(after)) { // a forged cursor: no job id is such text
 		return nil, "", store.ErrBadCursor
 	}
-	if noSuchJobID(f.UserID) || noSuchJobID(f.ServiceID) || noSuchJobID(f.Status) {
+	if noSuchText(f.UserID, f.ServiceID, f.Status) {
 		return nil, "", nil // a filter no job matches (PostgreSQL refuses it as text)
 	}
 	limit = max(limit, 1)
