@@ -198,18 +198,40 @@ func (a *App) evaluateAlerts(ctx context.Context, stop <-chan struct{}) {
 	st := a.DataStore()
 	pause := time.NewTimer(a.alerter.interval)
 	defer pause.Stop()
+	wait := a.alerter.interval
 	for {
 		refs, ready := st.ChangedAccounts()
-		for _, ref := range refs {
-			a.EvaluateAlerts(ctx, ref)
+		failed := false
+		for i, ref := range refs {
+			if ctx.Err() == nil && !failed {
+				_, err := a.evaluate(ctx, ref)
+				failed = err != nil
+				if !failed {
+					continue
+				}
+			}
+			// A stopped round (a reload) leaves the rest to the next
+			// config's loop; a failed one (the store's error, logged
+			// once) to the next round: the subscription's next change
+			// may never come (a quota refused at 100%, a balance below
+			// zero), and with it the alert it reached.
+			st.RequeueChanged(refs[i:])
+			break
 		}
 		select {
 		case <-stop:
 			return
 		case <-ready:
 		}
-		// Gather what a busy second changes into one round.
-		pause.Reset(a.alerter.interval)
+		// Gather what a busy second changes into one round; after a
+		// failed round, wait twice as long each time (at most
+		// alertRetryMax), so a dead store costs a line a minute.
+		if failed {
+			wait = max(a.alerter.interval, min(2*wait, alertRetryMax))
+		} else {
+			wait = a.alerter.interval
+		}
+		pause.Reset(wait)
 		select {
 		case <-stop:
 			return
@@ -222,36 +244,47 @@ func (a *App) evaluateAlerts(ctx context.Context, stop <-chan struct{}) {
 // in its current period and that was not recorded before, and wakes the
 // delivery. It returns the alerts it recorded.
 func (a *App) EvaluateAlerts(ctx context.Context, ref store.AccountRef) []store.Alert {
+	fired, _ := a.evaluate(ctx, ref)
+	return fired
+}
+
+// evaluate is EvaluateAlerts, and says whether a store read or write
+// failed (the context's end included) so that the evaluation is not
+// complete: what it recorded stays recorded, once, and another
+// evaluation records the rest.
+func (a *App) evaluate(ctx context.Context, ref store.AccountRef) ([]store.Alert, error) {
 	if a.alerter == nil {
-		return nil
+		return nil, nil
 	}
 	st := a.DataStore()
 	sub, err := st.GetSubscription(ctx, ref.UserID, ref.ServiceID)
 	if err != nil {
 		// No subscription (an owner's free calls, one removed since) has
 		// no thresholds: nothing to say.
-		if !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrNoAccount) {
-			a.logger.Error("usage alerts: reading a subscription", zap.String("user", ref.UserID),
-				zap.String("service", ref.ServiceID), zap.Error(err))
+		if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrNoAccount) {
+			return nil, nil
 		}
-		return nil
+		a.logFailed(ctx, "usage alerts: reading a subscription", ref, err)
+		return nil, err
 	}
 	svc, ok := a.catalog.Service(ref.ServiceID)
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	thresholds := svc.AlertThresholds(sub.ProductID)
 	p, ok := svc.Product(sub.ProductID)
 	if len(thresholds) == 0 || !ok {
-		return nil
+		return nil, nil
 	}
 	t := a.Now()
 	start, _ := billing.PeriodBounds(p.Period, p.CalendarPeriods, sub.StartedAt, t)
-	fired := a.recordReached(ctx, ref, *p, thresholds, start, t, t)
+	fired, err := a.recordReached(ctx, ref, *p, thresholds, start, t, t)
 	if periodic := periodThresholds(thresholds); len(periodic) > 0 && a.lateForPrevious(sub, start, t) {
 		prev := start.Add(-time.Nanosecond)
 		prevStart, _ := billing.PeriodBounds(p.Period, p.CalendarPeriods, sub.StartedAt, prev)
-		fired = append(a.recordReached(ctx, ref, *p, periodic, prevStart, prev, t), fired...)
+		late, lateErr := a.recordReached(ctx, ref, *p, periodic, prevStart, prev, t)
+		fired = append(late, fired...)
+		err = errors.Join(err, lateErr)
 	}
 	if len(fired) > 0 {
 		select {
@@ -259,8 +292,22 @@ func (a *App) EvaluateAlerts(ctx context.Context, ref store.AccountRef) []store.
 		default:
 		}
 	}
-	return fired
+	return fired, err
 }
+
+// logFailed logs a failed store read or write of an evaluation, unless
+// the evaluation was stopped (a reload or a stop ends its context; the
+// subscription is evaluated again by the next loop).
+func (a *App) logFailed(ctx context.Context, msg string, ref store.AccountRef, err error, fields ...zap.Field) {
+	if ctx.Err() != nil {
+		return
+	}
+	a.logger.Error(msg, append([]zap.Field{zap.String("user", ref.UserID), zap.String("service", ref.ServiceID),
+		zap.Error(err)}, fields...)...)
+}
+
+// alertRetryMax bounds the wait after failed evaluation rounds.
+const alertRetryMax = time.Minute
 
 // alertLateWindow is how long into a period the previous one is
 // evaluated too: a charge settled in a period's last moments is
@@ -295,17 +342,18 @@ func periodThresholds(ts []alerts.Threshold) []alerts.Threshold {
 
 // recordReached records every threshold the subscription's state at at
 // (in the period from periodStart) has reached and that was not recorded
-// before, as fired at now, and returns the alerts it recorded.
+// before, as fired at now, and returns the alerts it recorded and the
+// store's errors (each threshold is tried, and one recorded is kept).
 func (a *App) recordReached(ctx context.Context, ref store.AccountRef, p billing.Product, thresholds []alerts.Threshold,
-	periodStart, at, now time.Time) []store.Alert {
+	periodStart, at, now time.Time) ([]store.Alert, error) {
 	st := a.DataStore()
 	state, err := st.State(ctx, store.Account{UserID: ref.UserID, ServiceID: ref.ServiceID, Product: p}, at)
 	if err != nil {
-		a.logger.Error("usage alerts: reading usage", zap.String("user", ref.UserID),
-			zap.String("service", ref.ServiceID), zap.Error(err))
-		return nil
+		a.logFailed(ctx, "usage alerts: reading usage", ref, err)
+		return nil, err
 	}
 	var fired []store.Alert
+	var failed error
 	for _, r := range alerts.Reached(p, state, thresholds) {
 		name := r.Threshold.String()
 		// A read first: a subscription past 80% stays past it for the
@@ -313,8 +361,8 @@ func (a *App) recordReached(ctx context.Context, ref store.AccountRef, p billing
 		// a write.
 		has, err := st.HasAlert(ctx, ref.UserID, ref.ServiceID, periodStart, name)
 		if err != nil {
-			a.logger.Error("usage alerts: reading an alert", zap.String("user", ref.UserID),
-				zap.String("service", ref.ServiceID), zap.String("threshold", name), zap.Error(err))
+			a.logFailed(ctx, "usage alerts: reading an alert", ref, err, zap.String("threshold", name))
+			failed = errors.Join(failed, err)
 			continue
 		}
 		if has {
@@ -328,15 +376,15 @@ func (a *App) recordReached(ctx context.Context, ref store.AccountRef, p billing
 			continue // another evaluator recorded it first
 		}
 		if err != nil {
-			a.logger.Error("usage alerts: recording an alert", zap.String("user", ref.UserID),
-				zap.String("service", ref.ServiceID), zap.String("threshold", name), zap.Error(err))
+			a.logFailed(ctx, "usage alerts: recording an alert", ref, err, zap.String("threshold", name))
+			failed = errors.Join(failed, err)
 			continue
 		}
 		a.logger.Info("usage alert fired", zap.String("alert", al.ID), zap.String("user", al.UserID),
 			zap.String("service", al.ServiceID), zap.String("threshold", name), zap.String("value", al.Value.String()))
 		fired = append(fired, al)
 	}
-	return fired
+	return fired, failed
 }
 
 // alertBatch bounds the alerts one delivery round takes.

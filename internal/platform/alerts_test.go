@@ -138,3 +138,47 @@ func TestCLIAlerts(t *testing.T) {
 		t.Errorf("a bad status: %v", err)
 	}
 }
+
+// TestAlertsStoppedRoundEvaluatedAgain: a subscription whose evaluation a
+// stop cut short (a reload stops the old config's loop, which takes the
+// changed subscriptions and then reads them under a cancelled context) is
+// evaluated by the next round. It was dropped: the balance below its
+// credits_below threshold, refused every call after, was never alerted.
+func TestAlertsStoppedRoundEvaluatedAgain(t *testing.T) {
+	env := &admEnv{t: t}
+	config := env.config(t.TempDir(), "")
+	config = strings.Replace(config, `"store":`, `"alerts": {"webhook": "http://127.0.0.1:1/hook",
+		"secret": "0123456789abcdef0123456789abcdef", "interval": "1h"}, "store":`, 1)
+	config = strings.Replace(config, `"endpoints": [{"id": "forecast"}],`, `"endpoints": [{"id": "forecast"}],
+		"alerts": [{"product": "basic", "thresholds": [{"metric": "credits_below", "credits": 5}]}],`, 1)
+	admTester(t).InitServer(config, "json")
+	if t.Failed() {
+		t.FailNow()
+	}
+	env.app = admActiveApp(t)
+	t.Cleanup(env.stop)
+	ds := env.app.DataStore()
+	now := time.Now().UTC()
+	if _, err := ds.PutSubscription(context.Background(), store.Subscription{UserID: "ann", ServiceID: "weather",
+		ProductID: "basic", Status: "ACTIVE", StartedAt: now, UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ds.AddCredits(context.Background(), "ann", "weather", billing.Whole(3), now); err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan struct{})
+	close(stopped)
+	// The round a reload stops: its context is over before it reads.
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	env.app.evaluateAlerts(cancelled, stopped)
+	// The next round, the new config's.
+	env.app.evaluateAlerts(context.Background(), stopped)
+	got, _, err := ds.ListAlerts(context.Background(), store.AlertFilter{UserID: "ann"}, "", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Threshold != "credits_below 5" {
+		t.Fatalf("alerts after the stopped round and the next: %+v, want credits_below 5", got)
+	}
+}

@@ -110,4 +110,9 @@ type Alerts interface {
 	// when there are more. Only changes durable before the call are
 	// returned, so their state can be read at once.
 	ChangedAccounts() ([]AccountRef, <-chan struct{})
+	// RequeueChanged puts refs back among the changed subscriptions and
+	// makes the channel ready: an evaluation that could not finish them
+	// (the loop was stopped by a reload, or a read failed) leaves them to
+	// the next round, which may be another config's loop on this store.
+	RequeueChanged(refs []AccountRef)
 }

@@ -271,6 +271,27 @@ func (c *changeSet) publish() {
 	}
 }
 
+// RequeueChanged puts refs back among the changed subscriptions.
+func (s *Store) RequeueChanged(refs []store.AccountRef) {
+	if len(refs) == 0 {
+		return
+	}
+	c := &s.changes
+	c.init()
+	c.mu.Lock()
+	if c.pending == nil {
+		c.pending = make(map[store.AccountRef]struct{}, len(refs))
+	}
+	for _, ref := range refs {
+		c.pending[ref] = struct{}{}
+	}
+	c.mu.Unlock()
+	select {
+	case c.ready <- struct{}{}:
+	default:
+	}
+}
+
 // ChangedAccounts returns and forgets the subscriptions changed since the
 // last call.
 func (s *Store) ChangedAccounts() ([]store.AccountRef, <-chan struct{}) {

@@ -132,6 +132,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"ListAlerts", testListAlerts},
 		{"ChangedAccounts", testChangedAccounts},
 		{"ChangedAccountsWithoutCalls", testChangedAccountsWithoutCalls},
+		{"ChangedAccountsRequeued", testChangedAccountsRequeued},
 		{"OddTextQueries", testOddTextQueries},
 		{"Audit", testAudit},
 		{"PaymentRecords", testPaymentRecords},

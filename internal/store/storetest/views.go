@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -419,6 +420,39 @@ func testChangedAccountsWithoutCalls(t *testing.T, c *suite) {
 			more, ready = s.ChangedAccounts()
 			refs = append(refs, more...)
 		}
+	}
+}
+
+// testChangedAccountsRequeued: subscriptions an evaluation gave back
+// (stopped by a reload, or a failed read) are named again by the next
+// ChangedAccounts, once each, and wake the evaluator that waits.
+func testChangedAccountsRequeued(t *testing.T, c *suite) {
+	s := c.store(t)
+	_, ready := s.ChangedAccounts() // turns the bookkeeping on
+	a := store.AccountRef{UserID: "u1", ServiceID: "svc"}
+	b := store.AccountRef{UserID: "u2", ServiceID: "svc"}
+	s.RequeueChanged(nil)
+	select {
+	case <-ready:
+		if refs, _ := s.ChangedAccounts(); len(refs) != 0 {
+			t.Fatalf("nothing given back, named %v", refs)
+		}
+	default:
+	}
+	_, ready = s.ChangedAccounts()
+	s.RequeueChanged([]store.AccountRef{a, b, a})
+	select {
+	case <-ready:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the evaluator was not woken by what was given back")
+	}
+	refs, _ := s.ChangedAccounts()
+	slices.SortFunc(refs, func(x, y store.AccountRef) int { return strings.Compare(x.UserID, y.UserID) })
+	if !slices.Equal(refs, []store.AccountRef{a, b}) {
+		t.Fatalf("named %v, want %v and %v once each", refs, a, b)
+	}
+	if refs, _ := s.ChangedAccounts(); len(refs) != 0 {
+		t.Fatalf("named again without a change: %v", refs)
 	}
 }
 
