@@ -1,0 +1,121 @@
+package usagehandler
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/catalog"
+	"github.com/platformgw/gateway/internal/engine"
+	"github.com/platformgw/gateway/internal/signing"
+	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/store/boltstore"
+)
+
+// jobSigServer is a usage Handler over a real bbolt store and a catalog of
+// n services (svc-0 … svc-<n-1>, each with its own secret), holding one
+// job of svc-0.
+type jobSigServer struct {
+	h   *Handler
+	at  time.Time
+	hd  engine.Headers
+	job string
+}
+
+func jobSecret(i int) string { return fmt.Sprintf("job-signature-secret-%04d-0123456789", i) }
+
+func newJobSigServer(t *testing.T, n int) *jobSigServer {
+	t.Helper()
+	st, err := boltstore.Open(filepath.Join(t.TempDir(), "platform.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	var svcs []*catalog.Service
+	for i := range n {
+		svcs = append(svcs, &catalog.Service{
+			ID: fmt.Sprintf("svc-%d", i), Backend: "http://127.0.0.1:9", Secrets: []string{jobSecret(i)},
+			Endpoints: []*catalog.Endpoint{{ID: "job", Async: true}},
+			Products:  []*billing.Product{{ID: "basic", BillingModel: "SUBSCRIPTION", MeasurementType: billing.PerRequest, UnitLabel: "request"}},
+		})
+	}
+	cat, err := catalog.Compile(svcs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &jobSigServer{at: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), hd: engine.NewHeaders("Platform"), job: "3f0c2a4e-1b9d-4c3e-8f6a-2d5b9e1c0a77"}
+	rt := engine.New(engine.Runtime{
+		Catalog: cat,
+		Data:    st,
+		Clock:   func() time.Time { return s.at },
+		Limits: engine.Limits{UsageMaxBodyBytes: 1 << 20, ResultMaxBytes: 1 << 10, JobTTL: time.Hour,
+			TimestampTolerance: time.Minute},
+	})
+	s.h = &Handler{rt: rt, logger: zap.NewNop()}
+	if err := st.CreateJob(context.Background(), store.Job{ID: s.job, UserID: "alice", ServiceID: "svc-0", EndpointID: "job",
+		Status: store.JobPending, CreatedAt: s.at, UpdatedAt: s.at, ExpiresAt: s.at.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// complete posts body to the job's completion URL with the signature sig
+// and answers the status.
+func (s *jobSigServer) complete(body, sig string) int {
+	req := httptest.NewRequest("POST", "/api/usage/complete/"+s.job, strings.NewReader(body))
+	req.Header.Set(s.hd.Timestamp, signing.Timestamp(s.at))
+	req.Header.Set(s.hd.Signature, sig)
+	w := httptest.NewRecorder()
+	s.h.ServeHTTP(w, req, caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		http.NotFound(w, r)
+		return nil
+	}))
+	return w.Code
+}
+
+// TestJobSignatureCheckedOnlyAgainstItsService: a progress or completion
+// whose signature the job's service did not make is 401
+// invalid_signature, and costs the same whatever the catalog holds. It was
+// checked against every secret of every other service first (to answer a
+// valid signature of another service with 404): with a 1 MiB body, one
+// HMAC pass over the body per service and secret, so any caller holding
+// the id of one of its own jobs could make each unsigned request cost the
+// gateway as many megabytes of hashing as the catalog had services.
+func TestJobSignatureCheckedOnlyAgainstItsService(t *testing.T) {
+	body := `{"status":"COMPLETED","timestamp":1772366400,"result":"` + strings.Repeat("x", 64<<10) + `"}`
+	ts := signing.Timestamp(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	forged := signing.Sign([]byte("not any service's secret"), []byte(body), []byte(ts))
+
+	big := newJobSigServer(t, 200)
+	// Another service's valid signature is a wrong signature for this job.
+	if code := big.complete(body, signing.Sign([]byte(jobSecret(7)), []byte(body), []byte(ts))); code != http.StatusUnauthorized {
+		t.Errorf("completion signed by another service: %d, want 401", code)
+	}
+	if code := big.complete(body, forged); code != http.StatusUnauthorized {
+		t.Errorf("forged completion: %d, want 401", code)
+	}
+
+	// The cost of a refused signature does not grow with the catalog:
+	// hmac.New allocates, so 199 needless MACs show as ~1000 allocations.
+	small := newJobSigServer(t, 2)
+	allocs := func(s *jobSigServer) float64 {
+		return testing.AllocsPerRun(10, func() { s.complete(body, forged) })
+	}
+	a2, a200 := allocs(small), allocs(big)
+	if a200-a2 > 50 {
+		t.Errorf("a forged completion allocates %.0f times with 200 services, %.0f with 2: it is checked against other services' secrets", a200, a2)
+	}
+	// The job's own service still completes it.
+	if code := big.complete(body, signing.Sign([]byte(jobSecret(0)), []byte(body), []byte(ts))); code != http.StatusOK {
+		t.Errorf("completion signed by the job's service: %d, want 200", code)
+	}
+}
