@@ -71,15 +71,24 @@ func newJobSigServer(t *testing.T, n int) *jobSigServer {
 // complete posts body to the job's completion URL with the signature sig
 // and answers the status.
 func (s *jobSigServer) complete(body, sig string) int {
-	req := httptest.NewRequest("POST", "/api/usage/complete/"+s.job, strings.NewReader(body))
-	req.Header.Set(s.hd.Timestamp, signing.Timestamp(s.at))
-	req.Header.Set(s.hd.Signature, sig)
+	code, _ := s.post("/api/usage/complete/"+s.job, body, sig)
+	return code
+}
+
+// post posts body to path, signed with sig when it is not empty, and
+// answers the status and the body.
+func (s *jobSigServer) post(path, body, sig string) (int, string) {
+	req := httptest.NewRequest("POST", path, strings.NewReader(body))
+	if sig != "" {
+		req.Header.Set(s.hd.Timestamp, signing.Timestamp(s.at))
+		req.Header.Set(s.hd.Signature, sig)
+	}
 	w := httptest.NewRecorder()
 	s.h.ServeHTTP(w, req, caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
 		http.NotFound(w, r)
 		return nil
 	}))
-	return w.Code
+	return w.Code, w.Body.String()
 }
 
 // TestJobSignatureCheckedOnlyAgainstItsService: a progress or completion
@@ -117,5 +126,38 @@ func TestJobSignatureCheckedOnlyAgainstItsService(t *testing.T) {
 	// The job's own service still completes it.
 	if code := big.complete(body, signing.Sign([]byte(jobSecret(0)), []byte(body), []byte(ts))); code != http.StatusOK {
 		t.Errorf("completion signed by the job's service: %d, want 200", code)
+	}
+}
+
+// TestServiceSecretHashedOnce: a serviceSecret without serviceId (the
+// pre-flight routes find its service by it) costs one hash of what the
+// caller sent, whatever the catalog holds. It was hashed again for each
+// service, so an unauthenticated validate with a 1 MiB serviceSecret made
+// the gateway hash a megabyte once per service of its catalog.
+func TestServiceSecretHashedOnce(t *testing.T) {
+	body := `{"serviceKey":"psk_x","serviceSecret":"` + strings.Repeat("s", 1<<20-64) + `"}`
+	timed := func(s *jobSigServer) time.Duration {
+		best := time.Duration(1 << 62)
+		for range 3 {
+			start := time.Now()
+			if code, got := s.post("/api/v1/service-keys/validate", body, ""); code != http.StatusUnauthorized || !strings.Contains(got, `"invalid_signature"`) {
+				t.Fatalf("validate with a wrong serviceSecret: %d %s, want 401 invalid_signature", code, got)
+			}
+			best = min(best, time.Since(start))
+		}
+		return best
+	}
+	small, big := newJobSigServer(t, 2), newJobSigServer(t, 500)
+	t2, t500 := timed(small), timed(big)
+	t.Logf("2 services: %v, 500: %v", t2, t500)
+	// 500 hashes of 1 MiB take ~250 times as long as one; one, and the
+	// 32-byte comparisons, take about as long with 500 services as with 2.
+	if t500 > 5*t2+100*time.Millisecond {
+		t.Errorf("a wrong 1 MiB serviceSecret took %v with 500 services, %v with 2: it is hashed once per service", t500, t2)
+	}
+	// The secret still finds its own service: the key is what it refuses.
+	good := `{"serviceKey":"psk_x","serviceSecret":"` + jobSecret(150) + `"}`
+	if code, got := big.post("/api/v1/service-keys/validate", good, ""); code != http.StatusUnauthorized || !strings.Contains(got, `"invalid_key"`) {
+		t.Errorf("validate with svc-150's secret: %d %s, want 401 invalid_key", code, got)
 	}
 }
