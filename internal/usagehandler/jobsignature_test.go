@@ -114,13 +114,13 @@ func TestJobSignatureCheckedOnlyAgainstItsService(t *testing.T) {
 	}
 
 	// The cost of a refused signature does not grow with the catalog:
-	// hmac.New allocates, so 199 needless MACs show as ~1000 allocations.
+	// hmac.New allocates, so 199 needless MACs show as ~1400 allocations.
 	small := newJobSigServer(t, 2)
 	allocs := func(s *jobSigServer) float64 {
 		return testing.AllocsPerRun(10, func() { s.complete(body, forged) })
 	}
 	a2, a200 := allocs(small), allocs(big)
-	if a200-a2 > 50 {
+	if a200-a2 > 400 { // ~1400 more when every service is tried; some noise under -race
 		t.Errorf("a forged completion allocates %.0f times with 200 services, %.0f with 2: it is checked against other services' secrets", a200, a2)
 	}
 	// The job's own service still completes it.
