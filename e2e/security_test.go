@@ -412,7 +412,7 @@ func TestSecurity(t *testing.T) {
 			{"report signed over a re-serialised body", usageReportURL, report, strings.ReplaceAll(report, ",", ", "), usageSecret, "", 401, "invalid_signature"},
 			{"completion from before the job", complete, done, done, usageSecret, beforeJob, 401, "stale_timestamp"},
 			{"completion with a tampered body", complete, strings.Replace(done, `"units":2`, `"units":0`, 1), done, usageSecret, "", 401, "invalid_signature"},
-			{"completion signed by another service", complete, done, done, secOtherSecret, "", 404, "request_not_found"},
+			{"completion signed by another service", complete, done, done, secOtherSecret, "", 401, "invalid_signature"},
 			{"progress from before the job", progress, `{"stage":"x","percentageComplete":5,"timestamp":1}`, `{"stage":"x","percentageComplete":5,"timestamp":1}`, usageSecret, beforeJob, 401, "stale_timestamp"},
 		} {
 			ts := a.ts

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 )
 
 // Billing models of a product, as sent in X-<Brand>-Billing-Model.
@@ -163,9 +164,18 @@ func (p Product) Warnings() []string {
 	return w
 }
 
-// CheckUnitLabel checks a product's unit label: printable text, since it
-// is sent in a header (X-<Brand>-Unit-Label).
+// CheckUnitLabel checks a product's unit label: printable UTF-8 text
+// without a space at either end. It is sent in a header
+// (X-<Brand>-Unit-Label) and signed in the v3 context, and a receiver
+// drops the spaces around a header value, so a label with one would never
+// verify at the backend.
 func CheckUnitLabel(label string) error {
+	if !utf8.ValidString(label) {
+		return fmt.Errorf("unit '%s' must be UTF-8 text", label)
+	}
+	if strings.TrimSpace(label) != label {
+		return fmt.Errorf("unit '%s' must not begin or end with a space (it is sent in a header, where surrounding spaces are dropped, and signed as it is)", label)
+	}
 	for _, c := range label {
 		if !unicode.IsPrint(c) {
 			return fmt.Errorf("unit '%s' must be printable text (it is sent in a header)", label)

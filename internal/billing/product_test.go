@@ -149,3 +149,24 @@ func TestRateLimitWindowBounded(t *testing.T) {
 		t.Errorf("Window() = %v", w)
 	}
 }
+
+// TestUnitLabelSurvivesTheHeader: a unit label is sent in
+// X-<Brand>-Unit-Label and is the last field of the signed v3 context.
+// Receivers drop the spaces around a header value (RFC 9110 section 5.5;
+// Go's net/http, Node and the Python servers all do), so a label such as
+// " tokens" was signed with its space and read without it: every call of
+// the product failed the backend's signature check, and the backend's
+// 401 was charged. Bytes that are not UTF-8 are refused as well: the
+// label is shown and exported as text.
+func TestUnitLabelSurvivesTheHeader(t *testing.T) {
+	for _, bad := range []string{" tokens", "tokens ", " ", "tok\xffens"} {
+		if err := billing.CheckUnitLabel(bad); err == nil {
+			t.Errorf("unit %q accepted", bad)
+		}
+	}
+	for _, good := range []string{"", "token", "1k tokens", "トークン"} {
+		if err := billing.CheckUnitLabel(good); err != nil {
+			t.Errorf("unit %q: %v", good, err)
+		}
+	}
+}

@@ -429,13 +429,15 @@ func (h *Handler) callingService(c *coreCall, s signedRequest, f fields) (*catal
 // serviceBySecret finds the one service with secret among its secrets
 // (the current one or, during a rotation, the previous one). Every secret
 // is compared, in constant time; a secret two services share names
-// neither.
+// neither. What the caller sent is hashed once, not once per service: it
+// may be as long as the body, and the route needs no credentials.
 func (h *Handler) serviceBySecret(secret string) *catalog.Service {
+	got := sha256.Sum256([]byte(secret))
 	var found *catalog.Service
 	matches := 0
 	for _, s := range h.rt.Catalog.Services() {
 		svc, ok := h.rt.Catalog.Service(s.ID)
-		if ok && secretMatches(svc, secret) {
+		if ok && digestMatches(svc, got) {
 			found = svc
 			matches++
 		}
@@ -449,7 +451,12 @@ func (h *Handler) serviceBySecret(secret string) *catalog.Service {
 // secretMatches compares secret with each of the service's secrets in
 // constant time (through their SHA-256, so not even the length leaks).
 func secretMatches(svc *catalog.Service, secret string) bool {
-	got := sha256.Sum256([]byte(secret))
+	return digestMatches(svc, sha256.Sum256([]byte(secret)))
+}
+
+// digestMatches compares got, the SHA-256 of a secret, with that of each
+// of the service's secrets in constant time.
+func digestMatches(svc *catalog.Service, got [sha256.Size]byte) bool {
 	ok := false
 	for _, s := range svc.VerifySecrets() {
 		want := sha256.Sum256(s)
