@@ -24,12 +24,49 @@ func parseObject(body []byte) (fields, *apierror.Error) {
 	if err := json.Unmarshal(body, &f); err != nil || f == nil {
 		return nil, apierror.Invalid("body", "the body must be a JSON object")
 	}
+	if name := repeatedField(body); name != "" {
+		if len(name) > 64 || !utf8.ValidString(name) {
+			return nil, apierror.Invalid("body", "the body gives a field more than once")
+		}
+		return nil, apierror.Invalid(name, name+" is given more than once")
+	}
 	for k, v := range f {
 		if bytes.Equal(v, []byte("null")) {
 			delete(f, k)
 		}
 	}
 	return f, nil
+}
+
+// repeatedField returns the first name the object body (valid JSON, an
+// object) gives twice, as its decoded text, or "". encoding/json keeps the
+// last of them, so {"unitsUsed":1,"unitsUsed":1000} was charged 1000 where
+// a proxy, a log or the backend's own records read 1; the admin API refuses
+// them too. Names are compared exactly, as fields are read (a name in
+// another case is an unknown field); the names inside a field's value (a
+// result sent as a JSON object) are the backend's data and not looked at.
+func repeatedField(body []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if _, err := dec.Token(); err != nil { // the opening brace
+		return ""
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		name, _ := tok.(string)
+		if seen[name] {
+			return name
+		}
+		seen[name] = true
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return ""
+		}
+	}
+	return ""
 }
 
 // str reads a string field; ok is false when it is absent.
