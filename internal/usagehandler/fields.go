@@ -152,7 +152,8 @@ func (f fields) number(name string) (v float64, ok bool, e *apierror.Error) {
 
 // timestamp reads the required body timestamp: an ISO-8601 string, or
 // epoch seconds or milliseconds as a number (or a string of digits). It
-// may not lie further in the future than the clock skew allowance.
+// may not lie further in the future than the clock skew allowance, nor
+// before 1970.
 func (f fields) timestamp(now time.Time, skew time.Duration) (time.Time, *apierror.Error) {
 	raw, ok := f["timestamp"]
 	if !ok {
@@ -173,6 +174,13 @@ func (f fields) timestamp(now time.Time, skew time.Duration) (time.Time, *apierr
 	}
 	if t.After(now.Add(skew)) {
 		return time.Time{}, apierror.Invalid("timestamp", "timestamp is in the future")
+	}
+	// Epoch numbers cannot go before 1970, and an ISO date-time before it
+	// is no usage time: "0000-01-01T00:00:00+01:00" was kept as year -1,
+	// which no JSON time can write (the user's usage export failed with
+	// 500 from then on), and "0001-01-01T00:00:00Z" as no time at all.
+	if t.Before(time.Unix(0, 0)) {
+		return time.Time{}, apierror.Invalid("timestamp", "timestamp must not be before 1970-01-01T00:00:00Z")
 	}
 	return t.UTC(), nil
 }
