@@ -412,10 +412,11 @@ func (m *meterWriter) WriteHeader(status int) {
 	// The name is canonical already (platform.NewHeaders): the map is
 	// read and changed directly, as Get and Del would.
 	unitsName := m.h.hd.Units
-	var units0 string
-	if v := hdr[unitsName]; len(v) > 0 {
-		units0 = v[0]
-	}
+	// Two lines are one header of both values joined (RFC 9110 5.3), as a
+	// proxy in between may write them: not a decimal, so ignored like any
+	// malformed value. Taking the first charged 5 of "5" and "100" while
+	// "5, 100" charged the call's cost.
+	units0 := strings.Join(hdr[unitsName], ", ")
 	claimed, claimedOK := m.claimedUnits(units0)
 	delete(hdr, unitsName)
 	m.dropBrandTrailerNames(hdr)

@@ -24,12 +24,49 @@ func parseObject(body []byte) (fields, *apierror.Error) {
 	if err := json.Unmarshal(body, &f); err != nil || f == nil {
 		return nil, apierror.Invalid("body", "the body must be a JSON object")
 	}
+	if name := repeatedField(body); name != "" {
+		if len(name) > 64 || !utf8.ValidString(name) {
+			return nil, apierror.Invalid("body", "the body gives a field more than once")
+		}
+		return nil, apierror.Invalid(name, name+" is given more than once")
+	}
 	for k, v := range f {
 		if bytes.Equal(v, []byte("null")) {
 			delete(f, k)
 		}
 	}
 	return f, nil
+}
+
+// repeatedField returns the first name the object body (valid JSON, an
+// object) gives twice, as its decoded text, or "". encoding/json keeps the
+// last of them, so {"unitsUsed":1,"unitsUsed":1000} was charged 1000 where
+// a proxy, a log or the backend's own records read 1; the admin API refuses
+// them too. Names are compared exactly, as fields are read (a name in
+// another case is an unknown field); the names inside a field's value (a
+// result sent as a JSON object) are the backend's data and not looked at.
+func repeatedField(body []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if _, err := dec.Token(); err != nil { // the opening brace
+		return ""
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		name, _ := tok.(string)
+		if seen[name] {
+			return name
+		}
+		seen[name] = true
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return ""
+		}
+	}
+	return ""
 }
 
 // str reads a string field; ok is false when it is absent.
@@ -115,7 +152,8 @@ func (f fields) number(name string) (v float64, ok bool, e *apierror.Error) {
 
 // timestamp reads the required body timestamp: an ISO-8601 string, or
 // epoch seconds or milliseconds as a number (or a string of digits). It
-// may not lie further in the future than the clock skew allowance.
+// may not lie further in the future than the clock skew allowance, nor
+// before 1970.
 func (f fields) timestamp(now time.Time, skew time.Duration) (time.Time, *apierror.Error) {
 	raw, ok := f["timestamp"]
 	if !ok {
@@ -136,6 +174,13 @@ func (f fields) timestamp(now time.Time, skew time.Duration) (time.Time, *apierr
 	}
 	if t.After(now.Add(skew)) {
 		return time.Time{}, apierror.Invalid("timestamp", "timestamp is in the future")
+	}
+	// Epoch numbers cannot go before 1970, and an ISO date-time before it
+	// is no usage time: "0000-01-01T00:00:00+01:00" was kept as year -1,
+	// which no JSON time can write (the user's usage export failed with
+	// 500 from then on), and "0001-01-01T00:00:00Z" as no time at all.
+	if t.Before(time.Unix(0, 0)) {
+		return time.Time{}, apierror.Invalid("timestamp", "timestamp must not be before 1970-01-01T00:00:00Z")
 	}
 	return t.UTC(), nil
 }

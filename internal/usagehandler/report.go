@@ -69,6 +69,12 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	idem := r.Header.Get("Idempotency-Key")
+	if len(r.Header.Values("Idempotency-Key")) > 1 {
+		// Claimed as the first, the same report with its keys in the other
+		// order (a proxy that reorders or joins them) counted twice.
+		h.refuse(w, r, apierror.Invalid("Idempotency-Key", "send one Idempotency-Key; nothing was recorded"))
+		return
+	}
 	if len(idem) > 255 || strings.ContainsFunc(idem, func(c rune) bool { return c < 0x20 || c > 0x7e }) {
 		h.refuse(w, r, apierror.Invalid("Idempotency-Key", "Idempotency-Key must be at most 255 printable ASCII characters"))
 		return

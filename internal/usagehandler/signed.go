@@ -18,6 +18,11 @@ type signedRequest struct {
 	body      []byte
 	signature string
 	timestamp string
+	// repeated: a signature or timestamp header came more than once.
+	// Only the first was checked, so what a proxy or log in between read
+	// (another line, or the lines joined) could differ from what was
+	// verified; such a request is refused as not signed.
+	repeated bool
 }
 
 // readSigned reads the body (refusing one over usage_max_body_bytes with
@@ -47,13 +52,14 @@ func (h *Handler) readSigned(r *http.Request) (signedRequest, *apierror.Error) {
 		body:      buf.Bytes(),
 		signature: r.Header.Get(hd.Signature),
 		timestamp: r.Header.Get(hd.Timestamp),
+		repeated:  len(r.Header.Values(hd.Signature)) > 1 || len(r.Header.Values(hd.Timestamp)) > 1,
 	}, nil
 }
 
 // signedBy reports whether one of the service's secrets made the signature
 // over the raw body followed by the timestamp header, as received.
 func (s signedRequest) signedBy(svc *catalog.Service) bool {
-	return s.signature != "" && signing.Verify(svc.VerifySecrets(), s.signature, s.body, []byte(s.timestamp))
+	return s.signature != "" && !s.repeated && signing.Verify(svc.VerifySecrets(), s.signature, s.body, []byte(s.timestamp))
 }
 
 // verify checks a request signed by svc: the signature first (so a forger
@@ -63,6 +69,10 @@ func (h *Handler) verify(s signedRequest, svc *catalog.Service, from, to time.Ti
 	if s.signature == "" {
 		h.rt.CountSignatureFailure(route)
 		return apierror.New(apierror.InvalidSignature, "the request is not signed: send "+h.rt.Headers.Signature+" and "+h.rt.Headers.Timestamp)
+	}
+	if s.repeated {
+		h.rt.CountSignatureFailure(route)
+		return apierror.New(apierror.InvalidSignature, "send "+h.rt.Headers.Signature+" and "+h.rt.Headers.Timestamp+" once each")
 	}
 	if !s.signedBy(svc) {
 		h.rt.CountSignatureFailure(route)
