@@ -124,6 +124,12 @@ type Store struct {
 	expired     []LeaseRef
 	expiredRead bool
 
+	// born and lastDown (nanoseconds after born, on the monotonic clock)
+	// say when the node last found PostgreSQL unreachable (fail), or
+	// started: the sweep waits for lease_ttl after it (sweepExpired).
+	born     time.Time
+	lastDown atomic.Int64
+
 	stop      chan struct{}
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -179,6 +185,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		knownRows:  make(map[AllowanceKey]row),
 		holdSums:   holdSums{by: make(map[AllowanceKey]billing.State)},
 		stop:       make(chan struct{}),
+		born:       time.Now(),
 	}
 	// Count round trips (countingConn).
 	dial := cfg.ConnConfig.DialFunc
@@ -354,6 +361,7 @@ func (s *Store) fail(err error) error {
 		return err
 	}
 	if unavailable(err) {
+		s.lastDown.Store(int64(time.Since(s.born)))
 		return fmt.Errorf("%w: postgresql: %v", store.ErrUnavailable, redact(err))
 	}
 	return err
