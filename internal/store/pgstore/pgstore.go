@@ -124,6 +124,10 @@ type Store struct {
 	expired     []LeaseRef
 	expiredRead bool
 
+	// settling counts, per lease holder, the calls between their
+	// Leaser.Settle and their settlement's queueing (busy).
+	settling holderCount
+
 	// born and lastDown (nanoseconds after born, on the monotonic clock)
 	// say when the node last found PostgreSQL unreachable (fail), or
 	// started: the sweep waits for lease_ttl after it (sweepExpired).
@@ -213,7 +217,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		return nil, fmt.Errorf("pgstore: make ledger partitions: %w", err)
 	}
 	s.leaser = NewLeaser(pgLeases{s}, s.node, LeaseConfig{TTL: o.LeaseTTL, Max: o.LeaseMax,
-		RefuseFor: 100 * time.Millisecond, Spawn: func(f func()) { s.refills.Go(f) }, Busy: func(h string) bool { return s.ship.busy(h) || s.settle.busy(h) }}, nil)
+		RefuseFor: 100 * time.Millisecond, Spawn: func(f func()) { s.refills.Go(f) }, Busy: func(h string) bool { return s.ship.busy(h) || s.settle.busy(h) || s.settling.busy(h) }}, nil)
 	s.settle = newSettler(s)
 	s.listen = newListener(s)
 	s.settle.start(settleWorkers)
@@ -285,6 +289,29 @@ func (s *Store) abandon() {
 		s.listen.close()
 		s.pool.Close()
 	})
+}
+
+// holderCount counts something per lease holder.
+type holderCount struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *holderCount) add(holder string, d int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	if c.n[holder] += d; c.n[holder] <= 0 {
+		delete(c.n, holder)
+	}
+}
+
+func (c *holderCount) busy(holder string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[holder] > 0
 }
 
 // leaseIdle is how long a lease with nothing held stays with a node that
