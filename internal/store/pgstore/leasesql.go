@@ -315,9 +315,9 @@ func (s *Store) sweepExpired(ctx context.Context) (int, error) {
 	return 0, s.fail(err)
 }
 
-// sweepReady reports whether the node has reached PostgreSQL without a
-// failure for the lease TTL since it last found it unreachable, or since
-// it started (sweepExpired).
+// sweepReady reports whether the node's maintenance has reached
+// PostgreSQL without a failure for the lease TTL, since it last found it
+// unreachable or since the node started (sweepExpired).
 func (s *Store) sweepReady() bool {
 	return time.Since(s.born)-time.Duration(s.lastDown.Load()) >= s.opts.LeaseTTL
 }

@@ -129,8 +129,9 @@ type Store struct {
 	settling holderCount
 
 	// born and lastDown (nanoseconds after born, on the monotonic clock)
-	// say when the node last found PostgreSQL unreachable (fail), or
-	// started: the sweep waits for lease_ttl after it (sweepExpired).
+	// say when the node's maintenance (renewals and sweeps, every second)
+	// last found PostgreSQL unreachable, or when the node started: the
+	// sweep waits for lease_ttl after it (sweepExpired).
 	born     time.Time
 	lastDown atomic.Int64
 
@@ -291,6 +292,14 @@ func (s *Store) abandon() {
 	})
 }
 
+// noteDown records that the maintenance found PostgreSQL unreachable
+// (sweepReady).
+func (s *Store) noteDown(err error) {
+	if errors.Is(err, store.ErrUnavailable) {
+		s.lastDown.Store(int64(time.Since(s.born)))
+	}
+}
+
 // holderCount counts something per lease holder.
 type holderCount struct {
 	mu sync.Mutex
@@ -334,9 +343,11 @@ func (s *Store) maintain() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), min(time.Second, s.opts.LeaseTTL/5))
 		if _, err := s.leaser.Renew(ctx, leaseIdle); err != nil {
+			s.noteDown(err)
 			s.log.Warn("renew leases", zap.Error(err))
 		}
 		if _, err := s.sweepExpired(ctx); err != nil {
+			s.noteDown(err)
 			s.log.Warn("return expired leases", zap.Error(err))
 		}
 		if time.Since(lastPart) > time.Hour {
@@ -388,7 +399,6 @@ func (s *Store) fail(err error) error {
 		return err
 	}
 	if unavailable(err) {
-		s.lastDown.Store(int64(time.Since(s.born)))
 		return fmt.Errorf("%w: postgresql: %v", store.ErrUnavailable, redact(err))
 	}
 	return err
