@@ -224,3 +224,83 @@ func TestJobCompletionLeaseUnitsBackOnRollback(t *testing.T) {
 	}
 	checkExactlyQuota(t, s, a, k)
 }
+
+// TestJobCompletionGetsOtherNodesIdleLease: a job's completion past its
+// hold near the limit on node b, while node a holds a lease whose units
+// it does not use, is charged in full: b asks the other nodes to give
+// their unused leases on the allowance back and completes once they
+// did (docs/fleet.md, "Async jobs"). It was cut by those units. A lease
+// a call in flight holds units of is not given back: the completion is
+// cut by it, and the call is charged in full.
+func TestJobCompletionGetsOtherNodesIdleLease(t *testing.T) {
+	for _, inFlight := range []bool{false, true} {
+		name := "idle"
+		if inFlight {
+			name = "call in flight"
+		}
+		t.Run(name, func(t *testing.T) { testCompletionOtherNodesLease(t, inFlight) })
+	}
+}
+
+func testCompletionOtherNodesLease(t *testing.T, inFlight bool) {
+	ctx := context.Background()
+	dsn := pgtest.DB(t)
+	a := openNode(t, dsn, "a")
+	b := openNode(t, dsn, "b")
+	subscribe(t, a, "u", "svc", "q")
+	acct := store.Account{UserID: "u", ServiceID: "svc", Product: quotaProduct(100)}
+	entry := store.LedgerEntry{UserID: "u", ServiceID: "svc", ProductID: "q", Source: store.SourceGateway}
+	for range 7 { // a's lease grows past what its calls use
+		r, err := a.Reserve(ctx, acct, units(1), time.Now())
+		if err != nil || !r.Decision.Allowed {
+			t.Fatalf("reserve: %+v %v", r.Decision, err)
+		}
+		if _, err := a.Settle(ctx, r, units(1), entry); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var call store.Reservation
+	if inFlight {
+		var err error
+		if call, err = a.Reserve(ctx, acct, units(1), time.Now()); err != nil || !call.Decision.Allowed {
+			t.Fatalf("reserve: %+v %v", call.Decision, err)
+		}
+	}
+	now := time.Now().UTC()
+	j := store.Job{ID: "job", UserID: "u", ServiceID: "svc", EndpointID: "e", Status: store.JobPending,
+		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour)}
+	if res, err := b.CreateJobReserved(ctx, j, acct, units(2), now); err != nil || !res.Decision.Allowed {
+		t.Fatalf("job: %+v %v", res.Decision, err)
+	}
+	sub, err := a.getSubscription(ctx, "u", "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := AllowanceKey{"u", "svc", periodOf(acct.Product, sub.StartedAt, now)}
+	free := a.leaser.Free(k).Units
+	if free < units(2) {
+		t.Fatalf("a's lease has %s free, want 2 or more for the test to mean anything", free)
+	}
+	mine, used, _ := leaseRow(t, a, k)
+	// Everything not used: the job's hold, a's lease and the rest.
+	left := units(100) - used
+	want := left
+	if inFlight {
+		want = left - mine // a's lease stays with a
+	}
+	done, err := completeJob(b, acct, left, nil)
+	if err != nil || done.Units != want {
+		t.Fatalf("completion of %s on b = %s charged, %v; want %s (a's lease holds %s, %s free)", left, done.Units, err, want, mine, free)
+	}
+	if inFlight {
+		if _, err := a.Settle(ctx, call, units(1), entry); err != nil {
+			t.Fatal(err)
+		}
+		if n := serveUntilRefused(t, a, acct); n != free {
+			t.Fatalf("a served %s more, want its lease's %s free units", n, free)
+		}
+	} else if n := serveUntilRefused(t, a, acct); n != 0 {
+		t.Fatalf("a served %s more after the quota was charged", n)
+	}
+	checkExactlyQuota(t, a, acct, k)
+}

@@ -227,13 +227,23 @@ func (s *Store) CompleteJob(ctx context.Context, id string, a store.Account, e s
 		return nil
 	}
 	err := s.tx(ctx, attempt)
-	if errors.Is(err, errWantSpare) {
-		// Cut at a limit while the node's own lease may have free units
-		// for the allowance: they are taken out of the lease here, outside
-		// any transaction (TakeFree may wait for a grant in flight, which
-		// may wait for the rows the transaction locked), and the
-		// completion runs again with them.
-		spare.sp = s.leaser.TakeFree(spare.key, spare.lim, spare.want)
+	for range 2 { // each at most once (jobSpare.asked, askedOthers)
+		switch {
+		case errors.Is(err, errWantSpare):
+			// Cut at a limit while the node's own lease may have free units
+			// for the allowance: they are taken out of the lease here,
+			// outside any transaction (TakeFree may wait for a grant in
+			// flight, which may wait for the rows the transaction locked),
+			// and the completion runs again with them.
+			spare.sp = s.leaser.TakeFree(spare.key, spare.lim, spare.want)
+		case errors.Is(err, errWantOthers):
+			// Cut at a limit while other nodes hold leases on the
+			// allowance: they are asked to give back what they do not use,
+			// and the completion runs again.
+			s.askLeasesBack(ctx, spare.othersKey, spare.others)
+		default:
+			continue
+		}
 		err = s.tx(ctx, attempt)
 	}
 	spare.finish(err)
@@ -372,6 +382,11 @@ func endJob(ctx context.Context, tx pgx.Tx, j *store.Job, hold *AllowanceKey, a 
 		if ok {
 			dec = billing.DecideCharge(p, acc.state, units)
 		}
+		if !dec.Allowed {
+			if err := sp.askOthers(ctx, tx, acc, p); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if !dec.Allowed {
 		entry.UnitsClaimed = units
@@ -429,6 +444,75 @@ type jobSpare struct {
 	sp     Spare         // what was taken out of the lease
 	used   bool          // this attempt took sp out of the lease row
 	ended  bool          // this attempt's work ended well: an error after it is the COMMIT's
+
+	// askedOthers: an attempt asked the other nodes holding leases on the
+	// allowance (others, on othersKey) to give back what they do not use.
+	askedOthers bool
+	othersKey   AllowanceKey
+	others      []string
+}
+
+// errWantOthers rolls back a job's completion that was cut at a limit
+// while other nodes hold leases on the allowance: they are asked to give
+// back what they do not use and the completion runs again (CompleteJob).
+var errWantOthers = errors.New("pgstore: the completion asks the other nodes for the units their leases do not use")
+
+// othersLeasesSQL reads the live lease rows of other nodes on an
+// allowance that hold something (not the holds of jobs, not this node's,
+// whose prefix is $4).
+const othersLeasesSQL = `SELECT holder FROM leases WHERE user_id = $1 AND service_id = $2 AND period = $3
+	AND left(holder, 4) <> 'job/' AND left(holder, length($4)) <> $4 AND expires_at > now()
+	AND (units > 0 OR spend > 0 OR credits > 0)`
+
+// askOthers is called when a completion is cut at a limit even with the
+// node's own free leased units: when other nodes' leases on the
+// allowance hold units, the first attempt that finds them rolls back
+// (errWantOthers) so that CompleteJob asks those nodes for them. Without
+// it, a completion was cut by the units another node had leased and did
+// not use (a found leftover, docs/fleet.md "Async jobs").
+func (sp *jobSpare) askOthers(ctx context.Context, tx pgx.Tx, acc *account, p billing.Product) error {
+	if sp.askedOthers || !limitsOf(p).Hard() {
+		return nil
+	}
+	rows, err := tx.Query(ctx, othersLeasesSQL, acc.key.UserID, acc.key.ServiceID, acc.key.Period, sp.leaser.node+"/")
+	if err != nil {
+		return err
+	}
+	holders, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(holders) == 0 {
+		return err
+	}
+	sp.askedOthers, sp.othersKey, sp.others = true, acc.key, holders
+	return errWantOthers
+}
+
+// giveBackWait bounds how long a completion waits for other nodes to give
+// their leases back (askLeasesBack): a node that uses its lease, or is
+// dead, does not, and the completion is then cut as before.
+const giveBackWait = 500 * time.Millisecond
+
+// askLeasesBack asks every node (NOTIFY) to give back its lease on k if it
+// does not use it (Leaser.GiveBack), and waits until the rows of holders
+// are gone, for at most giveBackWait.
+func (s *Store) askLeasesBack(ctx context.Context, k AllowanceKey, holders []string) {
+	ctx, cancel := context.WithTimeout(ctx, giveBackWait)
+	defer cancel()
+	if _, err := s.pool.Exec(ctx, "SELECT pg_notify($1, $2)", notifyChannel, notifyGiveBack(k)); err != nil {
+		return
+	}
+	for {
+		var n int
+		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM leases WHERE holder = ANY($1) AND user_id = $2 AND service_id = $3 AND period = $4`,
+			holders, k.UserID, k.ServiceID, k.Period).Scan(&n)
+		if err != nil || n == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // shrinkLeaseSQL takes a charge's units out of a node's lease row, if it

@@ -173,6 +173,18 @@ func notifySub(user, service string) string {
 	return "s" + string(raw)
 }
 
+// notifyGiveBack asks every node to give back its lease on k if it does
+// not use it (Leaser.GiveBack): "g" and the allowance as JSON.
+func notifyGiveBack(k AllowanceKey) string {
+	raw, _ := json.Marshal(giveBackNote{k.UserID, k.ServiceID, k.Period}) // strings and a number: never fails
+	return "g" + string(raw)
+}
+
+type giveBackNote struct {
+	U, S string
+	P    int64
+}
+
 // notifyCredits is the notification of a change of the subscription's
 // balance: "c" when credits were taken (delta < 0: a refund, a lost
 // dispute, an expiry, an operator's correction), which also makes every

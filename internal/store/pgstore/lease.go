@@ -643,6 +643,31 @@ func (l *Leaser) returnLeases(ctx context.Context, rs []ret) error {
 	return l.db.Return(ctx, refs)
 }
 
+// GiveBack gives the node's lease on k back, as an idle one is (Renew),
+// when no call holds units of it, no refill is in flight and no charge not
+// yet written consumes from it: another node's job completion past its
+// hold asks for the units it does not use (askLeasesBack). It reports
+// whether it gave it back.
+func (l *Leaser) GiveBack(ctx context.Context, k AllowanceKey) (bool, error) {
+	l.mu.Lock()
+	le := l.leases[k]
+	if le == nil || !le.mu.TryLock() {
+		l.mu.Unlock()
+		return false, nil // none, or a grant in flight: in use
+	}
+	ok := !le.dead && !le.deadline.IsZero() && le.held.IsZero() && !le.refilling && !l.busy(le.holder)
+	if ok {
+		le.dead = true
+		delete(l.leases, k)
+	}
+	le.mu.Unlock()
+	l.mu.Unlock()
+	if !ok {
+		return false, nil
+	}
+	return true, l.returnLeases(ctx, []ret{{k, le}})
+}
+
 // ReturnAll gives every lease back (Close): units held by calls still in
 // flight go back too, and their charges are capped when they settle.
 func (l *Leaser) ReturnAll(ctx context.Context) error {

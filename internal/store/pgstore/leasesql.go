@@ -272,6 +272,17 @@ func (p pgLeases) Return(ctx context.Context, refs []LeaseRef) error {
 // sweepExpired gives back the leases whose holders let them expire (a
 // node that died, or lost the database for longer than the TTL), oldest
 // first, a bounded number per call, in one statement.
+//
+// A node sweeps only once it has reached PostgreSQL without a failure for
+// the lease TTL (sweepReady): a database down (or failed over, or cut off
+// from the nodes) for longer than the TTL lets every row expire on its
+// clock, those of live nodes too, whose charges acknowledged meanwhile
+// (in the settlement log, or waiting for the group commit) consume from
+// them. Swept at once when the database came back, before their holders
+// had shipped those charges, the units were leased and served again by
+// another node and the charges, finding no lease row, cut at the limit
+// (TestDatabaseDownPastLeaseTTL). A node that saw the outage too leaves
+// the holders the TTL to write them.
 func (s *Store) sweepExpired(ctx context.Context) (int, error) {
 	s.expiredMu.Lock()
 	refs, read := s.expired, s.expiredRead
@@ -287,7 +298,9 @@ func (s *Store) sweepExpired(ctx context.Context) (int, error) {
 			return 0, s.fail(err)
 		}
 	}
-	if len(refs) == 0 {
+	// Read even when not ready: the read is how an idle node finds the
+	// database unreachable (fail).
+	if len(refs) == 0 || !s.sweepReady() {
 		return 0, nil
 	}
 	var err error
@@ -300,6 +313,13 @@ func (s *Store) sweepExpired(ctx context.Context) (int, error) {
 		}
 	}
 	return 0, s.fail(err)
+}
+
+// sweepReady reports whether the node's maintenance has reached
+// PostgreSQL without a failure for the lease TTL, since it last found it
+// unreachable or since the node started (sweepExpired).
+func (s *Store) sweepReady() bool {
+	return time.Since(s.born)-time.Duration(s.lastDown.Load()) >= s.opts.LeaseTTL
 }
 
 var errNoSub = fmt.Errorf("no subscription for the allowance")

@@ -158,6 +158,12 @@ func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.U
 			s.leaser.Release(h.lease)
 			return store.LedgerEntry{}, nil
 		}
+		// Busy from the moment its units leave the hold until the
+		// settlement is queued (where the queues count it): a lease given
+		// back in between (Leaser.GiveBack) took the units the charge
+		// consumes back to the allowance.
+		s.settling.add(h.lease.Holder, 1)
+		defer s.settling.add(h.lease.Holder, -1)
 		consume, covered, err := s.leaser.Settle(ctx, h.lease, h.lim, h.lim.Need(units))
 		if err != nil && !covered {
 			err = nil // capped against the database instead

@@ -146,6 +146,18 @@ func (l *listener) apply(payload string) {
 			l.s.leaser.Invalidate(us[0], us[1])
 		}
 		l.s.cache.dropSub(us[0], us[1])
+	case strings.HasPrefix(payload, "g"):
+		// Another node's job completion asks for the units this node's
+		// lease does not use (askLeasesBack); nothing else changed.
+		var g giveBackNote
+		if json.Unmarshal([]byte(payload[1:]), &g) != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if _, err := l.s.leaser.GiveBack(ctx, AllowanceKey{g.U, g.S, g.P}); err != nil {
+			l.s.log.Warn("give a lease back for another node's completion (it expires by itself)", zap.Error(l.s.fail(err)))
+		}
 	default:
 		l.s.leaser.InvalidateAll()
 		l.s.cache.dropAll()

@@ -124,6 +124,17 @@ type Store struct {
 	expired     []LeaseRef
 	expiredRead bool
 
+	// settling counts, per lease holder, the calls between their
+	// Leaser.Settle and their settlement's queueing (busy).
+	settling holderCount
+
+	// born and lastDown (nanoseconds after born, on the monotonic clock)
+	// say when the node's maintenance (renewals and sweeps, every second)
+	// last found PostgreSQL unreachable, or when the node started: the
+	// sweep waits for lease_ttl after it (sweepExpired).
+	born     time.Time
+	lastDown atomic.Int64
+
 	stop      chan struct{}
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -179,6 +190,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		knownRows:  make(map[AllowanceKey]row),
 		holdSums:   holdSums{by: make(map[AllowanceKey]billing.State)},
 		stop:       make(chan struct{}),
+		born:       time.Now(),
 	}
 	// Count round trips (countingConn).
 	dial := cfg.ConnConfig.DialFunc
@@ -206,7 +218,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		return nil, fmt.Errorf("pgstore: make ledger partitions: %w", err)
 	}
 	s.leaser = NewLeaser(pgLeases{s}, s.node, LeaseConfig{TTL: o.LeaseTTL, Max: o.LeaseMax,
-		RefuseFor: 100 * time.Millisecond, Spawn: func(f func()) { s.refills.Go(f) }, Busy: func(h string) bool { return s.ship.busy(h) || s.settle.busy(h) }}, nil)
+		RefuseFor: 100 * time.Millisecond, Spawn: func(f func()) { s.refills.Go(f) }, Busy: func(h string) bool { return s.ship.busy(h) || s.settle.busy(h) || s.settling.busy(h) }}, nil)
 	s.settle = newSettler(s)
 	s.listen = newListener(s)
 	s.settle.start(settleWorkers)
@@ -280,6 +292,37 @@ func (s *Store) abandon() {
 	})
 }
 
+// noteDown records that the maintenance found PostgreSQL unreachable
+// (sweepReady).
+func (s *Store) noteDown(err error) {
+	if errors.Is(err, store.ErrUnavailable) {
+		s.lastDown.Store(int64(time.Since(s.born)))
+	}
+}
+
+// holderCount counts something per lease holder.
+type holderCount struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *holderCount) add(holder string, d int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	if c.n[holder] += d; c.n[holder] <= 0 {
+		delete(c.n, holder)
+	}
+}
+
+func (c *holderCount) busy(holder string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[holder] > 0
+}
+
 // leaseIdle is how long a lease with nothing held stays with a node that
 // has no calls for it before its units go back to the allowance.
 const leaseIdle = 2 * time.Second
@@ -300,9 +343,11 @@ func (s *Store) maintain() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), min(time.Second, s.opts.LeaseTTL/5))
 		if _, err := s.leaser.Renew(ctx, leaseIdle); err != nil {
+			s.noteDown(err)
 			s.log.Warn("renew leases", zap.Error(err))
 		}
 		if _, err := s.sweepExpired(ctx); err != nil {
+			s.noteDown(err)
 			s.log.Warn("return expired leases", zap.Error(err))
 		}
 		if time.Since(lastPart) > time.Hour {

@@ -1,0 +1,125 @@
+package pgstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/pgtest"
+	"github.com/platformgw/gateway/internal/store"
+)
+
+// serveFor calls on s for d, one unit a call, counting the calls
+// acknowledged; a refusal or an unavailable store is tried again.
+func serveFor(s *Store, a store.Account, d time.Duration) (acked int) {
+	ctx := context.Background()
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		res, err := s.Reserve(ctx, a, units(1), time.Now())
+		if err != nil || !res.Decision.Allowed {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		if _, err := s.Settle(ctx, res, units(1), store.LedgerEntry{UserID: a.UserID, ServiceID: a.ServiceID,
+			ProductID: a.Product.ID, Source: store.SourceGateway}); err == nil {
+			acked++
+		}
+	}
+	return acked
+}
+
+// PostgreSQL down for longer than lease_ttl while a node serves from its
+// lease with `settle log`: the calls it acknowledged from its log consumed
+// units its lease row holds. When the database is back that row has
+// expired (the database's clock ran on); a sweep that gave it back before
+// the node shipped its log handed those units to another node (the quota
+// served twice over by them) and the node's charges, finding no lease
+// row, were cut at the limit. No node sweeps until it has reached the
+// database for lease_ttl again (sweepReady): the node ships first, every
+// call charged in full, nothing served past the quota.
+func TestDatabaseDownPastLeaseTTL(t *testing.T) {
+	c := pgtest.Cluster(t, clusterPort())
+	dsn := c.DB("pgstore")
+	const ttl = 4 * time.Second
+	a := openNode(t, dsn, "a", func(o *Options) {
+		o.LogDir, o.ShipInterval, o.LeaseTTL, o.LeaseMax = t.TempDir(), 20*time.Millisecond, ttl, units(100)
+	})
+	b := openNode(t, dsn, "b", func(o *Options) { o.LeaseTTL, o.LeaseMax = ttl, units(100) })
+	subscribe(t, a, "u", "svc", "q")
+	const quota = 1000
+	acct := store.Account{UserID: "u", ServiceID: "svc", Product: quotaProduct(quota)}
+	ackedA := 0
+	for range 60 { // the lease's blocks grow
+		call(t, a, acct)
+		ackedA++
+	}
+	if err := a.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// A usage report takes all the quota a's lease does not hold.
+	var taken int64
+	if err := a.pool.QueryRow(context.Background(), "SELECT used + leased_units FROM allowances WHERE user_id = 'u'").Scan(&taken); err != nil {
+		t.Fatal(err)
+	}
+	rest := units(quota) - billing.Units(taken)
+	if _, err := a.Record(context.Background(), acct, store.LedgerEntry{UserID: "u", ServiceID: "svc", ProductID: "q",
+		Units: rest, Source: store.SourceReport}, func(store.LedgerEntry, billing.State) ([]byte, error) { return nil, nil }); err != nil {
+		t.Fatal(err)
+	}
+	reported := int(rest / units(1))
+	call(t, a, acct) // a reads the allowance again, as its calls do
+	ackedA++
+
+	c.Stop()
+	// a serves from its lease, acknowledged from its log, until the
+	// lease's own deadline.
+	ackedA += serveFor(a, acct, ttl)
+	outage := a.Unshipped()
+	if outage == 0 {
+		t.Fatal("nothing served from the lease with the database down")
+	}
+	time.Sleep(ttl) // the lease rows expire on the database's clock
+	c.Start()
+	// A sweep as soon as the database answers: before a's next shipment
+	// (its shipper retries with a backoff of up to 2 s).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		_, err := b.sweepExpired(context.Background())
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the database is not back: %v", err)
+		}
+	}
+	// b serves what it can meanwhile, a ships its log.
+	ackedB := serveFor(b, acct, 2*ttl)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := a.Flush(ctx); err != nil {
+		t.Fatalf("not shipped: %v", err)
+	}
+	var sum, claimed billing.Units
+	cut := 0
+	if err := a.ScanLedger(ctx, store.LedgerFilter{UserID: "u", ServiceID: "svc"}, func(e store.LedgerEntry) error {
+		sum += e.Units
+		if e.UnitsClaimed > 0 {
+			cut++
+			claimed += e.UnitsClaimed
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	served := ackedA + ackedB + reported
+	t.Logf("a acknowledged %d (%d in the outage), b %d, reported %d; ledger %s units, %d charges cut", ackedA, outage, ackedB, reported, sum, cut)
+	if served > quota {
+		t.Errorf("%d calls served on a quota of %d", served, quota)
+	}
+	if sum != units(int64(served)) || cut > 0 {
+		t.Errorf("%d calls served, the ledger charges %s units (%d charges cut, claiming %s)", served, sum, cut, claimed)
+	}
+	st, err := b.State(ctx, acct, time.Now())
+	if err != nil || st.Used != sum {
+		t.Errorf("counters %+v (%v), ledger %s", st, err, sum)
+	}
+}
