@@ -22,7 +22,7 @@ import (
 
 // The Revenue page (docs/console.md, "Revenue"; docs/payments.md, "Money
 // in the console"): money received per currency and month (paid
-// invoices, top-ups net of refunds and disputes, from the payments
+// invoices and top-ups, net of refunds and disputes, from the payments
 // records), the metered usage the gateway counted and Stripe has not
 // invoiced yet, apart; prepaid balances as what is owed to callers (a
 // liability, in credits, never revenue), negative balances as what
@@ -87,9 +87,9 @@ type minor = int64
 // revenueCell is one currency's figures of one month (or of the range).
 type revenueCell struct {
 	Currency string
-	Invoices minor         // paid invoices, by PaidAt
+	Invoices minor         // paid invoices, less what was refunded or lost in disputes, by PaidAt
 	TopUps   minor         // top-ups paid, less what was refunded or lost in disputes, by PaidAt
-	Refunds  minor         // what refunds and disputes took back of those top-ups
+	Refunds  minor         // what refunds and disputes took back of those invoices and top-ups
 	Usage    billing.Units // priced usage not yet invoiced, the gateway's count
 	Count    int           // invoices and top-ups
 }
@@ -285,7 +285,9 @@ func (h *Handler) revenueStart(ctx context.Context, rg revenueRange, now time.Ti
 			}
 			if m, ok := monthOf(inv.PaidAt); ok {
 				c := cell(m, strings.ToUpper(inv.Currency))
-				c.Invoices += inv.AmountPaid
+				back := min(inv.AmountPaid, inv.Refunded+inv.Disputed)
+				c.Invoices += inv.AmountPaid - back
+				c.Refunds += back
 				c.Count++
 			}
 			return nil

@@ -402,6 +402,8 @@ func (s *Service) putInvoice(ctx context.Context, pay store.Payments, inv *strip
 			if old.Status == r.Status && old.AmountPaid == r.AmountPaid && old.AmountDue == r.AmountDue {
 				return nil
 			}
+			// What went back since stays recorded (invoiceMoneyBack).
+			r.Refunded, r.Disputed = old.Refunded, old.Disputed
 		}
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return err
