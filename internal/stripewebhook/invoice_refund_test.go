@@ -27,7 +27,7 @@ func TestInvoiceRefundRecorded(t *testing.T) {
 		return map[string]any{"id": id, "object": "invoice", "customer": cust, "status": "paid",
 			"amount_due": 2900, "amount_paid": 2900, "currency": "usd",
 			"status_transitions": map[string]any{"paid_at": t0.Unix()},
-			"parent": map[string]any{"type": "subscription_details", "subscription_details": map[string]any{"subscription": "sub_r"}}}
+			"parent":             map[string]any{"type": "subscription_details", "subscription_details": map[string]any{"subscription": "sub_r"}}}
 	}
 	g.deliver(stripetest.Event("evt_r2", "invoice.paid", t0.Add(time.Second), inv("in_r")), 200)
 	refunded := func(id string) int64 {
