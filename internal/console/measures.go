@@ -1,6 +1,7 @@
 package console
 
 import (
+	"math"
 	"slices"
 	"strings"
 
@@ -28,13 +29,29 @@ type measured struct {
 func addTo(list []measured, of string, v billing.Units) []measured {
 	for i := range list {
 		if list[i].Of == of {
-			list[i].Value += v
+			list[i].Value = addSat(list[i].Value, v)
 			return list
 		}
 	}
 	list = append(list, measured{v, of})
 	slices.SortFunc(list, func(a, b measured) int { return strings.Compare(a.Of, b.Of) })
 	return list
+}
+
+// addSat adds two amounts without wrapping past the int64 range: the
+// stores' hourly rollups saturate at it (a report of 10^12 units at a
+// price of 3), and a sum of a few such hours wrapped round was shown as a
+// large negative amount. A saturated sum is shown as the most an amount
+// holds.
+func addSat(a, b billing.Units) billing.Units {
+	s := a + b
+	switch {
+	case b > 0 && s < a:
+		return math.MaxInt64
+	case b < 0 && s > a:
+		return math.MinInt64
+	}
+	return s
 }
 
 func (s *Sums) add(unit string, units billing.Units, kind string, cost billing.Units) {

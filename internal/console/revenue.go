@@ -247,11 +247,12 @@ func (a *revenueAcc) addUsage(r store.Rollup) {
 // countUsage counts priced usage no invoice covers, of cost kind kind.
 func (a *revenueAcc) countUsage(r store.Rollup, kind string) {
 	if !isCurrency(kind) {
-		a.unpriced[kind] += r.Cost
+		a.unpriced[kind] = addSat(a.unpriced[kind], r.Cost)
 		return
 	}
 	if m, ok := a.monthOf(r.Hour); ok {
-		a.cell(m, kind).Usage += r.Cost
+		c := a.cell(m, kind)
+		c.Usage = addSat(c.Usage, r.Cost)
 	}
 }
 
@@ -350,7 +351,7 @@ func (a *revenueAcc) finish(ctx context.Context) (revenueData, error) {
 			t.Invoices += c.Invoices
 			t.TopUps += c.TopUps
 			t.Refunds += c.Refunds
-			t.Usage += c.Usage
+			t.Usage = addSat(t.Usage, c.Usage)
 			t.Count += c.Count
 		}
 		slices.SortFunc(rm.Cells, func(a, b revenueCell) int { return strings.Compare(a.Currency, b.Currency) })
@@ -440,7 +441,7 @@ func (h *Handler) balances(ctx context.Context) ([]serviceLiability, []balanceRo
 				l = &serviceLiability{ServiceID: s.ServiceID}
 				by[s.ServiceID] = l
 			}
-			l.Credits += s.Credits
+			l.Credits = addSat(l.Credits, s.Credits)
 			l.Callers++
 		case s.Credits < 0:
 			owed = append(owed, balanceRow{UserID: s.UserID, ServiceID: s.ServiceID, ProductID: s.ProductID, Credits: s.Credits})
