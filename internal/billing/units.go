@@ -190,6 +190,20 @@ func (u *Units) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// SatAdd is a + b, saturated at the int64 bounds instead of wrapping:
+// sums of counters, rollups and shown totals, whose parts may each be
+// saturated already (a rollup of reports past MaxUnits).
+func SatAdd(a, b Units) Units {
+	s := a + b
+	if (b > 0 && s < a) || (b < 0 && s > a) {
+		if b > 0 {
+			return math.MaxInt64
+		}
+		return math.MinInt64
+	}
+	return s
+}
+
 // Mul returns u*price rounded half up to a millionth, saturating at
 // math.MaxInt64: the cost of u units at price credits per unit.
 func Mul(u, price Units) Units {

@@ -129,7 +129,7 @@ func (c *usageCharts) put(t time.Time, g, kindOf, measure string, v billing.Unit
 	if a.values[g] == nil {
 		a.values[g] = make([]billing.Units, len(c.starts))
 	}
-	a.values[g][i-1] += v
+	a.values[g][i-1] = billing.SatAdd(a.values[g][i-1], v)
 }
 
 // chartView is one chart as the template draws it, with the table of its
@@ -262,7 +262,7 @@ func (c *usageCharts) view(a *chartAcc, n int) chartView {
 	for g, vals := range a.values {
 		var s billing.Units
 		for _, x := range vals {
-			s += x
+			s = billing.SatAdd(s, x)
 		}
 		tots = append(tots, tot{g, s})
 	}
@@ -283,9 +283,9 @@ func (c *usageCharts) view(a *chartAcc, n int) chartView {
 			v.Series = append(v.Series, seriesView{Name: "other", Class: "s5"})
 			cols = append(cols, make([]billing.Units, len(c.starts)))
 		}
-		v.Series[maxSeries].Total += t.sum
+		v.Series[maxSeries].Total = billing.SatAdd(v.Series[maxSeries].Total, t.sum)
 		for j, x := range a.values[t.name] {
-			cols[maxSeries][j] += x
+			cols[maxSeries][j] = billing.SatAdd(cols[maxSeries][j], x)
 		}
 	}
 	// The value axis: a round maximum and four steps to it.
@@ -293,10 +293,10 @@ func (c *usageCharts) view(a *chartAcc, n int) chartView {
 	for j := range c.starts {
 		var s billing.Units
 		for _, col := range cols {
-			s += col[j]
+			s = billing.SatAdd(s, col[j])
 		}
 		top = max(top, s)
-		v.Total += s
+		v.Total = billing.SatAdd(v.Total, s)
 	}
 	niceTop := niceCeil(float64(top) / float64(billing.Scale))
 	plotH := chartH - plotTop - plotBottom
@@ -319,7 +319,7 @@ func (c *usageCharts) view(a *chartAcc, n int) chartView {
 		for i, col := range cols {
 			x := col[j]
 			row.Values = append(row.Values, x)
-			row.Total += x
+			row.Total = billing.SatAdd(row.Total, x)
 			if x == 0 {
 				continue
 			}

@@ -28,7 +28,7 @@ type measured struct {
 func addTo(list []measured, of string, v billing.Units) []measured {
 	for i := range list {
 		if list[i].Of == of {
-			list[i].Value += v
+			list[i].Value = billing.SatAdd(list[i].Value, v)
 			return list
 		}
 	}

@@ -227,3 +227,34 @@ func TestKindFor(t *testing.T) {
 		}
 	}
 }
+
+// TestHugeSumsNeverWrap: the console's sums of hourly rollups saturate as
+// the rollups themselves do: four hours whose cost is 3·10^12 JPY each
+// (reports of 10^12 requests at 3 JPY) are shown as the most an amount
+// holds, never wrapped round to a negative amount.
+func TestHugeSumsNeverWrap(t *testing.T) {
+	e, st := moneyEnv(t)
+	bg := context.Background()
+	if _, err := e.ops.PutSubscription(bg, "test", "zed", "jp", "pay", "ACTIVE"); err != nil {
+		t.Fatal(err)
+	}
+	svc, _ := e.rt.Catalog.Service("jp")
+	p, _ := svc.Product("pay")
+	month := time.Date(moneyNow.Year(), moneyNow.Month(), 1, 0, 0, 0, 0, time.UTC)
+	for h := range 4 {
+		_, err := st.Record(bg, store.Account{UserID: "zed", ServiceID: "jp", Product: *p},
+			store.LedgerEntry{Time: month.Add(time.Duration(h) * time.Hour), UserID: "zed", ServiceID: "jp", EndpointID: "get", ProductID: "pay",
+				Source: store.SourceReport, Units: billing.MaxUnits},
+			func(store.LedgerEntry, billing.State) ([]byte, error) { return []byte("{}"), nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := direct(t, e, false)
+	for _, path := range []string{"/console/", "/console/users", "/console/revenue", "/console/usage?user=zed&from=" + month.Format(time.DateOnly)} {
+		got := getPage(t, h, path)
+		if neg := regexp.MustCompile(`(?:^|\s)-[0-9][0-9,.]* (?:JPY|request)`).FindAllString(got, -1); len(neg) > 0 {
+			t.Errorf("%s: a negative sum: %q", path, neg)
+		}
+	}
+}

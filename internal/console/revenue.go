@@ -22,7 +22,7 @@ import (
 
 // The Revenue page (docs/console.md, "Revenue"; docs/payments.md, "Money
 // in the console"): money received per currency and month (paid
-// invoices, top-ups net of refunds and disputes, from the payments
+// invoices and top-ups, net of refunds and disputes, from the payments
 // records), the metered usage the gateway counted and Stripe has not
 // invoiced yet, apart; prepaid balances as what is owed to callers (a
 // liability, in credits, never revenue), negative balances as what
@@ -87,9 +87,9 @@ type minor = int64
 // revenueCell is one currency's figures of one month (or of the range).
 type revenueCell struct {
 	Currency string
-	Invoices minor         // paid invoices, by PaidAt
+	Invoices minor         // paid invoices, less what was refunded or lost in disputes, by PaidAt
 	TopUps   minor         // top-ups paid, less what was refunded or lost in disputes, by PaidAt
-	Refunds  minor         // what refunds and disputes took back of those top-ups
+	Refunds  minor         // what refunds and disputes took back of those invoices and top-ups
 	Usage    billing.Units // priced usage not yet invoiced, the gateway's count
 	Count    int           // invoices and top-ups
 }
@@ -247,11 +247,12 @@ func (a *revenueAcc) addUsage(r store.Rollup) {
 // countUsage counts priced usage no invoice covers, of cost kind kind.
 func (a *revenueAcc) countUsage(r store.Rollup, kind string) {
 	if !isCurrency(kind) {
-		a.unpriced[kind] += r.Cost
+		a.unpriced[kind] = billing.SatAdd(a.unpriced[kind], r.Cost)
 		return
 	}
 	if m, ok := a.monthOf(r.Hour); ok {
-		a.cell(m, kind).Usage += r.Cost
+		c := a.cell(m, kind)
+		c.Usage = billing.SatAdd(c.Usage, r.Cost)
 	}
 }
 
@@ -285,7 +286,9 @@ func (h *Handler) revenueStart(ctx context.Context, rg revenueRange, now time.Ti
 			}
 			if m, ok := monthOf(inv.PaidAt); ok {
 				c := cell(m, strings.ToUpper(inv.Currency))
-				c.Invoices += inv.AmountPaid
+				back := min(inv.AmountPaid, inv.Refunded+inv.Disputed)
+				c.Invoices += inv.AmountPaid - back
+				c.Refunds += back
 				c.Count++
 			}
 			return nil
@@ -348,7 +351,7 @@ func (a *revenueAcc) finish(ctx context.Context) (revenueData, error) {
 			t.Invoices += c.Invoices
 			t.TopUps += c.TopUps
 			t.Refunds += c.Refunds
-			t.Usage += c.Usage
+			t.Usage = billing.SatAdd(t.Usage, c.Usage)
 			t.Count += c.Count
 		}
 		slices.SortFunc(rm.Cells, func(a, b revenueCell) int { return strings.Compare(a.Currency, b.Currency) })
@@ -438,7 +441,7 @@ func (h *Handler) balances(ctx context.Context) ([]serviceLiability, []balanceRo
 				l = &serviceLiability{ServiceID: s.ServiceID}
 				by[s.ServiceID] = l
 			}
-			l.Credits += s.Credits
+			l.Credits = billing.SatAdd(l.Credits, s.Credits)
 			l.Callers++
 		case s.Credits < 0:
 			owed = append(owed, balanceRow{UserID: s.UserID, ServiceID: s.ServiceID, ProductID: s.ProductID, Credits: s.Credits})

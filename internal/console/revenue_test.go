@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -353,5 +354,36 @@ func TestRevenueFirstInvoiceCoversNoUsage(t *testing.T) {
 	h.payments = &payments.Config{PastDueGrace: caddy.Duration(72 * time.Hour)}
 	if got := getPage(t, h, "/console/"); !strings.Contains(got, "Usage not yet invoiced: 9 JPY.") {
 		t.Errorf("overview: not 9 JPY not yet invoiced:\n%s", got)
+	}
+}
+
+// TestRevenueInvoiceRefundsNotReceived: what a refund or a lost dispute
+// gave back of a paid invoice (the webhook keeps it on the invoice's
+// record) is not received: Paid invoices are net of it, in the month the
+// invoice was paid, and it is counted under Refunded or disputed.
+func TestRevenueInvoiceRefundsNotReceived(t *testing.T) {
+	e, st := moneyEnv(t)
+	pay := st.(store.Payments)
+	bg := context.Background()
+	paid := time.Date(2026, 11, 3, 9, 0, 0, 0, time.UTC)
+	for id, back := range map[string]string{
+		"in_part":    `"refunded": 1000`,
+		"in_dispute": `"disputed": 2900`,
+		"in_whole":   `"refunded": 2900, "disputed": 2900`, // refunded, then the dispute lost too: never more than paid
+	} {
+		b := fmt.Sprintf(`{"id": %q, "userId": "ann", "serviceId": "eu", "status": "paid", "amountPaid": 2900, "currency": "EUR", "paidAt": %q, %s}`,
+			id, paid.Format(time.RFC3339), back)
+		if err := pay.PutPaymentRecord(bg, payments.KindInvoice, id, []byte(b), moneyNow); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := direct(t, e, false)
+	h.payments = &payments.Config{PastDueGrace: caddy.Duration(72 * time.Hour)}
+	// 3 × 29.00 paid, 10.00 + 29.00 + 29.00 back: 19.00 received.
+	if got := getPage(t, h, "/console/revenue"); !strings.Contains(got, "EUR 19.00 EUR 0.00 EUR 19.00 EUR 68.00 EUR") {
+		t.Errorf("no EUR 19.00 received, 68.00 refunded or disputed:\n%s", got)
+	}
+	if got := getPage(t, h, "/console/"); !strings.Contains(got, "Received: 19.00 EUR, ") {
+		t.Errorf("overview: not 19.00 EUR received:\n%s", got)
 	}
 }

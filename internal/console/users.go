@@ -150,7 +150,8 @@ func (h *Handler) userRows(ctx context.Context) ([]userRow, bool, error) {
 			if spend[r.UserID] == nil {
 				spend[r.UserID] = map[string]billing.Units{}
 			}
-			spend[r.UserID][h.costKindOf(r.ServiceID, r.ProductID)] += r.Cost
+			k := h.costKindOf(r.ServiceID, r.ProductID)
+			spend[r.UserID][k] = billing.SatAdd(spend[r.UserID][k], r.Cost)
 		}
 		return nil
 	})

@@ -64,6 +64,9 @@ type JobRecord struct {
 	ContentType        string        `json:"contentType,omitempty"`
 	Units              billing.Units `json:"units,omitempty"`
 	Cost               billing.Units `json:"cost,omitempty"`
+	// CostUnit is what Cost is counted in (CostUnit), set by the caller
+	// that has the running catalog; empty when it cannot say.
+	CostUnit string `json:"costUnit,omitempty"`
 }
 
 // ViewJob is how operators see a stored job.

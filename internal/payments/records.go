@@ -54,9 +54,14 @@ type InvoiceRecord struct {
 	PeriodStart    time.Time `json:"periodStart,omitzero"`
 	PeriodEnd      time.Time `json:"periodEnd,omitzero"`
 	PaidAt         time.Time `json:"paidAt,omitzero"`
-	HostedURL      string    `json:"hostedUrl,omitempty"`
-	PDFURL         string    `json:"pdfUrl,omitempty"`
-	UpdatedAt      time.Time `json:"updatedAt"`
+	// Refunded and Disputed are what went back of AmountPaid: the
+	// succeeded refunds of its charge, summed, and a lost dispute's
+	// amount (invoicerefunds.go).
+	Refunded  int64     `json:"refunded,omitempty"`
+	Disputed  int64     `json:"disputed,omitempty"`
+	HostedURL string    `json:"hostedUrl,omitempty"`
+	PDFURL    string    `json:"pdfUrl,omitempty"`
+	UpdatedAt time.Time `json:"updatedAt"`
 }
 
 // TopUpRecord is KindTopUp.

@@ -71,6 +71,12 @@ func init() {
 // corrects that.
 var subMu sync.Mutex
 
+// invoiceMu makes a node write one invoice record at a time: an invoice
+// event and a refund of it (invoiceMoneyBack) each read the record and
+// write it back with their change, and interleaved, the second wrote
+// over the first's. Two nodes can still interleave, as for subMu.
+var invoiceMu sync.Mutex
+
 // state is what the gateway applies of a Stripe subscription.
 type state struct {
 	ID, Customer      string
@@ -383,6 +389,8 @@ func (s *Service) invoiceIdent(ctx context.Context, pay store.Payments, inv *str
 // invoice stays paid: an older payment_failed delivered late does not
 // make it open again.
 func (s *Service) putInvoice(ctx context.Context, pay store.Payments, inv *stripe.Invoice, id ident, subID, cust string) error {
+	invoiceMu.Lock()
+	defer invoiceMu.Unlock()
 	r := InvoiceRecord{ID: inv.ID, UserID: id.User, ServiceID: id.Service, ProductID: id.Product, CustomerID: cust,
 		SubscriptionID: subID, Status: string(inv.Status), AmountDue: inv.AmountDue, AmountPaid: inv.AmountPaid,
 		Currency: strings.ToUpper(string(inv.Currency)), PeriodStart: unix(inv.PeriodStart), PeriodEnd: unix(inv.PeriodEnd),
@@ -402,6 +410,8 @@ func (s *Service) putInvoice(ctx context.Context, pay store.Payments, inv *strip
 			if old.Status == r.Status && old.AmountPaid == r.AmountPaid && old.AmountDue == r.AmountDue {
 				return nil
 			}
+			// What went back since stays recorded (invoiceMoneyBack).
+			r.Refunded, r.Disputed = old.Refunded, old.Disputed
 		}
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return err

@@ -535,6 +535,9 @@ func chargeRefunded(s *Service, ctx context.Context, ev *stripe.Event) error {
 	}
 	rec, err := s.topUpRecord(ctx, pay, pi)
 	if errors.Is(err, store.ErrNotFound) {
+		if ok, err := s.invoiceRefunded(ctx, pay, ev.Data.Raw, &ch, pi, nil); ok || err != nil {
+			return err
+		}
 		return s.notGrantedYet(ctx, pi, ch.Metadata, "charge "+ch.ID+" refunded")
 	} else if err != nil {
 		return err
@@ -591,6 +594,9 @@ func refundUpdated(s *Service, ctx context.Context, ev *stripe.Event) error {
 	}
 	rec, err := s.topUpRecord(ctx, pay, pi)
 	if errors.Is(err, store.ErrNotFound) {
+		if ok, err := s.invoiceRefunded(ctx, pay, ev.Data.Raw, &stripe.Charge{ID: chargeID}, pi, &r); ok || err != nil {
+			return err
+		}
 		return s.notGrantedYet(ctx, pi, r.Metadata, "refund "+r.ID+" succeeded")
 	} else if err != nil {
 		return err
@@ -712,6 +718,13 @@ func disputeClosed(s *Service, ctx context.Context, ev *stripe.Event) error {
 	}
 	rec, err := s.topUpRecord(ctx, pay, pi)
 	if errors.Is(err, store.ErrNotFound) {
+		if invID, err := s.invoiceOf(ctx, ev.Data.Raw, pi); err != nil {
+			return err
+		} else if invID != "" {
+			if ok, err := s.invoiceMoneyBack(ctx, pay, invID, 0, d.Amount, "dispute "+d.ID+" lost"); ok || err != nil {
+				return err
+			}
+		}
 		return s.notGrantedYet(ctx, pi, d.Metadata, "dispute "+d.ID+" lost")
 	} else if err != nil {
 		return err

@@ -486,7 +486,11 @@ func (a *adminAPI) getJob(app *App, w http.ResponseWriter, r *http.Request, args
 	if err != nil {
 		return fmt.Errorf("read job %s: %w", args[0], err)
 	}
-	return writeJSON(w, http.StatusOK, ops.ViewJob(j))
+	v := ops.ViewJob(j)
+	if j.Cost != 0 {
+		v.CostUnit = ops.CostUnit(app.Catalog(), j.ServiceID, j.ProductID)
+	}
+	return writeJSON(w, http.StatusOK, v)
 }
 
 // Interface guards.

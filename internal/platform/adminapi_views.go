@@ -125,6 +125,9 @@ func (a *adminAPI) listJobs(app *App, w http.ResponseWriter, r *http.Request, _ 
 	page := jobPage{Jobs: make([]ops.JobRecord, len(jobs)), NextCursor: next}
 	for i, j := range jobs {
 		page.Jobs[i] = ops.ViewJob(j)
+		if j.Cost != 0 {
+			page.Jobs[i].CostUnit = ops.CostUnit(app.Catalog(), j.ServiceID, j.ProductID)
+		}
 	}
 	return writeJSON(w, http.StatusOK, page)
 }

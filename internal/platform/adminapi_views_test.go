@@ -376,3 +376,29 @@ func TestSummaryNamesCostUnit(t *testing.T) {
 		t.Errorf("summary without a currency: %s", r.body)
 	}
 }
+
+// TestJobNamesCostUnit: a job's cost in GET /platform/jobs/{id} and
+// GET /platform/jobs is named by its unit (costUnit), as a row of the
+// usage export is: money in the listing's currency, credits for PREPAID.
+func TestJobNamesCostUnit(t *testing.T) {
+	env := admStartProducts(t, `,{"id": "capped", "billing_model": "USAGE_POSTPAID", "measurement_type": "PER_TOKEN", "unit_label": "token", "price": 0.5}],
+		"product_listings": [{"product": "capped", "currency": "EUR"}`)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	for id, product := range map[string]string{"job-eur": "capped", "job-credits": "basic"} {
+		j := store.Job{ID: id, UserID: "alice", ServiceID: "weather", EndpointID: "forecast", ProductID: product,
+			Status: store.JobCompleted, CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour), Units: billing.Whole(4), Cost: billing.Whole(2)}
+		if err := env.app.DataStore().CreateJob(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := admJSON(t, "GET", "/platform/jobs/job-eur", ""); !strings.Contains(string(r.body), `"cost":2,"costUnit":"EUR"`) {
+		t.Errorf("job of a EUR product: %d %s", r.status, r.body)
+	}
+	if r := admJSON(t, "GET", "/platform/jobs/job-credits", ""); !strings.Contains(string(r.body), `"cost":2,"costUnit":"credits"`) {
+		t.Errorf("job of a PREPAID product: %d %s", r.status, r.body)
+	}
+	if r := admJSON(t, "GET", "/platform/jobs?userId=alice", ""); strings.Count(string(r.body), `"costUnit"`) != 2 {
+		t.Errorf("job list: %d %s", r.status, r.body)
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"time"
 
@@ -411,18 +410,6 @@ func formatUUID(b []byte) string {
 		j += 2
 	}
 	return string(s[:])
-}
-
-// satAdd adds without wrapping past the int64 range.
-func satAdd(a, b int64) int64 {
-	s := a + b
-	if (b > 0 && s < a) || (b < 0 && s > a) {
-		if b > 0 {
-			return math.MaxInt64
-		}
-		return math.MinInt64
-	}
-	return s
 }
 
 // fileError names the file a problem was found in and what to do.

@@ -149,9 +149,9 @@ func (r *rollups) add(e *store.LedgerEntry) {
 	u.touch(i)
 	v := &u.order[i].val
 	v.calls++
-	v.units = satAdd(v.units, int64(e.Units))
-	v.overage = satAdd(v.overage, int64(e.Overage))
-	v.cost = satAdd(v.cost, int64(e.Cost))
+	v.units = int64(billing.SatAdd(billing.Units(v.units), e.Units))
+	v.overage = int64(billing.SatAdd(billing.Units(v.overage), e.Overage))
+	v.cost = int64(billing.SatAdd(billing.Units(v.cost), e.Cost))
 	if e.UnitsClaimed != 0 {
 		v.capped++
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -188,9 +187,9 @@ func (r *rollupSums) add(e *store.LedgerEntry) {
 	}
 	s := &r.sums[i]
 	s.calls++
-	s.units = satAdd(s.units, int64(e.Units))
-	s.overage = satAdd(s.overage, int64(e.Overage))
-	s.cost = satAdd(s.cost, int64(e.Cost))
+	s.units = int64(billing.SatAdd(billing.Units(s.units), e.Units))
+	s.overage = int64(billing.SatAdd(billing.Units(s.overage), e.Overage))
+	s.cost = int64(billing.SatAdd(billing.Units(s.cost), e.Cost))
 	if e.UnitsClaimed != 0 {
 		s.capped++
 	}
@@ -258,9 +257,9 @@ func importRollups(b *pgx.Batch, es []store.LedgerEntry) {
 			keys = append(keys, k)
 		}
 		r.Calls++
-		r.Units = billing.Units(satAdd(int64(r.Units), int64(e.Units)))
-		r.Overage = billing.Units(satAdd(int64(r.Overage), int64(e.Overage)))
-		r.Cost = billing.Units(satAdd(int64(r.Cost), int64(e.Cost)))
+		r.Units = billing.SatAdd(r.Units, e.Units)
+		r.Overage = billing.SatAdd(r.Overage, e.Overage)
+		r.Cost = billing.SatAdd(r.Cost, e.Cost)
 		if e.UnitsClaimed != 0 {
 			r.Capped++
 		}
@@ -516,16 +515,4 @@ func scanBounds(from, to time.Time) (time.Time, time.Time) {
 		to = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 	}
 	return from, to
-}
-
-// satAdd is a + b, saturated at the int64 bounds (a rollup's sums, as
-// addRollupSums adds them).
-func satAdd(a, b int64) int64 {
-	if s := a + b; (b > 0) == (s > a) || b == 0 {
-		return s
-	}
-	if b > 0 {
-		return math.MaxInt64
-	}
-	return math.MinInt64
 }

@@ -1,0 +1,119 @@
+package payments
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/stripe/stripe-go/v82"
+
+	"github.com/platformgw/gateway/internal/store"
+)
+
+// Money given back of a paid invoice: a refund made in the Dashboard (or
+// by a credit note), or a dispute lost. It changes no credits and no
+// subscription; the invoice's record keeps what went back, so the Revenue
+// page counts what was received, not what was once paid
+// (docs/payments.md, "Money in the console").
+
+// legacyCharge is what a charge or dispute of an API version before
+// 2025-03-31 says of the invoice it paid; basil's types dropped it.
+type legacyCharge struct {
+	Invoice json.RawMessage `json:"invoice"`
+	Charge  *struct {
+		Invoice json.RawMessage `json:"invoice"`
+	} `json:"charge"`
+}
+
+// invoiceOf is the invoice the charge of raw (a charge or a dispute
+// object), of PaymentIntent pi, paid: as the object names it, else as
+// Stripe's invoice payments say; "" when it paid none.
+func (s *Service) invoiceOf(ctx context.Context, raw []byte, pi string) (string, error) {
+	var old legacyCharge
+	if json.Unmarshal(raw, &old) == nil {
+		if id := idOf(old.Invoice); id != "" {
+			return id, nil
+		}
+		if old.Charge != nil {
+			if id := idOf(old.Charge.Invoice); id != "" {
+				return id, nil
+			}
+		}
+	}
+	if pi == "" {
+		return "", nil
+	}
+	params := &stripe.InvoicePaymentListParams{Payment: &stripe.InvoicePaymentListPaymentParams{
+		Type: stripe.String("payment_intent"), PaymentIntent: stripe.String(pi)}}
+	for p, err := range s.sc.V1InvoicePayments.List(ctx, params) {
+		if err != nil {
+			return "", fmt.Errorf("asking Stripe which invoice PaymentIntent %s paid: %w", pi, stripeErr(err))
+		}
+		if p != nil && p.Invoice != nil && p.Invoice.ID != "" {
+			return p.Invoice.ID, nil
+		}
+	}
+	return "", nil
+}
+
+// invoiceMoneyBack records on invoice invID that refunded (the succeeded
+// refunds of its charge, summed) or disputed (a lost dispute's amount)
+// went back, each only ever raised: the same event twice, or an older one
+// late, changes nothing. false when the gateway keeps no such invoice.
+func (s *Service) invoiceMoneyBack(ctx context.Context, pay store.Payments, invID string, refunded, disputed int64, what string) (bool, error) {
+	invoiceMu.Lock()
+	defer invoiceMu.Unlock()
+	b, err := pay.GetPaymentRecord(ctx, KindInvoice, invID)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var r InvoiceRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return false, fmt.Errorf("invoice record %s: %w", invID, err)
+	}
+	refunded, disputed = min(refunded, r.AmountPaid), min(disputed, r.AmountPaid)
+	if refunded <= r.Refunded && disputed <= r.Disputed {
+		return true, nil
+	}
+	r.Refunded, r.Disputed = max(r.Refunded, refunded), max(r.Disputed, disputed)
+	r.UpdatedAt = s.now().UTC()
+	body, _ := json.Marshal(r)
+	if err := pay.PutPaymentRecord(ctx, KindInvoice, invID, body, s.now()); err != nil {
+		return false, fmt.Errorf("recording %s of invoice %s: %w", what, invID, err)
+	}
+	s.audit(ctx, AuditInvoiceStripe, r.UserID, r.ServiceID, fmt.Sprintf("invoice %s of product %s: %s; %s of %s paid went back",
+		invID, r.ProductID, what, MinorMoney(min(r.Refunded+r.Disputed, r.AmountPaid), r.Currency), MinorMoney(r.AmountPaid, r.Currency)))
+	return true, nil
+}
+
+// invoiceRefunded records the succeeded refunds of charge ch on the
+// invoice it paid; false when it paid none the gateway keeps.
+func (s *Service) invoiceRefunded(ctx context.Context, pay store.Payments, raw []byte, ch *stripe.Charge, pi string, also *stripe.Refund) (bool, error) {
+	invID, err := s.invoiceOf(ctx, raw, pi)
+	if err != nil || invID == "" {
+		return false, err
+	}
+	if _, err := pay.GetPaymentRecord(ctx, KindInvoice, invID); errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	refunds, err := s.refundsOf(ctx, ch)
+	if err != nil {
+		return false, err
+	}
+	var sum int64
+	seen := false
+	for _, r := range refunds {
+		sum += r.Amount
+		seen = seen || also != nil && r.ID == also.ID
+	}
+	if also != nil && !seen && also.Amount > 0 {
+		sum += also.Amount // the list lags behind the event
+	}
+	return s.invoiceMoneyBack(ctx, pay, invID, sum, 0, "refund of charge "+ch.ID)
+}
