@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -385,4 +386,23 @@ func (s *Service) Pricier(a, b string) bool {
 		return false
 	}
 	return *pa.Quota > *pb.Quota
+}
+
+// TrialWords says a product's trial of days as it is served
+// (subscription.TrialTerms): "14-day free trial", and when the plan
+// charges for some calls, that a trial does not: "nothing is charged"
+// and, with a quota whose further calls would be charged, that they are
+// refused in the trial. The storefront and the portal both say it so.
+func TrialWords(days int, p *billing.Product) string {
+	w := strconv.Itoa(days) + "-day free trial"
+	charged := p.Price > 0 && (p.BillingModel != billing.Subscription || p.Quota != nil && p.OverageAllowed())
+	switch {
+	case !charged:
+		return w
+	case p.Quota != nil && p.OverageAllowed():
+		return w + ": nothing is charged, and calls past the quota are refused until it ends"
+	case p.BillingModel == billing.Prepaid:
+		return w + ": calls take no credits until it ends"
+	}
+	return w + ": calls cost nothing until it ends"
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stripe/stripe-go/v82"
 	"go.uber.org/zap"
 
+	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/subscription"
@@ -723,12 +724,19 @@ func (s *Service) setGatewaySubscription(ctx context.Context, pay store.Payments
 			return err
 		}
 	}
-	if had && cur.ProductID == id.Product && strings.EqualFold(cur.Status, string(t.Status)) &&
+	restart := s.periodRestart(st, id, t, cur, had)
+	if had && restart.IsZero() && cur.ProductID == id.Product && strings.EqualFold(cur.Status, string(t.Status)) &&
 		cur.EndsAt.Equal(t.EndsAt) && strings.EqualFold(cur.EndStatus, endStatus) {
 		return nil
 	}
-	next, err := s.Store().PutSubscription(ctx, store.Subscription{UserID: id.User, ServiceID: id.Service, ProductID: id.Product,
-		Status: string(t.Status), UpdatedAt: s.now().UTC(), EndsAt: t.EndsAt, EndStatus: endStatus})
+	put := store.Subscription{UserID: id.User, ServiceID: id.Service, ProductID: id.Product,
+		Status: string(t.Status), UpdatedAt: s.now().UTC(), EndsAt: t.EndsAt, EndStatus: endStatus}
+	if had {
+		put.RestartPeriodsAt = restart
+	} else if live && !st.PeriodStart.IsZero() {
+		put.StartedAt = st.PeriodStart // a new subscription's periods are Stripe's
+	}
+	next, err := s.Store().PutSubscription(ctx, put)
 	if err != nil {
 		return fmt.Errorf("set the subscription of %s to %s: %w", id.User, id.Service, err)
 	}
@@ -741,6 +749,35 @@ func (s *Service) setGatewaySubscription(ctx context.Context, pay store.Payments
 	s.audit(ctx, AuditSubscriptionStripe, id.User, id.Service,
 		fmt.Sprintf("Stripe subscription %s is %s: %s → %s", st.ID, stripeWords(st), before, describeSub(next)))
 	return nil
+}
+
+// periodRestart is where the gateway subscription's billing periods
+// start again for Stripe's state st, zero when they stay: a Stripe
+// subscription that grants access and whose current period (the one the
+// caller pays for) does not begin on the gateway's grid of periods. That
+// is a trial converted (Stripe's first paid period begins at trial_end,
+// the gateway's periods ran from the trial's start, and the quota the
+// free trial used would count against the paid period), or a paid plan
+// bought where another ran (its periods anchored at the older plan's
+// start). Stripe's periods keep their anchor after that (renewals, a
+// plan switched with proration), so a later event of the same or the
+// next period moves nothing. Calendar periods do not follow a start.
+func (s *Service) periodRestart(st state, id ident, t target, cur store.Subscription, had bool) time.Time {
+	if !had || !t.Status.GrantsAccess() || st.PeriodStart.IsZero() || cur.StartedAt.Equal(st.PeriodStart) {
+		return time.Time{}
+	}
+	svc, ok := s.cat.Service(id.Service)
+	if !ok {
+		return time.Time{}
+	}
+	p, ok := svc.Product(id.Product)
+	if !ok || p.CalendarPeriods {
+		return time.Time{}
+	}
+	if start, _ := billing.PeriodBounds(p.Period, false, cur.StartedAt, st.PeriodStart); start.Equal(st.PeriodStart) {
+		return time.Time{}
+	}
+	return st.PeriodStart
 }
 
 // describeSub says a gateway subscription in words for the audit log.

@@ -303,7 +303,7 @@ func (h *Handler) plansView(q *request, userID string, svc *catalog.Service) (*p
 		l, _ := svc.Listing(p.ID)
 		row := planRow{ID: p.ID, Name: l.Name(), Description: l.Description, Price: priceHeadline(p, l), Terms: pricingWords(p)}
 		if l.TrialDays > 0 {
-			row.Trial = plural(l.TrialDays, "day") + " free trial"
+			row.Trial = catalog.TrialWords(l.TrialDays, p)
 		}
 		for _, r := range requests {
 			if r.ServiceID == svc.ID && r.ProductID == p.ID {
@@ -424,11 +424,6 @@ func priceHeadline(p *billing.Product, l *catalog.ProductListing) string {
 		return "Prepaid credits"
 	}
 	return "Free"
-}
-
-func plural(n int, noun string) string {
-	s := strings.TrimSpace(decimal(billing.Whole(int64(n)), 0))
-	return s + "-" + noun
 }
 
 // planAction does a change of the caller's own (POST

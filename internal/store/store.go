@@ -142,13 +142,21 @@ type Subscription struct {
 	// EndStatus is the status from EndsAt on: CANCELLED, EXPIRED or
 	// SUSPENDED (a Stripe subscription past due beyond its grace).
 	EndStatus string `json:"endStatus,omitempty"`
+	// RestartPeriodsAt, given to PutSubscription, moves an existing
+	// subscription's period anchor (StartedAt) to it: its billing periods
+	// start again from then, with nothing used in the new one. Payments
+	// sets it when a Stripe subscription's paid period begins off the
+	// gateway's grid (a trial converted, a plan bought after another);
+	// zero keeps StartedAt, as every other put does. Never stored.
+	RestartPeriodsAt time.Time `json:"-"`
 }
 
 // Subscriptions stores subscriptions and credit balances.
 type Subscriptions interface {
 	// PutSubscription creates or updates the subscription of a user to a
-	// service. StartedAt and the credit balance are kept on update; every
-	// other field, EndsAt and EndStatus included, is the put's.
+	// service. StartedAt and the credit balance are kept on update (but
+	// for a RestartPeriodsAt, which becomes StartedAt); every other field,
+	// EndsAt and EndStatus included, is the put's.
 	PutSubscription(ctx context.Context, s Subscription) (Subscription, error)
 	GetSubscription(ctx context.Context, userID, serviceID string) (Subscription, error)
 	// AddCredits adds (or, negative, removes) prepaid credits.

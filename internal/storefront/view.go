@@ -243,7 +243,7 @@ func planOf(p *billing.Product, l *catalog.ProductListing) plan {
 			", bursts of "+strconv.Itoa(rl.Capacity()))
 	}
 	if l.TrialDays > 0 {
-		pl.Trial = strconv.Itoa(l.TrialDays) + "-day free trial"
+		pl.Trial = catalog.TrialWords(l.TrialDays, p)
 	}
 	return pl
 }

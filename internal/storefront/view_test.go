@@ -28,7 +28,7 @@ func TestPlanOf(t *testing.T) {
 			[]string{"1,000 requests included per month", "Calls past the quota are refused until the next month"}, ""},
 		{"monthly fee with overage", billing.Product{BillingModel: billing.Subscription, UnitLabel: "request", Quota: &quota, Overage: "allow", Price: *units("0.01"), Period: "YEAR"},
 			catalog.ProductListing{Currency: "EUR", PeriodPrice: units("9.5"), TrialDays: 30}, "9.50 EUR", "per year",
-			[]string{"1,000 requests included per year", "Past the quota: 0.01 EUR per request"}, "30-day free trial"},
+			[]string{"1,000 requests included per year", "Past the quota: 0.01 EUR per request"}, "30-day free trial: nothing is charged, and calls past the quota are refused until it ends"},
 		{"pay as you go in yen", billing.Product{BillingModel: billing.UsagePostpaid, UnitLabel: "token", Price: *units("3"), SpendingCap: &spend},
 			catalog.ProductListing{Currency: "JPY"}, "3 JPY", "per token",
 			[]string{"Spending capped at 25 JPY per month"}, ""},

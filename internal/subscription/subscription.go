@@ -166,8 +166,24 @@ func (a Access) Status() Status {
 	return Status(strings.ToUpper(a.Subscription.Status))
 }
 
+// TrialTerms is product p as a subscription in TRIAL is served under it:
+// a free trial (docs/payments.md, "Trials are free"). No unit costs
+// anything, money or credits, so nothing of a trial is in the ledger's
+// cost, on a Stripe meter or on an invoice (Stripe does not invoice a
+// trial's metered usage either); and a quota is the trial's allowance:
+// its overage, which would be billed, is refused (quota_exceeded)
+// rather than given away. The quota, its period and the rate limit stay
+// the plan's.
+func TrialTerms(p billing.Product) billing.Product {
+	p.Price, p.SpendingCap = 0, nil
+	if p.Quota != nil {
+		p.Overage = "block"
+	}
+	return p
+}
+
 // Resolve decides whether userID may call svc at now and under which
-// product: a service owner calls free; anyone else needs a subscription
+// product, on its trial's terms (TrialTerms) while it is in TRIAL: a service owner calls free; anyone else needs a subscription
 // whose effective status at now (EffectiveStatus: a subscription past its
 // EndsAt reads as its EndStatus) grants access to a product svc still
 // offers. A refusal is an *Error; a failed lookup is returned wrapped,
@@ -205,6 +221,10 @@ func resolve(ctx context.Context, svc *catalog.Service, userID string, at time.T
 	p, ok := svc.Product(sub.ProductID)
 	if !ok {
 		return Access{}, &Error{Reason: ProductGone, ServiceID: svc.ID, ProductID: sub.ProductID}
+	}
+	if st == Trial {
+		terms := TrialTerms(*p)
+		p = &terms
 	}
 	return Access{
 		Account:      store.Account{UserID: sub.UserID, ServiceID: svc.ID, Product: *p},

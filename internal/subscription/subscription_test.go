@@ -194,7 +194,13 @@ func TestResolve(t *testing.T) {
 				t.Errorf("%s: owner access %+v", name, a)
 			}
 		default:
-			if a.Owner() || a.Account.Free || a.Product != basic || a.Account.Product.ID != tc.product ||
+			// A trial is served on its free terms (TrialTerms), any
+			// other status on the product's own.
+			want := *basic
+			if tc.status == Trial {
+				want = TrialTerms(want)
+			}
+			if a.Owner() || a.Account.Free || a.Product == nil || *a.Product != want || a.Account.Product != want || a.Account.Product.ID != tc.product ||
 				a.Account.UserID != tc.user || a.Account.ServiceID != "svc" || a.Status() != tc.status ||
 				a.Subscription.UserID != tc.user {
 				t.Errorf("%s: access %+v", name, a)
@@ -222,6 +228,31 @@ func TestEffectiveStatus(t *testing.T) {
 	for s, want := range map[string]bool{"CANCELLED": true, "expired": true, "SUSPENDED": true, "ACTIVE": false, "TRIAL": false, "": false} {
 		if EndStatusValid(s) != want {
 			t.Errorf("EndStatusValid(%q) = %t", s, !want)
+		}
+	}
+}
+
+// TestTrialTerms: a trial is free whatever the billing model (no unit
+// costs money or credits) and its quota is a hard allowance; the quota,
+// its period and the rate limit stay the plan's.
+func TestTrialTerms(t *testing.T) {
+	q, c := billing.Whole(10), billing.Whole(5)
+	rl := &billing.RateLimit{Requests: 3}
+	for _, p := range []billing.Product{
+		{ID: "sub", BillingModel: billing.Subscription, Quota: &q, Overage: "allow", Price: 10000, SpendingCap: &c, RateLimit: rl, Period: "week"},
+		{ID: "payg", BillingModel: billing.UsagePostpaid, Price: 2000, SpendingCap: &c},
+		{ID: "prepaid", BillingModel: billing.Prepaid, Price: billing.Whole(1)},
+	} {
+		got := TrialTerms(p)
+		if got.Price != 0 || got.SpendingCap != nil || got.RateLimit != p.RateLimit || got.Quota != p.Quota || got.Period != p.Period {
+			t.Errorf("%s: trial terms %+v", p.ID, got)
+		}
+		if p.Quota != nil && got.OverageAllowed() {
+			t.Errorf("%s: a trial's overage is allowed", p.ID)
+		}
+		d := billing.Decide(got, billing.State{Used: q}, billing.Whole(1))
+		if p.Quota != nil && (d.Allowed || d.Code != billing.CodeQuotaExceeded) || p.Quota == nil && (!d.Allowed || d.Cost != 0) {
+			t.Errorf("%s: a trial call after 10 units: %+v", p.ID, d)
 		}
 	}
 }

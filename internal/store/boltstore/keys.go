@@ -187,8 +187,12 @@ func (s *Store) PutSubscription(ctx context.Context, sub store.Subscription) (st
 	var out store.Subscription
 	err := s.update(func(tx *bolt.Tx) error {
 		next := sub
+		next.RestartPeriodsAt = time.Time{}
 		if cur, err := s.readSub(tx, sub.UserID, sub.ServiceID); err == nil {
 			next.StartedAt = cur.StartedAt
+			if !sub.RestartPeriodsAt.IsZero() {
+				next.StartedAt = sub.RestartPeriodsAt.UTC()
+			}
 			next.Credits = cur.Credits
 			next.CreditsHeld = cur.CreditsHeld
 		} else if err != store.ErrNoAccount {
@@ -202,6 +206,16 @@ func (s *Store) PutSubscription(ctx context.Context, sub store.Subscription) (st
 		out = next
 		return nil
 	})
+	if err == nil && !sub.RestartPeriodsAt.IsZero() {
+		// The loaded account counts its periods from its own copy of
+		// the anchor.
+		key := append(append([]byte(sub.UserID), 0), sub.ServiceID...)
+		if acc := s.mem.peek(key); acc != nil {
+			acc.mu.Lock()
+			acc.startedAt = out.StartedAt
+			acc.mu.Unlock()
+		}
+	}
 	return s.overlay(out), err
 }
 

@@ -375,11 +375,15 @@ func (s *Store) PutSubscription(ctx context.Context, sub store.Subscription) (st
 	var out store.Subscription
 	err := s.tx(ctx, func(tx pgx.Tx) error {
 		next := sub
+		next.RestartPeriodsAt = time.Time{}
 		cur, err := scanSub(tx.QueryRow(ctx, "SELECT "+subColumns+" FROM subscriptions WHERE user_id = $1 AND service_id = $2 FOR UPDATE",
 			sub.UserID, sub.ServiceID))
 		switch {
 		case err == nil:
 			next.StartedAt, next.Credits, next.CreditsHeld = cur.StartedAt, cur.Credits, cur.CreditsHeld
+			if !sub.RestartPeriodsAt.IsZero() {
+				next.StartedAt = sub.RestartPeriodsAt.UTC()
+			}
 		case err != store.ErrNoAccount:
 			return err
 		default:

@@ -219,6 +219,50 @@ func testSubscriptions(t *testing.T, c *suite) {
 	}
 }
 
+// testRestartPeriods: a put with RestartPeriodsAt moves the period
+// anchor, so the period containing now starts there with nothing used
+// (payments: a Stripe trial converted to its first paid period); a put
+// without it keeps the anchor and what the period used, and the balance
+// is kept either way.
+func testRestartPeriods(t *testing.T, c *suite) {
+	s := c.store(t)
+	a := subscribe(t, s, "u1", "svc", quotaBlock, whole(3))
+	now := T0.Add(10 * 24 * time.Hour)
+	if _, err := s.Record(ctx, a, EntryFor(a, whole(10), now), OKResponse); err != nil {
+		t.Fatal(err)
+	}
+	used := func(when string, want billing.Units) {
+		t.Helper()
+		st, err := s.State(ctx, a, now.Add(time.Minute))
+		if err != nil || st.Used != want {
+			t.Fatalf("%s: used %s (%v), want %s", when, st.Used, err, want)
+		}
+		if r, err := s.Reserve(ctx, a, whole(1), now.Add(time.Minute)); err != nil || r.Decision.Allowed != (want < whole(10)) {
+			t.Fatalf("%s: a hold is %+v, %v", when, r.Decision, err)
+		} else if r.ID != "" {
+			if _, err := s.Settle(ctx, r, 0, store.LedgerEntry{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	used("before", whole(10))
+	if _, err := s.PutSubscription(ctx, store.Subscription{UserID: "u1", ServiceID: "svc", ProductID: quotaBlock.ID,
+		Status: "ACTIVE", UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	used("after a put that keeps the anchor", whole(10))
+	restart := now.Add(-time.Hour)
+	got, err := s.PutSubscription(ctx, store.Subscription{UserID: "u1", ServiceID: "svc", ProductID: quotaBlock.ID,
+		Status: "ACTIVE", UpdatedAt: now, RestartPeriodsAt: restart})
+	if err != nil || !got.StartedAt.Equal(restart) || got.Credits != whole(3) || !got.RestartPeriodsAt.IsZero() {
+		t.Fatalf("put with RestartPeriodsAt = %+v, %v; want started %s, 3 credits", got, err, restart)
+	}
+	if got, err := s.GetSubscription(ctx, "u1", "svc"); err != nil || !got.StartedAt.Equal(restart) {
+		t.Fatalf("stored: %+v, %v; want started %s", got, err, restart)
+	}
+	used("after the restart", 0)
+}
+
 // testNegativeBalance: credits may go below zero; the subscription stays
 // readable, a hold is refused (not an error), and credits added bring it
 // back.

@@ -78,6 +78,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"Keys", testKeys},
 		{"KeyIDAnyCase", testKeyIDAnyCase},
 		{"Subscriptions", testSubscriptions},
+		{"RestartPeriods", testRestartPeriods},
 		{"SubscriptionEnd", testSubscriptionEnd},
 		{"NegativeBalance", testNegativeBalance},
 		{"ReserveAsDecide", testReserveAsDecide},
