@@ -501,20 +501,10 @@ func (c *changeSet) publish() {
 
 // RequeueChanged puts refs back among the changed subscriptions.
 func (s *Store) RequeueChanged(refs []store.AccountRef) {
-	if len(refs) == 0 {
-		return
-	}
-	c := &s.changes
-	c.init()
-	c.mu.Lock()
-	if c.pending == nil {
-		c.pending = make(map[store.AccountRef]struct{}, len(refs))
-	}
 	for _, ref := range refs {
-		c.pending[ref] = struct{}{}
+		s.changes.add(ref.UserID, ref.ServiceID)
 	}
-	c.mu.Unlock()
-	c.publish()
+	s.changes.publish()
 }
 
 // ChangedAccounts returns the subscriptions whose counters or credits this
