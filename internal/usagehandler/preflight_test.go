@@ -1,0 +1,169 @@
+package usagehandler
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/catalog"
+	"github.com/platformgw/gateway/internal/engine"
+	"github.com/platformgw/gateway/internal/servicekey"
+	"github.com/platformgw/gateway/internal/signing"
+	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/store/boltstore"
+)
+
+const (
+	flightSecret       = "preflight-secret-0123456789abcdef"
+	flightHiddenSecret = "preflight-hidden-0123456789abcdef"
+)
+
+// flightServer serves a Handler over loopback HTTP from a real bbolt
+// store: service svc (a quota of 10 requests) and hidden, a service no
+// caller is told of.
+type flightServer struct {
+	t   *testing.T
+	url string
+	at  time.Time
+	hd  engine.Headers
+	st  *boltstore.Store
+}
+
+func newFlightServer(t *testing.T) *flightServer {
+	t.Helper()
+	st, err := boltstore.Open(filepath.Join(t.TempDir(), "platform.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	quota := billing.Whole(10)
+	svc := &catalog.Service{
+		ID: "svc", Backend: "http://127.0.0.1:9", Secrets: []string{flightSecret},
+		Endpoints: []*catalog.Endpoint{{ID: "e"}},
+		Products: []*billing.Product{{ID: "basic", BillingModel: billing.Subscription, MeasurementType: billing.PerRequest,
+			UnitLabel: "request", Quota: &quota}},
+	}
+	hidden := &catalog.Service{
+		ID: "hidden", Backend: "http://127.0.0.1:9", Secrets: []string{flightHiddenSecret},
+		Endpoints: []*catalog.Endpoint{{ID: "e"}},
+		Products: []*billing.Product{{ID: "basic", BillingModel: billing.Subscription, MeasurementType: billing.PerRequest,
+			UnitLabel: "request"}},
+	}
+	cat, err := catalog.Compile([]*catalog.Service{svc, hidden}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &flightServer{t: t, at: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), hd: engine.NewHeaders("Platform"), st: st}
+	rt := engine.New(engine.Runtime{
+		Catalog: cat, Data: st, Clock: func() time.Time { return f.at },
+		Limits: engine.Limits{UsageMaxBodyBytes: 1 << 16, ResultMaxBytes: 1 << 10, JobTTL: time.Hour,
+			TimestampTolerance: time.Minute},
+	})
+	h := &Handler{rt: rt, logger: zap.NewNop()}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r, caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+			http.NotFound(w, r)
+			return nil
+		}))
+	}))
+	t.Cleanup(srv.Close)
+	f.url = srv.URL
+	return f
+}
+
+// key makes a service key of user and subscribes the user to svc.
+func (f *flightServer) key(user string) string {
+	f.t.Helper()
+	k, hash, err := servicekey.Generate()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := f.st.CreateKey(ctx, store.KeyRecord{ID: "key_" + user, Hash: hash, UserID: user, Created: f.at}); err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := f.st.PutSubscription(ctx, store.Subscription{UserID: user, ServiceID: "svc", ProductID: "basic",
+		Status: "ACTIVE", StartedAt: f.at.Add(-time.Hour)}); err != nil {
+		f.t.Fatal(err)
+	}
+	return k
+}
+
+// flightAnswer is an answer with its requestId taken out of the body, so
+// that two answers can be compared byte for byte.
+type flightAnswer struct {
+	status int
+	header http.Header
+	body   string
+}
+
+// post sends body to path, signed with secret when it is not empty, with
+// the header pairs given.
+func (f *flightServer) post(path, body, secret string, header ...string) flightAnswer {
+	f.t.Helper()
+	req, err := http.NewRequest("POST", f.url+path, strings.NewReader(body))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if secret != "" {
+		ts := signing.Timestamp(f.at)
+		req.Header.Set(f.hd.Timestamp, ts)
+		req.Header.Set(f.hd.Signature, signing.Sign([]byte(secret), []byte(body), []byte(ts)))
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		f.t.Fatalf("%s: not a JSON object: %d %s", path, resp.StatusCode, raw)
+	}
+	delete(m, "requestId")
+	out, _ := json.Marshal(m)
+	return flightAnswer{status: resp.StatusCode, header: resp.Header, body: string(out)}
+}
+
+// TestUnknownServiceAnswersAsAWrongSignature: a request naming a service
+// the catalog does not have is answered exactly as one naming a service
+// that exists and did not sign it, message included, so that no caller
+// without a secret can tell which service ids exist (docs/wire-contract.md:
+// "so the catalog cannot be probed"). The billing estimate told them apart
+// by its message, signed or not, and so did an unsigned report.
+func TestUnknownServiceAnswersAsAWrongSignature(t *testing.T) {
+	f := newFlightServer(t)
+	f.key("alice")
+	for _, route := range []struct{ name, path, body string }{
+		{"billing estimate", "/api/v1/billing/usage/estimate", `{"userId":"alice","serviceId":"%s","estimatedUnits":1}`},
+		{"report", "/api/usage/report", `{"userId":"alice","serviceId":"%s","unitsUsed":1,"timestamp":1772366400}`},
+		{"estimate-usage", "/api/v1/service-keys/estimate-usage", `{"serviceKey":"psk_x","serviceId":"%s","estimatedUnits":1}`},
+		{"validate", "/api/v1/service-keys/validate", `{"serviceKey":"psk_x","serviceId":"%s"}`},
+		{"validate, serviceSecret", "/api/v1/service-keys/validate", `{"serviceKey":"psk_x","serviceId":"%s","serviceSecret":"guess"}`},
+	} {
+		for _, secret := range []string{"", "a-secret-of-no-service-0123456789"} {
+			body := func(service string) string { return strings.Replace(route.body, "%s", service, 1) }
+			unknown := f.post(route.path, body("no-such-service"), secret)
+			for _, service := range []string{"svc", "hidden"} {
+				known := f.post(route.path, body(service), secret)
+				if known.status != 401 || unknown.status != known.status || unknown.body != known.body {
+					t.Errorf("%s, signed %v: unknown service %d %s, %s %d %s", route.name, secret != "",
+						unknown.status, unknown.body, service, known.status, known.body)
+				}
+			}
+		}
+	}
+}
