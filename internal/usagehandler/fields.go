@@ -16,7 +16,9 @@ import (
 
 // fields is a JSON object body, read field by field so that a wrong type
 // is refused with the field's name while unknown fields are allowed (SDKs
-// add their own). null counts as absent.
+// add their own). null counts as absent. A field given twice is refused:
+// encoding/json keeps the last value, where a proxy, a log or the sender's
+// own records may read the first.
 type fields map[string]json.RawMessage
 
 func parseObject(body []byte) (fields, *apierror.Error) {
@@ -24,12 +26,48 @@ func parseObject(body []byte) (fields, *apierror.Error) {
 	if err := json.Unmarshal(body, &f); err != nil || f == nil {
 		return nil, apierror.Invalid("body", "the body must be a JSON object")
 	}
+	if name, dup := repeatedName(body); dup {
+		if name == "" || len(name) > 64 || strings.ContainsFunc(name, func(r rune) bool { return r < 0x20 || r == 0x7f || r == utf8.RuneError }) {
+			// Not a name of the contract: not repeated into the answer
+			// or the log.
+			return nil, apierror.Invalid("body", "a field is given twice; give each field once")
+		}
+		return nil, apierror.Invalid(name, name+" is given twice; give each field once")
+	}
 	for k, v := range f {
 		if bytes.Equal(v, []byte("null")) {
 			delete(f, k)
 		}
 	}
 	return f, nil
+}
+
+// repeatedName is the first name the object body (valid JSON, as
+// json.Unmarshal found it) gives twice, and true; false when it gives
+// none twice. Names are compared as decoded, so "a" and "\u0061" are the
+// same field.
+func repeatedName(body []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if _, err := dec.Token(); err != nil { // the opening brace
+		return "", false
+	}
+	seen := make(map[string]struct{}, 8)
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		name, _ := tok.(string)
+		if _, dup := seen[name]; dup {
+			return name, true
+		}
+		seen[name] = struct{}{}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return "", false
+		}
+	}
+	return "", false
 }
 
 // str reads a string field; ok is false when it is absent.

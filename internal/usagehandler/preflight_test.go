@@ -167,3 +167,49 @@ func TestUnknownServiceAnswersAsAWrongSignature(t *testing.T) {
 		}
 	}
 }
+
+// TestDuplicateFieldsRefused: a body that gives a field twice is refused,
+// 400 invalid_request naming the field, and changes nothing, on every
+// route of the usage service. encoding/json kept the last value: an
+// estimate of {"estimatedUnits":1,"estimatedUnits":100} answered for 100,
+// a report of {"unitsUsed":1,"unitsUsed":1000} charged 1000, where a proxy,
+// a log or the backend's own reconciliation read the first. Names are
+// compared as decoded, so an escape does not hide a repeat.
+func TestDuplicateFieldsRefused(t *testing.T) {
+	f := newFlightServer(t)
+	k := f.key("alice")
+	ctx := context.Background()
+	for _, tc := range []struct{ path, body, field, bearer string }{
+		{"/api/v1/service-keys/estimate-usage", `{"serviceKey":"` + k + `","serviceId":"svc","estimatedUnits":1,"estimatedUnits":100}`, "estimatedUnits", ""},
+		{"/api/v1/service-keys/estimate-usage", `{"serviceKey":"` + k + `","serviceId":"svc","estimatedUnits":1,"estimated\u0055nits":100}`, "estimatedUnits", ""},
+		{"/api/v1/service-keys/validate", `{"serviceKey":"psk_x","serviceKey":"` + k + `","serviceId":"svc"}`, "serviceKey", ""},
+		{"/api/v1/service-keys/validate", `{"serviceId":"hidden","serviceKey":"` + k + `","serviceId":"svc"}`, "serviceId", ""},
+		{"/api/v1/billing/usage/estimate", `{"userId":"alice","serviceId":"svc","estimatedUnits":1,"estimatedUnits":null}`, "estimatedUnits", ""},
+		{"/api/v1/billing/usage/estimate", `{"userId":"bob","userId":"alice","serviceId":"svc","estimatedUnits":1}`, "userId", k},
+		{"/api/usage/report", `{"userId":"alice","serviceId":"svc","unitsUsed":1,"unitsUsed":1000,"timestamp":1772366400}`, "unitsUsed", ""},
+		{"/api/v1/service-keys/estimate-usage", `{"serviceKey":"` + k + `","serviceId":"svc","estimatedUnits":1,"":1,"":2}`, "body", ""},
+		{"/api/v1/service-keys/estimate-usage", `{"serviceKey":"` + k + `","serviceId":"svc","estimatedUnits":1,"a\u0000":1,"a\u0000":2}`, "body", ""},
+	} {
+		secret := flightSecret
+		var header []string
+		if tc.bearer != "" {
+			secret, header = "", []string{"Authorization", "Bearer " + tc.bearer}
+		}
+		a := f.post(tc.path, tc.body, secret, header...)
+		var e struct{ Code, Field string }
+		json.Unmarshal([]byte(a.body), &e)
+		if a.status != 400 || e.Code != "invalid_request" || e.Field != tc.field {
+			t.Errorf("%s %s: %d %s, want 400 invalid_request field %s", tc.path, tc.body, a.status, a.body, tc.field)
+		}
+	}
+	st, err := f.st.State(ctx, store.Account{UserID: "alice", ServiceID: "svc", Product: billing.Product{ID: "basic",
+		BillingModel: billing.Subscription, MeasurementType: billing.PerRequest}}, f.at)
+	if err != nil || st.Used != 0 || st.Reserved != 0 {
+		t.Errorf("state after the refusals: %+v %v, want nothing used", st, err)
+	}
+	// A field given once, with unknown fields and nulls around it, is read.
+	a := f.post("/api/v1/service-keys/estimate-usage", `{"serviceKey":"`+k+`","serviceId":"svc","estimatedUnits":2,"x":1,"X":2,"extra":null}`, flightSecret)
+	if a.status != 200 {
+		t.Errorf("a body without repeats: %d %s", a.status, a.body)
+	}
+}
