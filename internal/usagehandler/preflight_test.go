@@ -17,10 +17,12 @@ import (
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/engine"
+	"github.com/platformgw/gateway/internal/pgtest"
 	"github.com/platformgw/gateway/internal/servicekey"
 	"github.com/platformgw/gateway/internal/signing"
 	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/store/boltstore"
+	"github.com/platformgw/gateway/internal/store/pgstore"
 )
 
 const (
@@ -36,7 +38,7 @@ type flightServer struct {
 	url string
 	at  time.Time
 	hd  engine.Headers
-	st  *boltstore.Store
+	st  store.Store
 }
 
 func newFlightServer(t *testing.T) *flightServer {
@@ -46,12 +48,25 @@ func newFlightServer(t *testing.T) *flightServer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	quota := billing.Whole(10)
+	return newFlightServerOn(t, st, time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+}
+
+// Products of svc.
+var (
+	flightBasic = billing.Product{ID: "basic", BillingModel: billing.Subscription, MeasurementType: billing.PerRequest,
+		UnitLabel: "request", Quota: func() *billing.Units { q := billing.Whole(10); return &q }()}
+	flightPrepaid = billing.Product{ID: "pre", BillingModel: billing.Prepaid, MeasurementType: billing.PerToken,
+		UnitLabel: "token", Price: billing.Whole(2)}
+)
+
+// newFlightServerOn serves from st, its clock stopped at at.
+func newFlightServerOn(t *testing.T, st store.Store, at time.Time) *flightServer {
+	t.Helper()
+	basic, pre := flightBasic, flightPrepaid
 	svc := &catalog.Service{
 		ID: "svc", Backend: "http://127.0.0.1:9", Secrets: []string{flightSecret},
 		Endpoints: []*catalog.Endpoint{{ID: "e"}},
-		Products: []*billing.Product{{ID: "basic", BillingModel: billing.Subscription, MeasurementType: billing.PerRequest,
-			UnitLabel: "request", Quota: &quota}},
+		Products: []*billing.Product{&basic, &pre},
 	}
 	hidden := &catalog.Service{
 		ID: "hidden", Backend: "http://127.0.0.1:9", Secrets: []string{flightHiddenSecret},
@@ -63,7 +78,7 @@ func newFlightServer(t *testing.T) *flightServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &flightServer{t: t, at: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), hd: engine.NewHeaders("Platform"), st: st}
+	f := &flightServer{t: t, at: at, hd: engine.NewHeaders("Platform"), st: st}
 	rt := engine.New(engine.Runtime{
 		Catalog: cat, Data: st, Clock: func() time.Time { return f.at },
 		Limits: engine.Limits{UsageMaxBodyBytes: 1 << 16, ResultMaxBytes: 1 << 10, JobTTL: time.Hour,
@@ -81,8 +96,14 @@ func newFlightServer(t *testing.T) *flightServer {
 	return f
 }
 
-// key makes a service key of user and subscribes the user to svc.
+// key makes a service key of user and subscribes the user to svc's
+// product basic.
 func (f *flightServer) key(user string) string {
+	f.t.Helper()
+	return f.keyFor(user, "basic")
+}
+
+func (f *flightServer) keyFor(user, product string) string {
 	f.t.Helper()
 	k, hash, err := servicekey.Generate()
 	if err != nil {
@@ -92,8 +113,8 @@ func (f *flightServer) key(user string) string {
 	if err := f.st.CreateKey(ctx, store.KeyRecord{ID: "key_" + user, Hash: hash, UserID: user, Created: f.at}); err != nil {
 		f.t.Fatal(err)
 	}
-	if _, err := f.st.PutSubscription(ctx, store.Subscription{UserID: user, ServiceID: "svc", ProductID: "basic",
-		Status: "ACTIVE", StartedAt: f.at.Add(-time.Hour)}); err != nil {
+	if _, err := f.st.PutSubscription(ctx, store.Subscription{UserID: user, ServiceID: "svc", ProductID: product,
+		Status: "ACTIVE", StartedAt: f.at.Add(-time.Hour), UpdatedAt: f.at}); err != nil {
 		f.t.Fatal(err)
 	}
 	return k
@@ -211,5 +232,81 @@ func TestDuplicateFieldsRefused(t *testing.T) {
 	a := f.post("/api/v1/service-keys/estimate-usage", `{"serviceKey":"`+k+`","serviceId":"svc","estimatedUnits":2,"x":1,"X":2,"extra":null}`, flightSecret)
 	if a.status != 200 {
 		t.Errorf("a body without repeats: %d %s", a.status, a.body)
+	}
+}
+
+// TestEstimateSameOnBothStores: the two estimates answer alike, to the
+// byte, from the embedded store and from PostgreSQL, with calls and a job
+// in flight holding part of a quota and of a prepaid balance: both
+// stores count what the holds take, so an estimate allows exactly what
+// the next call's hold would get.
+func TestEstimateSameOnBothStores(t *testing.T) {
+	at := time.Now().UTC().Truncate(time.Second)
+	bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "platform.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bolt.Close() })
+	pg, err := pgstore.Open(context.Background(), pgstore.Options{DSN: pgtest.DB(t), NodeID: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Close() })
+	type answers map[string]flightAnswer
+	run := func(st store.Store) answers {
+		f := newFlightServerOn(t, st, at)
+		ctx := context.Background()
+		keys := map[string]string{"alice": f.keyFor("alice", "basic"), "bob": f.keyFor("bob", "pre")}
+		if _, err := st.AddCredits(ctx, "bob", "svc", billing.Whole(10), at); err != nil {
+			t.Fatal(err)
+		}
+		alice := store.Account{UserID: "alice", ServiceID: "svc", Product: flightBasic}
+		bob := store.Account{UserID: "bob", ServiceID: "svc", Product: flightPrepaid}
+		if _, err := st.Record(ctx, alice, store.LedgerEntry{Time: at, UserID: "alice", ServiceID: "svc", ProductID: "basic",
+			Units: billing.Whole(3), Source: store.SourceReport}, func(store.LedgerEntry, billing.State) ([]byte, error) { return []byte("{}"), nil }); err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range []struct {
+			a     store.Account
+			units int64
+			job   string
+		}{{alice, 4, ""}, {alice, 2, "job-a"}, {bob, 1, ""}, {bob, 1, "job-b"}} {
+			var res store.Reservation
+			var err error
+			if h.job == "" {
+				res, err = st.Reserve(ctx, h.a, billing.Whole(h.units), at)
+			} else {
+				res, err = st.CreateJobReserved(ctx, store.Job{ID: h.job, UserID: h.a.UserID, ServiceID: "svc", EndpointID: "e",
+					ProductID: h.a.Product.ID, Status: "PENDING", CreatedAt: at, UpdatedAt: at, ExpiresAt: at.Add(time.Hour)},
+					h.a, billing.Whole(h.units), at)
+			}
+			if err != nil || !res.Decision.Allowed {
+				t.Fatalf("hold %+v: %+v %v", h, res.Decision, err)
+			}
+		}
+		out := answers{}
+		for _, user := range []string{"alice", "bob"} {
+			for _, n := range []string{"0", "1", "1.5", "2", "3", "4"} {
+				a := f.post("/api/v1/service-keys/estimate-usage", `{"serviceKey":"`+keys[user]+`","serviceId":"svc","estimatedUnits":`+n+`}`, flightSecret)
+				out["key "+user+" "+n] = a
+				a = f.post("/api/v1/billing/usage/estimate", `{"userId":"`+user+`","serviceId":"svc","estimatedUnits":`+n+`}`, flightSecret)
+				out["user "+user+" "+n] = a
+			}
+		}
+		return out
+	}
+	onBolt, onPG := run(bolt), run(pg)
+	for name, b := range onBolt {
+		p := onPG[name]
+		if b.status != p.status || b.body != p.body || b.header.Get("Retry-After") != p.header.Get("Retry-After") {
+			t.Errorf("%s:\n bbolt      %d %s\n PostgreSQL %d %s", name, b.status, b.body, p.status, p.body)
+		}
+	}
+	// The holds count: 3 used and 6 held of alice's 10 leave 1; bob's 10
+	// credits less 4 held buy 3 tokens at 2.
+	for name, want := range map[string]int{"key alice 1": 200, "key alice 1.5": 429, "key bob 3": 200, "key bob 4": 403} {
+		if got := onBolt[name].status; got != want {
+			t.Errorf("%s: %d %s, want %d", name, got, onBolt[name].body, want)
+		}
 	}
 }
