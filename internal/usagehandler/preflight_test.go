@@ -66,7 +66,7 @@ func newFlightServerOn(t *testing.T, st store.Store, at time.Time) *flightServer
 	svc := &catalog.Service{
 		ID: "svc", Backend: "http://127.0.0.1:9", Secrets: []string{flightSecret},
 		Endpoints: []*catalog.Endpoint{{ID: "e"}},
-		Products: []*billing.Product{&basic, &pre},
+		Products:  []*billing.Product{&basic, &pre},
 	}
 	hidden := &catalog.Service{
 		ID: "hidden", Backend: "http://127.0.0.1:9", Secrets: []string{flightHiddenSecret},
