@@ -170,6 +170,7 @@ func TestDocumentedRoutesAnswerAsDocumented(t *testing.T) {
 			}
 		}
 	}
+	t.Run("pre-flight denials", func(t *testing.T) { preflightDenials(t, doc) })
 }
 
 func fill(path string) string {
@@ -348,4 +349,69 @@ func caseMethods(cc *ast.CaseClause) []string {
 		}
 	}
 	return out
+}
+
+// preflightDenials: the statuses the pre-flight routes answer when they
+// deny (403 for no subscription or a key of another user, 404 for an
+// unknown service asked with a key, 429 past a quota) are in the
+// document. It listed only 200, 400, 401, 405, 413 and 503 for the
+// estimates, so a client generated from it had no case for the denials
+// the wire contract makes part of an estimate's answer, and gave the
+// billing estimate only its Bearer scheme, not the backend's signature.
+// It runs on the gateway TestDocumentedRoutesAnswerAsDocumented started
+// (a second one in the process would be a reload to another store).
+func preflightDenials(t *testing.T, doc document) {
+	site := fmt.Sprintf("http://127.0.0.1:%d", httpPort)
+	admin := fmt.Sprintf("http://localhost:%d", adminPort)
+	post := func(url, body string, header ...string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest("POST", url, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	req, _ := http.NewRequest("PUT", admin+"/platform/subscriptions/alice/weather", strings.NewReader(`{"productId":"basic"}`))
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("subscribe: %v %v", resp, err)
+	}
+	status, body := post(admin+"/platform/keys", `{"userId":"alice"}`)
+	var k struct{ Key string }
+	if status != 201 || json.Unmarshal([]byte(body), &k) != nil {
+		t.Fatalf("key: %d %s", status, body)
+	}
+	status, body = post(admin+"/platform/keys", `{"userId":"bob"}`)
+	var bob struct{ Key string }
+	if status != 201 || json.Unmarshal([]byte(body), &bob) != nil {
+		t.Fatalf("key: %d %s", status, body)
+	}
+	const secret = "weather-secret-0123456789abcdef"
+	for _, tc := range []struct {
+		path, body, bearer string
+		want               int
+	}{
+		{"/api/v1/service-keys/estimate-usage", `{"serviceKey":"` + k.Key + `","serviceSecret":"` + secret + `","estimatedUnits":1000}`, "", 429},
+		{"/api/v1/service-keys/estimate-usage", `{"serviceKey":"` + bob.Key + `","serviceSecret":"` + secret + `","estimatedUnits":1}`, "", 403},
+		{"/api/v1/billing/usage/estimate", `{"userId":"alice","serviceId":"weather","estimatedUnits":1000}`, k.Key, 429},
+		{"/api/v1/billing/usage/estimate", `{"userId":"alice","serviceId":"weather","estimatedUnits":1}`, bob.Key, 403},
+		{"/api/v1/billing/usage/estimate", `{"userId":"alice","serviceId":"nope","estimatedUnits":1}`, k.Key, 404},
+	} {
+		status, body := post(site+tc.path, tc.body, "Authorization", "Bearer "+tc.bearer)
+		if status != tc.want {
+			t.Errorf("%s %s: %d %s, want %d", tc.path, tc.body, status, body, tc.want)
+			continue
+		}
+		if op := doc.Paths[tc.path]["post"]; !listed(op.Responses, status) {
+			t.Errorf("POST %s answered %d, which the document does not list (%v): %s", tc.path, status, keys(op.Responses), body)
+		}
+	}
 }

@@ -56,7 +56,8 @@ type Options struct {
 	// UserClaim names the claim with the user id; DefaultUserClaim when
 	// empty.
 	UserClaim string
-	// Leeway for exp, nbf and iat; DefaultLeeway when zero.
+	// Leeway for exp, nbf and iat, as given: zero allows no skew
+	// (DefaultLeeway is what the platform block uses unless told).
 	Leeway time.Duration
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
@@ -111,13 +112,12 @@ func New(o Options) (*Verifier, error) {
 	if len(methods) == 0 {
 		return nil, fmt.Errorf("jwt: no key configured")
 	}
-	leeway := o.Leeway
-	if leeway == 0 {
-		leeway = DefaultLeeway
+	if o.Leeway < 0 {
+		return nil, fmt.Errorf("jwt: a negative leeway %s", o.Leeway)
 	}
 	opts := []jwt.ParserOption{
 		jwt.WithValidMethods(methods),
-		jwt.WithLeeway(leeway),
+		jwt.WithLeeway(o.Leeway),
 		jwt.WithExpirationRequired(),
 		jwt.WithIssuedAt(),
 		jwt.WithStrictDecoding(),

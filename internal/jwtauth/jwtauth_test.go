@@ -65,6 +65,9 @@ func sign(t testing.TB, m jwt.SigningMethod, key any, kid string, mod func(jwt.M
 func verifier(t testing.TB, o Options) *Verifier {
 	t.Helper()
 	o.Issuer, o.Audience, o.Now = "https://idp.example", "platform", func() time.Time { return t0 }
+	if o.Leeway == 0 {
+		o.Leeway = DefaultLeeway
+	}
 	v, err := New(o)
 	if err != nil {
 		t.Fatal(err)

@@ -4,8 +4,8 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
@@ -255,9 +255,20 @@ func parseJWT(d *caddyfile.Dispenser) (*JWTConfig, error) {
 		case "user_claim":
 			c.UserClaim, err = oneArg(d)
 		case "leeway":
-			c.Leeway, err = durationArg(d)
-			if err == nil && (c.Leeway < 0 || time.Duration(c.Leeway) > 5*time.Minute) {
-				err = d.Errf("leeway %s: between 0 and 5m", time.Duration(c.Leeway))
+			// 0 is allowed (no skew at all), unlike the durations
+			// durationArg reads.
+			var v string
+			if v, err = oneArg(d); err == nil {
+				dur, perr := caddy.ParseDuration(v)
+				switch {
+				case perr != nil:
+					err = d.Errf("leeway '%s' is not a duration (e.g. 0, 30s, 2m)", v)
+				case dur < 0 || dur > MaxJWTLeeway:
+					err = d.Errf("leeway %s: between 0 and %s", dur, MaxJWTLeeway)
+				default:
+					l := caddy.Duration(dur)
+					c.Leeway = &l
+				}
 			}
 		default:
 			err = seen.unknown(d)

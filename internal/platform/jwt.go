@@ -30,9 +30,14 @@ type JWTConfig struct {
 	Audience string `json:"audience,omitempty"`
 	// UserClaim holds the user id; sub by default.
 	UserClaim string `json:"user_claim,omitempty"`
-	// Leeway is the clock skew allowed on exp, nbf and iat; 30s.
-	Leeway caddy.Duration `json:"leeway,omitempty"`
+	// Leeway is the clock skew allowed on exp, nbf and iat, 0 to
+	// MaxJWTLeeway; jwtauth.DefaultLeeway (30s) when not set. A pointer,
+	// so that 0 (no skew at all) is told from unset.
+	Leeway *caddy.Duration `json:"leeway,omitempty"`
 }
+
+// MaxJWTLeeway is the most clock skew a jwt block may allow.
+const MaxJWTLeeway = 5 * time.Minute
 
 // verifier builds the verifier, checking times against now (the app's
 // clock); nil config, nil verifier. Keys are read at provisioning, so a
@@ -42,7 +47,14 @@ func (c *JWTConfig) verifier(repl *caddy.Replacer, now func() time.Time) (*jwtau
 		return nil, nil
 	}
 	o := jwtauth.Options{Issuer: c.Issuer, Audience: c.Audience, UserClaim: c.UserClaim,
-		Leeway: time.Duration(c.Leeway), Now: now}
+		Leeway: jwtauth.DefaultLeeway, Now: now}
+	if c.Leeway != nil {
+		// Checked here too: a JSON config does not go through the
+		// Caddyfile's check.
+		if o.Leeway = time.Duration(*c.Leeway); o.Leeway < 0 || o.Leeway > MaxJWTLeeway {
+			return nil, fmt.Errorf("leeway %s: between 0 and %s", o.Leeway, MaxJWTLeeway)
+		}
+	}
 	if c.HS256Secret != "" {
 		secret, err := repl.ReplaceOrErr(c.HS256Secret, true, true)
 		if err != nil {

@@ -206,13 +206,18 @@ func (h *Handler) estimateForUser(w http.ResponseWriter, r *http.Request, c *cor
 	var svc *catalog.Service
 	var keyUser string
 	if s.signature != "" || r.Header.Get("Authorization") == "" {
-		// The service itself. An unknown serviceId cannot have signed:
-		// 401, so unsigned callers cannot probe the catalog.
-		known := false
-		if svc, known = h.rt.Catalog.Service(serviceID); !known {
+		// The service itself. Refused alike whether serviceId names a
+		// service or not (an unknown one cannot have signed), so that
+		// unsigned callers cannot probe the catalog.
+		if s.signature == "" {
 			h.rt.CountSignatureFailure(c.kind.String())
 			h.coreRefuse(w, r, c, apierror.New(apierror.InvalidSignature,
 				"sign the request with the service's secret ("+h.rt.Headers.Signature+", "+h.rt.Headers.Timestamp+") or send Authorization: Bearer <the user's service key>"))
+			return
+		}
+		known := false
+		if svc, known = h.rt.Catalog.Service(serviceID); !known {
+			h.coreRefuse(w, r, c, h.unknownSigner(s, c.kind.String()))
 			return
 		}
 		if e := h.verify(s, svc, c.now, c.now, c.kind.String()); e != nil {

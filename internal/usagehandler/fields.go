@@ -16,7 +16,9 @@ import (
 
 // fields is a JSON object body, read field by field so that a wrong type
 // is refused with the field's name while unknown fields are allowed (SDKs
-// add their own). null counts as absent.
+// add their own). null counts as absent. A field given twice is refused:
+// encoding/json keeps the last value, where a proxy, a log or the sender's
+// own records may read the first.
 type fields map[string]json.RawMessage
 
 func parseObject(body []byte) (fields, *apierror.Error) {
@@ -24,11 +26,13 @@ func parseObject(body []byte) (fields, *apierror.Error) {
 	if err := json.Unmarshal(body, &f); err != nil || f == nil {
 		return nil, apierror.Invalid("body", "the body must be a JSON object")
 	}
-	if name := repeatedField(body); name != "" {
-		if len(name) > 64 || !utf8.ValidString(name) {
-			return nil, apierror.Invalid("body", "the body gives a field more than once")
+	if name, dup := repeatedName(body); dup {
+		if name == "" || len(name) > 64 || strings.ContainsFunc(name, func(r rune) bool { return r < 0x20 || r == 0x7f || r == utf8.RuneError }) {
+			// Not a name of the contract: not repeated into the answer
+			// or the log.
+			return nil, apierror.Invalid("body", "a field is given twice; give each field once")
 		}
-		return nil, apierror.Invalid(name, name+" is given more than once")
+		return nil, apierror.Invalid(name, name+" is given twice; give each field once")
 	}
 	for k, v := range f {
 		if bytes.Equal(v, []byte("null")) {
@@ -38,35 +42,79 @@ func parseObject(body []byte) (fields, *apierror.Error) {
 	return f, nil
 }
 
-// repeatedField returns the first name the object body (valid JSON, an
-// object) gives twice, as its decoded text, or "". encoding/json keeps the
-// last of them, so {"unitsUsed":1,"unitsUsed":1000} was charged 1000 where
-// a proxy, a log or the backend's own records read 1; the admin API refuses
-// them too. Names are compared exactly, as fields are read (a name in
-// another case is an unknown field); the names inside a field's value (a
-// result sent as a JSON object) are the backend's data and not looked at.
-func repeatedField(body []byte) string {
+// repeatedName is the first name the object body (valid JSON, as
+// json.Unmarshal found it) gives twice, and true; false when it gives
+// none twice. Names are compared as decoded, so "a" and "\u0061" are the
+// same field.
+//
+// Every report, progress and completion asks, so the usual body (a few
+// names, none escaped) is answered from its bytes without allocating;
+// a name with an escape, or many names, go through the JSON decoder.
+func repeatedName(body []byte) (string, bool) {
+	var names [16][]byte
+	n, depth, key := 0, 0, false
+	for i := 0; i < len(body); i++ {
+		switch c := body[i]; c {
+		case '{', '[':
+			depth++
+			key = depth == 1 && c == '{'
+		case '}', ']':
+			depth--
+		case ',':
+			key = depth == 1
+		case '"':
+			start := i + 1
+			for i++; i < len(body) && body[i] != '"'; i++ {
+				if body[i] == '\\' {
+					if key {
+						return repeatedNameDecoded(body)
+					}
+					i++
+				}
+			}
+			if !key {
+				continue
+			}
+			key = false
+			name := body[start:min(i, len(body))]
+			for _, seen := range names[:n] {
+				if bytes.Equal(seen, name) {
+					return string(name), true
+				}
+			}
+			if n == len(names) {
+				return repeatedNameDecoded(body)
+			}
+			names[n] = name
+			n++
+		}
+	}
+	return "", false
+}
+
+// repeatedNameDecoded is repeatedName through the JSON decoder.
+func repeatedNameDecoded(body []byte) (string, bool) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if _, err := dec.Token(); err != nil { // the opening brace
-		return ""
+		return "", false
 	}
-	seen := map[string]bool{}
+	seen := make(map[string]struct{}, 8)
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return ""
+			return "", false
 		}
 		name, _ := tok.(string)
-		if seen[name] {
-			return name
+		if _, dup := seen[name]; dup {
+			return name, true
 		}
-		seen[name] = true
+		seen[name] = struct{}{}
 		var skip json.RawMessage
-		if dec.Decode(&skip) != nil {
-			return ""
+		if err := dec.Decode(&skip); err != nil {
+			return "", false
 		}
 	}
-	return ""
+	return "", false
 }
 
 // str reads a string field; ok is false when it is absent.

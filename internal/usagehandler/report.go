@@ -54,8 +54,7 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 	// 404 keeps unsigned callers from probing the catalog.
 	svc, known := h.rt.Catalog.Service(serviceID)
 	if !known {
-		h.rt.CountSignatureFailure("report")
-		h.refuse(w, r, badSignature())
+		h.refuse(w, r, h.unknownSigner(s, "report"))
 		return
 	}
 	now := h.rt.Now()

@@ -68,7 +68,7 @@ func (s signedRequest) signedBy(svc *catalog.Service) bool {
 func (h *Handler) verify(s signedRequest, svc *catalog.Service, from, to time.Time, route string) *apierror.Error {
 	if s.signature == "" {
 		h.rt.CountSignatureFailure(route)
-		return apierror.New(apierror.InvalidSignature, "the request is not signed: send "+h.rt.Headers.Signature+" and "+h.rt.Headers.Timestamp)
+		return h.notSigned()
 	}
 	if s.repeated {
 		h.rt.CountSignatureFailure(route)
@@ -79,6 +79,22 @@ func (h *Handler) verify(s signedRequest, svc *catalog.Service, from, to time.Ti
 		return badSignature()
 	}
 	return h.fresh(s, from, to, route)
+}
+
+// unknownSigner refuses a request naming a service the catalog does not
+// have: no secret of it can have signed. The answer is the one verify
+// gives a request its named service did not sign, message and all, so
+// that a caller without a secret cannot tell which service ids exist.
+func (h *Handler) unknownSigner(s signedRequest, route string) *apierror.Error {
+	h.rt.CountSignatureFailure(route)
+	if s.signature == "" {
+		return h.notSigned()
+	}
+	return badSignature()
+}
+
+func (h *Handler) notSigned() *apierror.Error {
+	return apierror.New(apierror.InvalidSignature, "the request is not signed: send "+h.rt.Headers.Signature+" and "+h.rt.Headers.Timestamp)
 }
 
 func badSignature() *apierror.Error {
