@@ -65,7 +65,9 @@ func TestRecordsReadOldRows(t *testing.T) {
 			func(r subRecord) store.Subscription { return r.subscription(billing.Whole(5), 1) }, toSubRecord)
 		ending := want
 		ending.Status, ending.EndsAt, ending.EndStatus = "CANCELLING", time.Date(2024, 4, 20, 12, 0, 0, 0, time.UTC), "CANCELLED"
-		checkAllSet(t, ending)
+		// RestartPeriodsAt is an instruction to PutSubscription, never
+		// stored.
+		checkAllSet(t, ending, "RestartPeriodsAt")
 		roundTrip(t, endingSubRow, ending,
 			func(r subRecord) store.Subscription { return r.subscription(billing.Whole(5), 1) }, toSubRecord)
 	})
