@@ -89,7 +89,7 @@ func buildUsage(cat *catalog.Catalog, rollups []store.Rollup, now time.Time) usa
 			rows[k] = row
 		}
 		row.Calls += r.Calls
-		row.Units += r.Units
+		row.Units = billing.SatAdd(row.Units, r.Units)
 		u := perUnit[unit]
 		if u == nil {
 			u = &usageUnit{Unit: unit}
@@ -99,7 +99,7 @@ func buildUsage(cat *catalog.Catalog, rollups []store.Rollup, now time.Time) usa
 	for _, row := range rows {
 		u := perUnit[row.Unit]
 		u.Rows = append(u.Rows, *row)
-		u.Total += row.Units
+		u.Total = billing.SatAdd(u.Total, row.Units)
 	}
 	for _, u := range perUnit {
 		slices.SortFunc(u.Rows, func(a, b usageRow) int {
@@ -117,7 +117,7 @@ func buildUsage(cat *catalog.Catalog, rollups []store.Rollup, now time.Time) usa
 		for _, row := range u.Rows {
 			i := int(row.Day.Sub(from) / (24 * time.Hour))
 			if i >= 0 && i < usageDays {
-				sums[i] += row.Units
+				sums[i] = billing.SatAdd(sums[i], row.Units)
 			}
 		}
 		u.Chart = newAxisChart(from, sums, u.Unit)
@@ -194,7 +194,7 @@ func newAxisChart(from time.Time, sums []billing.Units, unit string) axisChart {
 	var top, total billing.Units
 	for _, s := range sums {
 		top = max(top, s)
-		total += s
+		total = billing.SatAdd(total, s)
 	}
 	scale := niceScale(unitsFloat(top))
 	plotH := c.Bottom - c.Top

@@ -464,7 +464,7 @@ func (c *chart) add(t time.Time, u billing.Units) {
 	}
 	i := int(t.Sub(c.start) / c.step)
 	if i < len(c.sums) {
-		c.sums[i] += u
+		c.sums[i] = billing.SatAdd(c.sums[i], u)
 	}
 }
 

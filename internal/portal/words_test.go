@@ -1,6 +1,7 @@
 package portal
 
 import (
+	"math"
 	"net/http"
 	"net/url"
 	"strings"
@@ -234,5 +235,37 @@ func TestGaugePercentExact(t *testing.T) {
 	bytes := &billing.Product{BillingModel: billing.Subscription, MeasurementType: billing.PerByte, Quota: &tb}
 	if g := standingOf(ops.PeriodSummary{Status: "ACTIVE", PeriodEnd: end, UnitsUsed: tb / 100 * 95, Quota: &tb}, bytes).Gauges[0]; g.Percent != 95 || g.Level != levelWarn {
 		t.Errorf("950 GB of 1 TB: %+v", g)
+	}
+}
+
+// TestPortalUsageSumsNeverWrap: the stores keep each hourly rollup at
+// most at the largest amount (a report of billing.MaxUnits), and the
+// portal's usage table and chart added hours and days without a bound:
+// two such hours read as a large negative day and total.
+func TestPortalUsageSumsNeverWrap(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	day := now.Truncate(24 * time.Hour)
+	var rs []store.Rollup
+	for h := range 3 {
+		for d := range 2 {
+			rs = append(rs, store.Rollup{UserID: "u", ServiceID: "s", EndpointID: "e", ProductID: "p",
+				Hour: day.Add(-time.Duration(d) * 24 * time.Hour).Add(time.Duration(h) * time.Hour), Calls: 1, Units: math.MaxInt64})
+		}
+	}
+	v := buildUsage(nil, rs, now)
+	if len(v.Units) != 1 {
+		t.Fatalf("%d units, want 1", len(v.Units))
+	}
+	u := v.Units[0]
+	if u.Total != math.MaxInt64 {
+		t.Errorf("table total %s, want the largest amount", decimal(u.Total, 0))
+	}
+	for _, r := range u.Rows {
+		if r.Units != math.MaxInt64 {
+			t.Errorf("day %s: %s, want the largest amount", r.Day.Format(time.DateOnly), decimal(r.Units, 0))
+		}
+	}
+	if strings.Contains(u.Chart.Caption, "-") {
+		t.Errorf("caption %q has a negative figure", u.Chart.Caption)
 	}
 }
