@@ -107,16 +107,8 @@ func TestTimeTunnelEndsAtCallersClose(t *testing.T) {
 		}`, be.URL, wireSecret), "")
 	key, _ := g.newKey("u-timed")
 	g.subscribe("u-timed", "timed", "second", "ACTIVE")
-	conn, rd := rawRequest(t, "GET /api/service/timed/endpoint/sock/invoke HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "+key+
-		"\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
-	resp, err := http.ReadResponse(rd, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		body, _ := io.ReadAll(resp.Body)
-		t.Fatalf("upgrade: %d %s", resp.StatusCode, body)
-	}
+	conn, rd := webSocketRequest(t, "timed", "sock", key)
+	mustSwitch(t, rd)
 	hello := make([]byte, 5)
 	if _, err := io.ReadFull(rd, hello); err != nil || string(hello) != "hello" {
 		t.Fatalf("through the tunnel: %q %v", hello, err)

@@ -190,17 +190,9 @@ func TestWebSocketPerByteCutOffAtHardLimit(t *testing.T) {
 	key, _ := g.newKey("ws-prepaid")
 	g.subscribe("ws-prepaid", "sc", "prepaid", "ACTIVE")
 	g.credits("ws-prepaid", "sc", "2000")
-	conn, rd := rawRequest(t, "GET /api/service/sc/endpoint/events/invoke HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "+key+
-		"\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+	conn, rd := webSocketRequest(t, "sc", "events", key)
 	defer conn.Close()
-	resp, err := http.ReadResponse(rd, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		body, _ := io.ReadAll(resp.Body)
-		t.Fatalf("upgrade: %d %s", resp.StatusCode, body)
-	}
+	resp := mustSwitch(t, rd)
 	id := resp.Header.Get("X-Platform-Request-ID")
 	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	got, _ := io.ReadAll(io.LimitReader(rd, 1<<20))

@@ -65,8 +65,7 @@ func TestUpgradeNotTunneledWhenUnsettled(t *testing.T) {
 	key, _ := g.newKey("u-ws")
 	g.subscribe("u-ws", "ws", "basic", "ACTIVE")
 
-	conn, rd := rawRequest(t, "GET /api/service/ws/endpoint/sock/invoke HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "+key+
-		"\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+	conn, rd := webSocketRequest(t, "ws", "sock", key)
 	defer conn.Close()
 	select {
 	case <-arrived:

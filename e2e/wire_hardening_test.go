@@ -203,6 +203,29 @@ func rawRequest(t *testing.T, req string) (net.Conn, *bufio.Reader) {
 	return conn, bufio.NewReader(conn)
 }
 
+// webSocketRequest asks for a WebSocket upgrade of an endpoint with the
+// caller's key, on a fresh connection (rawRequest).
+func webSocketRequest(t *testing.T, service, endpoint, key string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	return rawRequest(t, "GET /api/service/"+service+"/endpoint/"+endpoint+"/invoke HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "+key+
+		"\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+}
+
+// mustSwitch reads the answer to an upgrade and fails the test unless it
+// is 101 Switching Protocols.
+func mustSwitch(t *testing.T, rd *bufio.Reader) *http.Response {
+	t.Helper()
+	resp, err := http.ReadResponse(rd, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		body, _ := io.ReadAll(resp.Body)
+		t.Fatalf("upgrade: %d %s", resp.StatusCode, body)
+	}
+	return resp
+}
+
 // TestWireNoSignatureInDebugOrAbortLogs runs the gateway with Caddy's log at
 // DEBUG and without filters, forwards calls that end normally, that the
 // backend cuts short and that the caller hangs up on, and an async job,

@@ -66,17 +66,9 @@ func TestWireWebSocketUpgradeIsSignedAndTunnels(t *testing.T) {
 	key, _ := g.newKey("u-ws")
 	g.subscribe("u-ws", "ws", "basic", "ACTIVE")
 
-	conn, rd := rawRequest(t, "GET /api/service/ws/endpoint/sock/invoke HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "+key+
-		"\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+	conn, rd := webSocketRequest(t, "ws", "sock", key)
 	defer conn.Close()
-	resp, err := http.ReadResponse(rd, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		body, _ := io.ReadAll(resp.Body)
-		t.Fatalf("upgrade: %d %s", resp.StatusCode, body)
-	}
+	mustSwitch(t, rd)
 	if _, err := io.WriteString(conn, "ping\n"); err != nil {
 		t.Fatal(err)
 	}

@@ -55,16 +55,8 @@ func TestWebSocketPerByteCharged(t *testing.T) {
 	key, _ := g.newKey("u-ws")
 	g.subscribe("u-ws", "ws", "bytes", "ACTIVE")
 
-	conn, rd := rawRequest(t, "GET /api/service/ws/endpoint/sock/invoke HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "+key+
-		"\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
-	resp, err := http.ReadResponse(rd, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		body, _ := io.ReadAll(resp.Body)
-		t.Fatalf("upgrade: %d %s", resp.StatusCode, body)
-	}
+	conn, rd := webSocketRequest(t, "ws", "sock", key)
+	mustSwitch(t, rd)
 	got, _ := io.ReadAll(rd)
 	conn.Close()
 	t.Logf("caller received %d bytes through the tunnel", len(got))
