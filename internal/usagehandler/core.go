@@ -411,7 +411,7 @@ func (h *Handler) callingService(c *coreCall, s signedRequest, f fields) (*catal
 			if hasSecret {
 				return refused(mismatch)
 			}
-			return refused("the signature does not match the body and timestamp")
+			return nil, h.unknownSigner(s, route)
 		}
 	case hasSecret:
 		if svc = h.serviceBySecret(secret); svc == nil {

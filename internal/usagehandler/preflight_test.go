@@ -142,7 +142,7 @@ func (f *flightServer) post(path, body, secret string, header ...string) flightA
 		req.Header.Set(f.hd.Signature, signing.Sign([]byte(secret), []byte(body), []byte(ts)))
 	}
 	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
+		req.Header.Add(header[i], header[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -175,13 +175,22 @@ func TestUnknownServiceAnswersAsAWrongSignature(t *testing.T) {
 		{"validate", "/api/v1/service-keys/validate", `{"serviceKey":"psk_x","serviceId":"%s"}`},
 		{"validate, serviceSecret", "/api/v1/service-keys/validate", `{"serviceKey":"psk_x","serviceId":"%s","serviceSecret":"guess"}`},
 	} {
-		for _, secret := range []string{"", "a-secret-of-no-service-0123456789"} {
+		for _, signed := range []struct {
+			how, secret string
+			header      []string
+		}{
+			{"unsigned", "", nil},
+			{"signed", "a-secret-of-no-service-0123456789", nil},
+			// A second signature line is refused as its own case, and
+			// must not tell a known service from an unknown one either.
+			{"signed twice", "a-secret-of-no-service-0123456789", []string{f.hd.Signature, "c2Vjb25k"}},
+		} {
 			body := func(service string) string { return strings.Replace(route.body, "%s", service, 1) }
-			unknown := f.post(route.path, body("no-such-service"), secret)
+			unknown := f.post(route.path, body("no-such-service"), signed.secret, signed.header...)
 			for _, service := range []string{"svc", "hidden"} {
-				known := f.post(route.path, body(service), secret)
+				known := f.post(route.path, body(service), signed.secret, signed.header...)
 				if known.status != 401 || unknown.status != known.status || unknown.body != known.body {
-					t.Errorf("%s, signed %v: unknown service %d %s, %s %d %s", route.name, secret != "",
+					t.Errorf("%s, %s: unknown service %d %s, %s %d %s", route.name, signed.how,
 						unknown.status, unknown.body, service, known.status, known.body)
 				}
 			}

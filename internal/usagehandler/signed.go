@@ -66,13 +66,9 @@ func (s signedRequest) signedBy(svc *catalog.Service) bool {
 // learns nothing from the timestamp answer), then that the timestamp lies
 // in [from, to] widened by the skew allowance.
 func (h *Handler) verify(s signedRequest, svc *catalog.Service, from, to time.Time, route string) *apierror.Error {
-	if s.signature == "" {
+	if e := h.unsigned(s); e != nil {
 		h.rt.CountSignatureFailure(route)
-		return h.notSigned()
-	}
-	if s.repeated {
-		h.rt.CountSignatureFailure(route)
-		return apierror.New(apierror.InvalidSignature, "send "+h.rt.Headers.Signature+" and "+h.rt.Headers.Timestamp+" once each")
+		return e
 	}
 	if !s.signedBy(svc) {
 		h.rt.CountSignatureFailure(route)
@@ -81,14 +77,26 @@ func (h *Handler) verify(s signedRequest, svc *catalog.Service, from, to time.Ti
 	return h.fresh(s, from, to, route)
 }
 
+// unsigned refuses a request that carries no signature to check: none,
+// or the signature or timestamp header more than once. nil otherwise.
+func (h *Handler) unsigned(s signedRequest) *apierror.Error {
+	switch {
+	case s.signature == "":
+		return h.notSigned()
+	case s.repeated:
+		return apierror.New(apierror.InvalidSignature, "send "+h.rt.Headers.Signature+" and "+h.rt.Headers.Timestamp+" once each")
+	}
+	return nil
+}
+
 // unknownSigner refuses a request naming a service the catalog does not
 // have: no secret of it can have signed. The answer is the one verify
 // gives a request its named service did not sign, message and all, so
 // that a caller without a secret cannot tell which service ids exist.
 func (h *Handler) unknownSigner(s signedRequest, route string) *apierror.Error {
 	h.rt.CountSignatureFailure(route)
-	if s.signature == "" {
-		return h.notSigned()
+	if e := h.unsigned(s); e != nil {
+		return e
 	}
 	return badSignature()
 }
