@@ -19,57 +19,43 @@ import (
 // completion refused for it with a store error would never be charged,
 // whatever the backend retried.
 func TestUsageJobTextsWithNUL(t *testing.T) {
-	for _, pg := range []bool{false, true} {
-		name := "file"
-		if pg {
-			name = "postgres"
+	onBothStores(t, func(t *testing.T, be *usageBackend, g *gateway) {
+		key, _ := g.newKey("u-nul")
+		g.subscribe("u-nul", "svc", "basic", "ACTIVE")
+		acc, env := usageStart(t, be, asyncURL("/api", "svc", "job"), key, `{}`)
+		ts := usageURLTimestamp(t, env.CallbackURL)
+
+		progress := fmt.Sprintf(`{"stage":"step\u0000one","percentageComplete":10,"errorMessage":"warn\u0000ing","timestamp":%d}`, time.Now().Unix())
+		resp, body := usagePost(t, usageSigned{URL: env.ProgressURL, Body: progress, Secret: usageSecret, Timestamp: ts})
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("progress with a NUL: %d %s", resp.StatusCode, body)
 		}
-		t.Run(name, func(t *testing.T) {
-			be := newUsageBackend(t, usageSecret)
-			other := newUsageBackend(t, usageSecret2)
-			var g *gateway
-			if pg {
-				g = startGatewayPostgres(t, t.TempDir(), pgtest.DB(t), usageCatalog(be.URL, other.URL))
-			} else {
-				g = startGateway(t, t.TempDir(), usageCatalog(be.URL, other.URL))
-			}
-			key, _ := g.newKey("u-nul")
-			g.subscribe("u-nul", "svc", "basic", "ACTIVE")
-			acc, env := usageStart(t, be, asyncURL("/api", "svc", "job"), key, `{}`)
-			ts := usageURLTimestamp(t, env.CallbackURL)
+		resp, body = call(t, "GET", acc.ProgressURL, key, "")
+		st := usageJSON(t, body)
+		if resp.StatusCode != http.StatusOK || st["currentStage"] != "step\uFFFDone" || st["errorMessage"] != "warn\uFFFDing" {
+			t.Errorf("status after a progress with NULs: %d %s", resp.StatusCode, body)
+		}
 
-			progress := fmt.Sprintf(`{"stage":"step\u0000one","percentageComplete":10,"errorMessage":"warn\u0000ing","timestamp":%d}`, time.Now().Unix())
-			resp, body := usagePost(t, usageSigned{URL: env.ProgressURL, Body: progress, Secret: usageSecret, Timestamp: ts})
-			if resp.StatusCode != http.StatusOK {
-				t.Fatalf("progress with a NUL: %d %s", resp.StatusCode, body)
-			}
-			resp, body = call(t, "GET", acc.ProgressURL, key, "")
-			st := usageJSON(t, body)
-			if resp.StatusCode != http.StatusOK || st["currentStage"] != "step\uFFFDone" || st["errorMessage"] != "warn\uFFFDing" {
-				t.Errorf("status after a progress with NULs: %d %s", resp.StatusCode, body)
-			}
-
-			complete := fmt.Sprintf(`{"status":"COMPLETED","result":"a\u0000b","contentType":"text/plain; x=\"\u0000\"","timestamp":%d}`, time.Now().Unix())
-			resp, body = usagePost(t, usageSigned{URL: env.CallbackURL, Body: complete, Secret: usageSecret, Timestamp: ts})
-			if resp.StatusCode != http.StatusOK {
-				t.Fatalf("completion with a NUL: %d %s", resp.StatusCode, body)
-			}
-			resp, body = call(t, "GET", gwBase+"/api/requests/"+acc.RequestID+"/result", key, "")
-			res := usageJSON(t, body)
-			if resp.StatusCode != http.StatusOK || res["result"] != "a\uFFFDb" || res["size"] != float64(len("a\uFFFDb")) || res["truncated"] != false ||
-				res["contentType"] != "text/plain; x=\"\uFFFD\"" {
-				t.Errorf("result: %d %s", resp.StatusCode, body)
-			}
-			if es := g.ledger("u-nul"); len(es) != 1 || es[0].Units != billing.Whole(1) {
-				t.Errorf("the completion was not charged once: %+v", es)
-			}
-			// The backend's retry of the same completion is recognised.
-			resp, body = usagePost(t, usageSigned{URL: env.CallbackURL, Body: complete, Secret: usageSecret, Timestamp: ts})
-			if resp.StatusCode != http.StatusOK {
-				t.Errorf("the same completion again: %d %s", resp.StatusCode, body)
-			}
-		})
-	}
+		complete := fmt.Sprintf(`{"status":"COMPLETED","result":"a\u0000b","contentType":"text/plain; x=\"\u0000\"","timestamp":%d}`, time.Now().Unix())
+		resp, body = usagePost(t, usageSigned{URL: env.CallbackURL, Body: complete, Secret: usageSecret, Timestamp: ts})
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("completion with a NUL: %d %s", resp.StatusCode, body)
+		}
+		resp, body = call(t, "GET", gwBase+"/api/requests/"+acc.RequestID+"/result", key, "")
+		res := usageJSON(t, body)
+		if resp.StatusCode != http.StatusOK || res["result"] != "a\uFFFDb" || res["size"] != float64(len("a\uFFFDb")) || res["truncated"] != false ||
+			res["contentType"] != "text/plain; x=\"\uFFFD\"" {
+			t.Errorf("result: %d %s", resp.StatusCode, body)
+		}
+		if es := g.ledger("u-nul"); len(es) != 1 || es[0].Units != billing.Whole(1) {
+			t.Errorf("the completion was not charged once: %+v", es)
+		}
+		// The backend's retry of the same completion is recognised.
+		resp, body = usagePost(t, usageSigned{URL: env.CallbackURL, Body: complete, Secret: usageSecret, Timestamp: ts})
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("the same completion again: %d %s", resp.StatusCode, body)
+		}
+	})
 }
 
 // startGatewayPostgres is startGateway on a PostgreSQL store (store
@@ -92,36 +78,22 @@ func startGatewayPostgres(t *testing.T, dir, dsn, platformBlock string) *gateway
 // result and for a backend's progress and completion, never a store error
 // (PostgreSQL refuses such a text parameter).
 func TestJobIDNotUTF8(t *testing.T) {
-	for _, pg := range []bool{false, true} {
-		name := "file"
-		if pg {
-			name = "postgres"
+	onBothStores(t, func(t *testing.T, be *usageBackend, g *gateway) {
+		key, _ := g.newKey("u-utf8")
+		for _, url := range []string{gwBase + "/api/requests/a%ffb/status", gwBase + "/api/requests/a%ffb/result", gwBase + "/api/usage/progress/a%ffb"} {
+			resp, body := call(t, "GET", url, key, "")
+			if resp.StatusCode != http.StatusNotFound || errorCode(t, resp, body) != "request_not_found" {
+				t.Errorf("GET %s: %d %s", url, resp.StatusCode, body)
+			}
 		}
-		t.Run(name, func(t *testing.T) {
-			be := newUsageBackend(t, usageSecret)
-			other := newUsageBackend(t, usageSecret2)
-			var g *gateway
-			if pg {
-				g = startGatewayPostgres(t, t.TempDir(), pgtest.DB(t), usageCatalog(be.URL, other.URL))
-			} else {
-				g = startGateway(t, t.TempDir(), usageCatalog(be.URL, other.URL))
+		body := fmt.Sprintf(`{"stage":"x","percentageComplete":1,"timestamp":%d}`, time.Now().Unix())
+		for _, url := range []string{gwBase + "/api/usage/progress/a%ffb", gwBase + "/api/usage/complete/a%ffb"} {
+			resp, got := usagePost(t, usageSigned{URL: url, Body: body, Secret: usageSecret})
+			if resp.StatusCode != http.StatusNotFound || errorCode(t, resp, got) != "request_not_found" {
+				t.Errorf("POST %s: %d %s", url, resp.StatusCode, got)
 			}
-			key, _ := g.newKey("u-utf8")
-			for _, url := range []string{gwBase + "/api/requests/a%ffb/status", gwBase + "/api/requests/a%ffb/result", gwBase + "/api/usage/progress/a%ffb"} {
-				resp, body := call(t, "GET", url, key, "")
-				if resp.StatusCode != http.StatusNotFound || errorCode(t, resp, body) != "request_not_found" {
-					t.Errorf("GET %s: %d %s", url, resp.StatusCode, body)
-				}
-			}
-			body := fmt.Sprintf(`{"stage":"x","percentageComplete":1,"timestamp":%d}`, time.Now().Unix())
-			for _, url := range []string{gwBase + "/api/usage/progress/a%ffb", gwBase + "/api/usage/complete/a%ffb"} {
-				resp, got := usagePost(t, usageSigned{URL: url, Body: body, Secret: usageSecret})
-				if resp.StatusCode != http.StatusNotFound || errorCode(t, resp, got) != "request_not_found" {
-					t.Errorf("POST %s: %d %s", url, resp.StatusCode, got)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // TestJobResultSizeNotUTF8: a result that is a JSON value rather than a
@@ -145,5 +117,28 @@ func TestJobResultSizeNotUTF8(t *testing.T) {
 	want := "{\"a\":\"x\uFFFD\uFFFDy\"}"
 	if resp.StatusCode != http.StatusOK || res["result"] != want || res["size"] != float64(len(want)) || res["truncated"] != false {
 		t.Errorf("result: %d %s; want result %q size %d", resp.StatusCode, body, want, len(want))
+	}
+}
+
+// onBothStores runs f against a gateway on an embedded store file and one
+// on PostgreSQL, each serving usageCatalog with be as the service's
+// backend.
+func onBothStores(t *testing.T, f func(t *testing.T, be *usageBackend, g *gateway)) {
+	for _, pg := range []bool{false, true} {
+		name := "file"
+		if pg {
+			name = "postgres"
+		}
+		t.Run(name, func(t *testing.T) {
+			be := newUsageBackend(t, usageSecret)
+			other := newUsageBackend(t, usageSecret2)
+			var g *gateway
+			if pg {
+				g = startGatewayPostgres(t, t.TempDir(), pgtest.DB(t), usageCatalog(be.URL, other.URL))
+			} else {
+				g = startGateway(t, t.TempDir(), usageCatalog(be.URL, other.URL))
+			}
+			f(t, be, g)
+		})
 	}
 }
