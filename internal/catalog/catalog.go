@@ -5,6 +5,7 @@
 package catalog
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"net/url"
 	"regexp"
@@ -251,6 +252,35 @@ func (c *Catalog) Services() []*Service { return c.order }
 
 // Len returns the number of services.
 func (c *Catalog) Len() int { return len(c.services) }
+
+// SharedSecrets lists the services that hold a secret (current or
+// previous) another service also holds, each as its id and the id of the
+// first service configured with that secret, in configuration order. A
+// backend's signature is checked against the secrets of the service it
+// names, so each of such services can sign usage reports, job updates and
+// pre-flight requests as the other: the gateway warns at load, and keeps
+// the config (a rotation that moves a secret between services, or one
+// backend serving two services, is the operator's choice).
+func (c *Catalog) SharedSecrets() [][2]string {
+	first := make(map[[sha256.Size]byte]string)
+	var pairs [][2]string
+	for _, s := range c.order {
+		named := ""
+		for _, sec := range s.secrets {
+			h := sha256.Sum256(sec)
+			other, seen := first[h]
+			if !seen {
+				first[h] = s.ID
+				continue
+			}
+			if other != s.ID && other != named {
+				pairs = append(pairs, [2]string{s.ID, other})
+				named = other
+			}
+		}
+	}
+	return pairs
+}
 
 // Endpoint returns the endpoint with the given id.
 func (s *Service) Endpoint(id string) (*Endpoint, bool) {

@@ -143,3 +143,47 @@ func TestSyncResponse(t *testing.T) {
 		}
 	}
 }
+
+// TestSharedSecrets: a secret held by two services lets each sign as the
+// other, so the services that share one are listed (the platform warns
+// at load), each once, against the first service that holds it, whether
+// the secret is the current or the previous one; distinct secrets list
+// nothing.
+func TestSharedSecrets(t *testing.T) {
+	svc := func(id string, secrets ...string) *Service {
+		s := service()
+		s.ID = id
+		s.Secrets = secrets
+		return s
+	}
+	const a, b, c = "secret-a-0123456789", "secret-b-0123456789", "secret-c-0123456789"
+	cases := []struct {
+		name     string
+		services []*Service
+		want     [][2]string
+	}{
+		{"distinct", []*Service{svc("s1", a), svc("s2", b), svc("s3", c, a+"x")}, nil},
+		{"current shared", []*Service{svc("s1", a), svc("s2", a)}, [][2]string{{"s2", "s1"}}},
+		{"previous of one is the other's current", []*Service{svc("s1", b, a), svc("s2", a)}, [][2]string{{"s2", "s1"}}},
+		{"both shared with the same service, named once", []*Service{svc("s1", a, b), svc("s2", a, b)}, [][2]string{{"s2", "s1"}}},
+		{"three services", []*Service{svc("s1", a), svc("s2", b), svc("s3", a), svc("s4", c, b)},
+			[][2]string{{"s3", "s1"}, {"s4", "s2"}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cat, err := Compile(tc.services, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := cat.SharedSecrets()
+			if len(got) != len(tc.want) {
+				t.Fatalf("SharedSecrets() = %v, want %v", got, tc.want)
+			}
+			for i := range got {
+				if got[i] != tc.want[i] {
+					t.Fatalf("SharedSecrets() = %v, want %v", got, tc.want)
+				}
+			}
+		})
+	}
+}

@@ -59,6 +59,10 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("platform catalog: %w", err)
 	}
 	a.catalog = cat
+	for _, pair := range cat.SharedSecrets() {
+		a.logger.Warn("two services share a secret, so each can sign usage reports, job updates and pre-flight requests as the other; give each service a secret of its own",
+			zap.String("service", pair[0]), zap.String("shares_secret_with", pair[1]))
+	}
 	for _, svc := range a.Services {
 		for _, p := range svc.Products {
 			for _, w := range p.Warnings() {
