@@ -2,7 +2,9 @@ package stripewebhook_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -172,5 +174,53 @@ func TestInvoiceRefundBeforeInvoice(t *testing.T) {
 	received("14.00 USD")
 	if got := g.console("/revenue"); !strings.Contains(got, "USD 14.00") {
 		t.Errorf("the Revenue page does not show USD 14.00 received:\n%s", got)
+	}
+}
+
+// TestInvoiceAndRefundAtOnce: an invoice's invoice.paid and its charge's
+// charge.refunded handled at the same moment (Stripe sends both at once)
+// keep both, whichever writes first: the invoice paid, the refund on it.
+func TestInvoiceAndRefundAtOnce(t *testing.T) {
+	g := startGateway(t, "72h")
+	cust := g.customer("u-once")
+	t0 := time.Now().Add(-time.Minute).Truncate(time.Second)
+	g.deliver(stripetest.Event("evt_o1", "customer.subscription.created", t0,
+		subObj("sub_o", cust, "active", "price_pro", false, t0.Add(720*time.Hour))), 200)
+	g.mock.Answer("/v1/subscriptions/sub_o", map[string]any{"id": "sub_o", "customer": cust, "status": "active",
+		"cancel_at_period_end": false, "cancel_at": nil, "trial_end": nil})
+	const n = 12
+	for i := range n {
+		id := fmt.Sprintf("in_o%d", i)
+		inv := map[string]any{"id": id, "object": "invoice", "customer": cust, "status": "paid",
+			"amount_due": 2900, "amount_paid": 2900, "amount_remaining": 0, "currency": "usd",
+			"status_transitions": map[string]any{"paid_at": t0.Unix()},
+			"parent":             map[string]any{"type": "subscription_details", "subscription_details": map[string]any{"subscription": "sub_o"}}}
+		g.mock.Answer("/v1/invoices/"+id, inv)
+		// A charge of an API version before 2025-03-31 names its invoice.
+		ch := map[string]any{"id": "ch_o" + id, "object": "charge", "amount": 2900, "currency": "usd", "payment_intent": "pi_o" + id,
+			"invoice": id, "refunds": map[string]any{"object": "list", "has_more": false, "data": []any{map[string]any{
+				"id": "re_o" + id, "object": "refund", "amount": 700, "status": "succeeded", "charge": "ch_o" + id, "created": t0.Unix()}}}}
+		var wg sync.WaitGroup
+		for _, ev := range [][]byte{
+			stripetest.Event("evt_oi"+id, "invoice.paid", t0.Add(time.Second), inv),
+			stripetest.Event("evt_or"+id, "charge.refunded", t0.Add(2*time.Second), ch),
+		} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if status, body := stripetest.Deliver(t, endpoint, ev, whsec, time.Now()); status != 200 {
+					t.Errorf("%s: %d %s", id, status, body)
+				}
+			}()
+		}
+		wg.Wait()
+		b, _ := g.record(payments.KindInvoice, id)
+		var r payments.InvoiceRecord
+		if json.Unmarshal(b, &r) != nil || r.Status != "paid" || r.AmountPaid != 2900 || r.Refunded != 700 {
+			t.Errorf("invoice %s after its invoice.paid and refund at once: %s, want paid 2900, refunded 700", id, b)
+		}
+	}
+	if got := g.console("/"); !strings.Contains(got, fmt.Sprintf("Received: %d.00 USD.", n*22)) {
+		t.Errorf("the console does not say Received: %d.00 USD.\n%s", n*22, got)
 	}
 }
