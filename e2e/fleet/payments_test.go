@@ -109,3 +109,68 @@ func TestFleetWebhookOnce(t *testing.T) {
 		return true
 	})
 }
+
+// TestFleetInvoiceAndRefundAtOnce: an invoice's invoice.paid delivered to
+// node a and its charge's charge.refunded to node b at the same moment
+// (Stripe sends events in no set order, and a balancer spreads them)
+// keep both on one PostgreSQL store: the invoice paid, its refund on it,
+// whichever node writes first. The old gateway dropped the refund of
+// every invoice whose refund came first (docs/payments.md, "Refunds").
+func TestFleetInvoiceAndRefundAtOnce(t *testing.T) {
+	mock := stripetest.Start(t)
+	dsn := fleetDB(t)
+	f := newFleet(t, dsn, 2, func(f *fleet) {
+		f.payments = fmt.Sprintf("\t\tpayments stripe {\n\t\t\tsecret_key sk_test_fleet\n\t\t\twebhook_secret %s\n\t\t\tapi_base %s\n\t\t\tprice %s paid price_paid\n\t\t}",
+			fleetWhsec, mock.URL, fleetService)
+	})
+	ctx := context.Background()
+	st, err := pgstore.Open(ctx, pgstore.Options{DSN: dsn, NodeID: "test-seed", MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	rec, _ := json.Marshal(payments.CustomerRecord{UserID: "u-fleet-inv", CustomerID: "cus_fleet_inv", CreatedAt: time.Now().UTC()})
+	for kind, id := range map[string]string{payments.KindCustomer: "u-fleet-inv", payments.KindCustomerUser: "cus_fleet_inv"} {
+		if _, err := st.InsertPaymentRecord(ctx, kind, id, rec, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t0 := time.Now().Add(-time.Minute).Truncate(time.Second)
+	const n = 16
+	for i := range n {
+		id := fmt.Sprintf("in_fleet%d", i)
+		// The invoice names its product by its price: the subscription's
+		// own events have not come.
+		inv := map[string]any{"id": id, "object": "invoice", "customer": "cus_fleet_inv", "status": "paid",
+			"amount_due": 2900, "amount_paid": 2900, "amount_remaining": 0, "currency": "usd",
+			"status_transitions": map[string]any{"paid_at": t0.Unix()},
+			"parent":             map[string]any{"type": "subscription_details", "subscription_details": map[string]any{"subscription": "sub_fleet_inv"}},
+			"lines": map[string]any{"object": "list", "has_more": false, "data": []any{map[string]any{"id": "il_" + id, "object": "line_item",
+				"amount": 2900, "currency": "usd", "pricing": map[string]any{"type": "price_details", "price_details": map[string]any{"price": "price_paid", "product": "prod_paid"}}}}}}
+		mock.Answer("/v1/invoices/"+id, inv)
+		// A charge of an API version before 2025-03-31 names its invoice.
+		ch := map[string]any{"id": "ch_" + id, "object": "charge", "amount": 2900, "currency": "usd", "payment_intent": "pi_" + id,
+			"invoice": id, "refunds": map[string]any{"object": "list", "has_more": false, "data": []any{map[string]any{
+				"id": "re_" + id, "object": "refund", "amount": 700, "status": "succeeded", "charge": "ch_" + id, "created": t0.Unix()}}}}
+		evs := [][]byte{
+			stripetest.Event("evt_fi"+id, "invoice.paid", t0.Add(time.Second), inv),
+			stripetest.Event("evt_fr"+id, "charge.refunded", t0.Add(2*time.Second), ch),
+		}
+		var wg sync.WaitGroup
+		for k, nd := range f.nodes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if status, body := stripetest.Deliver(t, nd.base+"/stripe/webhook", evs[k], fleetWhsec, time.Now()); status != 200 {
+					t.Errorf("%s, %s: %d %s", nd.name, id, status, body)
+				}
+			}()
+		}
+		wg.Wait()
+		b, err := st.GetPaymentRecord(ctx, payments.KindInvoice, id)
+		var r payments.InvoiceRecord
+		if err != nil || json.Unmarshal(b, &r) != nil || r.Status != "paid" || r.AmountPaid != 2900 || r.Refunded != 700 {
+			t.Errorf("invoice %s after its invoice.paid (node a) and refund (node b) at once: %s %v, want paid 2900, refunded 700", id, b, err)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 
 	"github.com/stripe/stripe-go/v82"
 
@@ -57,6 +58,53 @@ func (s *Service) invoiceOf(ctx context.Context, raw []byte, pi string) (string,
 	return "", nil
 }
 
+// invoiceKept makes sure the gateway keeps a record of invoice invID,
+// whose charge's refund or lost dispute is being applied: Stripe sends
+// events in no set order, so that event may come before the invoice's
+// own (invoice.paid). The invoice is then read from Stripe and recorded
+// as its event would record it (putInvoice, as a resync does), and the
+// money back is kept on that record; invoice.paid, when it comes, finds
+// the record and keeps what went back. false when the invoice is not one
+// of the gateway's (its customer or product unknown, Stripe has no such
+// invoice): there is nothing to keep the money back on, as before.
+func (s *Service) invoiceKept(ctx context.Context, pay store.Payments, invID string) (bool, error) {
+	if _, err := pay.GetPaymentRecord(ctx, KindInvoice, invID); err == nil {
+		return true, nil
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return false, err
+	}
+	inv, err := s.sc.V1Invoices.Retrieve(ctx, invID, nil)
+	if err != nil {
+		var se *stripe.Error
+		if errors.As(err, &se) && se.HTTPStatusCode == http.StatusNotFound {
+			return false, nil
+		}
+		// Answered 500: Stripe sends the event again.
+		return false, fmt.Errorf("asking Stripe for invoice %s, paid by a charge given back before its invoice event came: %w", invID, stripeErr(err))
+	}
+	cust := ""
+	if inv.Customer != nil {
+		cust = inv.Customer.ID
+	}
+	var bad badEventError
+	user, err := s.userOfCustomer(ctx, pay, cust)
+	if errors.As(err, &bad) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	id, subID, err := s.invoiceIdent(ctx, pay, inv, user)
+	if errors.As(err, &bad) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	if err := s.putInvoice(ctx, pay, inv, id, subID, cust); err != nil {
+		return false, fmt.Errorf("recording invoice %s read from Stripe: %w", invID, err)
+	}
+	return true, nil
+}
+
 // invoiceMoneyBack records on invoice invID that refunded (the succeeded
 // refunds of its charge, summed) or disputed (a lost dispute's amount)
 // went back, each only ever raised: the same event twice, or an older one
@@ -97,9 +145,7 @@ func (s *Service) invoiceRefunded(ctx context.Context, pay store.Payments, raw [
 	if err != nil || invID == "" {
 		return false, err
 	}
-	if _, err := pay.GetPaymentRecord(ctx, KindInvoice, invID); errors.Is(err, store.ErrNotFound) {
-		return false, nil
-	} else if err != nil {
+	if ok, err := s.invoiceKept(ctx, pay, invID); !ok || err != nil {
 		return false, err
 	}
 	refunds, err := s.refundsOf(ctx, ch)

@@ -75,7 +75,11 @@ var subMu sync.Mutex
 // invoiceMu makes a node write one invoice record at a time: an invoice
 // event and a refund of it (invoiceMoneyBack) each read the record and
 // write it back with their change, and interleaved, the second wrote
-// over the first's. Two nodes can still interleave, as for subMu.
+// over the first's. Across nodes, the record's first write is an insert
+// (putInvoice), so an invoice event on one node and its refund's event
+// on another, the refund's first (invoiceKept), keep both; two later
+// changes of one record on two nodes at once can still interleave, as
+// for subMu.
 var invoiceMu sync.Mutex
 
 // state is what the gateway applies of a Stripe subscription.
@@ -402,31 +406,49 @@ func (s *Service) putInvoice(ctx context.Context, pay store.Payments, inv *strip
 	if r.Status == "" {
 		r.Status = "open"
 	}
-	if b, err := pay.GetPaymentRecord(ctx, KindInvoice, inv.ID); err == nil {
-		var old InvoiceRecord
-		if json.Unmarshal(b, &old) == nil {
-			if old.Status == "paid" && r.Status != "paid" {
-				return nil
-			}
-			if old.Status == r.Status && old.AmountPaid == r.AmountPaid && old.AmountDue == r.AmountDue {
-				return nil
-			}
-			// What went back since stays recorded (invoiceMoneyBack).
-			r.Refunded, r.Disputed = old.Refunded, old.Disputed
+	b, err := pay.GetPaymentRecord(ctx, KindInvoice, inv.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		// The first record of the invoice: inserted, not put, so that
+		// another node recording it at the same moment (its invoice
+		// event here, its refund's there, invoiceKept) cannot be written
+		// over. The loser keeps the winner's record as the one stored.
+		body, _ := json.Marshal(r)
+		if b, err = pay.InsertPaymentRecord(ctx, KindInvoice, inv.ID, body, s.now()); err == nil {
+			s.auditInvoice(ctx, id, inv.ID, r)
+			return nil
 		}
-	} else if !errors.Is(err, store.ErrNotFound) {
+		if !errors.Is(err, store.ErrExists) {
+			return err
+		}
+	} else if err != nil {
 		return err
+	}
+	var old InvoiceRecord
+	if json.Unmarshal(b, &old) == nil {
+		if old.Status == "paid" && r.Status != "paid" {
+			return nil
+		}
+		if old.Status == r.Status && old.AmountPaid == r.AmountPaid && old.AmountDue == r.AmountDue {
+			return nil
+		}
+		// What went back since stays recorded (invoiceMoneyBack).
+		r.Refunded, r.Disputed = old.Refunded, old.Disputed
 	}
 	body, _ := json.Marshal(r)
 	if err := pay.PutPaymentRecord(ctx, KindInvoice, inv.ID, body, s.now()); err != nil {
 		return err
 	}
+	s.auditInvoice(ctx, id, inv.ID, r)
+	return nil
+}
+
+// auditInvoice audits an invoice record written.
+func (s *Service) auditInvoice(ctx context.Context, id ident, invID string, r InvoiceRecord) {
 	amount := MinorMoney(r.AmountDue, r.Currency).String()
 	if r.Status == "paid" {
 		amount = MinorMoney(r.AmountPaid, r.Currency).String()
 	}
-	s.audit(ctx, AuditInvoiceStripe, id.User, id.Service, fmt.Sprintf("invoice %s of product %s %s: %s", inv.ID, id.Product, r.Status, amount))
-	return nil
+	s.audit(ctx, AuditInvoiceStripe, id.User, id.Service, fmt.Sprintf("invoice %s of product %s %s: %s", invID, id.Product, r.Status, amount))
 }
 
 // applyState sets the gateway subscription from a Stripe subscription's

@@ -721,7 +721,10 @@ func disputeClosed(s *Service, ctx context.Context, ev *stripe.Event) error {
 		if invID, err := s.invoiceOf(ctx, ev.Data.Raw, pi); err != nil {
 			return err
 		} else if invID != "" {
-			if ok, err := s.invoiceMoneyBack(ctx, pay, invID, 0, d.Amount, "dispute "+d.ID+" lost"); ok || err != nil {
+			if ok, err := s.invoiceKept(ctx, pay, invID); err != nil {
+				return err
+			} else if ok {
+				_, err := s.invoiceMoneyBack(ctx, pay, invID, 0, d.Amount, "dispute "+d.ID+" lost")
 				return err
 			}
 		}

@@ -6,23 +6,29 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddytest"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/platformgw/gateway/internal/payments"
 	"github.com/platformgw/gateway/internal/payments/stripetest"
 	"github.com/platformgw/gateway/internal/platform"
 	"github.com/platformgw/gateway/internal/store"
 
+	_ "github.com/platformgw/gateway/internal/console"
 	_ "github.com/platformgw/gateway/internal/platformgw"
 	_ "github.com/platformgw/gateway/internal/stripewebhook"
 )
@@ -54,8 +60,9 @@ type gw struct {
 }
 
 // startGateway runs Caddy with the platform app (service svc: products
-// pro and basic in USD, each with a Stripe Price) and the webhook
-// endpoint at /stripe/webhook, on a bbolt file of its own.
+// pro and basic in USD, each with a Stripe Price), the webhook endpoint
+// at /stripe/webhook and the console at /console/ (g.console), on a
+// bbolt file of its own.
 func startGateway(t *testing.T, grace string) *gw {
 	t.Helper()
 	mock := stripetest.Start(t)
@@ -112,8 +119,16 @@ func startGateway(t *testing.T, grace string) *gw {
 	handle /stripe/webhook {
 		platform_stripe_webhook
 	}
+	handle_path /console/* {
+		basic_auth {
+			op %s
+		}
+		platform_console {
+			prefix /console
+		}
+	}
 }
-`, adminPort, httpPort, filepath.Join(dir, "platform.db"), whsec, mock.URL, grace, httpPort)
+`, adminPort, httpPort, filepath.Join(dir, "platform.db"), whsec, mock.URL, grace, httpPort, consoleHash())
 	unloadOtherStore()
 	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: adminPort})
 	tester.InitServer(cfg, "caddyfile")
@@ -738,4 +753,34 @@ func TestStripeSyncAndResync(t *testing.T) {
 		}
 	}
 	unloadOtherStore()
+}
+
+// consolePass is the console operator's password in startGateway.
+const consolePass = "op-console-password-0123"
+
+var consoleHash = sync.OnceValue(func() string {
+	h, err := bcrypt.GenerateFromPassword([]byte(consolePass), 4)
+	if err != nil {
+		panic(err)
+	}
+	return string(h)
+})
+
+// console reads a console page as the operator, as its text (tags and
+// spacing gone).
+func (g *gw) console(path string) string {
+	g.t.Helper()
+	req, _ := http.NewRequest("GET", site+"/console"+path, nil)
+	req.SetBasicAuth("op", consolePass)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		g.t.Fatalf("console %s: %d %s", path, resp.StatusCode, b)
+	}
+	s := regexp.MustCompile(`(?s)<[^>]*>`).ReplaceAllString(string(b), " ")
+	return strings.Join(strings.Fields(html.UnescapeString(s)), " ")
 }
