@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -66,6 +67,23 @@ type fleet struct {
 	// block gets, with the webhook endpoint at /stripe/webhook and a
 	// product "paid" (USD) its price lines may name.
 	payments string
+
+	// echoed are the request ids of the sync calls the backend answered
+	// (served calls, whatever their callers were told).
+	echoMu sync.Mutex
+	echoed map[string]int
+}
+
+// served is what echoed holds: the calls the backend served, by request
+// id.
+func (f *fleet) served() map[string]int {
+	f.echoMu.Lock()
+	defer f.echoMu.Unlock()
+	out := make(map[string]int, len(f.echoed))
+	for id := range f.echoed {
+		out[id] = 0
+	}
+	return out
 }
 
 type envelope struct {
@@ -126,7 +144,7 @@ func newFleet(t *testing.T, dsn string, n int, opts ...func(*fleet)) *fleet {
 		t.Skip("builds and runs the real binary as a fleet")
 	}
 	f := &fleet{t: t, bin: e2etest.GatewayBinary(t), dir: t.TempDir(), dsn: dsn, jobs: make(chan envelope, 1000),
-		leaseTTL: "5s", leaseMax: "10"}
+		echoed: map[string]int{}, leaseTTL: "5s", leaseMax: "10"}
 	for _, o := range opts {
 		o(f)
 	}
@@ -144,6 +162,11 @@ func newFleet(t *testing.T, dsn string, n int, opts ...func(*fleet)) *fleet {
 			}
 			w.WriteHeader(http.StatusAccepted)
 			return
+		}
+		if id := r.Header.Get("X-Platform-Request-ID"); id != "" {
+			f.echoMu.Lock()
+			f.echoed[id]++
+			f.echoMu.Unlock()
 		}
 		io.WriteString(w, "ok")
 	}))
