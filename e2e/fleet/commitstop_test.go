@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/pgtest"
 )
 
@@ -36,26 +38,35 @@ func TestFleetCommitStopDuringOutage(t *testing.T) {
 	pg := pgtest.Cluster(t, pgPort())
 	// A lease outlives the outage (its own deadline is lease_ttl after
 	// its last renewal), so the node admits from it meanwhile.
-	f := newFleet(t, pg.DB("fleet"), 1, func(f *fleet) { f.settle, f.leaseTTL = "commit", "60s" })
+	dsn := pg.DB("fleet")
+	f := newFleet(t, dsn, 1, func(f *fleet) { f.settle, f.leaseTTL, f.leaseMax = "commit", "60s", "40" })
 	nd := f.nodes[0]
 	key, _ := subscribe(t, nd, "u-stop", "quota", 0)
+	const calls = 6 // per outage
+	// warm calls until the node's lease holds units for the outage's
+	// calls (its blocks grow, refilled in the background as they run
+	// low).
+	covered := fmt.Sprintf("SELECT coalesce(sum(units), 0) >= %d FROM leases WHERE user_id = 'u-stop'", int64(billing.Whole(calls)))
 	warm := func() {
-		for range 20 { // the lease's blocks grow to lease_max (10)
+		t.Helper()
+		waitFor(t, 20*time.Second, func() bool {
 			if r := invoke(nd.base, key); r.status != 200 {
 				t.Fatalf("before the outage: %d %s %v", r.status, r.code, r.err)
 			}
-		}
+			return pgtest.Query(t, dsn, covered) == "t"
+		})
 	}
-	// outage stops PostgreSQL and makes calls: those the lease covers are
-	// forwarded and served, their settlements waiting for the database
-	// (their callers get 503 store_unavailable after 10 s); any other is
-	// refused at once. It returns once each call was served or answered,
-	// and a wait for the callers.
+	// outage makes calls the lease covers and holds them at the backend,
+	// stops PostgreSQL and lets the backend answer them: they are served
+	// and their settlements wait for the database (their callers get 503
+	// store_unavailable after 10 s). It returns once each call was
+	// served, with a wait for the callers.
 	outage := func() *sync.WaitGroup {
 		t.Helper()
 		before := len(f.served())
-		pg.Stop()
-		const calls = 6
+		gate := make(chan struct{})
+		f.gate.Store(&gate)
+		arrived := f.arrived.Load()
 		var wg sync.WaitGroup
 		var answered atomic.Int64
 		for range calls {
@@ -64,9 +75,13 @@ func TestFleetCommitStopDuringOutage(t *testing.T) {
 				answered.Add(1)
 			})
 		}
+		waitFor(t, 10*time.Second, func() bool { return f.arrived.Load()-arrived+answered.Load() >= calls })
+		pg.Stop()
+		f.gate.Store(nil)
+		close(gate)
 		waitFor(t, 10*time.Second, func() bool { return len(f.served())-before+int(answered.Load()) >= calls })
-		if len(f.served()) == before {
-			t.Fatal("no call served from the lease while PostgreSQL was down")
+		if len(f.served()) != before+calls || answered.Load() != 0 {
+			t.Fatalf("%d of %d calls served from the lease while PostgreSQL was down", len(f.served())-before, calls)
 		}
 		t.Logf("%d calls served while PostgreSQL was down", len(f.served())-before)
 		return &wg

@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,6 +73,10 @@ type fleet struct {
 	// (served calls, whatever their callers were told).
 	echoMu sync.Mutex
 	echoed map[string]int
+	// gate, when set, holds the sync calls the backend takes until it is
+	// closed; arrived counts the sync calls the backend took.
+	gate    atomic.Pointer[chan struct{}]
+	arrived atomic.Int64
 }
 
 // served is what echoed holds: the calls the backend served, by request
@@ -162,6 +167,10 @@ func newFleet(t *testing.T, dsn string, n int, opts ...func(*fleet)) *fleet {
 			}
 			w.WriteHeader(http.StatusAccepted)
 			return
+		}
+		f.arrived.Add(1)
+		if g := f.gate.Load(); g != nil {
+			<-*g
 		}
 		if id := r.Header.Get("X-Platform-Request-ID"); id != "" {
 			f.echoMu.Lock()
