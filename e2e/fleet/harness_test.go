@@ -21,6 +21,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,6 +68,27 @@ type fleet struct {
 	// block gets, with the webhook endpoint at /stripe/webhook and a
 	// product "paid" (USD) its price lines may name.
 	payments string
+
+	// echoed are the request ids of the sync calls the backend answered
+	// (served calls, whatever their callers were told).
+	echoMu sync.Mutex
+	echoed map[string]int
+	// gate, when set, holds the sync calls the backend takes until it is
+	// closed; arrived counts the sync calls the backend took.
+	gate    atomic.Pointer[chan struct{}]
+	arrived atomic.Int64
+}
+
+// served is what echoed holds: the calls the backend served, by request
+// id.
+func (f *fleet) served() map[string]int {
+	f.echoMu.Lock()
+	defer f.echoMu.Unlock()
+	out := make(map[string]int, len(f.echoed))
+	for id := range f.echoed {
+		out[id] = 0
+	}
+	return out
 }
 
 type envelope struct {
@@ -126,7 +149,7 @@ func newFleet(t *testing.T, dsn string, n int, opts ...func(*fleet)) *fleet {
 		t.Skip("builds and runs the real binary as a fleet")
 	}
 	f := &fleet{t: t, bin: e2etest.GatewayBinary(t), dir: t.TempDir(), dsn: dsn, jobs: make(chan envelope, 1000),
-		leaseTTL: "5s", leaseMax: "10"}
+		echoed: map[string]int{}, leaseTTL: "5s", leaseMax: "10"}
 	for _, o := range opts {
 		o(f)
 	}
@@ -144,6 +167,15 @@ func newFleet(t *testing.T, dsn string, n int, opts ...func(*fleet)) *fleet {
 			}
 			w.WriteHeader(http.StatusAccepted)
 			return
+		}
+		f.arrived.Add(1)
+		if g := f.gate.Load(); g != nil {
+			<-*g
+		}
+		if id := r.Header.Get("X-Platform-Request-ID"); id != "" {
+			f.echoMu.Lock()
+			f.echoed[id]++
+			f.echoMu.Unlock()
 		}
 		io.WriteString(w, "ok")
 	}))

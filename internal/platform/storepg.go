@@ -50,7 +50,9 @@ type PostgresStore struct {
 	Settle string `json:"settle,omitempty"`
 	// LogDir is the directory of the node's settlement log, one per node;
 	// platform/pgstore-<node_id> under Caddy's data directory by default,
-	// and a relative path is under that directory too.
+	// and a relative path is under that directory too. With settle
+	// commit the log keeps only the settlements the node could not commit
+	// by its stop, shipped at its next start.
 	LogDir string `json:"log_dir,omitempty"`
 	// ShipInterval is how long a settlement waits in the log before it is
 	// shipped when fewer than a batch are waiting; 200ms.
@@ -139,6 +141,10 @@ func (p *PostgresStore) open(logger *zap.Logger, durability settlelog.Mode, flus
 	if p.settleLog() {
 		o.LogDir, o.Durability, o.FlushInterval, o.ShipInterval = p.logDir(), durability, flush, time.Duration(p.ShipInterval)
 		o.EagerSync = eager
+	} else {
+		// settle commit: the log only keeps what the node could not
+		// commit by its stop, fdatasync'd, for its next start.
+		o.LogDir, o.SettleCommit, o.Durability = p.logDir(), true, settlelog.Sync
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -137,7 +137,7 @@ func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.U
 	if r.Account.Free {
 		e.Units = units
 		st := &settlement{callID: s.node + ":f" + strconv.FormatUint(s.holdSeq.Add(1), 10), free: true, units: units, entry: e}
-		if s.ship != nil {
+		if s.logAck {
 			return s.logSettle(ctx, st)
 		}
 		return s.settle.submit(ctx, st)
@@ -177,7 +177,7 @@ func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.U
 	// a price the usage so far does not change) goes to the settlement
 	// log; any other is capped or priced against the database, in the
 	// group commit.
-	if s.ship != nil && fixedPrice(a.Product) && (!h.leased || st.covered) {
+	if s.logAck && fixedPrice(a.Product) && (!h.leased || st.covered) {
 		return s.logSettle(ctx, st)
 	}
 	return s.settle.submit(ctx, st)

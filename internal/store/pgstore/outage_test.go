@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -121,5 +122,109 @@ func TestDatabaseDownPastLeaseTTL(t *testing.T) {
 	st, err := b.State(ctx, acct, time.Now())
 	if err != nil || st.Used != sum {
 		t.Errorf("counters %+v (%v), ledger %s", st, err, sum)
+	}
+}
+
+// queued counts the settlements waiting in s's group commit.
+func queued(s *Store) int {
+	s.settle.pendMu.Lock()
+	defer s.settle.pendMu.Unlock()
+	n := 0
+	for _, c := range s.settle.pending {
+		n += c
+	}
+	return n
+}
+
+// A settle commit node closed (caddy stop, a reload that drops the store)
+// while PostgreSQL is down, with calls served from its leases whose
+// settlements wait for the database: Close keeps them in the node's
+// settlement log (the settle log's), and once the database is back the
+// node's next Open ships them, each call once by its id, and gives back
+// the leases of the closed incarnation they came from. Before, Close made
+// one last attempt and dropped them: served, never charged.
+func TestSettleCommitCloseKeepsSettlements(t *testing.T) {
+	c := pgtest.Cluster(t, clusterPort())
+	dsn := c.DB("pgstore")
+	dir := t.TempDir()
+	commit := func(o *Options) {
+		o.LogDir, o.SettleCommit, o.LeaseTTL, o.LeaseMax = dir, true, time.Minute, units(10)
+	}
+	a := openNode(t, dsn, "a", commit)
+	ctx := context.Background()
+	subscribe(t, a, "u", "svc", "q")
+	subscribe(t, a, "u", "pp", "pp")
+	if _, err := a.AddCredits(ctx, "u", "pp", units(100), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	quota := store.Account{UserID: "u", ServiceID: "svc", Product: quotaProduct(50)}
+	pre := store.Account{UserID: "u", ServiceID: "pp", Product: prepaidProduct(2)}
+	for range 10 { // the leases' blocks grow to LeaseMax
+		call(t, a, quota)
+		call(t, a, pre)
+	}
+	if a.Unshipped() != 0 {
+		t.Fatalf("settle commit: %d settlements in the log", a.Unshipped())
+	}
+
+	c.Stop()
+	// Calls the leases cover are served; their settlements wait.
+	var ress []store.Reservation
+	for _, acct := range []store.Account{quota, pre} {
+		for range 4 {
+			res, err := a.Reserve(ctx, acct, units(1), time.Now())
+			if err != nil || !res.Decision.Allowed {
+				break
+			}
+			ress = append(ress, res)
+		}
+	}
+	if len(ress) < 2 {
+		t.Fatalf("%d calls admitted from the leases with the database down", len(ress))
+	}
+	errs := make(chan error, len(ress))
+	for _, res := range ress {
+		go func() {
+			_, err := a.Settle(ctx, res, units(1), store.LedgerEntry{UserID: res.Account.UserID, ServiceID: res.Account.ServiceID,
+				ProductID: res.Account.Product.ID, Source: store.SourceGateway})
+			errs <- err
+		}()
+	}
+	for deadline := time.Now().Add(5 * time.Second); queued(a) < len(ress); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d settlements queued", queued(a), len(ress))
+		}
+	}
+	a.Close()
+	for range ress {
+		if err := <-errs; !errors.Is(err, store.ErrUnavailable) {
+			t.Errorf("a settlement the database never took answered %v, want ErrUnavailable", err)
+		}
+	}
+
+	c.Start()
+	want := map[string]int{"svc": 10, "pp": 10}
+	for _, res := range ress {
+		want[res.Account.ServiceID]++
+	}
+	for round := range 2 { // the second start finds nothing more to ship
+		a2 := openNode(t, dsn, "a", commit)
+		for _, acct := range []store.Account{quota, pre} {
+			n, sum, cost, _ := ledgerOf(t, a2, acct)
+			if n != want[acct.ServiceID] || sum != units(int64(n)) {
+				t.Errorf("round %d, %s: %d entries of %s units; %d calls served", round, acct.ServiceID, n, sum, want[acct.ServiceID])
+			}
+			st, err := a2.State(ctx, acct, time.Now())
+			if err != nil || st.Used != sum || st.Spend != cost {
+				t.Errorf("round %d, %s: counters %+v (%v), ledger %s units %s cost", round, acct.ServiceID, st, err, sum, cost)
+			}
+			if st.Reserved != 0 || st.CreditsHeld != 0 {
+				t.Errorf("round %d, %s: the closed incarnation's lease is still held: %+v", round, acct.ServiceID, st)
+			}
+			if acct.ServiceID == "pp" && st.Credits != units(100)-cost {
+				t.Errorf("credits %s, want %s", st.Credits, units(100)-cost)
+			}
+		}
+		a2.Close()
 	}
 }

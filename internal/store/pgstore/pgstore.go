@@ -63,10 +63,18 @@ type Options struct {
 	Logger *zap.Logger
 	// LogDir, when set, is the directory of the node's settlement log
 	// (shiplog.go): a settlement its lease covers is acknowledged once it
-	// is in the log and shipped to PostgreSQL in batches. Empty: every
-	// settlement is acknowledged once committed (group commit). One node
-	// per directory; it must survive the node's restarts.
+	// is in the log and shipped to PostgreSQL in batches (settle log),
+	// and what the group commit has not written by Close is kept there.
+	// Empty: every settlement is acknowledged once committed (group
+	// commit), and what is not committed by Close is dropped. One node
+	// per directory; it must survive the node's restarts. Whatever the
+	// log holds at Open is shipped before Open returns.
 	LogDir string
+	// SettleCommit, with LogDir set, acknowledges every settlement once
+	// committed (settle commit): the log in LogDir only keeps the
+	// settlements the node could not commit by Close (PostgreSQL
+	// unreachable), shipped at its next Open, each call once by its id.
+	SettleCommit bool
 	// Durability says when a record of the settlement log is acknowledged
 	// (settlelog.Sync: once fdatasync'd; settlelog.Write: once written).
 	Durability settlelog.Mode
@@ -92,6 +100,7 @@ type Store struct {
 	cache  *readCache
 	settle *settler
 	ship   *shipper // nil: no settlement log
+	logAck bool     // settlements its lease covers are acknowledged from ship (settle log)
 
 	partMu     sync.Mutex
 	partitions map[time.Time]struct{}
@@ -191,6 +200,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		holdSums:   holdSums{by: make(map[AllowanceKey]billing.State)},
 		stop:       make(chan struct{}),
 		born:       time.Now(),
+		logAck:     o.LogDir != "" && !o.SettleCommit,
 	}
 	// Count round trips (countingConn).
 	dial := cfg.ConnConfig.DialFunc
@@ -255,9 +265,12 @@ func (s *Store) Node() string { return s.node }
 // RoundTrips counts this node's round trips to PostgreSQL (countingConn).
 func (s *Store) RoundTrips() int64 { return s.roundTrips.Load() }
 
-// Close finishes the settlements queued, gives every lease back (units of
-// calls still in flight included: their charges are then capped against
-// the limits), stops the background work and closes the pool.
+// Close finishes the settlements queued (those PostgreSQL does not take
+// are kept in the settlement log, when the node has one, for its next
+// start), gives every lease back (units of calls still in flight
+// included: their charges are then capped against the limits; not the
+// leases of the settlements kept), stops the background work and closes
+// the pool.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.settle.close()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/store/settlelog"
 )
 
 // Settlements are group-committed: a node's Settle calls queue, and one
@@ -164,6 +165,58 @@ func (t *settler) close() {
 	}
 	t.mu.Unlock()
 	<-t.done
+	if t.isDropped() {
+		return
+	}
+	// A Settle that queued as the loops returned (submit's select found
+	// both ways open): the database is not asked again.
+	if rest := t.drain(nil); len(rest) > 0 {
+		t.keep(rest, fmt.Errorf("pgstore: closed: %w", store.ErrUnavailable))
+	}
+}
+
+// keep answers settlements the node closes without having committed
+// (PostgreSQL unreachable): each is appended to the node's settlement
+// log, shipped at its next start (each call once, by its id, as a
+// settle log node's records are) and its lease row held until then; the
+// caller is told it is not written yet. Without a settlement log (or a
+// record the log could not take) the settlement is dropped, and said so.
+func (t *settler) keep(batch []*settlement, cause error) {
+	sh := t.s.ship
+	type kept struct {
+		st *settlement
+		b  *settlelog.Batch
+	}
+	var ks []kept
+	for _, st := range batch {
+		st.err = cause
+		if sh == nil {
+			t.s.log.Error("settlement dropped: PostgreSQL unreachable at stop and no settlement log to keep it", zap.String("call", st.callID))
+			t.finish(st)
+			continue
+		}
+		// A copy goes to the log: the shipper's attempt at close writes to
+		// it while the caller reads st.
+		_, b, err := sh.append(recordOf(st).settlement())
+		if err != nil {
+			t.s.log.Error("settlement dropped: PostgreSQL unreachable at stop and the settlement log refused it",
+				zap.String("call", st.callID), zap.Error(err))
+			t.finish(st)
+			continue
+		}
+		ks = append(ks, kept{st, b})
+	}
+	for _, k := range ks {
+		if err := k.b.Wait(); err != nil {
+			t.s.log.Error("settlement kept in the settlement log, which could not make it durable", zap.String("call", k.st.callID), zap.Error(err))
+		}
+		k.st.err = fmt.Errorf("pgstore: the settlement is kept in the settlement log and written at the next start: %w", store.ErrUnavailable)
+		t.finish(k.st)
+	}
+	if len(ks) > 0 {
+		t.s.log.Warn("settlements not committed at stop kept in the settlement log, shipped at the next start",
+			zap.Int("settlements", len(ks)), zap.String("log_dir", sh.dir))
+	}
 }
 
 func (t *settler) abandon() {
@@ -284,12 +337,10 @@ func (t *settler) loop() {
 		select {
 		case <-time.After(backoff):
 		case <-t.closing:
-			// One last attempt, then the calls are answered with the error.
+			// One last attempt, then what is left is kept in the
+			// settlement log for the next start (keep).
 			if err := t.s.commitSettlements(retained); err != nil {
-				for _, st := range retained {
-					st.err = err
-					t.finish(st)
-				}
+				t.keep(retained, err)
 			} else {
 				for _, st := range retained {
 					t.finish(st)

@@ -35,6 +35,11 @@ import (
 	"github.com/platformgw/gateway/internal/store/settlelog"
 )
 
+// With settle commit a node has the log too, for one thing: the
+// settlements the group commit has not written when the node closes
+// (PostgreSQL unreachable) are appended to it (settler.keep) and shipped
+// at the next start, as a settle log node's are.
+
 // Defaults of the shipper.
 const (
 	// DefaultShipInterval is how long a settlement waits in the log before
@@ -228,7 +233,13 @@ func (sh *shipper) replay(ctx context.Context) error {
 		}
 	}
 	if n > 0 {
-		sh.s.log.Info("settlement log replayed", zap.Int("records", n))
+		if sh.s.logAck {
+			sh.s.log.Info("settlement log replayed", zap.Int("records", n), zap.String("log_dir", sh.dir))
+		} else {
+			// settle commit: what the node could not commit by its last
+			// stop.
+			sh.s.log.Info("settlements kept at the last stop shipped", zap.Int("records", n), zap.String("log_dir", sh.dir))
+		}
 	}
 	return nil
 }
