@@ -94,10 +94,15 @@ func (o *Ops) PutSubscriptionUntil(ctx context.Context, actor, userID, serviceID
 	if prev, err := o.rt.Store().GetSubscription(ctx, userID, serviceID); err == nil {
 		prevProduct = prev.ProductID
 	}
-	sub, err := o.rt.Store().PutSubscription(ctx, store.Subscription{
+	now := o.rt.Now().UTC()
+	put := store.Subscription{
 		UserID: userID, ServiceID: serviceID, ProductID: productID,
-		Status: status, UpdatedAt: o.rt.Now().UTC(), EndsAt: end.At.UTC(), EndStatus: end.Status,
-	})
+		Status: status, UpdatedAt: now, EndsAt: end.At.UTC(), EndStatus: end.Status,
+	}
+	// The subscription and its audit entry are stored in one
+	// transaction: a change whose entry cannot be written is not made.
+	sub, err := o.rt.Store().PutSubscription(ctx, put, store.AuditEntry{Time: now, Actor: actor, Action: AuditSubscriptionPut,
+		UserID: userID, ServiceID: serviceID, Detail: putDetail(put, prevProduct)})
 	if err != nil {
 		return SubscriptionChange{}, fmt.Errorf("put subscription of %s to %s: %w", userID, serviceID, err)
 	}
@@ -107,15 +112,20 @@ func (o *Ops) PutSubscriptionUntil(ctx context.Context, actor, userID, serviceID
 		zap.String("product_id", sub.ProductID),
 		zap.String("status", sub.Status),
 		zap.String("actor", actor))
+	return o.describeChange(ctx, prevProduct, sub), nil
+}
+
+// putDetail is the audit detail of a put of sub over a subscription on
+// product prev ("" when there was none).
+func putDetail(sub store.Subscription, prev string) string {
 	detail := "product " + sub.ProductID + ", status " + sub.Status
-	if prevProduct != "" && prevProduct != sub.ProductID {
-		detail += " (was product " + prevProduct + ")"
+	if prev != "" && prev != sub.ProductID {
+		detail += " (was product " + prev + ")"
 	}
 	if !sub.EndsAt.IsZero() {
 		detail += ", " + sub.EndStatus + " from " + sub.EndsAt.Format(time.RFC3339)
 	}
-	err = o.RecordAudit(ctx, store.AuditEntry{Actor: actor, Action: AuditSubscriptionPut, UserID: userID, ServiceID: serviceID, Detail: detail})
-	return o.describeChange(ctx, prevProduct, sub), err
+	return detail
 }
 
 // describeChange builds the answer to a subscription change. A failure to

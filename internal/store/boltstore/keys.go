@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -13,8 +14,9 @@ import (
 	"github.com/platformgw/gateway/internal/store"
 )
 
-// CreateKey stores a new key under its hash.
-func (s *Store) CreateKey(ctx context.Context, k store.KeyRecord) error {
+// CreateKey stores a new key under its hash, with its audit entries in the
+// same transaction.
+func (s *Store) CreateKey(ctx context.Context, k store.KeyRecord, audit ...store.AuditEntry) error {
 	if err := store.CtxErr(ctx); err != nil {
 		return err
 	}
@@ -30,7 +32,10 @@ func (s *Store) CreateKey(ctx context.Context, k store.KeyRecord) error {
 		if err := putRaw(tx, bucketKeyIDs, []byte(k.ID), k.Hash[:]); err != nil {
 			return err
 		}
-		return putRaw(tx, bucketKeyUsers, joinKey(k.UserID, k.ID), k.Hash[:])
+		if err := putRaw(tx, bucketKeyUsers, joinKey(k.UserID, k.ID), k.Hash[:]); err != nil {
+			return err
+		}
+		return appendAudit(tx, slices.Clone(audit))
 	})
 }
 
@@ -110,8 +115,9 @@ func (s *Store) ListKeys(_ context.Context, userID string) ([]store.KeyRecord, e
 }
 
 // RevokeKey marks a key revoked; a second revocation keeps the first time.
-// The id is read as KeyByID reads it.
-func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) (store.KeyRecord, error) {
+// The id is read as KeyByID reads it. The audit entries are appended in
+// the same transaction.
+func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time, audit ...store.AuditEntry) (store.KeyRecord, error) {
 	if err := store.CtxErr(ctx); err != nil {
 		return store.KeyRecord{}, err
 	}
@@ -133,7 +139,7 @@ func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) (store.K
 			s.written.key(k.Hash)
 		}
 		out = k
-		return nil
+		return appendAudit(tx, slices.Clone(audit))
 	})
 	return out, err
 }
@@ -179,8 +185,9 @@ func (s *Store) writeSub(tx *bolt.Tx, sub store.Subscription) error {
 }
 
 // PutSubscription creates or updates a subscription, keeping its start
-// (the period anchor) and credit balance.
-func (s *Store) PutSubscription(ctx context.Context, sub store.Subscription) (store.Subscription, error) {
+// (the period anchor) and credit balance, with its audit entries in the
+// same transaction.
+func (s *Store) PutSubscription(ctx context.Context, sub store.Subscription, audit ...store.AuditEntry) (store.Subscription, error) {
 	if err := store.CtxErr(ctx); err != nil {
 		return sub, err
 	}
@@ -204,7 +211,7 @@ func (s *Store) PutSubscription(ctx context.Context, sub store.Subscription) (st
 			return err
 		}
 		out = next
-		return nil
+		return appendAudit(tx, slices.Clone(audit))
 	})
 	if err == nil && !sub.RestartPeriodsAt.IsZero() {
 		// The loaded account counts its periods from its own copy of

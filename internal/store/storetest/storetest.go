@@ -136,6 +136,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"ChangedAccountsRequeued", testChangedAccountsRequeued},
 		{"OddTextQueries", testOddTextQueries},
 		{"Audit", testAudit},
+		{"AuditWithChange", testAuditWithChange},
 		{"PaymentRecords", testPaymentRecords},
 		{"PaymentRecordsConcurrent", testPaymentRecordsConcurrent},
 		{"Leases", testLeases},

@@ -1,0 +1,111 @@
+package ops
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/catalog"
+	"github.com/platformgw/gateway/internal/engine"
+	"github.com/platformgw/gateway/internal/pgtest"
+	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/store/pgstore"
+)
+
+// TestChangeWithoutAuditNotMade: a key created or revoked and a
+// subscription set write their audit entry in the same transaction as the
+// change. With the database refusing audit entries (a trigger standing in
+// for a full tablespace or a database lost between two statements), each
+// change is refused whole: no key, the key still active, the subscription
+// as it was. The change was made and only its entry missed, answered
+// ErrAuditNotRecorded; a crash between the two writes left no trace at all.
+func TestChangeWithoutAuditNotMade(t *testing.T) {
+	dsn := pgtest.DB(t)
+	ctx := context.Background()
+	st, err := pgstore.Open(ctx, pgstore.Options{DSN: dsn, NodeID: "audit-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	q := billing.Whole(10)
+	svc := &catalog.Service{ID: "weather", Backend: "http://127.0.0.1:9", Secrets: []string{"0123456789abcdef0123456789abcdef"},
+		Endpoints: []*catalog.Endpoint{{ID: "hello"}},
+		Products: []*billing.Product{
+			{ID: "basic", BillingModel: billing.Subscription, MeasurementType: billing.PerRequest, Quota: &q, Overage: "block"},
+			{ID: "pro", BillingModel: billing.Subscription, MeasurementType: billing.PerRequest, Quota: &q, Overage: "block"},
+		}}
+	cat, err := catalog.Compile([]*catalog.Service{svc}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := New(engine.New(engine.Runtime{Catalog: cat, Data: st}), nil)
+	key, err := o.CreateKey(ctx, "test", CreateKeyRequest{UserID: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.PutSubscription(ctx, "test", "alice", "weather", "basic", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pgtest.Exec(ctx, dsn, `CREATE FUNCTION refuse_audit() RETURNS trigger LANGUAGE plpgsql AS
+		$$ BEGIN RAISE EXCEPTION 'audit log refused'; END $$;
+		CREATE TRIGGER refuse_audit BEFORE INSERT ON audit FOR EACH ROW EXECUTE FUNCTION refuse_audit();`); err != nil {
+		t.Fatal(err)
+	}
+
+	v, err := o.CreateKey(ctx, "test", CreateKeyRequest{UserID: "bob"})
+	if err == nil || errors.Is(err, ErrAuditNotRecorded) || v.Key != "" {
+		t.Errorf("CreateKey with the audit log refusing = %+v, %v; want a store error and no key", v, err)
+	}
+	if keys, err := st.ListKeys(ctx, "bob"); err != nil || len(keys) != 0 {
+		t.Errorf("bob's keys after a refused audit entry: %+v, %v; want none", keys, err)
+	}
+	if _, err := o.RevokeKey(ctx, "test", key.ID); err == nil || errors.Is(err, ErrAuditNotRecorded) {
+		t.Errorf("RevokeKey with the audit log refusing: %v; want a store error", err)
+	}
+	if k, err := st.KeyByID(ctx, key.ID); err != nil || !k.RevokedAt.IsZero() {
+		t.Errorf("key after a refused revocation: %+v, %v; want it active", k, err)
+	}
+	if _, err := o.PutSubscription(ctx, "test", "alice", "weather", "pro", ""); err == nil || errors.Is(err, ErrAuditNotRecorded) {
+		t.Errorf("PutSubscription with the audit log refusing: %v; want a store error", err)
+	}
+	if sub, err := st.GetSubscription(ctx, "alice", "weather"); err != nil || sub.ProductID != "basic" {
+		t.Errorf("subscription after a refused put: %+v, %v; want product basic", sub, err)
+	}
+
+	// The log accepts entries again: each change is made with its entry.
+	if _, err := pgtest.Exec(ctx, dsn, `DROP TRIGGER refuse_audit ON audit`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.RevokeKey(ctx, "test", key.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.PutSubscription(ctx, "test", "alice", "weather", "pro", ""); err != nil {
+		t.Fatal(err)
+	}
+	entries, _, err := st.ListAudit(ctx, "", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range entries {
+		got = append(got, e.Action)
+		if e.Time.IsZero() || time.Since(e.Time) > time.Hour {
+			t.Errorf("entry %+v has no time of now", e)
+		}
+	}
+	want := []string{AuditSubscriptionPut, AuditKeyRevoke, AuditSubscriptionPut, AuditKeyCreate}
+	if len(got) != len(want) {
+		t.Fatalf("audit log %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("audit log %v, want %v", got, want)
+		}
+	}
+	if entries[1].KeyID != key.ID || entries[0].Detail != "product pro, status ACTIVE (was product basic)" {
+		t.Errorf("entries %+v", entries)
+	}
+	_ = store.AuditEntry{}
+}
