@@ -10,16 +10,15 @@ import (
 	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/engine"
 	"github.com/platformgw/gateway/internal/pgtest"
-	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/store/pgstore"
 )
 
-// TestChangeWithoutAuditNotMade: a key created or revoked and a
-// subscription set write their audit entry in the same transaction as the
-// change. With the database refusing audit entries (a trigger standing in
+// TestChangeWithoutAuditNotMade: a key created or revoked, a subscription
+// set and credits added write their audit entry in the same transaction
+// as the change. With the database refusing audit entries (a trigger standing in
 // for a full tablespace or a database lost between two statements), each
 // change is refused whole: no key, the key still active, the subscription
-// as it was. The change was made and only its entry missed, answered
+// and its balance as they were. The change was made and only its entry missed, answered
 // ErrAuditNotRecorded; a crash between the two writes left no trace at all.
 func TestChangeWithoutAuditNotMade(t *testing.T) {
 	dsn := pgtest.DB(t)
@@ -73,6 +72,12 @@ func TestChangeWithoutAuditNotMade(t *testing.T) {
 	if sub, err := st.GetSubscription(ctx, "alice", "weather"); err != nil || sub.ProductID != "basic" {
 		t.Errorf("subscription after a refused put: %+v, %v; want product basic", sub, err)
 	}
+	if _, err := o.AddCredits(ctx, "test", "alice", "weather", billing.Whole(5)); err == nil || errors.Is(err, ErrAuditNotRecorded) {
+		t.Errorf("AddCredits with the audit log refusing: %v; want a store error", err)
+	}
+	if sub, err := st.GetSubscription(ctx, "alice", "weather"); err != nil || sub.Credits != 0 {
+		t.Errorf("subscription after refused credits: %+v, %v; want a balance of 0", sub, err)
+	}
 
 	// The log accepts entries again: each change is made with its entry.
 	if _, err := pgtest.Exec(ctx, dsn, `DROP TRIGGER refuse_audit ON audit`); err != nil {
@@ -82,6 +87,9 @@ func TestChangeWithoutAuditNotMade(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := o.PutSubscription(ctx, "test", "alice", "weather", "pro", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.AddCredits(ctx, "test", "alice", "weather", billing.Whole(5)); err != nil {
 		t.Fatal(err)
 	}
 	entries, _, err := st.ListAudit(ctx, "", 10)
@@ -95,7 +103,7 @@ func TestChangeWithoutAuditNotMade(t *testing.T) {
 			t.Errorf("entry %+v has no time of now", e)
 		}
 	}
-	want := []string{AuditSubscriptionPut, AuditKeyRevoke, AuditSubscriptionPut, AuditKeyCreate}
+	want := []string{AuditCreditsAdd, AuditSubscriptionPut, AuditKeyRevoke, AuditSubscriptionPut, AuditKeyCreate}
 	if len(got) != len(want) {
 		t.Fatalf("audit log %v, want %v", got, want)
 	}
@@ -104,8 +112,8 @@ func TestChangeWithoutAuditNotMade(t *testing.T) {
 			t.Fatalf("audit log %v, want %v", got, want)
 		}
 	}
-	if entries[1].KeyID != key.ID || entries[0].Detail != "product pro, status ACTIVE (was product basic)" {
+	if entries[2].KeyID != key.ID || entries[1].Detail != "product pro, status ACTIVE (was product basic)" ||
+		entries[0].Detail != "amount 5, balance 5" {
 		t.Errorf("entries %+v", entries)
 	}
-	_ = store.AuditEntry{}
 }

@@ -185,7 +185,8 @@ func parseSignedUnits(raw json.RawMessage) (billing.Units, error) {
 }
 
 // AddCredits adds (or, negative, removes) prepaid credits; the balance
-// may go below zero, which records what the user owes.
+// may go below zero, which records what the user owes. A change whose
+// audit entry cannot be written is not made.
 func (o *Ops) AddCredits(ctx context.Context, actor, userID, serviceID string, amount billing.Units) (store.Subscription, error) {
 	userID, serviceID, err := SubscriptionIDs([]string{userID, serviceID})
 	if err != nil {
@@ -194,7 +195,11 @@ func (o *Ops) AddCredits(ctx context.Context, actor, userID, serviceID string, a
 	if amount == 0 {
 		return store.Subscription{}, apierror.Invalid("amount", "amount must not be zero")
 	}
-	sub, err := o.rt.Store().AddCredits(ctx, userID, serviceID, amount, o.rt.Now())
+	// The balance and the audit entry are stored in one transaction; the
+	// store completes the detail with the balance the change left.
+	now := o.rt.Now().UTC()
+	sub, err := o.rt.Store().AddCredits(ctx, userID, serviceID, amount, now, store.AuditEntry{Time: now, Actor: actor,
+		Action: AuditCreditsAdd, UserID: userID, ServiceID: serviceID, Detail: "amount " + amount.String()})
 	if errors.Is(err, store.ErrNoAccount) || errors.Is(err, store.ErrNotFound) {
 		return store.Subscription{}, SubscriptionNotFound(userID, serviceID)
 	}
@@ -211,7 +216,5 @@ func (o *Ops) AddCredits(ctx context.Context, actor, userID, serviceID string, a
 		zap.Stringer("amount", amount),
 		zap.Stringer("balance", sub.Credits),
 		zap.String("actor", actor))
-	err = o.RecordAudit(ctx, store.AuditEntry{Actor: actor, Action: AuditCreditsAdd, UserID: userID, ServiceID: serviceID,
-		Detail: "amount " + amount.String() + ", balance " + sub.Credits.String()})
-	return sub, err
+	return sub, nil
 }

@@ -166,8 +166,13 @@ type Subscriptions interface {
 	// appended with the put, in its transaction (as Keys says).
 	PutSubscription(ctx context.Context, s Subscription, audit ...AuditEntry) (Subscription, error)
 	GetSubscription(ctx context.Context, userID, serviceID string) (Subscription, error)
-	// AddCredits adds (or, negative, removes) prepaid credits.
-	AddCredits(ctx context.Context, userID, serviceID string, amount billing.Units, at time.Time) (Subscription, error)
+	// AddCredits adds (or, negative, removes) prepaid credits. The audit
+	// entries are appended with the change, in its transaction (in
+	// boltstore, its settlement-log record), each one's Detail followed by
+	// ", balance " and the balance after the change, which only the store
+	// knows when it makes it. No subscription (ErrNoAccount) or a balance
+	// out of range (ErrBalanceRange) appends none.
+	AddCredits(ctx context.Context, userID, serviceID string, amount billing.Units, at time.Time, audit ...AuditEntry) (Subscription, error)
 }
 
 // Ledger sources.
@@ -299,9 +304,9 @@ type AuditEntry struct {
 }
 
 // Audit is the append-only log of operator changes. A change the store
-// makes (a key, a subscription, a credit grant) takes its entries with it
-// and appends them in its own transaction (CreateKey, RevokeKey,
-// PutSubscription, Payments); AppendAudit is for what is only an entry (a
+// makes (a key, a subscription, credits added or granted) takes its
+// entries with it and appends them in its own transaction (CreateKey,
+// RevokeKey, PutSubscription, AddCredits, Payments); AppendAudit is for what is only an entry (a
 // sign-in, a request, a config's changed setting) or a change made outside
 // the store's transactions (a ledger prune). Sequence numbers are given in
 // the order entries commit, whichever way they come; PostgreSQL may skip

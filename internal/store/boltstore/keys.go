@@ -3,6 +3,7 @@ package boltstore
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -245,13 +246,21 @@ func (s *Store) GetSubscription(_ context.Context, userID, serviceID string) (st
 }
 
 // AddCredits changes a prepaid balance by amount: a settlement record,
-// as the balance lives in memory with the calls that draw on it.
-func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount billing.Units, at time.Time) (store.Subscription, error) {
+// as the balance lives in memory with the calls that draw on it. The
+// audit entries travel in the same record (its grant part, as a credit
+// grant's do): the log takes both at once, the applier writes both in one
+// transaction, and a replay at start restores both.
+func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount billing.Units, at time.Time, audit ...store.AuditEntry) (store.Subscription, error) {
 	if err := store.CtxErr(ctx); err != nil {
 		return store.Subscription{}, err
 	}
 	if err := s.usable(); err != nil {
 		return store.Subscription{}, err
+	}
+	// The record's encoding cannot fail once it is made: an entry that
+	// cannot be written is refused here, with nothing changed.
+	if _, err := json.Marshal(audit); err != nil {
+		return store.Subscription{}, fmt.Errorf("audit entry of a credit change: %w", err)
 	}
 	acc, err := s.account(userID, serviceID)
 	if err != nil {
@@ -265,6 +274,9 @@ func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount
 		return store.Subscription{}, store.ErrBalanceRange
 	}
 	acc.credits += amount
+	if len(audit) > 0 {
+		rec.grant = &grantChange{Audit: store.WithBalance(audit, acc.credits)}
+	}
 	before := acc.updated
 	acc.updated = at.UTC()
 	_, b, err := s.commitRecord(rec, nil)
@@ -282,5 +294,10 @@ func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount
 		return store.Subscription{}, err
 	}
 	s.noteChange(userID, serviceID)
+	// The entries reach the file (and ListAudit) at once, as a grant's;
+	// if this apply fails the log keeps them and the next applies.
+	if len(audit) > 0 && applyGrantsAtOnce {
+		s.applyAll()
+	}
 	return s.GetSubscription(ctx, userID, serviceID)
 }

@@ -480,8 +480,9 @@ func (s *Store) getSubscription(ctx context.Context, userID, serviceID string) (
 	return sub, nil
 }
 
-// AddCredits changes a prepaid balance by amount, in one UPDATE.
-func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount billing.Units, at time.Time) (store.Subscription, error) {
+// AddCredits changes a prepaid balance by amount, in one UPDATE, with its
+// audit entries in the same transaction.
+func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount billing.Units, at time.Time, audit ...store.AuditEntry) (store.Subscription, error) {
 	if err := store.CtxErr(ctx); err != nil {
 		return store.Subscription{}, err
 	}
@@ -498,6 +499,9 @@ func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount
 			return store.ErrBalanceRange
 		}
 		if err != nil {
+			return err
+		}
+		if err := insertAudits(ctx, tx, store.WithBalance(audit, out.Credits)); err != nil {
 			return err
 		}
 		return notify(ctx, tx, notifyCredits(userID, serviceID, amount))

@@ -2,20 +2,23 @@ package storetest
 
 import (
 	"errors"
+	"math"
 	"testing"
 	"time"
 
+	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/store"
 )
 
-// testAuditWithChange: a key created or revoked and a subscription put
-// append the audit entries given with them in the same transaction
-// (store.Keys). The entries are in the log with the change, numbered
+// testAuditWithChange: a key created or revoked, a subscription put and
+// credits added append the audit entries given with them in the same
+// transaction (store.Keys; AddCredits completes each detail with the
+// balance). The entries are in the log with the change, numbered
 // after every entry before them and in the order given; a change refused
 // (a duplicate key, an unknown key) appends none; and an entry the store
 // cannot write (a time past year 9999, which neither store can encode)
 // fails the change whole: no key, the key still active, the subscription
-// as it was, and no entry. The sequence numbers keep their meaning: they
+// and its balance as they were, and no entry. The sequence numbers keep their meaning: they
 // order the log, whichever way an entry came (AppendAudit or a change).
 // After a restart the changes and their entries are all there.
 func testAuditWithChange(t *testing.T, c *suite) {
@@ -51,6 +54,17 @@ func testAuditWithChange(t *testing.T, c *suite) {
 	// Two entries with one change: both, in the order given.
 	if _, err := s.RevokeKey(ctx, "key_1", T0.Add(time.Minute), entry("key.revoke", "key_1", "one"), entry("key.revoke", "key_1", "two")); err != nil {
 		t.Fatal(err)
+	}
+	// Credits: the store completes the detail with the balance it left.
+	if got, err := s.AddCredits(ctx, "u1", "svc", whole(10), T0, store.AuditEntry{Time: T0, Actor: "admin-api 127.0.0.1:1",
+		Action: "credits.add", UserID: "u1", ServiceID: "svc", Detail: "amount 10"}); err != nil || got.Credits != whole(10) {
+		t.Fatalf("AddCredits = %+v, %v", got, err)
+	}
+	if _, err := s.AddCredits(ctx, "u1", "none", whole(1), T0, entry("credits.add", "", "no subscription")); !errors.Is(err, store.ErrNoAccount) {
+		t.Fatalf("AddCredits without a subscription: %v, want ErrNoAccount", err)
+	}
+	if _, err := s.AddCredits(ctx, "u1", "svc", billing.Units(math.MaxInt64), T0, entry("credits.add", "", "too much")); !errors.Is(err, store.ErrBalanceRange) {
+		t.Fatalf("AddCredits past the range: %v, want ErrBalanceRange", err)
 	}
 	// No entry: the change alone, as before entries came with changes.
 	if err := s.CreateKey(ctx, store.KeyRecord{ID: "key_2", Hash: KeyHash("sk_2"), UserID: "u1", Created: T0}); err != nil {
@@ -92,12 +106,18 @@ func testAuditWithChange(t *testing.T, c *suite) {
 	if got, err := s.GetSubscription(ctx, "u2", "svc"); !errors.Is(err, store.ErrNoAccount) {
 		t.Errorf("new subscription put without its audit entry: %+v, %v", got, err)
 	}
+	if _, err := s.AddCredits(ctx, "u1", "svc", whole(5), T0, unwritable(entry("credits.add", "", "amount 5"))); err == nil {
+		t.Error("AddCredits with an entry that cannot be written succeeded")
+	}
+	if got, err := s.GetSubscription(ctx, "u1", "svc"); err != nil || got.Credits != whole(10) {
+		t.Errorf("credits added without their audit entry: %+v, %v; want a balance of 10", got, err)
+	}
 
 	last, err := s.AppendAudit(ctx, entry("portal.sign_in", "", "after"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"after", "two", "one", "product basic", "never expires", "before"}
+	want := []string{"after", "amount 10, balance 10", "two", "one", "product basic", "never expires", "before"}
 	check := func(when string) {
 		t.Helper()
 		entries, _, err := s.ListAudit(ctx, "", 100)
@@ -122,8 +142,9 @@ func testAuditWithChange(t *testing.T, c *suite) {
 				t.Fatalf("%s: audit log %q, want %q", when, got, want)
 			}
 		}
-		if entries[1].Action != "key.revoke" || entries[1].KeyID != "key_1" || entries[3].Action != "subscription.put" ||
-			entries[4].Action != "key.create" || entries[4].KeyID != "key_1" {
+		if entries[1].Action != "credits.add" || entries[1].ServiceID != "svc" || entries[2].Action != "key.revoke" ||
+			entries[2].KeyID != "key_1" || entries[4].Action != "subscription.put" || entries[5].Action != "key.create" ||
+			entries[5].KeyID != "key_1" {
 			t.Errorf("%s: entries %+v", when, entries)
 		}
 		if k, err := s.KeyByID(ctx, "key_1"); err != nil || !k.RevokedAt.Equal(T0.Add(time.Minute)) {
@@ -144,7 +165,7 @@ func testAuditWithChange(t *testing.T, c *suite) {
 	if k, err := s.KeyByID(ctx, "key_2"); err != nil || !k.RevokedAt.IsZero() {
 		t.Errorf("after a restart: key_2 %+v, %v", k, err)
 	}
-	if got, err := s.GetSubscription(ctx, "u1", "svc"); err != nil || got.ProductID != "basic" {
+	if got, err := s.GetSubscription(ctx, "u1", "svc"); err != nil || got.ProductID != "basic" || got.Credits != whole(10) {
 		t.Errorf("after a restart: subscription %+v, %v", got, err)
 	}
 }

@@ -1,0 +1,18 @@
+package store
+
+import "github.com/platformgw/gateway/internal/billing"
+
+// WithBalance is es with ", balance <balance>" after each one's Detail:
+// the entries of an AddCredits, completed by the store with the balance
+// the change left.
+func WithBalance(es []AuditEntry, balance billing.Units) []AuditEntry {
+	if len(es) == 0 {
+		return nil
+	}
+	out := make([]AuditEntry, len(es))
+	for i, e := range es {
+		e.Detail += ", balance " + balance.String()
+		out[i] = e
+	}
+	return out
+}
