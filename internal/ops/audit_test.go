@@ -3,6 +3,8 @@ package ops
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,15 +12,16 @@ import (
 	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/engine"
 	"github.com/platformgw/gateway/internal/pgtest"
+	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/store/pgstore"
 )
 
 // TestChangeWithoutAuditNotMade: a key created or revoked, a subscription
-// set and credits added write their audit entry in the same transaction
-// as the change. With the database refusing audit entries (a trigger standing in
+// set, credits added and a usage prune write their audit entry in the same
+// transaction as the change. With the database refusing audit entries (a trigger standing in
 // for a full tablespace or a database lost between two statements), each
 // change is refused whole: no key, the key still active, the subscription
-// and its balance as they were. The change was made and only its entry missed, answered
+// and its balance as they were, the ledger's rows all there. The change was made and only its entry missed, answered
 // ErrAuditNotRecorded; a crash between the two writes left no trace at all.
 func TestChangeWithoutAuditNotMade(t *testing.T) {
 	dsn := pgtest.DB(t)
@@ -47,6 +50,23 @@ func TestChangeWithoutAuditNotMade(t *testing.T) {
 	if _, err := o.PutSubscription(ctx, "test", "alice", "weather", "basic", ""); err != nil {
 		t.Fatal(err)
 	}
+	// January's usage, for a prune to remove.
+	var rows []store.LedgerEntry
+	for i := range 5 {
+		rows = append(rows, store.LedgerEntry{Seq: uint64(i + 1), ID: fmt.Sprint("led_", i), Time: time.Date(2026, 1, 10, i, 0, 0, 0, time.UTC),
+			UserID: "alice", ServiceID: "weather", ProductID: "basic", Units: billing.Whole(1), Source: store.SourceGateway})
+	}
+	if err := st.ImportLedger(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	ledgerRows := func() int {
+		n := 0
+		if err := st.ScanLedger(ctx, store.LedgerFilter{}, func(store.LedgerEntry) error { n++; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	feb := time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC)
 	if _, err := pgtest.Exec(ctx, dsn, `CREATE FUNCTION refuse_audit() RETURNS trigger LANGUAGE plpgsql AS
 		$$ BEGIN RAISE EXCEPTION 'audit log refused'; END $$;
 		CREATE TRIGGER refuse_audit BEFORE INSERT ON audit FOR EACH ROW EXECUTE FUNCTION refuse_audit();`); err != nil {
@@ -79,6 +99,13 @@ func TestChangeWithoutAuditNotMade(t *testing.T) {
 		t.Errorf("subscription after refused credits: %+v, %v; want a balance of 0", sub, err)
 	}
 
+	if _, err := o.PruneLedger(ctx, "test", feb); err == nil || errors.Is(err, ErrAuditNotRecorded) {
+		t.Errorf("PruneLedger with the audit log refusing: %v; want a store error", err)
+	}
+	if n := ledgerRows(); n != len(rows) {
+		t.Errorf("%d of %d ledger rows left after a prune whose entry was refused", n, len(rows))
+	}
+
 	// The log accepts entries again: each change is made with its entry.
 	if _, err := pgtest.Exec(ctx, dsn, `DROP TRIGGER refuse_audit ON audit`); err != nil {
 		t.Fatal(err)
@@ -92,6 +119,9 @@ func TestChangeWithoutAuditNotMade(t *testing.T) {
 	if _, err := o.AddCredits(ctx, "test", "alice", "weather", billing.Whole(5)); err != nil {
 		t.Fatal(err)
 	}
+	if res, err := o.PruneLedger(ctx, "test", feb); err != nil || res.Rows != int64(len(rows)) || ledgerRows() != 0 {
+		t.Fatalf("PruneLedger = %+v, %v", res, err)
+	}
 	entries, _, err := st.ListAudit(ctx, "", 10)
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +133,7 @@ func TestChangeWithoutAuditNotMade(t *testing.T) {
 			t.Errorf("entry %+v has no time of now", e)
 		}
 	}
-	want := []string{AuditCreditsAdd, AuditSubscriptionPut, AuditKeyRevoke, AuditSubscriptionPut, AuditKeyCreate}
+	want := []string{AuditUsagePrune, AuditCreditsAdd, AuditSubscriptionPut, AuditKeyRevoke, AuditSubscriptionPut, AuditKeyCreate}
 	if len(got) != len(want) {
 		t.Fatalf("audit log %v, want %v", got, want)
 	}
@@ -112,8 +142,9 @@ func TestChangeWithoutAuditNotMade(t *testing.T) {
 			t.Fatalf("audit log %v, want %v", got, want)
 		}
 	}
-	if entries[2].KeyID != key.ID || entries[1].Detail != "product pro, status ACTIVE (was product basic)" ||
-		entries[0].Detail != "amount 5, balance 5" {
+	if entries[3].KeyID != key.ID || entries[2].Detail != "product pro, status ACTIVE (was product basic)" ||
+		entries[1].Detail != "amount 5, balance 5" ||
+		!strings.HasPrefix(entries[0].Detail, "raw ledger rows before 2026-02-01T00:00:00Z: 1 segments, 5 rows, ") {
 		t.Errorf("entries %+v", entries)
 	}
 }

@@ -304,14 +304,14 @@ type AuditEntry struct {
 }
 
 // Audit is the append-only log of operator changes. A change the store
-// makes (a key, a subscription, credits added or granted) takes its
-// entries with it and appends them in its own transaction (CreateKey,
-// RevokeKey, PutSubscription, AddCredits, Payments); AppendAudit is for what is only an entry (a
-// sign-in, a request, a config's changed setting) or a change made outside
-// the store's transactions (a ledger prune). Sequence numbers are given in
-// the order entries commit, whichever way they come; PostgreSQL may skip
-// numbers (a transaction rolled back), so they order the log and are not a
-// count.
+// makes (a key, a subscription, credits added or granted, a ledger prune)
+// takes its entries with it and writes them with the change (CreateKey,
+// RevokeKey, PutSubscription, AddCredits, Payments, LedgerPruner);
+// AppendAudit is for what is only an entry (a sign-in, a request, a
+// config's changed setting) or a change made apart from the store's
+// writes (a rollup prune). Sequence numbers are given in the order entries
+// commit, whichever way they come; PostgreSQL may skip numbers (a
+// transaction rolled back), so they order the log and are not a count.
 type Audit interface {
 	// AppendAudit stores e with the next sequence number and returns it.
 	AppendAudit(ctx context.Context, e AuditEntry) (AuditEntry, error)

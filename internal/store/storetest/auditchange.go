@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -167,5 +168,67 @@ func testAuditWithChange(t *testing.T, c *suite) {
 	}
 	if got, err := s.GetSubscription(ctx, "u1", "svc"); err != nil || got.ProductID != "basic" || got.Credits != whole(10) {
 		t.Errorf("after a restart: subscription %+v, %v", got, err)
+	}
+}
+
+// testPruneLedgerAudited: a prune given its audit entry writes it with
+// the removal (store.LedgerPruner), completed with what went: the rows the
+// entries name are the rows that went (one entry in all, or one per
+// PostgreSQL partition). An entry that cannot be written removes nothing;
+// a prune that removes nothing writes none; the entries outlive a restart.
+func testPruneLedgerAudited(t *testing.T, c *suite) {
+	s := c.store(t)
+	lp, _ := pruner(t, s)
+	writeRollupRows(t, s)
+	all := Ledger(t, s, store.LedgerFilter{})
+	cut := time.Date(2024, 5, 1, 0, 0, 0, 0, time.UTC) // a month past every row
+	entry := store.AuditEntry{Time: T0, Actor: "admin-api 127.0.0.1:1", Action: "usage.prune",
+		Detail: "raw ledger rows before " + cut.Format(time.RFC3339)}
+	bad := entry
+	bad.Time = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+	if _, err := lp.PruneLedger(ctx, cut, bad); err == nil {
+		t.Error("PruneLedger with an entry that cannot be written succeeded")
+	}
+	if rows := Ledger(t, s, store.LedgerFilter{}); len(rows) != len(all) {
+		t.Fatalf("%d of %d rows left after a prune whose entry could not be written", len(rows), len(all))
+	}
+	if got, _, err := s.ListAudit(ctx, "", 10); err != nil || len(got) != 0 {
+		t.Fatalf("audit log after a refused prune: %+v, %v", got, err)
+	}
+	res, err := lp.PruneLedger(ctx, cut, entry)
+	if err != nil || res.Rows != int64(len(all)) || res.Segments == 0 {
+		t.Fatalf("PruneLedger = %+v, %v; want the %d rows gone", res, err, len(all))
+	}
+	if _, err := lp.PruneLedger(ctx, cut, entry); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		got, _, err := s.ListAudit(ctx, "", 100)
+		if err != nil || len(got) == 0 || len(got) > res.Segments {
+			t.Fatalf("%s: audit log %+v, %v; want one entry per prune or partition of the first prune (%d)", when, got, err, res.Segments)
+		}
+		var segs int
+		var rows, bytes int64
+		for _, e := range got {
+			var n int
+			var r, b int64
+			if _, err := fmt.Sscanf(e.Detail, entry.Detail+": %d segments, %d rows, %d bytes removed", &n, &r, &b); err != nil ||
+				e.Action != entry.Action || e.Actor != entry.Actor || !e.Time.Equal(T0) {
+				t.Fatalf("%s: entry %+v (%v)", when, e, err)
+			}
+			segs, rows, bytes = segs+n, rows+r, bytes+b
+		}
+		if segs != res.Segments || rows != res.Rows || bytes != res.Bytes {
+			t.Errorf("%s: the entries name %d segments, %d rows, %d bytes; the prune removed %+v", when, segs, rows, bytes, res)
+		}
+	}
+	check("after the prunes")
+	if c.reopen != nil {
+		s = c.restart(t, s)
+		check("after a restart")
+		if rows := Ledger(t, s, store.LedgerFilter{}); len(rows) != 0 {
+			t.Errorf("%d rows after a restart", len(rows))
+		}
 	}
 }

@@ -102,6 +102,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"Rollups", testRollups},
 		{"RollupsSaturate", testRollupsSaturate},
 		{"PruneLedger", testPruneLedger},
+		{"PruneLedgerAudited", testPruneLedgerAudited},
 		{"PruneRollups", testPruneRollups},
 		{"PruneBadCutoff", testPruneBadCutoff},
 		{"Outcomes", testOutcomes},
