@@ -51,14 +51,18 @@ const (
 
 // ErrAuditNotRecorded is the error of a change that was made but whose
 // audit entry could not be written (errors.Is): the change stands, and
-// making it again would make it twice.
+// making it again would make it twice. Only RecordAudit answers it: a key,
+// a subscription, credits and a ledger prune hand their entry to the store
+// with the change (store.Keys, store.LedgerPruner), so one of them whose
+// entry cannot be written is not made and is a plain store error.
 var ErrAuditNotRecorded = errors.New("the change was made but its audit entry was not recorded")
 
-// RecordAudit appends an entry for a change that is done, stamped now. A
-// failure to record it is logged (the change stands and cannot be taken
-// back) and answered as an error, so the operator knows the log misses
-// it. The changes of this package record their own; others (a config's
-// changed settings) call it.
+// RecordAudit appends an entry, stamped now: for what is only an entry (a
+// sign-in, a scheduled change, an access request or its decline, a
+// config's changed setting, a prune that removed nothing) or a change
+// written apart from it (a rollup prune, Stripe's invoice records). A
+// failure to record it is logged and answered as an error, so the
+// operator knows the log misses it.
 func (o *Ops) RecordAudit(ctx context.Context, e store.AuditEntry) error {
 	e.Time = o.rt.Now().UTC()
 	if _, err := o.rt.Store().AppendAudit(ctx, e); err != nil {

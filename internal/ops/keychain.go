@@ -47,13 +47,14 @@ func (o *Ops) underParent(ctx context.Context, req CreateKeyRequest, roles []str
 // revokeMinted revokes every key of parent's user made under parent, or
 // under one of those, that ends with its parent and is not revoked yet.
 // A key that does not end with its parent (minted_keys independent) stops
-// the walk: what was made under it follows it, not its parent. The error
-// is a store failure (the cascade is cut short: revoking the parent again
-// finishes it); auditErr is the first audit entry that was not recorded.
-func (o *Ops) revokeMinted(ctx context.Context, actor string, parent store.KeyRecord, now time.Time) (auditErr, err error) {
+// the walk: what was made under it follows it, not its parent. Each key is
+// revoked with its audit entry, in one transaction. The error is a store
+// failure (the cascade is cut short: revoking the parent again finishes
+// it).
+func (o *Ops) revokeMinted(ctx context.Context, actor string, parent store.KeyRecord, now time.Time) error {
 	keys, err := o.rt.Store().ListKeys(ctx, parent.UserID)
 	if err != nil {
-		return nil, fmt.Errorf("list the keys made under key %s: %w", parent.ID, err)
+		return fmt.Errorf("list the keys made under key %s: %w", parent.ID, err)
 	}
 	children := map[string][]store.KeyRecord{}
 	for _, k := range keys {
@@ -72,9 +73,10 @@ func (o *Ops) revokeMinted(ctx context.Context, actor string, parent store.KeyRe
 			if !c.RevokedAt.IsZero() {
 				continue
 			}
-			rk, err := o.rt.Store().RevokeKey(ctx, c.ID, now)
+			rk, err := o.rt.Store().RevokeKey(ctx, c.ID, now, store.AuditEntry{Time: now, Actor: actor, Action: AuditKeyRevoke,
+				UserID: c.UserID, KeyID: c.ID, Detail: "with key " + c.ParentKeyID + ", which it was made under"})
 			if err != nil {
-				return auditErr, fmt.Errorf("key %s: revoking key %s made under it: %w; revoke key %s again", parent.ID, c.ID, err, parent.ID)
+				return fmt.Errorf("key %s: revoking key %s made under it: %w; revoke key %s again", parent.ID, c.ID, err, parent.ID)
 			}
 			o.rt.Logger.Info("service key revoked with the key it was made under",
 				zap.String("key_id", rk.ID),
@@ -82,11 +84,7 @@ func (o *Ops) revokeMinted(ctx context.Context, actor string, parent store.KeyRe
 				zap.String("user_id", rk.UserID),
 				zap.Time("revoked_at", rk.RevokedAt),
 				zap.String("actor", actor))
-			if err := o.RecordAudit(ctx, store.AuditEntry{Actor: actor, Action: AuditKeyRevoke, UserID: rk.UserID, KeyID: rk.ID,
-				Detail: "with key " + rk.ParentKeyID + ", which it was made under"}); err != nil && auditErr == nil {
-				auditErr = err
-			}
 		}
 	}
-	return auditErr, nil
+	return nil
 }

@@ -110,9 +110,6 @@ func (o *Ops) CreateKey(ctx context.Context, actor string, req CreateKeyRequest)
 		Label: req.Label, Created: now, ExpiresAt: expires,
 		ParentKeyID: req.ParentKeyID, EndsWithParent: req.ParentKeyID != "" && req.EndsWithParent,
 	}
-	if err := o.rt.Store().CreateKey(ctx, rec); err != nil {
-		return KeyView{}, fmt.Errorf("create key for user %s: %w", rec.UserID, err)
-	}
 	fields := []zap.Field{
 		zap.String("key_id", rec.ID),
 		zap.String("user_id", rec.UserID),
@@ -132,11 +129,16 @@ func (o *Ops) CreateKey(ctx context.Context, actor string, req CreateKeyRequest)
 			detail += " (revoked with it)"
 		}
 	}
+	// The key and its audit entry are stored in one transaction: a key
+	// whose entry cannot be written is not made.
+	entry := store.AuditEntry{Time: now, Actor: actor, Action: AuditKeyCreate, UserID: rec.UserID, KeyID: rec.ID, Detail: detail}
+	if err := o.rt.Store().CreateKey(ctx, rec, entry); err != nil {
+		return KeyView{}, fmt.Errorf("create key for user %s: %w", rec.UserID, err)
+	}
 	o.rt.Logger.Info("service key created", fields...)
 	v := ViewKey(rec, now)
 	v.Key = key
-	err = o.RecordAudit(ctx, store.AuditEntry{Actor: actor, Action: AuditKeyCreate, UserID: rec.UserID, KeyID: rec.ID, Detail: detail})
-	return v, err
+	return v, nil
 }
 
 // RevokeKey revokes a key, and with it every key made under it that ends
@@ -155,12 +157,13 @@ func (o *Ops) RevokeKey(ctx context.Context, actor, keyID string) (KeyView, erro
 	// The keys made under it go first, so that at no time is it revoked
 	// while one that ends with it still works; a second pass after it
 	// takes any made in the meantime (the portal checks its session key
-	// again after making one, see internal/portal).
-	auditErr, err := o.revokeMinted(ctx, actor, k, now)
-	if err != nil {
+	// again after making one, see internal/portal). Each revocation is
+	// stored with its audit entry, in one transaction.
+	if err := o.revokeMinted(ctx, actor, k, now); err != nil {
 		return KeyView{}, err
 	}
-	k, err = o.rt.Store().RevokeKey(ctx, k.ID, now)
+	k, err = o.rt.Store().RevokeKey(ctx, k.ID, now,
+		store.AuditEntry{Time: now, Actor: actor, Action: AuditKeyRevoke, UserID: k.UserID, KeyID: k.ID})
 	if err != nil {
 		return KeyView{}, fmt.Errorf("revoke key %s: %w", keyID, err)
 	}
@@ -169,15 +172,8 @@ func (o *Ops) RevokeKey(ctx context.Context, actor, keyID string) (KeyView, erro
 		zap.String("user_id", k.UserID),
 		zap.Time("revoked_at", k.RevokedAt),
 		zap.String("actor", actor))
-	if err := o.RecordAudit(ctx, store.AuditEntry{Actor: actor, Action: AuditKeyRevoke, UserID: k.UserID, KeyID: k.ID}); err != nil {
-		auditErr = err
-	}
-	later, err := o.revokeMinted(ctx, actor, k, now)
-	if err != nil {
+	if err := o.revokeMinted(ctx, actor, k, now); err != nil {
 		return KeyView{}, err
 	}
-	if auditErr == nil {
-		auditErr = later
-	}
-	return ViewKey(k, now), auditErr
+	return ViewKey(k, now), nil
 }

@@ -22,8 +22,10 @@ import (
 var ErrNotSupported = errors.New("not supported by this store")
 
 // PruneLedger removes the raw ledger rows older than before, in whole
-// segments, and answers what went. Rollups stay. The rows are gone even
-// when the audit entry fails, which is then the error.
+// segments, and answers what went. Rollups stay. The store writes the
+// audit entry with the removal (store.LedgerPruner): no rows go without
+// it, and an entry that cannot be written removes nothing. A prune that
+// removes nothing is audited too, as only an entry.
 func (o *Ops) PruneLedger(ctx context.Context, actor string, before time.Time) (store.PruneResult, error) {
 	if before.After(o.rt.Now()) {
 		return store.PruneResult{}, apierror.Invalid("before", "before is in the future: pruning would remove rows still being written")
@@ -32,7 +34,7 @@ func (o *Ops) PruneLedger(ctx context.Context, actor string, before time.Time) (
 	if !ok {
 		return store.PruneResult{}, ErrNotSupported
 	}
-	res, err := p.PruneLedger(ctx, before)
+	res, err := p.PruneLedger(ctx, before, pruneAuditEntry(o.rt.Now(), actor, before))
 	switch {
 	case errors.Is(err, store.ErrBadCutoff):
 		return store.PruneResult{}, apierror.Invalid("before", "before must be a time in the past")
@@ -43,19 +45,21 @@ func (o *Ops) PruneLedger(ctx context.Context, actor string, before time.Time) (
 	}
 	o.rt.Logger.Info("ledger pruned", zap.Time("before", before), zap.Int("segments", res.Segments),
 		zap.Int64("rows", res.Rows), zap.Int64("bytes", res.Bytes))
-	// Billing data went: audited like every other change of it. The rows
-	// are gone either way; a failed entry is answered as an error.
-	if err := o.RecordAudit(ctx, pruneAuditEntry(actor, before, res)); err != nil {
-		return res, err
+	if res.Segments == 0 {
+		// Nothing went, so the store wrote no entry: the operator's
+		// prune is in the log all the same.
+		if err := o.RecordAudit(ctx, store.WithPruned([]store.AuditEntry{pruneAuditEntry(o.rt.Now(), actor, before)}, res)[0]); err != nil {
+			return res, err
+		}
 	}
 	return res, nil
 }
 
-// pruneAuditEntry is the audit entry of a ledger prune.
-func pruneAuditEntry(actor string, before time.Time, res store.PruneResult) store.AuditEntry {
-	return store.AuditEntry{Actor: actor, Action: AuditUsagePrune,
-		Detail: fmt.Sprintf("raw ledger rows before %s: %d segments, %d rows, %d bytes removed",
-			before.UTC().Format(time.RFC3339), res.Segments, res.Rows, res.Bytes)}
+// pruneAuditEntry is the audit entry of a ledger prune, which the store
+// completes with what it removes (store.WithPruned).
+func pruneAuditEntry(now time.Time, actor string, before time.Time) store.AuditEntry {
+	return store.AuditEntry{Time: now.UTC(), Actor: actor, Action: AuditUsagePrune,
+		Detail: "raw ledger rows before " + before.UTC().Format(time.RFC3339)}
 }
 
 // ApplyRetention prunes the raw ledger rows older than ledger before t and
@@ -65,12 +69,12 @@ func (o *Ops) ApplyRetention(ctx context.Context, t time.Time, ledger, rollups t
 	logger := o.rt.Logger
 	if ledger > 0 {
 		if p, ok := o.rt.Store().(store.LedgerPruner); ok {
-			if res, err := p.PruneLedger(ctx, t.Add(-ledger)); err != nil {
+			// The store writes the entry with the removal.
+			if res, err := p.PruneLedger(ctx, t.Add(-ledger), pruneAuditEntry(o.rt.Now(), "ledger_retention", t.Add(-ledger))); err != nil {
 				logger.Error("pruning the ledger (ledger_retention)", zap.Error(err))
 			} else if res.Segments > 0 {
 				logger.Info("ledger pruned (ledger_retention)", zap.Int("segments", res.Segments),
 					zap.Int64("rows", res.Rows), zap.Int64("bytes", res.Bytes))
-				_ = o.RecordAudit(ctx, pruneAuditEntry("ledger_retention", t.Add(-ledger), res)) // a failure is logged there
 			}
 		}
 	}

@@ -94,10 +94,15 @@ func (o *Ops) PutSubscriptionUntil(ctx context.Context, actor, userID, serviceID
 	if prev, err := o.rt.Store().GetSubscription(ctx, userID, serviceID); err == nil {
 		prevProduct = prev.ProductID
 	}
-	sub, err := o.rt.Store().PutSubscription(ctx, store.Subscription{
+	now := o.rt.Now().UTC()
+	put := store.Subscription{
 		UserID: userID, ServiceID: serviceID, ProductID: productID,
-		Status: status, UpdatedAt: o.rt.Now().UTC(), EndsAt: end.At.UTC(), EndStatus: end.Status,
-	})
+		Status: status, UpdatedAt: now, EndsAt: end.At.UTC(), EndStatus: end.Status,
+	}
+	// The subscription and its audit entry are stored in one
+	// transaction: a change whose entry cannot be written is not made.
+	sub, err := o.rt.Store().PutSubscription(ctx, put, store.AuditEntry{Time: now, Actor: actor, Action: AuditSubscriptionPut,
+		UserID: userID, ServiceID: serviceID, Detail: putDetail(put, prevProduct)})
 	if err != nil {
 		return SubscriptionChange{}, fmt.Errorf("put subscription of %s to %s: %w", userID, serviceID, err)
 	}
@@ -107,15 +112,20 @@ func (o *Ops) PutSubscriptionUntil(ctx context.Context, actor, userID, serviceID
 		zap.String("product_id", sub.ProductID),
 		zap.String("status", sub.Status),
 		zap.String("actor", actor))
+	return o.describeChange(ctx, prevProduct, sub), nil
+}
+
+// putDetail is the audit detail of a put of sub over a subscription on
+// product prev ("" when there was none).
+func putDetail(sub store.Subscription, prev string) string {
 	detail := "product " + sub.ProductID + ", status " + sub.Status
-	if prevProduct != "" && prevProduct != sub.ProductID {
-		detail += " (was product " + prevProduct + ")"
+	if prev != "" && prev != sub.ProductID {
+		detail += " (was product " + prev + ")"
 	}
 	if !sub.EndsAt.IsZero() {
 		detail += ", " + sub.EndStatus + " from " + sub.EndsAt.Format(time.RFC3339)
 	}
-	err = o.RecordAudit(ctx, store.AuditEntry{Actor: actor, Action: AuditSubscriptionPut, UserID: userID, ServiceID: serviceID, Detail: detail})
-	return o.describeChange(ctx, prevProduct, sub), err
+	return detail
 }
 
 // describeChange builds the answer to a subscription change. A failure to
@@ -175,7 +185,8 @@ func parseSignedUnits(raw json.RawMessage) (billing.Units, error) {
 }
 
 // AddCredits adds (or, negative, removes) prepaid credits; the balance
-// may go below zero, which records what the user owes.
+// may go below zero, which records what the user owes. A change whose
+// audit entry cannot be written is not made.
 func (o *Ops) AddCredits(ctx context.Context, actor, userID, serviceID string, amount billing.Units) (store.Subscription, error) {
 	userID, serviceID, err := SubscriptionIDs([]string{userID, serviceID})
 	if err != nil {
@@ -184,7 +195,11 @@ func (o *Ops) AddCredits(ctx context.Context, actor, userID, serviceID string, a
 	if amount == 0 {
 		return store.Subscription{}, apierror.Invalid("amount", "amount must not be zero")
 	}
-	sub, err := o.rt.Store().AddCredits(ctx, userID, serviceID, amount, o.rt.Now())
+	// The balance and the audit entry are stored in one transaction; the
+	// store completes the detail with the balance the change left.
+	now := o.rt.Now().UTC()
+	sub, err := o.rt.Store().AddCredits(ctx, userID, serviceID, amount, now, store.AuditEntry{Time: now, Actor: actor,
+		Action: AuditCreditsAdd, UserID: userID, ServiceID: serviceID, Detail: "amount " + amount.String()})
 	if errors.Is(err, store.ErrNoAccount) || errors.Is(err, store.ErrNotFound) {
 		return store.Subscription{}, SubscriptionNotFound(userID, serviceID)
 	}
@@ -201,7 +216,5 @@ func (o *Ops) AddCredits(ctx context.Context, actor, userID, serviceID string, a
 		zap.Stringer("amount", amount),
 		zap.Stringer("balance", sub.Credits),
 		zap.String("actor", actor))
-	err = o.RecordAudit(ctx, store.AuditEntry{Actor: actor, Action: AuditCreditsAdd, UserID: userID, ServiceID: serviceID,
-		Detail: "amount " + amount.String() + ", balance " + sub.Credits.String()})
-	return sub, err
+	return sub, nil
 }

@@ -123,11 +123,20 @@ func (s *Service) Now() time.Time { return s.now() }
 
 // audit records a change made because of Stripe, as actor "stripe".
 func (s *Service) audit(ctx context.Context, action, userID, serviceID, detail string) {
-	if s.ops == nil {
-		return
+	for _, e := range s.auditEntry(action, userID, serviceID, detail) {
+		_ = s.ops.RecordAudit(ctx, e)
 	}
-	_ = s.ops.RecordAudit(ctx, store.AuditEntry{Time: s.now().UTC(), Actor: "stripe", Action: action,
-		UserID: userID, ServiceID: serviceID, Detail: detail})
+}
+
+// auditEntry is the audit entry of a change made because of Stripe, for
+// a store write that takes it with the change (store.Subscriptions); none
+// without the operations (whose RecordAudit audit would call).
+func (s *Service) auditEntry(action, userID, serviceID, detail string) []store.AuditEntry {
+	if s.ops == nil {
+		return nil
+	}
+	return []store.AuditEntry{{Time: s.now().UTC(), Actor: "stripe", Action: action,
+		UserID: userID, ServiceID: serviceID, Detail: detail}}
 }
 
 // badEventError is an event the gateway can never apply (it names a user

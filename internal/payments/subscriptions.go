@@ -758,18 +758,20 @@ func (s *Service) setGatewaySubscription(ctx context.Context, pay store.Payments
 	} else if live && !st.PeriodStart.IsZero() {
 		put.StartedAt = st.PeriodStart // a new subscription's periods are Stripe's
 	}
-	next, err := s.Store().PutSubscription(ctx, put)
-	if err != nil {
-		return fmt.Errorf("set the subscription of %s to %s: %w", id.User, id.Service, err)
-	}
 	before := "none"
 	if had {
 		before = describeSub(cur)
 	}
+	// The subscription and its audit entry are stored in one transaction:
+	// a change whose entry cannot be written is not made (the event is
+	// answered with an error and Stripe delivers it again).
+	next, err := s.Store().PutSubscription(ctx, put, s.auditEntry(AuditSubscriptionStripe, id.User, id.Service,
+		fmt.Sprintf("Stripe subscription %s is %s: %s → %s", st.ID, stripeWords(st), before, describeSub(put)))...)
+	if err != nil {
+		return fmt.Errorf("set the subscription of %s to %s: %w", id.User, id.Service, err)
+	}
 	s.log.Info("subscription set from Stripe", zap.String("user_id", id.User), zap.String("service_id", id.Service),
 		zap.String("product_id", id.Product), zap.String("status", next.Status), zap.String("subscription", st.ID))
-	s.audit(ctx, AuditSubscriptionStripe, id.User, id.Service,
-		fmt.Sprintf("Stripe subscription %s is %s: %s → %s", st.ID, stripeWords(st), before, describeSub(next)))
 	return nil
 }
 

@@ -346,14 +346,11 @@ func (a *adminAPI) createKey(app *App, w http.ResponseWriter, r *http.Request, _
 	if err := decodeBody(w, r, &req); err != nil {
 		return err
 	}
+	// The key is stored with its audit entry, in one transaction: an
+	// error made no key.
 	v, err := app.ops.CreateKey(r.Context(), adminActor(r), req)
-	if v.ID == "" {
-		return err
-	}
 	if err != nil {
-		// The key exists: it is shown (once) even though its audit entry
-		// failed, which the server log says.
-		a.logger.Error("key created without its audit entry", zap.String("key_id", v.ID))
+		return err
 	}
 	w.Header().Set("Location", adminAPIBase+"keys/"+url.PathEscape(v.ID))
 	return writeJSON(w, http.StatusCreated, v)

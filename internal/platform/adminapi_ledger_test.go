@@ -46,8 +46,17 @@ func (s segmentedStore) ScanRollups(ctx context.Context, f store.RollupFilter, f
 	return s.l.ScanRollups(ctx, f, fn)
 }
 
-func (s segmentedStore) PruneLedger(_ context.Context, before time.Time) (store.PruneResult, error) {
-	return s.l.Prune(before)
+// PruneLedger writes the entries before the files go, as the bbolt
+// store's own ledger does.
+func (s segmentedStore) PruneLedger(ctx context.Context, before time.Time, audit ...store.AuditEntry) (store.PruneResult, error) {
+	return s.l.PruneWith(before, func(planned store.PruneResult) error {
+		for _, e := range store.WithPruned(audit, planned) {
+			if _, err := s.AppendAudit(ctx, e); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 func (s segmentedStore) PruneRollups(_ context.Context, before time.Time) (int, error) {

@@ -70,8 +70,22 @@ type PruneResult struct {
 // PostgreSQL store drops whole monthly partitions: see docs/fleet.md). The
 // hourly rollups stay (see RollupReader). A zero or future before is
 // ErrBadCutoff.
+//
+// The audit entries, when given, are the prune's (store.Audit): the store
+// completes each one's Detail with what it removes (WithPruned) and
+// writes it with the removal, so that no rows go without an entry. In
+// PostgreSQL each monthly partition is dropped in a transaction of its
+// own, which writes the entries for that partition: the drop and its
+// entries commit together or not at all. In boltstore the segment files
+// are not in the bbolt file: the entries (for every segment that goes) are
+// committed to it after the rollups are saved and before the first file
+// goes, so a crash between the two leaves entries for rows still there,
+// which the next prune removes (with entries of its own), never rows gone
+// without one. An entry that cannot be written removes nothing (in
+// PostgreSQL, nothing more) and is the error. A prune that removes
+// nothing writes no entry.
 type LedgerPruner interface {
-	PruneLedger(ctx context.Context, before time.Time) (PruneResult, error)
+	PruneLedger(ctx context.Context, before time.Time, audit ...AuditEntry) (PruneResult, error)
 }
 
 // RollupPruner forgets hourly rollups of hours before before (the

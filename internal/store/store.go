@@ -105,17 +105,23 @@ func (k KeyRecord) ActiveAt(now time.Time) bool {
 	return servicekey.ActiveAt(k.RevokedAt, k.ExpiresAt, now)
 }
 
-// Keys stores service keys.
+// Keys stores service keys. CreateKey and RevokeKey, like PutSubscription,
+// take the audit entries of the change (an operator's, usually one; see
+// Audit): they are appended to the audit log in the same transaction as
+// the change, so the change and its entries are stored together or not at
+// all. A change refused (ErrExists, ErrNotFound) appends none, and an entry
+// that cannot be written fails the change.
 type Keys interface {
-	CreateKey(ctx context.Context, k KeyRecord) error
+	CreateKey(ctx context.Context, k KeyRecord, audit ...AuditEntry) error
 	// KeyByHash finds a key, revoked or expired ones included.
 	KeyByHash(ctx context.Context, hash [32]byte) (KeyRecord, error)
 	KeyByID(ctx context.Context, id string) (KeyRecord, error)
 	// ListKeys lists a user's keys, or every key when userID is empty.
 	ListKeys(ctx context.Context, userID string) ([]KeyRecord, error)
 	// RevokeKey marks the key revoked at the given time; revoking twice
-	// keeps the first time.
-	RevokeKey(ctx context.Context, id string, at time.Time) (KeyRecord, error)
+	// keeps the first time (and appends the entries again: the second
+	// revocation is an act of its own).
+	RevokeKey(ctx context.Context, id string, at time.Time, audit ...AuditEntry) (KeyRecord, error)
 }
 
 // Subscription ties a user to a product of a service.
@@ -156,11 +162,17 @@ type Subscriptions interface {
 	// PutSubscription creates or updates the subscription of a user to a
 	// service. StartedAt and the credit balance are kept on update (but
 	// for a RestartPeriodsAt, which becomes StartedAt); every other field,
-	// EndsAt and EndStatus included, is the put's.
-	PutSubscription(ctx context.Context, s Subscription) (Subscription, error)
+	// EndsAt and EndStatus included, is the put's. The audit entries are
+	// appended with the put, in its transaction (as Keys says).
+	PutSubscription(ctx context.Context, s Subscription, audit ...AuditEntry) (Subscription, error)
 	GetSubscription(ctx context.Context, userID, serviceID string) (Subscription, error)
-	// AddCredits adds (or, negative, removes) prepaid credits.
-	AddCredits(ctx context.Context, userID, serviceID string, amount billing.Units, at time.Time) (Subscription, error)
+	// AddCredits adds (or, negative, removes) prepaid credits. The audit
+	// entries are appended with the change, in its transaction (in
+	// boltstore, its settlement-log record), each one's Detail followed by
+	// ", balance " and the balance after the change, which only the store
+	// knows when it makes it. No subscription (ErrNoAccount) or a balance
+	// out of range (ErrBalanceRange) appends none.
+	AddCredits(ctx context.Context, userID, serviceID string, amount billing.Units, at time.Time, audit ...AuditEntry) (Subscription, error)
 }
 
 // Ledger sources.
@@ -291,7 +303,15 @@ type AuditEntry struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-// Audit is the append-only log of operator changes.
+// Audit is the append-only log of operator changes. A change the store
+// makes (a key, a subscription, credits added or granted, a ledger prune)
+// takes its entries with it and writes them with the change (CreateKey,
+// RevokeKey, PutSubscription, AddCredits, Payments, LedgerPruner);
+// AppendAudit is for what is only an entry (a sign-in, a request, a
+// config's changed setting) or a change made apart from the store's
+// writes (a rollup prune). Sequence numbers are given in the order entries
+// commit, whichever way they come; PostgreSQL may skip numbers (a
+// transaction rolled back), so they order the log and are not a count.
 type Audit interface {
 	// AppendAudit stores e with the next sequence number and returns it.
 	AppendAudit(ctx context.Context, e AuditEntry) (AuditEntry, error)

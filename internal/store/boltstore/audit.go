@@ -21,15 +21,33 @@ func (s *Store) AppendAudit(ctx context.Context, e store.AuditEntry) (store.Audi
 		return e, err
 	}
 	err := s.update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketAudit)
+		es := []store.AuditEntry{e}
+		if err := appendAudit(tx, es); err != nil {
+			return err
+		}
+		e = es[0]
+		return nil
+	})
+	return e, err
+}
+
+// appendAudit appends es to the audit log in tx, in order, setting each
+// one's Seq: the entries of a change are written in the change's own
+// transaction (CreateKey, RevokeKey, PutSubscription, a credit grant's
+// apply), so a crash or a failed write keeps both or neither.
+func appendAudit(tx *bolt.Tx, es []store.AuditEntry) error {
+	b := tx.Bucket(bucketAudit)
+	for i := range es {
 		seq, err := b.NextSequence()
 		if err != nil {
 			return err
 		}
-		e.Seq = seq
-		return putJSON(tx, bucketAudit, u64(seq), e)
-	})
-	return e, err
+		es[i].Seq = seq
+		if err := putJSON(tx, bucketAudit, u64(seq), es[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ListAudit pages through the audit log, newest first.

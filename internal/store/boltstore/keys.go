@@ -3,7 +3,9 @@ package boltstore
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -13,8 +15,9 @@ import (
 	"github.com/platformgw/gateway/internal/store"
 )
 
-// CreateKey stores a new key under its hash.
-func (s *Store) CreateKey(ctx context.Context, k store.KeyRecord) error {
+// CreateKey stores a new key under its hash, with its audit entries in the
+// same transaction.
+func (s *Store) CreateKey(ctx context.Context, k store.KeyRecord, audit ...store.AuditEntry) error {
 	if err := store.CtxErr(ctx); err != nil {
 		return err
 	}
@@ -30,7 +33,10 @@ func (s *Store) CreateKey(ctx context.Context, k store.KeyRecord) error {
 		if err := putRaw(tx, bucketKeyIDs, []byte(k.ID), k.Hash[:]); err != nil {
 			return err
 		}
-		return putRaw(tx, bucketKeyUsers, joinKey(k.UserID, k.ID), k.Hash[:])
+		if err := putRaw(tx, bucketKeyUsers, joinKey(k.UserID, k.ID), k.Hash[:]); err != nil {
+			return err
+		}
+		return appendAudit(tx, slices.Clone(audit))
 	})
 }
 
@@ -110,8 +116,9 @@ func (s *Store) ListKeys(_ context.Context, userID string) ([]store.KeyRecord, e
 }
 
 // RevokeKey marks a key revoked; a second revocation keeps the first time.
-// The id is read as KeyByID reads it.
-func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) (store.KeyRecord, error) {
+// The id is read as KeyByID reads it. The audit entries are appended in
+// the same transaction.
+func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time, audit ...store.AuditEntry) (store.KeyRecord, error) {
 	if err := store.CtxErr(ctx); err != nil {
 		return store.KeyRecord{}, err
 	}
@@ -133,7 +140,7 @@ func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) (store.K
 			s.written.key(k.Hash)
 		}
 		out = k
-		return nil
+		return appendAudit(tx, slices.Clone(audit))
 	})
 	return out, err
 }
@@ -179,8 +186,9 @@ func (s *Store) writeSub(tx *bolt.Tx, sub store.Subscription) error {
 }
 
 // PutSubscription creates or updates a subscription, keeping its start
-// (the period anchor) and credit balance.
-func (s *Store) PutSubscription(ctx context.Context, sub store.Subscription) (store.Subscription, error) {
+// (the period anchor) and credit balance, with its audit entries in the
+// same transaction.
+func (s *Store) PutSubscription(ctx context.Context, sub store.Subscription, audit ...store.AuditEntry) (store.Subscription, error) {
 	if err := store.CtxErr(ctx); err != nil {
 		return sub, err
 	}
@@ -204,7 +212,7 @@ func (s *Store) PutSubscription(ctx context.Context, sub store.Subscription) (st
 			return err
 		}
 		out = next
-		return nil
+		return appendAudit(tx, slices.Clone(audit))
 	})
 	if err == nil && !sub.RestartPeriodsAt.IsZero() {
 		// The loaded account counts its periods from its own copy of
@@ -238,13 +246,21 @@ func (s *Store) GetSubscription(_ context.Context, userID, serviceID string) (st
 }
 
 // AddCredits changes a prepaid balance by amount: a settlement record,
-// as the balance lives in memory with the calls that draw on it.
-func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount billing.Units, at time.Time) (store.Subscription, error) {
+// as the balance lives in memory with the calls that draw on it. The
+// audit entries travel in the same record (its grant part, as a credit
+// grant's do): the log takes both at once, the applier writes both in one
+// transaction, and a replay at start restores both.
+func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount billing.Units, at time.Time, audit ...store.AuditEntry) (store.Subscription, error) {
 	if err := store.CtxErr(ctx); err != nil {
 		return store.Subscription{}, err
 	}
 	if err := s.usable(); err != nil {
 		return store.Subscription{}, err
+	}
+	// The record's encoding cannot fail once it is made: an entry that
+	// cannot be written is refused here, with nothing changed.
+	if _, err := json.Marshal(audit); err != nil {
+		return store.Subscription{}, fmt.Errorf("audit entry of a credit change: %w", err)
 	}
 	acc, err := s.account(userID, serviceID)
 	if err != nil {
@@ -258,6 +274,9 @@ func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount
 		return store.Subscription{}, store.ErrBalanceRange
 	}
 	acc.credits += amount
+	if len(audit) > 0 {
+		rec.grant = &grantChange{Audit: store.WithBalance(audit, acc.credits)}
+	}
 	before := acc.updated
 	acc.updated = at.UTC()
 	_, b, err := s.commitRecord(rec, nil)
@@ -275,5 +294,10 @@ func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount
 		return store.Subscription{}, err
 	}
 	s.noteChange(userID, serviceID)
+	// The entries reach the file (and ListAudit) at once, as a grant's;
+	// if this apply fails the log keeps them and the next applies.
+	if len(audit) > 0 && applyGrantsAtOnce {
+		s.applyAll()
+	}
 	return s.GetSubscription(ctx, userID, serviceID)
 }

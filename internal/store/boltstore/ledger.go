@@ -236,8 +236,10 @@ func (s *Store) ScanRollups(ctx context.Context, f store.RollupFilter, fn func(s
 }
 
 // PruneLedger removes the ledger's raw rows older than before, in whole
-// segments (store.LedgerPruner); the rollups stay.
-func (s *Store) PruneLedger(ctx context.Context, before time.Time) (store.PruneResult, error) {
+// segments (store.LedgerPruner); the rollups stay. The audit entries,
+// completed with what goes, are committed to the file before the first
+// segment file is removed.
+func (s *Store) PruneLedger(ctx context.Context, before time.Time, audit ...store.AuditEntry) (store.PruneResult, error) {
 	if err := s.ready(); err != nil {
 		return store.PruneResult{Before: before}, err
 	}
@@ -247,7 +249,12 @@ func (s *Store) PruneLedger(ctx context.Context, before time.Time) (store.PruneR
 	if err := checkCutoff(before); err != nil {
 		return store.PruneResult{Before: before}, err
 	}
-	return s.led.Prune(before)
+	if len(audit) == 0 {
+		return s.led.Prune(before)
+	}
+	return s.led.PruneWith(before, func(planned store.PruneResult) error {
+		return s.update(func(tx *bolt.Tx) error { return appendAudit(tx, store.WithPruned(audit, planned)) })
+	})
 }
 
 // PruneRollups forgets the hourly rollups of hours before before

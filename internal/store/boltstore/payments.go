@@ -150,18 +150,8 @@ func (s *Store) applyGrant(tx *bolt.Tx, c *grantChange) error {
 			return err
 		}
 	}
-	for _, e := range c.Audit {
-		b := tx.Bucket(bucketAudit)
-		seq, err := b.NextSequence()
-		if err != nil {
-			return err
-		}
-		e.Seq = seq
-		if err := putJSON(tx, bucketAudit, u64(seq), e); err != nil {
-			return err
-		}
-	}
-	return nil
+	// A copy: a replay of the record numbers them again.
+	return appendAudit(tx, slices.Clone(c.Audit))
 }
 
 // Records.

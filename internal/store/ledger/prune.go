@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/platformgw/gateway/internal/store"
@@ -17,6 +18,16 @@ import (
 // it is sealed by size or age (SealAge), or here when all its rows are
 // older than before, and goes then.
 func (l *Ledger) Prune(before time.Time) (store.PruneResult, error) {
+	return l.PruneWith(before, nil)
+}
+
+// PruneWith is Prune that calls commit, when it is not nil, with what the
+// prune is about to remove (the segments chosen, their rows and bytes),
+// after the rollup log frame is written and before any file goes; an
+// error from commit removes nothing and is the prune's. The store writes
+// the prune's audit entry there, so that no rows go without one. It is not
+// called when nothing is to go.
+func (l *Ledger) PruneWith(before time.Time, commit func(planned store.PruneResult) error) (store.PruneResult, error) {
 	res := store.PruneResult{Before: before}
 	cut := before.UnixNano()
 	if before.Year() < 1678 {
@@ -59,12 +70,32 @@ func (l *Ledger) Prune(before time.Time) (store.PruneResult, error) {
 	l.mu.Lock()
 	var gone []*segMeta
 	keep := l.segs[:0:0]
+	planned := store.PruneResult{Before: before}
 	for i, m := range l.segs {
 		if prunable(i, m) {
 			gone = append(gone, m)
+			planned.Segments++
+			planned.Rows += m.rows
+			planned.Bytes += m.size
 			continue
 		}
 		keep = append(keep, m)
+	}
+	if commit != nil {
+		// The segments chosen stay listed until commit said yes: a sealed
+		// segment changes no more, and none is sealed or removed
+		// meanwhile (sealMu).
+		l.mu.Unlock()
+		if err := commit(planned); err != nil {
+			return res, err
+		}
+		l.mu.Lock()
+		keep = l.segs[:0:0]
+		for _, m := range l.segs {
+			if !slices.Contains(gone, m) {
+				keep = append(keep, m)
+			}
+		}
 	}
 	l.segs = keep
 	l.mu.Unlock()

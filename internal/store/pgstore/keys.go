@@ -209,7 +209,7 @@ func uniqueViolation(err error) bool {
 }
 
 // CreateKey stores a new key under its hash.
-func (s *Store) CreateKey(ctx context.Context, k store.KeyRecord) error {
+func (s *Store) CreateKey(ctx context.Context, k store.KeyRecord, audit ...store.AuditEntry) error {
 	if err := store.CtxErr(ctx); err != nil {
 		return err
 	}
@@ -223,6 +223,9 @@ func (s *Store) CreateKey(ctx context.Context, k store.KeyRecord) error {
 			return fmt.Errorf("key %s: %w", k.ID, store.ErrExists)
 		}
 		if err != nil {
+			return err
+		}
+		if err := insertAudits(ctx, tx, audit); err != nil {
 			return err
 		}
 		return notify(ctx, tx, notifyKey(k.Hash))
@@ -311,7 +314,7 @@ func (s *Store) ListKeys(ctx context.Context, userID string) ([]store.KeyRecord,
 
 // RevokeKey marks a key revoked; a second revocation keeps the first time.
 // Every node drops the key from its cache when the notification arrives.
-func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) (store.KeyRecord, error) {
+func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time, audit ...store.AuditEntry) (store.KeyRecord, error) {
 	if err := store.CtxErr(ctx); err != nil {
 		return store.KeyRecord{}, err
 	}
@@ -335,7 +338,7 @@ func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) (store.K
 			}
 		}
 		out = k
-		return nil
+		return insertAudits(ctx, tx, audit)
 	})
 	if err == nil {
 		s.cache.dropKey(out.Hash)
@@ -368,7 +371,7 @@ func subRec(sub store.Subscription) ([]byte, error) { return json.Marshal(toSubR
 
 // PutSubscription creates or updates a subscription, keeping its start
 // (the period anchor) and credit balance.
-func (s *Store) PutSubscription(ctx context.Context, sub store.Subscription) (store.Subscription, error) {
+func (s *Store) PutSubscription(ctx context.Context, sub store.Subscription, audit ...store.AuditEntry) (store.Subscription, error) {
 	if err := store.CtxErr(ctx); err != nil {
 		return sub, err
 	}
@@ -398,6 +401,9 @@ func (s *Store) PutSubscription(ctx context.Context, sub store.Subscription) (st
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO subscriptions (user_id, service_id, rec) VALUES ($1, $2, $3)
 			ON CONFLICT (user_id, service_id) DO UPDATE SET rec = EXCLUDED.rec`, next.UserID, next.ServiceID, rec); err != nil {
+			return err
+		}
+		if err := insertAudits(ctx, tx, audit); err != nil {
 			return err
 		}
 		out = next
@@ -474,8 +480,9 @@ func (s *Store) getSubscription(ctx context.Context, userID, serviceID string) (
 	return sub, nil
 }
 
-// AddCredits changes a prepaid balance by amount, in one UPDATE.
-func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount billing.Units, at time.Time) (store.Subscription, error) {
+// AddCredits changes a prepaid balance by amount, in one UPDATE, with its
+// audit entries in the same transaction.
+func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount billing.Units, at time.Time, audit ...store.AuditEntry) (store.Subscription, error) {
 	if err := store.CtxErr(ctx); err != nil {
 		return store.Subscription{}, err
 	}
@@ -492,6 +499,9 @@ func (s *Store) AddCredits(ctx context.Context, userID, serviceID string, amount
 			return store.ErrBalanceRange
 		}
 		if err != nil {
+			return err
+		}
+		if err := insertAudits(ctx, tx, store.WithBalance(audit, out.Credits)); err != nil {
 			return err
 		}
 		return notify(ctx, tx, notifyCredits(userID, serviceID, amount))

@@ -226,6 +226,17 @@ func insertAudit(ctx context.Context, tx pgx.Tx, e store.AuditEntry) error {
 		RETURNING seq`, e).Scan(&e.Seq)
 }
 
+// insertAudits appends the entries of a change to the audit log in the
+// change's transaction (store.Keys), in order.
+func insertAudits(ctx context.Context, tx pgx.Tx, es []store.AuditEntry) error {
+	for _, e := range es {
+		if err := insertAudit(ctx, tx, e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func grantAudit(g store.CreditGrant, at time.Time, action, detail string) store.AuditEntry {
 	actor := g.Source
 	if actor == "" {

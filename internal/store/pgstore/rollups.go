@@ -400,7 +400,11 @@ func ledgerPartitions(ctx context.Context, q interface {
 // settlement queued behind it), tried again a few times, and otherwise
 // left for the next prune: the answer is then store.ErrUnavailable with
 // what was dropped so far.
-func (s *Store) PruneLedger(ctx context.Context, before time.Time) (store.PruneResult, error) {
+//
+// The audit entries, when given, are written in each partition's DROP
+// transaction, completed with what that partition held: a partition goes
+// with its entries or not at all.
+func (s *Store) PruneLedger(ctx context.Context, before time.Time, audit ...store.AuditEntry) (store.PruneResult, error) {
 	res := store.PruneResult{Before: before}
 	if err := checkCutoff(before); err != nil {
 		return res, err
@@ -448,8 +452,10 @@ func (s *Store) PruneLedger(ctx context.Context, before time.Time) (store.PruneR
 				if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", dropLockWait.Milliseconds())); err != nil {
 					return err
 				}
-				_, err := tx.Exec(ctx, "DROP TABLE "+pgx.Identifier{c.name}.Sanitize())
-				return err
+				if _, err := tx.Exec(ctx, "DROP TABLE "+pgx.Identifier{c.name}.Sanitize()); err != nil {
+					return err
+				}
+				return insertAudits(ctx, tx, store.WithPruned(audit, store.PruneResult{Before: before, Segments: 1, Rows: c.rows, Bytes: c.bytes}))
 			})
 			var pe *pgconn.PgError
 			if !errors.As(err, &pe) || pe.Code != "55P03" { // lock_not_available
