@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,7 @@ import (
 	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/pgtest"
 	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/store/boltstore"
 )
 
 const alertSecret = "alert-secret-alert-secret-0001"
@@ -627,6 +629,63 @@ func testAlertsReloadSendsOnce(t *testing.T, pg bool) {
 	g.settleAlerts("u7")
 	if recs := g.alerts("u7"); len(recs) != 1 {
 		t.Fatalf("records %+v", recs)
+	}
+}
+
+// TestAlertsStopWaitsForAttempt: a stop while an attempt is under way
+// lets it finish rather than cancelling it, but no longer than its
+// timeout: a receiver that never answers holds the stop for the attempt's
+// timeout at most. The attempt is recorded as what it was (timed out, to
+// be retried), and the next start delivers the alert once.
+func TestAlertsStopWaitsForAttempt(t *testing.T) {
+	be := newTestBackend(t, testSecret, "Platform")
+	rcv := newAlertReceiver(t, alertSecret)
+	dir := t.TempDir()
+	const timeout = time.Second
+	block := strings.Replace(alertsCatalog(be.URL, rcv.URL), "interval 20ms", "interval 20ms\n\t\t\ttimeout 1s", 1)
+	arrived := make(chan struct{})
+	rcv.upHolding(func(req *http.Request) {
+		close(arrived)
+		<-req.Context().Done() // never answered: the gateway gives up
+		rcv.setDown(true)      // (and what it would have got is not an acceptance)
+	})
+	g := startGateway(t, dir, block)
+	key, _ := g.newKey("u8")
+	g.subscribe("u8", "svc", "basic", "ACTIVE")
+	invokeOK(t, key, 8)
+	select {
+	case <-arrived:
+	case <-time.After(15 * time.Second):
+		t.Fatal("timed out waiting for the attempt")
+	}
+	began := time.Now()
+	stopGateway(t)
+	if took := time.Since(began); took > timeout+4*time.Second {
+		t.Fatalf("the stop took %s with an attempt under way, want about its timeout (%s) at most", took, timeout)
+	}
+
+	rcv.setDown(false)
+	// What the stop recorded, read before the next start sends anything.
+	st, err := boltstore.Open(filepath.Join(dir, "platform.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, _, err := st.ListAlerts(context.Background(), store.AlertFilter{UserID: "u8"}, "", 10)
+	st.Close()
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("alerts after the stop: %+v, %v", recs, err)
+	}
+	if rec := recs[0]; rec.Status != store.AlertPending || rec.Attempts != 1 || !strings.Contains(rec.LastError, "deadline exceeded") {
+		t.Fatalf("record after a stop mid-attempt %+v, want pending after 1 attempt that timed out", rec)
+	}
+	g = startGateway(t, dir, block)
+	waitFor(t, "the delivery after the next start", func() bool { return g.alerts("u8")[0].Status == store.AlertDelivered })
+	g.settleAlerts("u8")
+	if recs := g.alerts("u8"); recs[0].Attempts != 2 {
+		t.Fatalf("record after the next start %+v, want delivered at the second attempt", recs[0])
+	}
+	if n := len(rcv.accepted()["u8 quota 80%"]); n != 1 {
+		t.Fatalf("accepted %d times, want once", n)
 	}
 }
 
