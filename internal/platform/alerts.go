@@ -407,11 +407,14 @@ func (a *App) deliverAlerts(ctx context.Context, stop <-chan struct{}) {
 	}
 }
 
-// DeliverDueAlerts makes one attempt at every pending alert that is due.
+// DeliverDueAlerts makes one attempt at every pending alert that is due,
+// until ctx ends: an attempt begun then runs to its end (deliverAlert).
 func (a *App) DeliverDueAlerts(ctx context.Context) {
 	due, err := a.DataStore().DueAlerts(ctx, a.Now(), alertBatch)
 	if err != nil {
-		a.logger.Error("usage alerts: reading due alerts", zap.Error(err))
+		if ctx.Err() == nil { // not a reload or stop
+			a.logger.Error("usage alerts: reading due alerts", zap.Error(err))
+		}
 		return
 	}
 	for _, al := range due {
