@@ -10,15 +10,20 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
+
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/ops"
+	"github.com/platformgw/gateway/internal/pgtest"
 	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/store/boltstore"
 )
 
 const alertSecret = "alert-secret-alert-secret-0001"
@@ -34,6 +39,9 @@ type alertReceiver struct {
 	down     bool
 	failNext int
 	got      []alertDelivery
+	// hold, when set, is called with the next request (once) before it
+	// is answered: a receiver that takes its time.
+	hold func(*http.Request)
 }
 
 type alertDelivery struct {
@@ -61,6 +69,13 @@ func (r *alertReceiver) serve(w http.ResponseWriter, req *http.Request) {
 		SigOK: hmac.Equal([]byte(want), []byte(req.Header.Get("X-Platform-Signature")))}
 	json.Unmarshal(body, &d.Event)
 	r.mu.Lock()
+	hold := r.hold
+	r.hold = nil
+	r.mu.Unlock()
+	if hold != nil {
+		hold(req)
+	}
+	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
 	case req.Method != http.MethodPost || req.URL.Path != "/hook" || !d.SigOK:
@@ -80,6 +95,13 @@ func (r *alertReceiver) serve(w http.ResponseWriter, req *http.Request) {
 func (r *alertReceiver) setDown(down bool) {
 	r.mu.Lock()
 	r.down = down
+	r.mu.Unlock()
+}
+
+// upHolding brings the receiver up with its next request held by hold.
+func (r *alertReceiver) upHolding(hold func(*http.Request)) {
+	r.mu.Lock()
+	r.down, r.hold = false, hold
 	r.mu.Unlock()
 }
 
@@ -501,15 +523,42 @@ func TestAlertsGiveUp(t *testing.T) {
 	}
 }
 
-// TestAlertsReloadSendsOnce: a config reload while an alert is pending
-// runs the old and the new config's delivery loops side by side for a
-// moment; the alert is still accepted exactly once.
+// TestAlertsReloadSendsOnce: a config reload while an alert is being
+// retried runs the old and the new config's delivery loops side by side
+// for a moment; the alert is still accepted exactly once, on both stores.
+// The retry under way at the reload is held by the receiver until the new
+// config serves and the old one is being stopped, and then accepted: the
+// old config's attempt must finish (not be cancelled by the reload) and
+// record the delivery, and the new config must not send it again
+// meanwhile. (Cancelled, the attempt was recorded as interrupted, due at
+// once, and the new config's loop sent the alert a second time: accepted
+// twice, about one run in twelve before this test held the attempt.)
 func TestAlertsReloadSendsOnce(t *testing.T) {
+	for _, pg := range []bool{false, true} {
+		name := "file"
+		if pg {
+			name = "postgres"
+		}
+		t.Run(name, func(t *testing.T) { testAlertsReloadSendsOnce(t, pg) })
+	}
+}
+
+func testAlertsReloadSendsOnce(t *testing.T, pg bool) {
 	be := newTestBackend(t, testSecret, "Platform")
 	rcv := newAlertReceiver(t, alertSecret)
 	rcv.setDown(true)
 	dir := t.TempDir()
-	g := startGateway(t, dir, alertsCatalog(be.URL, rcv.URL))
+	block := alertsCatalog(be.URL, rcv.URL)
+	// The same store, another interval: a reload, not a restart.
+	reloaded := gatewayConfig(dir, strings.Replace(block, "interval 20ms", "interval 30ms", 1), "", "", "")
+	var g *gateway
+	if pg {
+		dsn := pgtest.DB(t)
+		g = startGatewayPostgres(t, dir, dsn, block)
+		reloaded = onPostgres(t, reloaded, dir, dsn)
+	} else {
+		g = startGateway(t, dir, block)
+	}
 	key, _ := g.newKey("u7")
 	g.subscribe("u7", "svc", "basic", "ACTIVE")
 	invokeOK(t, key, 8)
@@ -517,9 +566,54 @@ func TestAlertsReloadSendsOnce(t *testing.T) {
 		recs := g.alerts("u7")
 		return len(recs) == 1 && recs[0].Attempts >= 1
 	})
-	rcv.setDown(false)
-	// The same store, another interval: a reload, not a restart.
-	g = startGateway(t, dir, strings.Replace(alertsCatalog(be.URL, rcv.URL), "interval 20ms", "interval 30ms", 1))
+	old := g.app()
+
+	// The next retry reaches the receiver, which answers it only once the
+	// new config serves and the old one's stop has cancelled the request
+	// (or, when nothing cancels it, after a while).
+	arrived, swapped, answered := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	release := sync.OnceFunc(func() { close(swapped) })
+	defer release() // a failed test lets the receiver go
+	var cancelled atomic.Bool
+	rcv.upHolding(func(req *http.Request) {
+		defer close(answered)
+		close(arrived)
+		<-swapped
+		select {
+		case <-req.Context().Done():
+			cancelled.Store(true)
+		case <-time.After(2 * time.Second):
+		}
+	})
+	select {
+	case <-arrived:
+	case <-time.After(15 * time.Second):
+		t.Fatal("timed out waiting for the retry")
+	}
+	loaded := make(chan error, 1)
+	go func() {
+		resp, err := loadClient.Post(fmt.Sprintf("http://localhost:%d/load", adminPort), "text/caddyfile", strings.NewReader(reloaded))
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("%s %s", resp.Status, b)
+			}
+		}
+		loaded <- err
+	}()
+	waitFor(t, "the new config serving", func() bool {
+		a, err := caddy.ActiveContext().App("platform")
+		return err == nil && a != old
+	})
+	release()
+	if err := <-loaded; err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	<-answered
+	if cancelled.Load() {
+		t.Error("the reload cancelled the attempt under way at the receiver")
+	}
 	waitFor(t, "delivery after the reload", func() bool {
 		recs := g.alerts("u7")
 		return len(recs) == 1 && recs[0].Status == store.AlertDelivered
@@ -528,10 +622,70 @@ func TestAlertsReloadSendsOnce(t *testing.T) {
 	if n := len(rcv.accepted()["u7 quota 80%"]); n != 1 {
 		t.Fatalf("accepted %d times across a reload, want once", n)
 	}
+	if recs := g.alerts("u7"); recs[0].Attempts != len(rcv.all()) {
+		t.Fatalf("record %+v after %d requests: the attempts are not the requests made", recs[0], len(rcv.all()))
+	}
 	invokeOK(t, key, 1) // the new config's evaluator sees the old threshold as fired
 	g.settleAlerts("u7")
 	if recs := g.alerts("u7"); len(recs) != 1 {
 		t.Fatalf("records %+v", recs)
+	}
+}
+
+// TestAlertsStopWaitsForAttempt: a stop while an attempt is under way
+// lets it finish rather than cancelling it, but no longer than its
+// timeout: a receiver that never answers holds the stop for the attempt's
+// timeout at most. The attempt is recorded as what it was (timed out, to
+// be retried), and the next start delivers the alert once.
+func TestAlertsStopWaitsForAttempt(t *testing.T) {
+	be := newTestBackend(t, testSecret, "Platform")
+	rcv := newAlertReceiver(t, alertSecret)
+	dir := t.TempDir()
+	const timeout = time.Second
+	block := strings.Replace(alertsCatalog(be.URL, rcv.URL), "interval 20ms", "interval 20ms\n\t\t\ttimeout 1s", 1)
+	arrived := make(chan struct{})
+	rcv.upHolding(func(req *http.Request) {
+		close(arrived)
+		<-req.Context().Done() // never answered: the gateway gives up
+		rcv.setDown(true)      // (and what it would have got is not an acceptance)
+	})
+	g := startGateway(t, dir, block)
+	key, _ := g.newKey("u8")
+	g.subscribe("u8", "svc", "basic", "ACTIVE")
+	invokeOK(t, key, 8)
+	select {
+	case <-arrived:
+	case <-time.After(15 * time.Second):
+		t.Fatal("timed out waiting for the attempt")
+	}
+	began := time.Now()
+	stopGateway(t)
+	if took := time.Since(began); took > timeout+4*time.Second {
+		t.Fatalf("the stop took %s with an attempt under way, want about its timeout (%s) at most", took, timeout)
+	}
+
+	rcv.setDown(false)
+	// What the stop recorded, read before the next start sends anything.
+	st, err := boltstore.Open(filepath.Join(dir, "platform.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, _, err := st.ListAlerts(context.Background(), store.AlertFilter{UserID: "u8"}, "", 10)
+	st.Close()
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("alerts after the stop: %+v, %v", recs, err)
+	}
+	if rec := recs[0]; rec.Status != store.AlertPending || rec.Attempts != 1 || !strings.Contains(rec.LastError, "deadline exceeded") {
+		t.Fatalf("record after a stop mid-attempt %+v, want pending after 1 attempt that timed out", rec)
+	}
+	g = startGateway(t, dir, block)
+	waitFor(t, "the delivery after the next start", func() bool { return g.alerts("u8")[0].Status == store.AlertDelivered })
+	g.settleAlerts("u8")
+	if recs := g.alerts("u8"); recs[0].Attempts != 2 {
+		t.Fatalf("record after the next start %+v, want delivered at the second attempt", recs[0])
+	}
+	if n := len(rcv.accepted()["u8 quota 80%"]); n != 1 {
+		t.Fatalf("accepted %d times, want once", n)
 	}
 }
 

@@ -62,15 +62,21 @@ func TestUsageJobTextsWithNUL(t *testing.T) {
 // postgres) at dsn instead of the store file.
 func startGatewayPostgres(t *testing.T, dir, dsn, platformBlock string) *gateway {
 	t.Helper()
-	cfg := gatewayConfig(dir, platformBlock, "", "", "")
+	cfg := onPostgres(t, gatewayConfig(dir, platformBlock, "", "", ""), dir, dsn)
+	tester := testerFor(t, "")
+	tester.InitServer(cfg, "caddyfile")
+	return &gateway{t: t, tester: tester, dir: dir}
+}
+
+// onPostgres is cfg, a gatewayConfig, with its store file replaced by
+// PostgreSQL at dsn.
+func onPostgres(t *testing.T, cfg, dir, dsn string) string {
+	t.Helper()
 	file := "store " + dir + "/platform.db"
 	if !strings.Contains(cfg, file) {
 		t.Fatal("the gateway config names no store file")
 	}
-	cfg = strings.Replace(cfg, file, fmt.Sprintf("store postgres {\n\t\t\tdsn %q\n\t\t\tnode_id e2e\n\t\t}", dsn), 1)
-	tester := testerFor(t, "")
-	tester.InitServer(cfg, "caddyfile")
-	return &gateway{t: t, tester: tester, dir: dir}
+	return strings.Replace(cfg, file, fmt.Sprintf("store postgres {\n\t\t\tdsn %q\n\t\t\tnode_id e2e\n\t\t}", dsn), 1)
 }
 
 // TestJobIDNotUTF8: a job id in the path that is not UTF-8 (%ff) names no

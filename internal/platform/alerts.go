@@ -173,9 +173,10 @@ func orDefault(d, def time.Duration) time.Duration {
 }
 
 // runAlerts evaluates changed subscriptions and delivers due alerts until
-// stop is closed, then returns once both loops are over: an attempt under
-// way is cancelled and recorded as interrupted while the store is still
-// open (Stop waits for it; the store closes in Cleanup, after Stop).
+// stop is closed, then returns once both loops are over. No attempt starts
+// after stop; one under way then runs to its end, bounded by its timeout,
+// and records its outcome while the store is still open (Stop waits for
+// it; the store closes in Cleanup, after Stop).
 func (a *App) runAlerts(stop <-chan struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -406,46 +407,65 @@ func (a *App) deliverAlerts(ctx context.Context, stop <-chan struct{}) {
 	}
 }
 
-// DeliverDueAlerts makes one attempt at every pending alert that is due.
+// DeliverDueAlerts makes one attempt at every pending alert that is due,
+// until ctx ends: an attempt begun then runs to its end (deliverAlert).
 func (a *App) DeliverDueAlerts(ctx context.Context) {
 	due, err := a.DataStore().DueAlerts(ctx, a.Now(), alertBatch)
 	if err != nil {
-		a.logger.Error("usage alerts: reading due alerts", zap.Error(err))
+		if ctx.Err() == nil { // not a reload or stop
+			a.logger.Error("usage alerts: reading due alerts", zap.Error(err))
+		}
 		return
 	}
 	for _, al := range due {
+		if ctx.Err() != nil {
+			return // stopped: the next config's loop takes the rest
+		}
 		a.deliverAlert(ctx, al)
 	}
 }
 
+// alertRecordWindow is how long an attempt has, past its send's timeout,
+// to record its outcome: its claim lasts the timeout and this.
+const alertRecordWindow = 5 * time.Second
+
 // deliverAlert makes one attempt. The attempt is claimed in the store
-// first (attempts + 1, the next try after the timeout), so two senders
-// (the old and new config during a reload) never send one alert at once,
-// and a crash mid-attempt leaves it due again once the claim runs out.
+// first (attempts + 1, the next try once the attempt's time is up), so two
+// senders (the old and new config during a reload) never send one alert at
+// once, and a crash mid-attempt leaves it due again once the claim runs
+// out.
+//
+// An attempt once claimed is not the config's: ctx ending (a reload or a
+// stop) starts no attempt but cancels none under way. The attempt runs on
+// a context of its own that ends when its claim does (the send bounded by
+// the client's timeout, the rest left to record the outcome), so what the
+// receiver answered is recorded: a delivery accepted as the reload cut it
+// off was recorded as interrupted and sent again by the new config.
 func (a *App) deliverAlert(ctx context.Context, al store.Alert) {
+	if ctx.Err() != nil {
+		return
+	}
 	st := a.DataStore()
+	lease := a.alerter.client.Timeout + alertRecordWindow
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lease)
+	defer cancel()
 	t := a.Now()
 	claim := al
 	claim.Attempts++
-	claim.NextAttempt = t.Add(a.alerter.client.Timeout + a.alerter.interval)
-	claimed, err := st.UpdateAlert(ctx, claim, al.Attempts)
+	claim.NextAttempt = t.Add(lease)
+	claimed, err := st.UpdateAlert(actx, claim, al.Attempts)
 	if err != nil {
-		if !errors.Is(err, store.ErrStale) && ctx.Err() == nil {
+		if !errors.Is(err, store.ErrStale) {
 			a.logger.Error("usage alerts: claiming a delivery", zap.String("alert", al.ID), zap.Error(err))
 		}
 		return
 	}
-	sendErr := a.sendAlert(ctx, claimed, t)
+	sendErr := a.sendAlert(actx, claimed, t)
 	done := claimed
 	t = a.Now()
-	switch {
-	case sendErr == nil:
+	if sendErr == nil {
 		done.Status, done.DeliveredAt, done.LastError, done.NextAttempt = store.AlertDelivered, t, "", time.Time{}
-	case ctx.Err() != nil:
-		// Stopped mid-attempt (a reload or shutdown): due again at once
-		// for whoever runs next, rather than when the claim runs out.
-		done.LastError, done.NextAttempt = "attempt interrupted by a config reload or shutdown", t
-	default:
+	} else {
 		done.LastError = sendErr.Error()
 		next, retry := a.alerter.schedule.Next(claimed.Created, t, claimed.Attempts)
 		if retry {
@@ -454,10 +474,10 @@ func (a *App) deliverAlert(ctx context.Context, al store.Alert) {
 			done.Status, done.NextAttempt = store.AlertFailed, time.Time{}
 		}
 	}
-	// Recorded even when stopping: the store outlives this config.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if _, err := st.UpdateAlert(rctx, done, claimed.Attempts); err != nil {
+	// Recorded only if the attempts are still this claim's: a record
+	// that came after the claim ran out and another sender claimed the
+	// alert is ErrStale, and that sender's attempt is the one recorded.
+	if _, err := st.UpdateAlert(actx, done, claimed.Attempts); err != nil {
 		a.logger.Error("usage alerts: recording a delivery", zap.String("alert", al.ID), zap.Error(err))
 		return
 	}

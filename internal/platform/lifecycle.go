@@ -260,7 +260,7 @@ func (a *App) Stop() error {
 		a.stop = nil
 	}
 	if a.alertsDone != nil {
-		<-a.alertsDone // an attempt under way is cancelled and recorded
+		<-a.alertsDone // an attempt under way ends (its timeout at most) and is recorded
 		a.alertsDone = nil
 	}
 	if a.metersDone != nil {

@@ -131,6 +131,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"AlertFiresOnce", testAlertFiresOnce},
 		{"AlertOverdrawn", testAlertOverdrawn},
 		{"AlertDeliveryStates", testAlertDeliveryStates},
+		{"AlertClaim", testAlertClaim},
 		{"ListAlerts", testListAlerts},
 		{"ChangedAccounts", testChangedAccounts},
 		{"ChangedAccountsWithoutCalls", testChangedAccountsWithoutCalls},

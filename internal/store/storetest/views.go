@@ -296,6 +296,89 @@ func testAlertDeliveryStates(t *testing.T, c *suite) {
 	}
 }
 
+// testAlertClaim: a delivery attempt is claimed by writing attempts + 1
+// and the time its claim runs out as the next attempt (the old and the
+// new config's loops overlap during a reload). Of many senders claiming
+// one due alert at once, one wins; the claimed alert is not due to anyone
+// until the claim runs out, and the winner's outcome is recorded; a claim
+// that ran out (its sender died) is taken over, and the first sender's
+// late outcome is then ErrStale and changes nothing.
+func testAlertClaim(t *testing.T, c *suite) {
+	s := c.store(t)
+	a, err := s.CreateAlert(ctx, newAlert("u1", "quota 80%"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := a
+	claim.Attempts, claim.NextAttempt = 1, T0.Add(15*time.Second)
+	var (
+		wg           sync.WaitGroup
+		mu           sync.Mutex
+		won, refused int
+	)
+	for range 20 {
+		wg.Go(func() {
+			_, err := s.UpdateAlert(ctx, claim, 0)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				won++
+			case errors.Is(err, store.ErrStale):
+				refused++
+			default:
+				t.Errorf("UpdateAlert: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if won != 1 || refused != 19 {
+		t.Fatalf("claims won %d, refused %d; want 1 and 19", won, refused)
+	}
+	if due, _ := s.DueAlerts(ctx, T0.Add(15*time.Second-time.Nanosecond), 10); len(due) != 0 {
+		t.Fatalf("a claimed alert is due before its claim runs out: %+v", due)
+	}
+	// The claim's sender records its outcome (a failed attempt).
+	failed := claim
+	failed.LastError, failed.NextAttempt = "webhook answered 503 Service Unavailable", T0.Add(time.Minute)
+	if _, err := s.UpdateAlert(ctx, failed, 1); err != nil {
+		t.Fatalf("recording the claimed attempt: %v", err)
+	}
+	// The retry's claim runs out without an outcome (its sender died);
+	// another sender takes the alert over.
+	due, _ := s.DueAlerts(ctx, T0.Add(time.Minute), 10)
+	if len(due) != 1 || due[0].Attempts != 1 {
+		t.Fatalf("due at its retry: %+v", due)
+	}
+	retry := due[0]
+	retry.Attempts, retry.NextAttempt = 2, T0.Add(time.Minute+15*time.Second)
+	if _, err := s.UpdateAlert(ctx, retry, 1); err != nil {
+		t.Fatal(err)
+	}
+	due, _ = s.DueAlerts(ctx, T0.Add(time.Minute+15*time.Second), 10)
+	if len(due) != 1 || due[0].Attempts != 2 {
+		t.Fatalf("due once the claim ran out: %+v", due)
+	}
+	takeover := due[0]
+	takeover.Attempts, takeover.NextAttempt = 3, T0.Add(time.Minute+30*time.Second)
+	if _, err := s.UpdateAlert(ctx, takeover, 2); err != nil {
+		t.Fatal(err)
+	}
+	late := retry
+	late.Status, late.DeliveredAt, late.NextAttempt = store.AlertDelivered, T0.Add(time.Minute+20*time.Second), time.Time{}
+	if got, err := s.UpdateAlert(ctx, late, 2); !errors.Is(err, store.ErrStale) || got.Attempts != 3 {
+		t.Fatalf("the late outcome of a claim taken over: %+v, %v; want ErrStale with the stored alert", got, err)
+	}
+	if c.reopen != nil { // the claim outlives a restart
+		s = c.restart(t, s)
+	}
+	list, _, err := s.ListAlerts(ctx, store.AlertFilter{}, "", 10)
+	if err != nil || len(list) != 1 || list[0].Status != store.AlertPending || list[0].Attempts != 3 ||
+		!list[0].NextAttempt.Equal(T0.Add(time.Minute+30*time.Second)) || list[0].LastError != failed.LastError {
+		t.Fatalf("ListAlerts = %+v, %v; want the takeover's claim", list, err)
+	}
+}
+
 // testListAlerts: alerts page newest first through the filter; a
 // malformed cursor is ErrBadCursor.
 func testListAlerts(t *testing.T, c *suite) {
