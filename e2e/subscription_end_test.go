@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,5 +48,44 @@ func TestSubscriptionEndsAtTheCall(t *testing.T) {
 	adminGet(t, url, 200, &sub)
 	if sub.Status != "CANCELLED" || !sub.EndsAt.Equal(ends) {
 		t.Errorf("after the sweep: %+v, want CANCELLED with its end", sub)
+	}
+}
+
+// TestQuotaRetryAfterStopsAtSubscriptionEnd: a call refused
+// quota_exceeded is told to retry when the quota resets, at the end of
+// the billing period, unless the subscription ends first: Retry-After
+// (and retryAfter) pointed at the period's end, a month away, where a
+// retry from the subscription's end on is refused subscription_inactive.
+// It now counts down to the subscription's end, which the message names.
+func TestQuotaRetryAfterStopsAtSubscriptionEnd(t *testing.T) {
+	be := newTestBackend(t, testSecret, "Platform")
+	g := startGateway(t, t.TempDir(), catalogBlock(be.URL))
+	now := time.Now().UTC().Truncate(time.Second)
+	g.app().SetClock(func() time.Time { return now })
+	defer g.app().SetClock(nil)
+	key, _ := g.newKey("u-ending")
+	ends := now.Add(2 * time.Hour)
+	if _, err := g.store().PutSubscription(context.Background(), store.Subscription{UserID: "u-ending", ServiceID: "svc",
+		ProductID: "sub", Status: "CANCELLING", StartedAt: now.Add(-time.Hour), UpdatedAt: now, EndsAt: ends, EndStatus: "CANCELLED"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ { // the quota of 5
+		if resp, body := call(t, "POST", invokeURL("svc", "echo"), key, "{}"); resp.StatusCode != 200 {
+			t.Fatalf("call %d: %d %s", i+1, resp.StatusCode, body)
+		}
+	}
+	resp, body := call(t, "POST", invokeURL("svc", "echo"), key, "{}")
+	var e struct {
+		Code       string `json:"code"`
+		Message    string `json:"message"`
+		RetryAfter int    `json:"retryAfter"`
+	}
+	json.Unmarshal(body, &e)
+	if resp.StatusCode != 429 || e.Code != "quota_exceeded" || e.RetryAfter != 7200 || resp.Header.Get("Retry-After") != "7200" {
+		t.Errorf("past the quota: %d Retry-After %q %s, want 429 quota_exceeded, Retry-After 7200 (the subscription's end)",
+			resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	if want := "the subscription ends at " + ends.Format(time.RFC3339); !strings.HasSuffix(e.Message, want) {
+		t.Errorf("message %q, want it to end with %q", e.Message, want)
 	}
 }

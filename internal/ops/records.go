@@ -122,11 +122,16 @@ func UsageJSON(e store.LedgerEntry, costUnit string) ([]byte, error) {
 func ViewLedgerEntry(e store.LedgerEntry) LedgerRecord {
 	return LedgerRecord{
 		Seq: e.Seq, ID: e.ID, Time: e.Time, UserID: e.UserID, ServiceID: e.ServiceID,
-		EndpointID: e.EndpointID, ProductID: e.ProductID, RequestID: e.RequestID, OccurredAt: e.OccurredAt,
+		EndpointID: e.EndpointID, ProductID: e.ProductID, RequestID: e.RequestID, OccurredAt: occurredAt(e),
 		Units: e.Units, Overage: e.Overage, Cost: e.Cost, Source: e.Source,
 		IdempotencyKey: e.IdempotencyKey, UnitsClaimed: e.UnitsClaimed, UnitsUncharged: e.Uncharged(),
 	}
 }
+
+// occurredAt is e's OccurredAt as the usage exports show it: within the
+// years RFC 3339 writes (store.ClampRFC3339; the zero time, no
+// OccurredAt, stays zero).
+func occurredAt(e store.LedgerEntry) time.Time { return store.ClampRFC3339(e.OccurredAt) }
 
 // AuditRecord is one entry of the audit log.
 type AuditRecord struct {

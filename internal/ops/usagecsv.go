@@ -40,7 +40,7 @@ func UsageCSVRow(e store.LedgerEntry, costUnit string) []string {
 		e.Overage.String(),
 		e.Cost.String(),
 		e.UnitsClaimed.String(),
-		csvTime(e.OccurredAt),
+		csvTime(occurredAt(e)),
 		csvText(e.IdempotencyKey),
 		e.Uncharged().String(),
 		costUnit,

@@ -33,8 +33,11 @@ type call struct {
 	product   *billing.Product // nil for a service owner
 	account   store.Account
 	// subStarted anchors the subscription's billing periods (zero for a
-	// service owner); the allowance headers are computed from it.
+	// service owner); the allowance headers are computed from it. subEnds
+	// is its end (EndsAt), zero for none: a quota refusal's Retry-After
+	// points no later (subscription.QuotaRetry).
 	subStarted time.Time
+	subEnds    time.Time
 	user       signing.UserContext
 	body       []byte
 	allowance  allowance
@@ -166,7 +169,7 @@ func (h *Handler) subscription(ctx context.Context, c *call) *apierror.Error {
 		return nil
 	}
 	c.product = p
-	c.subStarted = a.Subscription.StartedAt
+	c.subStarted, c.subEnds = a.Subscription.StartedAt, a.Subscription.EndsAt
 	c.user.ServiceProductID = p.ID
 	c.user.BillingModel = p.BillingModel
 	c.user.MeasurementType = p.MeasurementType

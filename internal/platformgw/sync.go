@@ -19,6 +19,7 @@ import (
 	"github.com/platformgw/gateway/internal/apierror"
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/subscription"
 )
 
 // reserve holds the call's units before it is forwarded and fills the
@@ -58,10 +59,11 @@ func (h *Handler) judge(c *call, dec billing.Decision, st billing.State) *apierr
 	if !dec.Allowed {
 		e := apierror.New(dec.Code, dec.Reason)
 		if dec.Code == billing.CodeQuotaExceeded && c.product != nil {
-			// A quota and a spending cap both reset with the period.
-			_, end := billing.PeriodBounds(c.product.Period, c.product.CalendarPeriods, c.subStarted, c.started)
-			e.Message = billing.WithReset(dec.Reason, end)
-			e.WithRetry(end.Sub(c.started))
+			// A quota and a spending cap both reset with the period, if
+			// the subscription lasts that long.
+			msg, at := subscription.QuotaRetry(dec.Reason, *c.product, c.subStarted, c.subEnds, c.started)
+			e.Message = msg
+			e.WithRetry(at.Sub(c.started))
 		}
 		return e
 	}

@@ -171,6 +171,31 @@ func AppendJSONTime(b []byte, t time.Time) ([]byte, error) {
 	return append(b, '"'), nil
 }
 
+// The first and last instants RFC 3339 (and so a JSON time) can write:
+// years 0000 to 9999, in UTC.
+var (
+	minRFC3339 = time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxRFC3339 = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
+)
+
+// ClampRFC3339 is t moved into the years RFC 3339 can write, 0000 to 9999
+// (UTC), t itself when it lies there. A ledger entry's OccurredAt is shown
+// through it: an older version kept a report's body timestamp as given,
+// and "0000-01-01T00:00:00+01:00" became year -1, which no JSON time can
+// write, so every usage export holding the row failed, from then on, and
+// the store could not be migrated to PostgreSQL. Such a row (only one an
+// older version recorded: a body timestamp before 1970 is now refused) is
+// shown at 0000-01-01T00:00:00Z, everything else in it as stored.
+func ClampRFC3339(t time.Time) time.Time {
+	switch {
+	case t.Before(minRFC3339):
+		return minRFC3339
+	case t.After(maxRFC3339):
+		return maxRFC3339
+	}
+	return t
+}
+
 const jsonHex = "0123456789abcdef"
 
 // AppendJSONString appends s as encoding/json writes a string: quoted,

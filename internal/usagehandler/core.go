@@ -307,9 +307,9 @@ func (h *Handler) estimate(w http.ResponseWriter, r *http.Request, c *coreCall, 
 		status = apierror.Status(d.Code)
 		out.RequestID = c.requestID
 		if d.Code == billing.CodeQuotaExceeded {
-			_, end := billing.PeriodBounds(st.Product.Period, st.Product.CalendarPeriods, st.Subscription.StartedAt, c.now)
-			out.RetryAfter = apierror.RetrySeconds(end.Sub(c.now))
-			out.Message = billing.WithReset(out.Message, end)
+			msg, at := subscription.QuotaRetry(out.Message, *st.Product, st.Subscription.StartedAt, st.Subscription.EndsAt, c.now)
+			out.RetryAfter = apierror.RetrySeconds(at.Sub(c.now))
+			out.Message = msg
 			w.Header().Set("Retry-After", strconv.Itoa(out.RetryAfter))
 		}
 		h.logger.Info("usage estimate denied",

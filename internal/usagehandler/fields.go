@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/platformgw/gateway/internal/apierror"
@@ -166,6 +167,45 @@ func (f fields) userID(name string) (string, *apierror.Error) {
 		return "", apierror.Invalid(name, name+" must be "+wire.UserIDRule)
 	}
 	return s, nil
+}
+
+// maxRequestIDLen is the longest requestId of a report, in bytes: as long
+// as an Idempotency-Key, which a backend may derive from it.
+const maxRequestIDLen = 255
+
+// requestID reads the optional requestId of a report: the id of the call
+// or job the usage belongs to, kept in the ledger entry and shown in the
+// usage exports, the admin API and the console. It is a string of at
+// most 255 bytes of printable text (UTF-8, no control or format
+// characters, no U+FFFD, which is what a JSON decoder makes of bytes that
+// are not text); "" counts as absent, as null does. Anything else is
+// refused rather than dropped: a report charged without the id its
+// backend sent could never be matched to its call, and the backend would
+// not know.
+func (f fields) requestID(name string) (string, *apierror.Error) {
+	s, ok, e := f.str(name)
+	if e != nil || !ok || s == "" {
+		return "", e
+	}
+	if len(s) > maxRequestIDLen || !printableText(s) {
+		return "", apierror.Invalid(name, name+" must be at most 255 bytes of printable text")
+	}
+	return s, nil
+}
+
+// printableText reports whether s is UTF-8 of printable characters
+// (unicode.IsPrint: letters, marks, numbers, punctuation, symbols and
+// the ASCII space) without U+FFFD.
+func printableText(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, c := range s {
+		if c == utf8.RuneError || !unicode.IsPrint(c) {
+			return false
+		}
+	}
+	return true
 }
 
 // units reads a non-negative exact decimal: a JSON number, or a string

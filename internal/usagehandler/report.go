@@ -161,8 +161,8 @@ func (h *Handler) parseReport(f fields, serviceID string, now time.Time) (usageR
 	if rep.At, e = f.timestamp(now, time.Duration(h.rt.Limits.TimestampTolerance)); e != nil {
 		return rep, e
 	}
-	if id, ok, _ := f.str("requestId"); ok && len(id) <= 128 && validID(id) {
-		rep.RequestID = id
+	if rep.RequestID, e = f.requestID("requestId"); e != nil {
+		return rep, e
 	}
 	return rep, nil
 }

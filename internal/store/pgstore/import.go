@@ -87,6 +87,11 @@ func (s *Store) ImportLedger(ctx context.Context, es []store.LedgerEntry) error 
 			return err
 		}
 		e.Time = e.Time.UTC().Truncate(time.Microsecond)
+		// A row an older version kept with an occurredAt before year 0
+		// (a report's body timestamp, now refused) moves with it clamped,
+		// as every usage export shows it: RFC 3339 cannot write it, and
+		// the whole migration failed on that one row.
+		e.OccurredAt = store.ClampRFC3339(e.OccurredAt)
 		raw, err := store.AppendLedgerEntryDetailJSON(nil, &e) // the rest in columns: rowEntry
 		if err != nil {
 			return err
