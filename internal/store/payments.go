@@ -17,7 +17,8 @@ import (
 // It has three parts:
 //   - records: small JSON documents by kind and id (a caller's Stripe
 //     customer, a processed webhook event, a payment, an invoice, a
-//     subscription's Stripe id), written once or replaced whole;
+//     subscription's Stripe id), written once, replaced whole, or
+//     swapped (replaced only while unchanged since read);
 //   - credit grants: prepaid credits bought with money, granted exactly
 //     once by an id of the payment, taken back exactly once by the id of a
 //     refund or dispute, and expired oldest first;
@@ -38,6 +39,14 @@ type Payments interface {
 	InsertPaymentRecord(ctx context.Context, kind, id string, body []byte, at time.Time) ([]byte, error)
 	// PutPaymentRecord stores body under (kind, id), replacing any.
 	PutPaymentRecord(ctx context.Context, kind, id string, body []byte, at time.Time) error
+	// SwapPaymentRecord replaces the record under (kind, id) with body
+	// only while its stored body is old, byte for byte: the
+	// compare-and-swap of a read-change-write that must not lose another
+	// node's change made in between. A record whose body is no longer old
+	// is ErrStale, and no record is ErrNotFound; both write nothing, and
+	// the caller reads the record again, changes it again, and swaps
+	// again.
+	SwapPaymentRecord(ctx context.Context, kind, id string, old, body []byte, at time.Time) error
 	// GetPaymentRecord returns the body stored under (kind, id), or
 	// ErrNotFound.
 	GetPaymentRecord(ctx context.Context, kind, id string) ([]byte, error)

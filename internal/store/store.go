@@ -38,7 +38,9 @@ var (
 	ErrReplayed = errors.New("idempotency key already used")
 	// ErrStale says the record changed since the caller read it (another
 	// sender claimed the alert, or it is no longer pending): UpdateAlert
-	// wrote nothing and returns the stored alert with it.
+	// wrote nothing and returns the stored alert with it. A payment
+	// record whose body is not the one read (SwapPaymentRecord) is
+	// ErrStale too, and nothing was written.
 	ErrStale = errors.New("changed since it was read")
 	// ErrJobHold says Settle was given a job's hold (JobID set): it
 	// settles with its job (CompleteJob, UpdateJob, ExpireJobs), so

@@ -202,6 +202,28 @@ func (s *Store) PutPaymentRecord(ctx context.Context, kind, id string, body []by
 	})
 }
 
+// SwapPaymentRecord replaces the record under (kind, id) with body while
+// its body is old: the compare and the write are one update transaction,
+// which bbolt runs one at a time.
+func (s *Store) SwapPaymentRecord(ctx context.Context, kind, id string, old, body []byte, at time.Time) error {
+	if err := store.CtxErr(ctx); err != nil {
+		return err
+	}
+	if err := store.CheckPaymentRecordID(kind, id); err != nil {
+		return err
+	}
+	return s.update(func(tx *bolt.Tx) error {
+		var cur payRecord
+		if err := getJSON(tx, bucketPayRecords, joinKey(kind, id), &cur); err != nil {
+			return err
+		}
+		if !bytes.Equal(cur.Body, old) {
+			return fmt.Errorf("payment record %s %s: %w", kind, id, store.ErrStale)
+		}
+		return putJSON(tx, bucketPayRecords, joinKey(kind, id), payRecord{Body: nonNil(body), UpdatedAt: at.UTC()})
+	})
+}
+
 // GetPaymentRecord returns the body under (kind, id), or store.ErrNotFound.
 func (s *Store) GetPaymentRecord(_ context.Context, kind, id string) ([]byte, error) {
 	if err := store.CheckPaymentRecordID(kind, id); err != nil {

@@ -74,6 +74,35 @@ func (s *Store) PutPaymentRecord(ctx context.Context, kind, id string, body []by
 	return s.fail(err)
 }
 
+// SwapPaymentRecord replaces the record under (kind, id) with body while
+// its body is old. The UPDATE's WHERE is checked again on the row's newest
+// version when another transaction changed it first (READ COMMITTED), so
+// of two swaps from one old body exactly one matches.
+func (s *Store) SwapPaymentRecord(ctx context.Context, kind, id string, old, body []byte, at time.Time) error {
+	if err := store.CtxErr(ctx); err != nil {
+		return err
+	}
+	if err := store.CheckPaymentRecordID(kind, id); err != nil {
+		return err
+	}
+	if noSuchText(kind, id) {
+		return fmt.Errorf("payment record %q %q: %w", kind, id, store.ErrNotFound)
+	}
+	var swapped bool
+	err := s.pool.QueryRow(ctx, `WITH cur AS (SELECT body FROM payment_records WHERE kind = $1 AND id = $2),
+		upd AS (UPDATE payment_records SET body = $4, updated_at = $5 WHERE kind = $1 AND id = $2 AND body = $3 RETURNING 1)
+		SELECT EXISTS (SELECT 1 FROM upd) FROM cur`, kind, id, nonNil(old), nonNil(body), at.UTC()).Scan(&swapped)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("payment record %s %s: %w", kind, id, store.ErrNotFound)
+	case err != nil:
+		return s.fail(err)
+	case !swapped:
+		return fmt.Errorf("payment record %s %s: %w", kind, id, store.ErrStale)
+	}
+	return nil
+}
+
 // GetPaymentRecord returns the body under (kind, id), or store.ErrNotFound.
 func (s *Store) GetPaymentRecord(ctx context.Context, kind, id string) ([]byte, error) {
 	if err := store.CheckPaymentRecordID(kind, id); err != nil {

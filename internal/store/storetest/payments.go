@@ -164,6 +164,136 @@ func testPaymentRecordsConcurrent(t *testing.T, c *suite) {
 	}
 }
 
+// testSwapPaymentRecord: a swap replaces a record only while its body is
+// the one the caller read; a stale swap, a swap of no record and bad
+// input write nothing.
+func testSwapPaymentRecord(t *testing.T, c *suite) {
+	s := c.store(t)
+	p := payments(t, s)
+	if err := p.SwapPaymentRecord(ctx, "invoice", "in_1", nil, []byte(`{"v":1}`), T0); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Swap of no record = %v, want ErrNotFound", err)
+	}
+	if _, err := p.GetPaymentRecord(ctx, "invoice", "in_1"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a Swap of no record wrote one: %v", err)
+	}
+	if _, err := p.InsertPaymentRecord(ctx, "invoice", "in_1", []byte(`{"v":1}`), T0); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SwapPaymentRecord(ctx, "invoice", "in_1", []byte(`{"v":1}`), []byte(`{"v":2}`), T0.Add(time.Second)); err != nil {
+		t.Fatalf("Swap from the stored body: %v", err)
+	}
+	// From the body before: stale, and nothing changes.
+	if err := p.SwapPaymentRecord(ctx, "invoice", "in_1", []byte(`{"v":1}`), []byte(`{"v":3}`), T0.Add(2*time.Second)); !errors.Is(err, store.ErrStale) {
+		t.Fatalf("Swap from an old body = %v, want ErrStale", err)
+	}
+	// Bodies compare byte for byte, not as JSON.
+	if err := p.SwapPaymentRecord(ctx, "invoice", "in_1", []byte(`{"v": 2}`), []byte(`{"v":3}`), T0.Add(2*time.Second)); !errors.Is(err, store.ErrStale) {
+		t.Fatalf("Swap from an equal JSON of other bytes = %v, want ErrStale", err)
+	}
+	for _, bad := range [][2]string{{"", "x"}, {"invoice", ""}, {"inv\x00oice", "in_1"}} {
+		if err := p.SwapPaymentRecord(ctx, bad[0], bad[1], []byte(`{"v":2}`), []byte(`{}`), T0); !errors.Is(err, store.ErrBadInput) {
+			t.Errorf("Swap(%q, %q) = %v, want ErrBadInput", bad[0], bad[1], err)
+		}
+	}
+	if recs, _, err := p.ListPaymentRecords(ctx, "invoice", "", 10); err != nil || len(recs) != 1 ||
+		string(recs[0].Body) != `{"v":2}` || !recs[0].UpdatedAt.Equal(T0.Add(time.Second)) {
+		t.Fatalf("after stale swaps and bad input: %+v, %v; want only the first swap's body and time", recs, err)
+	}
+	// An empty body swaps like any other.
+	if err := p.SwapPaymentRecord(ctx, "invoice", "in_1", []byte(`{"v":2}`), nil, T0); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SwapPaymentRecord(ctx, "invoice", "in_1", []byte{}, []byte(`{"v":4}`), T0); err != nil {
+		t.Fatalf("Swap from an empty body: %v", err)
+	}
+	s = c.restart(t, s)
+	p = payments(t, s)
+	if b, err := p.GetPaymentRecord(ctx, "invoice", "in_1"); err != nil || string(b) != `{"v":4}` {
+		t.Fatalf("Get after restart = %q, %v", b, err)
+	}
+}
+
+// testSwapPaymentRecordConcurrent: rounds of many swaps of one record at
+// once, each from the body of the round before: exactly one wins a round
+// and its body is stored; every other is ErrStale. Then swappers that
+// re-read and retry each add their own change, and none is lost.
+func testSwapPaymentRecordConcurrent(t *testing.T, c *suite) {
+	s := c.store(t)
+	p := payments(t, s)
+	if _, err := p.InsertPaymentRecord(ctx, "invoice", "in_c", []byte(`{"round":0}`), T0); err != nil {
+		t.Fatal(err)
+	}
+	const n, rounds = 8, 10
+	for round := 1; round <= rounds; round++ {
+		old := fmt.Appendf(nil, `{"round":%d}`, round-1)
+		body := func(i int) []byte { return fmt.Appendf(nil, `{"round":%d,"n":%d}`, round, i) }
+		var wg sync.WaitGroup
+		errs := make([]error, n)
+		for i := range n {
+			wg.Go(func() { errs[i] = p.SwapPaymentRecord(ctx, "invoice", "in_c", old, body(i), T0) })
+		}
+		wg.Wait()
+		winner := -1
+		for i, err := range errs {
+			switch {
+			case err == nil:
+				if winner >= 0 {
+					t.Fatalf("round %d: swaps %d and %d both won", round, winner, i)
+				}
+				winner = i
+			case !errors.Is(err, store.ErrStale):
+				t.Fatalf("round %d: swap %d: %v, want ErrStale", round, i, err)
+			}
+		}
+		if winner < 0 {
+			t.Fatalf("round %d: no swap won", round)
+		}
+		if b, err := p.GetPaymentRecord(ctx, "invoice", "in_c"); err != nil || !bytes.Equal(b, body(winner)) {
+			t.Fatalf("round %d: swap %d won but %q is stored (%v)", round, winner, b, err)
+		}
+		// The next round swaps from a body of this round's form.
+		if err := p.SwapPaymentRecord(ctx, "invoice", "in_c", body(winner), fmt.Appendf(nil, `{"round":%d}`, round), T0); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Read, add one's own mark, swap; on ErrStale read again: every mark
+	// is kept.
+	if err := p.PutPaymentRecord(ctx, "invoice", "in_c", []byte(``), T0); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			for {
+				b, err := p.GetPaymentRecord(ctx, "invoice", "in_c")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				err = p.SwapPaymentRecord(ctx, "invoice", "in_c", b, fmt.Appendf(bytes.Clone(b), "[%d]", i), T0)
+				if err == nil {
+					return
+				}
+				if !errors.Is(err, store.ErrStale) {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b, err := p.GetPaymentRecord(ctx, "invoice", "in_c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if !bytes.Contains(b, fmt.Appendf(nil, "[%d]", i)) {
+			t.Errorf("swapper %d's change is lost: %q", i, b)
+		}
+	}
+}
+
 // CheckOneInsertWon checks concurrent InsertPaymentRecord results: exactly
 // one nil error, every other ErrExists with the winner's body (body(i) is
 // what insert i wrote). The stores' own tests use it across nodes.

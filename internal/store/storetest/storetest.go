@@ -141,6 +141,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"AuditWithChange", testAuditWithChange},
 		{"PaymentRecords", testPaymentRecords},
 		{"PaymentRecordsConcurrent", testPaymentRecordsConcurrent},
+		{"SwapPaymentRecord", testSwapPaymentRecord},
+		{"SwapPaymentRecordConcurrent", testSwapPaymentRecordConcurrent},
 		{"Leases", testLeases},
 		{"CreditGrants", testCreditGrants},
 		{"CreditGrantsConcurrent", testCreditGrantsConcurrent},
