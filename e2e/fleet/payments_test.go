@@ -174,3 +174,73 @@ func TestFleetInvoiceAndRefundAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestFleetInvoiceMoneyBackAtOnce: two changes of one invoice record
+// already kept, a refund of its charge (charge.refunded) delivered to one
+// node and a lost dispute of it (charge.dispute.closed) to the other at
+// the same moment, both stay on the record, whichever node writes first.
+// The old gateway read the record on each node and put it back with its
+// own change, so the second write dropped the first's: a refund or a
+// dispute missing from the Revenue page (docs/payments.md, "Refunds").
+func TestFleetInvoiceMoneyBackAtOnce(t *testing.T) {
+	mock := stripetest.Start(t)
+	dsn := fleetDB(t)
+	f := newFleet(t, dsn, 2, func(f *fleet) {
+		f.payments = fmt.Sprintf("\t\tpayments stripe {\n\t\t\tsecret_key sk_test_fleet\n\t\t\twebhook_secret %s\n\t\t\tapi_base %s\n\t\t\tprice %s paid price_paid\n\t\t}",
+			fleetWhsec, mock.URL, fleetService)
+	})
+	ctx := context.Background()
+	st, err := pgstore.Open(ctx, pgstore.Options{DSN: dsn, NodeID: "test-seed", MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	t0 := time.Now().Add(-time.Minute).Truncate(time.Second)
+	const n = 60
+	lost := 0
+	for i := range n {
+		id := fmt.Sprintf("in_mb%d", i)
+		// The invoice's record, as its invoice.paid left it.
+		rec, _ := json.Marshal(payments.InvoiceRecord{ID: id, UserID: "u-fleet-mb", ServiceID: fleetService, ProductID: "paid",
+			CustomerID: "cus_fleet_mb", SubscriptionID: "sub_fleet_mb", Status: "paid", AmountDue: 2900, AmountPaid: 2900,
+			Currency: "USD", PaidAt: t0, UpdatedAt: t0})
+		if _, err := st.InsertPaymentRecord(ctx, payments.KindInvoice, id, rec, t0); err != nil {
+			t.Fatal(err)
+		}
+		// A charge and a dispute of an API version before 2025-03-31
+		// name their invoice.
+		ch := map[string]any{"id": "ch_" + id, "object": "charge", "amount": 2900, "currency": "usd", "payment_intent": "pi_" + id,
+			"invoice": id, "refunds": map[string]any{"object": "list", "has_more": false, "data": []any{map[string]any{
+				"id": "re_" + id, "object": "refund", "amount": 700, "status": "succeeded", "charge": "ch_" + id, "created": t0.Unix()}}}}
+		dp := map[string]any{"id": "dp_" + id, "object": "dispute", "amount": 900, "currency": "usd", "status": "lost",
+			"payment_intent": "pi_" + id, "charge": map[string]any{"id": "ch_" + id, "object": "charge", "invoice": id}}
+		evs := [][]byte{
+			stripetest.Event("evt_mbr"+id, "charge.refunded", t0.Add(time.Second), ch),
+			stripetest.Event("evt_mbd"+id, "charge.dispute.closed", t0.Add(2*time.Second), dp),
+		}
+		if i%2 == 1 {
+			evs[0], evs[1] = evs[1], evs[0]
+		}
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for k, nd := range f.nodes {
+			wg.Go(func() {
+				<-start
+				if status, body := stripetest.Deliver(t, nd.base+"/stripe/webhook", evs[k], fleetWhsec, time.Now()); status != 200 {
+					t.Errorf("%s, %s: %d %s", nd.name, id, status, body)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		b, err := st.GetPaymentRecord(ctx, payments.KindInvoice, id)
+		var r payments.InvoiceRecord
+		if err != nil || json.Unmarshal(b, &r) != nil || r.Status != "paid" || r.AmountPaid != 2900 || r.Refunded != 700 || r.Disputed != 900 {
+			lost++
+			t.Errorf("invoice %s after its refund and its lost dispute on two nodes at once: %s %v, want paid 2900, refunded 700, disputed 900", id, b, err)
+		}
+	}
+	if lost > 0 {
+		t.Errorf("%d of %d invoices lost a change", lost, n)
+	}
+}
