@@ -112,26 +112,36 @@ func (s *Service) invoiceKept(ctx context.Context, pay store.Payments, invID str
 func (s *Service) invoiceMoneyBack(ctx context.Context, pay store.Payments, invID string, refunded, disputed int64, what string) (bool, error) {
 	invoiceMu.Lock()
 	defer invoiceMu.Unlock()
-	b, err := pay.GetPaymentRecord(ctx, KindInvoice, invID)
-	if errors.Is(err, store.ErrNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
 	var r InvoiceRecord
-	if err := json.Unmarshal(b, &r); err != nil {
-		return false, fmt.Errorf("invoice record %s: %w", invID, err)
-	}
-	refunded, disputed = min(refunded, r.AmountPaid), min(disputed, r.AmountPaid)
-	if refunded <= r.Refunded && disputed <= r.Disputed {
-		return true, nil
-	}
-	r.Refunded, r.Disputed = max(r.Refunded, refunded), max(r.Disputed, disputed)
-	r.UpdatedAt = s.now().UTC()
-	body, _ := json.Marshal(r)
-	if err := pay.PutPaymentRecord(ctx, KindInvoice, invID, body, s.now()); err != nil {
-		return false, fmt.Errorf("recording %s of invoice %s: %w", what, invID, err)
+	for try := 1; ; try++ {
+		b, err := pay.GetPaymentRecord(ctx, KindInvoice, invID)
+		if errors.Is(err, store.ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		r = InvoiceRecord{}
+		if err := json.Unmarshal(b, &r); err != nil {
+			return false, fmt.Errorf("invoice record %s: %w", invID, err)
+		}
+		ref, dis := min(refunded, r.AmountPaid), min(disputed, r.AmountPaid)
+		if ref <= r.Refunded && dis <= r.Disputed {
+			return true, nil
+		}
+		r.Refunded, r.Disputed = max(r.Refunded, ref), max(r.Disputed, dis)
+		r.UpdatedAt = s.now().UTC()
+		body, _ := json.Marshal(r)
+		// Only over the record read: another node's change of it made
+		// since (an invoice event, another refund, a dispute) is read
+		// again and kept.
+		err = pay.SwapPaymentRecord(ctx, KindInvoice, invID, b, body, s.now())
+		if err == nil {
+			break
+		}
+		if !invoiceChanged(err, try) {
+			return false, fmt.Errorf("recording %s of invoice %s: %w", what, invID, err)
+		}
 	}
 	s.audit(ctx, AuditInvoiceStripe, r.UserID, r.ServiceID, fmt.Sprintf("invoice %s of product %s: %s; %s of %s paid went back",
 		invID, r.ProductID, what, MinorMoney(min(r.Refunded+r.Disputed, r.AmountPaid), r.Currency), MinorMoney(r.AmountPaid, r.Currency)))

@@ -72,14 +72,16 @@ func init() {
 // corrects that.
 var subMu sync.Mutex
 
-// invoiceMu makes a node write one invoice record at a time: an invoice
-// event and a refund of it (invoiceMoneyBack) each read the record and
-// write it back with their change, and interleaved, the second wrote
-// over the first's. Across nodes, the record's first write is an insert
-// (putInvoice), so an invoice event on one node and its refund's event
-// on another, the refund's first (invoiceKept), keep both; two later
-// changes of one record on two nodes at once can still interleave, as
-// for subMu.
+// invoiceMu makes a node change one invoice record at a time. An invoice
+// event (putInvoice) and a refund or lost dispute of it
+// (invoiceMoneyBack) each read the record and write it back with their
+// change; what keeps both changes, on one node or across the nodes of a
+// fleet, is that the write is a swap (store.Payments.SwapPaymentRecord):
+// it lands only while the record is still the one read, and otherwise the
+// change is read, made and swapped again (changeInvoice). The record's
+// first write is an insert, so two first writes on two nodes keep one and
+// change it with the other. The mutex only spares a node's own events
+// those retries.
 var invoiceMu sync.Mutex
 
 // state is what the gateway applies of a Stripe subscription.
@@ -406,40 +408,58 @@ func (s *Service) putInvoice(ctx context.Context, pay store.Payments, inv *strip
 	if r.Status == "" {
 		r.Status = "open"
 	}
-	b, err := pay.GetPaymentRecord(ctx, KindInvoice, inv.ID)
-	if errors.Is(err, store.ErrNotFound) {
-		// The first record of the invoice: inserted, not put, so that
-		// another node recording it at the same moment (its invoice
-		// event here, its refund's there, invoiceKept) cannot be written
-		// over. The loser keeps the winner's record as the one stored.
-		body, _ := json.Marshal(r)
-		if b, err = pay.InsertPaymentRecord(ctx, KindInvoice, inv.ID, body, s.now()); err == nil {
-			s.auditInvoice(ctx, id, inv.ID, r)
-			return nil
-		}
-		if !errors.Is(err, store.ErrExists) {
+	for try := 1; ; try++ {
+		b, err := pay.GetPaymentRecord(ctx, KindInvoice, inv.ID)
+		if errors.Is(err, store.ErrNotFound) {
+			// The first record of the invoice: inserted, not put, so that
+			// another node recording it at the same moment (its invoice
+			// event here, its refund's there, invoiceKept) cannot be
+			// written over. The loser changes the winner's record.
+			body, _ := json.Marshal(r)
+			if b, err = pay.InsertPaymentRecord(ctx, KindInvoice, inv.ID, body, s.now()); err == nil {
+				s.auditInvoice(ctx, id, inv.ID, r)
+				return nil
+			}
+			if !errors.Is(err, store.ErrExists) {
+				return err
+			}
+		} else if err != nil {
 			return err
 		}
-	} else if err != nil {
-		return err
-	}
-	var old InvoiceRecord
-	if json.Unmarshal(b, &old) == nil {
-		if old.Status == "paid" && r.Status != "paid" {
+		w := r
+		var old InvoiceRecord
+		if json.Unmarshal(b, &old) == nil {
+			if old.Status == "paid" && w.Status != "paid" {
+				return nil
+			}
+			if old.Status == w.Status && old.AmountPaid == w.AmountPaid && old.AmountDue == w.AmountDue {
+				return nil
+			}
+			// What went back since stays recorded (invoiceMoneyBack).
+			w.Refunded, w.Disputed = old.Refunded, old.Disputed
+		}
+		body, _ := json.Marshal(w)
+		err = pay.SwapPaymentRecord(ctx, KindInvoice, inv.ID, b, body, s.now())
+		if err == nil {
+			s.auditInvoice(ctx, id, inv.ID, w)
 			return nil
 		}
-		if old.Status == r.Status && old.AmountPaid == r.AmountPaid && old.AmountDue == r.AmountDue {
-			return nil
+		if !invoiceChanged(err, try) {
+			return fmt.Errorf("recording invoice %s: %w", inv.ID, err)
 		}
-		// What went back since stays recorded (invoiceMoneyBack).
-		r.Refunded, r.Disputed = old.Refunded, old.Disputed
 	}
-	body, _ := json.Marshal(r)
-	if err := pay.PutPaymentRecord(ctx, KindInvoice, inv.ID, body, s.now()); err != nil {
-		return err
-	}
-	s.auditInvoice(ctx, id, inv.ID, r)
-	return nil
+}
+
+// invoiceSwaps is how many times a change of an invoice record is made
+// and swapped while other changes of the record (other nodes') land first;
+// past it the event is answered 500 and Stripe sends it again.
+const invoiceSwaps = 10
+
+// invoiceChanged reports whether the try-th swap of an invoice record
+// failed with err only because the record changed since it was read (or
+// is gone), so the change is to be read, made and swapped again.
+func invoiceChanged(err error, try int) bool {
+	return try < invoiceSwaps && (errors.Is(err, store.ErrStale) || errors.Is(err, store.ErrNotFound))
 }
 
 // auditInvoice audits an invoice record written.
