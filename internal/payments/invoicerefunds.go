@@ -139,7 +139,7 @@ func (s *Service) invoiceMoneyBack(ctx context.Context, pay store.Payments, invI
 		if err == nil {
 			break
 		}
-		if !invoiceChanged(err, try) {
+		if !swapAgain(err, try) {
 			return false, fmt.Errorf("recording %s of invoice %s: %w", what, invID, err)
 		}
 	}

@@ -78,7 +78,8 @@ var subMu sync.Mutex
 // change; what keeps both changes, on one node or across the nodes of a
 // fleet, is that the write is a swap (store.Payments.SwapPaymentRecord):
 // it lands only while the record is still the one read, and otherwise the
-// change is read, made and swapped again (changeInvoice). The record's
+// change is read, made and swapped again (swapAgain, up to recordSwaps
+// times). The record's
 // first write is an insert, so two first writes on two nodes keep one and
 // change it with the other. The mutex only spares a node's own events
 // those retries.
@@ -444,22 +445,23 @@ func (s *Service) putInvoice(ctx context.Context, pay store.Payments, inv *strip
 			s.auditInvoice(ctx, id, inv.ID, w)
 			return nil
 		}
-		if !invoiceChanged(err, try) {
+		if !swapAgain(err, try) {
 			return fmt.Errorf("recording invoice %s: %w", inv.ID, err)
 		}
 	}
 }
 
-// invoiceSwaps is how many times a change of an invoice record is made
-// and swapped while other changes of the record (other nodes') land first;
-// past it the event is answered 500 and Stripe sends it again.
-const invoiceSwaps = 10
+// recordSwaps is how many times a change of a payment record (an
+// invoice's, a top-up's) is made and swapped while other changes of the
+// record (other nodes') land first; past it the event is answered 500 and
+// Stripe sends it again.
+const recordSwaps = 10
 
-// invoiceChanged reports whether the try-th swap of an invoice record
-// failed with err only because the record changed since it was read (or
-// is gone), so the change is to be read, made and swapped again.
-func invoiceChanged(err error, try int) bool {
-	return try < invoiceSwaps && (errors.Is(err, store.ErrStale) || errors.Is(err, store.ErrNotFound))
+// swapAgain reports whether the try-th swap of a payment record failed
+// with err only because the record changed since it was read (or is
+// gone), so the change is to be read, made and swapped again.
+func swapAgain(err error, try int) bool {
+	return try < recordSwaps && (errors.Is(err, store.ErrStale) || errors.Is(err, store.ErrNotFound))
 }
 
 // auditInvoice audits an invoice record written.

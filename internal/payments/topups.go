@@ -642,20 +642,44 @@ func (s *Service) takeRefunds(ctx context.Context, pay store.Payments, rec TopUp
 			return fmt.Errorf("taking back the credits of refund %s: %w", r.ID, err)
 		}
 	}
-	old, err := s.topUpRecord(ctx, pay, rec.ID)
-	if err != nil {
-		return err
-	}
-	if cum > old.Refunded || old.ReceiptURL == "" && rec.ReceiptURL != "" {
+	err = s.changeTopUp(ctx, pay, rec.ID, func(old *TopUpRecord) bool {
+		if cum <= old.Refunded && (old.ReceiptURL != "" || rec.ReceiptURL == "") {
+			return false
+		}
 		old.Refunded = max(old.Refunded, cum)
 		old.ReceiptURL = cmp.Or(old.ReceiptURL, rec.ReceiptURL)
-		old.UpdatedAt = s.now().UTC()
-		body, _ := json.Marshal(old)
-		if err := pay.PutPaymentRecord(ctx, KindTopUp, rec.ID, body, s.now()); err != nil {
-			return fmt.Errorf("recording the refund of top-up %s: %w", rec.ID, err)
-		}
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("recording the refund of top-up %s: %w", rec.ID, err)
 	}
 	return nil
+}
+
+// changeTopUp makes change on the top-up record of PaymentIntent pi and
+// writes it, unless change says there is nothing to write. The write is a
+// swap over the record read, so a change another node made meanwhile (a
+// refund here, a lost dispute there) is read again and kept.
+func (s *Service) changeTopUp(ctx context.Context, pay store.Payments, pi string, change func(*TopUpRecord) bool) error {
+	for try := 1; ; try++ {
+		b, err := pay.GetPaymentRecord(ctx, KindTopUp, pi)
+		if err != nil {
+			return err
+		}
+		var rec TopUpRecord
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return fmt.Errorf("top-up record %s does not parse: %w", pi, err)
+		}
+		if !change(&rec) {
+			return nil
+		}
+		rec.UpdatedAt = s.now().UTC()
+		body, _ := json.Marshal(rec)
+		err = pay.SwapPaymentRecord(ctx, KindTopUp, pi, b, body, s.now())
+		if err == nil || !swapAgain(err, try) {
+			return err
+		}
+	}
 }
 
 // refundsOf lists the refunds of a charge that returned money (status
@@ -742,12 +766,15 @@ func disputeClosed(s *Service, ctx context.Context, ev *stripe.Event) error {
 	if err != nil && !errors.Is(err, store.ErrReplayed) {
 		return fmt.Errorf("taking back the credits of dispute %s: %w", d.ID, err)
 	}
-	if d.Amount > rec.Disputed {
-		rec.Disputed, rec.UpdatedAt = d.Amount, s.now().UTC()
-		body, _ := json.Marshal(rec)
-		if err := pay.PutPaymentRecord(ctx, KindTopUp, pi, body, s.now()); err != nil {
-			return fmt.Errorf("recording the dispute of top-up %s: %w", pi, err)
+	err = s.changeTopUp(ctx, pay, pi, func(rec *TopUpRecord) bool {
+		if d.Amount <= rec.Disputed {
+			return false
 		}
+		rec.Disputed = d.Amount
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("recording the dispute of top-up %s: %w", pi, err)
 	}
 	return nil
 }
