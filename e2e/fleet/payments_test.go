@@ -18,31 +18,48 @@ import (
 
 const fleetWhsec = "whsec_fleet_0123456789abcdef0123456789abcdef"
 
-// TestFleetWebhookOnce: two gateway processes on one PostgreSQL store
-// take payments; Stripe's event delivered to both at once (a retry that
-// two nodes behind a balancer both take) is applied once: one audit
-// entry, the subscription ACTIVE on both nodes, calls served by both;
-// a later failure past the grace is seen by both.
-func TestFleetWebhookOnce(t *testing.T) {
+// paymentsFleet is two gateway processes on one PostgreSQL database of
+// their own, taking payments from a stripe-mock, and a store handle of
+// the test's on the same database (closed when the test ends) to seed
+// and read payment records.
+func paymentsFleet(t *testing.T) (*fleet, *stripetest.Mock, *pgstore.Store) {
+	t.Helper()
 	mock := stripetest.Start(t)
 	dsn := fleetDB(t)
 	f := newFleet(t, dsn, 2, func(f *fleet) {
 		f.payments = fmt.Sprintf("\t\tpayments stripe {\n\t\t\tsecret_key sk_test_fleet\n\t\t\twebhook_secret %s\n\t\t\tapi_base %s\n\t\t\tprice %s paid price_paid\n\t\t}",
 			fleetWhsec, mock.URL, fleetService)
 	})
-
-	// The user's Stripe customer, as the portal's Checkout leaves it.
-	ctx := context.Background()
-	st, err := pgstore.Open(ctx, pgstore.Options{DSN: dsn, NodeID: "test-seed", MaxConns: 2})
+	st, err := pgstore.Open(context.Background(), pgstore.Options{DSN: dsn, NodeID: "test-seed", MaxConns: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, _ := json.Marshal(payments.CustomerRecord{UserID: "u-fleet-pay", CustomerID: "cus_fleet", CreatedAt: time.Now().UTC()})
-	for kind, id := range map[string]string{payments.KindCustomer: "u-fleet-pay", payments.KindCustomerUser: "cus_fleet"} {
-		if _, err := st.InsertPaymentRecord(ctx, kind, id, rec, time.Now()); err != nil {
+	t.Cleanup(func() { st.Close() })
+	return f, mock, st
+}
+
+// seedCustomer stores user's Stripe customer cus, as the portal's
+// Checkout leaves it (both directions of the mapping).
+func seedCustomer(t *testing.T, st *pgstore.Store, user, cus string) {
+	t.Helper()
+	rec, _ := json.Marshal(payments.CustomerRecord{UserID: user, CustomerID: cus, CreatedAt: time.Now().UTC()})
+	for kind, id := range map[string]string{payments.KindCustomer: user, payments.KindCustomerUser: cus} {
+		if _, err := st.InsertPaymentRecord(context.Background(), kind, id, rec, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestFleetWebhookOnce: two gateway processes on one PostgreSQL store
+// take payments; Stripe's event delivered to both at once (a retry that
+// two nodes behind a balancer both take) is applied once: one audit
+// entry, the subscription ACTIVE on both nodes, calls served by both;
+// a later failure past the grace is seen by both.
+func TestFleetWebhookOnce(t *testing.T) {
+	f, _, st := paymentsFleet(t)
+	ctx := context.Background()
+	// The user's Stripe customer, as the portal's Checkout leaves it.
+	seedCustomer(t, st, "u-fleet-pay", "cus_fleet")
 	var k struct {
 		Key string `json:"key"`
 	}
@@ -117,24 +134,9 @@ func TestFleetWebhookOnce(t *testing.T) {
 // whichever node writes first. The old gateway dropped the refund of
 // every invoice whose refund came first (docs/payments.md, "Refunds").
 func TestFleetInvoiceAndRefundAtOnce(t *testing.T) {
-	mock := stripetest.Start(t)
-	dsn := fleetDB(t)
-	f := newFleet(t, dsn, 2, func(f *fleet) {
-		f.payments = fmt.Sprintf("\t\tpayments stripe {\n\t\t\tsecret_key sk_test_fleet\n\t\t\twebhook_secret %s\n\t\t\tapi_base %s\n\t\t\tprice %s paid price_paid\n\t\t}",
-			fleetWhsec, mock.URL, fleetService)
-	})
+	f, mock, st := paymentsFleet(t)
 	ctx := context.Background()
-	st, err := pgstore.Open(ctx, pgstore.Options{DSN: dsn, NodeID: "test-seed", MaxConns: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	rec, _ := json.Marshal(payments.CustomerRecord{UserID: "u-fleet-inv", CustomerID: "cus_fleet_inv", CreatedAt: time.Now().UTC()})
-	for kind, id := range map[string]string{payments.KindCustomer: "u-fleet-inv", payments.KindCustomerUser: "cus_fleet_inv"} {
-		if _, err := st.InsertPaymentRecord(ctx, kind, id, rec, time.Now()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	seedCustomer(t, st, "u-fleet-inv", "cus_fleet_inv")
 	t0 := time.Now().Add(-time.Minute).Truncate(time.Second)
 	const n = 16
 	for i := range n {
@@ -183,18 +185,8 @@ func TestFleetInvoiceAndRefundAtOnce(t *testing.T) {
 // own change, so the second write dropped the first's: a refund or a
 // dispute missing from the Revenue page (docs/payments.md, "Refunds").
 func TestFleetInvoiceMoneyBackAtOnce(t *testing.T) {
-	mock := stripetest.Start(t)
-	dsn := fleetDB(t)
-	f := newFleet(t, dsn, 2, func(f *fleet) {
-		f.payments = fmt.Sprintf("\t\tpayments stripe {\n\t\t\tsecret_key sk_test_fleet\n\t\t\twebhook_secret %s\n\t\t\tapi_base %s\n\t\t\tprice %s paid price_paid\n\t\t}",
-			fleetWhsec, mock.URL, fleetService)
-	})
+	f, _, st := paymentsFleet(t)
 	ctx := context.Background()
-	st, err := pgstore.Open(ctx, pgstore.Options{DSN: dsn, NodeID: "test-seed", MaxConns: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	t0 := time.Now().Add(-time.Minute).Truncate(time.Second)
 	const n = 60
 	lost := 0
