@@ -43,7 +43,7 @@ func TestFleetCommitStopDuringOutage(t *testing.T) {
 	f := newFleet(t, dsn, 1, func(f *fleet) { f.settle, f.leaseTTL, f.leaseMax = "commit", "60s", "40" })
 	nd := f.nodes[0]
 	key, _ := subscribe(t, nd, "u-stop", "quota", 0)
-	const calls = 6 // per outage
+	const calls = 6       // per outage
 	var made atomic.Int64 // invoke calls made, each one call outcome
 	// warm calls until the node's lease holds units for the outage's
 	// calls (its blocks grow, refilled in the background as they run
