@@ -33,7 +33,8 @@ import (
 // the stop made one last attempt and dropped them: served, never charged.
 //
 // In the end every call the backend served is in the ledger exactly once
-// and the counter equals the ledger.
+// and the counter equals the ledger; and the call outcomes count every
+// call made, those the stop could not add kept and added at the start.
 func TestFleetCommitStopDuringOutage(t *testing.T) {
 	pg := pgtest.Cluster(t, pgPort())
 	// A lease outlives the outage (its own deadline is lease_ttl after
@@ -42,7 +43,8 @@ func TestFleetCommitStopDuringOutage(t *testing.T) {
 	f := newFleet(t, dsn, 1, func(f *fleet) { f.settle, f.leaseTTL, f.leaseMax = "commit", "60s", "40" })
 	nd := f.nodes[0]
 	key, _ := subscribe(t, nd, "u-stop", "quota", 0)
-	const calls = 6 // per outage
+	const calls = 6       // per outage
+	var made atomic.Int64 // invoke calls made, each one call outcome
 	// warm calls until the node's lease holds units for the outage's
 	// calls (its blocks grow, refilled in the background as they run
 	// low).
@@ -50,6 +52,7 @@ func TestFleetCommitStopDuringOutage(t *testing.T) {
 	warm := func() {
 		t.Helper()
 		waitFor(t, 20*time.Second, func() bool {
+			made.Add(1)
 			if r := invoke(nd.base, key); r.status != 200 {
 				t.Fatalf("before the outage: %d %s %v", r.status, r.code, r.err)
 			}
@@ -71,6 +74,7 @@ func TestFleetCommitStopDuringOutage(t *testing.T) {
 		var answered atomic.Int64
 		for range calls {
 			wg.Go(func() {
+				made.Add(1)
 				invoke(nd.base, key)
 				answered.Add(1)
 			})
@@ -125,12 +129,40 @@ func TestFleetCommitStopDuringOutage(t *testing.T) {
 	log, _ := os.ReadFile(nd.log)
 	shipped := false
 	for line := range strings.SplitSeq(string(log), "\n") {
-		if strings.Contains(line, "at stop") || strings.Contains(line, "at the last stop") || strings.Contains(line, "dropped") {
+		if strings.Contains(line, "at stop") || strings.Contains(line, "at the last stop") || strings.Contains(line, "dropped") || strings.Contains(line, "outcomes") {
 			t.Logf("node log: %s", line)
 		}
 		shipped = shipped || strings.Contains(line, "settlements kept at the last stop shipped")
 	}
 	if !shipped {
 		t.Errorf("the node's start did not log what it shipped")
+	}
+	// The call outcomes count every call the node ended before its
+	// store closed, the second outage's too: the stop could not add them
+	// and kept them in call-outcomes.kept in the node's log_dir, and the
+	// start added them (before, they were lost with the stopping process).
+	// The outage's calls still in flight at the stop end only when the
+	// store closes (past the 2 s grace period, waiting on the database),
+	// after the counts were kept: those are not counted (a known limit,
+	// docs/operations.md "Call outcomes").
+	sumOutcomes := "SELECT coalesce(sum(calls), 0) FROM call_outcomes WHERE user_id = 'u-stop'"
+	least := made.Load() - calls
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got, err := strconv.ParseInt(pgtest.Query(t, dsn, sumOutcomes), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got > made.Load() {
+			t.Fatalf("the call outcomes count %d calls, only %d were made", got, made.Load())
+		}
+		if got >= least {
+			t.Logf("the call outcomes count %d of the %d calls made", got, made.Load())
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the call outcomes count %d calls, %d were made (at least %d ended before the stop closed the store)", got, made.Load(), least)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

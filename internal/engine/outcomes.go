@@ -59,6 +59,11 @@ type OutcomeCounter struct {
 	writer  string
 	seq     uint64
 	pending *store.OutcomeBatch // sent, and not known to be applied
+	// kept are batches an earlier process could not add by its stop,
+	// read from keptPath (LoadKept): sent, in order, before anything
+	// counted here (outcomes_keep.go).
+	kept     []store.OutcomeBatch
+	keptPath string
 }
 
 // NewOutcomeCounter returns an empty counter with a writer name of its
@@ -151,10 +156,14 @@ func (c *OutcomeCounter) drain(now time.Time) []store.OutcomeRow {
 // Flush adds what was counted since the last flush to s as one batch. A
 // batch s did not confirm (an error) is kept and sent first, with the same
 // sequence number, on the next Flush; counts made meanwhile wait for the
-// batch after it.
+// batch after it. Batches an earlier process kept at its stop (LoadKept)
+// go before all of them.
 func (c *OutcomeCounter) Flush(ctx context.Context, s store.Outcomes, now time.Time) error {
 	c.flushMu.Lock()
 	defer c.flushMu.Unlock()
+	if err := c.sendKept(ctx, s); err != nil {
+		return err
+	}
 	for range 2 { // the batch left over, then a fresh one
 		fresh := c.pending == nil
 		if fresh {

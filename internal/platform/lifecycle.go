@@ -166,7 +166,7 @@ func (a *App) openStore() (store.Store, error) {
 			if err != nil {
 				return nil, err
 			}
-			return pooledStore{s, ops.NewKeyUse(), startOutcomeFlusher(s, a.logger.Named("outcomes"))}, nil
+			return pooledStore{s, ops.NewKeyUse(), startOutcomeFlusher(s, outcomeKeepFile(a.StorePostgres.logDir(), true), a.logger.Named("outcomes"))}, nil
 		}
 		if err := strandedStore(a.Store, path); err != nil {
 			return nil, err
@@ -180,7 +180,7 @@ func (a *App) openStore() (store.Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		return pooledStore{s, ops.NewKeyUse(), startOutcomeFlusher(s, a.logger.Named("outcomes"))}, nil
+		return pooledStore{s, ops.NewKeyUse(), startOutcomeFlusher(s, outcomeKeepFile(path, false), a.logger.Named("outcomes"))}, nil
 	})
 	if err != nil {
 		return nil, err

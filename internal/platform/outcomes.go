@@ -2,6 +2,8 @@ package platform
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"time"
 
 	"go.uber.org/zap"
@@ -19,13 +21,16 @@ var sharedOutcomes = engine.NewOutcomeCounter()
 // OutcomeFlushInterval is how often the counted outcomes are added to the
 // store: at most this much of the non-billing counts is lost if the
 // process is killed. A clean stop (and a reload that closes the store)
-// flushes what is left.
+// flushes what is left; what that last flush cannot add (the database
+// unreachable, a full disk) is kept in a file next to the store and added
+// at the next start (engine.(*OutcomeCounter).Keep).
 var OutcomeFlushInterval = 5 * time.Second
 
 // outcomeFlusher adds sharedOutcomes to a store every OutcomeFlushInterval
 // until it is closed, then once more.
 type outcomeFlusher struct {
 	s      store.Outcomes
+	keep   string // the file of the counts a stop could not add; "" keeps none
 	logger *zap.Logger
 	stop   chan struct{}
 	done   chan struct{}
@@ -33,19 +38,50 @@ type outcomeFlusher struct {
 }
 
 // startOutcomeFlusher starts flushing into s, or returns nil for a store
-// that keeps no outcomes.
-func startOutcomeFlusher(s store.Store, logger *zap.Logger) *outcomeFlusher {
+// that keeps no outcomes. keep is the file the counts a stop could not add
+// are kept in (outcomeKeepFile): what an earlier process kept there is
+// added first, at once.
+func startOutcomeFlusher(s store.Store, keep string, logger *zap.Logger) *outcomeFlusher {
 	o, ok := s.(store.Outcomes)
 	if !ok {
 		return nil
 	}
-	f := &outcomeFlusher{s: o, logger: logger, stop: make(chan struct{}), done: make(chan struct{})}
-	go f.run()
+	f := &outcomeFlusher{s: o, keep: keep, logger: logger, stop: make(chan struct{}), done: make(chan struct{})}
+	kept := 0
+	if keep != "" {
+		n, calls, err := sharedOutcomes.LoadKept(keep)
+		switch {
+		case err != nil:
+			// Unreadable: set aside for the operator, never read again.
+			bad := keep + ".bad"
+			rerr := os.Rename(keep, bad)
+			f.logger.Error("the call outcomes an earlier stop kept cannot be read; they are not added", zap.Error(err),
+				zap.String("moved_to", bad), zap.NamedError("move_error", rerr))
+		case n > 0:
+			kept = n
+			f.logger.Info("adding the call outcomes an earlier stop kept", zap.String("file", keep),
+				zap.Int("batches", n), zap.Int64("calls", calls))
+		}
+	}
+	go f.run(kept > 0)
 	return f
 }
 
-func (f *outcomeFlusher) run() {
+// outcomeKeepFile is the file of the counts a stop could not add: in the
+// node's settlement log directory for PostgreSQL, next to the file for
+// bbolt.
+func outcomeKeepFile(dirOrFile string, dir bool) string {
+	if dir {
+		return filepath.Join(dirOrFile, "call-outcomes.kept")
+	}
+	return dirOrFile + ".outcomes-kept"
+}
+
+func (f *outcomeFlusher) run(now bool) {
 	defer close(f.done)
+	if now {
+		f.flush()
+	}
 	t := time.NewTicker(OutcomeFlushInterval)
 	defer t.Stop()
 	for {
@@ -58,7 +94,7 @@ func (f *outcomeFlusher) run() {
 	}
 }
 
-func (f *outcomeFlusher) flush() {
+func (f *outcomeFlusher) flush() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := sharedOutcomes.Flush(ctx, f.s, time.Now())
@@ -70,14 +106,32 @@ func (f *outcomeFlusher) flush() {
 		f.failed = false
 		f.logger.Info("call outcomes added to the store again")
 	}
+	return err
 }
 
-// close stops the loop and flushes what is left, before the store closes.
+// close stops the loop and flushes what is left, before the store closes:
+// one last attempt, and if the store cannot take the counts they are kept
+// in f.keep for the next start.
 func (f *outcomeFlusher) close() {
 	if f == nil {
 		return
 	}
 	close(f.stop)
 	<-f.done
-	f.flush()
+	if f.flush() == nil || f.keep == "" {
+		return
+	}
+	calls, dropped, err := sharedOutcomes.Keep(f.keep, time.Now())
+	if dropped > 0 {
+		f.logger.Warn("call outcomes kept at earlier stops dropped to keep the file small", zap.Int64("calls", dropped))
+	}
+	if err != nil {
+		f.logger.Error("the call outcomes not added to the store could not be kept either; this stop loses them",
+			zap.String("file", f.keep), zap.Error(err))
+		return
+	}
+	if calls > 0 {
+		f.logger.Warn("call outcomes not added to the store by this stop are kept and added at the next start",
+			zap.String("file", f.keep), zap.Int64("calls", calls))
+	}
 }
