@@ -255,13 +255,17 @@ func setBody(r *http.Request, f *forward, body []byte) {
 }
 
 // release returns a reservation unused. Like settling, it runs to the end
-// even when the caller has gone away: the hold must not leak.
+// even when the caller has gone away: the hold must not leak. A hold the
+// store no longer has (ErrNotFound) needs nothing: a settlement that
+// failed took it with it (a fleet node's settlement kept for the
+// database, answered store_unavailable after its wait), and logging each
+// of those as an error would fill the log during an outage.
 func (h *Handler) release(c *call, res store.Reservation) {
 	if res.ID == "" {
 		return
 	}
 	_, err := h.rt.Meter().Settle(context.Background(), res, 0, store.LedgerEntry{})
-	if err != nil && !errors.Is(err, store.ErrUnavailable) { // the store logs those, once per burst
+	if err != nil && !errors.Is(err, store.ErrUnavailable) && !errors.Is(err, store.ErrNotFound) { // the store logs ErrUnavailable, once per burst
 		h.logger.Error("release reservation", zap.String("request_id", c.requestID), zap.Error(err))
 	}
 }
