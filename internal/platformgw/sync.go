@@ -579,6 +579,15 @@ func (m *meterWriter) settleNow(units billing.Units) bool {
 		m.h.rt.NoteCharge(c.account, c.ep, units) // the caller's next calls hold what this one used
 	}
 	e, err := m.h.rt.Meter().Settle(context.Background(), m.res, units, entry)
+	if errors.Is(err, store.ErrSettlementPending) {
+		// Not confirmed in time, but kept by the store and written once
+		// it answers, each call once by its id (a fleet node's database
+		// down): the call is charged, so its answer is delivered. Withheld,
+		// the caller paid for an answer it never got.
+		m.h.rt.CountKnownInvoke(c.svc.ID, c.ep.ID, "sync", "ok")
+		m.h.rt.CountUnits(c.svc.ID, store.SourceGateway, int64(units))
+		return true
+	}
 	if err != nil {
 		if errors.Is(err, store.ErrUnavailable) && m.deferred {
 			// The body is delivered: the store charges it once it writes

@@ -54,6 +54,12 @@ var (
 	// refused before it is forwarded. It clears by itself once a write
 	// commits again.
 	ErrUnavailable = errors.New("store unavailable")
+	// ErrSettlementPending (also ErrUnavailable) says a Settle could not
+	// be confirmed in time but the store keeps the settlement and writes
+	// it once it can, each call once by its id (a fleet node whose
+	// database did not answer: docs/fleet.md): the call will be charged,
+	// so its answer is delivered, not withheld.
+	ErrSettlementPending = pendingError{}
 	// ErrBalanceRange says AddCredits (or a grant, or a reversal of one:
 	// Payments) would take a prepaid balance past what a balance holds
 	// (about ±9.2 trillion credits): nothing was changed. An embedded
@@ -322,3 +328,13 @@ type Audit interface {
 	// page, "" when there is none. A malformed cursor is ErrBadCursor.
 	ListAudit(ctx context.Context, cursor string, limit int) ([]AuditEntry, string, error)
 }
+
+// pendingError is ErrSettlementPending: errors.Is matches it and
+// ErrUnavailable.
+type pendingError struct{}
+
+func (pendingError) Error() string {
+	return "store unavailable: the settlement is kept and written once the store answers"
+}
+
+func (pendingError) Is(target error) bool { return target == ErrUnavailable }

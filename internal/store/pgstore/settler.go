@@ -152,7 +152,7 @@ func (t *settler) submit(ctx context.Context, st *settlement) (store.LedgerEntry
 		return st.result(), st.err
 	case <-timer.C:
 		return store.LedgerEntry{}, fmt.Errorf("pgstore: the settlement is not written yet (it will be once PostgreSQL answers): %w",
-			store.ErrUnavailable)
+			store.ErrSettlementPending)
 	}
 }
 
@@ -210,7 +210,7 @@ func (t *settler) keep(batch []*settlement, cause error) {
 		if err := k.b.Wait(); err != nil {
 			t.s.log.Error("settlement kept in the settlement log, which could not make it durable", zap.String("call", k.st.callID), zap.Error(err))
 		}
-		k.st.err = fmt.Errorf("pgstore: the settlement is kept in the settlement log and written at the next start: %w", store.ErrUnavailable)
+		k.st.err = fmt.Errorf("pgstore: the settlement is kept in the settlement log and written at the next start: %w", store.ErrSettlementPending)
 		t.finish(k.st)
 	}
 	if len(ks) > 0 {
