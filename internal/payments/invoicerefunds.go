@@ -112,36 +112,26 @@ func (s *Service) invoiceKept(ctx context.Context, pay store.Payments, invID str
 func (s *Service) invoiceMoneyBack(ctx context.Context, pay store.Payments, invID string, refunded, disputed int64, what string) (bool, error) {
 	invoiceMu.Lock()
 	defer invoiceMu.Unlock()
-	var r InvoiceRecord
-	for try := 1; ; try++ {
-		b, err := pay.GetPaymentRecord(ctx, KindInvoice, invID)
-		if errors.Is(err, store.ErrNotFound) {
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		r = InvoiceRecord{}
-		if err := json.Unmarshal(b, &r); err != nil {
-			return false, fmt.Errorf("invoice record %s: %w", invID, err)
-		}
+	now := s.now()
+	// Only over the record read: another node's change of it made since
+	// (an invoice event, another refund, a dispute) is read again and kept.
+	r, wrote, err := changeRecord(ctx, pay, KindInvoice, invID, now, func(r *InvoiceRecord) bool {
 		ref, dis := min(refunded, r.AmountPaid), min(disputed, r.AmountPaid)
 		if ref <= r.Refunded && dis <= r.Disputed {
-			return true, nil
+			return false
 		}
 		r.Refunded, r.Disputed = max(r.Refunded, ref), max(r.Disputed, dis)
-		r.UpdatedAt = s.now().UTC()
-		body, _ := json.Marshal(r)
-		// Only over the record read: another node's change of it made
-		// since (an invoice event, another refund, a dispute) is read
-		// again and kept.
-		err = pay.SwapPaymentRecord(ctx, KindInvoice, invID, b, body, s.now())
-		if err == nil {
-			break
-		}
-		if !swapAgain(err, try) {
-			return false, fmt.Errorf("recording %s of invoice %s: %w", what, invID, err)
-		}
+		r.UpdatedAt = now.UTC()
+		return true
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("recording %s of invoice %s: %w", what, invID, err)
+	}
+	if !wrote {
+		return true, nil
 	}
 	s.audit(ctx, AuditInvoiceStripe, r.UserID, r.ServiceID, fmt.Sprintf("invoice %s of product %s: %s; %s of %s paid went back",
 		invID, r.ProductID, what, MinorMoney(min(r.Refunded+r.Disputed, r.AmountPaid), r.Currency), MinorMoney(r.AmountPaid, r.Currency)))

@@ -464,6 +464,33 @@ func swapAgain(err error, try int) bool {
 	return try < recordSwaps && (errors.Is(err, store.ErrStale) || errors.Is(err, store.ErrNotFound))
 }
 
+// changeRecord makes change on the record of kind and id (JSON of a T)
+// and writes it back, unless change says there is nothing to write; it
+// returns the record as written (or as read, when nothing was) and
+// whether it wrote. The write is a swap over the bytes read, so a change
+// another node made meanwhile is read again, changed again and kept. A
+// record that is not stored is the store's ErrNotFound.
+func changeRecord[T any](ctx context.Context, pay store.Payments, kind, id string, now time.Time, change func(*T) bool) (T, bool, error) {
+	for try := 1; ; try++ {
+		var rec T
+		b, err := pay.GetPaymentRecord(ctx, kind, id)
+		if err != nil {
+			return rec, false, err
+		}
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return rec, false, fmt.Errorf("%s record %s does not parse: %w", kind, id, err)
+		}
+		if !change(&rec) {
+			return rec, false, nil
+		}
+		body, _ := json.Marshal(rec)
+		err = pay.SwapPaymentRecord(ctx, kind, id, b, body, now)
+		if err == nil || !swapAgain(err, try) {
+			return rec, err == nil, err
+		}
+	}
+}
+
 // auditInvoice audits an invoice record written.
 func (s *Service) auditInvoice(ctx context.Context, id ident, invID string, r InvoiceRecord) {
 	amount := MinorMoney(r.AmountDue, r.Currency).String()

@@ -657,29 +657,18 @@ func (s *Service) takeRefunds(ctx context.Context, pay store.Payments, rec TopUp
 }
 
 // changeTopUp makes change on the top-up record of PaymentIntent pi and
-// writes it, unless change says there is nothing to write. The write is a
-// swap over the record read, so a change another node made meanwhile (a
-// refund here, a lost dispute there) is read again and kept.
+// writes it, stamped now, unless change says there is nothing to write
+// (changeRecord: a change another node made meanwhile is kept).
 func (s *Service) changeTopUp(ctx context.Context, pay store.Payments, pi string, change func(*TopUpRecord) bool) error {
-	for try := 1; ; try++ {
-		b, err := pay.GetPaymentRecord(ctx, KindTopUp, pi)
-		if err != nil {
-			return err
+	now := s.now()
+	_, _, err := changeRecord(ctx, pay, KindTopUp, pi, now, func(rec *TopUpRecord) bool {
+		if !change(rec) {
+			return false
 		}
-		var rec TopUpRecord
-		if err := json.Unmarshal(b, &rec); err != nil {
-			return fmt.Errorf("top-up record %s does not parse: %w", pi, err)
-		}
-		if !change(&rec) {
-			return nil
-		}
-		rec.UpdatedAt = s.now().UTC()
-		body, _ := json.Marshal(rec)
-		err = pay.SwapPaymentRecord(ctx, KindTopUp, pi, b, body, s.now())
-		if err == nil || !swapAgain(err, try) {
-			return err
-		}
-	}
+		rec.UpdatedAt = now.UTC()
+		return true
+	})
+	return err
 }
 
 // refundsOf lists the refunds of a charge that returned money (status
