@@ -184,20 +184,20 @@ func TrialTerms(p billing.Product) billing.Product {
 
 // QuotaRetry is when a call refused quota_exceeded at now (a quota used
 // up, a spending cap reached: both reset with the billing period) may be
-// answered otherwise, and reason with that instant added, for the
-// caller's message. That is the end of the billing period under product
-// p, anchored at the subscription's start, unless the subscription ends
+// retried, and reason with that instant added, for the caller's message:
+// the end of the billing period under product p, anchored at the
+// subscription's start. Retry-After is never earlier than that reset (a
+// retry before it is refused again). When the subscription ends
 // (endsAt: a cancellation, a trial's end, an end the operator set) at or
-// before it: from then on a call is refused as the subscription's end
-// status, not allowed by a fresh quota, and a subscription renewed or
-// paid for before then is served on what that change brings. So
-// Retry-After never points past the subscription's end.
+// before the reset, the message says so too: a retry from then on is
+// refused as the subscription's end status, unless it is renewed.
 func QuotaRetry(reason string, p billing.Product, startedAt, endsAt, now time.Time) (message string, at time.Time) {
 	_, end := billing.PeriodBounds(p.Period, p.CalendarPeriods, startedAt, now)
+	message = billing.WithReset(reason, end)
 	if !endsAt.IsZero() && !endsAt.After(end) {
-		return reason + "; the subscription ends at " + endsAt.UTC().Format(time.RFC3339), endsAt
+		message += "; the subscription ends before then, at " + endsAt.UTC().Format(time.RFC3339)
 	}
-	return billing.WithReset(reason, end), end
+	return message, end
 }
 
 // Resolve decides whether userID may call svc at now and under which

@@ -258,26 +258,27 @@ func TestTrialTerms(t *testing.T) {
 }
 
 // TestQuotaRetry: a quota refusal's retry instant is the period's end,
-// or the subscription's end when that comes at or before it.
+// never earlier (docs/wire-contract.md); a subscription that ends at or
+// before it is named in the message.
 func TestQuotaRetry(t *testing.T) {
 	started := time.Date(2026, 3, 17, 9, 0, 0, 0, time.UTC)
 	now := time.Date(2026, 4, 1, 12, 0, 0, 0, time.UTC)
 	periodEnd := time.Date(2026, 4, 17, 9, 0, 0, 0, time.UTC)
 	p := billing.Product{ID: "p", Period: "month"}
+	const reset = "used up; the period resets at 2026-04-17T09:00:00Z"
 	for _, tc := range []struct {
 		name    string
 		endsAt  time.Time
-		at      time.Time
 		message string
 	}{
-		{"no end", time.Time{}, periodEnd, "used up; the period resets at 2026-04-17T09:00:00Z"},
-		{"ends after the period", periodEnd.Add(time.Second), periodEnd, "used up; the period resets at 2026-04-17T09:00:00Z"},
-		{"ends with the period", periodEnd, periodEnd, "used up; the subscription ends at 2026-04-17T09:00:00Z"},
-		{"ends first", now.Add(90 * time.Minute), now.Add(90 * time.Minute), "used up; the subscription ends at 2026-04-01T13:30:00Z"},
+		{"no end", time.Time{}, reset},
+		{"ends after the period", periodEnd.Add(time.Second), reset},
+		{"ends with the period", periodEnd, reset + "; the subscription ends before then, at 2026-04-17T09:00:00Z"},
+		{"ends first", now.Add(90 * time.Minute), reset + "; the subscription ends before then, at 2026-04-01T13:30:00Z"},
 	} {
 		msg, at := QuotaRetry("used up", p, started, tc.endsAt, now)
-		if !at.Equal(tc.at) || msg != tc.message {
-			t.Errorf("%s: %q %v, want %q %v", tc.name, msg, at, tc.message, tc.at)
+		if !at.Equal(periodEnd) || msg != tc.message {
+			t.Errorf("%s: %q %v, want %q %v", tc.name, msg, at, tc.message, periodEnd)
 		}
 	}
 }
