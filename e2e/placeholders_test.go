@@ -185,3 +185,44 @@ func TestPlaceholdersInAccessLog(t *testing.T) {
 		}
 	})
 }
+
+// TestAsyncJobIDInAccessLog: an async invoke's id is its job's id, the
+// X-Platform-Request-ID of the 202, the requestId of the envelope the
+// backend got and the uuid of the call's access log line, one version 4
+// UUID. Two calls get two ids.
+func TestAsyncJobIDInAccessLog(t *testing.T) {
+	be := newUsageBackend(t, usageSecret)
+	other := newUsageBackend(t, usageSecret2)
+	dir := t.TempDir()
+	g := startAccessLoggedGateway(t, dir, usageCatalog(be.URL, other.URL))
+	key, rec := g.newKey("u-job-id")
+	g.subscribe("u-job-id", "svc", "basic", "ACTIVE")
+	access := filepath.Join(dir, "access.log")
+
+	seen := map[string]bool{}
+	for range 2 {
+		acc, env := usageStart(t, be, asyncURL("/api", "svc", "job"), key, `{"n":1}`)
+		id := acc.RequestID
+		if u, err := uuid.Parse(id); err != nil || u.String() != id || u.Version() != 4 {
+			t.Fatalf("job id %q is not a version 4 UUID: %v", id, err)
+		}
+		if seen[id] {
+			t.Fatalf("job id %s given twice", id)
+		}
+		seen[id] = true
+		if env.RequestID != id {
+			t.Errorf("backend's envelope names job %q, caller got %q", env.RequestID, id)
+		}
+		lines := logLines(t, access, "uuid", id)
+		if len(lines) != 1 {
+			t.Fatalf("%d access log lines with uuid %s", len(lines), id)
+		}
+		if l := lines[0]; l["key_id"] != rec.ID || l["endpoint_id"] != "job" {
+			t.Errorf("access log line %v", l)
+		}
+		resp, body := call(t, "GET", acc.ProgressURL, key, "")
+		if resp.StatusCode != 200 || !strings.Contains(string(body), id) {
+			t.Errorf("status poll of %s: %d %s", id, resp.StatusCode, body)
+		}
+	}
+}

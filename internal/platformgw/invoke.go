@@ -61,11 +61,9 @@ type call struct {
 
 func (h *Handler) invoke(w http.ResponseWriter, r *http.Request, c *call, route invokeRoute, next caddyhttp.Handler) error {
 	c.route, c.started = route, h.rt.Now()
-	if route.async {
-		c.requestID = requestID(r) // the job's id: Caddy's random UUID
-	} else {
-		c.requestID = syncRequestID(r)
-	}
+	// The call's id (an async call's is its job's id): a UUID of its own
+	// generator, set as Caddy's {http.request.uuid}.
+	c.requestID = invokeRequestID(r)
 	c.idValue[0] = c.requestID
 	w.Header()[h.requestIDKey] = c.idValue[:]
 	e := h.admit(r, c)

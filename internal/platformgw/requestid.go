@@ -85,15 +85,16 @@ func requestID(r *http.Request) string {
 	return newRequestID()
 }
 
-// syncRequestID is requestID for a sync call: Caddy's {http.request.uuid}
-// when something read it already, else a UUID of newFastRequestID's that
-// it makes that placeholder's value, as Caddy would have (the replacer's
-// own values are read before its HTTP placeholders, so every later
-// {http.request.uuid} is this one) and puts in the access log entry as
-// "uuid". Caddy makes its UUID with a crypto/rand read per request, a
-// system call on the path of every sync call; an async call's id is its
-// job's id, and keeps Caddy's (requestID).
-func syncRequestID(r *http.Request) string {
+// invokeRequestID is requestID for an invoke, sync or async (an async
+// call's id is its job's id): Caddy's {http.request.uuid} when something
+// read it already, else a UUID of newFastRequestID's that it makes that
+// placeholder's value, as Caddy would have (the replacer's own values are
+// read before its HTTP placeholders, so every later {http.request.uuid}
+// is this one) and puts in the access log entry as "uuid". Caddy makes
+// its UUID with a crypto/rand read per request, a system call on the path
+// of every call. A job's id is as unguessable either way (122 bits from a
+// generator seeded by crypto/rand), and the store still checks it is new.
+func invokeRequestID(r *http.Request) string {
 	ctx := r.Context()
 	repl, ok := ctx.Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	extra, ok2 := ctx.Value(caddyhttp.ExtraLogFieldsCtxKey).(*caddyhttp.ExtraLogFields)

@@ -129,7 +129,7 @@ func TestSyncRequestIDIsCaddys(t *testing.T) {
 		return r, repl
 	}
 	r, repl := prepared()
-	id := syncRequestID(r)
+	id := invokeRequestID(r)
 	if u, err := uuid.Parse(id); err != nil || u.Version() != 4 {
 		t.Fatalf("%q: %v", id, err)
 	}
@@ -140,7 +140,7 @@ func TestSyncRequestIDIsCaddys(t *testing.T) {
 	}
 	r, repl = prepared()
 	first, _ := repl.GetString(caddyUUIDPlaceholder)
-	if got := syncRequestID(r); got != first || first == "" {
+	if got := invokeRequestID(r); got != first || first == "" {
 		t.Errorf("Caddy's UUID %q was read first; the call's id is %q", first, got)
 	}
 }
