@@ -187,6 +187,23 @@ func TestCheckoutClaimOfADeadNode(t *testing.T) {
 	if n := len(sessionsCreated(e.mock)); n != 2 {
 		t.Fatalf("%d Checkout Sessions after the first expired and 4 clicks, want 2", n)
 	}
+	// Open but about to expire: replaced, and expired at Stripe so that
+	// only the new one can be paid.
+	e.mock.Fail(nil)
+	b, err = pay.GetPaymentRecord(ctx, payments.KindCheckoutOpen, "geo/alice")
+	if err != nil || json.Unmarshal(b, &rec) != nil || rec.SessionID == "" {
+		t.Fatalf("the open session record: %s %v", b, err)
+	}
+	e.mock.Answer("/v1/checkout/sessions/"+rec.SessionID, map[string]any{"status": "open", "expires_at": e.clock.Now().Add(30 * time.Second).Unix()})
+	if url, err := s.StartSubscriptionCheckout(ctx, checkoutFor); err != nil || url == "" {
+		t.Fatalf("a click as the session expires: %q %v", url, err)
+	}
+	if n := len(sessionsCreated(e.mock)); n != 3 {
+		t.Fatalf("%d Checkout Sessions after one about to expire, want 3", n)
+	}
+	if ex := e.mock.Requests("/v1/checkout/sessions/" + rec.SessionID + "/expire"); len(ex) != 1 || ex[0].Method != http.MethodPost {
+		t.Fatalf("the replaced session was expired at Stripe by %+v, want one POST", ex)
+	}
 }
 
 // TestSecondLiveSubscriptionIsReported: a user who paid two Checkout
