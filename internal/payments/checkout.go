@@ -2,6 +2,7 @@ package payments
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -163,6 +164,21 @@ type CheckoutRequest struct {
 // in metadata, and client_reference_id is the user id. A trial of the
 // listing becomes the subscription's trial_period_days when the user
 // never had a subscription to the service (neverSubscribed).
+//
+// A user has at most one subscription Checkout open per service, on
+// every node of a fleet: two paid sessions would be two Stripe
+// subscriptions and two charges. The KindCheckoutOpen record of
+// "service/user" is claimed before the session is created (an insert,
+// or a swap over a record that may be replaced), the session is created
+// with an Idempotency-Key of the claim, and the claim is swapped into the
+// open session's record. A click that finds the claim of another (a
+// second tab, a double submit, another node) waits up to checkoutWait
+// for it to become a session and is sent to that session, or gets
+// ErrCheckoutBusy; a claim older than checkoutClaimTTL (its node died
+// mid-create) is taken over. A click that finds the session open (Stripe
+// says so) is sent to it; one of another product, or no longer open, is
+// replaced, and a replaced session still open at Stripe is expired there
+// so that it can no longer be paid.
 func (s *Service) StartSubscriptionCheckout(ctx context.Context, r CheckoutRequest) (string, error) {
 	p := s.cfg.PriceFor(r.ServiceID, r.ProductID)
 	if p == nil || p.Price == "" {
@@ -172,9 +188,24 @@ func (s *Service) StartSubscriptionCheckout(ctx context.Context, r CheckoutReque
 	if err != nil {
 		return "", err
 	}
-	if url, ok := s.openCheckout(ctx, r); ok {
-		return url, nil
+	pay, err := s.Payments()
+	if err != nil {
+		return "", err
 	}
+	url, claim, err := s.claimCheckout(ctx, pay, r)
+	if err != nil || url != "" {
+		return url, err
+	}
+	params, err := s.checkoutParams(ctx, r, p, cust)
+	if err != nil {
+		s.releaseCheckout(ctx, pay, r, claim)
+		return "", err
+	}
+	return s.createCheckout(ctx, pay, r, claim, params)
+}
+
+// checkoutParams is the Checkout Session to create for r.
+func (s *Service) checkoutParams(ctx context.Context, r CheckoutRequest, p *Price, cust string) (*stripe.CheckoutSessionCreateParams, error) {
 	meta := map[string]string{MetaUser: r.UserID, MetaService: r.ServiceID, MetaProduct: r.ProductID}
 	items := []*stripe.CheckoutSessionCreateLineItemParams{{Price: stripe.String(p.Price), Quantity: stripe.Int64(1)}}
 	if p.MeteredPrice != "" {
@@ -185,14 +216,14 @@ func (s *Service) StartSubscriptionCheckout(ctx context.Context, r CheckoutReque
 		if l, ok := svc.Listing(r.ProductID); ok && l.TrialDays > 0 {
 			first, err := s.neverSubscribed(ctx, r.UserID, r.ServiceID)
 			if err != nil {
-				return "", err
+				return nil, err
 			}
 			if first {
 				sd.TrialPeriodDays = stripe.Int64(int64(l.TrialDays))
 			}
 		}
 	}
-	cs, err := s.sc.V1CheckoutSessions.Create(ctx, &stripe.CheckoutSessionCreateParams{
+	return &stripe.CheckoutSessionCreateParams{
 		Mode:              stripe.String(string(stripe.CheckoutSessionModeSubscription)),
 		Customer:          stripe.String(cust),
 		ClientReferenceID: stripe.String(r.UserID),
@@ -201,70 +232,204 @@ func (s *Service) StartSubscriptionCheckout(ctx context.Context, r CheckoutReque
 		SubscriptionData:  sd,
 		SuccessURL:        stripe.String(r.SuccessURL),
 		CancelURL:         stripe.String(r.CancelURL),
-	})
-	if err != nil {
-		return "", fmt.Errorf("create the Checkout Session: %w", stripeErr(err))
-	}
-	if cs.URL == "" {
-		return "", errors.New("create the Checkout Session: Stripe gave no URL")
-	}
-	s.rememberCheckout(ctx, r, cs)
-	return cs.URL, nil
+	}, nil
 }
 
-// KindCheckoutOpen: the subscription Checkout Session last opened for a
-// user and service, by "service/user", so a second click (another tab,
-// a double submit) goes back to the same session instead of opening a
-// second one that would make a second Stripe subscription and a second
-// charge.
+// KindCheckoutOpen: the user's subscription Checkout of a service, by
+// "service/user": the session last opened (openCheckoutRecord with a
+// SessionID), or a click's claim to open one (with a Claim), so that a
+// second click (another tab, a double submit, another node) goes back to
+// the same session instead of opening a second one that would make a
+// second Stripe subscription and a second charge.
 const KindCheckoutOpen = "stripe_checkout_open"
 
+// The bounds of a Checkout claim.
+const (
+	// checkoutClaimTTL: a claim older than this is taken over; its node
+	// died (or stalled) before it made the session.
+	checkoutClaimTTL = 30 * time.Second
+	// checkoutCreateTimeout bounds the create at Stripe, under the claim's
+	// time, so that a claim is not taken over while its create may still
+	// answer.
+	checkoutCreateTimeout = 20 * time.Second
+	// checkoutWait is how long a click waits for another's claim to
+	// become a session before it is told to try again.
+	checkoutWait = 5 * time.Second
+	// checkoutPoll is how often a waiting click reads the record.
+	checkoutPoll = 100 * time.Millisecond
+	// checkoutTries bounds the claims lost to other clicks' swaps.
+	checkoutTries = 20
+)
+
+// ErrCheckoutBusy: another click is opening the user's Checkout of the
+// service (another tab, a double submit, another node) and did not
+// finish within checkoutWait. Nothing was created; a click a few seconds
+// later is sent to that Checkout.
+var ErrCheckoutBusy = errors.New("payments: a Checkout of this service is being opened for the user; try again in a few seconds")
+
 type openCheckoutRecord struct {
-	SessionID string    `json:"sessionId"`
-	URL       string    `json:"url"`
+	SessionID string    `json:"sessionId,omitempty"`
+	URL       string    `json:"url,omitempty"`
 	ProductID string    `json:"productId"`
-	ExpiresAt time.Time `json:"expiresAt"`
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
+	// Claim is a click's claim to create the session (a random token,
+	// and the Idempotency-Key's), ClaimedAt when it was made. A record
+	// with neither a claim nor a session is free.
+	Claim     string    `json:"claim,omitempty"`
+	ClaimedAt time.Time `json:"claimedAt,omitzero"`
 }
 
-// openCheckout returns the URL of the user's open Checkout Session for
-// the same product, if Stripe says it is still open.
-func (s *Service) openCheckout(ctx context.Context, r CheckoutRequest) (string, bool) {
-	pay, err := s.Payments()
-	if err != nil {
-		return "", false
+func checkoutKey(r CheckoutRequest) string { return r.ServiceID + "/" + r.UserID }
+
+// claimCheckout returns the URL of the user's open session of the
+// product, or this click's claim (the body stored) to create one.
+func (s *Service) claimCheckout(ctx context.Context, pay store.Payments, r CheckoutRequest) (string, []byte, error) {
+	key := checkoutKey(r)
+	deadline := time.Now().Add(checkoutWait)
+	waited := false // a claim of the product was seen: its session is brand new
+	for try := 1; ; try++ {
+		if try > checkoutTries {
+			return "", nil, ErrCheckoutBusy
+		}
+		token := make([]byte, 16)
+		_, _ = rand.Read(token)
+		mine, _ := json.Marshal(openCheckoutRecord{ProductID: r.ProductID, Claim: hex.EncodeToString(token), ClaimedAt: s.now().UTC()})
+		b, err := pay.GetPaymentRecord(ctx, KindCheckoutOpen, key)
+		if errors.Is(err, store.ErrNotFound) {
+			_, err := pay.InsertPaymentRecord(ctx, KindCheckoutOpen, key, mine, s.now())
+			if err == nil {
+				return "", mine, nil
+			}
+			if !errors.Is(err, store.ErrExists) {
+				return "", nil, err
+			}
+			continue // another click claimed first: read its claim
+		}
+		if err != nil {
+			return "", nil, err
+		}
+		var rec openCheckoutRecord
+		readable := json.Unmarshal(b, &rec) == nil
+		expire := false // the replaced session may still be open at Stripe
+		switch {
+		case readable && rec.Claim != "" && s.now().Sub(rec.ClaimedAt) < checkoutClaimTTL:
+			// Being opened by another click: wait for its session.
+			waited = waited || rec.ProductID == r.ProductID
+			if !time.Now().Before(deadline) {
+				return "", nil, ErrCheckoutBusy
+			}
+			select {
+			case <-ctx.Done():
+				return "", nil, ctx.Err()
+			case <-time.After(checkoutPoll):
+			}
+			try--
+			continue
+		case readable && rec.Claim == "" && rec.SessionID != "" && rec.ProductID == r.ProductID && rec.URL != "":
+			if waited {
+				return rec.URL, nil, nil // the session the click waited for, made just now
+			}
+			// Stripe decides: a session that expired, completed or was
+			// paid reads as not open. One about to expire is replaced.
+			status, exp, err := s.checkoutStatus(ctx, rec.SessionID)
+			if err != nil {
+				return "", nil, err
+			}
+			open := status == stripe.CheckoutSessionStatusOpen
+			if open && (exp.IsZero() || exp.After(s.now().Add(time.Minute))) {
+				return rec.URL, nil, nil
+			}
+			expire = open // open, but about to expire
+		case readable && rec.Claim == "" && rec.SessionID != "":
+			expire = true // another product's
+		}
+		// Free, another product's, no longer open, or a claim past its
+		// time: replaced by this click's claim, only as it was read.
+		err = pay.SwapPaymentRecord(ctx, KindCheckoutOpen, key, b, mine, s.now())
+		if err == nil {
+			if expire {
+				s.expireCheckout(ctx, rec.SessionID)
+			}
+			return "", mine, nil
+		}
+		if !errors.Is(err, store.ErrStale) && !errors.Is(err, store.ErrNotFound) {
+			return "", nil, err
+		}
 	}
-	b, err := pay.GetPaymentRecord(ctx, KindCheckoutOpen, r.ServiceID+"/"+r.UserID)
-	if err != nil {
-		return "", false
-	}
-	var rec openCheckoutRecord
-	if json.Unmarshal(b, &rec) != nil || rec.ProductID != r.ProductID || rec.URL == "" {
-		return "", false
-	}
-	// Stripe decides: a session that expired, completed or was paid
-	// reads as not open. One about to expire is not reused.
-	cs, err := s.sc.V1CheckoutSessions.Retrieve(ctx, rec.SessionID, nil)
-	if err != nil || cs.Status != stripe.CheckoutSessionStatusOpen ||
-		cs.ExpiresAt > 0 && !unix(cs.ExpiresAt).After(s.now().Add(time.Minute)) {
-		return "", false
-	}
-	return rec.URL, true
 }
 
-// rememberCheckout keeps the session openCheckout may return. Failing to
-// keep it only loses that reuse.
-func (s *Service) rememberCheckout(ctx context.Context, r CheckoutRequest, cs *stripe.CheckoutSession) {
-	pay, err := s.Payments()
+// checkoutStatus is the status Stripe gives a session ("" for one
+// Stripe does not know) and when it expires.
+func (s *Service) checkoutStatus(ctx context.Context, id string) (stripe.CheckoutSessionStatus, time.Time, error) {
+	cs, err := s.sc.V1CheckoutSessions.Retrieve(ctx, id, nil)
+	var se *stripe.Error
+	if errors.As(err, &se) && se.HTTPStatusCode == 404 {
+		return "", time.Time{}, nil
+	}
 	if err != nil {
-		return
+		return "", time.Time{}, fmt.Errorf("read the open Checkout Session: %w", stripeErr(err))
+	}
+	return cs.Status, unix(cs.ExpiresAt), nil
+}
+
+// createCheckout creates the session of claim at Stripe and swaps the
+// claim into its record. The create carries an Idempotency-Key of the
+// claim (Stripe's retries of it make one session) and runs to its end,
+// within checkoutCreateTimeout, even when the click that made it is gone:
+// the clicks waiting for the claim get its session.
+func (s *Service) createCheckout(ctx context.Context, pay store.Payments, r CheckoutRequest, claim []byte, params *stripe.CheckoutSessionCreateParams) (string, error) {
+	var c openCheckoutRecord
+	_ = json.Unmarshal(claim, &c)
+	params.SetIdempotencyKey(idemKey("checkout", checkoutKey(r)+"/"+r.ProductID+"/"+c.Claim))
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), checkoutCreateTimeout)
+	defer cancel()
+	cs, err := s.sc.V1CheckoutSessions.Create(cctx, params)
+	if err == nil && cs.URL == "" {
+		err = errors.New("Stripe gave no URL")
+	}
+	if err != nil {
+		s.releaseCheckout(cctx, pay, r, claim)
+		return "", fmt.Errorf("create the Checkout Session: %w", stripeErr(err))
 	}
 	exp := unix(cs.ExpiresAt)
 	if exp.IsZero() {
 		exp = s.now().Add(23 * time.Hour) // Stripe's default is 24 hours
 	}
-	b, _ := json.Marshal(openCheckoutRecord{SessionID: cs.ID, URL: cs.URL, ProductID: r.ProductID, ExpiresAt: exp})
-	if err := pay.PutPaymentRecord(ctx, KindCheckoutOpen, r.ServiceID+"/"+r.UserID, b, s.now()); err != nil {
-		s.log.Warn("the open Checkout Session was not kept; a second click opens another", zap.Error(err))
+	b, _ := json.Marshal(openCheckoutRecord{SessionID: cs.ID, URL: cs.URL, ProductID: r.ProductID, ExpiresAt: exp.UTC()})
+	if err := pay.SwapPaymentRecord(cctx, KindCheckoutOpen, checkoutKey(r), claim, b, s.now()); err != nil {
+		// The claim was taken over (this node stalled past
+		// checkoutClaimTTL) or cannot be replaced: the session is not
+		// kept, so it is expired rather than given to a caller who
+		// could pay it besides the one another click opens.
+		s.log.Warn("a Checkout Session was made but its claim was lost; it is expired at Stripe",
+			zap.String("user_id", r.UserID), zap.String("service_id", r.ServiceID), zap.String("session", cs.ID), zap.Error(err))
+		s.expireCheckout(cctx, cs.ID)
+		if errors.Is(err, store.ErrStale) || errors.Is(err, store.ErrNotFound) {
+			return "", ErrCheckoutBusy
+		}
+		return "", err
+	}
+	return cs.URL, nil
+}
+
+// releaseCheckout gives a claim up (the create failed), so that the next
+// click need not wait for it to run out. Failing leaves the claim to run
+// out.
+func (s *Service) releaseCheckout(ctx context.Context, pay store.Payments, r CheckoutRequest, claim []byte) {
+	free, _ := json.Marshal(openCheckoutRecord{ProductID: r.ProductID})
+	if err := pay.SwapPaymentRecord(context.WithoutCancel(ctx), KindCheckoutOpen, checkoutKey(r), claim, free, s.now()); err != nil &&
+		!errors.Is(err, store.ErrStale) && !errors.Is(err, store.ErrNotFound) {
+		s.log.Warn("a Checkout claim was not given up; it runs out by itself", zap.String("user_id", r.UserID),
+			zap.String("service_id", r.ServiceID), zap.Error(err))
+	}
+}
+
+// expireCheckout expires a replaced session at Stripe so that it can no
+// longer be paid. Stripe refuses one that is complete or expired
+// already, which is as good.
+func (s *Service) expireCheckout(ctx context.Context, id string) {
+	if _, err := s.sc.V1CheckoutSessions.Expire(context.WithoutCancel(ctx), id, nil); err != nil {
+		s.log.Info("a replaced Checkout Session was not expired at Stripe", zap.String("session", id), zap.Error(stripeErr(err)))
 	}
 }
 

@@ -773,6 +773,9 @@ func (s *Service) setGatewaySubscription(ctx context.Context, pay store.Payments
 			zap.String("subscription", st.ID), zap.String("holder", link.SubscriptionID))
 		return nil
 	}
+	if link.SubscriptionID != "" && link.SubscriptionID != st.ID && live {
+		s.warnSecondLive(ctx, pay, st, id, link.SubscriptionID)
+	}
 	cur, err := s.Store().GetSubscription(ctx, id.User, id.Service)
 	had := err == nil
 	if err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrNoAccount) {
@@ -822,6 +825,30 @@ func (s *Service) setGatewaySubscription(ctx context.Context, pay store.Payments
 	s.log.Info("subscription set from Stripe", zap.String("user_id", id.User), zap.String("service_id", id.Service),
 		zap.String("product_id", id.Product), zap.String("status", next.Status), zap.String("subscription", st.ID))
 	return nil
+}
+
+// warnSecondLive tells the operator that a Stripe subscription that
+// grants access takes the gateway subscription over from another, other,
+// that still grants it and renews: the user pays both (two Checkout
+// Sessions paid, one opened before the gateway kept them to one per
+// service, docs/payments.md "Checkout"). The gateway subscription follows
+// the newer; the gateway cancels nothing at Stripe by itself, since which
+// one the user meant to keep is theirs and the operator's to say. The
+// warning and an audit entry name both, so one is cancelled (and its
+// invoice refunded) in the Stripe Dashboard.
+func (s *Service) warnSecondLive(ctx context.Context, pay store.Payments, st state, id ident, other string) {
+	rec, found, err := s.getSubRecord(ctx, pay, other)
+	if err != nil || !found || !subscription.GrantsAccess(rec.Status) ||
+		rec.CancelAtPeriodEnd || !rec.CancelAt.IsZero() {
+		return // ended or ending: a plan bought after it, not a double charge
+	}
+	s.log.Warn("two live Stripe subscriptions hold one gateway subscription: the user is charged for both; cancel one in Stripe",
+		zap.String("user_id", id.User), zap.String("service_id", id.Service), zap.String("subscription", st.ID),
+		zap.String("product_id", id.Product), zap.String("other_subscription", other), zap.String("other_product_id", rec.ProductID),
+		zap.String("other_status", rec.StripeStatus))
+	s.audit(ctx, AuditSubscriptionStripe, id.User, id.Service, fmt.Sprintf(
+		"Stripe subscription %s (product %s) and %s (product %s) are both live for one subscription: the user is charged for both; cancel one in Stripe",
+		st.ID, id.Product, other, rec.ProductID))
 }
 
 // periodRestart is where the gateway subscription's billing periods

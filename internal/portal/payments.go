@@ -71,6 +71,13 @@ func (h *Handler) checkout(q *request, sess session, svc *catalog.Service, produ
 	to, err := h.pay.StartSubscriptionCheckout(q.r.Context(), payments.CheckoutRequest{
 		UserID: sess.UserID, ServiceID: svc.ID, ProductID: productID,
 		SuccessURL: h.absolute(q, back+"?m=subscribed"), CancelURL: h.absolute(q, back+"?m=checkout-cancelled")})
+	if errors.Is(err, payments.ErrCheckoutBusy) {
+		// Another tab, a double submit or another node is opening this
+		// caller's Checkout right now: a second one would be a second
+		// subscription and a second charge.
+		h.refusePlan(q, sess, svc, http.StatusConflict, "A Stripe checkout for "+svc.Name()+" is being opened for you in another tab or window; try again in a few seconds and you are taken to it. Nothing was charged.")
+		return
+	}
 	if err != nil {
 		h.logger.Error("portal: Stripe Checkout not started", zap.String("user_id", sess.UserID),
 			zap.String("service_id", svc.ID), zap.String("product_id", productID), zap.Error(err))

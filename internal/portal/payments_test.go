@@ -337,3 +337,29 @@ func invokeBody(t *testing.T, key string) (int, string) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
+
+// TestCheckoutBeingOpenedElsewhere: a Subscribe while the caller's
+// Checkout of the service is being opened elsewhere (another tab, a
+// double submit, another node) opens no second one: the caller is told
+// it is being opened and to try again, with nothing charged.
+func TestCheckoutBeingOpenedElsewhere(t *testing.T) {
+	e, mock := startPaid(t)
+	key := e.keyOnly("payer")
+	c := e.newClient()
+	c.signIn(key)
+	// The claim of the other click, made just now.
+	claim, _ := json.Marshal(map[string]any{"productId": "pro", "claim": "another-tab", "claimedAt": time.Now().UTC()})
+	if _, err := e.store().(gwstore.Payments).InsertPaymentRecord(context.Background(), payments.KindCheckoutOpen, "echo/payer", claim, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	resp, page := c.plansFormFor("echo", "checkout", "pro")
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(page, "being opened for you in another tab or window") ||
+		!strings.Contains(page, "Nothing was charged") {
+		t.Fatalf("checkout while another is being opened: %d %s\n%s", resp.StatusCode, resp.Header.Get("Location"), page)
+	}
+	for _, r := range mock.Requests("/v1/checkout/sessions") {
+		if r.Method == http.MethodPost {
+			t.Fatalf("a Checkout Session was created while another click held the claim: %+v", r)
+		}
+	}
+}
