@@ -1,0 +1,143 @@
+package payments_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/platformgw/gateway/internal/payments"
+	"github.com/platformgw/gateway/internal/payments/stripetest"
+	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/store/boltstore"
+)
+
+// otherNodeMidway is a real store on which another node's whole handling
+// of an event runs inside this node's first read of one record: the
+// other node applies its event between this node's read of the record
+// and its writes. On a fleet that is two nodes applying two events of
+// one Stripe subscription at once, the first past its lease (a stall
+// longer than the lease's 30 s: a slow Stripe or PostgreSQL, a pause of
+// the process) so the other took it; made certain here instead of left
+// to timing.
+type otherNodeMidway struct {
+	*boltstore.Store
+	kind, id string
+	other    func()
+
+	once sync.Once
+}
+
+func (s *otherNodeMidway) GetPaymentRecord(ctx context.Context, kind, id string) ([]byte, error) {
+	b, err := s.Store.GetPaymentRecord(ctx, kind, id)
+	if kind == s.kind && id == s.id {
+		s.once.Do(s.other)
+	}
+	return b, err
+}
+
+// subRaceNode serves the webhook of one node on st, its clock offset by
+// skew (the other node of a race sees this one's lease expired).
+func subRaceNode(t *testing.T, st store.Store, node string, skew time.Duration) *httptest.Server {
+	t.Helper()
+	cat := meterCatalog(t)
+	cfg := payments.Config{Provider: "stripe", SecretKey: "sk_test_race", WebhookSecret: "whsec_race",
+		APIBase: "http://127.0.0.1:9",
+		Prices:  []payments.Price{{Service: "geo", Product: "pro", Price: "price_pro"}}}
+	if err := cfg.Validate(cat); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := payments.New(cfg, payments.Deps{Store: func() store.Store { return st }, Catalog: cat, NodeID: node,
+		Now: func() time.Time { return time.Now().Add(skew) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(svc.ServeWebhook))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// subEvent is a customer.subscription.* event of sub_race (price_pro),
+// created at created.
+func subEvent(id, typ, status string, created time.Time) []byte {
+	return stripetest.Event(id, typ, created, map[string]any{
+		"id": "sub_race", "object": "subscription", "customer": "cus_race", "status": status,
+		"items": map[string]any{"object": "list", "data": []any{map[string]any{"id": "si_race", "object": "subscription_item",
+			"price": map[string]any{"id": "price_pro", "object": "price"}, "current_period_end": created.Add(720 * time.Hour).Unix()}}}})
+}
+
+// TestSubscriptionEventsOnTwoNodesEndNewest: node a applies one event of
+// a Stripe subscription while node b applies another in the middle of
+// it, at each point of a's handling where b's writes can land: after a
+// read the subscription's record, after a read which Stripe subscription
+// holds the gateway subscription (stripe_subscription_of). One event is
+// an older customer.subscription.updated (active), the other the newer
+// customer.subscription.deleted, either way round. Whatever the
+// interleaving, the gateway subscription ends EXPIRED and the record
+// holds the deletion. The old gateway put a's older state over b's
+// (plain puts, last writer wins): the cancelled subscription stayed
+// ACTIVE, and with no later event of it, for good.
+func TestSubscriptionEventsOnTwoNodesEndNewest(t *testing.T) {
+	for _, at := range []string{payments.KindSubscription, payments.KindSubscriptionOf} {
+		for _, aDeletes := range []bool{false, true} {
+			name := at + "/a_updates"
+			if aDeletes {
+				name = at + "/a_deletes"
+			}
+			t.Run(name, func(t *testing.T) { subRace(t, at, aDeletes) })
+		}
+	}
+}
+
+func subRace(t *testing.T, at string, aDeletes bool) {
+	bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "platform.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bolt.Close()
+	ctx := context.Background()
+	b, _ := json.Marshal(payments.CustomerRecord{UserID: "u1", CustomerID: "cus_race", CreatedAt: time.Now().UTC()})
+	for kind, id := range map[string]string{payments.KindCustomerUser: "cus_race", payments.KindCustomer: "u1"} {
+		if _, err := bolt.InsertPaymentRecord(ctx, kind, id, b, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	deliver := func(url string, ev []byte) {
+		if status, body := stripetest.Deliver(t, url, ev, "whsec_race", time.Now()); status != 200 {
+			t.Errorf("%s: %d %s", url, status, body)
+		}
+	}
+	updated := subEvent("evt_updated", "customer.subscription.updated", "active", t0.Add(time.Second))
+	deleted := subEvent("evt_deleted", "customer.subscription.deleted", "canceled", t0.Add(2*time.Second))
+	evA, evB := updated, deleted
+	if aDeletes {
+		evA, evB = deleted, updated
+	}
+	// Node b's clock is a minute on: node a stalled past its lease.
+	nodeB := subRaceNode(t, bolt, "node-b", time.Minute)
+	id := "sub_race"
+	if at == payments.KindSubscriptionOf {
+		id = "geo/u1"
+	}
+	st := &otherNodeMidway{Store: bolt, kind: at, id: id, other: func() {
+		payments.OnAnotherNode(func() { deliver(nodeB.URL, evB) })
+	}}
+	nodeA := subRaceNode(t, st, "node-a", 0)
+	deliver(subRaceNode(t, bolt, "node-c", 0).URL, subEvent("evt_created", "customer.subscription.created", "active", t0))
+	deliver(nodeA.URL, evA)
+
+	sub, err := bolt.GetSubscription(ctx, "u1", "geo")
+	if err != nil || sub.Status != "EXPIRED" {
+		t.Errorf("the gateway subscription after an older update and the deletion at once: %+v %v; want EXPIRED", sub, err)
+	}
+	rb, err := bolt.GetPaymentRecord(ctx, payments.KindSubscription, "sub_race")
+	var rec payments.SubscriptionRecord
+	if err != nil || json.Unmarshal(rb, &rec) != nil || rec.StripeStatus != "canceled" || !rec.EventCreated.Equal(t0.Add(2*time.Second)) {
+		t.Errorf("the record: %s %v; want canceled, of the deletion's time", rb, err)
+	}
+}
