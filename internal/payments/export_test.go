@@ -9,6 +9,11 @@ func ForgetPackPrices() { priceCache.Clear() }
 // hook): without this process's subMu, which the other node, another
 // process, does not share.
 func OnAnotherNode(f func()) {
+	if subMu.TryLock() { // this node holds none (it is not applying one)
+		subMu.Unlock()
+		f()
+		return
+	}
 	subMu.Unlock()
 	defer subMu.Lock()
 	f()

@@ -141,3 +141,100 @@ func subRace(t *testing.T, at string, aDeletes bool) {
 		t.Errorf("the record: %s %v; want canceled, of the deletion's time", rb, err)
 	}
 }
+
+// TestInvoiceReadBackBeforeADeletionEndsExpired: invoice.paid makes the
+// gateway read the subscription from Stripe and apply it as read. Node a
+// reads it active (the final invoice, paid just before the
+// cancellation); the cancellation and its customer.subscription.deleted,
+// applied by node b, come before node a writes. The gateway subscription
+// ends EXPIRED: node a's read is older than the record it would write
+// over, so it reads Stripe again. The old gateway read Stripe before
+// applying anything and wrote the state read over the newer one (a read
+// from Stripe passes the check of the events' order): the cancelled
+// subscription stayed ACTIVE for good. One node was enough: its own
+// deletion applied while the read-back waited for the subscription.
+func TestInvoiceReadBackBeforeADeletionEndsExpired(t *testing.T) {
+	bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "platform.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bolt.Close()
+	ctx := context.Background()
+	b, _ := json.Marshal(payments.CustomerRecord{UserID: "u1", CustomerID: "cus_race", CreatedAt: time.Now().UTC()})
+	for kind, id := range map[string]string{payments.KindCustomerUser: "cus_race", payments.KindCustomer: "u1"} {
+		if _, err := bolt.InsertPaymentRecord(ctx, kind, id, b, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	deliver := func(url string, ev []byte) {
+		if status, body := stripetest.Deliver(t, url, ev, "whsec_race", time.Now()); status != 200 {
+			t.Errorf("%s: %d %s", url, status, body)
+		}
+	}
+	// Stripe: the subscription is active until node b's deletion, which
+	// comes during node a's first read of it.
+	var nodeB *httptest.Server
+	var mu sync.Mutex
+	reads, cancelled := 0, false
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/subscriptions/sub_race" {
+			http.Error(w, `{"error":{"type":"invalid_request_error","message":"not here"}}`, 404)
+			return
+		}
+		mu.Lock()
+		reads++
+		first, status := reads == 1, "active"
+		if cancelled {
+			status = "canceled"
+		}
+		mu.Unlock()
+		if first {
+			mu.Lock()
+			cancelled = true
+			mu.Unlock()
+			payments.OnAnotherNode(func() {
+				deliver(nodeB.URL, subEvent("evt_deleted", "customer.subscription.deleted", "canceled", t0.Add(2*time.Second)))
+			})
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": "sub_race", "object": "subscription", "customer": "cus_race", "status": status,
+			"items": map[string]any{"object": "list", "data": []any{map[string]any{"id": "si_race", "object": "subscription_item",
+				"price": map[string]any{"id": "price_pro", "object": "price"}, "current_period_end": t0.Add(720 * time.Hour).Unix()}}}})
+	}))
+	defer api.Close()
+	node := func(name string, skew time.Duration) *httptest.Server {
+		cat := meterCatalog(t)
+		cfg := payments.Config{Provider: "stripe", SecretKey: "sk_test_race", WebhookSecret: "whsec_race", APIBase: api.URL,
+			Prices: []payments.Price{{Service: "geo", Product: "pro", Price: "price_pro"}}}
+		if err := cfg.Validate(cat); err != nil {
+			t.Fatal(err)
+		}
+		svc, err := payments.New(cfg, payments.Deps{Store: func() store.Store { return bolt }, Catalog: cat, NodeID: name,
+			Now: func() time.Time { return time.Now().Add(skew) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(http.HandlerFunc(svc.ServeWebhook))
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	nodeA := node("node-a", 0)
+	nodeB = node("node-b", time.Minute) // node a stalled past its lease
+	deliver(nodeA.URL, subEvent("evt_created", "customer.subscription.created", "active", t0))
+	inv := map[string]any{"id": "in_final", "object": "invoice", "customer": "cus_race", "status": "paid",
+		"amount_due": 2900, "amount_paid": 2900, "amount_remaining": 0, "currency": "usd",
+		"status_transitions": map[string]any{"paid_at": t0.Add(time.Second).Unix()},
+		"parent": map[string]any{"type": "subscription_details", "subscription_details": map[string]any{"subscription": "sub_race"}}}
+	deliver(nodeA.URL, stripetest.Event("evt_paid", "invoice.paid", t0.Add(time.Second), inv))
+
+	sub, err := bolt.GetSubscription(ctx, "u1", "geo")
+	if err != nil || sub.Status != "EXPIRED" {
+		t.Errorf("the gateway subscription after its invoice's read-back (node a) and its deletion (node b) at once: %+v %v; want EXPIRED", sub, err)
+	}
+	rb, err := bolt.GetPaymentRecord(ctx, payments.KindSubscription, "sub_race")
+	var rec payments.SubscriptionRecord
+	if err != nil || json.Unmarshal(rb, &rec) != nil || rec.StripeStatus != "canceled" {
+		t.Errorf("the record: %s %v; want canceled", rb, err)
+	}
+}

@@ -102,6 +102,9 @@ type state struct {
 	Meta                           map[string]string
 	// fetched: read from Stripe now, not taken from an event.
 	fetched bool
+	// fetch: only ID and Customer are known; applyState reads the rest
+	// from Stripe (and it is then fetched).
+	fetch bool
 }
 
 func stateOf(sub *stripe.Subscription) state {
@@ -342,12 +345,11 @@ func onInvoiceEvent(s *Service, ctx context.Context, ev *stripe.Event) error {
 	if !found {
 		return nil // the subscription's own events will set it
 	}
-	sub, err := s.sc.V1Subscriptions.Retrieve(ctx, subID, nil)
-	if err != nil {
-		return fmt.Errorf("%s %s: read subscription %s from Stripe: %w", ev.Type, inv.ID, subID, stripeErr(err))
-	}
-	st := stateOf(sub)
-	st.ID, st.Customer, st.fetched = subID, cust, true
+	// Read from Stripe by applyState, after it read the record it swaps:
+	// read here, before, a newer event applied meanwhile (another node's,
+	// or this one's while this waited for the subscription) would be
+	// written over with the older state Stripe gave (applyState).
+	st := state{ID: subID, Customer: cust, fetch: true}
 	return s.applyState(ctx, st, unix(ev.Created), &id)
 }
 
@@ -630,6 +632,17 @@ type change struct {
 // (an event older than the state applied, or as old and the same).
 func (s *Service) decideState(ctx context.Context, pay store.Payments, st state, eventAt time.Time, fallback *ident, rec SubscriptionRecord, found bool) (*change, error) {
 	var err error
+	if st.fetch {
+		// After the record was read: the swap over it then fails if a
+		// newer state was written since, and Stripe is read again.
+		sub, err := s.sc.V1Subscriptions.Retrieve(ctx, st.ID, nil)
+		if err != nil {
+			return nil, fmt.Errorf("read subscription %s from Stripe: %w", st.ID, stripeErr(err))
+		}
+		f := stateOf(sub)
+		f.ID, f.Customer, f.fetched = st.ID, st.Customer, true
+		st = f
+	}
 	if found && !rec.EventCreated.IsZero() && !st.fetched {
 		switch {
 		case eventAt.Before(rec.EventCreated):
