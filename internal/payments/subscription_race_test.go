@@ -225,7 +225,7 @@ func TestInvoiceReadBackBeforeADeletionEndsExpired(t *testing.T) {
 	inv := map[string]any{"id": "in_final", "object": "invoice", "customer": "cus_race", "status": "paid",
 		"amount_due": 2900, "amount_paid": 2900, "amount_remaining": 0, "currency": "usd",
 		"status_transitions": map[string]any{"paid_at": t0.Add(time.Second).Unix()},
-		"parent": map[string]any{"type": "subscription_details", "subscription_details": map[string]any{"subscription": "sub_race"}}}
+		"parent":             map[string]any{"type": "subscription_details", "subscription_details": map[string]any{"subscription": "sub_race"}}}
 	deliver(nodeA.URL, stripetest.Event("evt_paid", "invoice.paid", t0.Add(time.Second), inv))
 
 	sub, err := bolt.GetSubscription(ctx, "u1", "geo")
