@@ -12,8 +12,10 @@ import (
 
 	"github.com/platformgw/gateway/internal/payments"
 	"github.com/platformgw/gateway/internal/payments/stripetest"
+	"github.com/platformgw/gateway/internal/pgtest"
 	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/store/boltstore"
+	"github.com/platformgw/gateway/internal/store/pgstore"
 )
 
 // otherNodeMidway is a real store on which another node's whole handling
@@ -25,7 +27,7 @@ import (
 // the process) so the other took it; made certain here instead of left
 // to timing.
 type otherNodeMidway struct {
-	*boltstore.Store
+	payStore
 	kind, id string
 	other    func()
 
@@ -33,11 +35,17 @@ type otherNodeMidway struct {
 }
 
 func (s *otherNodeMidway) GetPaymentRecord(ctx context.Context, kind, id string) ([]byte, error) {
-	b, err := s.Store.GetPaymentRecord(ctx, kind, id)
+	b, err := s.payStore.GetPaymentRecord(ctx, kind, id)
 	if kind == s.kind && id == s.id {
 		s.once.Do(s.other)
 	}
 	return b, err
+}
+
+// payStore is a store that keeps payment records (boltstore, pgstore).
+type payStore interface {
+	store.Store
+	store.Payments
 }
 
 // subRaceNode serves the webhook of one node on st, its clock offset by
@@ -82,23 +90,44 @@ func subEvent(id, typ, status string, created time.Time) []byte {
 // (plain puts, last writer wins): the cancelled subscription stayed
 // ACTIVE, and with no later event of it, for good.
 func TestSubscriptionEventsOnTwoNodesEndNewest(t *testing.T) {
-	for _, at := range []string{payments.KindSubscription, payments.KindSubscriptionOf} {
-		for _, aDeletes := range []bool{false, true} {
-			name := at + "/a_updates"
-			if aDeletes {
-				name = at + "/a_deletes"
+	for _, db := range []string{"bolt", "pg"} {
+		for _, at := range []string{payments.KindSubscription, payments.KindSubscriptionOf} {
+			for _, aDeletes := range []bool{false, true} {
+				name := db + "/" + at + "/a_updates"
+				if aDeletes {
+					name = db + "/" + at + "/a_deletes"
+				}
+				t.Run(name, func(t *testing.T) {
+					// Each node's own store handle (on PostgreSQL its own
+					// connections), on one database.
+					var stA, stB payStore
+					if db == "bolt" {
+						bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "platform.db"))
+						if err != nil {
+							t.Fatal(err)
+						}
+						t.Cleanup(func() { _ = bolt.Close() })
+						stA, stB = bolt, bolt
+					} else {
+						dsn := pgtest.DB(t)
+						open := func(node string) payStore {
+							st, err := pgstore.Open(context.Background(), pgstore.Options{DSN: dsn, NodeID: node})
+							if err != nil {
+								t.Fatal(err)
+							}
+							t.Cleanup(func() { _ = st.Close() })
+							return st
+						}
+						stA, stB = open("node-a"), open("node-b")
+					}
+					subRace(t, stA, stB, at, aDeletes)
+				})
 			}
-			t.Run(name, func(t *testing.T) { subRace(t, at, aDeletes) })
 		}
 	}
 }
 
-func subRace(t *testing.T, at string, aDeletes bool) {
-	bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "platform.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bolt.Close()
+func subRace(t *testing.T, stA, bolt payStore, at string, aDeletes bool) {
 	ctx := context.Background()
 	b, _ := json.Marshal(payments.CustomerRecord{UserID: "u1", CustomerID: "cus_race", CreatedAt: time.Now().UTC()})
 	for kind, id := range map[string]string{payments.KindCustomerUser: "cus_race", payments.KindCustomer: "u1"} {
@@ -124,7 +153,7 @@ func subRace(t *testing.T, at string, aDeletes bool) {
 	if at == payments.KindSubscriptionOf {
 		id = "geo/u1"
 	}
-	st := &otherNodeMidway{Store: bolt, kind: at, id: id, other: func() {
+	st := &otherNodeMidway{payStore: stA, kind: at, id: id, other: func() {
 		payments.OnAnotherNode(func() { deliver(nodeB.URL, evB) })
 	}}
 	nodeA := subRaceNode(t, st, "node-a", 0)
