@@ -65,11 +65,12 @@ func init() {
 	handle(stripe.EventTypeInvoicePaymentFailed, onInvoiceEvent)
 }
 
-// subMu makes a node apply one subscription change at a time, so the
-// read-compare-write of a SubscriptionRecord is not interleaved on it.
-// Two nodes given two events of one subscription in the same instant can
-// still interleave; the next event or `caddy platform stripe resync`
-// corrects that.
+// subMu makes a node apply one subscription change at a time, and the
+// store's lease (holdSubscription) one node of a fleet at a time: they
+// spare the read-decide-write of a SubscriptionRecord its retries. What
+// keeps the newest event's state when two changes interleave anyway (a
+// node stalled past its lease) is that the record and its link are
+// swapped, not put (applyState).
 var subMu sync.Mutex
 
 // invoiceMu makes a node change one invoice record at a time. An invoice
