@@ -236,3 +236,74 @@ func TestFleetInvoiceMoneyBackAtOnce(t *testing.T) {
 		t.Errorf("%d of %d invoices lost a change", lost, n)
 	}
 }
+
+// TestFleetSubscriptionUpdateAndDeletionAtOnce: a Stripe subscription's
+// older customer.subscription.updated (active) delivered to node a and
+// its newer customer.subscription.deleted to node b in the same instant,
+// for many subscriptions at once, leaves every gateway subscription
+// EXPIRED and every record on the deletion: the newest event wins
+// whichever node writes last. A cancelled subscription left ACTIVE
+// gives calls away, and no later event of it comes to correct it
+// (docs/payments.md, "Out of order"). The interleavings a node stalled
+// past its lease makes are certain in internal/payments
+// (TestSubscriptionEventsOnTwoNodesEndNewest).
+func TestFleetSubscriptionUpdateAndDeletionAtOnce(t *testing.T) {
+	f, _, st := paymentsFleet(t)
+	ctx := context.Background()
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	const n = 30
+	subEvent := func(i int, typ, status string, created time.Time) []byte {
+		return stripetest.Event(fmt.Sprintf("evt_sr_%s_%d", typ, i), typ, created, map[string]any{
+			"id": fmt.Sprintf("sub_sr%d", i), "object": "subscription", "customer": fmt.Sprintf("cus_sr%d", i), "status": status,
+			"items": map[string]any{"object": "list", "data": []any{map[string]any{"id": fmt.Sprintf("si_sr%d", i), "object": "subscription_item",
+				"price": map[string]any{"id": "price_paid", "object": "price"}, "current_period_end": created.Add(720 * time.Hour).Unix()}}}})
+	}
+	// deliver sends ev to node, again while it answers 500 (the other
+	// node held the subscription past the wait: Stripe sends it again).
+	deliver := func(nd int, ev []byte) {
+		for try := 0; ; try++ {
+			status, body := stripetest.Deliver(t, f.nodes[nd].base+"/stripe/webhook", ev, fleetWhsec, time.Now())
+			if status == 200 {
+				return
+			}
+			if status != 500 || try == 5 {
+				t.Errorf("%s: %d %s", f.nodes[nd].name, status, body)
+				return
+			}
+		}
+	}
+	for i := range n {
+		seedCustomer(t, st, fmt.Sprintf("u-sr%d", i), fmt.Sprintf("cus_sr%d", i))
+		deliver(i%2, subEvent(i, "customer.subscription.created", "active", t0))
+	}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			deliver(0, subEvent(i, "customer.subscription.updated", "active", t0.Add(time.Second)))
+		})
+		wg.Go(func() {
+			<-start
+			deliver(1, subEvent(i, "customer.subscription.deleted", "canceled", t0.Add(2*time.Second)))
+		})
+	}
+	close(start)
+	wg.Wait()
+	wrong := 0
+	for i := range n {
+		user := fmt.Sprintf("u-sr%d", i)
+		sub, err := st.GetSubscription(ctx, user, fleetService)
+		b, rerr := st.GetPaymentRecord(ctx, payments.KindSubscription, fmt.Sprintf("sub_sr%d", i))
+		var rec payments.SubscriptionRecord
+		if err != nil || sub.Status != "EXPIRED" || rerr != nil || json.Unmarshal(b, &rec) != nil ||
+			rec.StripeStatus != "canceled" || !rec.EventCreated.Equal(t0.Add(2*time.Second)) {
+			wrong++
+			t.Errorf("%s after the update (node a) and the deletion (node b) at once: %+v %v; record %s %v; want EXPIRED, the deletion's",
+				user, sub, err, b, rerr)
+		}
+	}
+	if wrong > 0 {
+		t.Errorf("%d of %d subscriptions did not end on the newest event", wrong, n)
+	}
+}

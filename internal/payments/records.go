@@ -115,5 +115,9 @@ type SubscriptionRecord struct {
 	PastDueSince       time.Time `json:"pastDueSince,omitzero"`
 	// EventCreated is the creation time of the newest event applied.
 	EventCreated time.Time `json:"eventCreated,omitzero"`
-	UpdatedAt    time.Time `json:"updatedAt"`
+	// Seq counts the record's writes by applyState: every write changes
+	// the record, so a swap over a read of it fails once another node
+	// wrote it in between (applyState).
+	Seq       int64     `json:"seq,omitempty"`
+	UpdatedAt time.Time `json:"updatedAt"`
 }

@@ -65,11 +65,12 @@ func init() {
 	handle(stripe.EventTypeInvoicePaymentFailed, onInvoiceEvent)
 }
 
-// subMu makes a node apply one subscription change at a time, so the
-// read-compare-write of a SubscriptionRecord is not interleaved on it.
-// Two nodes given two events of one subscription in the same instant can
-// still interleave; the next event or `caddy platform stripe resync`
-// corrects that.
+// subMu makes a node apply one subscription change at a time, and the
+// store's lease (holdSubscription) one node of a fleet at a time: they
+// spare the read-decide-write of a SubscriptionRecord its retries. What
+// keeps the newest event's state when two changes interleave anyway (a
+// node stalled past its lease) is that the record and its link are
+// swapped, not put (applyState).
 var subMu sync.Mutex
 
 // invoiceMu makes a node change one invoice record at a time. An invoice
@@ -102,6 +103,9 @@ type state struct {
 	Meta                           map[string]string
 	// fetched: read from Stripe now, not taken from an event.
 	fetched bool
+	// fetch: only ID and Customer are known; applyState reads the rest
+	// from Stripe (and it is then fetched).
+	fetch bool
 }
 
 func stateOf(sub *stripe.Subscription) state {
@@ -342,12 +346,11 @@ func onInvoiceEvent(s *Service, ctx context.Context, ev *stripe.Event) error {
 	if !found {
 		return nil // the subscription's own events will set it
 	}
-	sub, err := s.sc.V1Subscriptions.Retrieve(ctx, subID, nil)
-	if err != nil {
-		return fmt.Errorf("%s %s: read subscription %s from Stripe: %w", ev.Type, inv.ID, subID, stripeErr(err))
-	}
-	st := stateOf(sub)
-	st.ID, st.Customer, st.fetched = subID, cust, true
+	// Read from Stripe by applyState, after it read the record it swaps:
+	// read here, before, a newer event applied meanwhile (another node's,
+	// or this one's while this waited for the subscription) would be
+	// written over with the older state Stripe gave (applyState).
+	st := state{ID: subID, Customer: cust, fetch: true}
 	return s.applyState(ctx, st, unix(ev.Created), &id)
 }
 
@@ -504,6 +507,40 @@ func (s *Service) auditInvoice(ctx context.Context, id ident, invID string, r In
 // state as of eventAt. fallback names the user, service and product
 // when the state's own prices do not (a state read from Stripe, an
 // invoice's).
+//
+// Two nodes applying two events of one Stripe subscription at once.
+// subMu keeps a node's own events one at a time, and the store's lease
+// (holdSubscription) the fleet's, but a lease is not a fence: a node
+// stalled past it (a slow Stripe or PostgreSQL, a paused process) goes on
+// writing after another took it. What makes the newest event win
+// whatever the interleaving is the record: each write of it is a swap
+// over the record read before the gateway subscription was written
+// (store.Payments.SwapPaymentRecord; the first write an insert), and
+// Seq changes with every write, so a swap lands only if no other write
+// of the record came in between. A node whose swap fails reads the
+// record again and decides again:
+//
+//   - the other node's event was older (or the record holds no state):
+//     this event still applies; it is written again and swapped again;
+//   - the other node's event was newer (or as new, the same state): this
+//     event changes nothing, but this node's write of the gateway
+//     subscription may have gone over the other's. If it wrote anything,
+//     it writes the record's state again (rebuilt from the record, no
+//     Stripe call; its own write counts as this subscription's, so an
+//     ended state goes over it) and swaps the record (Seq) to confirm it.
+//
+// So every node that wrote the gateway subscription ends with a swap of
+// the record it decided on; the last write of the gateway subscription
+// is then the one of the last record: a write after it would need a swap
+// after it, and a swap after a read fails once any other swap came
+// between. For instance, a (older, active) reads R0; b (newer, deleted)
+// reads R0, writes EXPIRED and swaps R0→Rb; a writes ACTIVE; a's swap of
+// R0 fails, a reads Rb (newer), writes EXPIRED over its own ACTIVE and
+// swaps Rb→Rb'. Or a swaps first and b's swap fails: b's event is newer,
+// so b writes EXPIRED again and swaps over a's record. Past recordSwaps
+// tries the event fails (500) and Stripe sends it again.
+// The link (stripe_subscription_of) is swapped the same way
+// (setGatewaySubscription).
 func (s *Service) applyState(ctx context.Context, st state, eventAt time.Time, fallback *ident) error {
 	subMu.Lock()
 	defer subMu.Unlock()
@@ -516,23 +553,110 @@ func (s *Service) applyState(ctx context.Context, st state, eventAt time.Time, f
 		return err
 	}
 	defer release()
-	rec, found, err := s.getSubRecord(ctx, pay, st.ID)
-	if err != nil {
-		return err
+	// mine is what this call last wrote of the gateway subscription (and
+	// its link); nil while it wrote nothing.
+	var mine *appliedSub
+	for try := 1; ; try++ {
+		b, err := pay.GetPaymentRecord(ctx, KindSubscription, st.ID)
+		found := err == nil
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		var rec SubscriptionRecord
+		if found {
+			if err := json.Unmarshal(b, &rec); err != nil {
+				return fmt.Errorf("payments: the record of subscription %s does not read: %w", st.ID, err)
+			}
+		}
+		ch, err := s.decideState(ctx, pay, st, eventAt, fallback, rec, found)
+		if err != nil {
+			return err
+		}
+		var newRec SubscriptionRecord
+		switch {
+		case ch != nil:
+			if !ch.t.none {
+				w, err := s.setGatewaySubscription(ctx, pay, ch.st, ch.id, ch.t, mine)
+				if err != nil {
+					return err
+				}
+				if w != nil {
+					mine = w
+				}
+			}
+			newRec = ch.rec
+		case mine == nil:
+			return nil // nothing of this event was written
+		default:
+			// A newer event landed since this call wrote the gateway
+			// subscription: its state goes back over this call's write.
+			w, err := s.reapplyRecord(ctx, pay, rec, mine)
+			if err != nil {
+				return err
+			}
+			if w != nil {
+				mine = w
+			}
+			newRec = rec
+			newRec.UpdatedAt = s.now().UTC()
+		}
+		newRec.Seq = rec.Seq + 1
+		body, _ := json.Marshal(newRec)
+		if found {
+			err = pay.SwapPaymentRecord(ctx, KindSubscription, st.ID, b, body, s.now())
+		} else if _, err = pay.InsertPaymentRecord(ctx, KindSubscription, st.ID, body, s.now()); errors.Is(err, store.ErrExists) {
+			err = store.ErrStale // another node's first write: read it and decide again
+		}
+		if err == nil {
+			return nil
+		}
+		if !swapAgain(err, try) {
+			return fmt.Errorf("recording subscription %s: %w", st.ID, err)
+		}
+		s.log.Info("the record of a Stripe subscription changed on another node meanwhile; deciding again",
+			zap.String("subscription", st.ID), zap.Int("try", try))
+	}
+}
+
+// change is what applyState writes for an event: the state (read from
+// Stripe when the event's time does not order it), whose it is, the
+// gateway subscription it maps to and the record.
+type change struct {
+	st  state
+	id  ident
+	t   target
+	rec SubscriptionRecord
+}
+
+// decideState is what the state st as of eventAt changes over rec (the
+// record as read; found says whether there is one): nil when nothing
+// (an event older than the state applied, or as old and the same).
+func (s *Service) decideState(ctx context.Context, pay store.Payments, st state, eventAt time.Time, fallback *ident, rec SubscriptionRecord, found bool) (*change, error) {
+	var err error
+	if st.fetch {
+		// After the record was read: the swap over it then fails if a
+		// newer state was written since, and Stripe is read again.
+		sub, err := s.sc.V1Subscriptions.Retrieve(ctx, st.ID, nil)
+		if err != nil {
+			return nil, fmt.Errorf("read subscription %s from Stripe: %w", st.ID, stripeErr(err))
+		}
+		f := stateOf(sub)
+		f.ID, f.Customer, f.fetched = st.ID, st.Customer, true
+		st = f
 	}
 	if found && !rec.EventCreated.IsZero() && !st.fetched {
 		switch {
 		case eventAt.Before(rec.EventCreated):
 			s.log.Info("stripe event older than the state applied; nothing changes", zap.String("subscription", st.ID))
-			return nil
+			return nil, nil
 		case eventAt.Equal(rec.EventCreated) && sameState(rec, st, s):
-			return nil // the state applied already (the same event on two nodes)
+			return nil, nil // the state applied already (the same event on two nodes)
 		case eventAt.Equal(rec.EventCreated):
 			// Two events of one second: their order is unknown, so
 			// apply the subscription as Stripe has it now.
 			fresh, err := s.sc.V1Subscriptions.Retrieve(ctx, st.ID, nil)
 			if err != nil {
-				return fmt.Errorf("read subscription %s from Stripe: %w", st.ID, stripeErr(err))
+				return nil, fmt.Errorf("read subscription %s from Stripe: %w", st.ID, stripeErr(err))
 			}
 			f := stateOf(fresh)
 			f.ID, f.Customer, f.fetched = st.ID, st.Customer, true
@@ -555,31 +679,31 @@ func (s *Service) applyState(ctx context.Context, st state, eventAt time.Time, f
 		id.User = fallback.User
 	default:
 		if id.User, err = s.userOfCustomer(ctx, pay, st.Customer); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if found && !st.fetched && st.Customer != "" && rec.CustomerID != "" && st.Customer != rec.CustomerID {
-		return badEvent("subscription %s: the event names another customer than the one it was made for", st.ID)
+		return nil, badEvent("subscription %s: the event names another customer than the one it was made for", st.ID)
 	}
 	if svc, prod, ok := s.productOfPrices(st.Prices); ok {
 		if id.Service != "" && svc != id.Service {
-			return badEvent("subscription %s: its price belongs to service %s, not %s", st.ID, svc, id.Service)
+			return nil, badEvent("subscription %s: its price belongs to service %s, not %s", st.ID, svc, id.Service)
 		}
 		id.Service, id.Product = svc, prod
 	} else if len(st.Prices) > 0 && !st.fetched {
-		return badEvent("subscription %s: no configured product has its price %s", st.ID, strings.Join(st.Prices, ", "))
+		return nil, badEvent("subscription %s: no configured product has its price %s", st.ID, strings.Join(st.Prices, ", "))
 	} else if fallback != nil && fallback.Service != "" && id.Service == "" {
 		id.Service, id.Product = fallback.Service, fallback.Product
 	} else if fallback != nil && fallback.Product != "" && fallback.Service == id.Service {
 		id.Product = fallback.Product
 	}
 	if id.Service == "" || id.Product == "" {
-		return badEvent("subscription %s: no configured product has its price", st.ID)
+		return nil, badEvent("subscription %s: no configured product has its price", st.ID)
 	}
 	if svc, ok := s.cat.Service(id.Service); !ok {
-		return badEvent("subscription %s: service %s is not in the catalog", st.ID, id.Service)
+		return nil, badEvent("subscription %s: service %s is not in the catalog", st.ID, id.Service)
 	} else if _, ok := svc.Product(id.Product); !ok {
-		return badEvent("subscription %s: service %s has no product %s", st.ID, id.Service, id.Product)
+		return nil, badEvent("subscription %s: service %s has no product %s", st.ID, id.Service, id.Product)
 	}
 
 	pastDueSince := time.Time{}
@@ -622,13 +746,7 @@ func (s *Service) applyState(ctx context.Context, st state, eventAt time.Time, f
 	if newRec.CustomerID == "" {
 		newRec.CustomerID = st.Customer
 	}
-	if !t.none {
-		if err := s.setGatewaySubscription(ctx, pay, st, id, t); err != nil {
-			return err
-		}
-	}
-	body, _ := json.Marshal(newRec)
-	return pay.PutPaymentRecord(ctx, KindSubscription, st.ID, body, s.now())
+	return &change{st: st, id: id, t: t, rec: newRec}, nil
 }
 
 // sameState reports whether st says what rec applied.
@@ -751,6 +869,28 @@ func stillSet(link linkRecord, subID, product string, cur store.Subscription) bo
 	return strings.EqualFold(cur.Status, a.Status) || !a.EndsAt.IsZero() && strings.EqualFold(cur.Status, a.EndStatus)
 }
 
+// reapplyRecord writes the gateway subscription as rec, the record of
+// a newer event that landed meanwhile on another node, says: the state
+// is rebuilt from the record (no Stripe call). mine is what this node
+// wrote over it, which counts as this Stripe subscription's write.
+func (s *Service) reapplyRecord(ctx context.Context, pay store.Payments, rec SubscriptionRecord, mine *appliedSub) (*appliedSub, error) {
+	st := state{ID: rec.ID, Customer: rec.CustomerID, Status: stripe.SubscriptionStatus(rec.StripeStatus),
+		CancelAtPeriodEnd: rec.CancelAtPeriodEnd, CancelAt: rec.CancelAt, PeriodEnd: rec.CurrentPeriodEnd,
+		StartDate: rec.StartDate, PeriodStart: rec.CurrentPeriodStart, Anchor: rec.BillingCycleAnchor,
+		Interval: rec.Interval, IntervalCount: rec.IntervalCount}
+	t := mapStatus(st, rec.PastDueSince, time.Duration(s.cfg.PastDueGrace))
+	if t.none || rec.UserID == "" || rec.ServiceID == "" || rec.ProductID == "" {
+		return nil, nil
+	}
+	s.log.Info("a newer event of the Stripe subscription was applied on another node meanwhile; its state goes back",
+		zap.String("subscription", rec.ID), zap.String("stripe_status", rec.StripeStatus))
+	return s.setGatewaySubscription(ctx, pay, st, ident{User: rec.UserID, Service: rec.ServiceID, Product: rec.ProductID}, t, mine)
+}
+
+// errLinkMoved: the link record changed since it was read (another
+// node's write); setGatewaySubscription reads and decides again.
+var errLinkMoved = errors.New("the subscription's link changed meanwhile")
+
 // setGatewaySubscription writes the gateway subscription, unless it is
 // as the target says already. A target that grants no access (the
 // Stripe subscription ended, unpaid, suspended) is written only over
@@ -758,20 +898,35 @@ func stillSet(link linkRecord, subID, product string, cur store.Subscription) bo
 // where there is none: never over one a newer Stripe subscription holds
 // nor over a plan put since (the caller moved to a free or prepaid plan,
 // an operator assigned one), whichever way the state came (an event, an
-// invoice's read-back, a resync).
-func (s *Service) setGatewaySubscription(ctx context.Context, pay store.Payments, st state, id ident, t target) error {
+// invoice's read-back, a resync). mine, when not nil, is what this call
+// of applyState wrote already (also this Stripe subscription's). It
+// returns what it wrote (of the link or the gateway subscription), nil
+// when nothing.
+func (s *Service) setGatewaySubscription(ctx context.Context, pay store.Payments, st state, id ident, t target, mine *appliedSub) (*appliedSub, error) {
+	for try := 1; ; try++ {
+		w, err := s.setGatewaySubscriptionOnce(ctx, pay, st, id, t, mine)
+		if !errors.Is(err, errLinkMoved) || try >= recordSwaps {
+			return w, err
+		}
+	}
+}
+
+func (s *Service) setGatewaySubscriptionOnce(ctx context.Context, pay store.Payments, st state, id ident, t target, mine *appliedSub) (*appliedSub, error) {
 	linkID := id.Service + "/" + id.User
 	var link linkRecord
-	if b, err := pay.GetPaymentRecord(ctx, KindSubscriptionOf, linkID); err == nil {
-		_ = json.Unmarshal(b, &link)
-	} else if !errors.Is(err, store.ErrNotFound) {
-		return err
+	linkBody, err := pay.GetPaymentRecord(ctx, KindSubscriptionOf, linkID)
+	if err == nil {
+		_ = json.Unmarshal(linkBody, &link)
+	} else if errors.Is(err, store.ErrNotFound) {
+		linkBody = nil
+	} else {
+		return nil, err
 	}
 	live := t.Status.GrantsAccess()
 	if link.SubscriptionID != "" && link.SubscriptionID != st.ID && !live {
 		s.log.Info("an ended Stripe subscription leaves the gateway subscription another one holds",
 			zap.String("subscription", st.ID), zap.String("holder", link.SubscriptionID))
-		return nil
+		return nil, nil
 	}
 	if link.SubscriptionID != "" && link.SubscriptionID != st.ID && live {
 		s.warnSecondLive(ctx, pay, st, id, link.SubscriptionID)
@@ -779,29 +934,41 @@ func (s *Service) setGatewaySubscription(ctx context.Context, pay store.Payments
 	cur, err := s.Store().GetSubscription(ctx, id.User, id.Service)
 	had := err == nil
 	if err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrNoAccount) {
-		return err
+		return nil, err
 	}
-	if had && !live && !stillSet(link, st.ID, id.Product, cur) {
+	if had && !live && !stillSet(link, st.ID, id.Product, cur) &&
+		(mine == nil || !stillSet(linkRecord{SubscriptionID: st.ID, Applied: mine}, st.ID, id.Product, cur)) {
 		s.log.Info("a Stripe subscription that grants no access leaves the plan put since it last set it",
 			zap.String("subscription", st.ID), zap.String("user_id", id.User), zap.String("service_id", id.Service),
 			zap.String("plan", describeSub(cur)))
-		return nil
+		return nil, nil
 	}
 	endStatus := ""
 	if !t.EndsAt.IsZero() {
 		endStatus = string(t.EndStatus)
 	}
 	applied := &appliedSub{ProductID: id.Product, Status: string(t.Status), EndsAt: t.EndsAt, EndStatus: endStatus}
+	var wrote *appliedSub
 	if link.SubscriptionID != st.ID || !link.Applied.same(applied) {
+		// A swap over the link as read (an insert where there was none):
+		// a link another node wrote since is read and decided on again.
 		b, _ := json.Marshal(linkRecord{SubscriptionID: st.ID, Applied: applied, UpdatedAt: s.now().UTC()})
-		if err := pay.PutPaymentRecord(ctx, KindSubscriptionOf, linkID, b, s.now()); err != nil {
-			return err
+		if linkBody == nil {
+			_, err = pay.InsertPaymentRecord(ctx, KindSubscriptionOf, linkID, b, s.now())
+		} else {
+			err = pay.SwapPaymentRecord(ctx, KindSubscriptionOf, linkID, linkBody, b, s.now())
 		}
+		if errors.Is(err, store.ErrExists) || errors.Is(err, store.ErrStale) || errors.Is(err, store.ErrNotFound) {
+			return nil, errLinkMoved
+		} else if err != nil {
+			return nil, err
+		}
+		wrote = applied
 	}
 	restart := s.periodRestart(st, id, t, cur, had)
 	if had && restart.IsZero() && cur.ProductID == id.Product && strings.EqualFold(cur.Status, string(t.Status)) &&
 		cur.EndsAt.Equal(t.EndsAt) && strings.EqualFold(cur.EndStatus, endStatus) {
-		return nil
+		return wrote, nil
 	}
 	put := store.Subscription{UserID: id.User, ServiceID: id.Service, ProductID: id.Product,
 		Status: string(t.Status), UpdatedAt: s.now().UTC(), EndsAt: t.EndsAt, EndStatus: endStatus}
@@ -820,11 +987,11 @@ func (s *Service) setGatewaySubscription(ctx context.Context, pay store.Payments
 	next, err := s.Store().PutSubscription(ctx, put, s.auditEntry(AuditSubscriptionStripe, id.User, id.Service,
 		fmt.Sprintf("Stripe subscription %s is %s: %s → %s", st.ID, stripeWords(st), before, describeSub(put)))...)
 	if err != nil {
-		return fmt.Errorf("set the subscription of %s to %s: %w", id.User, id.Service, err)
+		return wrote, fmt.Errorf("set the subscription of %s to %s: %w", id.User, id.Service, err)
 	}
 	s.log.Info("subscription set from Stripe", zap.String("user_id", id.User), zap.String("service_id", id.Service),
 		zap.String("product_id", id.Product), zap.String("status", next.Status), zap.String("subscription", st.ID))
-	return nil
+	return applied, nil
 }
 
 // warnSecondLive tells the operator that a Stripe subscription that

@@ -1,0 +1,269 @@
+package payments_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/platformgw/gateway/internal/payments"
+	"github.com/platformgw/gateway/internal/payments/stripetest"
+	"github.com/platformgw/gateway/internal/pgtest"
+	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/store/boltstore"
+	"github.com/platformgw/gateway/internal/store/pgstore"
+)
+
+// otherNodeMidway is a real store on which another node's whole handling
+// of an event runs inside this node's first read of one record: the
+// other node applies its event between this node's read of the record
+// and its writes. On a fleet that is two nodes applying two events of
+// one Stripe subscription at once, the first past its lease (a stall
+// longer than the lease's 30 s: a slow Stripe or PostgreSQL, a pause of
+// the process) so the other took it; made certain here instead of left
+// to timing.
+type otherNodeMidway struct {
+	payStore
+	kind, id string
+	other    func()
+
+	once sync.Once
+}
+
+func (s *otherNodeMidway) GetPaymentRecord(ctx context.Context, kind, id string) ([]byte, error) {
+	b, err := s.payStore.GetPaymentRecord(ctx, kind, id)
+	if kind == s.kind && id == s.id {
+		s.once.Do(s.other)
+	}
+	return b, err
+}
+
+// payStore is a store that keeps payment records (boltstore, pgstore).
+type payStore interface {
+	store.Store
+	store.Payments
+}
+
+// subRaceNode serves the webhook of one node on st, its clock offset by
+// skew (the other node of a race sees this one's lease expired).
+func subRaceNode(t *testing.T, st store.Store, node string, skew time.Duration) *httptest.Server {
+	t.Helper()
+	cat := meterCatalog(t)
+	cfg := payments.Config{Provider: "stripe", SecretKey: "sk_test_race", WebhookSecret: "whsec_race",
+		APIBase: "http://127.0.0.1:9",
+		Prices:  []payments.Price{{Service: "geo", Product: "pro", Price: "price_pro"}}}
+	if err := cfg.Validate(cat); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := payments.New(cfg, payments.Deps{Store: func() store.Store { return st }, Catalog: cat, NodeID: node,
+		Now: func() time.Time { return time.Now().Add(skew) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(svc.ServeWebhook))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// subEvent is a customer.subscription.* event of sub_race (price_pro),
+// created at created.
+func subEvent(id, typ, status string, created time.Time) []byte {
+	return stripetest.Event(id, typ, created, map[string]any{
+		"id": "sub_race", "object": "subscription", "customer": "cus_race", "status": status,
+		"items": map[string]any{"object": "list", "data": []any{map[string]any{"id": "si_race", "object": "subscription_item",
+			"price": map[string]any{"id": "price_pro", "object": "price"}, "current_period_end": created.Add(720 * time.Hour).Unix()}}}})
+}
+
+// TestSubscriptionEventsOnTwoNodesEndNewest: node a applies one event of
+// a Stripe subscription while node b applies another in the middle of
+// it, at each point of a's handling where b's writes can land: after a
+// read the subscription's record, after a read which Stripe subscription
+// holds the gateway subscription (stripe_subscription_of). One event is
+// an older customer.subscription.updated (active), the other the newer
+// customer.subscription.deleted, either way round. Whatever the
+// interleaving, the gateway subscription ends EXPIRED and the record
+// holds the deletion. The old gateway put a's older state over b's
+// (plain puts, last writer wins): the cancelled subscription stayed
+// ACTIVE, and with no later event of it, for good.
+func TestSubscriptionEventsOnTwoNodesEndNewest(t *testing.T) {
+	for _, db := range []string{"bolt", "pg"} {
+		for _, at := range []string{payments.KindSubscription, payments.KindSubscriptionOf} {
+			for _, aDeletes := range []bool{false, true} {
+				name := db + "/" + at + "/a_updates"
+				if aDeletes {
+					name = db + "/" + at + "/a_deletes"
+				}
+				t.Run(name, func(t *testing.T) {
+					// Each node's own store handle (on PostgreSQL its own
+					// connections), on one database.
+					var stA, stB payStore
+					if db == "bolt" {
+						bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "platform.db"))
+						if err != nil {
+							t.Fatal(err)
+						}
+						t.Cleanup(func() { _ = bolt.Close() })
+						stA, stB = bolt, bolt
+					} else {
+						dsn := pgtest.DB(t)
+						open := func(node string) payStore {
+							st, err := pgstore.Open(context.Background(), pgstore.Options{DSN: dsn, NodeID: node})
+							if err != nil {
+								t.Fatal(err)
+							}
+							t.Cleanup(func() { _ = st.Close() })
+							return st
+						}
+						stA, stB = open("node-a"), open("node-b")
+					}
+					subRace(t, stA, stB, at, aDeletes)
+				})
+			}
+		}
+	}
+}
+
+func subRace(t *testing.T, stA, bolt payStore, at string, aDeletes bool) {
+	ctx := context.Background()
+	b, _ := json.Marshal(payments.CustomerRecord{UserID: "u1", CustomerID: "cus_race", CreatedAt: time.Now().UTC()})
+	for kind, id := range map[string]string{payments.KindCustomerUser: "cus_race", payments.KindCustomer: "u1"} {
+		if _, err := bolt.InsertPaymentRecord(ctx, kind, id, b, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	deliver := func(url string, ev []byte) {
+		if status, body := stripetest.Deliver(t, url, ev, "whsec_race", time.Now()); status != 200 {
+			t.Errorf("%s: %d %s", url, status, body)
+		}
+	}
+	updated := subEvent("evt_updated", "customer.subscription.updated", "active", t0.Add(time.Second))
+	deleted := subEvent("evt_deleted", "customer.subscription.deleted", "canceled", t0.Add(2*time.Second))
+	evA, evB := updated, deleted
+	if aDeletes {
+		evA, evB = deleted, updated
+	}
+	// Node b's clock is a minute on: node a stalled past its lease.
+	nodeB := subRaceNode(t, bolt, "node-b", time.Minute)
+	id := "sub_race"
+	if at == payments.KindSubscriptionOf {
+		id = "geo/u1"
+	}
+	st := &otherNodeMidway{payStore: stA, kind: at, id: id, other: func() {
+		payments.OnAnotherNode(func() { deliver(nodeB.URL, evB) })
+	}}
+	nodeA := subRaceNode(t, st, "node-a", 0)
+	deliver(subRaceNode(t, bolt, "node-c", 0).URL, subEvent("evt_created", "customer.subscription.created", "active", t0))
+	deliver(nodeA.URL, evA)
+
+	sub, err := bolt.GetSubscription(ctx, "u1", "geo")
+	if err != nil || sub.Status != "EXPIRED" {
+		t.Errorf("the gateway subscription after an older update and the deletion at once: %+v %v; want EXPIRED", sub, err)
+	}
+	rb, err := bolt.GetPaymentRecord(ctx, payments.KindSubscription, "sub_race")
+	var rec payments.SubscriptionRecord
+	if err != nil || json.Unmarshal(rb, &rec) != nil || rec.StripeStatus != "canceled" || !rec.EventCreated.Equal(t0.Add(2*time.Second)) {
+		t.Errorf("the record: %s %v; want canceled, of the deletion's time", rb, err)
+	}
+}
+
+// TestInvoiceReadBackBeforeADeletionEndsExpired: invoice.paid makes the
+// gateway read the subscription from Stripe and apply it as read. Node a
+// reads it active (the final invoice, paid just before the
+// cancellation); the cancellation and its customer.subscription.deleted,
+// applied by node b, come before node a writes. The gateway subscription
+// ends EXPIRED: node a's read is older than the record it would write
+// over, so it reads Stripe again. The old gateway read Stripe before
+// applying anything and wrote the state read over the newer one (a read
+// from Stripe passes the check of the events' order): the cancelled
+// subscription stayed ACTIVE for good. One node was enough: its own
+// deletion applied while the read-back waited for the subscription.
+func TestInvoiceReadBackBeforeADeletionEndsExpired(t *testing.T) {
+	bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "platform.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bolt.Close()
+	ctx := context.Background()
+	b, _ := json.Marshal(payments.CustomerRecord{UserID: "u1", CustomerID: "cus_race", CreatedAt: time.Now().UTC()})
+	for kind, id := range map[string]string{payments.KindCustomerUser: "cus_race", payments.KindCustomer: "u1"} {
+		if _, err := bolt.InsertPaymentRecord(ctx, kind, id, b, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	deliver := func(url string, ev []byte) {
+		if status, body := stripetest.Deliver(t, url, ev, "whsec_race", time.Now()); status != 200 {
+			t.Errorf("%s: %d %s", url, status, body)
+		}
+	}
+	// Stripe: the subscription is active until node b's deletion, which
+	// comes during node a's first read of it.
+	var nodeB *httptest.Server
+	var mu sync.Mutex
+	reads, cancelled := 0, false
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/subscriptions/sub_race" {
+			http.Error(w, `{"error":{"type":"invalid_request_error","message":"not here"}}`, 404)
+			return
+		}
+		mu.Lock()
+		reads++
+		first, status := reads == 1, "active"
+		if cancelled {
+			status = "canceled"
+		}
+		mu.Unlock()
+		if first {
+			mu.Lock()
+			cancelled = true
+			mu.Unlock()
+			payments.OnAnotherNode(func() {
+				deliver(nodeB.URL, subEvent("evt_deleted", "customer.subscription.deleted", "canceled", t0.Add(2*time.Second)))
+			})
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": "sub_race", "object": "subscription", "customer": "cus_race", "status": status,
+			"items": map[string]any{"object": "list", "data": []any{map[string]any{"id": "si_race", "object": "subscription_item",
+				"price": map[string]any{"id": "price_pro", "object": "price"}, "current_period_end": t0.Add(720 * time.Hour).Unix()}}}})
+	}))
+	defer api.Close()
+	node := func(name string, skew time.Duration) *httptest.Server {
+		cat := meterCatalog(t)
+		cfg := payments.Config{Provider: "stripe", SecretKey: "sk_test_race", WebhookSecret: "whsec_race", APIBase: api.URL,
+			Prices: []payments.Price{{Service: "geo", Product: "pro", Price: "price_pro"}}}
+		if err := cfg.Validate(cat); err != nil {
+			t.Fatal(err)
+		}
+		svc, err := payments.New(cfg, payments.Deps{Store: func() store.Store { return bolt }, Catalog: cat, NodeID: name,
+			Now: func() time.Time { return time.Now().Add(skew) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(http.HandlerFunc(svc.ServeWebhook))
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	nodeA := node("node-a", 0)
+	nodeB = node("node-b", time.Minute) // node a stalled past its lease
+	deliver(nodeA.URL, subEvent("evt_created", "customer.subscription.created", "active", t0))
+	inv := map[string]any{"id": "in_final", "object": "invoice", "customer": "cus_race", "status": "paid",
+		"amount_due": 2900, "amount_paid": 2900, "amount_remaining": 0, "currency": "usd",
+		"status_transitions": map[string]any{"paid_at": t0.Add(time.Second).Unix()},
+		"parent":             map[string]any{"type": "subscription_details", "subscription_details": map[string]any{"subscription": "sub_race"}}}
+	deliver(nodeA.URL, stripetest.Event("evt_paid", "invoice.paid", t0.Add(time.Second), inv))
+
+	sub, err := bolt.GetSubscription(ctx, "u1", "geo")
+	if err != nil || sub.Status != "EXPIRED" {
+		t.Errorf("the gateway subscription after its invoice's read-back (node a) and its deletion (node b) at once: %+v %v; want EXPIRED", sub, err)
+	}
+	rb, err := bolt.GetPaymentRecord(ctx, payments.KindSubscription, "sub_race")
+	var rec payments.SubscriptionRecord
+	if err != nil || json.Unmarshal(rb, &rec) != nil || rec.StripeStatus != "canceled" {
+		t.Errorf("the record: %s %v; want canceled", rb, err)
+	}
+}
