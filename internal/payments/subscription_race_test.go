@@ -267,3 +267,93 @@ func TestInvoiceReadBackBeforeADeletionEndsExpired(t *testing.T) {
 		t.Errorf("the record: %s %v; want canceled", rb, err)
 	}
 }
+
+// TestResyncBeforeADeletionEndsExpired: `caddy platform stripe resync`
+// lists a customer's subscriptions from Stripe, then applies each. A
+// customer.subscription.deleted applied between the two (a webhook on
+// any node) is newer than what the list said; the resync wrote the
+// listed "active" over it, since a state read from Stripe skips the
+// event-order check, and the cancelled subscription stayed ACTIVE.
+func TestResyncBeforeADeletionEndsExpired(t *testing.T) {
+	bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "platform.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bolt.Close()
+	ctx := context.Background()
+	b, _ := json.Marshal(payments.CustomerRecord{UserID: "u1", CustomerID: "cus_race", CreatedAt: time.Now().UTC()})
+	for kind, id := range map[string]string{payments.KindCustomerUser: "cus_race", payments.KindCustomer: "u1"} {
+		if _, err := bolt.InsertPaymentRecord(ctx, kind, id, b, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	var hook *httptest.Server
+	deliver := func(ev []byte) {
+		if status, body := stripetest.Deliver(t, hook.URL, ev, "whsec_race", time.Now()); status != 200 {
+			t.Errorf("webhook: %d %s", status, body)
+		}
+	}
+	var mu sync.Mutex
+	cancelled := false
+	sub := func(status string) map[string]any {
+		return map[string]any{"id": "sub_race", "object": "subscription", "customer": "cus_race", "status": status,
+			"items": map[string]any{"object": "list", "data": []any{map[string]any{"id": "si_race", "object": "subscription_item",
+				"price": map[string]any{"id": "price_pro", "object": "price"}, "current_period_end": t0.Add(720 * time.Hour).Unix()}}}}
+	}
+	// Stripe: the list says active; the deletion is applied while the
+	// list is on its way; read again, the subscription is cancelled.
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		mu.Lock()
+		status := "active"
+		if cancelled {
+			status = "canceled"
+		}
+		mu.Unlock()
+		switch r.URL.Path {
+		case "/v1/subscriptions":
+			if status == "active" {
+				mu.Lock()
+				cancelled = true
+				mu.Unlock()
+				deliver(subEvent("evt_deleted", "customer.subscription.deleted", "canceled", time.Now().Truncate(time.Second)))
+			}
+			_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "url": "/v1/subscriptions", "has_more": false,
+				"data": []any{sub(status)}})
+		case "/v1/subscriptions/sub_race":
+			_ = json.NewEncoder(w).Encode(sub(status))
+		case "/v1/invoices":
+			_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "url": "/v1/invoices", "has_more": false, "data": []any{}})
+		default:
+			http.Error(w, `{"error":{"type":"invalid_request_error","message":"not here"}}`, 404)
+		}
+	}))
+	defer api.Close()
+	cat := meterCatalog(t)
+	cfg := payments.Config{Provider: "stripe", SecretKey: "sk_test_race", WebhookSecret: "whsec_race", APIBase: api.URL,
+		Prices: []payments.Price{{Service: "geo", Product: "pro", Price: "price_pro"}}}
+	if err := cfg.Validate(cat); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := payments.New(cfg, payments.Deps{Store: func() store.Store { return bolt }, Catalog: cat, NodeID: "node-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook = httptest.NewServer(http.HandlerFunc(svc.ServeWebhook))
+	defer hook.Close()
+	deliver(subEvent("evt_created", "customer.subscription.created", "active", t0))
+
+	if _, err := svc.Resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := bolt.GetSubscription(ctx, "u1", "geo")
+	if err != nil || got.Status != "EXPIRED" {
+		t.Errorf("the gateway subscription after a resync whose list came before its deletion: %+v %v; want EXPIRED", got, err)
+	}
+	rb, err := bolt.GetPaymentRecord(ctx, payments.KindSubscription, "sub_race")
+	var rec payments.SubscriptionRecord
+	if err != nil || json.Unmarshal(rb, &rec) != nil || rec.StripeStatus != "canceled" {
+		t.Errorf("the record: %s %v; want canceled", rb, err)
+	}
+}

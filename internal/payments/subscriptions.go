@@ -65,6 +65,11 @@ func init() {
 	handle(stripe.EventTypeInvoicePaymentFailed, onInvoiceEvent)
 }
 
+// listedSkew is how far the clocks of the nodes, and Stripe's, may be
+// apart for state.listedAt: a record changed that long before a list
+// began still has the subscription read again.
+const listedSkew = 5 * time.Second
+
 // subMu makes a node apply one subscription change at a time, and the
 // store's lease (holdSubscription) one node of a fleet at a time: they
 // spare the read-decide-write of a SubscriptionRecord its retries. What
@@ -103,6 +108,11 @@ type state struct {
 	Meta                           map[string]string
 	// fetched: read from Stripe now, not taken from an event.
 	fetched bool
+	// listedAt: when a fetched state's read from Stripe began, for one
+	// read before its record was (a resync lists first, then applies):
+	// a record written after about that time is newer than it may be,
+	// and the subscription is read from Stripe again (decideState).
+	listedAt time.Time
 	// fetch: only ID and Customer are known; applyState reads the rest
 	// from Stripe (and it is then fetched).
 	fetch bool
@@ -633,6 +643,14 @@ type change struct {
 // (an event older than the state applied, or as old and the same).
 func (s *Service) decideState(ctx context.Context, pay store.Payments, st state, eventAt time.Time, fallback *ident, rec SubscriptionRecord, found bool) (*change, error) {
 	var err error
+	if st.fetched && !st.listedAt.IsZero() && found &&
+		(rec.UpdatedAt.After(st.listedAt.Add(-listedSkew)) || rec.EventCreated.After(st.listedAt.Add(-listedSkew))) {
+		// Read from Stripe before the record was (a resync's list), and
+		// the record changed about then or since: a webhook applied
+		// meanwhile may be newer than the list. Stripe is read again,
+		// after the record, as below.
+		st.fetch = true
+	}
 	if st.fetch {
 		// After the record was read: the swap over it then fails if a
 		// newer state was written since, and Stripe is read again.

@@ -147,12 +147,13 @@ func (s *Service) resyncCustomer(ctx context.Context, c CustomerRecord, out *Res
 		return err
 	}
 	lp := &stripe.SubscriptionListParams{Customer: stripe.String(c.CustomerID), Status: stripe.String("all")}
+	listedAt := s.now().UTC()
 	for sub, err := range s.sc.V1Subscriptions.List(ctx, lp) {
 		if err != nil {
 			return fmt.Errorf("list the subscriptions of customer %s: %w", c.CustomerID, stripeErr(err))
 		}
 		st := stateOf(sub)
-		st.Customer, st.fetched = c.CustomerID, true
+		st.Customer, st.fetched, st.listedAt = c.CustomerID, true, listedAt
 		var fb *ident
 		if rec, found, err := s.getSubRecord(ctx, pay, sub.ID); err != nil {
 			return err
