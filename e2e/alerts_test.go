@@ -159,6 +159,14 @@ func alertsCatalog(backend, webhook string) string {
 				price 1
 				spending_cap 10
 				alert spending_cap 90%%
+				currency EUR
+			}
+			product unnamed {
+				billing USAGE_POSTPAID
+				measurement PER_REQUEST
+				price 1
+				spending_cap 10
+				alert spending_cap 90%%
 			}
 		}`, webhook, alertSecret, backend, testSecret)
 }
@@ -262,7 +270,8 @@ func TestAlertsQuotaThresholdsFireOnce(t *testing.T) {
 				t.Fatalf("the webhook body carries a key, secret or signature: %s", d.Body)
 			}
 		}
-		if d.Event["type"] != "usage.alert" || d.Event["serviceId"] != "svc" || d.Event["productId"] != "basic" || d.Event["metric"] != "quota" {
+		if d.Event["type"] != "usage.alert" || d.Event["serviceId"] != "svc" || d.Event["productId"] != "basic" || d.Event["metric"] != "quota" ||
+			d.Event["unit"] != "request" || d.Event["currency"] != nil {
 			t.Fatalf("webhook body %s", d.Body)
 		}
 	}
@@ -434,6 +443,42 @@ func TestAlertsCreditsAndSpendingCap(t *testing.T) {
 	}
 	if d := a["cap-user spending_cap 90%"][0]; d.Event["value"] != 9.0 || d.Event["limit"] != 9.0 {
 		t.Fatalf("spending cap webhook %s", d.Body)
+	}
+	// Money with its currency, credits said to be credits (docs/alerts.md,
+	// "The webhook"), and an existing field never moved: the new one
+	// comes last, after limit.
+	if d := a["cap-user spending_cap 90%"][0]; d.Event["currency"] != "EUR" || d.Event["unit"] != nil ||
+		!strings.HasSuffix(string(d.Body), `,"value":9,"limit":9,"currency":"EUR"}`) {
+		t.Fatalf("spending cap webhook without its currency: %s", d.Body)
+	}
+	if d := a["pre-user credits_below 5"][0]; d.Event["unit"] != "credits" || d.Event["currency"] != nil ||
+		!strings.HasSuffix(string(d.Body), `,"value":4,"limit":5,"unit":"credits"}`) {
+		t.Fatalf("credits webhook not saying credits: %s", d.Body)
+	}
+	// The record the admin API and the console list carries them too.
+	if c := g.alerts("cap-user"); c[0].Currency != "EUR" || c[0].Unit != "" {
+		t.Fatalf("spending cap alert record %+v", c[0])
+	}
+	if p := g.alerts("pre-user"); p[0].Unit != "credits" || p[0].Currency != "" {
+		t.Fatalf("credits alert record %+v", p[0])
+	}
+}
+
+// TestAlertsSpendingCapWithoutCurrency: a product whose listing names no
+// currency (a service not public may price in money without one) sends
+// its spending cap alert with neither currency nor unit: money, in a
+// currency the gateway was not told (docs/alerts.md).
+func TestAlertsSpendingCapWithoutCurrency(t *testing.T) {
+	be := newTestBackend(t, testSecret, "Platform")
+	rcv := newAlertReceiver(t, alertSecret)
+	g := startGateway(t, t.TempDir(), alertsCatalog(be.URL, rcv.URL))
+	key, _ := g.newKey("cap-user")
+	g.subscribe("cap-user", "svc", "unnamed", "ACTIVE")
+	invokeOK(t, key, 9)
+	waitFor(t, "the webhook", func() bool { return len(rcv.accepted()["cap-user spending_cap 90%"]) == 1 })
+	d := rcv.accepted()["cap-user spending_cap 90%"][0]
+	if d.Event["currency"] != nil || d.Event["unit"] != nil || !strings.HasSuffix(string(d.Body), `,"metric":"spending_cap","value":9,"limit":9}`) {
+		t.Fatalf("spending cap webhook of a product without a currency: %s", d.Body)
 	}
 }
 

@@ -147,11 +147,60 @@ func Parse(metric string, levels []string) ([]Threshold, error) {
 
 // Reading is a threshold a subscription has reached: Value is what was
 // measured (units used, spend, or credits left) and Limit the level it
-// reached.
+// reached, both counted in Currency or Unit (Measure).
 type Reading struct {
 	Threshold Threshold
 	Value     billing.Units
 	Limit     billing.Units
+	Currency  string
+	Unit      string
+}
+
+// UnitCredits is the Unit of an amount of credits: a prepaid balance, or
+// the spend of a PREPAID product, whose price is credits, not money.
+const UnitCredits = "credits"
+
+// Measure is what the figures of a threshold on metric of product p count,
+// as the webhook says it: money in the ISO 4217 currency of p's catalog
+// listing (a spending cap of a product that is not PREPAID), or a unit:
+// credits (credits_below, and the spending cap of a PREPAID product), or
+// the unit of p's quota (its unit label, else the one its measurement
+// counts: request, token, byte, second). Both are empty for the spending
+// cap of a product whose listing names no currency: money, in a currency
+// the gateway was not told, which the console and the portal also show
+// without a code.
+func Measure(p billing.Product, metric string) (currency, unit string) {
+	switch metric {
+	case MetricCreditsBelow:
+		return "", UnitCredits
+	case MetricSpendingCap:
+		if p.BillingModel == billing.Prepaid {
+			return "", UnitCredits
+		}
+		return p.Currency, ""
+	case MetricQuota:
+		return "", UnitName(p)
+	}
+	return "", ""
+}
+
+// UnitName is the name of one unit p measures: its unit label, or the
+// unit of its measurement type.
+func UnitName(p billing.Product) string {
+	if p.UnitLabel != "" {
+		return p.UnitLabel
+	}
+	switch p.MeasurementType {
+	case billing.PerRequest:
+		return "request"
+	case billing.PerToken:
+		return "token"
+	case billing.PerByte:
+		return "byte"
+	case billing.PerTimeUnit:
+		return "second"
+	}
+	return "unit"
 }
 
 // Reached returns the thresholds of ts that the state s of a subscription
@@ -160,6 +209,7 @@ type Reading struct {
 func Reached(p billing.Product, s billing.State, ts []Threshold) []Reading {
 	var out []Reading
 	for _, t := range ts {
+		n := len(out)
 		switch t.Metric {
 		case MetricQuota:
 			if p.Quota == nil || *p.Quota <= 0 {
@@ -179,6 +229,9 @@ func Reached(p billing.Product, s billing.State, ts []Threshold) []Reading {
 			if p.BillingModel == billing.Prepaid && s.Credits < t.Credits {
 				out = append(out, Reading{Threshold: t, Value: s.Credits, Limit: t.Credits})
 			}
+		}
+		if len(out) > n {
+			out[n].Currency, out[n].Unit = Measure(p, t.Metric)
 		}
 	}
 	return out

@@ -210,22 +210,108 @@ func TestScheduleBacksOffAndGivesUp(t *testing.T) {
 	}
 }
 
-// TestDocumentedWebhookVector pins the example of docs/alerts.md, which
-// tells receivers to check their code against it.
+// TestDocumentedWebhookVector pins the quota example of docs/alerts.md
+// (and docs/wire-contract.md), its body and its exact signature: the docs
+// tell receivers to check their code against it.
 func TestDocumentedWebhookVector(t *testing.T) {
 	e := Event{EventID: "alt_42", CreatedAt: time.Date(2026, 11, 23, 15, 58, 37, 315677224, time.UTC),
 		UserID: "user-1", ServiceID: "weather", ProductID: "basic", PeriodStart: time.Date(2026, 11, 17, 9, 12, 0, 0, time.UTC),
-		Threshold: "quota 80%", Metric: MetricQuota, Value: billing.Whole(800), Limit: billing.Whole(800)}
+		Threshold: "quota 80%", Metric: MetricQuota, Value: billing.Whole(800), Limit: billing.Whole(800), Unit: "request"}
 	body, err := e.Body()
 	if err != nil {
 		t.Fatal(err)
 	}
-	const want = `{"eventId":"alt_42","type":"usage.alert","createdAt":"2026-11-23T15:58:37.315677224Z","userId":"user-1","serviceId":"weather","productId":"basic","periodStart":"2026-11-17T09:12:00Z","threshold":"quota 80%","metric":"quota","value":800,"limit":800}`
+	const want = `{"eventId":"alt_42","type":"usage.alert","createdAt":"2026-11-23T15:58:37.315677224Z","userId":"user-1","serviceId":"weather","productId":"basic","periodStart":"2026-11-17T09:12:00Z","threshold":"quota 80%","metric":"quota","value":800,"limit":800,"unit":"request"}`
 	if string(body) != want {
 		t.Fatalf("body\n%s\nwant\n%s", body, want)
 	}
 	sig, ts := Sign([]byte("example-alert-secret-0123"), body, time.Unix(1795449517, 0))
-	if ts != "1795449517" || sig != "R1SuSzehaD/zEVL3R5NmdujnxJVZsqJg+9KwPAxDfTY=" {
+	if ts != "1795449517" || sig != "8RdLdGomhTrD1RStvezQg3m0PIRMvrdpkWebEvxsVhk=" {
+		t.Fatalf("signature %s at %s", sig, ts)
+	}
+}
+
+// TestReachedSaysWhatItCounts: every reading says what its value and
+// limit count: money with its product's currency, credits as credits
+// (also the spend of a PREPAID product, whose price is credits), units
+// by their name; neither for money of a product without a currency.
+// A spending cap's reading had no currency: "value":45 of what?
+func TestReachedSaysWhatItCounts(t *testing.T) {
+	capAt := func(model, currency string) billing.Product {
+		return billing.Product{ID: "p", BillingModel: model, MeasurementType: billing.PerToken, Price: units("1"),
+			Quota: ptr(units("10")), SpendingCap: ptr(units("4")), Currency: currency}
+	}
+	cap90 := []Threshold{{Metric: MetricSpendingCap, Percent: units("90")}}
+	q80 := []Threshold{{Metric: MetricQuota, Percent: units("80")}}
+	low := []Threshold{{Metric: MetricCreditsBelow, Credits: units("10")}}
+	labelled := capAt(billing.Subscription, "EUR")
+	labelled.UnitLabel = "word"
+	for _, c := range []struct {
+		what           string
+		p              billing.Product
+		ts             []Threshold
+		currency, unit string
+	}{
+		{"usage spend in EUR", capAt(billing.UsagePostpaid, "EUR"), cap90, "EUR", ""},
+		{"overage spend in JPY", capAt(billing.Subscription, "JPY"), cap90, "JPY", ""},
+		{"spend without a currency", capAt(billing.UsageInstant, ""), cap90, "", ""},
+		{"prepaid spend is credits", capAt(billing.Prepaid, "EUR"), cap90, "", UnitCredits},
+		{"credits left", capAt(billing.Prepaid, "EUR"), low, "", UnitCredits},
+		{"quota of tokens", capAt(billing.Subscription, "EUR"), q80, "", "token"},
+		{"quota of a unit label", labelled, q80, "", "word"},
+	} {
+		rs := Reached(c.p, billing.State{Used: units("9"), Spend: units("4"), Credits: units("1")}, c.ts)
+		if len(rs) != 1 || rs[0].Currency != c.currency || rs[0].Unit != c.unit {
+			t.Errorf("%s: readings %+v, want currency %q unit %q", c.what, rs, c.currency, c.unit)
+		}
+	}
+}
+
+// TestEventBodyCurrencyLast: a spending cap alert carries its currency,
+// a credits alert says credits, each after limit, so every field before
+// it is where it always was (receivers verify the raw bytes); without
+// either the body is what it always was.
+func TestEventBodyCurrencyLast(t *testing.T) {
+	base := Event{EventID: "alt_7", CreatedAt: time.Date(2026, 11, 23, 16, 0, 0, 0, time.UTC),
+		UserID: "u1", ServiceID: "svc", ProductID: "metered", PeriodStart: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC),
+		Threshold: "spending_cap 90%", Metric: MetricSpendingCap, Value: units("45.5"), Limit: units("45")}
+	const head = `{"eventId":"alt_7","type":"usage.alert","createdAt":"2026-11-23T16:00:00Z","userId":"u1","serviceId":"svc",` +
+		`"productId":"metered","periodStart":"2026-11-01T00:00:00Z","threshold":"spending_cap 90%","metric":"spending_cap","value":45.5,"limit":45`
+	for _, c := range []struct {
+		currency, unit, tail string
+	}{
+		{"EUR", "", `,"currency":"EUR"}`},
+		{"", "", `}`},
+		{"", UnitCredits, `,"unit":"credits"}`},
+	} {
+		e := base
+		e.Currency, e.Unit = c.currency, c.unit
+		body, err := e.Body()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(body) != head+c.tail {
+			t.Errorf("body\n%s\nwant\n%s", body, head+c.tail)
+		}
+	}
+}
+
+// TestDocumentedSpendingCapVector pins the spending cap example of
+// docs/alerts.md: its body and its exact signature.
+func TestDocumentedSpendingCapVector(t *testing.T) {
+	e := Event{EventID: "alt_43", CreatedAt: time.Date(2026, 11, 23, 16, 2, 11, 482910337, time.UTC),
+		UserID: "user-1", ServiceID: "weather", ProductID: "basic", PeriodStart: time.Date(2026, 11, 17, 9, 12, 0, 0, time.UTC),
+		Threshold: "spending_cap 90%", Metric: MetricSpendingCap, Value: units("45.02"), Limit: billing.Whole(45), Currency: "EUR"}
+	body, err := e.Body()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"eventId":"alt_43","type":"usage.alert","createdAt":"2026-11-23T16:02:11.482910337Z","userId":"user-1","serviceId":"weather","productId":"basic","periodStart":"2026-11-17T09:12:00Z","threshold":"spending_cap 90%","metric":"spending_cap","value":45.02,"limit":45,"currency":"EUR"}`
+	if string(body) != want {
+		t.Fatalf("body\n%s\nwant\n%s", body, want)
+	}
+	sig, ts := Sign([]byte("example-alert-secret-0123"), body, time.Unix(1795449731, 0))
+	if ts != "1795449731" || sig != "STtklC40zsK6T9gYzRAW/0kBMviOqKRrxxb79P/UFJ8=" {
 		t.Fatalf("signature %s at %s", sig, ts)
 	}
 }

@@ -28,6 +28,14 @@ type Event struct {
 	Metric      string        `json:"metric"`
 	Value       billing.Units `json:"value"`
 	Limit       billing.Units `json:"limit"`
+	// Currency is the ISO 4217 code of Value and Limit when they are
+	// money (a spending cap of a product whose listing names one); Unit
+	// what they count otherwise: "credits", or the quota's unit. At most
+	// one is set; neither for an alert recorded before they were, nor for
+	// the spending cap of a product without a currency. They come last:
+	// every field before them is where it always was.
+	Currency string `json:"currency,omitempty"`
+	Unit     string `json:"unit,omitempty"`
 }
 
 // Body renders the event as sent: compact JSON, fields in the order above.

@@ -217,8 +217,16 @@ func measuredText(v billing.Units, of string) string {
 
 // alertMeasure is what an alert's threshold counts (its Threshold reads
 // "quota 80%", "credits_below 10", "spending_cap 90%"): the product's units, its
-// credits, or its spend in the product's currency.
+// credits, or its spend in the product's currency. The currency and credits
+// the alert recorded when it fired come first: they are what its figures
+// were counted in, even once the product is gone or its listing changed.
 func (h *Handler) alertMeasure(a store.Alert) string {
+	switch {
+	case a.Currency != "":
+		return a.Currency
+	case a.Unit == alerts.UnitCredits:
+		return kindCredits
+	}
 	unit, kind := h.measureOf(a.ServiceID, a.ProductID)
 	switch {
 	case strings.HasPrefix(a.Threshold, alerts.MetricCreditsBelow):

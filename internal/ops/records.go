@@ -161,19 +161,23 @@ type AlertRecord struct {
 	Threshold   string        `json:"threshold"`
 	Value       billing.Units `json:"value"`
 	Limit       billing.Units `json:"limit"`
-	Created     time.Time     `json:"createdAt"`
-	Status      string        `json:"status"`
-	Attempts    int           `json:"attempts"`
-	LastError   string        `json:"lastError,omitempty"`
-	NextAttempt time.Time     `json:"nextAttemptAt,omitzero"`
-	DeliveredAt time.Time     `json:"deliveredAt,omitzero"`
+	// Currency or Unit is what Value and Limit count, as the webhook says
+	// it (docs/alerts.md).
+	Currency    string    `json:"currency,omitempty"`
+	Unit        string    `json:"unit,omitempty"`
+	Created     time.Time `json:"createdAt"`
+	Status      string    `json:"status"`
+	Attempts    int       `json:"attempts"`
+	LastError   string    `json:"lastError,omitempty"`
+	NextAttempt time.Time `json:"nextAttemptAt,omitzero"`
+	DeliveredAt time.Time `json:"deliveredAt,omitzero"`
 }
 
 // ViewAlert is how operators see a stored alert.
 func ViewAlert(a store.Alert) AlertRecord {
 	return AlertRecord{
 		ID: a.ID, UserID: a.UserID, ServiceID: a.ServiceID, ProductID: a.ProductID, PeriodStart: a.PeriodStart,
-		Threshold: a.Threshold, Value: a.Value, Limit: a.Limit, Created: a.Created, Status: a.Status,
+		Threshold: a.Threshold, Value: a.Value, Limit: a.Limit, Currency: a.Currency, Unit: a.Unit, Created: a.Created, Status: a.Status,
 		Attempts: a.Attempts, LastError: a.LastError, NextAttempt: a.NextAttempt, DeliveredAt: a.DeliveredAt,
 	}
 }

@@ -36,6 +36,14 @@ func TestRecordViewsJSON(t *testing.T) {
 		{"alert", ViewAlert(store.Alert{ID: "a", UserID: "u", ServiceID: "s", ProductID: "p", PeriodStart: at, Threshold: "quota 80%",
 			Value: billing.Whole(8), Limit: billing.Whole(10), Created: at, Status: "FAILED", Attempts: 3, LastError: "e", NextAttempt: at, DeliveredAt: at}),
 			`{"alertId":"a","userId":"u","serviceId":"s","productId":"p","periodStart":"2026-03-01T12:00:00.0000005Z","threshold":"quota 80%","value":8,"limit":10,"createdAt":"2026-03-01T12:00:00.0000005Z","status":"FAILED","attempts":3,"lastError":"e","nextAttemptAt":"2026-03-01T12:00:00.0000005Z","deliveredAt":"2026-03-01T12:00:00.0000005Z"}`},
+		// Money with its currency, credits said to be credits: the
+		// alert listing dropped them, bare numbers of unknown kind.
+		{"spending cap alert", ViewAlert(store.Alert{ID: "a", Threshold: "spending_cap 90%", Value: billing.Whole(91) / 2,
+			Limit: billing.Whole(45), Currency: "EUR", Created: at, Status: "PENDING"}),
+			`{"alertId":"a","userId":"","serviceId":"","productId":"","periodStart":"0001-01-01T00:00:00Z","threshold":"spending_cap 90%","value":45.5,"limit":45,"currency":"EUR","createdAt":"2026-03-01T12:00:00.0000005Z","status":"PENDING","attempts":0}`},
+		{"credits alert", ViewAlert(store.Alert{ID: "a", Threshold: "credits_below 10", Value: billing.Whole(7),
+			Limit: billing.Whole(10), Unit: "credits", Created: at, Status: "PENDING"}),
+			`{"alertId":"a","userId":"","serviceId":"","productId":"","periodStart":"0001-01-01T00:00:00Z","threshold":"credits_below 10","value":7,"limit":10,"unit":"credits","createdAt":"2026-03-01T12:00:00.0000005Z","status":"PENDING","attempts":0}`},
 		{"empty alert", ViewAlert(store.Alert{}),
 			`{"alertId":"","userId":"","serviceId":"","productId":"","periodStart":"0001-01-01T00:00:00Z","threshold":"","value":0,"limit":0,"createdAt":"0001-01-01T00:00:00Z","status":"","attempts":0}`},
 		{"empty subscription", ViewSubscription(store.Subscription{}),

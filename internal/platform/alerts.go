@@ -371,7 +371,7 @@ func (a *App) recordReached(ctx context.Context, ref store.AccountRef, p billing
 		}
 		al, err := st.CreateAlert(ctx, store.Alert{
 			UserID: ref.UserID, ServiceID: ref.ServiceID, ProductID: p.ID, PeriodStart: periodStart,
-			Threshold: name, Value: r.Value, Limit: r.Limit, Created: now, NextAttempt: now,
+			Threshold: name, Value: r.Value, Limit: r.Limit, Currency: r.Currency, Unit: r.Unit, Created: now, NextAttempt: now,
 		})
 		if errors.Is(err, store.ErrExists) {
 			continue // another evaluator recorded it first
@@ -382,7 +382,7 @@ func (a *App) recordReached(ctx context.Context, ref store.AccountRef, p billing
 			continue
 		}
 		a.logger.Info("usage alert fired", zap.String("alert", al.ID), zap.String("user", al.UserID),
-			zap.String("service", al.ServiceID), zap.String("threshold", name), zap.String("value", al.Value.String()))
+			zap.String("service", al.ServiceID), zap.String("threshold", name), zap.String("value", al.Value.String()), measureField(al))
 		fired = append(fired, al)
 	}
 	return fired, failed
@@ -540,10 +540,24 @@ func alertEventIDHeader(h Headers) string {
 	return strings.TrimSuffix(h.Signature, "Signature") + "Event-ID"
 }
 
+// measureField is what an alert's value counts, for a log line: its
+// currency, its unit, or, for the money of a product without a currency,
+// that the currency is not named.
+func measureField(al store.Alert) zap.Field {
+	switch {
+	case al.Currency != "":
+		return zap.String("currency", al.Currency)
+	case al.Unit != "":
+		return zap.String("unit", al.Unit)
+	}
+	return zap.String("currency", "none named (the product's listing names no currency)")
+}
+
 func alertEvent(al store.Alert) alerts.Event {
 	metric, _, _ := strings.Cut(al.Threshold, " ")
 	return alerts.Event{
 		EventID: al.ID, CreatedAt: al.Created, UserID: al.UserID, ServiceID: al.ServiceID, ProductID: al.ProductID,
 		PeriodStart: al.PeriodStart, Threshold: al.Threshold, Metric: metric, Value: al.Value, Limit: al.Limit,
+		Currency: al.Currency, Unit: al.Unit,
 	}
 }

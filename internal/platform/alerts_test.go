@@ -139,6 +139,34 @@ func TestCLIAlerts(t *testing.T) {
 	}
 }
 
+// TestCLIAlertsNameWhatValueCounts: the VALUE column of `caddy platform
+// alerts` writes a spending cap's spend with its currency and credits as
+// credits, as the alert records them (docs/alerts.md). It wrote them bare
+// ("45.5"): money without its currency, credits not told from money.
+func TestCLIAlertsNameWhatValueCounts(t *testing.T) {
+	env := admStart(t)
+	ds := env.app.DataStore()
+	now := time.Now().UTC()
+	for _, a := range []store.Alert{
+		{UserID: "ann", Threshold: "spending_cap 90%", Value: billing.Whole(91) / 2, Limit: billing.Whole(45), Currency: "EUR"},
+		{UserID: "bob", Threshold: "credits_below 10", Value: billing.Whole(7), Limit: billing.Whole(10), Unit: "credits"},
+		{UserID: "cat", Threshold: "quota 80%", Value: billing.Whole(800), Limit: billing.Whole(800), Unit: "request"},
+		{UserID: "dan", Threshold: "spending_cap 80%", Value: billing.Whole(8), Limit: billing.Whole(8)},
+	} {
+		a.ServiceID, a.ProductID, a.PeriodStart, a.Created = "weather", "pro", now.Add(-time.Hour), now
+		if _, err := ds.CreateAlert(context.Background(), a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := cliMust(t, "alerts")
+	for _, want := range []string{"spending_cap 90%  45.5 EUR ", "credits_below 10  7 credits ", "quota 80%         800 request ",
+		"spending_cap 80%  8 (currency not named) "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+}
+
 // TestAlertsStoppedRoundEvaluatedAgain: a subscription whose evaluation a
 // stop cut short (a reload stops the old config's loop, which takes the
 // changed subscriptions and then reads them under a cancelled context) is

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/platformgw/gateway/internal/alerts"
 	"github.com/platformgw/gateway/internal/ops"
 )
 
@@ -51,6 +52,8 @@ func cmdAlerts(c cli, _ []string) error {
 				ProductID   string      `json:"productId"`
 				Threshold   string      `json:"threshold"`
 				Value       json.Number `json:"value"`
+				Currency    string      `json:"currency"`
+				Unit        string      `json:"unit"`
 				Created     time.Time   `json:"createdAt"`
 				Status      string      `json:"status"`
 				Attempts    int         `json:"attempts"`
@@ -64,7 +67,7 @@ func cmdAlerts(c cli, _ []string) error {
 		for _, al := range page.Alerts {
 			msg := strings.ReplaceAll(al.LastError, "\t", " ")
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", al.ID, al.UserID, al.ServiceID, al.ProductID,
-				al.Threshold, al.Value, timeOr(al.Created, "-"), al.Status, al.Attempts, timeOr(al.DeliveredAt, "-"), orDash(msg))
+				al.Threshold, alertValue(al.Value, al.Currency, al.Unit, al.Threshold), timeOr(al.Created, "-"), al.Status, al.Attempts, timeOr(al.DeliveredAt, "-"), orDash(msg))
 		}
 		return "", tw.Flush()
 	})
@@ -72,4 +75,20 @@ func cmdAlerts(c cli, _ []string) error {
 		return err
 	}
 	return tw.Flush()
+}
+
+// alertValue is an alert's value with what it counts: its currency
+// ("45.5 EUR"), its unit ("7 credits", "800 request"), or, for the spend
+// of a product whose listing names no currency, that it is money in a
+// currency not named; bare for an alert recorded before alerts said.
+func alertValue(v json.Number, currency, unit, threshold string) string {
+	switch {
+	case currency != "":
+		return string(v) + " " + currency
+	case unit != "":
+		return string(v) + " " + unit
+	case strings.HasPrefix(threshold, alerts.MetricSpendingCap+" "):
+		return string(v) + " (currency not named)"
+	}
+	return string(v)
 }

@@ -137,10 +137,12 @@ func totalsRows(t store.Totals) [][2]string {
 		{"credits (sum of balances)", t.Credits.String()},
 		{"usage counters", fmt.Sprint(t.Counters)},
 		{"units used (sum)", t.Used.String()},
-		{"spend (sum)", t.Spend.String()},
+		// Spend and cost are summed over every product, credits and every
+		// currency together: a checksum of the copy, not an amount of money.
+		{"spend (checksum: credits and every currency summed)", t.Spend.String()},
 		{"ledger entries", fmt.Sprint(t.Ledger)},
 		{"ledger units", t.LedgerUnits.String()},
-		{"ledger cost", t.LedgerCost.String()},
+		{"ledger cost (checksum: credits and every currency summed)", t.LedgerCost.String()},
 		{"hourly rollups: calls", fmt.Sprint(t.RollupCalls)},
 		{"hourly rollups: units", t.RollupUnits.String()},
 		{"jobs", fmt.Sprint(t.Jobs)},

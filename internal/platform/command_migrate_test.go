@@ -320,3 +320,17 @@ func TestStoreMigrateForgottenRollups(t *testing.T) {
 		t.Fatalf("migrate of rows whose rollups were forgotten: %v\n%s", err, out)
 	}
 }
+
+// TestMigrateTotalsNoBareMoney: the summary of `caddy platform store
+// migrate` sums spend and cost over every product, credits and every
+// currency together; it called them "spend (sum)" and "ledger cost", an
+// amount of money without its currency that no currency has. They are
+// named as the checksums they are.
+func TestMigrateTotalsNoBareMoney(t *testing.T) {
+	for _, r := range totalsRows(store.Totals{Spend: billing.Whole(26), LedgerCost: billing.Whole(26)}) {
+		name := r[0]
+		if (strings.Contains(name, "spend") || strings.Contains(name, "cost")) && !strings.Contains(name, "checksum: credits and every currency summed") {
+			t.Errorf("summary row %q gives a sum of money and credits as if it were an amount", name)
+		}
+	}
+}

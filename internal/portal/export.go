@@ -92,11 +92,18 @@ func (h *Handler) exportUsage(q *request) {
 			return errExportBound
 		}
 		p := productOf(e)
-		costUnit := "money"
-		if p != nil && p.BillingModel == billing.Prepaid {
+		// A product since removed cannot tell credits from money: its
+		// cost is "unknown", never called money (a PREPAID one's was
+		// credits).
+		costUnit := "unknown"
+		switch {
+		case p == nil:
+		case p.BillingModel == billing.Prepaid:
 			costUnit = "credits"
-		} else if c := currencyOf(p); c != "" {
-			costUnit = c
+		case currencyOf(p) != "":
+			costUnit = currencyOf(p)
+		default:
+			costUnit = "money"
 		}
 		return w.Write([]string{
 			e.Time.UTC().Format(time.RFC3339Nano), cell(e.ServiceID), cell(e.EndpointID), cell(e.ProductID), cell(e.RequestID),

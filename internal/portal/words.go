@@ -52,9 +52,13 @@ func creditsText(u billing.Units) string {
 }
 
 // priceText is an amount priced under p: credits for a prepaid product,
-// money otherwise.
+// money otherwise; for a plan no longer offered (nil), whose amounts may
+// have been either, it says it cannot tell.
 func priceText(p *billing.Product, u billing.Units) string {
-	if p != nil && p.BillingModel == billing.Prepaid {
+	if p == nil {
+		return decimal(u, 0) + " of a plan no longer offered (credits or money)"
+	}
+	if p.BillingModel == billing.Prepaid {
 		return creditsText(u)
 	}
 	return moneyText(u, currencyOf(p))

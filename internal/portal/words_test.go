@@ -1,6 +1,7 @@
 package portal
 
 import (
+	"context"
 	"math"
 	"net/http"
 	"net/url"
@@ -267,5 +268,50 @@ func TestPortalUsageSumsNeverWrap(t *testing.T) {
 	}
 	if strings.Contains(u.Chart.Caption, "-") {
 		t.Errorf("caption %q has a negative figure", u.Chart.Caption)
+	}
+}
+
+// TestPortalUsageExportRemovedProduct: a row of a product since removed
+// from the catalog cannot tell credits from money, and says so: it was
+// labelled "money", which the cost of a removed PREPAID product is not.
+func TestPortalUsageExportRemovedProduct(t *testing.T) {
+	e := local(t, "")
+	key, _ := e.user("alice", "basic")
+	at := time.Now().UTC().Add(-time.Hour)
+	gone := billing.Product{ID: "gone", BillingModel: billing.Prepaid, MeasurementType: billing.PerRequest, Price: billing.Whole(2)}
+	if _, err := e.store().AddCredits(context.Background(), "alice", "echo", billing.Whole(10), at, store.AuditEntry{Time: at, Actor: "test",
+		Action: "credits.add", UserID: "alice", ServiceID: "echo", Detail: "amount 10"}); err != nil {
+		t.Fatal(err)
+	}
+	en := store.LedgerEntry{Time: at, UserID: "alice", ServiceID: "echo", EndpointID: "hello", ProductID: "gone",
+		Source: store.SourceReport, Units: billing.Whole(3), RequestID: "req-gone"}
+	if _, err := e.store().Record(context.Background(), store.Account{UserID: "alice", ServiceID: "echo", Product: gone}, en,
+		func(store.LedgerEntry, billing.State) ([]byte, error) { return []byte("{}"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	c := e.newClient()
+	c.signIn(key)
+	_, body := c.get("/portal/usage.csv")
+	lines := strings.Split(strings.TrimSpace(body), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[1], ",req-gone,3,units,0,6,unknown,report") {
+		t.Fatalf("export of a removed product's row:\n%s", body)
+	}
+}
+
+// TestPriceTextRemovedPlan: the cost of a plan no longer offered (a
+// recent call's, a job's) cannot tell credits from money and says so; it
+// read "6.00 in your plan's currency", money, where a removed PREPAID
+// plan's cost was credits.
+func TestPriceTextRemovedPlan(t *testing.T) {
+	if got, want := priceText(nil, billing.Whole(6)), "6 of a plan no longer offered (credits or money)"; got != want {
+		t.Errorf("priceText(nil, 6) = %q, want %q", got, want)
+	}
+	eur := &billing.Product{BillingModel: billing.UsagePostpaid, Currency: "EUR"}
+	pre := &billing.Product{BillingModel: billing.Prepaid, Currency: "EUR"}
+	if got := priceText(eur, billing.Whole(6)); got != "6.00 EUR" {
+		t.Errorf("money: %q", got)
+	}
+	if got := priceText(pre, billing.Whole(6)); got != "6 credits" {
+		t.Errorf("credits: %q", got)
 	}
 }

@@ -28,10 +28,16 @@ type Alert struct {
 	Threshold string        `json:"threshold"`
 	Value     billing.Units `json:"value"`
 	Limit     billing.Units `json:"limit"`
-	Created   time.Time     `json:"createdAt"`
-	Status    string        `json:"status"`
-	Attempts  int           `json:"attempts"`
-	LastError string        `json:"lastError,omitempty"`
+	// Currency (money) or Unit (credits, the quota's unit) is what Value
+	// and Limit count, as the product said when the alert fired
+	// (alerts.Measure); both empty for an alert recorded before they
+	// were, and for the spending cap of a product without a currency.
+	Currency  string    `json:"currency,omitempty"`
+	Unit      string    `json:"unit,omitempty"`
+	Created   time.Time `json:"createdAt"`
+	Status    string    `json:"status"`
+	Attempts  int       `json:"attempts"`
+	LastError string    `json:"lastError,omitempty"`
 	// NextAttempt is when a pending alert is sent (again).
 	NextAttempt time.Time `json:"nextAttemptAt,omitzero"`
 	DeliveredAt time.Time `json:"deliveredAt,omitzero"`

@@ -253,7 +253,11 @@ func testAlertOverdrawn(t *testing.T, c *suite) {
 // alert is never due again.
 func testAlertDeliveryStates(t *testing.T, c *suite) {
 	s := c.store(t)
-	a, err := s.CreateAlert(ctx, newAlert("u1", "quota 80%"))
+	// What its figures count is kept through every update and a restart:
+	// a retry sends the same bytes.
+	spend := newAlert("u1", "spending_cap 90%")
+	spend.Currency = "EUR"
+	a, err := s.CreateAlert(ctx, spend)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +276,7 @@ func testAlertDeliveryStates(t *testing.T, c *suite) {
 		t.Fatalf("due before its retry: %+v", due)
 	}
 	due, _ := s.DueAlerts(ctx, T0.Add(time.Minute), 10)
-	if len(due) != 1 || due[0].Attempts != 1 || due[0].LastError != "503 Service Unavailable" {
+	if len(due) != 1 || due[0].Attempts != 1 || due[0].LastError != "503 Service Unavailable" || due[0].Currency != "EUR" {
 		t.Fatalf("due at its retry: %+v", due)
 	}
 	done := due[0]
@@ -288,7 +292,7 @@ func testAlertDeliveryStates(t *testing.T, c *suite) {
 	}
 	list, _, err := s.ListAlerts(ctx, store.AlertFilter{}, "", 10)
 	if err != nil || len(list) != 1 || list[0].Status != store.AlertDelivered || list[0].Attempts != 2 ||
-		!list[0].DeliveredAt.Equal(T0.Add(time.Minute)) || !list[0].NextAttempt.IsZero() {
+		!list[0].DeliveredAt.Equal(T0.Add(time.Minute)) || !list[0].NextAttempt.IsZero() || list[0].Currency != "EUR" || list[0].Unit != "" {
 		t.Fatalf("ListAlerts = %+v, %v", list, err)
 	}
 	if _, err := s.UpdateAlert(ctx, done, 2); !errors.Is(err, store.ErrStale) {
