@@ -349,31 +349,3 @@ func TestUsageRestartKeepsJobs(t *testing.T) {
 		t.Errorf("ledger after restart: %v", got)
 	}
 }
-
-// TestUsageJobStatusNamesCostUnit: a completed job's status gives its
-// cost with what it is counted in (costUnit, as the admin API's job
-// record does): money with its currency. It gave "currentCost":0.5 bare.
-// A job that cost nothing keeps the body it always had.
-func TestUsageJobStatusNamesCostUnit(t *testing.T) {
-	be := newUsageBackend(t, usageSecret)
-	other := newUsageBackend(t, usageSecret2)
-	priced := strings.Replace(usageCatalog(be.URL, other.URL), "price 0.001", "price 0.001\n\t\t\t\tcurrency EUR", 1)
-	g := startGateway(t, t.TempDir(), priced)
-	key, _ := g.newKey("u-cost")
-	g.subscribe("u-cost", "svc", "tokens", "ACTIVE")
-
-	acc, env := usageStart(t, be, asyncURL("/api", "svc", "job"), key, usagePayload)
-	ts := usageURLTimestamp(t, env.CallbackURL)
-	resp, body := call(t, "GET", acc.ProgressURL, key, "")
-	if st := usageJSON(t, body); resp.StatusCode != 200 || st["currentCost"] != 0.0 || strings.Contains(string(body), "costUnit") {
-		t.Fatalf("status before any cost: %d %s", resp.StatusCode, body)
-	}
-	done := `{"status":"COMPLETED","result":"42","units":500,"timestamp":` + ts + `}`
-	if resp, body := usagePost(t, usageSigned{URL: env.CallbackURL, Body: done, Secret: usageSecret, Timestamp: ts}); resp.StatusCode != 200 {
-		t.Fatalf("complete: %d %s", resp.StatusCode, body)
-	}
-	resp, body = call(t, "GET", acc.ProgressURL, key, "")
-	if resp.StatusCode != 200 || !strings.HasSuffix(string(body), `,"currentCost":0.5,"costUnit":"EUR"}`) {
-		t.Fatalf("status of a job that cost 0.5 EUR: %d %s", resp.StatusCode, body)
-	}
-}

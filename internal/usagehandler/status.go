@@ -9,7 +9,6 @@ import (
 	"github.com/platformgw/gateway/internal/apierror"
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/engine"
-	"github.com/platformgw/gateway/internal/ops"
 	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/wire"
 )
@@ -24,11 +23,6 @@ type statusResponse struct {
 	ErrorMessage       *string       `json:"errorMessage"`
 	ElapsedHours       float64       `json:"elapsedHours"`
 	CurrentCost        billing.Units `json:"currentCost"`
-	// CostUnit is what CurrentCost is counted in, as the admin API's job
-	// record says it (ops.CostUnit): "credits" or an ISO 4217 code; left
-	// out while the job cost nothing, and when the catalog cannot say.
-	// Last, so the fields before it are as they always were.
-	CostUnit string `json:"costUnit,omitempty"`
 }
 
 // millisTime is a time as the job routes write it: UTC, RFC 3339 with
@@ -93,7 +87,7 @@ func (h *Handler) status(w http.ResponseWriter, r *http.Request, id string) {
 		h.refuse(w, r, e)
 		return
 	}
-	body, _ := marshal(h.statusOf(job))
+	body, _ := marshal(statusOf(job, h.rt.Now()))
 	writeJobJSON(w, http.StatusOK, body)
 }
 
@@ -120,22 +114,12 @@ func (h *Handler) result(w http.ResponseWriter, r *http.Request, id string) {
 		})
 		writeJobJSON(w, http.StatusOK, body)
 	case store.JobFailed:
-		body, _ := marshal(h.statusOf(job))
+		body, _ := marshal(statusOf(job, h.rt.Now()))
 		writeJobJSON(w, http.StatusInternalServerError, body)
 	default:
-		body, _ := marshal(h.statusOf(job))
+		body, _ := marshal(statusOf(job, h.rt.Now()))
 		writeJobJSON(w, http.StatusAccepted, body)
 	}
-}
-
-// statusOf is the job's status now, its cost named by the running
-// catalog.
-func (h *Handler) statusOf(j store.Job) statusResponse {
-	st := statusOf(j, h.rt.Now())
-	if st.CurrentCost != 0 {
-		st.CostUnit = ops.CostUnit(h.rt.Catalog, j.ServiceID, j.ProductID)
-	}
-	return st
 }
 
 func statusOf(j store.Job, now time.Time) statusResponse {
