@@ -179,28 +179,9 @@ func Measure(p billing.Product, metric string) (currency, unit string) {
 		}
 		return p.Currency, ""
 	case MetricQuota:
-		return "", UnitName(p)
+		return "", p.UnitName()
 	}
 	return "", ""
-}
-
-// UnitName is the name of one unit p measures: its unit label, or the
-// unit of its measurement type.
-func UnitName(p billing.Product) string {
-	if p.UnitLabel != "" {
-		return p.UnitLabel
-	}
-	switch p.MeasurementType {
-	case billing.PerRequest:
-		return "request"
-	case billing.PerToken:
-		return "token"
-	case billing.PerByte:
-		return "byte"
-	case billing.PerTimeUnit:
-		return "second"
-	}
-	return "unit"
 }
 
 // Reached returns the thresholds of ts that the state s of a subscription

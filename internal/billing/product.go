@@ -104,6 +104,29 @@ func (rl RateLimit) Capacity() int {
 	return rl.Burst
 }
 
+// UnitName is the name of one unit of a product with this unit label and
+// measurement type: the label, or the unit its measurement counts
+// ("request", "token", "byte", "second"; "unit" for an unknown type).
+func UnitName(label, measurement string) string {
+	if label != "" {
+		return label
+	}
+	switch measurement {
+	case PerRequest:
+		return "request"
+	case PerToken:
+		return "token"
+	case PerByte:
+		return "byte"
+	case PerTimeUnit:
+		return "second"
+	}
+	return "unit"
+}
+
+// UnitName is the name of one unit p measures (the package's UnitName).
+func (p Product) UnitName() string { return UnitName(p.UnitLabel, p.MeasurementType) }
+
 // OverageAllowed reports whether units past the quota are billed rather
 // than refused.
 func (p Product) OverageAllowed() bool { return strings.EqualFold(p.Overage, "allow") }

@@ -137,11 +137,11 @@ func TestLimitPercentExact(t *testing.T) {
 // seconds were charted as "unit".
 func TestUnitNameOfEachMeasurement(t *testing.T) {
 	for m, want := range map[string]string{billing.PerRequest: "request", billing.PerToken: "token", billing.PerByte: "byte", billing.PerTimeUnit: "second"} {
-		if got := unitName(&billing.Product{MeasurementType: m}); got != want {
+		if got := (&billing.Product{MeasurementType: m}).UnitName(); got != want {
 			t.Errorf("%s: %q, want %q", m, got, want)
 		}
 	}
-	if got := unitName(&billing.Product{MeasurementType: billing.PerTimeUnit, UnitLabel: "minute"}); got != "minute" {
+	if got := (&billing.Product{MeasurementType: billing.PerTimeUnit, UnitLabel: "minute"}).UnitName(); got != "minute" {
 		t.Errorf("a label: %q", got)
 	}
 }

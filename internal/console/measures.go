@@ -52,28 +52,10 @@ func (s *Sums) add(unit string, units billing.Units, kind string, cost billing.U
 func (h *Handler) measureOf(serviceID, productID string) (unit, kind string) {
 	if svc, ok := h.rt.Catalog.Service(serviceID); ok {
 		if p, ok := svc.Product(productID); ok {
-			return unitName(p), kindFor(serviceID, productID, p)
+			return p.UnitName(), kindFor(serviceID, productID, p)
 		}
 	}
 	return "units of removed product " + serviceID + "/" + productID, kindFor(serviceID, productID, nil)
-}
-
-// unitName names a product's unit for a chart or a total.
-func unitName(p *billing.Product) string {
-	if p.UnitLabel != "" {
-		return p.UnitLabel
-	}
-	switch p.MeasurementType {
-	case billing.PerRequest:
-		return "request"
-	case billing.PerToken:
-		return "token"
-	case billing.PerByte:
-		return "byte"
-	case billing.PerTimeUnit:
-		return "second"
-	}
-	return "unit"
 }
 
 // kindCredits is the cost kind of PREPAID products: credits, which are

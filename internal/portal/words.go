@@ -105,20 +105,7 @@ func unitNoun(p *billing.Product, n billing.Units) string {
 // unitName is unitNoun from a unit label and a measurement type, as a
 // ledger summary carries them.
 func unitName(label, measurement string, n billing.Units) string {
-	if label == "" {
-		switch measurement {
-		case billing.PerRequest:
-			label = "request"
-		case billing.PerToken:
-			label = "token"
-		case billing.PerByte:
-			label = "byte"
-		case billing.PerTimeUnit:
-			label = "second"
-		default:
-			label = "unit"
-		}
-	}
+	label = billing.UnitName(label, measurement)
 	if n == billing.Whole(1) || strings.HasSuffix(label, "s") {
 		return label
 	}
