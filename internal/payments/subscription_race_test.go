@@ -183,18 +183,7 @@ func subRace(t *testing.T, stA, bolt payStore, at string, aDeletes bool) {
 // subscription stayed ACTIVE for good. One node was enough: its own
 // deletion applied while the read-back waited for the subscription.
 func TestInvoiceReadBackBeforeADeletionEndsExpired(t *testing.T) {
-	bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "platform.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bolt.Close()
-	ctx := context.Background()
-	b, _ := json.Marshal(payments.CustomerRecord{UserID: "u1", CustomerID: "cus_race", CreatedAt: time.Now().UTC()})
-	for kind, id := range map[string]string{payments.KindCustomerUser: "cus_race", payments.KindCustomer: "u1"} {
-		if _, err := bolt.InsertPaymentRecord(ctx, kind, id, b, time.Now()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	bolt := raceCustomer(t)
 	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
 	deliver := func(url string, ev []byte) {
 		if status, body := stripetest.Deliver(t, url, ev, "whsec_race", time.Now()); status != 200 {
@@ -257,15 +246,7 @@ func TestInvoiceReadBackBeforeADeletionEndsExpired(t *testing.T) {
 		"parent":             map[string]any{"type": "subscription_details", "subscription_details": map[string]any{"subscription": "sub_race"}}}
 	deliver(nodeA.URL, stripetest.Event("evt_paid", "invoice.paid", t0.Add(time.Second), inv))
 
-	sub, err := bolt.GetSubscription(ctx, "u1", "geo")
-	if err != nil || sub.Status != "EXPIRED" {
-		t.Errorf("the gateway subscription after its invoice's read-back (node a) and its deletion (node b) at once: %+v %v; want EXPIRED", sub, err)
-	}
-	rb, err := bolt.GetPaymentRecord(ctx, payments.KindSubscription, "sub_race")
-	var rec payments.SubscriptionRecord
-	if err != nil || json.Unmarshal(rb, &rec) != nil || rec.StripeStatus != "canceled" {
-		t.Errorf("the record: %s %v; want canceled", rb, err)
-	}
+	wantCancelled(t, bolt, "after its invoice's read-back (node a) and its deletion (node b) at once")
 }
 
 // TestResyncBeforeADeletionEndsExpired: `caddy platform stripe resync`
@@ -275,18 +256,8 @@ func TestInvoiceReadBackBeforeADeletionEndsExpired(t *testing.T) {
 // listed "active" over it, since a state read from Stripe skips the
 // event-order check, and the cancelled subscription stayed ACTIVE.
 func TestResyncBeforeADeletionEndsExpired(t *testing.T) {
-	bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "platform.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bolt.Close()
+	bolt := raceCustomer(t)
 	ctx := context.Background()
-	b, _ := json.Marshal(payments.CustomerRecord{UserID: "u1", CustomerID: "cus_race", CreatedAt: time.Now().UTC()})
-	for kind, id := range map[string]string{payments.KindCustomerUser: "cus_race", payments.KindCustomer: "u1"} {
-		if _, err := bolt.InsertPaymentRecord(ctx, kind, id, b, time.Now()); err != nil {
-			t.Fatal(err)
-		}
-	}
 	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
 	var hook *httptest.Server
 	deliver := func(ev []byte) {
@@ -347,13 +318,38 @@ func TestResyncBeforeADeletionEndsExpired(t *testing.T) {
 	if _, err := svc.Resync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	got, err := bolt.GetSubscription(ctx, "u1", "geo")
-	if err != nil || got.Status != "EXPIRED" {
-		t.Errorf("the gateway subscription after a resync whose list came before its deletion: %+v %v; want EXPIRED", got, err)
+	wantCancelled(t, bolt, "after a resync whose list came before its deletion")
+}
+
+// raceCustomer is a bbolt store with the customer cus_race of user u1.
+func raceCustomer(t *testing.T) *boltstore.Store {
+	t.Helper()
+	bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "platform.db"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	rb, err := bolt.GetPaymentRecord(ctx, payments.KindSubscription, "sub_race")
+	t.Cleanup(func() { bolt.Close() })
+	b, _ := json.Marshal(payments.CustomerRecord{UserID: "u1", CustomerID: "cus_race", CreatedAt: time.Now().UTC()})
+	for kind, id := range map[string]string{payments.KindCustomerUser: "cus_race", payments.KindCustomer: "u1"} {
+		if _, err := bolt.InsertPaymentRecord(context.Background(), kind, id, b, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return bolt
+}
+
+// wantCancelled checks that sub_race ended: the gateway subscription
+// EXPIRED and its record canceled.
+func wantCancelled(t *testing.T, st *boltstore.Store, when string) {
+	t.Helper()
+	ctx := context.Background()
+	got, err := st.GetSubscription(ctx, "u1", "geo")
+	if err != nil || got.Status != "EXPIRED" {
+		t.Errorf("the gateway subscription %s: %+v %v; want EXPIRED", when, got, err)
+	}
+	rb, err := st.GetPaymentRecord(ctx, payments.KindSubscription, "sub_race")
 	var rec payments.SubscriptionRecord
 	if err != nil || json.Unmarshal(rb, &rec) != nil || rec.StripeStatus != "canceled" {
-		t.Errorf("the record: %s %v; want canceled", rb, err)
+		t.Errorf("the record %s: %s %v; want canceled", when, rb, err)
 	}
 }
