@@ -357,3 +357,57 @@ func TestResyncBeforeADeletionEndsExpired(t *testing.T) {
 		t.Errorf("the record: %s %v; want canceled", rb, err)
 	}
 }
+
+// TestRaceKeepsTheTrialsEnd: node a applies an older event of a Stripe
+// subscription (the trial ended early: active) while node b applies the
+// newer one (the trial given again, to a later trial_end) in the middle
+// of it. Node a wrote ACTIVE over b's TRIAL, its swap of the record
+// fails, and it puts the newer record's state back (reapplyRecord). That
+// state must be b's: TRIAL ending past_due_grace after the trial's end.
+// The record kept no trial_end, so the state put back was a TRIAL with
+// no end at all: the caller kept the plan without paying until some
+// later event of the subscription came.
+func TestRaceKeepsTheTrialsEnd(t *testing.T) {
+	bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "platform.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bolt.Close()
+	ctx := context.Background()
+	b, _ := json.Marshal(payments.CustomerRecord{UserID: "u1", CustomerID: "cus_race", CreatedAt: time.Now().UTC()})
+	for kind, id := range map[string]string{payments.KindCustomerUser: "cus_race", payments.KindCustomer: "u1"} {
+		if _, err := bolt.InsertPaymentRecord(ctx, kind, id, b, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	deliver := func(url string, ev []byte) {
+		if status, body := stripetest.Deliver(t, url, ev, "whsec_race", time.Now()); status != 200 {
+			t.Errorf("%s: %d %s", url, status, body)
+		}
+	}
+	event := func(id, status string, created, trialEnd time.Time) []byte {
+		sub := map[string]any{"id": "sub_race", "object": "subscription", "customer": "cus_race", "status": status,
+			"items": map[string]any{"object": "list", "data": []any{map[string]any{"id": "si_race", "object": "subscription_item",
+				"price": map[string]any{"id": "price_pro", "object": "price"}, "current_period_end": created.Add(720 * time.Hour).Unix()}}}}
+		if !trialEnd.IsZero() {
+			sub["trial_end"] = trialEnd.Unix()
+		}
+		return stripetest.Event(id, "customer.subscription.updated", created, sub)
+	}
+	trialEnd := t0.Add(14 * 24 * time.Hour)
+	nodeB := subRaceNode(t, bolt, "node-b", time.Minute) // node a stalled past its lease
+	st := &otherNodeMidway{payStore: bolt, kind: payments.KindSubscription, id: "sub_race", other: func() {
+		payments.OnAnotherNode(func() { deliver(nodeB.URL, event("evt_trial_again", "trialing", t0.Add(2*time.Second), trialEnd)) })
+	}}
+	nodeA := subRaceNode(t, st, "node-a", 0)
+	deliver(subRaceNode(t, bolt, "node-c", 0).URL, event("evt_first_trial", "trialing", t0, t0.Add(7*24*time.Hour)))
+	deliver(nodeA.URL, event("evt_paid_early", "active", t0.Add(time.Second), time.Time{}))
+
+	sub, err := bolt.GetSubscription(ctx, "u1", "geo")
+	want := trialEnd.Add(payments.DefaultPastDueGrace)
+	if err != nil || sub.Status != "TRIAL" || !sub.EndsAt.Equal(want) {
+		t.Errorf("the gateway subscription after an older activation and a newer trial at once: %s %s ends %v (%v); want TRIAL ending %v",
+			sub.ProductID, sub.Status, sub.EndsAt, err, want)
+	}
+}

@@ -738,7 +738,7 @@ func (s *Service) decideState(ctx context.Context, pay store.Payments, st state,
 
 	newRec := SubscriptionRecord{ID: st.ID, UserID: id.User, ServiceID: id.Service, ProductID: id.Product,
 		CustomerID: st.Customer, StripeStatus: string(st.Status), Status: string(t.Status),
-		CancelAtPeriodEnd: st.CancelAtPeriodEnd, CancelAt: st.CancelAt, CurrentPeriodEnd: st.PeriodEnd, PastDueSince: pastDueSince,
+		CancelAtPeriodEnd: st.CancelAtPeriodEnd, CancelAt: st.CancelAt, CurrentPeriodEnd: st.PeriodEnd, TrialEnd: st.TrialEnd, PastDueSince: pastDueSince,
 		StartDate: st.StartDate, CurrentPeriodStart: st.PeriodStart, BillingCycleAnchor: st.Anchor,
 		Interval: st.Interval, IntervalCount: st.IntervalCount, EventCreated: eventAt, UpdatedAt: s.now().UTC()}
 	if found {
@@ -893,7 +893,7 @@ func stillSet(link linkRecord, subID, product string, cur store.Subscription) bo
 // wrote over it, which counts as this Stripe subscription's write.
 func (s *Service) reapplyRecord(ctx context.Context, pay store.Payments, rec SubscriptionRecord, mine *appliedSub) (*appliedSub, error) {
 	st := state{ID: rec.ID, Customer: rec.CustomerID, Status: stripe.SubscriptionStatus(rec.StripeStatus),
-		CancelAtPeriodEnd: rec.CancelAtPeriodEnd, CancelAt: rec.CancelAt, PeriodEnd: rec.CurrentPeriodEnd,
+		CancelAtPeriodEnd: rec.CancelAtPeriodEnd, CancelAt: rec.CancelAt, PeriodEnd: rec.CurrentPeriodEnd, TrialEnd: rec.TrialEnd,
 		StartDate: rec.StartDate, PeriodStart: rec.CurrentPeriodStart, Anchor: rec.BillingCycleAnchor,
 		Interval: rec.Interval, IntervalCount: rec.IntervalCount}
 	t := mapStatus(st, rec.PastDueSince, time.Duration(s.cfg.PastDueGrace))
