@@ -411,3 +411,92 @@ func TestRaceKeepsTheTrialsEnd(t *testing.T) {
 			sub.ProductID, sub.Status, sub.EndsAt, err, want)
 	}
 }
+
+// TestResyncThenALateDeletionEndsExpired: `caddy platform stripe resync`
+// lists a customer's subscriptions, and the subscription is cancelled
+// at Stripe after the list read it (active) but before the resync
+// applied it; the customer.subscription.deleted comes to the webhook
+// after the resync is done, as Stripe's deliveries do, seconds late.
+// The resync stamped the listed state with the time it applied it, not
+// the time of the list, so the record held a state "newer" than the
+// deletion: the deletion was taken for an older event and changed
+// nothing, and the cancelled subscription stayed ACTIVE for good.
+func TestResyncThenALateDeletionEndsExpired(t *testing.T) {
+	bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "platform.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bolt.Close()
+	ctx := context.Background()
+	b, _ := json.Marshal(payments.CustomerRecord{UserID: "u1", CustomerID: "cus_race", CreatedAt: time.Now().UTC()})
+	for kind, id := range map[string]string{payments.KindCustomerUser: "cus_race", payments.KindCustomer: "u1"} {
+		if _, err := bolt.InsertPaymentRecord(ctx, kind, id, b, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	var mu sync.Mutex
+	var deletedAt time.Time // when Stripe cancelled it: after the list read it
+	sub := func(status string) map[string]any {
+		return map[string]any{"id": "sub_race", "object": "subscription", "customer": "cus_race", "status": status,
+			"items": map[string]any{"object": "list", "data": []any{map[string]any{"id": "si_race", "object": "subscription_item",
+				"price": map[string]any{"id": "price_pro", "object": "price"}, "current_period_end": t0.Add(720 * time.Hour).Unix()}}}}
+	}
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/v1/subscriptions":
+			// The list read the subscription active; it is cancelled
+			// at once, and the list's answer takes a second to come.
+			mu.Lock()
+			deletedAt = time.Now().Truncate(time.Second)
+			mu.Unlock()
+			time.Sleep(time.Until(deletedAt.Add(1100 * time.Millisecond)))
+			_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "url": "/v1/subscriptions", "has_more": false,
+				"data": []any{sub("active")}})
+		case "/v1/subscriptions/sub_race":
+			_ = json.NewEncoder(w).Encode(sub("canceled"))
+		case "/v1/invoices":
+			_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "url": "/v1/invoices", "has_more": false, "data": []any{}})
+		default:
+			http.Error(w, `{"error":{"type":"invalid_request_error","message":"not here"}}`, 404)
+		}
+	}))
+	defer api.Close()
+	cat := meterCatalog(t)
+	cfg := payments.Config{Provider: "stripe", SecretKey: "sk_test_race", WebhookSecret: "whsec_race", APIBase: api.URL,
+		Prices: []payments.Price{{Service: "geo", Product: "pro", Price: "price_pro"}}}
+	if err := cfg.Validate(cat); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := payments.New(cfg, payments.Deps{Store: func() store.Store { return bolt }, Catalog: cat, NodeID: "node-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook := httptest.NewServer(http.HandlerFunc(svc.ServeWebhook))
+	defer hook.Close()
+	deliver := func(ev []byte) {
+		if status, body := stripetest.Deliver(t, hook.URL, ev, "whsec_race", time.Now()); status != 200 {
+			t.Errorf("webhook: %d %s", status, body)
+		}
+	}
+	// Created a while ago (its record is older than the resync's list
+	// by more than the clocks' skew).
+	if status, body := stripetest.Deliver(t, subRaceNode(t, bolt, "node-c", -time.Minute).URL,
+		subEvent("evt_created", "customer.subscription.created", "active", t0), "whsec_race", time.Now()); status != 200 {
+		t.Fatalf("webhook: %d %s", status, body)
+	}
+
+	if _, err := svc.Resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	at := deletedAt
+	mu.Unlock()
+	deliver(subEvent("evt_deleted", "customer.subscription.deleted", "canceled", at))
+
+	got, err := bolt.GetSubscription(ctx, "u1", "geo")
+	if err != nil || got.Status != "EXPIRED" {
+		t.Errorf("the gateway subscription after a resync and then the deletion Stripe made after its list: %+v %v; want EXPIRED", got, err)
+	}
+}
