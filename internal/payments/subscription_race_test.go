@@ -6,9 +6,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/platformgw/gateway/internal/payments"
 	"github.com/platformgw/gateway/internal/payments/stripetest"
@@ -498,5 +503,78 @@ func TestResyncThenALateDeletionEndsExpired(t *testing.T) {
 	got, err := bolt.GetSubscription(ctx, "u1", "geo")
 	if err != nil || got.Status != "EXPIRED" {
 		t.Errorf("the gateway subscription after a resync and then the deletion Stripe made after its list: %+v %v; want EXPIRED", got, err)
+	}
+}
+
+// TestSecondLiveReportedOncePerTakeover: a user's second live Stripe
+// subscription takes the gateway subscription over from the first, and
+// the operator is warned once (a log line and an audit entry). Another
+// node applies an event of the first subscription between this node's
+// read of which Stripe subscription holds the gateway subscription and
+// its swap of it, so the swap fails and is made again. The warning was
+// given before the swap, on every try: the same takeover was reported
+// twice, and reported on a try whose takeover did not happen.
+func TestSecondLiveReportedOncePerTakeover(t *testing.T) {
+	bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "platform.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bolt.Close()
+	ctx := context.Background()
+	b, _ := json.Marshal(payments.CustomerRecord{UserID: "u1", CustomerID: "cus_race", CreatedAt: time.Now().UTC()})
+	for kind, id := range map[string]string{payments.KindCustomerUser: "cus_race", payments.KindCustomer: "u1"} {
+		if _, err := bolt.InsertPaymentRecord(ctx, kind, id, b, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	deliver := func(url string, ev []byte) {
+		if status, body := stripetest.Deliver(t, url, ev, "whsec_race", time.Now()); status != 200 {
+			t.Errorf("%s: %d %s", url, status, body)
+		}
+	}
+	event := func(evID, typ, subID, status string, created time.Time) []byte {
+		return stripetest.Event(evID, typ, created, map[string]any{
+			"id": subID, "object": "subscription", "customer": "cus_race", "status": status,
+			"items": map[string]any{"object": "list", "data": []any{map[string]any{"id": "si_" + subID, "object": "subscription_item",
+				"price": map[string]any{"id": "price_pro", "object": "price"}, "current_period_end": created.Add(720 * time.Hour).Unix()}}}})
+	}
+	nodeC := subRaceNode(t, bolt, "node-c", 0)
+	deliver(nodeC.URL, event("evt_first", "customer.subscription.created", "sub_first", "active", t0))
+
+	st := &otherNodeMidway{payStore: bolt, kind: payments.KindSubscriptionOf, id: "geo/u1", other: func() {
+		payments.OnAnotherNode(func() {
+			deliver(nodeC.URL, event("evt_first_past_due", "customer.subscription.updated", "sub_first", "past_due", t0.Add(time.Second)))
+		})
+	}}
+	core, logs := observer.New(zapcore.InfoLevel)
+	cat := meterCatalog(t)
+	cfg := payments.Config{Provider: "stripe", SecretKey: "sk_test_race", WebhookSecret: "whsec_race",
+		APIBase: "http://127.0.0.1:9",
+		Prices:  []payments.Price{{Service: "geo", Product: "pro", Price: "price_pro"}}}
+	if err := cfg.Validate(cat); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := payments.New(cfg, payments.Deps{Store: func() store.Store { return st }, Catalog: cat, NodeID: "node-b",
+		Logger: zap.New(core)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeB := httptest.NewServer(http.HandlerFunc(svc.ServeWebhook))
+	defer nodeB.Close()
+	deliver(nodeB.URL, event("evt_second", "customer.subscription.created", "sub_second", "active", t0.Add(2*time.Second)))
+
+	n := 0
+	for _, w := range logs.FilterLevelExact(zapcore.WarnLevel).All() {
+		if f := w.ContextMap(); f["subscription"] == "sub_second" && f["other_subscription"] == "sub_first" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("the takeover of the gateway subscription by a second live Stripe subscription was reported %d times, want once", n)
+	}
+	rb, err := bolt.GetPaymentRecord(ctx, payments.KindSubscriptionOf, "geo/u1")
+	if err != nil || !strings.Contains(string(rb), `"sub_second"`) {
+		t.Errorf("the link: %s %v; want sub_second's", rb, err)
 	}
 }

@@ -946,8 +946,12 @@ func (s *Service) setGatewaySubscriptionOnce(ctx context.Context, pay store.Paym
 			zap.String("subscription", st.ID), zap.String("holder", link.SubscriptionID))
 		return nil, nil
 	}
+	// A live one taking the gateway subscription over from another: told
+	// once the link is swapped to it (a try whose swap fails takes
+	// nothing over, and is made again).
+	takesOverFrom := ""
 	if link.SubscriptionID != "" && link.SubscriptionID != st.ID && live {
-		s.warnSecondLive(ctx, pay, st, id, link.SubscriptionID)
+		takesOverFrom = link.SubscriptionID
 	}
 	cur, err := s.Store().GetSubscription(ctx, id.User, id.Service)
 	had := err == nil
@@ -982,6 +986,9 @@ func (s *Service) setGatewaySubscriptionOnce(ctx context.Context, pay store.Paym
 			return nil, err
 		}
 		wrote = applied
+		if takesOverFrom != "" {
+			s.warnSecondLive(ctx, pay, st, id, takesOverFrom)
+		}
 	}
 	restart := s.periodRestart(st, id, t, cur, had)
 	if had && restart.IsZero() && cur.ProductID == id.Product && strings.EqualFold(cur.Status, string(t.Status)) &&
