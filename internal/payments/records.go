@@ -100,6 +100,10 @@ type SubscriptionRecord struct {
 	// CancelAt is Stripe's cancel_at: a set end other than the period's.
 	CancelAt         time.Time `json:"cancelAt,omitzero"`
 	CurrentPeriodEnd time.Time `json:"currentPeriodEnd,omitzero"`
+	// TrialEnd is Stripe's trial_end: a TRIAL ends past_due_grace after
+	// it (mapStatus), also when the state is put back from the record
+	// (reapplyRecord). Empty in a record written before it was kept.
+	TrialEnd time.Time `json:"trialEnd,omitzero"`
 	// StartDate is when Stripe started the subscription: metered usage is
 	// never stamped before it (meters.go meterTimestamp).
 	StartDate time.Time `json:"startDate,omitzero"`

@@ -6,9 +6,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/platformgw/gateway/internal/payments"
 	"github.com/platformgw/gateway/internal/payments/stripetest"
@@ -351,5 +356,221 @@ func wantCancelled(t *testing.T, st *boltstore.Store, when string) {
 	var rec payments.SubscriptionRecord
 	if err != nil || json.Unmarshal(rb, &rec) != nil || rec.StripeStatus != "canceled" {
 		t.Errorf("the record %s: %s %v; want canceled", when, rb, err)
+	}
+}
+
+// TestRaceKeepsTheTrialsEnd: node a applies an older event of a Stripe
+// subscription (the trial ended early: active) while node b applies the
+// newer one (the trial given again, to a later trial_end) in the middle
+// of it. Node a wrote ACTIVE over b's TRIAL, its swap of the record
+// fails, and it puts the newer record's state back (reapplyRecord). That
+// state must be b's: TRIAL ending past_due_grace after the trial's end.
+// The record kept no trial_end, so the state put back was a TRIAL with
+// no end at all: the caller kept the plan without paying until some
+// later event of the subscription came.
+func TestRaceKeepsTheTrialsEnd(t *testing.T) {
+	bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "platform.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bolt.Close()
+	ctx := context.Background()
+	b, _ := json.Marshal(payments.CustomerRecord{UserID: "u1", CustomerID: "cus_race", CreatedAt: time.Now().UTC()})
+	for kind, id := range map[string]string{payments.KindCustomerUser: "cus_race", payments.KindCustomer: "u1"} {
+		if _, err := bolt.InsertPaymentRecord(ctx, kind, id, b, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	deliver := func(url string, ev []byte) {
+		if status, body := stripetest.Deliver(t, url, ev, "whsec_race", time.Now()); status != 200 {
+			t.Errorf("%s: %d %s", url, status, body)
+		}
+	}
+	event := func(id, status string, created, trialEnd time.Time) []byte {
+		sub := map[string]any{"id": "sub_race", "object": "subscription", "customer": "cus_race", "status": status,
+			"items": map[string]any{"object": "list", "data": []any{map[string]any{"id": "si_race", "object": "subscription_item",
+				"price": map[string]any{"id": "price_pro", "object": "price"}, "current_period_end": created.Add(720 * time.Hour).Unix()}}}}
+		if !trialEnd.IsZero() {
+			sub["trial_end"] = trialEnd.Unix()
+		}
+		return stripetest.Event(id, "customer.subscription.updated", created, sub)
+	}
+	trialEnd := t0.Add(14 * 24 * time.Hour)
+	nodeB := subRaceNode(t, bolt, "node-b", time.Minute) // node a stalled past its lease
+	st := &otherNodeMidway{payStore: bolt, kind: payments.KindSubscription, id: "sub_race", other: func() {
+		payments.OnAnotherNode(func() { deliver(nodeB.URL, event("evt_trial_again", "trialing", t0.Add(2*time.Second), trialEnd)) })
+	}}
+	nodeA := subRaceNode(t, st, "node-a", 0)
+	deliver(subRaceNode(t, bolt, "node-c", 0).URL, event("evt_first_trial", "trialing", t0, t0.Add(7*24*time.Hour)))
+	deliver(nodeA.URL, event("evt_paid_early", "active", t0.Add(time.Second), time.Time{}))
+
+	sub, err := bolt.GetSubscription(ctx, "u1", "geo")
+	want := trialEnd.Add(payments.DefaultPastDueGrace)
+	if err != nil || sub.Status != "TRIAL" || !sub.EndsAt.Equal(want) {
+		t.Errorf("the gateway subscription after an older activation and a newer trial at once: %s %s ends %v (%v); want TRIAL ending %v",
+			sub.ProductID, sub.Status, sub.EndsAt, err, want)
+	}
+}
+
+// TestResyncThenALateDeletionEndsExpired: `caddy platform stripe resync`
+// lists a customer's subscriptions, and the subscription is cancelled
+// at Stripe after the list read it (active) but before the resync
+// applied it; the customer.subscription.deleted comes to the webhook
+// after the resync is done, as Stripe's deliveries do, seconds late.
+// The resync stamped the listed state with the time it applied it, not
+// the time of the list, so the record held a state "newer" than the
+// deletion: the deletion was taken for an older event and changed
+// nothing, and the cancelled subscription stayed ACTIVE for good.
+func TestResyncThenALateDeletionEndsExpired(t *testing.T) {
+	bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "platform.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bolt.Close()
+	ctx := context.Background()
+	b, _ := json.Marshal(payments.CustomerRecord{UserID: "u1", CustomerID: "cus_race", CreatedAt: time.Now().UTC()})
+	for kind, id := range map[string]string{payments.KindCustomerUser: "cus_race", payments.KindCustomer: "u1"} {
+		if _, err := bolt.InsertPaymentRecord(ctx, kind, id, b, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	var mu sync.Mutex
+	var deletedAt time.Time // when Stripe cancelled it: after the list read it
+	sub := func(status string) map[string]any {
+		return map[string]any{"id": "sub_race", "object": "subscription", "customer": "cus_race", "status": status,
+			"items": map[string]any{"object": "list", "data": []any{map[string]any{"id": "si_race", "object": "subscription_item",
+				"price": map[string]any{"id": "price_pro", "object": "price"}, "current_period_end": t0.Add(720 * time.Hour).Unix()}}}}
+	}
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/v1/subscriptions":
+			// The list read the subscription active; it is cancelled
+			// at once, and the list's answer takes a second to come.
+			mu.Lock()
+			deletedAt = time.Now().Truncate(time.Second)
+			mu.Unlock()
+			time.Sleep(time.Until(deletedAt.Add(1100 * time.Millisecond)))
+			_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "url": "/v1/subscriptions", "has_more": false,
+				"data": []any{sub("active")}})
+		case "/v1/subscriptions/sub_race":
+			_ = json.NewEncoder(w).Encode(sub("canceled"))
+		case "/v1/invoices":
+			_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "url": "/v1/invoices", "has_more": false, "data": []any{}})
+		default:
+			http.Error(w, `{"error":{"type":"invalid_request_error","message":"not here"}}`, 404)
+		}
+	}))
+	defer api.Close()
+	cat := meterCatalog(t)
+	cfg := payments.Config{Provider: "stripe", SecretKey: "sk_test_race", WebhookSecret: "whsec_race", APIBase: api.URL,
+		Prices: []payments.Price{{Service: "geo", Product: "pro", Price: "price_pro"}}}
+	if err := cfg.Validate(cat); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := payments.New(cfg, payments.Deps{Store: func() store.Store { return bolt }, Catalog: cat, NodeID: "node-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook := httptest.NewServer(http.HandlerFunc(svc.ServeWebhook))
+	defer hook.Close()
+	deliver := func(ev []byte) {
+		if status, body := stripetest.Deliver(t, hook.URL, ev, "whsec_race", time.Now()); status != 200 {
+			t.Errorf("webhook: %d %s", status, body)
+		}
+	}
+	// Created a while ago (its record is older than the resync's list
+	// by more than the clocks' skew).
+	if status, body := stripetest.Deliver(t, subRaceNode(t, bolt, "node-c", -time.Minute).URL,
+		subEvent("evt_created", "customer.subscription.created", "active", t0), "whsec_race", time.Now()); status != 200 {
+		t.Fatalf("webhook: %d %s", status, body)
+	}
+
+	if _, err := svc.Resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	at := deletedAt
+	mu.Unlock()
+	deliver(subEvent("evt_deleted", "customer.subscription.deleted", "canceled", at))
+
+	got, err := bolt.GetSubscription(ctx, "u1", "geo")
+	if err != nil || got.Status != "EXPIRED" {
+		t.Errorf("the gateway subscription after a resync and then the deletion Stripe made after its list: %+v %v; want EXPIRED", got, err)
+	}
+}
+
+// TestSecondLiveReportedOncePerTakeover: a user's second live Stripe
+// subscription takes the gateway subscription over from the first, and
+// the operator is warned once (a log line and an audit entry). Another
+// node applies an event of the first subscription between this node's
+// read of which Stripe subscription holds the gateway subscription and
+// its swap of it, so the swap fails and is made again. The warning was
+// given before the swap, on every try: the same takeover was reported
+// twice, and reported on a try whose takeover did not happen.
+func TestSecondLiveReportedOncePerTakeover(t *testing.T) {
+	bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "platform.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bolt.Close()
+	ctx := context.Background()
+	b, _ := json.Marshal(payments.CustomerRecord{UserID: "u1", CustomerID: "cus_race", CreatedAt: time.Now().UTC()})
+	for kind, id := range map[string]string{payments.KindCustomerUser: "cus_race", payments.KindCustomer: "u1"} {
+		if _, err := bolt.InsertPaymentRecord(ctx, kind, id, b, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	deliver := func(url string, ev []byte) {
+		if status, body := stripetest.Deliver(t, url, ev, "whsec_race", time.Now()); status != 200 {
+			t.Errorf("%s: %d %s", url, status, body)
+		}
+	}
+	event := func(evID, typ, subID, status string, created time.Time) []byte {
+		return stripetest.Event(evID, typ, created, map[string]any{
+			"id": subID, "object": "subscription", "customer": "cus_race", "status": status,
+			"items": map[string]any{"object": "list", "data": []any{map[string]any{"id": "si_" + subID, "object": "subscription_item",
+				"price": map[string]any{"id": "price_pro", "object": "price"}, "current_period_end": created.Add(720 * time.Hour).Unix()}}}})
+	}
+	nodeC := subRaceNode(t, bolt, "node-c", 0)
+	deliver(nodeC.URL, event("evt_first", "customer.subscription.created", "sub_first", "active", t0))
+
+	st := &otherNodeMidway{payStore: bolt, kind: payments.KindSubscriptionOf, id: "geo/u1", other: func() {
+		payments.OnAnotherNode(func() {
+			deliver(nodeC.URL, event("evt_first_past_due", "customer.subscription.updated", "sub_first", "past_due", t0.Add(time.Second)))
+		})
+	}}
+	core, logs := observer.New(zapcore.InfoLevel)
+	cat := meterCatalog(t)
+	cfg := payments.Config{Provider: "stripe", SecretKey: "sk_test_race", WebhookSecret: "whsec_race",
+		APIBase: "http://127.0.0.1:9",
+		Prices:  []payments.Price{{Service: "geo", Product: "pro", Price: "price_pro"}}}
+	if err := cfg.Validate(cat); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := payments.New(cfg, payments.Deps{Store: func() store.Store { return st }, Catalog: cat, NodeID: "node-b",
+		Logger: zap.New(core)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeB := httptest.NewServer(http.HandlerFunc(svc.ServeWebhook))
+	defer nodeB.Close()
+	deliver(nodeB.URL, event("evt_second", "customer.subscription.created", "sub_second", "active", t0.Add(2*time.Second)))
+
+	n := 0
+	for _, w := range logs.FilterLevelExact(zapcore.WarnLevel).All() {
+		if f := w.ContextMap(); f["subscription"] == "sub_second" && f["other_subscription"] == "sub_first" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("the takeover of the gateway subscription by a second live Stripe subscription was reported %d times, want once", n)
+	}
+	rb, err := bolt.GetPaymentRecord(ctx, payments.KindSubscriptionOf, "geo/u1")
+	if err != nil || !strings.Contains(string(rb), `"sub_second"`) {
+		t.Errorf("the link: %s %v; want sub_second's", rb, err)
 	}
 }

@@ -738,7 +738,7 @@ func (s *Service) decideState(ctx context.Context, pay store.Payments, st state,
 
 	newRec := SubscriptionRecord{ID: st.ID, UserID: id.User, ServiceID: id.Service, ProductID: id.Product,
 		CustomerID: st.Customer, StripeStatus: string(st.Status), Status: string(t.Status),
-		CancelAtPeriodEnd: st.CancelAtPeriodEnd, CancelAt: st.CancelAt, CurrentPeriodEnd: st.PeriodEnd, PastDueSince: pastDueSince,
+		CancelAtPeriodEnd: st.CancelAtPeriodEnd, CancelAt: st.CancelAt, CurrentPeriodEnd: st.PeriodEnd, TrialEnd: st.TrialEnd, PastDueSince: pastDueSince,
 		StartDate: st.StartDate, CurrentPeriodStart: st.PeriodStart, BillingCycleAnchor: st.Anchor,
 		Interval: st.Interval, IntervalCount: st.IntervalCount, EventCreated: eventAt, UpdatedAt: s.now().UTC()}
 	if found {
@@ -893,7 +893,7 @@ func stillSet(link linkRecord, subID, product string, cur store.Subscription) bo
 // wrote over it, which counts as this Stripe subscription's write.
 func (s *Service) reapplyRecord(ctx context.Context, pay store.Payments, rec SubscriptionRecord, mine *appliedSub) (*appliedSub, error) {
 	st := state{ID: rec.ID, Customer: rec.CustomerID, Status: stripe.SubscriptionStatus(rec.StripeStatus),
-		CancelAtPeriodEnd: rec.CancelAtPeriodEnd, CancelAt: rec.CancelAt, PeriodEnd: rec.CurrentPeriodEnd,
+		CancelAtPeriodEnd: rec.CancelAtPeriodEnd, CancelAt: rec.CancelAt, PeriodEnd: rec.CurrentPeriodEnd, TrialEnd: rec.TrialEnd,
 		StartDate: rec.StartDate, PeriodStart: rec.CurrentPeriodStart, Anchor: rec.BillingCycleAnchor,
 		Interval: rec.Interval, IntervalCount: rec.IntervalCount}
 	t := mapStatus(st, rec.PastDueSince, time.Duration(s.cfg.PastDueGrace))
@@ -946,8 +946,12 @@ func (s *Service) setGatewaySubscriptionOnce(ctx context.Context, pay store.Paym
 			zap.String("subscription", st.ID), zap.String("holder", link.SubscriptionID))
 		return nil, nil
 	}
+	// A live one taking the gateway subscription over from another: told
+	// once the link is swapped to it (a try whose swap fails takes
+	// nothing over, and is made again).
+	takesOverFrom := ""
 	if link.SubscriptionID != "" && link.SubscriptionID != st.ID && live {
-		s.warnSecondLive(ctx, pay, st, id, link.SubscriptionID)
+		takesOverFrom = link.SubscriptionID
 	}
 	cur, err := s.Store().GetSubscription(ctx, id.User, id.Service)
 	had := err == nil
@@ -982,6 +986,9 @@ func (s *Service) setGatewaySubscriptionOnce(ctx context.Context, pay store.Paym
 			return nil, err
 		}
 		wrote = applied
+		if takesOverFrom != "" {
+			s.warnSecondLive(ctx, pay, st, id, takesOverFrom)
+		}
 	}
 	restart := s.periodRestart(st, id, t, cur, had)
 	if had && restart.IsZero() && cur.ProductID == id.Product && strings.EqualFold(cur.Status, string(t.Status)) &&

@@ -167,7 +167,12 @@ func (s *Service) resyncCustomer(ctx context.Context, c CustomerRecord, out *Res
 			out.Skipped = append(out.Skipped, fmt.Sprintf("subscription %s of %s: no configured product has its price", sub.ID, c.UserID))
 			continue
 		}
-		if err := s.applyState(ctx, st, s.now().UTC().Truncate(time.Second), fb); err != nil {
+		// Stamped with when the list began, not when it is applied: an
+		// event Stripe made after the list read the subscription (a
+		// deletion whose webhook comes after the resync) is newer than
+		// the state listed, and applies; one of the list's second has
+		// the subscription read from Stripe again (applyState).
+		if err := s.applyState(ctx, st, listedAt.Truncate(time.Second), fb); err != nil {
 			var be badEventError
 			if errors.As(err, &be) {
 				out.Skipped = append(out.Skipped, be.Error())
