@@ -6,15 +6,27 @@ func ForgetPackPrices() { priceCache.Clear() }
 
 // OnAnotherNode runs f, the handling of an event by another node, from
 // inside this node's handling of a subscription's event (a test's store
-// hook): without this process's subMu, which the other node, another
-// process, does not share.
+// hook): without the turns (subTurns) this process holds, which the other
+// node, another process, does not share. A test applies one event at a
+// time on "this node", so every turn held is that event's.
 func OnAnotherNode(f func()) {
-	if subMu.TryLock() { // this node holds none (it is not applying one)
-		subMu.Unlock()
-		f()
-		return
+	subTurns.mu.Lock()
+	var held []*keyedLock
+	for _, l := range subTurns.locks {
+		if l.TryLock() {
+			l.Unlock() // free (only waited for)
+			continue
+		}
+		held = append(held, l)
 	}
-	subMu.Unlock()
-	defer subMu.Lock()
+	subTurns.mu.Unlock()
+	for _, l := range held {
+		l.Unlock()
+	}
+	defer func() {
+		for _, l := range held {
+			l.Lock()
+		}
+	}()
 	f()
 }

@@ -1,8 +1,11 @@
 package payments_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -572,5 +575,118 @@ func TestSecondLiveReportedOncePerTakeover(t *testing.T) {
 	rb, err := bolt.GetPaymentRecord(ctx, payments.KindSubscriptionOf, "geo/u1")
 	if err != nil || !strings.Contains(string(rb), `"sub_second"`) {
 		t.Errorf("the link: %s %v; want sub_second's", rb, err)
+	}
+}
+
+// subEventOf is subEvent of another subscription and customer.
+func subEventOf(sub, cus, id, typ, status string, created time.Time) []byte {
+	return stripetest.Event(id, typ, created, map[string]any{
+		"id": sub, "object": "subscription", "customer": cus, "status": status,
+		"items": map[string]any{"object": "list", "data": []any{map[string]any{"id": "si_" + sub, "object": "subscription_item",
+			"price": map[string]any{"id": "price_pro", "object": "price"}, "current_period_end": created.Add(720 * time.Hour).Unix()}}}})
+}
+
+// TestSlowStripeHoldsOnlyItsCustomer: an invoice event reads its
+// subscription from Stripe while the node holds the subscription's
+// turn. A Stripe that takes long to answer for one customer's
+// subscription held every other subscription event of the node behind
+// it (one lock for the node): another user's cancellation waited for
+// the slow read, up to stripe-go's 80 s. The turn is now the customer's.
+func TestSlowStripeHoldsOnlyItsCustomer(t *testing.T) {
+	bolt := raceCustomer(t) // u1, cus_race
+	ctx := context.Background()
+	b, _ := json.Marshal(payments.CustomerRecord{UserID: "u2", CustomerID: "cus_other", CreatedAt: time.Now().UTC()})
+	for kind, id := range map[string]string{payments.KindCustomerUser: "cus_other", payments.KindCustomer: "u2"} {
+		if _, err := bolt.InsertPaymentRecord(ctx, kind, id, b, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	inRead, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/subscriptions/sub_race" {
+			http.Error(w, `{"error":{"type":"invalid_request_error","message":"not here"}}`, 404)
+			return
+		}
+		once.Do(func() { close(inRead) })
+		<-release // Stripe is slow for this one
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": "sub_race", "object": "subscription", "customer": "cus_race", "status": "active",
+			"items": map[string]any{"object": "list", "data": []any{map[string]any{"id": "si_race", "object": "subscription_item",
+				"price": map[string]any{"id": "price_pro", "object": "price"}, "current_period_end": t0.Add(720 * time.Hour).Unix()}}}})
+	}))
+	defer api.Close()
+	cat := meterCatalog(t)
+	cfg := payments.Config{Provider: "stripe", SecretKey: "sk_test_race", WebhookSecret: "whsec_race", APIBase: api.URL,
+		Prices: []payments.Price{{Service: "geo", Product: "pro", Price: "price_pro"}}}
+	if err := cfg.Validate(cat); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := payments.New(cfg, payments.Deps{Store: func() store.Store { return bolt }, Catalog: cat, NodeID: "node-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook := httptest.NewServer(http.HandlerFunc(svc.ServeWebhook))
+	defer hook.Close()
+	deliver := func(ev []byte) {
+		if status, body := stripetest.Deliver(t, hook.URL, ev, "whsec_race", time.Now()); status != 200 {
+			t.Errorf("webhook: %d %s", status, body)
+		}
+	}
+	deliver(subEvent("evt_created", "customer.subscription.created", "active", t0))
+	deliver(subEventOf("sub_other", "cus_other", "evt_other", "customer.subscription.created", "active", t0))
+
+	inv := map[string]any{"id": "in_slow", "object": "invoice", "customer": "cus_race", "status": "paid",
+		"amount_due": 2900, "amount_paid": 2900, "amount_remaining": 0, "currency": "usd",
+		"status_transitions": map[string]any{"paid_at": t0.Add(time.Second).Unix()},
+		"parent":             map[string]any{"type": "subscription_details", "subscription_details": map[string]any{"subscription": "sub_race"}}}
+	// From goroutines: the webhook is sent without t (which may not
+	// stop a test from another goroutine), and the test waits for them.
+	send := func(ev []byte) error {
+		req, _ := http.NewRequest(http.MethodPost, hook.URL, bytes.NewReader(ev))
+		req.Header.Set("Stripe-Signature", stripetest.Sign(ev, "whsec_race", time.Now()))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if b, _ := io.ReadAll(resp.Body); resp.StatusCode != 200 {
+			return fmt.Errorf("%d %s", resp.StatusCode, b)
+		}
+		return nil
+	}
+	var wg sync.WaitGroup
+	defer func() {
+		close(release) // Stripe answers the slow read; then the goroutines end
+		wg.Wait()
+	}()
+	wg.Add(1)
+	go func() {
+		// Answered once Stripe is: the test's end releases it.
+		defer wg.Done()
+		_ = send(stripetest.Event("evt_paid", "invoice.paid", t0.Add(time.Second), inv))
+	}()
+	select {
+	case <-inRead:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the invoice's read-back never reached Stripe")
+	}
+	done := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		done <- send(subEventOf("sub_other", "cus_other", "evt_other_del", "customer.subscription.deleted", "canceled", t0.Add(2*time.Second)))
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("another customer's cancellation: %v", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("another customer's cancellation waited for the slow Stripe read of cus_race's subscription")
+	}
+	if got, err := bolt.GetSubscription(ctx, "u2", "geo"); err != nil || got.Status != "EXPIRED" {
+		t.Errorf("u2's subscription after its cancellation: %+v %v; want EXPIRED", got, err)
 	}
 }

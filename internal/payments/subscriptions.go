@@ -70,13 +70,51 @@ func init() {
 // began still has the subscription read again.
 const listedSkew = 5 * time.Second
 
-// subMu makes a node apply one subscription change at a time, and the
-// store's lease (holdSubscription) one node of a fleet at a time: they
-// spare the read-decide-write of a SubscriptionRecord its retries. What
-// keeps the newest event's state when two changes interleave anyway (a
-// node stalled past its lease) is that the record and its link are
-// swapped, not put (applyState).
-var subMu sync.Mutex
+// subTurns makes a node apply one subscription change of a Stripe
+// customer (a user) at a time, and the store's lease (holdSubscription)
+// one node of a fleet at a time: they spare the read-decide-write of a
+// SubscriptionRecord its retries. What keeps the newest event's state
+// when two changes interleave anyway (a node stalled past its lease) is
+// that the record and its link are swapped, not put (applyState). The
+// turn is the customer's, not the node's: an invoice event reads its
+// subscription from Stripe in its turn, and a Stripe slow to answer for
+// one customer holds up no other customer's events.
+var subTurns keyedMutex
+
+// keyedMutex is a mutex per key, kept only while held or waited for.
+type keyedMutex struct {
+	mu    sync.Mutex
+	locks map[string]*keyedLock
+}
+
+type keyedLock struct {
+	sync.Mutex
+	refs int
+}
+
+// Lock takes key's mutex and returns its unlock.
+func (k *keyedMutex) Lock(key string) (unlock func()) {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = make(map[string]*keyedLock)
+	}
+	l := k.locks[key]
+	if l == nil {
+		l = new(keyedLock)
+		k.locks[key] = l
+	}
+	l.refs++
+	k.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		k.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
+}
 
 // invoiceMu makes a node change one invoice record at a time. An invoice
 // event (putInvoice) and a refund or lost dispute of it
@@ -519,8 +557,9 @@ func (s *Service) auditInvoice(ctx context.Context, id ident, invID string, r In
 // invoice's).
 //
 // Two nodes applying two events of one Stripe subscription at once.
-// subMu keeps a node's own events one at a time, and the store's lease
-// (holdSubscription) the fleet's, but a lease is not a fence: a node
+// subTurns keeps a node's own events of a customer one at a time, and
+// the store's lease (holdSubscription) the fleet's, but a lease is not a
+// fence: a node
 // stalled past it (a slow Stripe or PostgreSQL, a paused process) goes on
 // writing after another took it. What makes the newest event win
 // whatever the interleaving is the record: each write of it is a swap
@@ -552,8 +591,7 @@ func (s *Service) auditInvoice(ctx context.Context, id ident, invID string, r In
 // The link (stripe_subscription_of) is swapped the same way
 // (setGatewaySubscription).
 func (s *Service) applyState(ctx context.Context, st state, eventAt time.Time, fallback *ident) error {
-	subMu.Lock()
-	defer subMu.Unlock()
+	defer subTurns.Lock(st.Customer)()
 	pay, err := s.Payments()
 	if err != nil {
 		return err
