@@ -114,6 +114,10 @@ func moneyEnv(t *testing.T) (*env, store.Store) {
 	_, err = st.CreateAlert(bg, store.Alert{UserID: "ben", ServiceID: "old", ProductID: "gone", PeriodStart: moneyNow.Add(-time.Hour),
 		Threshold: "spending_cap 90%", Value: billing.Whole(5), Limit: billing.Whole(9) / 2, Currency: "USD", Created: moneyNow, Status: "DELIVERED"})
 	must(err)
+	// A quota alert of the removed product, with the unit it recorded.
+	_, err = st.CreateAlert(bg, store.Alert{UserID: "ben", ServiceID: "old", ProductID: "gone", PeriodStart: moneyNow.Add(-time.Hour),
+		Threshold: "quota 80%", Value: billing.Whole(8), Limit: billing.Whole(8), Unit: "page", Created: moneyNow, Status: "DELIVERED"})
+	must(err)
 	// The console reads it with the cap lowered to 1.20 EUR (ann at
 	// 125%) and old/gone removed.
 	rt := engine.New(engine.Runtime{Catalog: moneyCatalog(t, false, billing.Whole(6)/5), Data: st, KeyUsed: used.Touch, Calls: new(engine.Calls), Clock: clock})
@@ -177,7 +181,7 @@ func TestConsoleMoneyKeptApart(t *testing.T) {
 			"spending cap: 1.50 of 1.20 EUR (125%)", "1.50 EUR", "21 JPY", "1.125 KWD", "5 credits", oddA,
 		}},
 		{"/console/services", []string{"0.0125 EUR", "3 JPY", "0.125 KWD", "0.5 credits", "2 of odd/a (its listing names no currency)"}},
-		{"/console/alerts", []string{"spending_cap 100% 1.50 EUR 1.20 EUR", "spending_cap 90% 5.00 USD 4.50 USD"}},
+		{"/console/alerts", []string{"spending_cap 100% 1.50 EUR 1.20 EUR", "spending_cap 90% 5.00 USD 4.50 USD", "quota 80% 8 page 8 page"}},
 	} {
 		got := getPage(t, h, tc.path)
 		for _, w := range tc.want {

@@ -217,8 +217,8 @@ func measuredText(v billing.Units, of string) string {
 
 // alertMeasure is what an alert's threshold counts (its Threshold reads
 // "quota 80%", "credits_below 10", "spending_cap 90%"): the product's units, its
-// credits, or its spend in the product's currency. The currency and credits
-// the alert recorded when it fired come first: they are what its figures
+// credits, or its spend in the product's currency. The currency, credits
+// or unit the alert recorded when it fired come first: they are what its figures
 // were counted in, even once the product is gone or its listing changed.
 func (h *Handler) alertMeasure(a store.Alert) string {
 	switch {
@@ -226,6 +226,8 @@ func (h *Handler) alertMeasure(a store.Alert) string {
 		return a.Currency
 	case a.Unit == alerts.UnitCredits:
 		return kindCredits
+	case a.Unit != "":
+		return a.Unit // a quota's unit
 	}
 	unit, kind := h.measureOf(a.ServiceID, a.ProductID)
 	switch {
