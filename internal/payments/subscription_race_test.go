@@ -144,11 +144,7 @@ func subRace(t *testing.T, stA, bolt payStore, at string, aDeletes bool) {
 		}
 	}
 	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
-	deliver := func(url string, ev []byte) {
-		if status, body := stripetest.Deliver(t, url, ev, "whsec_race", time.Now()); status != 200 {
-			t.Errorf("%s: %d %s", url, status, body)
-		}
-	}
+	deliver := func(url string, ev []byte) { deliverRace(t, url, ev) }
 	updated := subEvent("evt_updated", "customer.subscription.updated", "active", t0.Add(time.Second))
 	deleted := subEvent("evt_deleted", "customer.subscription.deleted", "canceled", t0.Add(2*time.Second))
 	evA, evB := updated, deleted
@@ -193,11 +189,7 @@ func subRace(t *testing.T, stA, bolt payStore, at string, aDeletes bool) {
 func TestInvoiceReadBackBeforeADeletionEndsExpired(t *testing.T) {
 	bolt := raceCustomer(t)
 	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
-	deliver := func(url string, ev []byte) {
-		if status, body := stripetest.Deliver(t, url, ev, "whsec_race", time.Now()); status != 200 {
-			t.Errorf("%s: %d %s", url, status, body)
-		}
-	}
+	deliver := func(url string, ev []byte) { deliverRace(t, url, ev) }
 	// Stripe: the subscription is active until node b's deletion, which
 	// comes during node a's first read of it.
 	var nodeB *httptest.Server
@@ -372,24 +364,10 @@ func wantCancelled(t *testing.T, st *boltstore.Store, when string) {
 // no end at all: the caller kept the plan without paying until some
 // later event of the subscription came.
 func TestRaceKeepsTheTrialsEnd(t *testing.T) {
-	bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "platform.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bolt.Close()
+	bolt := raceCustomer(t)
 	ctx := context.Background()
-	b, _ := json.Marshal(payments.CustomerRecord{UserID: "u1", CustomerID: "cus_race", CreatedAt: time.Now().UTC()})
-	for kind, id := range map[string]string{payments.KindCustomerUser: "cus_race", payments.KindCustomer: "u1"} {
-		if _, err := bolt.InsertPaymentRecord(ctx, kind, id, b, time.Now()); err != nil {
-			t.Fatal(err)
-		}
-	}
 	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
-	deliver := func(url string, ev []byte) {
-		if status, body := stripetest.Deliver(t, url, ev, "whsec_race", time.Now()); status != 200 {
-			t.Errorf("%s: %d %s", url, status, body)
-		}
-	}
+	deliver := func(url string, ev []byte) { deliverRace(t, url, ev) }
 	event := func(id, status string, created, trialEnd time.Time) []byte {
 		sub := map[string]any{"id": "sub_race", "object": "subscription", "customer": "cus_race", "status": status,
 			"items": map[string]any{"object": "list", "data": []any{map[string]any{"id": "si_race", "object": "subscription_item",
@@ -426,18 +404,8 @@ func TestRaceKeepsTheTrialsEnd(t *testing.T) {
 // deletion: the deletion was taken for an older event and changed
 // nothing, and the cancelled subscription stayed ACTIVE for good.
 func TestResyncThenALateDeletionEndsExpired(t *testing.T) {
-	bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "platform.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bolt.Close()
+	bolt := raceCustomer(t)
 	ctx := context.Background()
-	b, _ := json.Marshal(payments.CustomerRecord{UserID: "u1", CustomerID: "cus_race", CreatedAt: time.Now().UTC()})
-	for kind, id := range map[string]string{payments.KindCustomerUser: "cus_race", payments.KindCustomer: "u1"} {
-		if _, err := bolt.InsertPaymentRecord(ctx, kind, id, b, time.Now()); err != nil {
-			t.Fatal(err)
-		}
-	}
 	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
 	var mu sync.Mutex
 	var deletedAt time.Time // when Stripe cancelled it: after the list read it
@@ -514,24 +482,10 @@ func TestResyncThenALateDeletionEndsExpired(t *testing.T) {
 // given before the swap, on every try: the same takeover was reported
 // twice, and reported on a try whose takeover did not happen.
 func TestSecondLiveReportedOncePerTakeover(t *testing.T) {
-	bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "platform.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bolt.Close()
+	bolt := raceCustomer(t)
 	ctx := context.Background()
-	b, _ := json.Marshal(payments.CustomerRecord{UserID: "u1", CustomerID: "cus_race", CreatedAt: time.Now().UTC()})
-	for kind, id := range map[string]string{payments.KindCustomerUser: "cus_race", payments.KindCustomer: "u1"} {
-		if _, err := bolt.InsertPaymentRecord(ctx, kind, id, b, time.Now()); err != nil {
-			t.Fatal(err)
-		}
-	}
 	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
-	deliver := func(url string, ev []byte) {
-		if status, body := stripetest.Deliver(t, url, ev, "whsec_race", time.Now()); status != 200 {
-			t.Errorf("%s: %d %s", url, status, body)
-		}
-	}
+	deliver := func(url string, ev []byte) { deliverRace(t, url, ev) }
 	event := func(evID, typ, subID, status string, created time.Time) []byte {
 		return stripetest.Event(evID, typ, created, map[string]any{
 			"id": subID, "object": "subscription", "customer": "cus_race", "status": status,
@@ -688,5 +642,14 @@ func TestSlowStripeHoldsOnlyItsCustomer(t *testing.T) {
 	}
 	if got, err := bolt.GetSubscription(ctx, "u2", "geo"); err != nil || got.Status != "EXPIRED" {
 		t.Errorf("u2's subscription after its cancellation: %+v %v; want EXPIRED", got, err)
+	}
+}
+
+// deliverRace sends a webhook event signed with the race tests' secret
+// and wants it applied (200).
+func deliverRace(t *testing.T, url string, ev []byte) {
+	t.Helper()
+	if status, body := stripetest.Deliver(t, url, ev, "whsec_race", time.Now()); status != 200 {
+		t.Errorf("%s: %d %s", url, status, body)
 	}
 }
