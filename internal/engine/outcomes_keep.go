@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/store/vfs"
 )
 
 // Counts a process could not add to the store by its stop (the database
@@ -91,7 +92,11 @@ func (c *OutcomeCounter) Keep(path string, now time.Time) (calls, dropped int64,
 	if err != nil {
 		return 0, dropped, err
 	}
-	if err := writeFileSynced(path, data); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return 0, dropped, err
+	}
+	// A crash leaves the old file or the new one, never a part.
+	if err := vfs.WriteFileAtomic(vfs.OS, path, path+".tmp", data); err != nil {
 		return 0, dropped, err
 	}
 	c.kept, c.keptPath = nil, path
@@ -160,39 +165,4 @@ func (c *OutcomeCounter) sendKept(ctx context.Context, s store.Outcomes) error {
 		_ = os.Remove(c.keptPath)
 	}
 	return nil
-}
-
-// writeFileSynced replaces path with data: a temporary file, synced, then
-// renamed over it and the directory synced, so a crash leaves the old file
-// or the new one, never a part.
-func writeFileSynced(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
