@@ -60,10 +60,18 @@ type payStore interface {
 // skew (the other node of a race sees this one's lease expired).
 func subRaceNode(t *testing.T, st store.Store, node string, skew time.Duration) *httptest.Server {
 	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(raceService(t, st, "http://127.0.0.1:9", node, skew).ServeWebhook))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// raceService is node's payments service on st, selling geo/pro for
+// price_pro, with Stripe's API at api and its clock skew ahead.
+func raceService(t *testing.T, st store.Store, api, node string, skew time.Duration) *payments.Service {
+	t.Helper()
 	cat := meterCatalog(t)
-	cfg := payments.Config{Provider: "stripe", SecretKey: "sk_test_race", WebhookSecret: "whsec_race",
-		APIBase: "http://127.0.0.1:9",
-		Prices:  []payments.Price{{Service: "geo", Product: "pro", Price: "price_pro"}}}
+	cfg := payments.Config{Provider: "stripe", SecretKey: "sk_test_race", WebhookSecret: "whsec_race", APIBase: api,
+		Prices: []payments.Price{{Service: "geo", Product: "pro", Price: "price_pro"}}}
 	if err := cfg.Validate(cat); err != nil {
 		t.Fatal(err)
 	}
@@ -72,9 +80,7 @@ func subRaceNode(t *testing.T, st store.Store, node string, skew time.Duration) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(http.HandlerFunc(svc.ServeWebhook))
-	t.Cleanup(srv.Close)
-	return srv
+	return svc
 }
 
 // subEvent is a customer.subscription.* event of sub_race (price_pro),
@@ -222,18 +228,7 @@ func TestInvoiceReadBackBeforeADeletionEndsExpired(t *testing.T) {
 	}))
 	defer api.Close()
 	node := func(name string, skew time.Duration) *httptest.Server {
-		cat := meterCatalog(t)
-		cfg := payments.Config{Provider: "stripe", SecretKey: "sk_test_race", WebhookSecret: "whsec_race", APIBase: api.URL,
-			Prices: []payments.Price{{Service: "geo", Product: "pro", Price: "price_pro"}}}
-		if err := cfg.Validate(cat); err != nil {
-			t.Fatal(err)
-		}
-		svc, err := payments.New(cfg, payments.Deps{Store: func() store.Store { return bolt }, Catalog: cat, NodeID: name,
-			Now: func() time.Time { return time.Now().Add(skew) }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := httptest.NewServer(http.HandlerFunc(svc.ServeWebhook))
+		srv := httptest.NewServer(http.HandlerFunc(raceService(t, bolt, api.URL, name, skew).ServeWebhook))
 		t.Cleanup(srv.Close)
 		return srv
 	}
@@ -301,16 +296,7 @@ func TestResyncBeforeADeletionEndsExpired(t *testing.T) {
 		}
 	}))
 	defer api.Close()
-	cat := meterCatalog(t)
-	cfg := payments.Config{Provider: "stripe", SecretKey: "sk_test_race", WebhookSecret: "whsec_race", APIBase: api.URL,
-		Prices: []payments.Price{{Service: "geo", Product: "pro", Price: "price_pro"}}}
-	if err := cfg.Validate(cat); err != nil {
-		t.Fatal(err)
-	}
-	svc, err := payments.New(cfg, payments.Deps{Store: func() store.Store { return bolt }, Catalog: cat, NodeID: "node-a"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := raceService(t, bolt, api.URL, "node-a", 0)
 	hook = httptest.NewServer(http.HandlerFunc(svc.ServeWebhook))
 	defer hook.Close()
 	deliver(subEvent("evt_created", "customer.subscription.created", "active", t0))
@@ -435,16 +421,7 @@ func TestResyncThenALateDeletionEndsExpired(t *testing.T) {
 		}
 	}))
 	defer api.Close()
-	cat := meterCatalog(t)
-	cfg := payments.Config{Provider: "stripe", SecretKey: "sk_test_race", WebhookSecret: "whsec_race", APIBase: api.URL,
-		Prices: []payments.Price{{Service: "geo", Product: "pro", Price: "price_pro"}}}
-	if err := cfg.Validate(cat); err != nil {
-		t.Fatal(err)
-	}
-	svc, err := payments.New(cfg, payments.Deps{Store: func() store.Store { return bolt }, Catalog: cat, NodeID: "node-a"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := raceService(t, bolt, api.URL, "node-a", 0)
 	hook := httptest.NewServer(http.HandlerFunc(svc.ServeWebhook))
 	defer hook.Close()
 	deliver := func(ev []byte) {
@@ -571,16 +548,7 @@ func TestSlowStripeHoldsOnlyItsCustomer(t *testing.T) {
 				"price": map[string]any{"id": "price_pro", "object": "price"}, "current_period_end": t0.Add(720 * time.Hour).Unix()}}}})
 	}))
 	defer api.Close()
-	cat := meterCatalog(t)
-	cfg := payments.Config{Provider: "stripe", SecretKey: "sk_test_race", WebhookSecret: "whsec_race", APIBase: api.URL,
-		Prices: []payments.Price{{Service: "geo", Product: "pro", Price: "price_pro"}}}
-	if err := cfg.Validate(cat); err != nil {
-		t.Fatal(err)
-	}
-	svc, err := payments.New(cfg, payments.Deps{Store: func() store.Store { return bolt }, Catalog: cat, NodeID: "node-a"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := raceService(t, bolt, api.URL, "node-a", 0)
 	hook := httptest.NewServer(http.HandlerFunc(svc.ServeWebhook))
 	defer hook.Close()
 	deliver := func(ev []byte) {
