@@ -588,6 +588,12 @@ func (s *Service) auditInvoice(ctx context.Context, id ident, invID string, r In
 // swaps Rb→Rb'. Or a swaps first and b's swap fails: b's event is newer,
 // so b writes EXPIRED again and swaps over a's record. Past recordSwaps
 // tries the event fails (500) and Stripe sends it again.
+// A state that cannot be put back (a trialing record from before records
+// kept trial_end, and Stripe, asked for it, does not answer) is not
+// written without its end: the record is swapped marked PutBack and the
+// event fails (500). Stripe's retry of it is older than the record and
+// would change nothing by itself; the mark makes it, or whichever
+// applyState of the subscription comes next, put the state back first.
 // The link (stripe_subscription_of) is swapped the same way
 // (setGatewaySubscription).
 func (s *Service) applyState(ctx context.Context, st state, eventAt time.Time, fallback *ident) error {
@@ -621,6 +627,10 @@ func (s *Service) applyState(ctx context.Context, st state, eventAt time.Time, f
 			return err
 		}
 		var newRec SubscriptionRecord
+		// failed: the record's state could not be put back; the record
+		// is swapped marked (PutBack) and the event fails, so Stripe's
+		// retry of it puts the state back.
+		var failed error
 		switch {
 		case ch != nil:
 			if !ch.t.none {
@@ -633,19 +643,24 @@ func (s *Service) applyState(ctx context.Context, st state, eventAt time.Time, f
 				}
 			}
 			newRec = ch.rec
-		case mine == nil:
+			newRec.PutBack = rec.PutBack && ch.t.none // nothing written: still owed
+		case mine == nil && !rec.PutBack:
 			return nil // nothing of this event was written
 		default:
 			// A newer event landed since this call wrote the gateway
-			// subscription: its state goes back over this call's write.
-			w, err := s.reapplyRecord(ctx, pay, rec, mine)
-			if err != nil {
-				return err
-			}
-			if w != nil {
-				mine = w
-			}
+			// subscription (or since an earlier call wrote it and could
+			// not put the newer state back: PutBack): its state goes
+			// back over that write.
 			newRec = rec
+			w, err := s.reapplyRecord(ctx, pay, &newRec, mine)
+			if err != nil {
+				newRec.PutBack, failed = true, err
+			} else {
+				newRec.PutBack = false
+				if w != nil {
+					mine = w
+				}
+			}
 			newRec.UpdatedAt = s.now().UTC()
 		}
 		newRec.Seq = rec.Seq + 1
@@ -656,7 +671,7 @@ func (s *Service) applyState(ctx context.Context, st state, eventAt time.Time, f
 			err = store.ErrStale // another node's first write: read it and decide again
 		}
 		if err == nil {
-			return nil
+			return failed
 		}
 		if !swapAgain(err, try) {
 			return fmt.Errorf("recording subscription %s: %w", st.ID, err)
@@ -927,15 +942,32 @@ func stillSet(link linkRecord, subID, product string, cur store.Subscription) bo
 
 // reapplyRecord writes the gateway subscription as rec, the record of
 // a newer event that landed meanwhile on another node, says: the state
-// is rebuilt from the record (no Stripe call). mine is what this node
-// wrote over it, which counts as this Stripe subscription's write.
-func (s *Service) reapplyRecord(ctx context.Context, pay store.Payments, rec SubscriptionRecord, mine *appliedSub) (*appliedSub, error) {
+// is rebuilt from the record (no Stripe call, but for the trial's end of
+// a trialing record written before records kept it, which is read from
+// Stripe and kept in rec; a Stripe that cannot be read is an error, and
+// nothing is written: a trial without its end would never end). mine is
+// what this node wrote over it, which counts as this Stripe
+// subscription's write.
+func (s *Service) reapplyRecord(ctx context.Context, pay store.Payments, rec *SubscriptionRecord, mine *appliedSub) (*appliedSub, error) {
 	st := state{ID: rec.ID, Customer: rec.CustomerID, Status: stripe.SubscriptionStatus(rec.StripeStatus),
 		CancelAtPeriodEnd: rec.CancelAtPeriodEnd, CancelAt: rec.CancelAt, PeriodEnd: rec.CurrentPeriodEnd, TrialEnd: rec.TrialEnd,
 		StartDate: rec.StartDate, PeriodStart: rec.CurrentPeriodStart, Anchor: rec.BillingCycleAnchor,
 		Interval: rec.Interval, IntervalCount: rec.IntervalCount}
+	if rec.UserID == "" || rec.ServiceID == "" || rec.ProductID == "" {
+		return nil, nil
+	}
+	if st.Status == stripe.SubscriptionStatusTrialing && st.TrialEnd.IsZero() {
+		sub, err := s.sc.V1Subscriptions.Retrieve(ctx, rec.ID, nil)
+		if err != nil {
+			return nil, fmt.Errorf("read subscription %s from Stripe for its trial's end, which its record does not keep: %w", rec.ID, stripeErr(err))
+		}
+		if st.TrialEnd = unix(sub.TrialEnd); st.TrialEnd.IsZero() {
+			return nil, fmt.Errorf("Stripe gives subscription %s, trialing in its record, no trial_end", rec.ID)
+		}
+		rec.TrialEnd = st.TrialEnd
+	}
 	t := mapStatus(st, rec.PastDueSince, time.Duration(s.cfg.PastDueGrace))
-	if t.none || rec.UserID == "" || rec.ServiceID == "" || rec.ProductID == "" {
+	if t.none {
 		return nil, nil
 	}
 	s.log.Info("a newer event of the Stripe subscription was applied on another node meanwhile; its state goes back",
