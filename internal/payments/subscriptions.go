@@ -634,7 +634,7 @@ func (s *Service) applyState(ctx context.Context, st state, eventAt time.Time, f
 		switch {
 		case ch != nil:
 			if !ch.t.none {
-				w, err := s.setGatewaySubscription(ctx, pay, ch.st, ch.id, ch.t, mine)
+				w, err := s.setGatewaySubscription(ctx, pay, ch.st, ch.id, ch.t, mine, false)
 				if err != nil {
 					return err
 				}
@@ -972,7 +972,7 @@ func (s *Service) reapplyRecord(ctx context.Context, pay store.Payments, rec *Su
 	}
 	s.log.Info("a newer event of the Stripe subscription was applied on another node meanwhile; its state goes back",
 		zap.String("subscription", rec.ID), zap.String("stripe_status", rec.StripeStatus))
-	return s.setGatewaySubscription(ctx, pay, st, ident{User: rec.UserID, Service: rec.ServiceID, Product: rec.ProductID}, t, mine)
+	return s.setGatewaySubscription(ctx, pay, st, ident{User: rec.UserID, Service: rec.ServiceID, Product: rec.ProductID}, t, mine, true)
 }
 
 // errLinkMoved: the link record changed since it was read (another
@@ -990,16 +990,28 @@ var errLinkMoved = errors.New("the subscription's link changed meanwhile")
 // of applyState wrote already (also this Stripe subscription's). It
 // returns what it wrote (of the link or the gateway subscription), nil
 // when nothing.
-func (s *Service) setGatewaySubscription(ctx context.Context, pay store.Payments, st state, id ident, t target, mine *appliedSub) (*appliedSub, error) {
+//
+// putBack: the state is a newer record's put back over an older event's
+// write of this Stripe subscription (reapplyRecord). That undoes the
+// stale write and nothing else, so whatever the state, it is written
+// only while the gateway subscription is still as this Stripe
+// subscription last set it (mine, or the link's): a plan put since (an
+// operator's, at the admin API or the console, in the instant between
+// the stale write and its undoing) is the latest explicit write and
+// stays; Stripe's state is written with the subscription's next event,
+// as over any plan. The check is a read just before the put, not a
+// compare-and-swap (the store has none for subscriptions): a put that
+// lands between the two is still written over.
+func (s *Service) setGatewaySubscription(ctx context.Context, pay store.Payments, st state, id ident, t target, mine *appliedSub, putBack bool) (*appliedSub, error) {
 	for try := 1; ; try++ {
-		w, err := s.setGatewaySubscriptionOnce(ctx, pay, st, id, t, mine)
+		w, err := s.setGatewaySubscriptionOnce(ctx, pay, st, id, t, mine, putBack)
 		if !errors.Is(err, errLinkMoved) || try >= recordSwaps {
 			return w, err
 		}
 	}
 }
 
-func (s *Service) setGatewaySubscriptionOnce(ctx context.Context, pay store.Payments, st state, id ident, t target, mine *appliedSub) (*appliedSub, error) {
+func (s *Service) setGatewaySubscriptionOnce(ctx context.Context, pay store.Payments, st state, id ident, t target, mine *appliedSub, putBack bool) (*appliedSub, error) {
 	linkID := id.Service + "/" + id.User
 	var link linkRecord
 	linkBody, err := pay.GetPaymentRecord(ctx, KindSubscriptionOf, linkID)
@@ -1028,11 +1040,18 @@ func (s *Service) setGatewaySubscriptionOnce(ctx context.Context, pay store.Paym
 	if err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrNoAccount) {
 		return nil, err
 	}
-	if had && !live && !stillSet(link, st.ID, id.Product, cur) &&
-		(mine == nil || !stillSet(linkRecord{SubscriptionID: st.ID, Applied: mine}, st.ID, id.Product, cur)) {
+	setSince := had && !stillSet(link, st.ID, id.Product, cur) &&
+		(mine == nil || !stillSet(linkRecord{SubscriptionID: st.ID, Applied: mine}, st.ID, id.Product, cur))
+	if setSince && !live {
 		s.log.Info("a Stripe subscription that grants no access leaves the plan put since it last set it",
 			zap.String("subscription", st.ID), zap.String("user_id", id.User), zap.String("service_id", id.Service),
 			zap.String("plan", describeSub(cur)))
+		return nil, nil
+	}
+	if putBack && (setSince || !had) {
+		s.log.Warn("a plan put while a race of Stripe events was being undone stays; Stripe's state is applied with the subscription's next event",
+			zap.String("subscription", st.ID), zap.String("user_id", id.User), zap.String("service_id", id.Service),
+			zap.String("plan", describeSubOrNone(cur, had)), zap.String("stripe_status", string(st.Status)))
 		return nil, nil
 	}
 	endStatus := ""
@@ -1140,6 +1159,14 @@ func (s *Service) periodRestart(st state, id ident, t target, cur store.Subscrip
 		return time.Time{}
 	}
 	return st.PeriodStart
+}
+
+// describeSubOrNone is describeSub, or "none" when there is none.
+func describeSubOrNone(sub store.Subscription, had bool) string {
+	if !had {
+		return "none"
+	}
+	return describeSub(sub)
 }
 
 // describeSub says a gateway subscription in words for the audit log.
