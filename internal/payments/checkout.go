@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/stripe/stripe-go/v82"
@@ -174,8 +175,9 @@ type CheckoutRequest struct {
 // open session's record. A click that finds the claim of another (a
 // second tab, a double submit, another node) waits up to checkoutWait
 // for it to become a session and is sent to that session, or gets
-// ErrCheckoutBusy; a claim older than checkoutClaimTTL (its node died
-// mid-create) is taken over. A click that finds the session open (Stripe
+// ErrCheckoutBusy; a claim this node has seen unchanged for
+// checkoutClaimTTL of its own clock (its node died mid-create) is taken
+// over (claimRunOut). A click that finds the session open (Stripe
 // says so) is sent to it; one of another product, or no longer open, is
 // replaced, and a replaced session still open at Stripe is expired there
 // so that it can no longer be paid.
@@ -245,9 +247,13 @@ const KindCheckoutOpen = "stripe_checkout_open"
 
 // The bounds of a Checkout claim.
 const (
-	// checkoutClaimTTL: a claim older than this is taken over; its node
-	// died (or stalled) before it made the session.
+	// checkoutClaimTTL: a claim a node has seen unchanged for this long,
+	// by its own clock, is taken over; its node died (or stalled) before
+	// it made the session.
 	checkoutClaimTTL = 30 * time.Second
+	// claimSightingsKept: a sighting older than this is forgotten (its
+	// claim became a session or was given up unseen by this node).
+	claimSightingsKept = 10 * checkoutClaimTTL
 	// checkoutCreateTimeout bounds the create at Stripe, under the claim's
 	// time, so that a claim is not taken over while its create may still
 	// answer.
@@ -273,8 +279,10 @@ type openCheckoutRecord struct {
 	ProductID string    `json:"productId"`
 	ExpiresAt time.Time `json:"expiresAt,omitzero"`
 	// Claim is a click's claim to create the session (a random token,
-	// and the Idempotency-Key's), ClaimedAt when it was made. A record
-	// with neither a claim nor a session is free.
+	// and the Idempotency-Key's), ClaimedAt when it was made, by the
+	// clock of the node that made it: for people, never compared with
+	// another node's clock (claimRunOut). A record with neither a claim
+	// nor a session is free.
 	Claim     string    `json:"claim,omitempty"`
 	ClaimedAt time.Time `json:"claimedAt,omitzero"`
 }
@@ -312,7 +320,7 @@ func (s *Service) claimCheckout(ctx context.Context, pay store.Payments, r Check
 		readable := json.Unmarshal(b, &rec) == nil
 		expire := false // the replaced session may still be open at Stripe
 		switch {
-		case readable && rec.Claim != "" && s.now().Sub(rec.ClaimedAt) < checkoutClaimTTL:
+		case readable && rec.Claim != "" && !s.claimRunOut(key, rec.Claim):
 			// Being opened by another click: wait for its session.
 			waited = waited || rec.ProductID == r.ProductID
 			if !time.Now().Before(deadline) {
@@ -345,6 +353,7 @@ func (s *Service) claimCheckout(ctx context.Context, pay store.Payments, r Check
 		}
 		// Free, another product's, no longer open, or a claim past its
 		// time: replaced by this click's claim, only as it was read.
+		s.claimsSeen.forget(key)
 		err = pay.SwapPaymentRecord(ctx, KindCheckoutOpen, key, b, mine, s.now())
 		if err == nil {
 			if expire {
@@ -356,6 +365,60 @@ func (s *Service) claimCheckout(ctx context.Context, pay store.Payments, r Check
 			return "", nil, err
 		}
 	}
+}
+
+// claimRunOut reports whether this node has seen the claim of key
+// unchanged for checkoutClaimTTL, by its own clock (a monotonic one: the
+// app's clock is time.Now). The claim's ClaimedAt is the clock of the
+// node that made it, which may be far from this one's: an hour ahead, a
+// dead node's claim would hold the user back for an hour; an hour
+// behind, a live node's claim would be taken over at once, while its
+// session is being made. So the count starts when this node first sees
+// the claim, and a claim another node made 30 s ago may be waited for
+// up to 30 s more: a click on a node that never saw it (behind a
+// balancer, or after a restart) is told to try again, and a click on
+// the same node 30 s after the first takes it over.
+func (s *Service) claimRunOut(key, claim string) bool {
+	return s.claimsSeen.seenFor(key, claim, s.now()) >= checkoutClaimTTL
+}
+
+// claimSightings is when this node first saw each claim it waited for,
+// by "service/user".
+type claimSightings struct {
+	mu sync.Mutex
+	m  map[string]claimSighting
+}
+
+type claimSighting struct {
+	claim string
+	since time.Time
+}
+
+// seenFor is how long claim has been key's claim as this node saw it:
+// zero at its first sight (or when key's claim changed since).
+func (c *claimSightings) seenFor(key, claim string, now time.Time) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if sg, ok := c.m[key]; ok && sg.claim == claim {
+		return now.Sub(sg.since)
+	}
+	if c.m == nil {
+		c.m = make(map[string]claimSighting)
+	}
+	for k, sg := range c.m {
+		if now.Sub(sg.since) > claimSightingsKept {
+			delete(c.m, k)
+		}
+	}
+	c.m[key] = claimSighting{claim: claim, since: now}
+	return 0
+}
+
+// forget drops key's sighting: its claim is no longer waited for.
+func (c *claimSightings) forget(key string) {
+	c.mu.Lock()
+	delete(c.m, key)
+	c.mu.Unlock()
 }
 
 // checkoutStatus is the status Stripe gives a session ("" for one

@@ -128,8 +128,8 @@ func TestCheckoutOnceAcrossNodes(t *testing.T) {
 // TestCheckoutClaimOfADeadNode: a node that claimed the Checkout and
 // died before it made the session holds the user back for a bounded
 // time only. Meanwhile a click is told a checkout is being opened
-// (nothing is created); once the claim is older than its bound the next
-// click takes it over and opens the session. A session Stripe says is
+// (nothing is created); once this node has seen the claim unchanged for
+// its bound the next click takes it over and opens the session. A session Stripe says is
 // no longer open is replaced by a new one.
 func TestCheckoutClaimOfADeadNode(t *testing.T) {
 	st := openBolt(t, filepath.Join(t.TempDir(), "gw.db"))
@@ -257,5 +257,56 @@ func TestSecondLiveSubscriptionIsReported(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no warning naming both live Stripe subscriptions of alice's geo; warnings: %+v", warned)
+	}
+}
+
+// TestCheckoutClaimOfASkewedNode: a claim's time is written by the
+// clock of the node that made it, and the clocks of a fleet's nodes can
+// be far apart. A dead node whose clock ran an hour ahead left a claim
+// that seemed to be made in the future: the user could open no Checkout
+// for an hour. A live node whose clock runs an hour behind makes claims
+// that seem an hour old: another node took them over at once, while
+// their sessions were being made (two sessions created, one expired,
+// the first click answered "busy"). A claim is now taken over only by a
+// node that has itself seen it unchanged for 30 s of its own clock.
+func TestCheckoutClaimOfASkewedNode(t *testing.T) {
+	st := openBolt(t, filepath.Join(t.TempDir(), "gw.db"))
+	t.Cleanup(func() { _ = st.Close() })
+	e := newMeterEnv(t, st)
+	e.customer("alice", "cus_alice")
+	e.customer("bob", "cus_bob")
+	s := e.service("node-a")
+	ctx := context.Background()
+	pay := store.Payments(st)
+	claimOf := func(user, token string, at time.Time) {
+		t.Helper()
+		claim, _ := json.Marshal(map[string]any{"productId": "pro", "claim": token, "claimedAt": at})
+		if _, err := pay.InsertPaymentRecord(ctx, payments.KindCheckoutOpen, "geo/"+user, claim, e.clock.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A dead node an hour ahead.
+	claimOf("alice", "node-b-dead-ahead", e.clock.Now().Add(time.Hour))
+	if url, err := s.StartSubscriptionCheckout(ctx, checkoutFor); !errors.Is(err, payments.ErrCheckoutBusy) {
+		t.Fatalf("a click while another node's claim is fresh: %q %v, want ErrCheckoutBusy", url, err)
+	}
+	e.clock.Add(31 * time.Second)
+	if url, err := s.StartSubscriptionCheckout(ctx, checkoutFor); err != nil || url == "" {
+		t.Fatalf("a click 31 s after the first saw the claim of a dead node whose clock ran an hour ahead: %q %v; want its claim taken over", url, err)
+	}
+	if n := len(sessionsCreated(e.mock)); n != 1 {
+		t.Fatalf("%d Checkout Sessions after taking the claim over, want 1", n)
+	}
+
+	// A live node an hour behind, making bob's session right now.
+	claimOf("bob", "node-c-live-behind", e.clock.Now().Add(-time.Hour))
+	bob := checkoutFor
+	bob.UserID = "bob"
+	if url, err := s.StartSubscriptionCheckout(ctx, bob); !errors.Is(err, payments.ErrCheckoutBusy) {
+		t.Errorf("a click while a node whose clock runs an hour behind holds a fresh claim: %q %v, want ErrCheckoutBusy", url, err)
+	}
+	if n := len(sessionsCreated(e.mock)); n != 1 {
+		t.Errorf("%d Checkout Sessions: a fresh claim of a node whose clock runs behind was taken over", n)
 	}
 }

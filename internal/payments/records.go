@@ -102,7 +102,8 @@ type SubscriptionRecord struct {
 	CurrentPeriodEnd time.Time `json:"currentPeriodEnd,omitzero"`
 	// TrialEnd is Stripe's trial_end: a TRIAL ends past_due_grace after
 	// it (mapStatus), also when the state is put back from the record
-	// (reapplyRecord). Empty in a record written before it was kept.
+	// (reapplyRecord). Empty in a record written before it was kept: a
+	// trialing one put back asks Stripe for it (and keeps it then).
 	TrialEnd time.Time `json:"trialEnd,omitzero"`
 	// StartDate is when Stripe started the subscription: metered usage is
 	// never stamped before it (meters.go meterTimestamp).
@@ -119,6 +120,13 @@ type SubscriptionRecord struct {
 	PastDueSince       time.Time `json:"pastDueSince,omitzero"`
 	// EventCreated is the creation time of the newest event applied.
 	EventCreated time.Time `json:"eventCreated,omitzero"`
+	// PutBack says the record's state may not be on the gateway
+	// subscription: a node wrote an older event's state over it and
+	// could not put this one back (reapplyRecord failed: a trial's end
+	// that Stripe could not be asked for). The next applyState of the
+	// subscription, Stripe's retry of that event or any other, puts it
+	// back first.
+	PutBack bool `json:"putBack,omitempty"`
 	// Seq counts the record's writes by applyState: every write changes
 	// the record, so a swap over a read of it fails once another node
 	// wrote it in between (applyState).

@@ -57,6 +57,10 @@ type Service struct {
 
 	custMu sync.Mutex // one customer creation at a time per node
 
+	// claimsSeen: when this node first saw the Checkout claims it waits
+	// for (checkout.go claimRunOut).
+	claimsSeen claimSightings
+
 	shipMu sync.Mutex // one run of the meter shipper at a time (meters.go)
 	ship   shipperState
 }

@@ -588,6 +588,12 @@ func (s *Service) auditInvoice(ctx context.Context, id ident, invID string, r In
 // swaps Rb→Rb'. Or a swaps first and b's swap fails: b's event is newer,
 // so b writes EXPIRED again and swaps over a's record. Past recordSwaps
 // tries the event fails (500) and Stripe sends it again.
+// A state that cannot be put back (a trialing record from before records
+// kept trial_end, and Stripe, asked for it, does not answer) is not
+// written without its end: the record is swapped marked PutBack and the
+// event fails (500). Stripe's retry of it is older than the record and
+// would change nothing by itself; the mark makes it, or whichever
+// applyState of the subscription comes next, put the state back first.
 // The link (stripe_subscription_of) is swapped the same way
 // (setGatewaySubscription).
 func (s *Service) applyState(ctx context.Context, st state, eventAt time.Time, fallback *ident) error {
@@ -621,10 +627,14 @@ func (s *Service) applyState(ctx context.Context, st state, eventAt time.Time, f
 			return err
 		}
 		var newRec SubscriptionRecord
+		// failed: the record's state could not be put back; the record
+		// is swapped marked (PutBack) and the event fails, so Stripe's
+		// retry of it puts the state back.
+		var failed error
 		switch {
 		case ch != nil:
 			if !ch.t.none {
-				w, err := s.setGatewaySubscription(ctx, pay, ch.st, ch.id, ch.t, mine)
+				w, err := s.setGatewaySubscription(ctx, pay, ch.st, ch.id, ch.t, mine, false)
 				if err != nil {
 					return err
 				}
@@ -633,19 +643,24 @@ func (s *Service) applyState(ctx context.Context, st state, eventAt time.Time, f
 				}
 			}
 			newRec = ch.rec
-		case mine == nil:
+			newRec.PutBack = rec.PutBack && ch.t.none // nothing written: still owed
+		case mine == nil && !rec.PutBack:
 			return nil // nothing of this event was written
 		default:
 			// A newer event landed since this call wrote the gateway
-			// subscription: its state goes back over this call's write.
-			w, err := s.reapplyRecord(ctx, pay, rec, mine)
-			if err != nil {
-				return err
-			}
-			if w != nil {
-				mine = w
-			}
+			// subscription (or since an earlier call wrote it and could
+			// not put the newer state back: PutBack): its state goes
+			// back over that write.
 			newRec = rec
+			w, err := s.reapplyRecord(ctx, pay, &newRec, mine)
+			if err != nil {
+				newRec.PutBack, failed = true, err
+			} else {
+				newRec.PutBack = false
+				if w != nil {
+					mine = w
+				}
+			}
 			newRec.UpdatedAt = s.now().UTC()
 		}
 		newRec.Seq = rec.Seq + 1
@@ -656,7 +671,7 @@ func (s *Service) applyState(ctx context.Context, st state, eventAt time.Time, f
 			err = store.ErrStale // another node's first write: read it and decide again
 		}
 		if err == nil {
-			return nil
+			return failed
 		}
 		if !swapAgain(err, try) {
 			return fmt.Errorf("recording subscription %s: %w", st.ID, err)
@@ -927,20 +942,37 @@ func stillSet(link linkRecord, subID, product string, cur store.Subscription) bo
 
 // reapplyRecord writes the gateway subscription as rec, the record of
 // a newer event that landed meanwhile on another node, says: the state
-// is rebuilt from the record (no Stripe call). mine is what this node
-// wrote over it, which counts as this Stripe subscription's write.
-func (s *Service) reapplyRecord(ctx context.Context, pay store.Payments, rec SubscriptionRecord, mine *appliedSub) (*appliedSub, error) {
+// is rebuilt from the record (no Stripe call, but for the trial's end of
+// a trialing record written before records kept it, which is read from
+// Stripe and kept in rec; a Stripe that cannot be read is an error, and
+// nothing is written: a trial without its end would never end). mine is
+// what this node wrote over it, which counts as this Stripe
+// subscription's write.
+func (s *Service) reapplyRecord(ctx context.Context, pay store.Payments, rec *SubscriptionRecord, mine *appliedSub) (*appliedSub, error) {
 	st := state{ID: rec.ID, Customer: rec.CustomerID, Status: stripe.SubscriptionStatus(rec.StripeStatus),
 		CancelAtPeriodEnd: rec.CancelAtPeriodEnd, CancelAt: rec.CancelAt, PeriodEnd: rec.CurrentPeriodEnd, TrialEnd: rec.TrialEnd,
 		StartDate: rec.StartDate, PeriodStart: rec.CurrentPeriodStart, Anchor: rec.BillingCycleAnchor,
 		Interval: rec.Interval, IntervalCount: rec.IntervalCount}
+	if rec.UserID == "" || rec.ServiceID == "" || rec.ProductID == "" {
+		return nil, nil
+	}
+	if st.Status == stripe.SubscriptionStatusTrialing && st.TrialEnd.IsZero() {
+		sub, err := s.sc.V1Subscriptions.Retrieve(ctx, rec.ID, nil)
+		if err != nil {
+			return nil, fmt.Errorf("read subscription %s from Stripe for its trial's end, which its record does not keep: %w", rec.ID, stripeErr(err))
+		}
+		if st.TrialEnd = unix(sub.TrialEnd); st.TrialEnd.IsZero() {
+			return nil, fmt.Errorf("Stripe gives subscription %s, trialing in its record, no trial_end", rec.ID)
+		}
+		rec.TrialEnd = st.TrialEnd
+	}
 	t := mapStatus(st, rec.PastDueSince, time.Duration(s.cfg.PastDueGrace))
-	if t.none || rec.UserID == "" || rec.ServiceID == "" || rec.ProductID == "" {
+	if t.none {
 		return nil, nil
 	}
 	s.log.Info("a newer event of the Stripe subscription was applied on another node meanwhile; its state goes back",
 		zap.String("subscription", rec.ID), zap.String("stripe_status", rec.StripeStatus))
-	return s.setGatewaySubscription(ctx, pay, st, ident{User: rec.UserID, Service: rec.ServiceID, Product: rec.ProductID}, t, mine)
+	return s.setGatewaySubscription(ctx, pay, st, ident{User: rec.UserID, Service: rec.ServiceID, Product: rec.ProductID}, t, mine, true)
 }
 
 // errLinkMoved: the link record changed since it was read (another
@@ -958,16 +990,28 @@ var errLinkMoved = errors.New("the subscription's link changed meanwhile")
 // of applyState wrote already (also this Stripe subscription's). It
 // returns what it wrote (of the link or the gateway subscription), nil
 // when nothing.
-func (s *Service) setGatewaySubscription(ctx context.Context, pay store.Payments, st state, id ident, t target, mine *appliedSub) (*appliedSub, error) {
+//
+// putBack: the state is a newer record's put back over an older event's
+// write of this Stripe subscription (reapplyRecord). That undoes the
+// stale write and nothing else, so whatever the state, it is written
+// only while the gateway subscription is still as this Stripe
+// subscription last set it (mine, or the link's): a plan put since (an
+// operator's, at the admin API or the console, in the instant between
+// the stale write and its undoing) is the latest explicit write and
+// stays; Stripe's state is written with the subscription's next event,
+// as over any plan. The check is a read just before the put, not a
+// compare-and-swap (the store has none for subscriptions): a put that
+// lands between the two is still written over.
+func (s *Service) setGatewaySubscription(ctx context.Context, pay store.Payments, st state, id ident, t target, mine *appliedSub, putBack bool) (*appliedSub, error) {
 	for try := 1; ; try++ {
-		w, err := s.setGatewaySubscriptionOnce(ctx, pay, st, id, t, mine)
+		w, err := s.setGatewaySubscriptionOnce(ctx, pay, st, id, t, mine, putBack)
 		if !errors.Is(err, errLinkMoved) || try >= recordSwaps {
 			return w, err
 		}
 	}
 }
 
-func (s *Service) setGatewaySubscriptionOnce(ctx context.Context, pay store.Payments, st state, id ident, t target, mine *appliedSub) (*appliedSub, error) {
+func (s *Service) setGatewaySubscriptionOnce(ctx context.Context, pay store.Payments, st state, id ident, t target, mine *appliedSub, putBack bool) (*appliedSub, error) {
 	linkID := id.Service + "/" + id.User
 	var link linkRecord
 	linkBody, err := pay.GetPaymentRecord(ctx, KindSubscriptionOf, linkID)
@@ -996,11 +1040,18 @@ func (s *Service) setGatewaySubscriptionOnce(ctx context.Context, pay store.Paym
 	if err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrNoAccount) {
 		return nil, err
 	}
-	if had && !live && !stillSet(link, st.ID, id.Product, cur) &&
-		(mine == nil || !stillSet(linkRecord{SubscriptionID: st.ID, Applied: mine}, st.ID, id.Product, cur)) {
+	setSince := had && !stillSet(link, st.ID, id.Product, cur) &&
+		(mine == nil || !stillSet(linkRecord{SubscriptionID: st.ID, Applied: mine}, st.ID, id.Product, cur))
+	if setSince && !live {
 		s.log.Info("a Stripe subscription that grants no access leaves the plan put since it last set it",
 			zap.String("subscription", st.ID), zap.String("user_id", id.User), zap.String("service_id", id.Service),
 			zap.String("plan", describeSub(cur)))
+		return nil, nil
+	}
+	if putBack && (setSince || !had) {
+		s.log.Warn("a plan put while a race of Stripe events was being undone stays; Stripe's state is applied with the subscription's next event",
+			zap.String("subscription", st.ID), zap.String("user_id", id.User), zap.String("service_id", id.Service),
+			zap.String("plan", describeSubOrNone(cur, had)), zap.String("stripe_status", string(st.Status)))
 		return nil, nil
 	}
 	endStatus := ""
@@ -1108,6 +1159,14 @@ func (s *Service) periodRestart(st state, id ident, t target, cur store.Subscrip
 		return time.Time{}
 	}
 	return st.PeriodStart
+}
+
+// describeSubOrNone is describeSub, or "none" when there is none.
+func describeSubOrNone(sub store.Subscription, had bool) string {
+	if !had {
+		return "none"
+	}
+	return describeSub(sub)
 }
 
 // describeSub says a gateway subscription in words for the audit log.

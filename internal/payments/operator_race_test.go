@@ -1,0 +1,85 @@
+package payments_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/platformgw/gateway/internal/payments"
+	"github.com/platformgw/gateway/internal/payments/stripetest"
+	"github.com/platformgw/gateway/internal/store"
+)
+
+// beforeFirstSwap runs before, once, just before the first swap of one
+// payment record: what another writer does between this node's write
+// of the gateway subscription and its swap of the record.
+type beforeFirstSwap struct {
+	payStore
+	kind, id string
+	before   func()
+
+	once sync.Once
+}
+
+func (s *beforeFirstSwap) SwapPaymentRecord(ctx context.Context, kind, id string, old, body []byte, at time.Time) error {
+	if kind == s.kind && id == s.id {
+		s.once.Do(s.before)
+	}
+	return s.payStore.SwapPaymentRecord(ctx, kind, id, old, body, at)
+}
+
+// TestRacePutBackKeepsAnOperatorsPlan: node a applies an older event of
+// a Stripe subscription (active) while node b applies the newer one
+// (cancelling at the period's end) in the middle of it, so a writes
+// ACTIVE over b's CANCELLING and, its swap of the record failing, puts
+// b's state back. An operator puts another plan (the admin API, the
+// console) between a's write and its putting back. The put-back undoes
+// a's own stale write only: the operator's plan, the latest explicit
+// write, stays (Stripe's state is written again with the subscription's
+// next event, as over any plan put since). The put-back wrote b's state
+// over whatever was there: the operator's plan was lost without a word.
+func TestRacePutBackKeepsAnOperatorsPlan(t *testing.T) {
+	bolt := raceCustomer(t)
+	ctx := context.Background()
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	deliver := func(url string, ev []byte) { deliverRace(t, url, ev) }
+	event := func(id string, created time.Time, cancelling bool) []byte {
+		return stripetest.Event(id, "customer.subscription.updated", created, map[string]any{
+			"id": "sub_race", "object": "subscription", "customer": "cus_race", "status": "active", "cancel_at_period_end": cancelling,
+			"items": map[string]any{"object": "list", "data": []any{map[string]any{"id": "si_race", "object": "subscription_item",
+				"price": map[string]any{"id": "price_pro", "object": "price"}, "current_period_end": t0.Add(720 * time.Hour).Unix()}}}})
+	}
+	nodeB := subRaceNode(t, bolt, "node-b", time.Minute) // node a stalled past its lease
+	midway := &otherNodeMidway{payStore: bolt, kind: payments.KindSubscription, id: "sub_race", other: func() {
+		payments.OnAnotherNode(func() { deliver(nodeB.URL, event("evt_cancelling", t0.Add(2*time.Second), true)) })
+	}}
+	operator := store.Subscription{UserID: "u1", ServiceID: "geo", ProductID: "payg", Status: "ACTIVE"}
+	st := &beforeFirstSwap{payStore: midway, kind: payments.KindSubscription, id: "sub_race", before: func() {
+		now := time.Now().UTC()
+		put := operator
+		put.UpdatedAt = now
+		if _, err := bolt.PutSubscription(ctx, put, store.AuditEntry{Time: now, Actor: "admin:ops", Action: "subscription.put",
+			UserID: "u1", ServiceID: "geo", Detail: "product payg, status ACTIVE"}); err != nil {
+			t.Error(err)
+		}
+	}}
+	nodeA := httptest.NewServer(http.HandlerFunc(raceService(t, st, "http://127.0.0.1:9", "node-a", 0).ServeWebhook))
+	t.Cleanup(nodeA.Close)
+	deliver(subRaceNode(t, bolt, "node-c", 0).URL, subEvent("evt_created", "customer.subscription.created", "active", t0))
+	deliver(nodeA.URL, event("evt_active", t0.Add(time.Second), false))
+
+	sub, err := bolt.GetSubscription(ctx, "u1", "geo")
+	if err != nil || sub.ProductID != operator.ProductID || sub.Status != operator.Status || !sub.EndsAt.IsZero() {
+		t.Errorf("the gateway subscription after a race put back while an operator put a plan: %s %s ends %v %s (%v); want the operator's %s %s",
+			sub.ProductID, sub.Status, sub.EndsAt, sub.EndStatus, err, operator.ProductID, operator.Status)
+	}
+	// The subscription's next event sets it as Stripe says, as over any
+	// plan put since.
+	deliver(nodeB.URL, event("evt_next", t0.Add(3*time.Second), true))
+	if sub, err := bolt.GetSubscription(ctx, "u1", "geo"); err != nil || sub.ProductID != "pro" || sub.Status != "CANCELLING" {
+		t.Errorf("the gateway subscription after the next event: %s %s (%v); want pro CANCELLING", sub.ProductID, sub.Status, err)
+	}
+}
