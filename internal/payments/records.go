@@ -108,6 +108,12 @@ type SubscriptionRecord struct {
 	// StartDate is when Stripe started the subscription: metered usage is
 	// never stamped before it (meters.go meterTimestamp).
 	StartDate time.Time `json:"startDate,omitzero"`
+	// Created is Stripe's created of the subscription: of two live
+	// Stripe subscriptions of one user and service, the later made holds
+	// the gateway subscription (docs/payments.md, "Two live Stripe
+	// subscriptions"). Empty in a record written before it was kept:
+	// StartDate stands in.
+	Created time.Time `json:"created,omitzero"`
 	// CurrentPeriodStart, BillingCycleAnchor, Interval and IntervalCount
 	// place the subscription's billing periods (its renewals): the meter
 	// shipper splits an hour that holds one (meters.go periodBoundaryIn).

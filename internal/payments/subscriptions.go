@@ -140,10 +140,14 @@ type state struct {
 	// StartDate is when Stripe started the subscription; PeriodStart,
 	// Anchor, Interval and IntervalCount place its billing periods.
 	StartDate, PeriodStart, Anchor time.Time
-	Interval                       string
-	IntervalCount                  int64
-	Prices                         []string
-	Meta                           map[string]string
+	// Created is when the subscription was made at Stripe (its
+	// created): of two live ones of a user and service, the later made
+	// holds the gateway subscription (boughtAfter).
+	Created       time.Time
+	Interval      string
+	IntervalCount int64
+	Prices        []string
+	Meta          map[string]string
 	// fetched: read from Stripe now, not taken from an event.
 	fetched bool
 	// listedAt: when a fetched state's read from Stripe began, for one
@@ -154,12 +158,16 @@ type state struct {
 	// fetch: only ID and Customer are known; applyState reads the rest
 	// from Stripe (and it is then fetched).
 	fetch bool
+	// fromRecord: only ID and Customer are known; applyState applies
+	// the subscription's record as it stands, if it still grants access
+	// (handOver: the one that held the gateway subscription ended).
+	fromRecord bool
 }
 
 func stateOf(sub *stripe.Subscription) state {
 	st := state{ID: sub.ID, Status: sub.Status, CancelAtPeriodEnd: sub.CancelAtPeriodEnd,
 		CancelAt: unix(sub.CancelAt), TrialEnd: unix(sub.TrialEnd), StartDate: unix(sub.StartDate),
-		Anchor: unix(sub.BillingCycleAnchor), Meta: sub.Metadata}
+		Created: unix(sub.Created), Anchor: unix(sub.BillingCycleAnchor), Meta: sub.Metadata}
 	if sub.Customer != nil {
 		st.Customer = sub.Customer.ID
 	}
@@ -596,20 +604,31 @@ func (s *Service) auditInvoice(ctx context.Context, id ident, invID string, r In
 // applyState of the subscription comes next, put the state back first.
 // The link (stripe_subscription_of) is swapped the same way
 // (setGatewaySubscription).
+//
+// A Stripe subscription whose state granting no access (canceled,
+// unpaid, paused, past due beyond the grace) this call wrote over the
+// gateway subscription it held hands it over to another of the user's
+// live ones, if the link lists one (handOver).
 func (s *Service) applyState(ctx context.Context, st state, eventAt time.Time, fallback *ident) error {
 	defer subTurns.Lock(st.Customer)()
 	pay, err := s.Payments()
 	if err != nil {
 		return err
 	}
+	return s.applyStateHeld(ctx, pay, st, eventAt, fallback)
+}
+
+// applyStateHeld is applyState in the turn of st's customer, held.
+func (s *Service) applyStateHeld(ctx context.Context, pay store.Payments, st state, eventAt time.Time, fallback *ident) error {
 	release, err := s.holdSubscription(ctx, pay, st.ID)
 	if err != nil {
 		return err
 	}
 	defer release()
 	// mine is what this call last wrote of the gateway subscription (and
-	// its link); nil while it wrote nothing.
+	// its link); nil while it wrote nothing. whose is whose it was.
 	var mine *appliedSub
+	var whose ident
 	for try := 1; ; try++ {
 		b, err := pay.GetPaymentRecord(ctx, KindSubscription, st.ID)
 		found := err == nil
@@ -639,13 +658,16 @@ func (s *Service) applyState(ctx context.Context, st state, eventAt time.Time, f
 					return err
 				}
 				if w != nil {
-					mine = w
+					mine, whose = w, ch.id
 				}
 			}
 			newRec = ch.rec
 			newRec.PutBack = rec.PutBack && ch.t.none // nothing written: still owed
-		case mine == nil && !rec.PutBack:
-			return nil // nothing of this event was written
+		case mine == nil && (!rec.PutBack || st.fromRecord):
+			// Nothing of this event was written (a hand-over to a record
+			// that grants no access now owes nothing: PutBack is for the
+			// subscription's own next event).
+			return nil
 		default:
 			// A newer event landed since this call wrote the gateway
 			// subscription (or since an earlier call wrote it and could
@@ -658,7 +680,7 @@ func (s *Service) applyState(ctx context.Context, st state, eventAt time.Time, f
 			} else {
 				newRec.PutBack = false
 				if w != nil {
-					mine = w
+					mine, whose = w, ident{User: newRec.UserID, Service: newRec.ServiceID, Product: newRec.ProductID}
 				}
 			}
 			newRec.UpdatedAt = s.now().UTC()
@@ -671,6 +693,10 @@ func (s *Service) applyState(ctx context.Context, st state, eventAt time.Time, f
 			err = store.ErrStale // another node's first write: read it and decide again
 		}
 		if err == nil {
+			if failed == nil && mine != nil && !st.fromRecord && whose.User != "" &&
+				!s.liveNow(target{Status: subscription.Status(strings.ToUpper(mine.Status)), EndsAt: mine.EndsAt}) {
+				s.handOver(ctx, pay, st.ID, st.Customer, whose)
+			}
 			return failed
 		}
 		if !swapAgain(err, try) {
@@ -678,6 +704,51 @@ func (s *Service) applyState(ctx context.Context, st state, eventAt time.Time, f
 		}
 		s.log.Info("the record of a Stripe subscription changed on another node meanwhile; deciding again",
 			zap.String("subscription", st.ID), zap.Int("try", try))
+	}
+}
+
+// handOver gives the gateway subscription of id, which the Stripe
+// subscription ended (of customer) held and has just ended, to the
+// newest other live Stripe subscription of the user and service that
+// the link lists (linkRecord.Others: those seen while ended held it),
+// at once: the caller pays for it, and its next event (its next
+// invoice) may be a period away. It is applied from its record as it
+// stands (applyState, fromRecord: under its lease, its record swapped,
+// so an event of it applied meanwhile on another node is not written
+// over), and only one of the same customer, whose turn this node holds.
+// Nothing is cancelled or changed at Stripe. A hand-over that fails is
+// logged and left to that subscription's next event (or resync), and
+// the ended one's event stands.
+func (s *Service) handOver(ctx context.Context, pay store.Payments, ended, customer string, id ident) {
+	b, err := pay.GetPaymentRecord(ctx, KindSubscriptionOf, id.Service+"/"+id.User)
+	var link linkRecord
+	if err != nil || json.Unmarshal(b, &link) != nil || link.SubscriptionID != ended || customer == "" {
+		return
+	}
+	var next *SubscriptionRecord
+	for _, o := range link.Others {
+		rec, found, err := s.getSubRecord(ctx, pay, o)
+		if err != nil {
+			s.log.Warn("the record of a Stripe subscription to hand the gateway subscription over to does not read",
+				zap.String("subscription", o), zap.Error(err))
+			continue
+		}
+		if o == ended || !found || rec.UserID != id.User || rec.ServiceID != id.Service || rec.CustomerID != customer || !s.recordLive(rec) {
+			continue
+		}
+		if next == nil || boughtAfter(rec.Created, rec.StartDate, next.Created, next.StartDate) {
+			next = &rec
+		}
+	}
+	if next == nil {
+		return
+	}
+	s.log.Info("the Stripe subscription that held the gateway subscription ended; another live one of the user takes it over",
+		zap.String("subscription", next.ID), zap.String("ended", ended), zap.String("user_id", id.User), zap.String("service_id", id.Service))
+	if err := s.applyStateHeld(ctx, pay, state{ID: next.ID, Customer: customer, fromRecord: true}, time.Time{}, nil); err != nil {
+		s.log.Warn("the gateway subscription could not be handed over to the user's other live Stripe subscription; its next event (or resync) does",
+			zap.String("subscription", next.ID), zap.String("ended", ended), zap.String("user_id", id.User),
+			zap.String("service_id", id.Service), zap.Error(err))
 	}
 }
 
@@ -696,6 +767,9 @@ type change struct {
 // (an event older than the state applied, or as old and the same).
 func (s *Service) decideState(ctx context.Context, pay store.Payments, st state, eventAt time.Time, fallback *ident, rec SubscriptionRecord, found bool) (*change, error) {
 	var err error
+	if st.fromRecord {
+		return s.recordChange(rec, found), nil
+	}
 	if st.fetched && !st.listedAt.IsZero() && found &&
 		(rec.UpdatedAt.After(st.listedAt.Add(-listedSkew)) || rec.EventCreated.After(st.listedAt.Add(-listedSkew))) {
 		// Read from Stripe before the record was (a resync's list), and
@@ -792,7 +866,7 @@ func (s *Service) decideState(ctx context.Context, pay store.Payments, st state,
 	newRec := SubscriptionRecord{ID: st.ID, UserID: id.User, ServiceID: id.Service, ProductID: id.Product,
 		CustomerID: st.Customer, StripeStatus: string(st.Status), Status: string(t.Status),
 		CancelAtPeriodEnd: st.CancelAtPeriodEnd, CancelAt: st.CancelAt, CurrentPeriodEnd: st.PeriodEnd, TrialEnd: st.TrialEnd, PastDueSince: pastDueSince,
-		StartDate: st.StartDate, CurrentPeriodStart: st.PeriodStart, BillingCycleAnchor: st.Anchor,
+		StartDate: st.StartDate, Created: st.Created, CurrentPeriodStart: st.PeriodStart, BillingCycleAnchor: st.Anchor,
 		Interval: st.Interval, IntervalCount: st.IntervalCount, EventCreated: eventAt, UpdatedAt: s.now().UTC()}
 	if found {
 		if newRec.CustomerID == "" || st.fetched {
@@ -803,6 +877,9 @@ func (s *Service) decideState(ctx context.Context, pay store.Payments, st state,
 		}
 		if newRec.StartDate.IsZero() {
 			newRec.StartDate = rec.StartDate
+		}
+		if newRec.Created.IsZero() {
+			newRec.Created = rec.Created
 		}
 		if newRec.BillingCycleAnchor.IsZero() {
 			newRec.BillingCycleAnchor = rec.BillingCycleAnchor
@@ -817,7 +894,79 @@ func (s *Service) decideState(ctx context.Context, pay store.Payments, st state,
 	if newRec.CustomerID == "" {
 		newRec.CustomerID = st.Customer
 	}
+	// When it was bought, as far as known, decides which of two live
+	// Stripe subscriptions holds the gateway subscription.
+	st.Created, st.StartDate = newRec.Created, newRec.StartDate
 	return &change{st: st, id: id, t: t, rec: newRec}, nil
+}
+
+// recordChange is the change of a fromRecord state: the record's state
+// applied as it stands (rebuilt from it, no Stripe call), nil when it
+// grants no access now or cannot be rebuilt (no record, whose it is not
+// known, a trial whose end the record does not keep: its next event
+// applies it).
+func (s *Service) recordChange(rec SubscriptionRecord, found bool) *change {
+	if !found || rec.UserID == "" || rec.ServiceID == "" || rec.ProductID == "" {
+		return nil
+	}
+	st := recordState(rec)
+	if st.Status == stripe.SubscriptionStatusTrialing && st.TrialEnd.IsZero() {
+		return nil
+	}
+	t := mapStatus(st, rec.PastDueSince, time.Duration(s.cfg.PastDueGrace))
+	if !s.liveNow(t) {
+		return nil
+	}
+	st.fromRecord = true
+	newRec := rec
+	newRec.UpdatedAt = s.now().UTC()
+	return &change{st: st, id: ident{User: rec.UserID, Service: rec.ServiceID, Product: rec.ProductID}, t: t, rec: newRec}
+}
+
+// recordState is the state a record applied (ID, Customer and what
+// mapStatus reads), for putting it back or handing the gateway
+// subscription over to it.
+func recordState(rec SubscriptionRecord) state {
+	return state{ID: rec.ID, Customer: rec.CustomerID, Status: stripe.SubscriptionStatus(rec.StripeStatus),
+		CancelAtPeriodEnd: rec.CancelAtPeriodEnd, CancelAt: rec.CancelAt, PeriodEnd: rec.CurrentPeriodEnd, TrialEnd: rec.TrialEnd,
+		StartDate: rec.StartDate, Created: rec.Created, PeriodStart: rec.CurrentPeriodStart, Anchor: rec.BillingCycleAnchor,
+		Interval: rec.Interval, IntervalCount: rec.IntervalCount}
+}
+
+// liveNow reports whether t grants access now: a status that does, and
+// an end (a cancellation's, a grace's, a trial's) not yet reached.
+func (s *Service) liveNow(t target) bool {
+	return !t.none && t.Status.GrantsAccess() && (t.EndsAt.IsZero() || s.now().Before(t.EndsAt))
+}
+
+// recordLive reports whether the Stripe subscription of rec, as its
+// record has it, grants access now.
+func (s *Service) recordLive(rec SubscriptionRecord) bool {
+	return s.liveNow(mapStatus(recordState(rec), rec.PastDueSince, time.Duration(s.cfg.PastDueGrace)))
+}
+
+// renews reports whether a Stripe subscription goes on past its period
+// (nobody set it to cancel).
+func renews(cancelAtPeriodEnd bool, cancelAt time.Time) bool {
+	return !cancelAtPeriodEnd && cancelAt.IsZero()
+}
+
+// boughtAfter reports whether a Stripe subscription made at (aCreated,
+// aStart) was bought after one made at (bCreated, bStart): by Stripe's
+// created, or by start_date where either record lacks created (one
+// written before it was kept). Where neither says (records from before
+// both were kept), the order is unknown and a counts as the later: it
+// takes the gateway subscription over, as every live one did before;
+// each one's next event records its dates and the order holds from then.
+// As old is not later: the holder stays.
+func boughtAfter(aCreated, aStart, bCreated, bStart time.Time) bool {
+	switch {
+	case !aCreated.IsZero() && !bCreated.IsZero():
+		return aCreated.After(bCreated)
+	case !aStart.IsZero() && !bStart.IsZero():
+		return aStart.After(bStart)
+	}
+	return true
 }
 
 // sameState reports whether st says what rec applied.
@@ -900,8 +1049,42 @@ type linkRecord struct {
 	// Applied is the gateway subscription as SubscriptionID last set it
 	// (or found it already set); nil in a link written before it was
 	// kept.
-	Applied   *appliedSub `json:"applied,omitempty"`
-	UpdatedAt time.Time   `json:"updatedAt"`
+	Applied *appliedSub `json:"applied,omitempty"`
+	// Others are the other live Stripe subscriptions of the user and
+	// service seen while SubscriptionID held the gateway subscription
+	// (each reported to the operator once, as it was added): when
+	// SubscriptionID ends, the newest of them still live takes the
+	// gateway subscription over at once (handOver). Ended ones may stay
+	// listed; they are read before anything is handed to them.
+	Others    []string  `json:"others,omitempty"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// maxOthers bounds linkRecord.Others: a user with more live Stripe
+// subscriptions of one service than that has the oldest forgotten,
+// which then take the gateway subscription over with their next event
+// rather than at once.
+const maxOthers = 8
+
+// withOther is ids with id added at the end (moved there if listed),
+// the oldest dropped past maxOthers.
+func withOther(ids []string, id string) []string {
+	out := append(withoutOther(ids, id), id)
+	if len(out) > maxOthers {
+		out = out[len(out)-maxOthers:]
+	}
+	return out
+}
+
+// withoutOther is ids without id.
+func withoutOther(ids []string, id string) []string {
+	var out []string
+	for _, x := range ids {
+		if x != id {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // appliedSub is what a Stripe subscription wrote of the gateway
@@ -949,10 +1132,7 @@ func stillSet(link linkRecord, subID, product string, cur store.Subscription) bo
 // what this node wrote over it, which counts as this Stripe
 // subscription's write.
 func (s *Service) reapplyRecord(ctx context.Context, pay store.Payments, rec *SubscriptionRecord, mine *appliedSub) (*appliedSub, error) {
-	st := state{ID: rec.ID, Customer: rec.CustomerID, Status: stripe.SubscriptionStatus(rec.StripeStatus),
-		CancelAtPeriodEnd: rec.CancelAtPeriodEnd, CancelAt: rec.CancelAt, PeriodEnd: rec.CurrentPeriodEnd, TrialEnd: rec.TrialEnd,
-		StartDate: rec.StartDate, PeriodStart: rec.CurrentPeriodStart, Anchor: rec.BillingCycleAnchor,
-		Interval: rec.Interval, IntervalCount: rec.IntervalCount}
+	st := recordState(*rec)
 	if rec.UserID == "" || rec.ServiceID == "" || rec.ProductID == "" {
 		return nil, nil
 	}
@@ -1028,11 +1208,30 @@ func (s *Service) setGatewaySubscriptionOnce(ctx context.Context, pay store.Paym
 			zap.String("subscription", st.ID), zap.String("holder", link.SubscriptionID))
 		return nil, nil
 	}
-	// A live one taking the gateway subscription over from another: told
-	// once the link is swapped to it (a try whose swap fails takes
-	// nothing over, and is made again).
-	takesOverFrom := ""
+	// Another Stripe subscription holds the gateway subscription and this
+	// one grants access too: it takes it over only from one that no
+	// longer does, or when it was bought after it (the caller's latest
+	// purchase). An older one changes nothing while the holder is live
+	// (keepOut); with either taking it back on its own events, the plan,
+	// period and status flipped with every event of the two.
+	takesOverFrom, fromLive := "", false
+	var holder SubscriptionRecord
 	if link.SubscriptionID != "" && link.SubscriptionID != st.ID && live {
+		var found bool
+		if holder, found, err = s.getSubRecord(ctx, pay, link.SubscriptionID); err != nil {
+			return nil, err
+		}
+		// Live as its record says and as it last set the gateway
+		// subscription (the link, swapped with its ended write before
+		// its record is: an end applied meanwhile on another node).
+		fromLive = found && s.recordLive(holder) && (link.Applied == nil ||
+			s.liveNow(target{Status: subscription.Status(strings.ToUpper(link.Applied.Status)), EndsAt: link.Applied.EndsAt}))
+		if fromLive && !boughtAfter(st.Created, st.StartDate, holder.Created, holder.StartDate) {
+			return nil, s.keepOut(ctx, pay, st, id, link, linkBody, holder)
+		}
+		// A live one taking the gateway subscription over from another:
+		// told once the link is swapped to it (a try whose swap fails
+		// takes nothing over, and is made again).
 		takesOverFrom = link.SubscriptionID
 	}
 	cur, err := s.Store().GetSubscription(ctx, id.User, id.Service)
@@ -1063,7 +1262,13 @@ func (s *Service) setGatewaySubscriptionOnce(ctx context.Context, pay store.Paym
 	if link.SubscriptionID != st.ID || !link.Applied.same(applied) {
 		// A swap over the link as read (an insert where there was none):
 		// a link another node wrote since is read and decided on again.
-		b, _ := json.Marshal(linkRecord{SubscriptionID: st.ID, Applied: applied, UpdatedAt: s.now().UTC()})
+		// A live holder taken over from stays listed, to take the
+		// gateway subscription back when this one ends.
+		others := withoutOther(link.Others, st.ID)
+		if fromLive {
+			others = withOther(others, takesOverFrom)
+		}
+		b, _ := json.Marshal(linkRecord{SubscriptionID: st.ID, Applied: applied, Others: others, UpdatedAt: s.now().UTC()})
 		if linkBody == nil {
 			_, err = pay.InsertPaymentRecord(ctx, KindSubscriptionOf, linkID, b, s.now())
 		} else {
@@ -1075,8 +1280,10 @@ func (s *Service) setGatewaySubscriptionOnce(ctx context.Context, pay store.Paym
 			return nil, err
 		}
 		wrote = applied
-		if takesOverFrom != "" {
-			s.warnSecondLive(ctx, pay, st, id, takesOverFrom)
+		if fromLive && renews(holder.CancelAtPeriodEnd, holder.CancelAt) {
+			// Not when the other is ending: a plan bought after it, not a
+			// double charge.
+			s.warnSecondLive(ctx, id, st.ID, id.Product, holder)
 		}
 	}
 	restart := s.periodRestart(st, id, t, cur, had)
@@ -1108,28 +1315,55 @@ func (s *Service) setGatewaySubscriptionOnce(ctx context.Context, pay store.Paym
 	return applied, nil
 }
 
-// warnSecondLive tells the operator that a Stripe subscription that
-// grants access takes the gateway subscription over from another, other,
-// that still grants it and renews: the user pays both (two Checkout
-// Sessions paid, one opened before the gateway kept them to one per
-// service, docs/payments.md "Checkout"). The gateway subscription follows
-// the newer; the gateway cancels nothing at Stripe by itself, since which
-// one the user meant to keep is theirs and the operator's to say. The
-// warning and an audit entry name both, so one is cancelled (and its
-// invoice refunded) in the Stripe Dashboard.
-func (s *Service) warnSecondLive(ctx context.Context, pay store.Payments, st state, id ident, other string) {
-	rec, found, err := s.getSubRecord(ctx, pay, other)
-	if err != nil || !found || !subscription.GrantsAccess(rec.Status) ||
-		rec.CancelAtPeriodEnd || !rec.CancelAt.IsZero() {
-		return // ended or ending: a plan bought after it, not a double charge
+// keepOut is what an event of a live Stripe subscription st, bought
+// before the live one, holder, that holds the gateway subscription,
+// does: nothing to the gateway subscription (its record is still
+// written, by applyState). The first time st is seen so, it is listed in
+// the link (linkRecord.Others: it takes the gateway subscription over
+// when holder ends) and, when both renew, reported to the operator
+// (warnSecondLive), once: its later events find it listed.
+func (s *Service) keepOut(ctx context.Context, pay store.Payments, st state, id ident, link linkRecord, linkBody []byte, holder SubscriptionRecord) error {
+	s.log.Info("a live Stripe subscription bought before the live one holding the gateway subscription changes nothing while that one is live",
+		zap.String("subscription", st.ID), zap.String("holder", holder.ID), zap.String("user_id", id.User), zap.String("service_id", id.Service))
+	for _, o := range link.Others {
+		if o == st.ID {
+			return nil
+		}
 	}
+	link.Others = withOther(link.Others, st.ID)
+	link.UpdatedAt = s.now().UTC()
+	b, _ := json.Marshal(link)
+	err := pay.SwapPaymentRecord(ctx, KindSubscriptionOf, id.Service+"/"+id.User, linkBody, b, s.now())
+	if errors.Is(err, store.ErrStale) || errors.Is(err, store.ErrNotFound) {
+		return errLinkMoved
+	} else if err != nil {
+		return err
+	}
+	if renews(st.CancelAtPeriodEnd, st.CancelAt) && renews(holder.CancelAtPeriodEnd, holder.CancelAt) {
+		s.warnSecondLive(ctx, ident{User: id.User, Service: id.Service, Product: holder.ProductID}, holder.ID, holder.ProductID,
+			SubscriptionRecord{ID: st.ID, ProductID: id.Product, StripeStatus: string(st.Status)})
+	}
+	return nil
+}
+
+// warnSecondLive tells the operator that two Stripe subscriptions of a
+// user and service grant access and renew: the user pays both (two
+// Checkout Sessions paid, one opened before the gateway kept them to one
+// per service, docs/payments.md "Checkout", or one made in the
+// Dashboard). holder (of product) holds the gateway subscription, the
+// one bought later; other is the other's record. The gateway cancels
+// nothing at Stripe by itself, since which one the user meant to keep is
+// theirs and the operator's to say. The warning and an audit entry name
+// both, so one is cancelled (and its invoice refunded) in the Stripe
+// Dashboard.
+func (s *Service) warnSecondLive(ctx context.Context, id ident, holder, product string, other SubscriptionRecord) {
 	s.log.Warn("two live Stripe subscriptions hold one gateway subscription: the user is charged for both; cancel one in Stripe",
-		zap.String("user_id", id.User), zap.String("service_id", id.Service), zap.String("subscription", st.ID),
-		zap.String("product_id", id.Product), zap.String("other_subscription", other), zap.String("other_product_id", rec.ProductID),
-		zap.String("other_status", rec.StripeStatus))
+		zap.String("user_id", id.User), zap.String("service_id", id.Service), zap.String("subscription", holder),
+		zap.String("product_id", product), zap.String("other_subscription", other.ID), zap.String("other_product_id", other.ProductID),
+		zap.String("other_status", other.StripeStatus))
 	s.audit(ctx, AuditSubscriptionStripe, id.User, id.Service, fmt.Sprintf(
-		"Stripe subscription %s (product %s) and %s (product %s) are both live for one subscription: the user is charged for both; cancel one in Stripe",
-		st.ID, id.Product, other, rec.ProductID))
+		"Stripe subscription %s (product %s) and %s (product %s) are both live for one subscription: the user is charged for both; the gateway subscription follows %s, the later bought; cancel one in Stripe",
+		holder, product, other.ID, other.ProductID, holder))
 }
 
 // periodRestart is where the gateway subscription's billing periods
@@ -1185,6 +1419,9 @@ func stripeWords(st state) string {
 	}
 	if st.fetched {
 		w += " (as read from Stripe)"
+	}
+	if st.fromRecord {
+		w += " (as last recorded: the Stripe subscription that held the plan ended)"
 	}
 	return w
 }
