@@ -75,3 +75,70 @@ func TestWebSocketPerByteCharged(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestOwnerWebSocketRecordedAsOneCall: a service owner's WebSocket call
+// is recorded as every other call of an owner's is, one call at the
+// endpoint's cost, settled at the 101 (docs/wire-contract.md, Metering;
+// a subscriber's PER_REQUEST switch is the same). An owner's switch was
+// left to be measured when the tunnel closed, with no measurement to
+// measure by, and its ledger row held the bytes the tunnel carried as its
+// units: 100000 "units" for one call in the owner's usage, the service's
+// usage counters and the exports.
+func TestOwnerWebSocketRecordedAsOneCall(t *testing.T) {
+	const n = 100000
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+			http.Error(w, "not an upgrade", 400)
+			return
+		}
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		io.WriteString(conn, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n")
+		io.WriteString(conn, strings.Repeat("x", n))
+	}))
+	t.Cleanup(be.Close)
+	catalog := fmt.Sprintf(`
+		service ws {
+			backend %s
+			secret %s
+			owners owner-ws
+			endpoint sock {
+				methods GET
+				path /sock
+				allow_upgrade
+				cost 3
+			}
+			product calls {
+				billing SUBSCRIPTION
+				measurement PER_REQUEST
+				unit request
+				quota 1000
+			}
+		}`, be.URL, wireSecret)
+	g := startWireGateway(t, t.TempDir(), "", catalog, "")
+	ownerKey, _ := g.newKey("owner-ws")
+	subKey, _ := g.newKey("u-ws")
+	g.subscribe("u-ws", "ws", "calls", "ACTIVE")
+
+	for _, c := range []struct{ user, key string }{{"u-ws", subKey}, {"owner-ws", ownerKey}} {
+		conn, rd := webSocketRequest(t, "ws", "sock", c.key)
+		mustSwitch(t, rd)
+		got, _ := io.ReadAll(rd)
+		conn.Close()
+		if len(got) != n {
+			t.Fatalf("%s: the tunnel carried %d of %d bytes", c.user, len(got), n)
+		}
+		var es []store.LedgerEntry
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if es = g.ledger(c.user); len(es) > 0 {
+				break
+			}
+		}
+		if len(es) != 1 || es[0].Units != billing.Whole(3) || es[0].Cost != 0 {
+			t.Errorf("%s: ledger %+v, want one call of the endpoint's cost 3", c.user, es)
+		}
+	}
+}

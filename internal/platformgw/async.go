@@ -63,6 +63,10 @@ func (h *Handler) invokeAsync(w http.ResponseWriter, r *http.Request, c *call, n
 	r.Header.Set("Content-Type", "application/json")
 	r.Header.Del("Content-Encoding") // the envelope is plain JSON, whatever the caller's body was
 	r.Header.Del("Upgrade")          // an async job is never a protocol switch
+	// The envelope's Content-Type is the gateway's, not the caller's: a
+	// caller's Connection naming it made the proxy drop it as hop-by-hop,
+	// and the backend got the JSON envelope untyped.
+	dropConnectionTokens(r.Header, "Content-Type")
 	setBody(r, &c.fwd, env.finish(urls, sig, ts))
 
 	ans := &backendAnswer{header: make(http.Header), r: r}

@@ -434,6 +434,10 @@ func (m *meterWriter) WriteHeader(status int) {
 		m.w.WriteHeader(status)
 		return
 	}
+	// A service owner has no measurement: each of its calls is one call at
+	// the endpoint's cost, as its jobs are, a protocol switch too (settled
+	// at the 101, as a PER_REQUEST subscriber's). Left to be measured when
+	// the tunnel closed, its row recorded the tunnel's bytes as units.
 	units := m.c.ep.UnitCost()
 	if claimedOK {
 		units = claimed
@@ -451,8 +455,6 @@ func (m *meterWriter) WriteHeader(status int) {
 				hdr.Add("Cache-Control", "no-transform")
 			}
 		}
-	} else if m.c.account.Free && status == http.StatusSwitchingProtocols {
-		m.deferred = true
 	}
 	if m.wrap.buffers(status, hdr) {
 		// Nothing goes to the caller before the call ends: settle then,
