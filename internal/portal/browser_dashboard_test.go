@@ -575,6 +575,12 @@ func TestBrowserPhonesAndKeyboards(t *testing.T) {
 				if display == "table-cell" || right > phoneWidth {
 					t.Errorf("keys on a phone: cells %q, a Revoke button reaching %.0fpx", display, right)
 				}
+				// The "this session" mark beside the key id stays one
+				// line of words, not squeezed a letter or two a line.
+				if lines := eval[float64](t, ctx, `(() => { const s = document.querySelector('table.keys .tag');
+					return s.getBoundingClientRect().height / parseFloat(getComputedStyle(s).fontSize) })()`); lines > 2 {
+					t.Errorf("the key's \"this session\" mark is %.1f times its font size high on a phone", lines)
+				}
 			}
 		}
 	}
