@@ -49,4 +49,3 @@ func TestDocsOnAPhoneInBrowser(t *testing.T) {
 	}
 	browsertest.Screenshot(t, ctx, "catalog-docs-phone")
 }
-
