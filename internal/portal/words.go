@@ -64,6 +64,17 @@ func priceText(p *billing.Product, u billing.Units) string {
 	return moneyText(u, currencyOf(p))
 }
 
+// costText is what a call or job cost, priced under p (priceText):
+// "None" when it cost nothing under a plan whose amounts have no
+// currency to name (a free plan), or a plan no longer offered; a zero in
+// a named currency or in credits keeps its unit.
+func costText(p *billing.Product, u billing.Units) string {
+	if u == 0 && (p == nil || p.BillingModel != billing.Prepaid && currencyOf(p) == "") {
+		return "None"
+	}
+	return priceText(p, u)
+}
+
 // decimal writes u with thousands separators and at least minFrac
 // decimals ("10,000", "0.50").
 func decimal(u billing.Units, minFrac int) string {

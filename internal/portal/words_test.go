@@ -315,3 +315,28 @@ func TestPriceTextRemovedPlan(t *testing.T) {
 		t.Errorf("credits: %q", got)
 	}
 }
+
+// TestCostTextOfAFreePlan: a call under a plan that charges no money and
+// names no currency (a free plan) cost nothing, and its row says "None",
+// not "0.00 in your plan's currency"; a zero of a plan with a currency, or
+// in credits, keeps its unit, and a cost that is not zero keeps the words.
+func TestCostTextOfAFreePlan(t *testing.T) {
+	free := &billing.Product{BillingModel: billing.Subscription}
+	eur := &billing.Product{BillingModel: billing.UsagePostpaid, Currency: "EUR"}
+	pre := &billing.Product{BillingModel: billing.Prepaid}
+	for _, tc := range []struct {
+		p    *billing.Product
+		u    billing.Units
+		want string
+	}{
+		{free, 0, "None"},
+		{free, billing.Whole(3), "3.00 in your plan's currency"},
+		{eur, 0, "0.00 EUR"},
+		{pre, 0, "0 credits"},
+		{nil, 0, "None"},
+	} {
+		if got := costText(tc.p, tc.u); got != tc.want {
+			t.Errorf("costText(%+v, %s) = %q, want %q", tc.p, tc.u, got, tc.want)
+		}
+	}
+}
