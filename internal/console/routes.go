@@ -57,7 +57,7 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request, who string) {
 		if !h.csrfOK(r, who) {
 			h.logger.Warn("console POST refused: missing or wrong CSRF token",
 				zap.String("operator", who), zap.String("path", r.URL.Path), zap.String("remote", r.RemoteAddr))
-			http.Error(w, "403 forbidden: missing or wrong CSRF token; reload the page and try again", http.StatusForbidden)
+			h.csrfRefused(q)
 			return
 		}
 		h.post(q)
