@@ -487,3 +487,24 @@ func TestConsoleCSRFRefusalPage(t *testing.T) {
 		t.Errorf("credits added: %v", sub.Credits)
 	}
 }
+
+// TestConsoleUnknownPage: an address below the console that is no page of
+// it (a mistyped link, an old bookmark) gets the console's own error page,
+// 404, with its header and navigation and a way back, as a job that does
+// not exist does; not Go's bare "404 page not found".
+func TestConsoleUnknownPage(t *testing.T) {
+	e := local(t)
+	h := direct(t, e, false)
+	for _, path := range []string{"/console/nope", "/console/users/alice/nope", "/console/servces"} {
+		w := serve(h, httptest.NewRequest("GET", path, nil), "bob")
+		body := w.Body.String()
+		if w.Code != http.StatusNotFound || w.Header().Get("Content-Type") != "text/html; charset=utf-8" {
+			t.Errorf("GET %s: %d %q", path, w.Code, w.Header().Get("Content-Type"))
+		}
+		for _, want := range []string{"<nav", "There is no such page in the console", `href="/console/"`} {
+			if !strings.Contains(body, want) {
+				t.Errorf("GET %s lacks %q:\n%s", path, want, body)
+			}
+		}
+	}
+}
