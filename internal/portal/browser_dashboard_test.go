@@ -332,6 +332,12 @@ func TestBrowserUsageByEndpoint(t *testing.T) {
 	if strings.Join(axes, "\n") != strings.Join(wantAxes, "\n") {
 		t.Errorf("axes:\n%s\nwant\n%s", strings.Join(axes, "\n"), strings.Join(wantAxes, "\n"))
 	}
+	// Every label lies whole inside its chart: the last day's, under the
+	// last bar, is not cut off at the chart's right edge.
+	if cut := eval[[]string](t, ctx, `[...document.querySelectorAll('#usage figure.axis svg')].flatMap(s => { const b = s.getBoundingClientRect();
+		return [...s.querySelectorAll('text')].filter(x => { const r = x.getBoundingClientRect(); return r.left < b.left - 0.5 || r.right > b.right + 0.5 }).map(x => x.textContent) })`); len(cut) > 0 {
+		t.Errorf("chart labels cut off at the chart's edge: %q", cut)
+	}
 	rows := eval[[]string](t, ctx, `[...document.querySelectorAll('#usage table.usage')].map(t => [...t.tBodies[0].rows].map(r => [...r.cells].map(c => c.textContent).join('|')).join(';'))`)
 	d0, d2 := today.Format("2 Jan 2006"), today.AddDate(0, 0, -2).Format("2 Jan 2006")
 	wantRows := []string{
