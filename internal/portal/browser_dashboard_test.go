@@ -148,7 +148,10 @@ func TestBrowserStanding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	until := ps.PeriodEnd.UTC().Format("2 Jan 2006")
+	until := untilWords(ps.PeriodEnd)
+	if !strings.HasSuffix(until, " UTC") {
+		t.Fatalf("until %q", until)
+	}
 
 	openDashboard(t, ctx, e, key)
 	checkPage(t, ctx, "the dashboard")

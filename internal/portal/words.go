@@ -334,6 +334,20 @@ func keyWords(status string) string {
 	return strings.ToUpper(status[:1]) + status[1:]
 }
 
+// untilWords is when a limit reached stops refusing calls, or a
+// subscription ends: the day and, as a period ends at the time of day its
+// subscription began, the minute, rounded up so the time named is never
+// early ("26 Dec 2026 17:46 UTC").
+func untilWords(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	if r := t.UTC().Truncate(time.Minute); r.Before(t) {
+		t = r.Add(time.Minute)
+	}
+	return t.UTC().Format("2 Jan 2006 15:04 UTC")
+}
+
 // dateWords is a day as people write it: "26 Dec 2026".
 func dateWords(t time.Time) string {
 	if t.IsZero() {

@@ -104,7 +104,7 @@ func TestStanding(t *testing.T) {
 		if refused := s.Refused != nil; refused != (used >= 100) {
 			t.Errorf("%d%%: refused %+v", used, s.Refused)
 		}
-		if used == 133 && (g.Note != "quota used up until 26 Dec 2026" || s.Refused.Reason != "quota used up until 26 Dec 2026") {
+		if used == 133 && (g.Note != "quota used up until 26 Dec 2026 00:00 UTC" || s.Refused.Reason != "quota used up until 26 Dec 2026 00:00 UTC") {
 			t.Errorf("133%%: %q / %+v", g.Note, s.Refused)
 		}
 	}
@@ -117,7 +117,7 @@ func TestStanding(t *testing.T) {
 	}
 	capped := &billing.Product{BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerRequest, Price: billing.Whole(1), SpendingCap: &c}
 	if s := standingOf(ops.PeriodSummary{Status: "ACTIVE", PeriodEnd: end, Spend: billing.Whole(10), SpendingCap: &c}, capped); s.Refused == nil ||
-		s.Refused.Reason != "spending cap reached until 26 Dec 2026" || s.Gauges[0].Note != "spending cap reached until 26 Dec 2026" {
+		s.Refused.Reason != "spending cap reached until 26 Dec 2026 00:00 UTC" || s.Gauges[0].Note != "spending cap reached until 26 Dec 2026 00:00 UTC" {
 		t.Errorf("cap reached: %+v", s)
 	}
 	prepaid := &billing.Product{BillingModel: billing.Prepaid, MeasurementType: billing.PerRequest, Price: billing.Whole(1)}
