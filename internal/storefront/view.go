@@ -239,7 +239,7 @@ func planOf(p *billing.Product, l *catalog.ProductListing) plan {
 		if secs := int(rl.Window().Seconds()); secs != 1 {
 			window = strconv.Itoa(secs) + " seconds"
 		}
-		pl.Terms = append(pl.Terms, "Up to "+strconv.Itoa(rl.Requests)+" requests per "+window+
+		pl.Terms = append(pl.Terms, "Up to "+strconv.Itoa(rl.Requests)+" "+plural("request", billing.Whole(int64(rl.Requests)))+" per "+window+
 			", bursts of "+strconv.Itoa(rl.Capacity()))
 	}
 	if l.TrialDays > 0 {
