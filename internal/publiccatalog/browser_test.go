@@ -47,5 +47,14 @@ func TestDocsOnAPhoneInBrowser(t *testing.T) {
 	if len(out) > 0 {
 		t.Errorf("past the right edge of the screen: %q", out)
 	}
+	// The headings stay whole words ("Status", not "Sta" over "tus").
+	broken, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("th")].filter(e =>
+		e.getBoundingClientRect().height > 2.2 * parseFloat(getComputedStyle(e).fontSize) + 12).map(e => e.textContent)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(broken) > 0 {
+		t.Errorf("table headings broken over lines: %q", broken)
+	}
 	browsertest.Screenshot(t, ctx, "catalog-docs-phone")
 }
