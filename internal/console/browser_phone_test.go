@@ -63,6 +63,20 @@ func TestConsolePhonesInBrowser(t *testing.T) {
 			if len(out) > 0 {
 				t.Errorf("%s at %d px: controls out of reach %q", p.path, size.width, out)
 			}
+			// A chart's words (the time labels under it, the value
+			// ticks, the measure's name) never print over each other.
+			overlaps := eval[[]string](t, ctx, `(() => { const out = [];
+				for (const svg of document.querySelectorAll("svg.chart")) {
+					const ts = [...svg.querySelectorAll("text")].filter(e => getComputedStyle(e).display !== "none").map(e => [e.textContent, e.getBoundingClientRect()]);
+					for (let i = 0; i < ts.length; i++) for (let j = i + 1; j < ts.length; j++) {
+						const a = ts[i][1], b = ts[j][1];
+						if (a.left < b.right - 0.5 && b.left < a.right - 0.5 && a.top < b.bottom - 0.5 && b.top < a.bottom - 0.5) out.push(ts[i][0] + " / " + ts[j][0]);
+					}
+				}
+				return out })()`)
+			if len(overlaps) > 0 {
+				t.Errorf("%s at %d px: chart labels over each other: %q", p.path, size.width, overlaps)
+			}
 			browsertest.Screenshot(t, ctx, p.name+size.suffix)
 		}
 	}

@@ -189,7 +189,7 @@ func TestConsoleInBrowser(t *testing.T) {
 			return true;
 		})()`)
 		do(t, ctx, "forged POST answer", chromedp.WaitNotPresent(chromedp.CSS("#credits")))
-		if body := text(t, ctx, "body"); !strings.Contains(body, "403 forbidden: missing or wrong CSRF token") {
+		if body := text(t, ctx, "body"); !strings.Contains(body, "Missing or wrong CSRF token") {
 			t.Errorf("forged POST %s answered %q", fields, body)
 		}
 	}
@@ -206,8 +206,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	defer attacker.Close()
 	// localhost is another site than 127.0.0.1.
 	do(t, ctx, "attacker page", chromedp.Navigate(strings.Replace(attacker.URL, "127.0.0.1", "localhost", 1)),
-		chromedp.WaitVisible(chromedp.CSS("pre")))
-	if body := text(t, ctx, "body"); !strings.Contains(body, "403 forbidden: missing or wrong CSRF token") {
+		chromedp.WaitVisible(chromedp.CSS("#notice")))
+	if body := text(t, ctx, "body"); !strings.Contains(body, "Missing or wrong CSRF token") {
 		t.Errorf("cross-site POST answered %q", body)
 	}
 	if sub, _ := e.rt.Store().GetSubscription(context.Background(), "alice", "weather"); sub.Credits != 0 {

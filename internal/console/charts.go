@@ -185,6 +185,11 @@ type barView struct {
 	Title     string
 	ShowLabel bool
 	LabelX    int
+	// WideOnly marks every other time label where there are more than
+	// three: a phone, where the chart shrinks and its words grow in its
+	// own units, hides these (console.css) so the rest never overlap,
+	// the first one (beside the value axis's 0) among them.
+	WideOnly bool
 }
 
 type segView struct {
@@ -306,13 +311,15 @@ func (c *usageCharts) view(a *chartAcc, n int) chartView {
 	}
 	slot := float64(chartW-plotLeft-4) / float64(len(c.starts))
 	every := (len(c.starts) + 7) / 8 // at most 8 time labels
+	labels := (len(c.starts) + every - 1) / every
 	for j, start := range c.starts {
 		label := start.Format("01-02")
 		if c.step < 24*time.Hour {
 			label = start.Format("01-02 15h")
 		}
 		b := barView{Label: label, X: plotLeft + int(float64(j)*slot) + 1, W: max(1, int(slot)-2),
-			ShowLabel: j%every == 0, LabelX: plotLeft + int(float64(j)*slot+slot/2)}
+			ShowLabel: j%every == 0, LabelX: plotLeft + int(float64(j)*slot+slot/2),
+			WideOnly: labels > 3 && (j/every)%2 == 0}
 		y := chartH - plotBottom
 		row := rowView{Label: label}
 		var parts []string

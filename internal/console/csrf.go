@@ -73,3 +73,15 @@ func (h *Handler) csrfOK(r *http.Request, who string) bool {
 	want := h.csrf.token(c.Value, who)
 	return got != "" && hmac.Equal([]byte(got), []byte(want))
 }
+
+// csrfRefused answers a POST the CSRF check refused with the console's
+// own page: what happened (most often a form of a page shown before the
+// gateway restarted or its configuration was reloaded, whose token is
+// under the old key), that nothing was changed, and where to go back to.
+// The page has no form, so no token is made for it and the answer sets
+// no cookie: a POST from another site cannot replace the operator's.
+func (h *Handler) csrfRefused(q *req) {
+	q.csrf = "-" // none: the notice page has no form
+	h.render(q, http.StatusForbidden, "notice", "Form not sent", noticeData{Class: "error", Links: h.resultLinks(q),
+		Message: "Missing or wrong CSRF token: this form's security token is missing, or is not this console's (the gateway restarted or its configuration was reloaded since the page was shown, or the form came from another site). Nothing was changed: open the page again and send its form."})
+}

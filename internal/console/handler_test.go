@@ -450,3 +450,61 @@ func TestConsoleSubscriptionEnd(t *testing.T) {
 		t.Errorf("after saving: %+v, %v; want CANCELLING with no end", s, err)
 	}
 }
+
+// TestConsoleCSRFRefusalPage: a form the CSRF check refuses (sent after
+// the gateway restarted or its configuration was reloaded, so under an
+// old key; or forged) is answered with the console's own page, not a line
+// of plain text: it says what happened, that nothing was changed and to
+// open the page again, with a link back to the user; and it sets no
+// cookie, so a POST from another site cannot replace the operator's.
+func TestConsoleCSRFRefusalPage(t *testing.T) {
+	e := local(t)
+	if _, err := e.ops.PutSubscription(context.Background(), "test", "alice", "weather", "credits", ""); err != nil {
+		t.Fatal(err)
+	}
+	old := direct(t, e, false)
+	c, token := session(t, old, "/console/users/alice", "bob")
+	reloaded := direct(t, e, false) // a config reload provisions a new handler
+	form := url.Values{"serviceId": {"weather"}, "amount": {"5"}, "csrf": {token}}
+	w := post(reloaded, "/console/users/alice/credits", form, c, "bob")
+	if w.Code != http.StatusForbidden {
+		t.Fatalf("a form of before the reload: %d", w.Code)
+	}
+	body := w.Body.String()
+	if ct := w.Header().Get("Content-Type"); ct != "text/html; charset=utf-8" {
+		t.Errorf("Content-Type %q:\n%s", ct, body)
+	}
+	for _, want := range []string{`<nav`, `id="notice"`, "Missing or wrong CSRF token", "Nothing was changed", "open the page again",
+		`href="/console/users/alice"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the refusal lacks %q:\n%s", want, body)
+		}
+	}
+	if sc := w.Header().Values("Set-Cookie"); len(sc) > 0 {
+		t.Errorf("the refusal sets cookies %q", sc)
+	}
+	if sub, _ := e.rt.Store().GetSubscription(context.Background(), "alice", "weather"); sub.Credits != 0 {
+		t.Errorf("credits added: %v", sub.Credits)
+	}
+}
+
+// TestConsoleUnknownPage: an address below the console that is no page of
+// it (a mistyped link, an old bookmark) gets the console's own error page,
+// 404, with its header and navigation and a way back, as a job that does
+// not exist does; not Go's bare "404 page not found".
+func TestConsoleUnknownPage(t *testing.T) {
+	e := local(t)
+	h := direct(t, e, false)
+	for _, path := range []string{"/console/nope", "/console/users/alice/nope", "/console/servces"} {
+		w := serve(h, httptest.NewRequest("GET", path, nil), "bob")
+		body := w.Body.String()
+		if w.Code != http.StatusNotFound || w.Header().Get("Content-Type") != "text/html; charset=utf-8" {
+			t.Errorf("GET %s: %d %q", path, w.Code, w.Header().Get("Content-Type"))
+		}
+		for _, want := range []string{"<nav", "There is no such page in the console", `href="/console/"`} {
+			if !strings.Contains(body, want) {
+				t.Errorf("GET %s lacks %q:\n%s", path, want, body)
+			}
+		}
+	}
+}

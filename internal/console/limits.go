@@ -122,11 +122,19 @@ func (l limit) Num(v billing.Units) string {
 	return v.String()
 }
 
+// periodEnd is when a limit reached stops refusing calls: the period's
+// end, to the minute.
 func periodEnd(t time.Time) string {
 	if t.IsZero() {
 		return "the period ends"
 	}
-	return t.UTC().Format(time.DateOnly)
+	// A period ends at the time of day its subscription started, so the
+	// day alone does not say when calls are let through again: the
+	// minute does, rounded up so the time named is never early.
+	if r := t.UTC().Truncate(time.Minute); r.Before(t) {
+		t = r.Add(time.Minute)
+	}
+	return t.UTC().Format("2006-01-02 15:04 UTC")
 }
 
 // overageAllowed reads the product's overage rule from the running

@@ -12,7 +12,8 @@ import (
 )
 
 // A limit's level and words: amber from 80%, red at and past 100% with
-// when calls are allowed again (or that they are billed as overage),
+// when calls are allowed again, to the minute (a period ends at the
+// time of day the subscription started; or that they are billed as overage),
 // never a full green bar.
 func TestLimits(t *testing.T) {
 	u := billing.Whole
@@ -29,13 +30,16 @@ func TestLimits(t *testing.T) {
 		{"amber at 80%", ops.PeriodSummary{UnitsUsed: u(80), Quota: q(100), PeriodEnd: end}, false,
 			[]limit{{What: "quota", Used: u(80), Max: u(100), Percent: 80, Fill: 80, Level: levelAmber}}},
 		{"red at 133%, refused until the period ends", ops.PeriodSummary{UnitsUsed: u(133), Quota: q(100), PeriodEnd: end}, false,
-			[]limit{{What: "quota", Used: u(133), Max: u(100), Percent: 133, Fill: 100, Level: levelRed, Consequence: "refused until 2026-12-01"}}},
+			[]limit{{What: "quota", Used: u(133), Max: u(100), Percent: 133, Fill: 100, Level: levelRed, Consequence: "refused until 2026-12-01 00:00 UTC"}}},
 		{"past the quota with overage", ops.PeriodSummary{UnitsUsed: u(100), Quota: q(100), PeriodEnd: end}, true,
 			[]limit{{What: "quota", Used: u(100), Max: u(100), Percent: 100, Fill: 100, Level: levelRed, Consequence: "further calls billed as overage"}}},
 		{"a cap at 100% is red", ops.PeriodSummary{BillingModel: billing.UsagePostpaid, Spend: u(10), SpendingCap: q(10), PeriodEnd: end}, false,
-			[]limit{{What: "spending cap", Used: u(10), Max: u(10), Unit: "EUR", Percent: 100, Fill: 100, Level: levelRed, Consequence: "refused until 2026-12-01"}}},
+			[]limit{{What: "spending cap", Used: u(10), Max: u(10), Unit: "EUR", Percent: 100, Fill: 100, Level: levelRed, Consequence: "refused until 2026-12-01 00:00 UTC"}}},
+		{"a period that ends in the day: its time, to the minute after", ops.PeriodSummary{UnitsUsed: u(100), Quota: q(100),
+			PeriodEnd: time.Date(2026, 12, 28, 17, 45, 20, 0, time.UTC)}, false,
+			[]limit{{What: "quota", Used: u(100), Max: u(100), Percent: 100, Fill: 100, Level: levelRed, Consequence: "refused until 2026-12-28 17:46 UTC"}}},
 		{"a zero quota is red", ops.PeriodSummary{Quota: q(0), PeriodEnd: end}, false,
-			[]limit{{What: "quota", Max: 0, Percent: 100, Fill: 100, Level: levelRed, Consequence: "refused until 2026-12-01"}}},
+			[]limit{{What: "quota", Max: 0, Percent: 100, Fill: 100, Level: levelRed, Consequence: "refused until 2026-12-01 00:00 UTC"}}},
 	} {
 		got := limits(tc.ps, tc.overage, "EUR")
 		if len(got) != len(tc.want) {

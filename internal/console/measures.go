@@ -100,8 +100,15 @@ func isCurrency(kind string) bool { return catalog.CheckCurrency(kind) == nil }
 // currency's minor digits and code ("29.00 EUR", "500 JPY"), credits as
 // credits ("12.5 credits"), an amount of unknown kind with the words of
 // its kind.
+//
+// Nothing at all of an unknown kind (the cost of a product that charges
+// no money, a free plan whose listing names no currency) is "—": no
+// amount is owed in any currency, and naming the product's missing
+// currency would only make a zero look like a debt.
 func formatCost(v billing.Units, kind string) string {
 	switch {
+	case v == 0 && kind != kindCredits && !isCurrency(kind):
+		return "—"
 	case kind == kindCredits:
 		return v.String() + " credits"
 	case isCurrency(kind):
@@ -122,12 +129,14 @@ func costNumber(v billing.Units, kind string) string {
 // formatCosts writes amounts of different kinds side by side ("29.00
 // EUR, 500 JPY, 12 credits"), never as one sum.
 func formatCosts(ms []measured) string {
-	if len(ms) == 0 {
-		return "—"
+	var parts []string
+	for _, m := range ms {
+		if s := formatCost(m.Value, m.Of); s != "—" {
+			parts = append(parts, s)
+		}
 	}
-	parts := make([]string, len(ms))
-	for i, m := range ms {
-		parts[i] = formatCost(m.Value, m.Of)
+	if len(parts) == 0 {
+		return "—"
 	}
 	return strings.Join(parts, ", ")
 }

@@ -3,6 +3,8 @@ package console
 import (
 	"context"
 	"html"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"regexp"
@@ -264,6 +266,38 @@ func TestHugeSumsNeverWrap(t *testing.T) {
 		got := getPage(t, h, path)
 		if neg := regexp.MustCompile(`(?:^|\s)-[0-9][0-9,.]* (?:JPY|request)`).FindAllString(got, -1); len(neg) > 0 {
 			t.Errorf("%s: a negative sum: %q", path, neg)
+		}
+	}
+}
+
+// TestPriceOfAFreeProduct: a product that charges no money (weather/basic,
+// a quota and no price, its listing naming no currency) has no price on
+// the services page ("—", as its absent cap) and nothing spent on its
+// subscriber's page, rather than "0 of weather/basic (its listing names
+// no currency)": nothing is owed in any currency. A priced product whose
+// listing names none keeps the words (TestMoneyKindsNeverSummed).
+func TestPriceOfAFreeProduct(t *testing.T) {
+	w := newWorld(t)
+	get := func(path string) string {
+		resp, err := http.Get(w.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %d", path, resp.StatusCode)
+		}
+		return string(b)
+	}
+	services := get("/services")
+	row := regexp.MustCompile(`<tr><td data-label="Product">basic</td>.*?</tr>`).FindString(services)
+	if !strings.Contains(row, `<td data-label="Price" class="num">—</td>`) {
+		t.Errorf("the free product's row: %s", row)
+	}
+	for _, path := range []string{"/services", "/users/carol", "/users", "/usage?user=carol"} {
+		if page := get(path); strings.Contains(page, "0 of weather/basic") {
+			t.Errorf("%s names a currency-less zero: %s", path, regexp.MustCompile(`.{80}0 of weather/basic.{40}`).FindString(page))
 		}
 	}
 }

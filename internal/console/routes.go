@@ -57,7 +57,7 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request, who string) {
 		if !h.csrfOK(r, who) {
 			h.logger.Warn("console POST refused: missing or wrong CSRF token",
 				zap.String("operator", who), zap.String("path", r.URL.Path), zap.String("remote", r.RemoteAddr))
-			http.Error(w, "403 forbidden: missing or wrong CSRF token; reload the page and try again", http.StatusForbidden)
+			h.csrfRefused(q)
 			return
 		}
 		h.post(q)
@@ -100,8 +100,7 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request, who string) {
 	case len(parts) == 1 && parts[0] == "requests":
 		err = h.requests(q)
 	default:
-		http.NotFound(w, r)
-		return
+		err = errNoSuchPage
 	}
 	if err != nil {
 		h.fail(q, err)
@@ -173,13 +172,16 @@ func (h *Handler) post(q *req) {
 	case len(p) == 2 && p[0] == "requests" && p[1] == "decline":
 		err = h.declineRequest(q)
 	default:
-		http.NotFound(q.w, q.r)
-		return
+		err = errNoSuchPage
 	}
 	if err != nil {
 		h.fail(q, err)
 	}
 }
+
+// errNoSuchPage answers an address below the console that is none of its
+// pages (a mistyped link, an old bookmark) with the console's error page.
+var errNoSuchPage = apierror.New(apierror.NotFound, "There is no such page in the console.")
 
 // fail answers an error page: the operator's mistake as is, anything else
 // as a generic message with the details in the log.

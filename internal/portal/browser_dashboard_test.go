@@ -148,7 +148,10 @@ func TestBrowserStanding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	until := ps.PeriodEnd.UTC().Format("2 Jan 2006")
+	until := untilWords(ps.PeriodEnd)
+	if !strings.HasSuffix(until, " UTC") {
+		t.Fatalf("until %q", until)
+	}
 
 	openDashboard(t, ctx, e, key)
 	checkPage(t, ctx, "the dashboard")
@@ -331,6 +334,12 @@ func TestBrowserUsageByEndpoint(t *testing.T) {
 	}
 	if strings.Join(axes, "\n") != strings.Join(wantAxes, "\n") {
 		t.Errorf("axes:\n%s\nwant\n%s", strings.Join(axes, "\n"), strings.Join(wantAxes, "\n"))
+	}
+	// Every label lies whole inside its chart: the last day's, under the
+	// last bar, is not cut off at the chart's right edge.
+	if cut := eval[[]string](t, ctx, `[...document.querySelectorAll('#usage figure.axis svg')].flatMap(s => { const b = s.getBoundingClientRect();
+		return [...s.querySelectorAll('text')].filter(x => { const r = x.getBoundingClientRect(); return r.left < b.left - 0.5 || r.right > b.right + 0.5 }).map(x => x.textContent) })`); len(cut) > 0 {
+		t.Errorf("chart labels cut off at the chart's edge: %q", cut)
 	}
 	rows := eval[[]string](t, ctx, `[...document.querySelectorAll('#usage table.usage')].map(t => [...t.tBodies[0].rows].map(r => [...r.cells].map(c => c.textContent).join('|')).join(';'))`)
 	d0, d2 := today.Format("2 Jan 2006"), today.AddDate(0, 0, -2).Format("2 Jan 2006")
@@ -574,6 +583,12 @@ func TestBrowserPhonesAndKeyboards(t *testing.T) {
 				right := eval[float64](t, ctx, `Math.max(...[...document.querySelectorAll('table.keys a.button')].map(a => a.getBoundingClientRect().right))`)
 				if display == "table-cell" || right > phoneWidth {
 					t.Errorf("keys on a phone: cells %q, a Revoke button reaching %.0fpx", display, right)
+				}
+				// The "this session" mark beside the key id stays one
+				// line of words, not squeezed a letter or two a line.
+				if lines := eval[float64](t, ctx, `(() => { const s = document.querySelector('table.keys .tag');
+					return s.getBoundingClientRect().height / parseFloat(getComputedStyle(s).fontSize) })()`); lines > 2 {
+					t.Errorf("the key's \"this session\" mark is %.1f times its font size high on a phone", lines)
 				}
 			}
 		}

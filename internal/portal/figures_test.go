@@ -58,7 +58,7 @@ func TestStandingNegativeBalance(t *testing.T) {
 // subscription whose end comes after the period's still waits for the
 // next period.
 func TestStandingEndsBeforeNextPeriod(t *testing.T) {
-	periodEnd := time.Date(2026, 12, 26, 0, 0, 0, 0, time.UTC)
+	periodEnd := time.Date(2026, 12, 26, 17, 45, 20, 0, time.UTC) // the time of day the subscription began
 	q, c := billing.Whole(100), billing.Whole(10)
 	quota := &billing.Product{BillingModel: billing.Subscription, MeasurementType: billing.PerRequest, UnitLabel: "request", Quota: &q}
 	capped := &billing.Product{BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerRequest, Price: billing.Whole(1), SpendingCap: &c}
@@ -71,15 +71,15 @@ func TestStandingEndsBeforeNextPeriod(t *testing.T) {
 		fix    string
 	}{
 		{"trial ending first", "TRIAL", time.Date(2026, 12, 9, 14, 0, 0, 0, time.UTC), quota,
-			"quota used up; your subscription ends 9 Dec 2026", "ask your provider for a larger plan"},
+			"quota used up; your subscription ends 9 Dec 2026 14:00 UTC", "ask your provider for a larger plan"},
 		{"cancelling at the period's end", "CANCELLING", periodEnd, quota,
-			"quota used up; your subscription ends 26 Dec 2026", "ask your provider for a larger plan"},
+			"quota used up; your subscription ends 26 Dec 2026 17:46 UTC", "ask your provider for a larger plan"},
 		{"cap, cancelling early", "CANCELLING", time.Date(2026, 12, 20, 0, 0, 0, 0, time.UTC), capped,
-			"spending cap reached; your subscription ends 20 Dec 2026", "ask your provider to raise the cap"},
+			"spending cap reached; your subscription ends 20 Dec 2026 00:00 UTC", "ask your provider to raise the cap"},
 		{"ending after the period", "TRIAL", periodEnd.AddDate(0, 0, 10), quota,
-			"quota used up until 26 Dec 2026", "wait for the next period, or ask your provider for a larger plan"},
+			"quota used up until 26 Dec 2026 17:46 UTC", "wait for the next period, or ask your provider for a larger plan"},
 		{"no end", "ACTIVE", time.Time{}, capped,
-			"spending cap reached until 26 Dec 2026", "wait for the next period, or ask your provider to raise the cap"},
+			"spending cap reached until 26 Dec 2026 17:46 UTC", "wait for the next period, or ask your provider to raise the cap"},
 	} {
 		ps := ops.PeriodSummary{ServiceID: "echo", Status: tc.status, PeriodEnd: periodEnd, EndsAt: tc.ends}
 		if tc.p == quota {

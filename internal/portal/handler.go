@@ -569,7 +569,7 @@ func (h *Handler) job(q *request, escapedID string) {
 		return
 	}
 	h.render(q, http.StatusOK, "job", page{Title: "Job " + j.ID, Base: q.base, CSRF: sess.CSRF, UserID: sess.UserID, Job: &j,
-		JobCost: priceText(productOf(h.rt.Catalog, j.ServiceID, j.ProductID), j.Cost)})
+		JobCost: costText(productOf(h.rt.Catalog, j.ServiceID, j.ProductID), j.Cost)})
 }
 
 // message renders a short page with a heading and a sentence.

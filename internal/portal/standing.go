@@ -37,7 +37,7 @@ type gauge struct {
 	Used    string  // "133 requests", "5.00 EUR"
 	Limit   string
 	// Note is what the level means for calls: "quota used up until 26
-	// Dec 2026"; empty under 100%.
+	// Dec 2026 17:46 UTC"; empty under 100%.
 	Note string
 }
 
@@ -91,7 +91,7 @@ func percentOf(used, limit billing.Units) int {
 // fix in plain words.
 type callsRefused struct {
 	ServiceID string
-	Reason    string // "quota used up until 26 Dec 2026"
+	Reason    string // "quota used up until 26 Dec 2026 17:46 UTC"
 	Fix       string // "wait for the next period, or ask for a larger plan"
 }
 
@@ -185,9 +185,9 @@ func refusedNow(ps ops.PeriodSummary, p *billing.Product) *callsRefused {
 // is true, and there is no next period to wait for.
 func limitHolds(ps ops.PeriodSummary, what string) (words string, last bool) {
 	if !ps.EndsAt.IsZero() && !ps.EndsAt.After(ps.PeriodEnd) {
-		return what + "; your subscription ends " + dateWords(ps.EndsAt), true
+		return what + "; your subscription ends " + untilWords(ps.EndsAt), true
 	}
-	return what + " until " + dateWords(ps.PeriodEnd), false
+	return what + " until " + untilWords(ps.PeriodEnd), false
 }
 
 // limitFix is the banner's reason and fix for a limit reached: waiting

@@ -147,6 +147,10 @@ type axisBar struct {
 type axisTick struct {
 	X, Y  float64
 	Label string
+	// Anchor is the x tick's text-anchor: "middle" under its bar, "end"
+	// for the last day's, which ends at the plot's right edge so the
+	// chart does not cut it off.
+	Anchor string
 }
 
 const (
@@ -210,8 +214,12 @@ func newAxisChart(from time.Time, sums []billing.Units, unit string) axisChart {
 	for _, f := range []float64{0, 0.5, 1} {
 		c.YTicks = append(c.YTicks, axisTick{X: c.Left - 6, Y: c.Bottom - f*plotH, Label: axisNumber(f * scale)})
 	}
-	for _, i := range []int{0, len(sums) / 2, len(sums) - 1} {
-		c.XTicks = append(c.XTicks, axisTick{X: c.Left + (float64(i)+0.5)*w, Y: axisHeight - 6, Label: from.AddDate(0, 0, i).Format("2 Jan")})
+	for k, i := range []int{0, len(sums) / 2, len(sums) - 1} {
+		t := axisTick{X: c.Left + (float64(i)+0.5)*w, Y: axisHeight - 6, Label: from.AddDate(0, 0, i).Format("2 Jan"), Anchor: "middle"}
+		if k == 2 {
+			t.X, t.Anchor = c.Right, "end"
+		}
+		c.XTicks = append(c.XTicks, t)
 	}
 	c.Caption = fmt.Sprintf("%s per day, %s to %s: %s in all, at most %s in one day",
 		strings.ToUpper(unit[:1])+unit[1:], dateWords(from), dateWords(from.AddDate(0, 0, len(sums)-1)), decimal(total, 0), decimal(top, 0))

@@ -82,7 +82,7 @@ type dashboard struct {
 // CostText is a ledger row's cost with its currency (or in credits), as
 // its product prices it.
 func (d *dashboard) CostText(e store.LedgerEntry) string {
-	return priceText(productOf(d.cat, e.ServiceID, e.ProductID), e.Cost)
+	return costText(productOf(d.cat, e.ServiceID, e.ProductID), e.Cost)
 }
 
 // productOf is a product of the running catalog, nil when it is gone.

@@ -64,6 +64,17 @@ func priceText(p *billing.Product, u billing.Units) string {
 	return moneyText(u, currencyOf(p))
 }
 
+// costText is what a call or job cost, priced under p (priceText):
+// "None" when it cost nothing under a plan whose amounts have no
+// currency to name (a free plan), or a plan no longer offered; a zero in
+// a named currency or in credits keeps its unit.
+func costText(p *billing.Product, u billing.Units) string {
+	if u == 0 && (p == nil || p.BillingModel != billing.Prepaid && currencyOf(p) == "") {
+		return "None"
+	}
+	return priceText(p, u)
+}
+
 // decimal writes u with thousands separators and at least minFrac
 // decimals ("10,000", "0.50").
 func decimal(u billing.Units, minFrac int) string {
@@ -321,6 +332,20 @@ func keyWords(status string) string {
 		return ""
 	}
 	return strings.ToUpper(status[:1]) + status[1:]
+}
+
+// untilWords is when a limit reached stops refusing calls, or a
+// subscription ends: the day and, as a period ends at the time of day its
+// subscription began, the minute, rounded up so the time named is never
+// early ("26 Dec 2026 17:46 UTC").
+func untilWords(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	if r := t.UTC().Truncate(time.Minute); r.Before(t) {
+		t = r.Add(time.Minute)
+	}
+	return t.UTC().Format("2 Jan 2006 15:04 UTC")
 }
 
 // dateWords is a day as people write it: "26 Dec 2026".

@@ -104,7 +104,7 @@ func TestStanding(t *testing.T) {
 		if refused := s.Refused != nil; refused != (used >= 100) {
 			t.Errorf("%d%%: refused %+v", used, s.Refused)
 		}
-		if used == 133 && (g.Note != "quota used up until 26 Dec 2026" || s.Refused.Reason != "quota used up until 26 Dec 2026") {
+		if used == 133 && (g.Note != "quota used up until 26 Dec 2026 00:00 UTC" || s.Refused.Reason != "quota used up until 26 Dec 2026 00:00 UTC") {
 			t.Errorf("133%%: %q / %+v", g.Note, s.Refused)
 		}
 	}
@@ -117,7 +117,7 @@ func TestStanding(t *testing.T) {
 	}
 	capped := &billing.Product{BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerRequest, Price: billing.Whole(1), SpendingCap: &c}
 	if s := standingOf(ops.PeriodSummary{Status: "ACTIVE", PeriodEnd: end, Spend: billing.Whole(10), SpendingCap: &c}, capped); s.Refused == nil ||
-		s.Refused.Reason != "spending cap reached until 26 Dec 2026" || s.Gauges[0].Note != "spending cap reached until 26 Dec 2026" {
+		s.Refused.Reason != "spending cap reached until 26 Dec 2026 00:00 UTC" || s.Gauges[0].Note != "spending cap reached until 26 Dec 2026 00:00 UTC" {
 		t.Errorf("cap reached: %+v", s)
 	}
 	prepaid := &billing.Product{BillingModel: billing.Prepaid, MeasurementType: billing.PerRequest, Price: billing.Whole(1)}
@@ -313,5 +313,30 @@ func TestPriceTextRemovedPlan(t *testing.T) {
 	}
 	if got := priceText(pre, billing.Whole(6)); got != "6 credits" {
 		t.Errorf("credits: %q", got)
+	}
+}
+
+// TestCostTextOfAFreePlan: a call under a plan that charges no money and
+// names no currency (a free plan) cost nothing, and its row says "None",
+// not "0.00 in your plan's currency"; a zero of a plan with a currency, or
+// in credits, keeps its unit, and a cost that is not zero keeps the words.
+func TestCostTextOfAFreePlan(t *testing.T) {
+	free := &billing.Product{BillingModel: billing.Subscription}
+	eur := &billing.Product{BillingModel: billing.UsagePostpaid, Currency: "EUR"}
+	pre := &billing.Product{BillingModel: billing.Prepaid}
+	for _, tc := range []struct {
+		p    *billing.Product
+		u    billing.Units
+		want string
+	}{
+		{free, 0, "None"},
+		{free, billing.Whole(3), "3.00 in your plan's currency"},
+		{eur, 0, "0.00 EUR"},
+		{pre, 0, "0 credits"},
+		{nil, 0, "None"},
+	} {
+		if got := costText(tc.p, tc.u); got != tc.want {
+			t.Errorf("costText(%+v, %s) = %q, want %q", tc.p, tc.u, got, tc.want)
+		}
 	}
 }

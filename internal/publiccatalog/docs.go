@@ -5,6 +5,8 @@ import (
 	"embed"
 	"fmt"
 	"html/template"
+	"io"
+	"net/http"
 	"net/url"
 	"regexp"
 	"slices"
@@ -226,3 +228,49 @@ func curlExample(servers []string, o docsOperation) string {
 
 // pathParam matches a path template's parameter ({id}).
 var pathParam = regexp.MustCompile(`\{[^}/]+\}`)
+
+// wantsHTML reports whether a request asks for a page (a browser's
+// navigation says text/html), not for the catalog's JSON.
+func wantsHTML(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		if strings.Contains(v, "text/html") {
+			return true
+		}
+	}
+	return false
+}
+
+var docsNotFoundPage = template.Must(template.New("notfound").Parse(`<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>No such API reference</title>
+<link rel="stylesheet" href="../../assets/docs.css">
+</head>
+<body>
+<main>
+<h1>No such API reference</h1>
+<p>There is no public API called “{{.}}” here: the link may be mistyped, or the service is no longer public.</p>
+<p class="muted">Error code <code>service_not_found</code>.</p>
+</main>
+</body>
+</html>
+`))
+
+// docsNotFound answers a browser asking for the API reference of a
+// service that is not public (or does not exist) with a page saying so,
+// 404 under the reference's policy, instead of the catalog's JSON error
+// (which clients that do not ask for HTML still get).
+func docsNotFound(w http.ResponseWriter, id string) {
+	var b strings.Builder
+	_ = docsNotFoundPage.Execute(&b, id)
+	hdr := w.Header()
+	hdr.Set("Content-Type", htmlType)
+	hdr.Set("Content-Security-Policy", docsContentSecurityPolicy)
+	hdr.Set("Referrer-Policy", "no-referrer")
+	hdr.Set("X-Frame-Options", "DENY")
+	hdr.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusNotFound)
+	_, _ = io.WriteString(w, b.String())
+}

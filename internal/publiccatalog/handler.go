@@ -170,6 +170,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 		if id, found := strings.CutPrefix(p, "/services/"); found {
 			id, _, _ = strings.Cut(id, "/")
 			if !h.public[id] {
+				if rest, _ := strings.CutPrefix(p, "/services/"+id); rest == "/docs" && wantsHTML(r) {
+					docsNotFound(w, id)
+					return nil
+				}
 				apierror.Write(w, apierror.New(apierror.ServiceNotFound, "no public service '"+id+"'"))
 				return nil
 			}

@@ -2,9 +2,11 @@ package publiccatalog
 
 import (
 	"encoding/json"
+	"html"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -433,5 +435,37 @@ func TestGeneratedDocumentValidWithLookalikeIDs(t *testing.T) {
 	}
 	if len(seen) != 6 {
 		t.Errorf("%d operations, want 6: %v", len(seen), seen)
+	}
+}
+
+// TestDocsNotFoundForAPerson: a browser following a link to the API
+// reference of a service that does not exist or is not public (an old
+// bookmark, a service made private) gets a page saying so, 404, under the
+// reference's own policy and stylesheet; a client that does not ask for
+// HTML gets the JSON error as before, and so does every other path.
+func TestDocsNotFoundForAPerson(t *testing.T) {
+	h := newHandler(t)
+	accept := "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+	for _, id := range []string{"nope", "internal-only", "<b>x"} {
+		w := get(t, h, "GET", "/services/"+url.PathEscape(id)+"/docs", "Accept", accept)
+		body := w.Body.String()
+		if w.Code != 404 || w.Header().Get("Content-Type") != "text/html; charset=utf-8" ||
+			w.Header().Get("Content-Security-Policy") != docsContentSecurityPolicy {
+			t.Errorf("%s: %d %v\n%s", id, w.Code, w.Header(), body)
+		}
+		for _, want := range []string{"<h1>No such API reference</h1>", "“" + html.EscapeString(id) + "”", `href="../../assets/docs.css"`, "service_not_found"} {
+			if !strings.Contains(body, want) {
+				t.Errorf("%s: the page lacks %q:\n%s", id, want, body)
+			}
+		}
+		if strings.Contains(body, "<b>") {
+			t.Errorf("%s: the id is not escaped:\n%s", id, body)
+		}
+	}
+	if w := get(t, h, "GET", "/services/nope/docs"); w.Code != 404 || !strings.Contains(w.Body.String(), `"code":"service_not_found"`) {
+		t.Errorf("without Accept: %d %s", w.Code, w.Body)
+	}
+	if w := get(t, h, "GET", "/services/nope", "Accept", accept); w.Code != 404 || !strings.Contains(w.Body.String(), `"code":"service_not_found"`) {
+		t.Errorf("the JSON route: %d %s", w.Code, w.Body)
 	}
 }

@@ -225,12 +225,12 @@ func planOf(p *billing.Product, l *catalog.ProductListing) plan {
 		pl.Terms = append(pl.Terms, "Plus "+unitMoney.String()+" per "+unit)
 	}
 	if prepaid {
-		pl.Terms = append(pl.Terms, "Each "+unit+" takes "+p.Price.String()+" credits from your prepaid balance")
+		pl.Terms = append(pl.Terms, "Each "+unit+" takes "+p.Price.String()+" "+plural("credit", p.Price)+" from your prepaid balance")
 	}
 	switch {
 	case p.SpendingCap != nil && p.BillingModel == billing.Prepaid:
 		// A prepaid product spends credits, and its cap counts them.
-		pl.Terms = append(pl.Terms, "Spending capped at "+p.SpendingCap.String()+" credits per "+period)
+		pl.Terms = append(pl.Terms, "Spending capped at "+p.SpendingCap.String()+" "+plural("credit", *p.SpendingCap)+" per "+period)
 	case p.SpendingCap != nil && l.Currency != "":
 		pl.Terms = append(pl.Terms, "Spending capped at "+catalog.Money{Amount: *p.SpendingCap, Currency: l.Currency}.String()+" per "+period)
 	}
@@ -239,7 +239,7 @@ func planOf(p *billing.Product, l *catalog.ProductListing) plan {
 		if secs := int(rl.Window().Seconds()); secs != 1 {
 			window = strconv.Itoa(secs) + " seconds"
 		}
-		pl.Terms = append(pl.Terms, "Up to "+strconv.Itoa(rl.Requests)+" requests per "+window+
+		pl.Terms = append(pl.Terms, "Up to "+strconv.Itoa(rl.Requests)+" "+plural("request", billing.Whole(int64(rl.Requests)))+" per "+window+
 			", bursts of "+strconv.Itoa(rl.Capacity()))
 	}
 	if l.TrialDays > 0 {
