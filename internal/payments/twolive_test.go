@@ -100,7 +100,6 @@ func twoLiveNode(t *testing.T, st store.Store, node string) (string, *observer.O
 var (
 	twoLiveBought = map[string]time.Duration{"sub_old": -30 * 24 * time.Hour, "sub_new": -24 * time.Hour}
 	twoLivePrice  = map[string]string{"sub_old": "price_pro", "sub_new": "price_payg"}
-	twoLiveProd   = map[string]string{"sub_old": "pro", "sub_new": "payg"}
 )
 
 // send delivers the next customer.subscription.<typ> event of sub (each
