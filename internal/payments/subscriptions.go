@@ -1097,8 +1097,11 @@ type linkRecord struct {
 	// service seen while SubscriptionID held the gateway subscription
 	// (each reported to the operator once, as it was added): when
 	// SubscriptionID ends, the newest of them still live takes the
-	// gateway subscription over at once (handOver). Ended ones may stay
-	// listed; they are read before anything is handed to them.
+	// gateway subscription over at once (handOver). One that ends for
+	// good (canceled) leaves the list with that event (unlist); others
+	// that grant no access now (unpaid, paused, or ended on an event not
+	// applied yet) may stay listed: each is read before anything is
+	// handed to it.
 	Others    []string  `json:"others,omitempty"`
 	UpdatedAt time.Time `json:"updatedAt"`
 }
@@ -1249,7 +1252,7 @@ func (s *Service) setGatewaySubscriptionOnce(ctx context.Context, pay store.Paym
 	if link.SubscriptionID != "" && link.SubscriptionID != st.ID && !live {
 		s.log.Info("an ended Stripe subscription leaves the gateway subscription another one holds",
 			zap.String("subscription", st.ID), zap.String("holder", link.SubscriptionID))
-		return nil, nil
+		return nil, s.unlist(ctx, pay, st, linkID, link, linkBody)
 	}
 	// Another Stripe subscription holds the gateway subscription and this
 	// one grants access too: it takes it over only from one that no
@@ -1356,6 +1359,27 @@ func (s *Service) setGatewaySubscriptionOnce(ctx context.Context, pay store.Paym
 	s.log.Info("subscription set from Stripe", zap.String("user_id", id.User), zap.String("service_id", id.Service),
 		zap.String("product_id", id.Product), zap.String("status", next.Status), zap.String("subscription", st.ID))
 	return applied, nil
+}
+
+// unlist drops st, a Stripe subscription that ended for good (canceled,
+// incomplete_expired) and does not hold the gateway subscription, from
+// the link's list of the ones to hand it over to (linkRecord.Others). One
+// unpaid or paused stays listed: paid, it is live again.
+func (s *Service) unlist(ctx context.Context, pay store.Payments, st state, linkID string, link linkRecord, linkBody []byte) error {
+	if st.Status != stripe.SubscriptionStatusCanceled && st.Status != stripe.SubscriptionStatusIncompleteExpired {
+		return nil
+	}
+	others := withoutOther(link.Others, st.ID)
+	if len(others) == len(link.Others) {
+		return nil
+	}
+	link.Others, link.UpdatedAt = others, s.now().UTC()
+	b, _ := json.Marshal(link)
+	err := pay.SwapPaymentRecord(ctx, KindSubscriptionOf, linkID, linkBody, b, s.now())
+	if errors.Is(err, store.ErrStale) || errors.Is(err, store.ErrNotFound) {
+		return errLinkMoved
+	}
+	return err
 }
 
 // keepOut is what an event of a live Stripe subscription st, bought

@@ -2,6 +2,7 @@ package payments_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -126,4 +127,52 @@ func twoLiveNodeAt(t *testing.T, st store.Store, node string, now func() time.Ti
 	srv := httptest.NewServer(http.HandlerFunc(svc.ServeWebhook))
 	t.Cleanup(srv.Close)
 	return srv.URL
+}
+
+// TestTwoLiveKeptOutDeletedLeavesTheList: the older of two live Stripe
+// subscriptions, kept out while the newer holds the gateway
+// subscription, is deleted (the operator cancels the duplicate). Its
+// end changes nothing of the gateway subscription, and it leaves the
+// link's list of the ones to hand over to: it stayed listed for good,
+// read at every hand-over and taking one of the list's places.
+func TestTwoLiveKeptOutDeletedLeavesTheList(t *testing.T) {
+	twoLiveStores(t, func(t *testing.T, open func(t *testing.T) payStore) {
+		e := newTwoLive(t, open(t))
+		e.send("created", "sub_old", "active")
+		e.send("created", "sub_new", "active")
+		e.send("updated", "sub_old", "active")
+		if others := twoLiveOthers(t, e.st); len(others) != 1 || others[0] != "sub_old" {
+			t.Fatalf("the link lists %v, want [sub_old]", others)
+		}
+		e.send("deleted", "sub_old", "canceled")
+		if got := e.gateway(); got.ProductID != "payg" || got.Status != "ACTIVE" || !got.EndsAt.IsZero() {
+			t.Errorf("after the kept-out one's deletion: %s %s ends %v; want payg ACTIVE (sub_new's, untouched)", got.ProductID, got.Status, got.EndsAt)
+		}
+		if h := e.holder(); h != "sub_new" {
+			t.Errorf("the link names %s, want sub_new", h)
+		}
+		if others := twoLiveOthers(t, e.st); len(others) != 0 {
+			t.Errorf("the link lists %v after the kept-out one's deletion, want none", others)
+		}
+		// A late event of it (older than its deletion) lists it again no more.
+		e.n -= 3
+		e.send("updated", "sub_old", "active")
+		e.n += 3
+		if others := twoLiveOthers(t, e.st); len(others) != 0 {
+			t.Errorf("the link lists %v after a late event of the deleted one, want none", others)
+		}
+	})
+}
+
+// twoLiveOthers is the link's list of the live ones kept out.
+func twoLiveOthers(t *testing.T, st payStore) []string {
+	t.Helper()
+	b, err := st.GetPaymentRecord(context.Background(), payments.KindSubscriptionOf, "geo/u1")
+	var link struct {
+		Others []string `json:"others"`
+	}
+	if err != nil || json.Unmarshal(b, &link) != nil {
+		t.Fatalf("the link: %s %v", b, err)
+	}
+	return link.Others
 }
