@@ -605,10 +605,12 @@ func (s *Service) auditInvoice(ctx context.Context, id ident, invID string, r In
 // The link (stripe_subscription_of) is swapped the same way
 // (setGatewaySubscription).
 //
-// A Stripe subscription whose state granting no access (canceled,
-// unpaid, paused, past due beyond the grace) this call wrote over the
-// gateway subscription it held hands it over to another of the user's
-// live ones, if the link lists one (handOver).
+// A Stripe subscription that held the gateway subscription and grants
+// no access now (canceled, unpaid, paused, past due beyond the grace),
+// its state still the gateway subscription's, hands it over to another
+// of the user's live ones, if the link lists one (handOver), whether
+// this call wrote its end or an earlier one did and its hand-over is
+// still owed; a hand-over that fails fails the call.
 func (s *Service) applyState(ctx context.Context, st state, eventAt time.Time, fallback *ident) error {
 	defer subTurns.Lock(st.Customer)()
 	pay, err := s.Payments()
@@ -666,8 +668,14 @@ func (s *Service) applyStateHeld(ctx context.Context, pay store.Payments, st sta
 		case mine == nil && (!rec.PutBack || st.fromRecord):
 			// Nothing of this event was written (a hand-over to a record
 			// that grants no access now owes nothing: PutBack is for the
-			// subscription's own next event).
-			return nil
+			// subscription's own next event). An ended holder whose
+			// hand-over is still owed (it failed, and this is Stripe's
+			// retry of the event; or its past-due grace ran out since its
+			// last write) hands over now.
+			if st.fromRecord || !found {
+				return nil
+			}
+			return s.handOver(ctx, pay, st.ID, st.Customer, ident{User: rec.UserID, Service: rec.ServiceID})
 		default:
 			// A newer event landed since this call wrote the gateway
 			// subscription (or since an earlier call wrote it and could
@@ -693,11 +701,13 @@ func (s *Service) applyStateHeld(ctx context.Context, pay store.Payments, st sta
 			err = store.ErrStale // another node's first write: read it and decide again
 		}
 		if err == nil {
-			if failed == nil && mine != nil && !st.fromRecord && whose.User != "" &&
-				!s.liveNow(target{Status: subscription.Status(strings.ToUpper(mine.Status)), EndsAt: mine.EndsAt}) {
-				s.handOver(ctx, pay, st.ID, st.Customer, whose)
+			if failed != nil || st.fromRecord {
+				return failed
 			}
-			return failed
+			if whose.User == "" {
+				whose = ident{User: newRec.UserID, Service: newRec.ServiceID}
+			}
+			return s.handOver(ctx, pay, st.ID, st.Customer, whose)
 		}
 		if !swapAgain(err, try) {
 			return fmt.Errorf("recording subscription %s: %w", st.ID, err)
@@ -708,22 +718,53 @@ func (s *Service) applyStateHeld(ctx context.Context, pay store.Payments, st sta
 }
 
 // handOver gives the gateway subscription of id, which the Stripe
-// subscription ended (of customer) held and has just ended, to the
-// newest other live Stripe subscription of the user and service that
-// the link lists (linkRecord.Others: those seen while ended held it),
-// at once: the caller pays for it, and its next event (its next
-// invoice) may be a period away. It is applied from its record as it
+// subscription ended (of customer) held, to the newest other live
+// Stripe subscription of the user and service that the link lists
+// (linkRecord.Others: those seen while ended held it), at once: the
+// caller pays for it, and its next event (its next invoice) may be a
+// period away. It does so only while ended's own record grants no
+// access now (canceled, unpaid, paused, past due beyond the grace), the
+// link still names ended with a state that grants none, and the gateway
+// subscription is still as ended set it (a plan put since stays, as over
+// an ended subscription's write). It is applied from its record as it
 // stands (applyState, fromRecord: under its lease, its record swapped,
 // so an event of it applied meanwhile on another node is not written
 // over), and only one of the same customer, whose turn this node holds.
-// Nothing is cancelled or changed at Stripe. A hand-over that fails is
-// logged and left to that subscription's next event (or resync), and
-// the ended one's event stands.
-func (s *Service) handOver(ctx context.Context, pay store.Payments, ended, customer string, id ident) {
+// Nothing is cancelled or changed at Stripe. It is called after every
+// applyState of a subscription (not a hand-over's), so a hand-over owed
+// is made by the first of ended's events or resyncs that finds it owed:
+// one whose write ended it, Stripe's retry of one whose hand-over
+// failed (a hand-over that fails fails the event: 500), or one past the
+// grace of a past-due holder that nothing else ended. Nil when nothing
+// is owed or it was handed over.
+func (s *Service) handOver(ctx context.Context, pay store.Payments, ended, customer string, id ident) error {
+	if customer == "" || id.User == "" || id.Service == "" {
+		return nil
+	}
 	b, err := pay.GetPaymentRecord(ctx, KindSubscriptionOf, id.Service+"/"+id.User)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
 	var link linkRecord
-	if err != nil || json.Unmarshal(b, &link) != nil || link.SubscriptionID != ended || customer == "" {
-		return
+	if json.Unmarshal(b, &link) != nil || link.SubscriptionID != ended || len(link.Others) == 0 || link.Applied == nil ||
+		s.liveNow(target{Status: subscription.Status(strings.ToUpper(link.Applied.Status)), EndsAt: link.Applied.EndsAt}) {
+		return nil
+	}
+	if rec, found, err := s.getSubRecord(ctx, pay, ended); err != nil {
+		return err
+	} else if found && s.recordLive(rec) {
+		return nil // live as its record says: an older event's write, put back by its node
+	}
+	cur, err := s.Store().GetSubscription(ctx, id.User, id.Service)
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrNoAccount) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if !stillSet(link, ended, link.Applied.ProductID, cur) {
+		return nil // a plan put since ended's write stays
 	}
 	var next *SubscriptionRecord
 	for _, o := range link.Others {
@@ -741,15 +782,17 @@ func (s *Service) handOver(ctx context.Context, pay store.Payments, ended, custo
 		}
 	}
 	if next == nil {
-		return
+		return nil
 	}
 	s.log.Info("the Stripe subscription that held the gateway subscription ended; another live one of the user takes it over",
 		zap.String("subscription", next.ID), zap.String("ended", ended), zap.String("user_id", id.User), zap.String("service_id", id.Service))
 	if err := s.applyStateHeld(ctx, pay, state{ID: next.ID, Customer: customer, fromRecord: true}, time.Time{}, nil); err != nil {
-		s.log.Warn("the gateway subscription could not be handed over to the user's other live Stripe subscription; its next event (or resync) does",
+		s.log.Warn("the gateway subscription could not be handed over to the user's other live Stripe subscription; the event fails and Stripe's retry of it hands over",
 			zap.String("subscription", next.ID), zap.String("ended", ended), zap.String("user_id", id.User),
 			zap.String("service_id", id.Service), zap.Error(err))
+		return fmt.Errorf("hand the gateway subscription over from %s to %s: %w", ended, next.ID, err)
 	}
+	return nil
 }
 
 // change is what applyState writes for an event: the state (read from
@@ -1054,8 +1097,11 @@ type linkRecord struct {
 	// service seen while SubscriptionID held the gateway subscription
 	// (each reported to the operator once, as it was added): when
 	// SubscriptionID ends, the newest of them still live takes the
-	// gateway subscription over at once (handOver). Ended ones may stay
-	// listed; they are read before anything is handed to them.
+	// gateway subscription over at once (handOver). One that ends for
+	// good (canceled) leaves the list with that event (unlist); others
+	// that grant no access now (unpaid, paused, or ended on an event not
+	// applied yet) may stay listed: each is read before anything is
+	// handed to it.
 	Others    []string  `json:"others,omitempty"`
 	UpdatedAt time.Time `json:"updatedAt"`
 }
@@ -1206,7 +1252,7 @@ func (s *Service) setGatewaySubscriptionOnce(ctx context.Context, pay store.Paym
 	if link.SubscriptionID != "" && link.SubscriptionID != st.ID && !live {
 		s.log.Info("an ended Stripe subscription leaves the gateway subscription another one holds",
 			zap.String("subscription", st.ID), zap.String("holder", link.SubscriptionID))
-		return nil, nil
+		return nil, s.unlist(ctx, pay, st, linkID, link, linkBody)
 	}
 	// Another Stripe subscription holds the gateway subscription and this
 	// one grants access too: it takes it over only from one that no
@@ -1313,6 +1359,27 @@ func (s *Service) setGatewaySubscriptionOnce(ctx context.Context, pay store.Paym
 	s.log.Info("subscription set from Stripe", zap.String("user_id", id.User), zap.String("service_id", id.Service),
 		zap.String("product_id", id.Product), zap.String("status", next.Status), zap.String("subscription", st.ID))
 	return applied, nil
+}
+
+// unlist drops st, a Stripe subscription that ended for good (canceled,
+// incomplete_expired) and does not hold the gateway subscription, from
+// the link's list of the ones to hand it over to (linkRecord.Others). One
+// unpaid or paused stays listed: paid, it is live again.
+func (s *Service) unlist(ctx context.Context, pay store.Payments, st state, linkID string, link linkRecord, linkBody []byte) error {
+	if st.Status != stripe.SubscriptionStatusCanceled && st.Status != stripe.SubscriptionStatusIncompleteExpired {
+		return nil
+	}
+	others := withoutOther(link.Others, st.ID)
+	if len(others) == len(link.Others) {
+		return nil
+	}
+	link.Others, link.UpdatedAt = others, s.now().UTC()
+	b, _ := json.Marshal(link)
+	err := pay.SwapPaymentRecord(ctx, KindSubscriptionOf, linkID, linkBody, b, s.now())
+	if errors.Is(err, store.ErrStale) || errors.Is(err, store.ErrNotFound) {
+		return errLinkMoved
+	}
+	return err
 }
 
 // keepOut is what an event of a live Stripe subscription st, bought
