@@ -423,8 +423,16 @@ func unavailable(err error) bool {
 		switch pe.Code[:2] {
 		case "08", "53", "57", "58": // connection, resources, operator intervention, system
 			return true
+		case "40": // a deadlock or serialization failure the retries did not get past
+			return true
 		}
-		return false
+		// lock_not_available: a lock waited for past the server's
+		// lock_timeout (a long transaction holding a row). Transient, as a
+		// dropped connection is: a settlement batch or a shipment that met
+		// it is retried, never taken for a statement that rejects its
+		// records (which the shipper releases from the log: acknowledged
+		// charges lost, TestShipmentLockTimeoutKeepsSettlements).
+		return pe.Code == "55P03"
 	}
 	var ne net.Error
 	var ce *pgconn.ConnectError
