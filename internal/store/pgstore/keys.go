@@ -157,7 +157,7 @@ func flightKey(kind byte, gen uint64, id string) string {
 
 // keyTTL and subTTL are how long cached entries are trusted now.
 func (s *Store) keyTTL() time.Duration {
-	if s.listen.up() {
+	if s.listen.fresh(s.opts.CacheTTL) {
 		return keyCacheTTL
 	}
 	return s.opts.CacheTTL

@@ -24,6 +24,13 @@ import (
 type listener struct {
 	s    *Store
 	isUp atomic.Bool
+	// alive is when the connection was last known to deliver (nanoseconds
+	// after born, on the monotonic clock): the LISTEN, a notification
+	// received, or the sending of a ping it answered. A connection gone
+	// silent without closing still looks up; keyTTL trusts a cached key
+	// past CacheTTL only while alive is that recent.
+	alive atomic.Int64
+	born  time.Time
 	// listened: a connection listened before this one (only the
 	// listener's goroutine uses it).
 	listened bool
@@ -32,9 +39,28 @@ type listener struct {
 	once     sync.Once
 }
 
-func newListener(s *Store) *listener { return &listener{s: s, done: make(chan struct{})} }
+func newListener(s *Store) *listener {
+	return &listener{s: s, done: make(chan struct{}), born: time.Now()}
+}
 
 func (l *listener) up() bool { return l.isUp.Load() }
+
+// heard notes that what the server sent up to at reached the node.
+func (l *listener) heard(at time.Time) { l.alive.Store(int64(at.Sub(l.born))) }
+
+// fresh says whether the connection is up and was heard from within d:
+// a notification sent more than d ago has arrived.
+func (l *listener) fresh(d time.Duration) bool {
+	return l.up() && time.Since(l.born)-time.Duration(l.alive.Load()) < d
+}
+
+// listenPing is how long the listener waits for a notification before it
+// pings the server: a connection gone silent (its packets dropped, a
+// proxy restarted behind it) is noticed within it and the ping's answer,
+// and until then the cache trusts keys only CacheTTL (fresh). Before, it
+// waited 5 s and a revoked key was accepted 5–7 s on such a node
+// (TestRevocationReachesNodeWithSilentListener).
+func (l *listener) listenPing() time.Duration { return max(l.s.opts.CacheTTL/2, 10*time.Millisecond) }
 
 func (l *listener) start() {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -85,9 +111,11 @@ func (l *listener) listen(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	listenAt := time.Now()
 	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
 		return err
 	}
+	l.heard(listenAt)
 	// Whatever changed while no one listened is unknown: the cache goes,
 	// and after a connection lost the leases ask the database again.
 	if l.listened {
@@ -99,7 +127,7 @@ func (l *listener) listen(ctx context.Context) error {
 	for {
 		// A bounded wait, so that a connection gone silent (a server
 		// restarted behind a proxy) is noticed by the ping below.
-		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		wctx, cancel := context.WithTimeout(ctx, l.listenPing())
 		n, err := conn.WaitForNotification(wctx)
 		cancel()
 		if err != nil {
@@ -107,16 +135,22 @@ func (l *listener) listen(ctx context.Context) error {
 				return ctx.Err()
 			}
 			if wctx.Err() != nil && !conn.IsClosed() {
+				pingAt := time.Now()
 				pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 				err = conn.Ping(pctx)
 				cancel()
 				if err == nil {
+					// Notifications the server had for the node before the
+					// ping are delivered ahead of its answer (buffered by
+					// the connection, applied at the next wait, at once).
+					l.heard(pingAt)
 					continue
 				}
 			}
 			return err
 		}
 		l.apply(n.Payload)
+		l.heard(time.Now())
 	}
 }
 

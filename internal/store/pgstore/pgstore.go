@@ -39,6 +39,7 @@ import (
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/store"
 	"github.com/platformgw/gateway/internal/store/settlelog"
+	"github.com/platformgw/gateway/internal/store/vfs"
 )
 
 // Options configure a node's store.
@@ -87,6 +88,10 @@ type Options struct {
 	// ShipInterval is how long a settlement waits in the log before it is
 	// shipped when fewer than a batch (1,000) are waiting; 200ms.
 	ShipInterval time.Duration
+
+	// logFS is the file system of the settlement log (nil: the OS's); the
+	// tests' disk whose fdatasync fails.
+	logFS vfs.FS
 }
 
 // Store is a node's store.Store on PostgreSQL.
@@ -233,7 +238,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	s.listen = newListener(s)
 	s.settle.start(settleWorkers)
 	if o.LogDir != "" {
-		sh, err := openShipper(ctx, s, o.LogDir, settlelog.Options{Mode: o.Durability, FlushInterval: o.FlushInterval, Eager: o.EagerSync}, o.ShipInterval)
+		sh, err := openShipper(ctx, s, o.LogDir, settlelog.Options{Mode: o.Durability, FlushInterval: o.FlushInterval, Eager: o.EagerSync, FS: o.logFS}, o.ShipInterval)
 		if err != nil {
 			s.settle.close()
 			s.pool.Close()
@@ -423,8 +428,16 @@ func unavailable(err error) bool {
 		switch pe.Code[:2] {
 		case "08", "53", "57", "58": // connection, resources, operator intervention, system
 			return true
+		case "40": // a deadlock or serialization failure the retries did not get past
+			return true
 		}
-		return false
+		// lock_not_available: a lock waited for past the server's
+		// lock_timeout (a long transaction holding a row). Transient, as a
+		// dropped connection is: a settlement batch or a shipment that met
+		// it is retried, never taken for a statement that rejects its
+		// records (which the shipper releases from the log: acknowledged
+		// charges lost, TestShipmentLockTimeoutKeepsSettlements).
+		return pe.Code == "55P03"
 	}
 	var ne net.Error
 	var ce *pgconn.ConnectError

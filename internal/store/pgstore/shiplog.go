@@ -147,7 +147,7 @@ func openShipper(ctx context.Context, s *Store, dir string, lo settlelog.Options
 	sh := &shipper{s: s, dir: dir, lock: lock, interval: interval, pending: map[string]int{},
 		wake: make(chan struct{}, 1), closing: make(chan struct{}), done: make(chan struct{})}
 	sh.cond = sync.NewCond(&sh.mu)
-	l, err := settlelog.Open(filepath.Join(dir, "settle"), settlelog.Options{Mode: lo.Mode, FlushInterval: lo.FlushInterval, Eager: lo.Eager, SegmentBytes: shipSegmentBytes})
+	l, err := settlelog.Open(filepath.Join(dir, "settle"), settlelog.Options{Mode: lo.Mode, FlushInterval: lo.FlushInterval, Eager: lo.Eager, SegmentBytes: shipSegmentBytes, FS: lo.FS})
 	if err != nil {
 		unlockDir(lock)
 		return nil, fmt.Errorf("pgstore: %w", err)
@@ -573,8 +573,12 @@ func (s *Store) logSettle(ctx context.Context, st *settlement) (store.LedgerEntr
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleWait)
 		defer cancel()
 		if err := s.ship.waitShipped(wctx, pos); err != nil {
+			// Still queued, shipped once PostgreSQL answers: the call will
+			// be charged, so its answer is delivered (as the group commit's
+			// settleWait answers). Plain ErrUnavailable told the caller
+			// "not charged" (TestSettleLogSyncFailureDuringOutageIsPending).
 			return store.LedgerEntry{}, fmt.Errorf("pgstore: the settlement is not written yet (it will be once PostgreSQL answers): %w",
-				store.ErrUnavailable)
+				store.ErrSettlementPending)
 		}
 		if st.err != nil {
 			return store.LedgerEntry{}, st.err
