@@ -21,20 +21,7 @@ import (
 // bytes the caller got, the 101's headers not counted.
 func TestWebSocketPerByteCharged(t *testing.T) {
 	const n = 100000
-	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
-			http.Error(w, "not an upgrade", 400)
-			return
-		}
-		conn, _, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		io.WriteString(conn, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n")
-		io.WriteString(conn, strings.Repeat("x", n))
-	}))
-	t.Cleanup(be.Close)
+	be := tunnelBackend(t, n)
 	catalog := fmt.Sprintf(`
 		service ws {
 			backend %s
@@ -86,20 +73,7 @@ func TestWebSocketPerByteCharged(t *testing.T) {
 // usage counters and the exports.
 func TestOwnerWebSocketRecordedAsOneCall(t *testing.T) {
 	const n = 100000
-	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
-			http.Error(w, "not an upgrade", 400)
-			return
-		}
-		conn, _, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		io.WriteString(conn, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n")
-		io.WriteString(conn, strings.Repeat("x", n))
-	}))
-	t.Cleanup(be.Close)
+	be := tunnelBackend(t, n)
 	catalog := fmt.Sprintf(`
 		service ws {
 			backend %s
@@ -141,4 +115,24 @@ func TestOwnerWebSocketRecordedAsOneCall(t *testing.T) {
 			t.Errorf("%s: ledger %+v, want one call of the endpoint's cost 3", c.user, es)
 		}
 	}
+}
+
+// tunnelBackend answers a WebSocket upgrade with a 101 and n bytes
+// through the tunnel, then closes it.
+func tunnelBackend(t *testing.T, n int) *httptest.Server {
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+			http.Error(w, "not an upgrade", 400)
+			return
+		}
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		io.WriteString(conn, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n")
+		io.WriteString(conn, strings.Repeat("x", n))
+	}))
+	t.Cleanup(be.Close)
+	return be
 }
