@@ -749,7 +749,7 @@ func (s *Service) handOver(ctx context.Context, pay store.Payments, ended, custo
 	}
 	var link linkRecord
 	if json.Unmarshal(b, &link) != nil || link.SubscriptionID != ended || len(link.Others) == 0 || link.Applied == nil ||
-		s.liveNow(target{Status: subscription.Status(strings.ToUpper(link.Applied.Status)), EndsAt: link.Applied.EndsAt}) {
+		s.appliedLive(link.Applied) {
 		return nil
 	}
 	if rec, found, err := s.getSubRecord(ctx, pay, ended); err != nil {
@@ -980,6 +980,12 @@ func recordState(rec SubscriptionRecord) state {
 // an end (a cancellation's, a grace's, a trial's) not yet reached.
 func (s *Service) liveNow(t target) bool {
 	return !t.none && t.Status.GrantsAccess() && (t.EndsAt.IsZero() || s.now().Before(t.EndsAt))
+}
+
+// appliedLive reports whether the gateway subscription as a Stripe
+// subscription last set it (a link's Applied) grants access now.
+func (s *Service) appliedLive(a *appliedSub) bool {
+	return s.liveNow(target{Status: subscription.Status(strings.ToUpper(a.Status)), EndsAt: a.EndsAt})
 }
 
 // recordLive reports whether the Stripe subscription of rec, as its
@@ -1271,7 +1277,7 @@ func (s *Service) setGatewaySubscriptionOnce(ctx context.Context, pay store.Paym
 		// subscription (the link, swapped with its ended write before
 		// its record is: an end applied meanwhile on another node).
 		fromLive = found && s.recordLive(holder) && (link.Applied == nil ||
-			s.liveNow(target{Status: subscription.Status(strings.ToUpper(link.Applied.Status)), EndsAt: link.Applied.EndsAt}))
+			s.appliedLive(link.Applied))
 		if fromLive && !boughtAfter(st.Created, st.StartDate, holder.Created, holder.StartDate) {
 			return nil, s.keepOut(ctx, pay, st, id, link, linkBody, holder)
 		}
