@@ -308,10 +308,13 @@ type result struct {
 }
 
 // invoke makes one sync call through nd.
-func invoke(base, key string) result {
+func invoke(base, key string) result { return invokeClient(client, base, key) }
+
+// invokeClient is invoke through the client cl.
+func invokeClient(cl *http.Client, base, key string) result {
 	req, _ := http.NewRequest("POST", base+"/api/service/"+fleetService+"/endpoint/echo/invoke", strings.NewReader("x"))
 	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := client.Do(req)
+	resp, err := cl.Do(req)
 	if err != nil {
 		return result{err: err}
 	}

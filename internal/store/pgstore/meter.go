@@ -39,6 +39,13 @@ func (s *Store) Reserve(ctx context.Context, a store.Account, units billing.Unit
 	if err := store.CheckUnits(units); err != nil {
 		return store.Reservation{}, err
 	}
+	if s.settle.full() && (!s.logAck || !fixedPrice(a.Product)) {
+		// Its settlement would go to the group commit (settle commit, or
+		// a price the usage so far decides), where maxWaiting already
+		// wait for the database: refused before it is forwarded, not
+		// served with a charge that cannot be made durable.
+		return store.Reservation{}, fmt.Errorf("pgstore: %d settlements wait for the database: %w", s.settle.waiting.Load(), store.ErrUnavailable)
+	}
 	if a.Free {
 		return store.Reservation{Account: a, Decision: billing.Decision{Allowed: true, Units: units}}, nil
 	}

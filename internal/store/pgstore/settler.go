@@ -36,8 +36,14 @@ var settleWait = 10 * time.Second
 // commit answered; a fraction of a commit's flush.
 var gatherWait = time.Millisecond
 
-// maxRetained bounds the settlements kept for a database that is down.
-const maxRetained = 1 << 16
+// maxWaiting is how many settlements a node lets wait for a database it
+// cannot reach before it refuses calls (Reserve answers
+// store.ErrUnavailable, before the call is forwarded): the settlements
+// of the calls already admitted are kept, however many, and none is
+// dropped, but no more are taken on. It is what the group commit held
+// (a batch being retried and a full queue) when, before, a Settle past
+// it waited to be queued with no bound.
+const maxWaiting = 2 * maxSettleBatch
 
 // settlement is one charge to write.
 type settlement struct {
@@ -86,6 +92,13 @@ type settler struct {
 	pendMu  sync.Mutex
 	pending map[string]int
 
+	// waiting counts the settlements submitted and not finished (queued,
+	// being written, or kept for the database); down says the last
+	// commit found the database unreachable. Together they say whether
+	// the node takes on more calls (full).
+	waiting atomic.Int64
+	down    atomic.Bool
+
 	// batches, calls and nanos count the commits, the settlements they
 	// carried and the time they took (the benchmark reports them).
 	batches, calls, nanos atomic.Int64
@@ -130,7 +143,15 @@ func (t *settler) unhold(st *settlement) {
 // finish ends st: its batch committed, or it failed for good.
 func (t *settler) finish(st *settlement) {
 	t.unhold(st)
+	t.waiting.Add(-1)
 	close(st.done)
+}
+
+// full says whether maxWaiting settlements or more wait for a database
+// the node cannot reach: a call admitted now would add one more that
+// cannot be made durable.
+func (t *settler) full() bool {
+	return t != nil && t.down.Load() && t.waiting.Load() >= maxWaiting
 }
 
 // submit queues st and waits until it is durable, or settleWait passed
@@ -139,10 +160,14 @@ func (t *settler) submit(ctx context.Context, st *settlement) (store.LedgerEntry
 	st.done = make(chan struct{})
 	st.sent = time.Now()
 	t.hold(st) // counted before it leaves the caller's hands (busy)
+	t.waiting.Add(1)
+	// The queue may be full for as long as one commit attempt: while the
+	// database is unreachable the loop empties it into what it keeps.
 	select {
 	case t.in <- st:
 	case <-t.closing:
 		t.unhold(st)
+		t.waiting.Add(-1)
 		return store.LedgerEntry{}, fmt.Errorf("pgstore: closed: %w", store.ErrUnavailable)
 	}
 	timer := time.NewTimer(settleWait)
@@ -250,13 +275,24 @@ func (t *settler) start(workers int) {
 }
 
 func (t *settler) loop() {
+	// retained are the settlements waiting for the database, oldest
+	// first, written maxSettleBatch at a time once it answers. While it
+	// does not, the loop keeps emptying the queue into them, so a Settle
+	// never waits to be queued for longer than one commit attempt (before,
+	// a batch being retried and a full queue, 2,048 settlements, left the
+	// next Settle waiting with no bound); admission stops at maxWaiting
+	// (full).
 	var retained []*settlement
 	last := 0 // settlements of the previous batch
 	backoff := 50 * time.Millisecond
 	for {
-		batch := retained
-		retained = nil
-		if len(batch) == 0 {
+		var batch []*settlement
+		if n := min(len(retained), maxSettleBatch); n > 0 {
+			batch, retained = retained[:n:n], retained[n:]
+			if len(retained) == 0 {
+				retained = nil
+			}
+		} else {
 			select {
 			case st := <-t.in:
 				batch = append(batch, st)
@@ -303,6 +339,7 @@ func (t *settler) loop() {
 		t.calls.Add(int64(len(batch)))
 		t.nanos.Add(int64(time.Since(t0)))
 		if err == nil {
+			t.down.Store(false)
 			backoff = 50 * time.Millisecond
 			for _, st := range batch {
 				t.finish(st)
@@ -312,48 +349,57 @@ func (t *settler) loop() {
 		if !errors.Is(err, store.ErrUnavailable) {
 			// A statement failed, not the database: each one alone, so one
 			// bad settlement never keeps the others unwritten.
+			var again []*settlement
 			for _, st := range batch {
 				if err := t.s.commitSettlements([]*settlement{st}); err != nil {
 					if errors.Is(err, store.ErrUnavailable) {
-						retained = append(retained, st)
+						again = append(again, st)
 						continue
 					}
 					st.err = err
 				}
 				t.finish(st)
 			}
+			retained = append(again, retained...)
 			continue
 		}
-		t.s.log.Warn("settlements not written; retrying", zap.Int("settlements", len(batch)), zap.Error(err))
-		retained = batch
-		if len(retained) > maxRetained {
-			for _, st := range retained[maxRetained:] {
-				t.s.log.Error("settlement dropped: PostgreSQL unreachable too long", zap.String("call", st.callID))
-				st.err = err
-				t.finish(st)
+		t.down.Store(true)
+		t.s.log.Warn("settlements not written; retrying", zap.Int("settlements", len(batch)+len(retained)), zap.Error(err))
+		retained = append(batch, retained...)
+		timer := time.NewTimer(backoff)
+	wait:
+		for {
+			select {
+			case st := <-t.in:
+				retained = append(retained, st)
+			case <-timer.C:
+				break wait
+			case <-t.closing:
+				timer.Stop()
+				// One last attempt, then what is left is kept in the
+				// settlement log for the next start (keep).
+				t.last(append(retained, t.drain(nil)...))
+				return
 			}
-			retained = retained[:maxRetained]
-		}
-		select {
-		case <-time.After(backoff):
-		case <-t.closing:
-			// One last attempt, then what is left is kept in the
-			// settlement log for the next start (keep).
-			if err := t.s.commitSettlements(retained); err != nil {
-				t.keep(retained, err)
-			} else {
-				for _, st := range retained {
-					t.finish(st)
-				}
-			}
-			retained = nil
-			if rest := t.drain(nil); len(rest) > 0 {
-				retained = rest
-				continue
-			}
-			return
 		}
 		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// last makes the one attempt a closing node gives the settlements that
+// wait for the database, maxSettleBatch at a time; what it cannot write
+// is kept in the settlement log (keep).
+func (t *settler) last(rest []*settlement) {
+	for len(rest) > 0 {
+		n := min(len(rest), maxSettleBatch)
+		if err := t.s.commitSettlements(rest[:n]); err != nil {
+			t.keep(rest, err)
+			return
+		}
+		for _, st := range rest[:n] {
+			t.finish(st)
+		}
+		rest = rest[n:]
 	}
 }
 
