@@ -1211,6 +1211,11 @@ func (s *Service) reapplyRecord(ctx context.Context, pay store.Payments, rec *Su
 // node's write); setGatewaySubscription reads and decides again.
 var errLinkMoved = errors.New("the subscription's link changed meanwhile")
 
+// errSubMoved: the gateway subscription was put since a put-back read
+// it (store.ErrStale of its conditional put); setGatewaySubscription
+// reads and decides again.
+var errSubMoved = errors.New("the gateway subscription was put meanwhile")
+
 // setGatewaySubscription writes the gateway subscription, unless it is
 // as the target says already. A target that grants no access (the
 // Stripe subscription ended, unpaid, suspended) is written only over
@@ -1231,13 +1236,14 @@ var errLinkMoved = errors.New("the subscription's link changed meanwhile")
 // operator's, at the admin API or the console, in the instant between
 // the stale write and its undoing) is the latest explicit write and
 // stays; Stripe's state is written with the subscription's next event,
-// as over any plan. The check is a read just before the put, not a
-// compare-and-swap (the store has none for subscriptions): a put that
-// lands between the two is still written over.
+// as over any plan. The check is the read, and the put is a
+// compare-and-swap on it (store PutSubscriptionIf, over the revision
+// read): a put that lands between the two refuses the put-back, which
+// reads again and finds it (TestRacePutBackFencedAgainstAnOperatorsPlan).
 func (s *Service) setGatewaySubscription(ctx context.Context, pay store.Payments, st state, id ident, t target, mine *appliedSub, putBack bool) (*appliedSub, error) {
 	for try := 1; ; try++ {
 		w, err := s.setGatewaySubscriptionOnce(ctx, pay, st, id, t, mine, putBack)
-		if !errors.Is(err, errLinkMoved) || try >= recordSwaps {
+		if !errors.Is(err, errLinkMoved) && !errors.Is(err, errSubMoved) || try >= recordSwaps {
 			return w, err
 		}
 	}
@@ -1357,8 +1363,21 @@ func (s *Service) setGatewaySubscriptionOnce(ctx context.Context, pay store.Paym
 	// The subscription and its audit entry are stored in one transaction:
 	// a change whose entry cannot be written is not made (the event is
 	// answered with an error and Stripe delivers it again).
-	next, err := s.Store().PutSubscription(ctx, put, s.auditEntry(AuditSubscriptionStripe, id.User, id.Service,
-		fmt.Sprintf("Stripe subscription %s is %s: %s → %s", st.ID, stripeWords(st), before, describeSub(put)))...)
+	entry := s.auditEntry(AuditSubscriptionStripe, id.User, id.Service,
+		fmt.Sprintf("Stripe subscription %s is %s: %s → %s", st.ID, stripeWords(st), before, describeSub(put)))
+	var next store.Subscription
+	if putBack {
+		// Only over the gateway subscription as read above: a put since
+		// (an operator's plan) refuses it, and the next try finds it.
+		next, err = s.Store().PutSubscriptionIf(ctx, put, cur.Revision, entry...)
+		if errors.Is(err, store.ErrStale) {
+			s.log.Info("the gateway subscription was put while a race of Stripe events was being undone; deciding again",
+				zap.String("subscription", st.ID), zap.String("user_id", id.User), zap.String("service_id", id.Service))
+			return wrote, errSubMoved
+		}
+	} else {
+		next, err = s.Store().PutSubscription(ctx, put, entry...)
+	}
 	if err != nil {
 		return wrote, fmt.Errorf("set the subscription of %s to %s: %w", id.User, id.Service, err)
 	}
