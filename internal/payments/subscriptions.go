@@ -727,7 +727,8 @@ func (s *Service) applyStateHeld(ctx context.Context, pay store.Payments, st sta
 // link still names ended with a state that grants none, and the gateway
 // subscription is still as ended set it (a plan put since stays, as over
 // an ended subscription's write). It is applied from its record as it
-// stands (applyState, fromRecord: under its lease, its record swapped,
+// stands (a trial's end the record does not keep read from Stripe:
+// recordChange; applyState, fromRecord: under its lease, its record swapped,
 // so an event of it applied meanwhile on another node is not written
 // over), and only one of the same customer, whose turn this node holds.
 // Nothing is cancelled or changed at Stripe. It is called after every
@@ -811,7 +812,7 @@ type change struct {
 func (s *Service) decideState(ctx context.Context, pay store.Payments, st state, eventAt time.Time, fallback *ident, rec SubscriptionRecord, found bool) (*change, error) {
 	var err error
 	if st.fromRecord {
-		return s.recordChange(rec, found), nil
+		return s.recordChange(ctx, rec, found)
 	}
 	if st.fetched && !st.listedAt.IsZero() && found &&
 		(rec.UpdatedAt.After(st.listedAt.Add(-listedSkew)) || rec.EventCreated.After(st.listedAt.Add(-listedSkew))) {
@@ -944,26 +945,48 @@ func (s *Service) decideState(ctx context.Context, pay store.Payments, st state,
 }
 
 // recordChange is the change of a fromRecord state: the record's state
-// applied as it stands (rebuilt from it, no Stripe call), nil when it
-// grants no access now or cannot be rebuilt (no record, whose it is not
-// known, a trial whose end the record does not keep: its next event
-// applies it).
-func (s *Service) recordChange(rec SubscriptionRecord, found bool) *change {
+// applied as it stands (rebuilt from it, no Stripe call, but for the
+// trial's end of a trialing record written before records kept it,
+// which is read from Stripe and kept in the record, as reapplyRecord
+// does: a Stripe that cannot be read is an error, so the hand-over
+// fails its event and Stripe's retry hands over), nil when it grants no
+// access now or cannot be rebuilt (no record, whose it is not known).
+func (s *Service) recordChange(ctx context.Context, rec SubscriptionRecord, found bool) (*change, error) {
 	if !found || rec.UserID == "" || rec.ServiceID == "" || rec.ProductID == "" {
-		return nil
+		return nil, nil
 	}
 	st := recordState(rec)
+	newRec := rec
 	if st.Status == stripe.SubscriptionStatusTrialing && st.TrialEnd.IsZero() {
-		return nil
+		end, err := s.trialEndFromStripe(ctx, rec.ID)
+		if err != nil {
+			return nil, err
+		}
+		st.TrialEnd, newRec.TrialEnd = end, end
 	}
 	t := mapStatus(st, rec.PastDueSince, time.Duration(s.cfg.PastDueGrace))
 	if !s.liveNow(t) {
-		return nil
+		return nil, nil
 	}
 	st.fromRecord = true
-	newRec := rec
 	newRec.UpdatedAt = s.now().UTC()
-	return &change{st: st, id: ident{User: rec.UserID, Service: rec.ServiceID, Product: rec.ProductID}, t: t, rec: newRec}
+	return &change{st: st, id: ident{User: rec.UserID, Service: rec.ServiceID, Product: rec.ProductID}, t: t, rec: newRec}, nil
+}
+
+// trialEndFromStripe reads the trial's end of Stripe subscription id,
+// trialing in a record written before records kept trial_end: an error
+// when Stripe cannot be read or gives none (a trial without its end
+// would never end).
+func (s *Service) trialEndFromStripe(ctx context.Context, id string) (time.Time, error) {
+	sub, err := s.sc.V1Subscriptions.Retrieve(ctx, id, nil)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read subscription %s from Stripe for its trial's end, which its record does not keep: %w", id, stripeErr(err))
+	}
+	end := unix(sub.TrialEnd)
+	if end.IsZero() {
+		return time.Time{}, fmt.Errorf("Stripe gives subscription %s, trialing in its record, no trial_end", id)
+	}
+	return end, nil
 }
 
 // recordState is the state a record applied (ID, Customer and what
@@ -1189,14 +1212,11 @@ func (s *Service) reapplyRecord(ctx context.Context, pay store.Payments, rec *Su
 		return nil, nil
 	}
 	if st.Status == stripe.SubscriptionStatusTrialing && st.TrialEnd.IsZero() {
-		sub, err := s.sc.V1Subscriptions.Retrieve(ctx, rec.ID, nil)
+		end, err := s.trialEndFromStripe(ctx, rec.ID)
 		if err != nil {
-			return nil, fmt.Errorf("read subscription %s from Stripe for its trial's end, which its record does not keep: %w", rec.ID, stripeErr(err))
+			return nil, err
 		}
-		if st.TrialEnd = unix(sub.TrialEnd); st.TrialEnd.IsZero() {
-			return nil, fmt.Errorf("Stripe gives subscription %s, trialing in its record, no trial_end", rec.ID)
-		}
-		rec.TrialEnd = st.TrialEnd
+		st.TrialEnd, rec.TrialEnd = end, end
 	}
 	t := mapStatus(st, rec.PastDueSince, time.Duration(s.cfg.PastDueGrace))
 	if t.none {
