@@ -739,33 +739,40 @@ func (s *Service) applyStateHeld(ctx context.Context, pay store.Payments, st sta
 // grace of a past-due holder that nothing else ended. Nil when nothing
 // is owed or it was handed over.
 func (s *Service) handOver(ctx context.Context, pay store.Payments, ended, customer string, id ident) error {
+	_, err := s.handOverTo(ctx, pay, ended, customer, id)
+	return err
+}
+
+// handOverTo is handOver, saying whether this call handed the gateway
+// subscription over.
+func (s *Service) handOverTo(ctx context.Context, pay store.Payments, ended, customer string, id ident) (bool, error) {
 	if customer == "" || id.User == "" || id.Service == "" {
-		return nil
+		return false, nil
 	}
 	b, err := pay.GetPaymentRecord(ctx, KindSubscriptionOf, id.Service+"/"+id.User)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil
+		return false, nil
 	} else if err != nil {
-		return err
+		return false, err
 	}
 	var link linkRecord
 	if json.Unmarshal(b, &link) != nil || link.SubscriptionID != ended || len(link.Others) == 0 || link.Applied == nil ||
 		s.appliedLive(link.Applied) {
-		return nil
+		return false, nil
 	}
 	if rec, found, err := s.getSubRecord(ctx, pay, ended); err != nil {
-		return err
+		return false, err
 	} else if found && s.recordLive(rec) {
-		return nil // live as its record says: an older event's write, put back by its node
+		return false, nil // live as its record says: an older event's write, put back by its node
 	}
 	cur, err := s.Store().GetSubscription(ctx, id.User, id.Service)
 	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrNoAccount) {
-		return nil
+		return false, nil
 	} else if err != nil {
-		return err
+		return false, err
 	}
 	if !stillSet(link, ended, link.Applied.ProductID, cur) {
-		return nil // a plan put since ended's write stays
+		return false, nil // a plan put since ended's write stays
 	}
 	var next *SubscriptionRecord
 	for _, o := range link.Others {
@@ -783,7 +790,7 @@ func (s *Service) handOver(ctx context.Context, pay store.Payments, ended, custo
 		}
 	}
 	if next == nil {
-		return nil
+		return false, nil
 	}
 	s.log.Info("the Stripe subscription that held the gateway subscription ended; another live one of the user takes it over",
 		zap.String("subscription", next.ID), zap.String("ended", ended), zap.String("user_id", id.User), zap.String("service_id", id.Service))
@@ -791,9 +798,9 @@ func (s *Service) handOver(ctx context.Context, pay store.Payments, ended, custo
 		s.log.Warn("the gateway subscription could not be handed over to the user's other live Stripe subscription; the event fails and Stripe's retry of it hands over",
 			zap.String("subscription", next.ID), zap.String("ended", ended), zap.String("user_id", id.User),
 			zap.String("service_id", id.Service), zap.Error(err))
-		return fmt.Errorf("hand the gateway subscription over from %s to %s: %w", ended, next.ID, err)
+		return false, fmt.Errorf("hand the gateway subscription over from %s to %s: %w", ended, next.ID, err)
 	}
-	return nil
+	return true, nil
 }
 
 // change is what applyState writes for an event: the state (read from
