@@ -83,3 +83,95 @@ func TestRacePutBackKeepsAnOperatorsPlan(t *testing.T) {
 		t.Errorf("the gateway subscription after the next event: %s %s (%v); want pro CANCELLING", sub.ProductID, sub.Status, err)
 	}
 }
+
+// afterPutBackRead runs put, once, just after the first read of the
+// gateway subscription that follows this node's failed swap of one
+// payment record: the read of a put-back (reapplyRecord), which decides
+// whether the gateway subscription is still as this Stripe subscription
+// left it. put lands between that read and the put-back's write.
+type afterPutBackRead struct {
+	payStore
+	kind, id string
+	put      func()
+
+	mu    sync.Mutex
+	armed bool
+	once  sync.Once
+}
+
+func (s *afterPutBackRead) SwapPaymentRecord(ctx context.Context, kind, id string, old, body []byte, at time.Time) error {
+	err := s.payStore.SwapPaymentRecord(ctx, kind, id, old, body, at)
+	if kind == s.kind && id == s.id && err != nil {
+		s.mu.Lock()
+		s.armed = true
+		s.mu.Unlock()
+	}
+	return err
+}
+
+func (s *afterPutBackRead) GetSubscription(ctx context.Context, userID, serviceID string) (store.Subscription, error) {
+	sub, err := s.payStore.GetSubscription(ctx, userID, serviceID)
+	s.mu.Lock()
+	armed := s.armed
+	s.mu.Unlock()
+	if armed {
+		s.once.Do(s.put)
+	}
+	return sub, err
+}
+
+// TestRacePutBackFencedAgainstAnOperatorsPlan is
+// TestRacePutBackKeepsAnOperatorsPlan with the operator's plan put in
+// the instant after the put-back read the gateway subscription (and
+// found it still as node a's stale write left it) and before it wrote
+// b's state back. The put-back's fence was that read: a put landing
+// after it was written over, the operator's plan lost without a word.
+// The put-back is now a conditional write (store
+// PutSubscriptionIf, on the revision it read): refused, it reads again
+// and finds the operator's plan, which stays.
+func TestRacePutBackFencedAgainstAnOperatorsPlan(t *testing.T) {
+	bolt := raceCustomer(t)
+	ctx := context.Background()
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	deliver := func(url string, ev []byte) { deliverRace(t, url, ev) }
+	event := func(id string, created time.Time, cancelling bool) []byte {
+		return stripetest.Event(id, "customer.subscription.updated", created, map[string]any{
+			"id": "sub_race", "object": "subscription", "customer": "cus_race", "status": "active", "cancel_at_period_end": cancelling,
+			"items": map[string]any{"object": "list", "data": []any{map[string]any{"id": "si_race", "object": "subscription_item",
+				"price": map[string]any{"id": "price_pro", "object": "price"}, "current_period_end": t0.Add(720 * time.Hour).Unix()}}}})
+	}
+	nodeB := subRaceNode(t, bolt, "node-b", time.Minute) // node a stalled past its lease
+	midway := &otherNodeMidway{payStore: bolt, kind: payments.KindSubscription, id: "sub_race", other: func() {
+		payments.OnAnotherNode(func() { deliver(nodeB.URL, event("evt_cancelling", t0.Add(2*time.Second), true)) })
+	}}
+	operator := store.Subscription{UserID: "u1", ServiceID: "geo", ProductID: "payg", Status: "ACTIVE"}
+	st := &afterPutBackRead{payStore: midway, kind: payments.KindSubscription, id: "sub_race", put: func() {
+		now := time.Now().UTC()
+		put := operator
+		put.UpdatedAt = now
+		if _, err := bolt.PutSubscription(ctx, put, store.AuditEntry{Time: now, Actor: "admin:ops", Action: "subscription.put",
+			UserID: "u1", ServiceID: "geo", Detail: "product payg, status ACTIVE"}); err != nil {
+			t.Error(err)
+		}
+	}}
+	nodeA := httptest.NewServer(http.HandlerFunc(raceService(t, st, "http://127.0.0.1:9", "node-a", 0).ServeWebhook))
+	t.Cleanup(nodeA.Close)
+	deliver(subRaceNode(t, bolt, "node-c", 0).URL, subEvent("evt_created", "customer.subscription.created", "active", t0))
+	deliver(nodeA.URL, event("evt_active", t0.Add(time.Second), false))
+
+	st.mu.Lock()
+	armed := st.armed
+	st.mu.Unlock()
+	if !armed {
+		t.Fatal("node a's swap of the record never failed: no put-back was raced")
+	}
+	sub, err := bolt.GetSubscription(ctx, "u1", "geo")
+	if err != nil || sub.ProductID != operator.ProductID || sub.Status != operator.Status || !sub.EndsAt.IsZero() {
+		t.Errorf("the gateway subscription after an operator's plan put between the put-back's read and its write: %s %s ends %v %s (%v); want the operator's %s %s",
+			sub.ProductID, sub.Status, sub.EndsAt, sub.EndStatus, err, operator.ProductID, operator.Status)
+	}
+	deliver(nodeB.URL, event("evt_next", t0.Add(3*time.Second), true))
+	if sub, err := bolt.GetSubscription(ctx, "u1", "geo"); err != nil || sub.ProductID != "pro" || sub.Status != "CANCELLING" {
+		t.Errorf("the gateway subscription after the next event: %s %s (%v); want pro CANCELLING", sub.ProductID, sub.Status, err)
+	}
+}

@@ -727,7 +727,8 @@ func (s *Service) applyStateHeld(ctx context.Context, pay store.Payments, st sta
 // link still names ended with a state that grants none, and the gateway
 // subscription is still as ended set it (a plan put since stays, as over
 // an ended subscription's write). It is applied from its record as it
-// stands (applyState, fromRecord: under its lease, its record swapped,
+// stands (a trial's end the record does not keep read from Stripe:
+// recordChange; applyState, fromRecord: under its lease, its record swapped,
 // so an event of it applied meanwhile on another node is not written
 // over), and only one of the same customer, whose turn this node holds.
 // Nothing is cancelled or changed at Stripe. It is called after every
@@ -738,33 +739,40 @@ func (s *Service) applyStateHeld(ctx context.Context, pay store.Payments, st sta
 // grace of a past-due holder that nothing else ended. Nil when nothing
 // is owed or it was handed over.
 func (s *Service) handOver(ctx context.Context, pay store.Payments, ended, customer string, id ident) error {
+	_, err := s.handOverTo(ctx, pay, ended, customer, id)
+	return err
+}
+
+// handOverTo is handOver, saying whether this call handed the gateway
+// subscription over.
+func (s *Service) handOverTo(ctx context.Context, pay store.Payments, ended, customer string, id ident) (bool, error) {
 	if customer == "" || id.User == "" || id.Service == "" {
-		return nil
+		return false, nil
 	}
 	b, err := pay.GetPaymentRecord(ctx, KindSubscriptionOf, id.Service+"/"+id.User)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil
+		return false, nil
 	} else if err != nil {
-		return err
+		return false, err
 	}
 	var link linkRecord
 	if json.Unmarshal(b, &link) != nil || link.SubscriptionID != ended || len(link.Others) == 0 || link.Applied == nil ||
 		s.appliedLive(link.Applied) {
-		return nil
+		return false, nil
 	}
 	if rec, found, err := s.getSubRecord(ctx, pay, ended); err != nil {
-		return err
+		return false, err
 	} else if found && s.recordLive(rec) {
-		return nil // live as its record says: an older event's write, put back by its node
+		return false, nil // live as its record says: an older event's write, put back by its node
 	}
 	cur, err := s.Store().GetSubscription(ctx, id.User, id.Service)
 	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrNoAccount) {
-		return nil
+		return false, nil
 	} else if err != nil {
-		return err
+		return false, err
 	}
 	if !stillSet(link, ended, link.Applied.ProductID, cur) {
-		return nil // a plan put since ended's write stays
+		return false, nil // a plan put since ended's write stays
 	}
 	var next *SubscriptionRecord
 	for _, o := range link.Others {
@@ -782,7 +790,7 @@ func (s *Service) handOver(ctx context.Context, pay store.Payments, ended, custo
 		}
 	}
 	if next == nil {
-		return nil
+		return false, nil
 	}
 	s.log.Info("the Stripe subscription that held the gateway subscription ended; another live one of the user takes it over",
 		zap.String("subscription", next.ID), zap.String("ended", ended), zap.String("user_id", id.User), zap.String("service_id", id.Service))
@@ -790,9 +798,9 @@ func (s *Service) handOver(ctx context.Context, pay store.Payments, ended, custo
 		s.log.Warn("the gateway subscription could not be handed over to the user's other live Stripe subscription; the event fails and Stripe's retry of it hands over",
 			zap.String("subscription", next.ID), zap.String("ended", ended), zap.String("user_id", id.User),
 			zap.String("service_id", id.Service), zap.Error(err))
-		return fmt.Errorf("hand the gateway subscription over from %s to %s: %w", ended, next.ID, err)
+		return false, fmt.Errorf("hand the gateway subscription over from %s to %s: %w", ended, next.ID, err)
 	}
-	return nil
+	return true, nil
 }
 
 // change is what applyState writes for an event: the state (read from
@@ -811,7 +819,7 @@ type change struct {
 func (s *Service) decideState(ctx context.Context, pay store.Payments, st state, eventAt time.Time, fallback *ident, rec SubscriptionRecord, found bool) (*change, error) {
 	var err error
 	if st.fromRecord {
-		return s.recordChange(rec, found), nil
+		return s.recordChange(ctx, rec, found)
 	}
 	if st.fetched && !st.listedAt.IsZero() && found &&
 		(rec.UpdatedAt.After(st.listedAt.Add(-listedSkew)) || rec.EventCreated.After(st.listedAt.Add(-listedSkew))) {
@@ -944,26 +952,48 @@ func (s *Service) decideState(ctx context.Context, pay store.Payments, st state,
 }
 
 // recordChange is the change of a fromRecord state: the record's state
-// applied as it stands (rebuilt from it, no Stripe call), nil when it
-// grants no access now or cannot be rebuilt (no record, whose it is not
-// known, a trial whose end the record does not keep: its next event
-// applies it).
-func (s *Service) recordChange(rec SubscriptionRecord, found bool) *change {
+// applied as it stands (rebuilt from it, no Stripe call, but for the
+// trial's end of a trialing record written before records kept it,
+// which is read from Stripe and kept in the record, as reapplyRecord
+// does: a Stripe that cannot be read is an error, so the hand-over
+// fails its event and Stripe's retry hands over), nil when it grants no
+// access now or cannot be rebuilt (no record, whose it is not known).
+func (s *Service) recordChange(ctx context.Context, rec SubscriptionRecord, found bool) (*change, error) {
 	if !found || rec.UserID == "" || rec.ServiceID == "" || rec.ProductID == "" {
-		return nil
+		return nil, nil
 	}
 	st := recordState(rec)
+	newRec := rec
 	if st.Status == stripe.SubscriptionStatusTrialing && st.TrialEnd.IsZero() {
-		return nil
+		end, err := s.trialEndFromStripe(ctx, rec.ID)
+		if err != nil {
+			return nil, err
+		}
+		st.TrialEnd, newRec.TrialEnd = end, end
 	}
 	t := mapStatus(st, rec.PastDueSince, time.Duration(s.cfg.PastDueGrace))
 	if !s.liveNow(t) {
-		return nil
+		return nil, nil
 	}
 	st.fromRecord = true
-	newRec := rec
 	newRec.UpdatedAt = s.now().UTC()
-	return &change{st: st, id: ident{User: rec.UserID, Service: rec.ServiceID, Product: rec.ProductID}, t: t, rec: newRec}
+	return &change{st: st, id: ident{User: rec.UserID, Service: rec.ServiceID, Product: rec.ProductID}, t: t, rec: newRec}, nil
+}
+
+// trialEndFromStripe reads the trial's end of Stripe subscription id,
+// trialing in a record written before records kept trial_end: an error
+// when Stripe cannot be read or gives none (a trial without its end
+// would never end).
+func (s *Service) trialEndFromStripe(ctx context.Context, id string) (time.Time, error) {
+	sub, err := s.sc.V1Subscriptions.Retrieve(ctx, id, nil)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read subscription %s from Stripe for its trial's end, which its record does not keep: %w", id, stripeErr(err))
+	}
+	end := unix(sub.TrialEnd)
+	if end.IsZero() {
+		return time.Time{}, fmt.Errorf("Stripe gives subscription %s, trialing in its record, no trial_end", id)
+	}
+	return end, nil
 }
 
 // recordState is the state a record applied (ID, Customer and what
@@ -1189,14 +1219,11 @@ func (s *Service) reapplyRecord(ctx context.Context, pay store.Payments, rec *Su
 		return nil, nil
 	}
 	if st.Status == stripe.SubscriptionStatusTrialing && st.TrialEnd.IsZero() {
-		sub, err := s.sc.V1Subscriptions.Retrieve(ctx, rec.ID, nil)
+		end, err := s.trialEndFromStripe(ctx, rec.ID)
 		if err != nil {
-			return nil, fmt.Errorf("read subscription %s from Stripe for its trial's end, which its record does not keep: %w", rec.ID, stripeErr(err))
+			return nil, err
 		}
-		if st.TrialEnd = unix(sub.TrialEnd); st.TrialEnd.IsZero() {
-			return nil, fmt.Errorf("Stripe gives subscription %s, trialing in its record, no trial_end", rec.ID)
-		}
-		rec.TrialEnd = st.TrialEnd
+		st.TrialEnd, rec.TrialEnd = end, end
 	}
 	t := mapStatus(st, rec.PastDueSince, time.Duration(s.cfg.PastDueGrace))
 	if t.none {
@@ -1210,6 +1237,11 @@ func (s *Service) reapplyRecord(ctx context.Context, pay store.Payments, rec *Su
 // errLinkMoved: the link record changed since it was read (another
 // node's write); setGatewaySubscription reads and decides again.
 var errLinkMoved = errors.New("the subscription's link changed meanwhile")
+
+// errSubMoved: the gateway subscription was put since a put-back read
+// it (store.ErrStale of its conditional put); setGatewaySubscription
+// reads and decides again.
+var errSubMoved = errors.New("the gateway subscription was put meanwhile")
 
 // setGatewaySubscription writes the gateway subscription, unless it is
 // as the target says already. A target that grants no access (the
@@ -1231,13 +1263,14 @@ var errLinkMoved = errors.New("the subscription's link changed meanwhile")
 // operator's, at the admin API or the console, in the instant between
 // the stale write and its undoing) is the latest explicit write and
 // stays; Stripe's state is written with the subscription's next event,
-// as over any plan. The check is a read just before the put, not a
-// compare-and-swap (the store has none for subscriptions): a put that
-// lands between the two is still written over.
+// as over any plan. The check is the read, and the put is a
+// compare-and-swap on it (store PutSubscriptionIf, over the revision
+// read): a put that lands between the two refuses the put-back, which
+// reads again and finds it (TestRacePutBackFencedAgainstAnOperatorsPlan).
 func (s *Service) setGatewaySubscription(ctx context.Context, pay store.Payments, st state, id ident, t target, mine *appliedSub, putBack bool) (*appliedSub, error) {
 	for try := 1; ; try++ {
 		w, err := s.setGatewaySubscriptionOnce(ctx, pay, st, id, t, mine, putBack)
-		if !errors.Is(err, errLinkMoved) || try >= recordSwaps {
+		if !errors.Is(err, errLinkMoved) && !errors.Is(err, errSubMoved) || try >= recordSwaps {
 			return w, err
 		}
 	}
@@ -1357,8 +1390,21 @@ func (s *Service) setGatewaySubscriptionOnce(ctx context.Context, pay store.Paym
 	// The subscription and its audit entry are stored in one transaction:
 	// a change whose entry cannot be written is not made (the event is
 	// answered with an error and Stripe delivers it again).
-	next, err := s.Store().PutSubscription(ctx, put, s.auditEntry(AuditSubscriptionStripe, id.User, id.Service,
-		fmt.Sprintf("Stripe subscription %s is %s: %s → %s", st.ID, stripeWords(st), before, describeSub(put)))...)
+	entry := s.auditEntry(AuditSubscriptionStripe, id.User, id.Service,
+		fmt.Sprintf("Stripe subscription %s is %s: %s → %s", st.ID, stripeWords(st), before, describeSub(put)))
+	var next store.Subscription
+	if putBack {
+		// Only over the gateway subscription as read above: a put since
+		// (an operator's plan) refuses it, and the next try finds it.
+		next, err = s.Store().PutSubscriptionIf(ctx, put, cur.Revision, entry...)
+		if errors.Is(err, store.ErrStale) {
+			s.log.Info("the gateway subscription was put while a race of Stripe events was being undone; deciding again",
+				zap.String("subscription", st.ID), zap.String("user_id", id.User), zap.String("service_id", id.Service))
+			return wrote, errSubMoved
+		}
+	} else {
+		next, err = s.Store().PutSubscription(ctx, put, entry...)
+	}
 	if err != nil {
 		return wrote, fmt.Errorf("set the subscription of %s to %s: %w", id.User, id.Service, err)
 	}

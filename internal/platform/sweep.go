@@ -38,4 +38,17 @@ func (a *App) RunSubscriptionSweep(ctx context.Context) {
 	if res.Applied > 0 || res.Ended > 0 {
 		a.logger.Info("subscription sweep", zap.Int("changes_applied", res.Applied), zap.Int("subscriptions_ended", res.Ended))
 	}
+	if a.pay != nil {
+		// A Stripe subscription that ended by its end alone (a past-due
+		// grace run out) hands its gateway subscription over to the
+		// user's other live one (docs/payments.md, "Two live Stripe
+		// subscriptions"); idempotent, so every node runs it.
+		n, err := a.pay.SweepHandOvers(ctx)
+		if err != nil {
+			a.logger.Error("subscription sweep: Stripe hand-overs", zap.Error(err))
+		}
+		if n > 0 {
+			a.logger.Info("subscription sweep", zap.Int("stripe_hand_overs", n))
+		}
+	}
 }

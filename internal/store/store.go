@@ -40,7 +40,8 @@ var (
 	// sender claimed the alert, or it is no longer pending): UpdateAlert
 	// wrote nothing and returns the stored alert with it. A payment
 	// record whose body is not the one read (SwapPaymentRecord) is
-	// ErrStale too, and nothing was written.
+	// ErrStale too, and nothing was written; so is a subscription put
+	// since the revision read (PutSubscriptionIf), returned with it.
 	ErrStale = errors.New("changed since it was read")
 	// ErrJobHold says Settle was given a job's hold (JobID set): it
 	// settles with its job (CompleteJob, UpdateJob, ExpireJobs), so
@@ -163,6 +164,13 @@ type Subscription struct {
 	// gateway's grid (a trial converted, a plan bought after another);
 	// zero keeps StartedAt, as every other put does. Never stored.
 	RestartPeriodsAt time.Time `json:"-"`
+	// Revision counts the puts of the subscription: every PutSubscription
+	// (and PutSubscriptionIf) that writes it makes it one more, the first
+	// 1; a change of the balance (AddCredits, a settlement, a grant)
+	// keeps it. A subscription stored before revisions were kept reads
+	// as 0 until its next put. It is the store's: a put's own is ignored.
+	// PutSubscriptionIf writes only over the revision it is given.
+	Revision uint64 `json:"-"`
 }
 
 // Subscriptions stores subscriptions and credit balances.
@@ -173,6 +181,16 @@ type Subscriptions interface {
 	// EndsAt and EndStatus included, is the put's. The audit entries are
 	// appended with the put, in its transaction (as Keys says).
 	PutSubscription(ctx context.Context, s Subscription, audit ...AuditEntry) (Subscription, error)
+	// PutSubscriptionIf is PutSubscription only while the stored
+	// subscription is still at revision (its Revision as the caller read
+	// it): a compare-and-swap, in the put's transaction. A subscription
+	// put since (its revision moved on) is ErrStale, returned with the
+	// subscription as stored now, and nothing is written, the audit
+	// entries neither; none stored is ErrNoAccount, nothing written.
+	// Payments' put-back of a Stripe state (docs/payments.md) writes
+	// with it, so an operator's plan put after its read is never written
+	// over.
+	PutSubscriptionIf(ctx context.Context, s Subscription, revision uint64, audit ...AuditEntry) (Subscription, error)
 	GetSubscription(ctx context.Context, userID, serviceID string) (Subscription, error)
 	// AddCredits adds (or, negative, removes) prepaid credits. The audit
 	// entries are appended with the change, in its transaction (in

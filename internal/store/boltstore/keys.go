@@ -189,14 +189,37 @@ func (s *Store) writeSub(tx *bolt.Tx, sub store.Subscription) error {
 // (the period anchor) and credit balance, with its audit entries in the
 // same transaction.
 func (s *Store) PutSubscription(ctx context.Context, sub store.Subscription, audit ...store.AuditEntry) (store.Subscription, error) {
+	return s.putSubscription(ctx, sub, nil, audit)
+}
+
+// PutSubscriptionIf is PutSubscription only over the stored revision
+// given: the commit loop's one write transaction reads and writes it.
+func (s *Store) PutSubscriptionIf(ctx context.Context, sub store.Subscription, revision uint64, audit ...store.AuditEntry) (store.Subscription, error) {
+	return s.putSubscription(ctx, sub, &revision, audit)
+}
+
+// putSubscription puts sub, over the stored revision *ifRev when not
+// nil (else over whatever is stored).
+func (s *Store) putSubscription(ctx context.Context, sub store.Subscription, ifRev *uint64, audit []store.AuditEntry) (store.Subscription, error) {
 	if err := store.CtxErr(ctx); err != nil {
 		return sub, err
 	}
 	var out store.Subscription
+	var stale bool
 	err := s.update(func(tx *bolt.Tx) error {
+		stale = false // a group's failure runs fn again, alone
 		next := sub
 		next.RestartPeriodsAt = time.Time{}
-		if cur, err := s.readSub(tx, sub.UserID, sub.ServiceID); err == nil {
+		next.Revision = 1
+		cur, err := s.readSub(tx, sub.UserID, sub.ServiceID)
+		if ifRev != nil && err == nil && cur.Revision != *ifRev {
+			out, stale = cur, true
+			return store.ErrStale
+		} else if ifRev != nil && err == store.ErrNoAccount {
+			return err
+		}
+		if err == nil {
+			next.Revision = cur.Revision + 1
 			next.StartedAt = cur.StartedAt
 			if !sub.RestartPeriodsAt.IsZero() {
 				next.StartedAt = sub.RestartPeriodsAt.UTC()
@@ -223,6 +246,9 @@ func (s *Store) PutSubscription(ctx context.Context, sub store.Subscription, aud
 			acc.startedAt = out.StartedAt
 			acc.mu.Unlock()
 		}
+	}
+	if stale {
+		return s.overlay(out), store.ErrStale
 	}
 	return s.overlay(out), err
 }

@@ -59,18 +59,21 @@ type subRecord struct {
 	CreditsHeld amount    `json:"creditsHeld"`
 	EndsAt      time.Time `json:"endsAt,omitzero"`
 	EndStatus   string    `json:"endStatus,omitempty"`
+	// Rev is the subscription's Revision; absent (0) in a record
+	// written before it was kept, which its next put makes 1.
+	Rev uint64 `json:"rev,omitempty"`
 }
 
 func toSubRecord(s store.Subscription) subRecord {
 	return subRecord{UserID: s.UserID, ServiceID: s.ServiceID, ProductID: s.ProductID, Status: s.Status,
 		StartedAt: s.StartedAt, UpdatedAt: s.UpdatedAt, Credits: amount(s.Credits), CreditsHeld: amount(s.CreditsHeld),
-		EndsAt: s.EndsAt, EndStatus: s.EndStatus}
+		EndsAt: s.EndsAt, EndStatus: s.EndStatus, Rev: s.Revision}
 }
 
 func (r subRecord) subscription() store.Subscription {
 	return store.Subscription{UserID: r.UserID, ServiceID: r.ServiceID, ProductID: r.ProductID, Status: r.Status,
 		StartedAt: r.StartedAt, UpdatedAt: r.UpdatedAt, Credits: billing.Units(r.Credits),
-		CreditsHeld: billing.Units(r.CreditsHeld), EndsAt: r.EndsAt, EndStatus: r.EndStatus}
+		CreditsHeld: billing.Units(r.CreditsHeld), EndsAt: r.EndsAt, EndStatus: r.EndStatus, Revision: r.Rev}
 }
 
 // jobRecord is a job as stored, CompletionDigest and ReservationID

@@ -372,17 +372,39 @@ func subRec(sub store.Subscription) ([]byte, error) { return json.Marshal(toSubR
 // PutSubscription creates or updates a subscription, keeping its start
 // (the period anchor) and credit balance.
 func (s *Store) PutSubscription(ctx context.Context, sub store.Subscription, audit ...store.AuditEntry) (store.Subscription, error) {
+	return s.putSubscription(ctx, sub, nil, audit)
+}
+
+// PutSubscriptionIf is PutSubscription only over the stored revision
+// given: the row is read FOR UPDATE and written in one transaction.
+func (s *Store) PutSubscriptionIf(ctx context.Context, sub store.Subscription, revision uint64, audit ...store.AuditEntry) (store.Subscription, error) {
+	return s.putSubscription(ctx, sub, &revision, audit)
+}
+
+// putSubscription puts sub, over the stored revision *ifRev when not
+// nil (else over whatever is stored).
+func (s *Store) putSubscription(ctx context.Context, sub store.Subscription, ifRev *uint64, audit []store.AuditEntry) (store.Subscription, error) {
 	if err := store.CtxErr(ctx); err != nil {
 		return sub, err
 	}
 	var out store.Subscription
+	var stale bool
 	err := s.tx(ctx, func(tx pgx.Tx) error {
+		stale = false // a transaction retried runs fn again
 		next := sub
 		next.RestartPeriodsAt = time.Time{}
+		next.Revision = 1
 		cur, err := scanSub(tx.QueryRow(ctx, "SELECT "+subColumns+" FROM subscriptions WHERE user_id = $1 AND service_id = $2 FOR UPDATE",
 			sub.UserID, sub.ServiceID))
+		if ifRev != nil && err == nil && cur.Revision != *ifRev {
+			out, stale = cur, true
+			return store.ErrStale
+		} else if ifRev != nil && err == store.ErrNoAccount {
+			return err
+		}
 		switch {
 		case err == nil:
+			next.Revision = cur.Revision + 1
 			next.StartedAt, next.Credits, next.CreditsHeld = cur.StartedAt, cur.Credits, cur.CreditsHeld
 			if !sub.RestartPeriodsAt.IsZero() {
 				next.StartedAt = sub.RestartPeriodsAt.UTC()
@@ -410,6 +432,12 @@ func (s *Store) PutSubscription(ctx context.Context, sub store.Subscription, aud
 		return notify(ctx, tx, notifySub(next.UserID, next.ServiceID))
 	})
 	s.cache.dropSub(sub.UserID, sub.ServiceID)
+	if stale {
+		// Nothing written: what is stored, shown as GetSubscription
+		// shows it (the cache, dropped, is read afresh next).
+		out.CreditsHeld = s.shownHeld(out)
+		return out, store.ErrStale
+	}
 	s.forget(sub.UserID, sub.ServiceID)
 	// A plan change moves the thresholds a subscription has reached
 	// with no call: the evaluator is woken, not left for a settlement.

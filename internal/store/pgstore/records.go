@@ -59,18 +59,21 @@ type subRecord struct {
 	// written before it need no migration.
 	EndsAt    time.Time `json:"endsAt,omitzero"`
 	EndStatus string    `json:"endStatus,omitempty"`
+	// Rev is the subscription's Revision; absent (0) in a record
+	// written before it was kept, which its next put makes 1.
+	Rev uint64 `json:"rev,omitempty"`
 }
 
 func toSubRecord(s store.Subscription) subRecord {
 	return subRecord{UserID: s.UserID, ServiceID: s.ServiceID, ProductID: s.ProductID, Status: s.Status,
-		StartedAt: s.StartedAt, UpdatedAt: s.UpdatedAt, EndsAt: s.EndsAt, EndStatus: s.EndStatus}
+		StartedAt: s.StartedAt, UpdatedAt: s.UpdatedAt, EndsAt: s.EndsAt, EndStatus: s.EndStatus, Rev: s.Revision}
 }
 
 // subscription is the record with its balance from the columns.
 func (r subRecord) subscription(credits, held billing.Units) store.Subscription {
 	return store.Subscription{UserID: r.UserID, ServiceID: r.ServiceID, ProductID: r.ProductID, Status: r.Status,
 		StartedAt: r.StartedAt, UpdatedAt: r.UpdatedAt, Credits: credits, CreditsHeld: held,
-		EndsAt: r.EndsAt, EndStatus: r.EndStatus}
+		EndsAt: r.EndsAt, EndStatus: r.EndStatus, Revision: r.Rev}
 }
 
 // jobRecord is a job's rec, with what the API never shows

@@ -80,6 +80,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"Subscriptions", testSubscriptions},
 		{"RestartPeriods", testRestartPeriods},
 		{"SubscriptionEnd", testSubscriptionEnd},
+		{"PutSubscriptionIf", testPutSubscriptionIf},
 		{"NegativeBalance", testNegativeBalance},
 		{"ReserveAsDecide", testReserveAsDecide},
 		{"ReserveSettle", testReserveSettle},
