@@ -28,14 +28,17 @@ func TestAsyncCompletedBeforeRefusedForward(t *testing.T) {
 		name       string
 		completion string // its status and units
 		forward    int    // what the backend answers the forward
+		late       bool   // it answers after the proxy's response_header_timeout
 		wantStatus int    // the caller's answer
 		wantJob    string
 		wantUnits  billing.Units
 	}{
-		{"completed then 500", `"status":"COMPLETED","result":"done","units":3`, 500, http.StatusAccepted, "COMPLETED", billing.Whole(3)},
-		{"completed then 404", `"status":"COMPLETED","result":"done"`, 404, http.StatusAccepted, "COMPLETED", billing.Whole(1)},
+		{"completed then 500", `"status":"COMPLETED","result":"done","units":3`, 500, false, http.StatusAccepted, "COMPLETED", billing.Whole(3)},
+		{"completed then 404", `"status":"COMPLETED","result":"done"`, 404, false, http.StatusAccepted, "COMPLETED", billing.Whole(1)},
+		{"completed then timed out", `"status":"COMPLETED","result":"done","units":2`, 200, true, http.StatusAccepted, "COMPLETED", billing.Whole(2)},
 		// A job the backend failed itself stays a refusal: nothing charged.
-		{"failed then 500", `"status":"FAILED","errorMessage":"no"`, 500, http.StatusBadGateway, "FAILED", 0},
+		{"failed then 500", `"status":"FAILED","errorMessage":"no"`, 500, false, http.StatusBadGateway, "FAILED", 0},
+		{"failed then timed out", `"status":"FAILED","errorMessage":"no"`, 200, true, http.StatusGatewayTimeout, "FAILED", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			completed := make(chan int, 1)
@@ -60,10 +63,13 @@ func TestAsyncCompletedBeforeRefusedForward(t *testing.T) {
 					code = resp.StatusCode
 				}
 				completed <- code
+				if tc.late {
+					time.Sleep(time.Second)
+				}
 				http.Error(w, "something went wrong after all", tc.forward)
 			}))
 			t.Cleanup(be.Close)
-			g := startGateway(t, t.TempDir(), usageCatalog(be.URL, be.URL))
+			g := startGatewayWithTransport(t, t.TempDir(), usageCatalog(be.URL, be.URL), "\t\t\tresponse_header_timeout 300ms")
 			user := "u-first"
 			key, _ := g.newKey(user)
 			g.subscribe(user, "svc", "basic", "ACTIVE")
