@@ -65,7 +65,14 @@ func price(p Product, s State, units Units) (overage, cost Units) {
 	}
 	priced := units
 	if p.BillingModel == Subscription {
-		priced = overage
+		// Only overage is priced, and only overage the product allows:
+		// past a blocked quota the price is never charged (Warnings says
+		// so, the catalog lists no overage price), though a report is
+		// recorded there.
+		priced = 0
+		if p.OverageAllowed() {
+			priced = overage
+		}
 	}
 	return overage, Mul(priced, p.Price)
 }

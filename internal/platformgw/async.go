@@ -94,7 +94,16 @@ func (h *Handler) invokeAsync(w http.ResponseWriter, r *http.Request, c *call, n
 		refusal = h.unreachable(c, err)
 		reason = refusal.Message
 	}
-	h.failJob(job, reason)
+	if h.failJob(job, reason) {
+		// The backend completed the job (its completion taken and
+		// charged) before it answered the forward with an error: it took
+		// the job. A 502 would tell the caller of a charged, finished job
+		// that it failed, and its retry would pay again.
+		h.logger.Warn("backend completed the async job before refusing its forward; the caller is told it was accepted",
+			zap.String("request_id", c.requestID), zap.String("service", c.svc.ID))
+		h.accept(w, c, urls)
+		return nil
+	}
 	h.refuseCall(w, r, c, true, "backend_error", refusal)
 	return nil
 }

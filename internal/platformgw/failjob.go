@@ -62,22 +62,27 @@ type jobFailures struct {
 // failJob marks a job the backend did not take as FAILED, unless the
 // backend already finished it (a backend may post its completion before
 // answering the forward). It runs to the end even when the caller has
-// gone; a write the store refuses is queued and tried again.
-func (h *Handler) failJob(job store.Job, reason string) {
+// gone; a write the store refuses is queued and tried again. It reports
+// whether the backend had completed the job (COMPLETED, charged) before:
+// then the backend did take it, whatever it answered the forward.
+func (h *Handler) failJob(job store.Job, reason string) (completed bool) {
 	f := jobFailure{jobs: h.rt.Jobs(), id: job.ID, reason: reason, at: h.rt.Now().UTC(), expires: job.ExpiresAt}
-	err := h.writeFailure(context.Background(), f)
+	err := h.writeFailure(context.Background(), f, &completed)
 	if err == nil {
-		return
+		return completed
 	}
 	h.logger.Error("fail job: the store did not take it; trying again in the background",
 		zap.String("request_id", f.id), zap.Error(err))
 	h.jobFailures.add(h, f)
+	return false
 }
 
 // writeFailure stores the job's failure. nil: done, the job is FAILED or
-// ended otherwise; an error: worth trying again.
-func (h *Handler) writeFailure(ctx context.Context, f jobFailure) error {
+// ended otherwise (*completed set when its backend completed it); an
+// error: worth trying again.
+func (h *Handler) writeFailure(ctx context.Context, f jobFailure, completed *bool) error {
 	_, err := f.jobs.UpdateJob(ctx, f.id, func(j *store.Job) error {
+		*completed = j.Status == store.JobCompleted // fn may run again
 		if j.Terminal() {
 			return engine.ErrJobFinished
 		}
@@ -167,7 +172,8 @@ func (q *jobFailures) run(h *Handler) {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(q.ctx, failAttemptTimeout)
-			err := h.writeFailure(ctx, f)
+			var completed bool // the caller has had its answer
+			err := h.writeFailure(ctx, f, &completed)
 			cancel()
 			if err != nil {
 				left = append(left, f)
