@@ -356,3 +356,16 @@ func (pendingError) Error() string {
 }
 
 func (pendingError) Is(target error) bool { return target == ErrUnavailable }
+
+// ChargeFloor is what a call (or a job) that held held units and whose
+// backend stated units is charged when the hard limits fit only fit of
+// them: never less than it held, as far as it stated (docs/wire-contract.md,
+// "Claims past a hard limit", rule 2). What the limits fit is less than the
+// hold only when something that is no call took the room the hold was
+// promised: a usage report charged past the limit, or credits taken back
+// (a refund, a lost dispute, an operator's correction). The call was
+// served on its hold, so its hold is charged, past the limit as the
+// report was, rather than recorded at 0 units: served free.
+func ChargeFloor(fit, units, held billing.Units) billing.Units {
+	return max(fit, min(units, held))
+}

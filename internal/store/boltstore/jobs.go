@@ -593,17 +593,21 @@ func (s *Store) endJob(rec *settlement, j *store.Job, h *jobHold, a store.Accoun
 	p := a.Product
 	st := acc.state(c, p)
 	var ops []acctOp
+	var held billing.Units
 	if h != nil {
 		d := h.rec.Decision.decision()
 		st.Unhold(h.rec.Product, d)
 		ops = append(ops, opOf(opUnhold, h.rec.Product, d))
+		held = d.Units
 	}
 	entry := e
 	entry.Units = units
 	dec := billing.DecideCharge(p, st, units)
 	if !dec.Allowed {
-		entry.UnitsClaimed = units
-		entry.Units = billing.FitCharge(p, st, units)
+		entry.Units = store.ChargeFloor(billing.FitCharge(p, st, units), units, held)
+		if entry.Units < units {
+			entry.UnitsClaimed = units
+		}
 		dec = billing.DecideCharge(p, st, entry.Units)
 	}
 	st.Charge(p, dec)

@@ -184,8 +184,10 @@ func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.U
 		entry.Units = units
 		dec := billing.DecideCharge(p, st, units)
 		if !dec.Allowed {
-			entry.UnitsClaimed = units
-			entry.Units = billing.FitCharge(p, st, units)
+			entry.Units = store.ChargeFloor(billing.FitCharge(p, st, units), units, r.Decision.Units)
+			if entry.Units < units {
+				entry.UnitsClaimed = units
+			}
 			dec = billing.DecideCharge(p, st, entry.Units)
 		}
 		st.Charge(p, dec)

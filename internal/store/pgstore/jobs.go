@@ -326,6 +326,7 @@ func endJob(ctx context.Context, tx pgx.Tx, j *store.Job, hold *AllowanceKey, a 
 		units = 0
 	}
 	var acc *account
+	var held billing.Units // what the job's hold had, the least its charge is
 	if hold != nil && j.ReservationID != "" {
 		var err error
 		acc, err = lockAccount(ctx, tx, hold.UserID, hold.ServiceID, billing.Product{}, hold.Period, time.Now())
@@ -345,6 +346,7 @@ func endJob(ctx context.Context, tx pgx.Tx, j *store.Job, hold *AllowanceKey, a 
 			acc.state.Reserved -= billing.Units(u)
 			acc.state.ReservedSpend -= billing.Units(sp)
 			acc.state.CreditsHeld -= billing.Units(c)
+			held = billing.Units(u)
 		}
 	}
 	if units == 0 || a.Free {
@@ -389,8 +391,10 @@ func endJob(ctx context.Context, tx pgx.Tx, j *store.Job, hold *AllowanceKey, a 
 		}
 	}
 	if !dec.Allowed {
-		entry.UnitsClaimed = units
-		entry.Units = billing.FitCharge(p, acc.state, units)
+		entry.Units = store.ChargeFloor(billing.FitCharge(p, acc.state, units), units, held)
+		if entry.Units < units {
+			entry.UnitsClaimed = units
+		}
 		dec = billing.DecideCharge(p, acc.state, entry.Units)
 	}
 	acc.charge(p, dec)

@@ -96,6 +96,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"HardLimitsUnderConcurrency", testHardLimitsUnderConcurrency},
 		{"OverClaimsUnderConcurrency", testOverClaimsUnderConcurrency},
 		{"OverClaimOnTheLimit", testOverClaimOnTheLimit},
+		{"HoldKeptPastOutsideCharges", testHoldKeptPastOutsideCharges},
 		{"CountersEqualLedger", testCountersEqualLedger},
 		{"RecordIdempotent", testRecordIdempotent},
 		{"PruneIdempotency", testPruneIdempotency},
