@@ -159,8 +159,13 @@ func addsSpend(p Product, s State, units, cost Units) bool {
 // first, and one taken past the quota is billed nothing when it settles
 // first. Summing the holds' own costs therefore under-counted what the
 // calls in flight would cost together, and the spending cap let calls
-// through that it then could not charge.
-func orderPriced(p Product) bool { return p.BillingModel == Subscription && p.Quota != nil }
+// through that it then could not charge. A blocked quota prices nothing
+// past it (price), so its holds are priced at their own cost, 0: repriced
+// past it, a report that took the period over the quota showed spend held
+// that no settlement charges.
+func orderPriced(p Product) bool {
+	return p.BillingModel == Subscription && p.Quota != nil && p.OverageAllowed()
+}
 
 // pastQuota is how many of the units from from to to lie past quota q.
 func pastQuota(q, from, to Units) Units { return max(0, to-q) - max(0, from-q) }

@@ -62,9 +62,10 @@ func (s *Store) view(k AllowanceKey, p billing.Product, r row) billing.State {
 	st.Reserved = max(0, r.leased-mine.Units) + held.Reserved
 	st.ReservedSpend = max(0, r.leasedSpend-mine.Spend) + held.ReservedSpend
 	st.CreditsHeld = max(0, r.creditsHeld-mine.Credits) + held.CreditsHeld
-	if p.BillingModel == billing.Subscription && p.Quota != nil {
+	if p.BillingModel == billing.Subscription && p.Quota != nil && p.OverageAllowed() {
 		// What the holds will cost together, settled in any order
-		// (billing's repricing of a SUBSCRIPTION quota's overage).
+		// (billing's repricing of a SUBSCRIPTION quota's overage; a
+		// blocked quota prices nothing past it).
 		past := func(u billing.Units) billing.Units { return max(0, u-*p.Quota) }
 		st.ReservedSpend = billing.Mul(past(st.Used+st.Reserved)-past(st.Used), p.Price)
 	}

@@ -81,6 +81,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"RestartPeriods", testRestartPeriods},
 		{"SubscriptionEnd", testSubscriptionEnd},
 		{"PutSubscriptionIf", testPutSubscriptionIf},
+		{"BlockedQuotaHeldSpend", testBlockedQuotaHeldSpend},
 		{"NegativeBalance", testNegativeBalance},
 		{"ReserveAsDecide", testReserveAsDecide},
 		{"ReserveSettle", testReserveSettle},
