@@ -65,10 +65,16 @@ func TestRecordsReadOldRows(t *testing.T) {
 			func(r subRecord) store.Subscription { return r.subscription(billing.Whole(5), 1) }, toSubRecord)
 		ending := want
 		ending.Status, ending.EndsAt, ending.EndStatus = "CANCELLING", time.Date(2024, 4, 20, 12, 0, 0, 0, time.UTC), "CANCELLED"
+		roundTrip(t, endingSubRow, ending,
+			func(r subRecord) store.Subscription { return r.subscription(billing.Whole(5), 1) }, toSubRecord)
+		// A row written since revisions were kept (PutSubscriptionIf)
+		// keeps its revision; the rows before read as revision 0.
+		revised := ending
+		revised.Revision = 3
 		// RestartPeriodsAt is an instruction to PutSubscription, never
 		// stored.
-		checkAllSet(t, ending, "RestartPeriodsAt")
-		roundTrip(t, endingSubRow, ending,
+		checkAllSet(t, revised, "RestartPeriodsAt")
+		roundTrip(t, endingSubRow[:len(endingSubRow)-1]+`,"rev":3}`, revised,
 			func(r subRecord) store.Subscription { return r.subscription(billing.Whole(5), 1) }, toSubRecord)
 	})
 	t.Run("job", func(t *testing.T) {
