@@ -159,7 +159,7 @@ func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.U
 	a := h.res.Account
 	k := AllowanceKey{a.UserID, a.ServiceID, h.res.PeriodKey}
 	s.dropHold(k, a.Product, h.res.Decision)
-	st := &settlement{callID: r.ID, key: k, product: a.Product, units: units, entry: e}
+	st := &settlement{callID: r.ID, key: k, product: a.Product, units: units, entry: e, held: h.res.Decision.Units}
 	if h.leased {
 		if units == 0 {
 			s.leaser.Release(h.lease)

@@ -305,8 +305,18 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 		if st.units > 0 {
 			dec = billing.DecideCharge(p, state, st.units)
 			if !dec.Allowed && !covered {
-				entry.UnitsClaimed = st.units
-				entry.Units = billing.FitCharge(p, state, st.units)
+				// Cut at the limits, never below what the call held, as
+				// far as it stated (store.ChargeFloor, as bbolt charges
+				// it): a lease row given back while the call was in
+				// flight (a lapse, the row swept) put its hold back in
+				// the allowance, and what took that room meanwhile (a
+				// report, credits taken back, other nodes' calls) was
+				// never promised it. Capped with no floor, such a call
+				// was charged 0 units: served free.
+				entry.Units = store.ChargeFloor(billing.FitCharge(p, state, st.units), st.units, st.held)
+				if entry.Units < st.units {
+					entry.UnitsClaimed = st.units
+				}
 				dec = billing.DecideCharge(p, state, entry.Units)
 			}
 			dec.Units = entry.Units

@@ -53,11 +53,12 @@ type settlement struct {
 	free    bool
 	units   billing.Units
 	entry   store.LedgerEntry
-	holder  string // the lease row the call's units came from, "" for none
-	consume Vec    // what the charge takes from that lease row
-	covered bool   // the lease covers the whole charge
-	seq     int64  // the ledger number given at acknowledgement (settle log), 0: none yet
-	logged  bool   // acknowledged from the settlement log: never dropped (commitOnce)
+	holder  string        // the lease row the call's units came from, "" for none
+	consume Vec           // what the charge takes from that lease row
+	covered bool          // the lease covers the whole charge
+	held    billing.Units // what the call held: the least a cut charge is (store.ChargeFloor)
+	seq     int64         // the ledger number given at acknowledgement (settle log), 0: none yet
+	logged  bool          // acknowledged from the settlement log: never dropped (commitOnce)
 
 	out  store.LedgerEntry
 	err  error

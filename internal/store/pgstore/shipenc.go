@@ -64,5 +64,9 @@ func appendRecord(b []byte, r *shipRecord) ([]byte, error) {
 		b = append(b, `,"q":`...)
 		b = strconv.AppendInt(b, r.Sequence, 10)
 	}
+	if r.Held != 0 {
+		b = append(b, `,"hd":`...)
+		b = store.AppendUnitsJSON(b, r.Held)
+	}
 	return append(b, '}'), nil
 }

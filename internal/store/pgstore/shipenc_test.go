@@ -20,7 +20,8 @@ func TestRecordEncodingMatchesEncodingJSON(t *testing.T) {
 	for i := range 20000 {
 		rec := shipRecord{Call: storetest.RandString(r), User: storetest.RandString(r), Service: storetest.RandString(r), Period: r.Int64N(1<<40) - 1<<39,
 			Product: storetest.RandProduct(r), Free: r.IntN(2) == 0, Units: storetest.RandUnits(r), Entry: storetest.RandEntry(r), Holder: storetest.RandString(r),
-			Consume: Vec{storetest.RandUnits(r), storetest.RandUnits(r), storetest.RandUnits(r)}, Covered: r.IntN(2) == 0, Sequence: r.Int64N(1<<40) * int64(r.IntN(2))}
+			Consume: Vec{storetest.RandUnits(r), storetest.RandUnits(r), storetest.RandUnits(r)}, Covered: r.IntN(2) == 0, Sequence: r.Int64N(1<<40) * int64(r.IntN(2)),
+			Held: storetest.RandUnits(r) * billing.Units(r.IntN(2))}
 		if r.IntN(3) == 0 {
 			rec.Period = 0
 		}

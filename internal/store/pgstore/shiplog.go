@@ -69,11 +69,12 @@ type shipRecord struct {
 	Consume  Vec               `json:"cv,omitempty"`
 	Covered  bool              `json:"cov,omitempty"`
 	Sequence int64             `json:"q,omitempty"`
+	Held     billing.Units     `json:"hd,omitempty"`
 }
 
 func recordOf(st *settlement) shipRecord {
 	r := shipRecord{Call: st.callID, Free: st.free, Units: st.units, Entry: st.entry, Holder: st.holder,
-		Consume: st.consume, Covered: st.covered, Sequence: st.seq}
+		Consume: st.consume, Covered: st.covered, Sequence: st.seq, Held: st.held}
 	if !st.free {
 		p := st.product
 		r.User, r.Service, r.Period, r.Product = st.key.UserID, st.key.ServiceID, st.key.Period, &p
@@ -83,7 +84,7 @@ func recordOf(st *settlement) shipRecord {
 
 func (r shipRecord) settlement() *settlement {
 	st := &settlement{callID: r.Call, free: r.Free, units: r.Units, entry: r.Entry, holder: r.Holder,
-		consume: r.Consume, covered: r.Covered, seq: r.Sequence, logged: true}
+		consume: r.Consume, covered: r.Covered, seq: r.Sequence, held: r.Held, logged: true}
 	st.key = AllowanceKey{r.User, r.Service, r.Period}
 	if r.Product != nil {
 		st.product = *r.Product

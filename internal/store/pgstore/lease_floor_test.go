@@ -1,0 +1,165 @@
+package pgstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/pgtest"
+	"github.com/platformgw/gateway/internal/store"
+)
+
+// TestLapsedLeaseCallKeepsItsHold: calls in flight on a node whose lease
+// lapsed (its row expired and was swept: the units the calls held went
+// back to the allowance), then something that is no call takes that
+// room (a usage report charged past a blocked quota, credits taken back
+// from a prepaid balance), then the calls settle, for as much as they
+// held, for more and for less. Each was served on its hold, so it is
+// charged at least what it held, as far as it stated, past the limit as
+// the report or the refund went (docs/wire-contract.md, "Claims past a
+// hard limit", rule 2; store.ChargeFloor, as bbolt and a job's
+// completion charge it). The charge finding no lease row was capped at
+// what the limits allowed with no floor: 0 units, served free; under
+// settle log, after the call had been acknowledged as charged. Both
+// modes, since a lapsed lease's covered charge goes to the log and the
+// rest to the group commit.
+func TestLapsedLeaseCallKeepsItsHold(t *testing.T) {
+	const ttl = 2 * time.Second
+	hold := units(3)
+	modes := []struct {
+		name   string
+		commit bool
+	}{{"settle commit", true}, {"settle log", false}}
+	limits := []struct {
+		name string
+		p    billing.Product
+		take func(t *testing.T, b *Store)
+	}{
+		{"blocked quota, report past it", quotaProduct(20), func(t *testing.T, b *Store) {
+			a := store.Account{UserID: "u", ServiceID: "svc", Product: quotaProduct(20)}
+			e := store.LedgerEntry{UserID: "u", ServiceID: "svc", ProductID: "q", Units: units(60), Source: store.SourceReport}
+			if _, err := b.Record(context.Background(), a, e, func(store.LedgerEntry, billing.State) ([]byte, error) { return nil, nil }); err != nil {
+				t.Fatalf("Record: %v", err)
+			}
+		}},
+		{"prepaid, credits taken back", prepaidProduct(1), func(t *testing.T, b *Store) {
+			if _, err := b.AddCredits(context.Background(), "u", "svc", -units(100), time.Now()); err != nil {
+				t.Fatalf("AddCredits: %v", err)
+			}
+		}},
+	}
+	for _, m := range modes {
+		for _, lim := range limits {
+			t.Run(m.name+", "+lim.name, func(t *testing.T) {
+				ctx := context.Background()
+				dsn := pgtest.DB(t)
+				tune := func(o *Options) { o.LeaseTTL, o.LogDir, o.SettleCommit = ttl, t.TempDir(), m.commit }
+				a, b := openNode(t, dsn, "a", tune), openNode(t, dsn, "b", tune)
+				subscribe(t, a, "u", "svc", lim.p.ID)
+				if lim.p.BillingModel == billing.Prepaid {
+					if _, err := a.AddCredits(ctx, "u", "svc", units(20), time.Now()); err != nil {
+						t.Fatal(err)
+					}
+				}
+				acct := store.Account{UserID: "u", ServiceID: "svc", Product: lim.p}
+				claims := []billing.Units{hold, units(5), units(1)}
+				var inflight []store.Reservation
+				for range claims {
+					res, err := a.Reserve(ctx, acct, hold, time.Now())
+					if err != nil || !res.Decision.Allowed {
+						t.Fatalf("hold: %v %+v", err, res.Decision)
+					}
+					inflight = append(inflight, res)
+				}
+				// a loses the database for longer than the TTL, as far as
+				// its lease rows go: they expire and are swept, and a's own
+				// deadline passes too.
+				if _, err := a.pool.Exec(ctx, "UPDATE leases SET expires_at = now() - interval '1 second' WHERE holder LIKE $1",
+					a.node+"/%"); err != nil {
+					t.Fatal(err)
+				}
+				for deadline := time.Now().Add(10 * time.Second); ; {
+					var n int
+					if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM leases WHERE holder LIKE $1", a.node+"/%").Scan(&n); err != nil {
+						t.Fatal(err)
+					}
+					if n == 0 {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatal("a's lease never swept")
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+				time.Sleep(ttl)
+				lim.take(t, b)
+
+				entry := store.LedgerEntry{UserID: "u", ServiceID: "svc", ProductID: lim.p.ID, Source: store.SourceGateway}
+				for i, claim := range claims {
+					e := entry
+					e.RequestID = "call-" + claim.String()
+					out, err := a.Settle(ctx, inflight[i], claim, e)
+					if err != nil {
+						t.Fatalf("Settle %s: %v", claim, err)
+					}
+					if !m.commit && (out.Units != claim || out.UnitsClaimed != 0) {
+						// Acknowledged from the log when its lease covered
+						// it; what the ledger says is checked below.
+						t.Logf("claim %s acknowledged as %s (claimed %s)", claim, out.Units, out.UnitsClaimed)
+					}
+				}
+				if err := a.Flush(ctx); err != nil {
+					t.Fatalf("Flush: %v", err)
+				}
+				var sum billing.Units
+				seen := 0
+				if err := b.ScanLedger(ctx, store.LedgerFilter{}, func(e store.LedgerEntry) error {
+					sum += e.Units
+					if e.Source != store.SourceGateway {
+						return nil
+					}
+					seen++
+					var claim billing.Units
+					for _, c := range claims {
+						if e.RequestID == "call-"+c.String() {
+							claim = c
+						}
+					}
+					want := min(claim, hold)
+					ok := e.Units >= want && e.Units <= claim && (e.Units < claim) == (e.UnitsClaimed == claim) &&
+						(e.Units == claim) == (e.UnitsClaimed == 0)
+					if !ok {
+						t.Errorf("the call that held %s and claimed %s was charged %s (claimed %s); want at least %s charged",
+							hold, claim, e.Units, e.UnitsClaimed, want)
+					}
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+				if seen != len(claims) {
+					t.Errorf("%d calls in the ledger; want %d", seen, len(claims))
+				}
+				// The counters agree with the ledger.
+				var used int64
+				if err := b.pool.QueryRow(ctx, "SELECT coalesce(sum(used), 0) FROM allowances WHERE user_id = 'u'").Scan(&used); err != nil {
+					t.Fatal(err)
+				}
+				if lim.p.Quota != nil && billing.Units(used) != sum {
+					t.Errorf("used %s, ledger %s", billing.Units(used), sum)
+				}
+				if lim.p.BillingModel == billing.Prepaid {
+					var credits, held int64
+					if err := b.pool.QueryRow(ctx, "SELECT credits, credits_held FROM subscriptions WHERE user_id = 'u'").Scan(&credits, &held); err != nil {
+						t.Fatal(err)
+					}
+					// 20 granted, 100 taken back, a credit a unit charged.
+					if want := units(20) - units(100) - sum; billing.Units(credits) != want || held != 0 {
+						t.Errorf("credits %s, held %s; want %s (20 - 100 - %s charged), none held",
+							billing.Units(credits), billing.Units(held), want, sum)
+					}
+				}
+			})
+		}
+	}
+}
