@@ -167,6 +167,11 @@ func (h *Handler) onward(q *request, p string) bool {
 	if !strings.HasPrefix(to, "/") || strings.HasPrefix(to, "//") || strings.ContainsAny(to, "\\\"'<>") {
 		return false // never anywhere but a path of this site
 	}
+	// Written escaped: a browser removes tabs and newlines from a URL
+	// before it reads it, so a path "/\t/evil.example/" (asked for as
+	// /%09/evil.example/) written as it is would send it to
+	// //evil.example/, another site.
+	to = (&url.URL{Path: to}).EscapedPath()
 	if query := r.URL.Query(); len(query) > 0 {
 		to += "?" + query.Encode()
 	}
