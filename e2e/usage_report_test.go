@@ -161,6 +161,23 @@ func TestUsageReport(t *testing.T) {
 		}
 	})
 
+	// docs/wire-contract.md: without an Idempotency-Key a report is counted
+	// each time it arrives; the very same signed bytes posted again within
+	// the timestamp's window are a second report, not a replay.
+	t.Run("without a key the same signed report posted twice counts twice", func(t *testing.T) {
+		g.subscribe("u-nokey", "svc", "tokens", "ACTIVE")
+		s := usageSigned{URL: usageReportURL, Secret: usageSecret, Timestamp: fmt.Sprint(time.Now().Unix()),
+			Body: usageReportBody("u-nokey", "svc", "3", now.Unix())}
+		for i := range 2 {
+			if resp, out := usagePost(t, s); resp.StatusCode != 200 || resp.Header.Get("Idempotent-Replayed") != "" {
+				t.Fatalf("post %d: %d %s", i+1, resp.StatusCode, out)
+			}
+		}
+		if es := g.ledger("u-nokey"); len(es) != 2 || ledgerSum(es) != billing.Whole(6) {
+			t.Fatalf("ledger %+v, want the report counted twice", es)
+		}
+	})
+
 	g.subscribe("u-bad", "svc", "basic", "ACTIVE")
 	nowS := now.Unix()
 	ok := usageReportBody("u-bad", "svc", "1", nowS)

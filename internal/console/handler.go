@@ -6,8 +6,9 @@
 // rest), with the same validation and errors, and is written to the audit log
 // under the signed-in operator's name.
 //
-// The console does not authenticate anyone itself: Caddy's basic_auth or
-// forward_auth in front of it does, and it refuses (403) any request
+// The console does not authenticate anyone itself: Caddy's basic_auth in
+// front of it does (or forward_auth followed by vars http.auth.user.id, in
+// a route: docs/console.md), and it refuses (403) any request
 // without an authenticated user ({http.auth.user.id}) unless
 // allow_unauthenticated is set. Over plain HTTP it answers loopback
 // clients only (internal/httpsonly, the portal's rule), unless
@@ -185,9 +186,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 	who := operator(r)
 	if who == "" {
 		if !h.AllowUnauthenticated {
-			h.logger.Warn("console request without an authenticated user refused; put basic_auth or forward_auth in front of platform_console",
+			h.logger.Warn("console request without an authenticated user refused; put basic_auth in front of platform_console, or forward_auth followed by vars http.auth.user.id (docs/console.md)",
 				zap.String("remote", r.RemoteAddr), zap.String("path", r.URL.Path))
-			http.Error(w, "403 forbidden: the console needs an authenticated operator (basic_auth or forward_auth in front of it)", http.StatusForbidden)
+			http.Error(w, "403 forbidden: the console needs an authenticated operator (basic_auth in front of it, or forward_auth followed by vars http.auth.user.id)", http.StatusForbidden)
 			return nil
 		}
 		who = "anonymous"
