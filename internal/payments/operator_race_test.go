@@ -42,6 +42,20 @@ func (s *beforeFirstSwap) SwapPaymentRecord(ctx context.Context, kind, id string
 // next event, as over any plan put since). The put-back wrote b's state
 // over whatever was there: the operator's plan was lost without a word.
 func TestRacePutBackKeepsAnOperatorsPlan(t *testing.T) {
+	operatorPlanRace(t, "a race put back while an operator put a plan", func(midway payStore, put func()) payStore {
+		return &beforeFirstSwap{payStore: midway, kind: payments.KindSubscription, id: "sub_race", before: put}
+	})
+}
+
+// operatorPlanRace is the setting of the operator tests: node a applies
+// an older event of a Stripe subscription (active) while node b applies
+// the newer one (cancelling at the period's end) in the middle of it
+// (otherNodeMidway), and an operator puts another plan (payg ACTIVE)
+// when the store wrap makes of node a's calls put. The operator's plan
+// stays; the subscription's next event sets it as Stripe says. A
+// wrapped store that says whether it raced (raced) must have.
+func operatorPlanRace(t *testing.T, what string, wrap func(midway payStore, put func()) payStore) {
+	t.Helper()
 	bolt := raceCustomer(t)
 	ctx := context.Background()
 	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
@@ -57,7 +71,7 @@ func TestRacePutBackKeepsAnOperatorsPlan(t *testing.T) {
 		payments.OnAnotherNode(func() { deliver(nodeB.URL, event("evt_cancelling", t0.Add(2*time.Second), true)) })
 	}}
 	operator := store.Subscription{UserID: "u1", ServiceID: "geo", ProductID: "payg", Status: "ACTIVE"}
-	st := &beforeFirstSwap{payStore: midway, kind: payments.KindSubscription, id: "sub_race", before: func() {
+	st := wrap(midway, func() {
 		now := time.Now().UTC()
 		put := operator
 		put.UpdatedAt = now
@@ -65,16 +79,19 @@ func TestRacePutBackKeepsAnOperatorsPlan(t *testing.T) {
 			UserID: "u1", ServiceID: "geo", Detail: "product payg, status ACTIVE"}); err != nil {
 			t.Error(err)
 		}
-	}}
+	})
 	nodeA := httptest.NewServer(http.HandlerFunc(raceService(t, st, "http://127.0.0.1:9", "node-a", 0).ServeWebhook))
 	t.Cleanup(nodeA.Close)
 	deliver(subRaceNode(t, bolt, "node-c", 0).URL, subEvent("evt_created", "customer.subscription.created", "active", t0))
 	deliver(nodeA.URL, event("evt_active", t0.Add(time.Second), false))
 
+	if r, ok := st.(interface{ raced() bool }); ok && !r.raced() {
+		t.Fatal("node a's swap of the record never failed: no put-back was raced")
+	}
 	sub, err := bolt.GetSubscription(ctx, "u1", "geo")
 	if err != nil || sub.ProductID != operator.ProductID || sub.Status != operator.Status || !sub.EndsAt.IsZero() {
-		t.Errorf("the gateway subscription after a race put back while an operator put a plan: %s %s ends %v %s (%v); want the operator's %s %s",
-			sub.ProductID, sub.Status, sub.EndsAt, sub.EndStatus, err, operator.ProductID, operator.Status)
+		t.Errorf("the gateway subscription after %s: %s %s ends %v %s (%v); want the operator's %s %s",
+			what, sub.ProductID, sub.Status, sub.EndsAt, sub.EndStatus, err, operator.ProductID, operator.Status)
 	}
 	// The subscription's next event sets it as Stripe says, as over any
 	// plan put since.
@@ -130,48 +147,15 @@ func (s *afterPutBackRead) GetSubscription(ctx context.Context, userID, serviceI
 // PutSubscriptionIf, on the revision it read): refused, it reads again
 // and finds the operator's plan, which stays.
 func TestRacePutBackFencedAgainstAnOperatorsPlan(t *testing.T) {
-	bolt := raceCustomer(t)
-	ctx := context.Background()
-	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
-	deliver := func(url string, ev []byte) { deliverRace(t, url, ev) }
-	event := func(id string, created time.Time, cancelling bool) []byte {
-		return stripetest.Event(id, "customer.subscription.updated", created, map[string]any{
-			"id": "sub_race", "object": "subscription", "customer": "cus_race", "status": "active", "cancel_at_period_end": cancelling,
-			"items": map[string]any{"object": "list", "data": []any{map[string]any{"id": "si_race", "object": "subscription_item",
-				"price": map[string]any{"id": "price_pro", "object": "price"}, "current_period_end": t0.Add(720 * time.Hour).Unix()}}}})
-	}
-	nodeB := subRaceNode(t, bolt, "node-b", time.Minute) // node a stalled past its lease
-	midway := &otherNodeMidway{payStore: bolt, kind: payments.KindSubscription, id: "sub_race", other: func() {
-		payments.OnAnotherNode(func() { deliver(nodeB.URL, event("evt_cancelling", t0.Add(2*time.Second), true)) })
-	}}
-	operator := store.Subscription{UserID: "u1", ServiceID: "geo", ProductID: "payg", Status: "ACTIVE"}
-	st := &afterPutBackRead{payStore: midway, kind: payments.KindSubscription, id: "sub_race", put: func() {
-		now := time.Now().UTC()
-		put := operator
-		put.UpdatedAt = now
-		if _, err := bolt.PutSubscription(ctx, put, store.AuditEntry{Time: now, Actor: "admin:ops", Action: "subscription.put",
-			UserID: "u1", ServiceID: "geo", Detail: "product payg, status ACTIVE"}); err != nil {
-			t.Error(err)
-		}
-	}}
-	nodeA := httptest.NewServer(http.HandlerFunc(raceService(t, st, "http://127.0.0.1:9", "node-a", 0).ServeWebhook))
-	t.Cleanup(nodeA.Close)
-	deliver(subRaceNode(t, bolt, "node-c", 0).URL, subEvent("evt_created", "customer.subscription.created", "active", t0))
-	deliver(nodeA.URL, event("evt_active", t0.Add(time.Second), false))
+	operatorPlanRace(t, "an operator's plan put between the put-back's read and its write", func(midway payStore, put func()) payStore {
+		return &afterPutBackRead{payStore: midway, kind: payments.KindSubscription, id: "sub_race", put: put}
+	})
+}
 
-	st.mu.Lock()
-	armed := st.armed
-	st.mu.Unlock()
-	if !armed {
-		t.Fatal("node a's swap of the record never failed: no put-back was raced")
-	}
-	sub, err := bolt.GetSubscription(ctx, "u1", "geo")
-	if err != nil || sub.ProductID != operator.ProductID || sub.Status != operator.Status || !sub.EndsAt.IsZero() {
-		t.Errorf("the gateway subscription after an operator's plan put between the put-back's read and its write: %s %s ends %v %s (%v); want the operator's %s %s",
-			sub.ProductID, sub.Status, sub.EndsAt, sub.EndStatus, err, operator.ProductID, operator.Status)
-	}
-	deliver(nodeB.URL, event("evt_next", t0.Add(3*time.Second), true))
-	if sub, err := bolt.GetSubscription(ctx, "u1", "geo"); err != nil || sub.ProductID != "pro" || sub.Status != "CANCELLING" {
-		t.Errorf("the gateway subscription after the next event: %s %s (%v); want pro CANCELLING", sub.ProductID, sub.Status, err)
-	}
+// raced says whether node a's swap of the record failed, so that a
+// put-back was raced at all.
+func (s *afterPutBackRead) raced() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.armed
 }

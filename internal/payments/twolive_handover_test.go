@@ -4,13 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/http"
-	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/payments"
 	"github.com/platformgw/gateway/internal/payments/stripetest"
@@ -114,19 +110,8 @@ func TestTwoLiveHandOverPastTheGrace(t *testing.T) {
 // twoLiveNodeAt is twoLiveNode with the app's clock now.
 func twoLiveNodeAt(t *testing.T, st store.Store, node string, now func() time.Time) string {
 	t.Helper()
-	cat := meterCatalog(t)
-	cfg := payments.Config{Provider: "stripe", SecretKey: "sk_test_race", WebhookSecret: "whsec_race", APIBase: "http://127.0.0.1:9",
-		Prices: []payments.Price{{Service: "geo", Product: "pro", Price: "price_pro"}, {Service: "geo", Product: "payg", Price: "price_payg"}}}
-	if err := cfg.Validate(cat); err != nil {
-		t.Fatal(err)
-	}
-	svc, err := payments.New(cfg, payments.Deps{Store: func() store.Store { return st }, Catalog: cat, NodeID: node, Logger: zap.NewNop(), Now: now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(http.HandlerFunc(svc.ServeWebhook))
-	t.Cleanup(srv.Close)
-	return srv.URL
+	_, url := twoLiveService(t, st, node, now)
+	return url
 }
 
 // TestTwoLiveKeptOutDeletedLeavesTheList: the older of two live Stripe
