@@ -75,23 +75,7 @@ func TestLapsedLeaseCallKeepsItsHold(t *testing.T) {
 				// a loses the database for longer than the TTL, as far as
 				// its lease rows go: they expire and are swept, and a's own
 				// deadline passes too.
-				if _, err := a.pool.Exec(ctx, "UPDATE leases SET expires_at = now() - interval '1 second' WHERE holder LIKE $1",
-					a.node+"/%"); err != nil {
-					t.Fatal(err)
-				}
-				for deadline := time.Now().Add(10 * time.Second); ; {
-					var n int
-					if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM leases WHERE holder LIKE $1", a.node+"/%").Scan(&n); err != nil {
-						t.Fatal(err)
-					}
-					if n == 0 {
-						break
-					}
-					if time.Now().After(deadline) {
-						t.Fatal("a's lease never swept")
-					}
-					time.Sleep(50 * time.Millisecond)
-				}
+				lapseLeases(t, a, b)
 				time.Sleep(ttl)
 				lim.take(t, b)
 

@@ -46,23 +46,7 @@ func TestLapsedLeaseNotRevivedBySettle(t *testing.T) {
 
 	// a loses the database for longer than the TTL, as far as its lease
 	// row is concerned: the row expires and is swept (by any node).
-	if _, err := a.pool.Exec(ctx, "UPDATE leases SET expires_at = now() - interval '1 second' WHERE holder LIKE $1",
-		a.node+"/%"); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		var n int
-		if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM leases WHERE holder LIKE $1", a.node+"/%").Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a's lease never swept")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	lapseLeases(t, a, b)
 	time.Sleep(ttl) // a's own deadline passes too
 	if f := a.leaser.Free(k); !f.IsZero() {
 		t.Fatalf("a's lease still valid after the lapse: free %s", f.Units)
@@ -251,5 +235,30 @@ func TestGrantDoesNotReviveExpiredRow(t *testing.T) {
 	// A new holder leases as usual.
 	if g, _, err := grant(ctx, tx, "h/2", k, lim, big, small, time.Minute); err != nil || g.Granted != big {
 		t.Fatalf("grant on a new holder: %+v %v", g, err)
+	}
+}
+
+// lapseLeases makes a's lease rows expire and waits until b's sweep has
+// taken them: a lost the database for longer than the TTL, as far as
+// its lease rows go.
+func lapseLeases(t *testing.T, a, b *Store) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := a.pool.Exec(ctx, "UPDATE leases SET expires_at = now() - interval '1 second' WHERE holder LIKE $1",
+		a.node+"/%"); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var n int
+		if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM leases WHERE holder LIKE $1", a.node+"/%").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a's lease never swept")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
