@@ -160,6 +160,10 @@ func TestLapsedLeaseCallKeepsItsHold(t *testing.T) {
 							billing.Units(credits), billing.Units(held), want, sum)
 					}
 				}
+				// And `store check` agrees with the floored charges.
+				if rep, err := Check(ctx, dsn); err != nil {
+					t.Errorf("store check: %v %+v", err, rep.Mismatches)
+				}
 			})
 		}
 	}
