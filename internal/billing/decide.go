@@ -282,8 +282,10 @@ func sat(u Units) Units {
 // Breakdown is the usage summary returned by reports and estimates. The
 // pointer fields appear only where they apply to the product. IsOverage means
 // the period's usage is past the included quota; IsOverLimit means a hard
-// limit (blocked quota, prepaid balance, spending cap) has been crossed, which
-// only recorded-after-the-fact usage (reports, completions) can do.
+// limit (blocked quota, prepaid balance, spending cap) has been crossed:
+// recorded-after-the-fact usage (reports, completions) and credits taken back
+// can do it, and so then can a served call charged its hold past the limit
+// they took (store.ChargeFloor), never a call on its own.
 type Breakdown struct {
 	UnitsUsed               Units  `json:"unitsUsed"`
 	UnitsRemaining          *Units `json:"unitsRemaining,omitempty"`

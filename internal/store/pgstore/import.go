@@ -133,7 +133,16 @@ func (s *Store) ImportJobs(ctx context.Context, js []store.Job, holds []store.Jo
 			key = &AllowanceKey{h.UserID, h.ServiceID, h.PeriodKey}
 			j.ReservationID = jobHolder(j.ID)
 			if lim := limitsOf(h.Product); lim.Hard() {
-				need := lim.Need(h.Decision.Units)
+				// In every dimension the decision holds, as
+				// CreateJobReserved's row: the completion reads the
+				// job's floor from the row's units (store.ChargeFloor).
+				// Bounded dimensions only, the hold of a PREPAID or
+				// spending-capped job held no units, and a completion
+				// after credits were taken back was charged 0.
+				need := Vec{Units: h.Decision.Units, Spend: h.Decision.Cost}
+				if h.Product.BillingModel == billing.Prepaid {
+					need.Credits = h.Decision.Cost
+				}
 				b.Queue(`INSERT INTO leases (holder, user_id, service_id, period, units, spend, credits, expires_at)
 					VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
 					jobHolder(j.ID), h.UserID, h.ServiceID, h.PeriodKey, int64(need.Units), int64(need.Spend), int64(need.Credits),

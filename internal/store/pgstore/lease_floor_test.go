@@ -8,6 +8,7 @@ import (
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/pgtest"
 	"github.com/platformgw/gateway/internal/store"
+	"github.com/platformgw/gateway/internal/store/boltstore"
 )
 
 // TestLapsedLeaseCallKeepsItsHold: calls in flight on a node whose lease
@@ -143,7 +144,75 @@ func TestLapsedLeaseCallKeepsItsHold(t *testing.T) {
 							billing.Units(credits), billing.Units(held), want, sum)
 					}
 				}
+				// And `store check` agrees with the floored charges.
+				if rep, err := Check(ctx, dsn); err != nil {
+					t.Errorf("store check: %v %+v", err, rep.Mismatches)
+				}
 			})
 		}
+	}
+}
+
+// TestImportedJobKeepsItsHold: an async job open when an embedded store
+// was moved to PostgreSQL (`store migrate`) keeps its hold there, and is
+// charged at least that hold when it completes after credits were taken
+// back meanwhile (docs/wire-contract.md, "Claims past a hard limit", rule
+// 2), as a job created on PostgreSQL is (TestContract/
+// HoldKeptPastOutsideCharges). The imported hold's lease row held only
+// the dimensions its product's limits bound (credits, for a PREPAID
+// product: no units), and the completion reads its floor from the row's
+// units: 0, so the job was cut to what the balance fit, 0 units,
+// `unitsClaimed 3`: served free.
+func TestImportedJobKeepsItsHold(t *testing.T) {
+	ctx := context.Background()
+	p := prepaidProduct(2)
+	acct := store.Account{UserID: "u", ServiceID: "svc", Product: p}
+	now := time.Now().UTC()
+
+	bolt, err := boltstore.Open(t.TempDir() + "/gw.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bolt.Close()
+	if _, err := bolt.PutSubscription(ctx, store.Subscription{UserID: "u", ServiceID: "svc", ProductID: p.ID,
+		Status: "ACTIVE", StartedAt: now, UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bolt.AddCredits(ctx, "u", "svc", units(100), now); err != nil {
+		t.Fatal(err)
+	}
+	j := store.Job{ID: "job", UserID: "u", KeyID: "key_1", ServiceID: "svc", EndpointID: "ep", ProductID: p.ID,
+		Status: store.JobPending, CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour),
+		Terms: &store.JobTerms{EndpointCost: units(1)}}
+	if res, err := bolt.CreateJobReserved(ctx, j, acct, units(3), now); err != nil || !res.Decision.Allowed {
+		t.Fatalf("CreateJobReserved: %+v %v", res, err)
+	}
+
+	dsn := pgtest.DB(t)
+	pg := openNode(t, dsn, "a")
+	if _, err := bolt.Export(ctx, pg, 0); err != nil {
+		t.Fatalf("Export: %v", err)
+	}
+	if rep, err := Check(ctx, dsn); err != nil {
+		t.Fatalf("store check after the import: %v %+v", err, rep.Mismatches)
+	}
+	if _, err := pg.AddCredits(ctx, "u", "svc", -units(100), now); err != nil {
+		t.Fatal(err)
+	}
+	e := store.LedgerEntry{Time: now, UserID: "u", ServiceID: "svc", ProductID: p.ID, RequestID: "job",
+		Units: units(3), Source: store.SourceCompletion}
+	done, err := pg.CompleteJob(ctx, "job", acct, e, func(j *store.Job) error {
+		j.Status, j.CompletionDigest, j.Result = store.JobCompleted, "d", "done"
+		j.UpdatedAt, j.CompletedAt = now, now
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("CompleteJob: %v", err)
+	}
+	if done.Units != units(3) {
+		t.Errorf("the imported job that held 3 units and stated 3 was charged %s; want 3", done.Units)
+	}
+	if rep, err := Check(ctx, dsn); err != nil {
+		t.Errorf("store check after the completion: %v %+v", err, rep.Mismatches)
 	}
 }

@@ -61,6 +61,7 @@ func testHoldKeptPastOutsideCharges(t *testing.T, c *suite) {
 							hold, claim, out.Units, out.UnitsClaimed, want)
 					}
 					checkHoldFloor(t, c, s, a)
+					checkHoldFloorKept(t, c, s, a)
 				})
 				t.Run(lim.name+", "+tk.name+", job completes "+claim.String(), func(t *testing.T) {
 					s := c.store(t)
@@ -78,10 +79,37 @@ func testHoldKeptPastOutsideCharges(t *testing.T, c *suite) {
 						}
 					}
 					checkHoldFloor(t, c, s, a)
+					checkHoldFloorKept(t, c, s, a)
 				})
 			}
 		}
 	}
+}
+
+// checkHoldFloorKept: a restart (the embedded store replays its
+// settlement log) reads the floored charge back as it was written: the
+// same counters and the same ledger rows, unitsClaimed included.
+func checkHoldFloorKept(t *testing.T, c *suite, s store.Store, a store.Account) {
+	t.Helper()
+	if c.reopen == nil {
+		return
+	}
+	before, rows := c.state(t, s, a, T0), Ledger(t, s, store.LedgerFilter{})
+	s = c.restart(t, s)
+	after, again := c.state(t, s, a, T0), Ledger(t, s, store.LedgerFilter{})
+	if after.Used != before.Used || after.Spend != before.Spend || after.Credits != before.Credits {
+		t.Errorf("after a restart the counters are %+v; before it %+v", after, before)
+	}
+	if len(again) != len(rows) {
+		t.Fatalf("after a restart %d ledger rows; before it %d", len(again), len(rows))
+	}
+	for i := range rows {
+		x, y := rows[i], again[i]
+		if x.ID != y.ID || x.Units != y.Units || x.UnitsClaimed != y.UnitsClaimed || x.Cost != y.Cost || x.Overage != y.Overage {
+			t.Errorf("ledger row %d after a restart %+v; before it %+v", i, y, x)
+		}
+	}
+	checkHoldFloor(t, c, s, a)
 }
 
 // floorKept: e is charged at least want and at most the claim, and
