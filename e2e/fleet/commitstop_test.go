@@ -64,8 +64,13 @@ func TestFleetCommitStopDuringOutage(t *testing.T) {
 	// and their settlements wait for the database (their callers get
 	// their answers once the settlement is written, or kept: after 10 s,
 	// or at the stop). It returns once each call was served, with a wait
-	// for the callers.
-	outage := func() *sync.WaitGroup {
+	// for the callers. atStop: the node is stopped in the outage, past its
+	// grace period (2 s, shorter than the 10 s wait), so an answer written
+	// as the store closes may lose the race with the process's exit: a
+	// connection closed without an answer is accepted there (the call is
+	// charged all the same, checked below; docs/fleet.md "At stop"), an
+	// error status never.
+	outage := func(atStop bool) *sync.WaitGroup {
 		t.Helper()
 		before := len(f.served())
 		gate := make(chan struct{})
@@ -76,10 +81,14 @@ func TestFleetCommitStopDuringOutage(t *testing.T) {
 		for range calls {
 			wg.Go(func() {
 				made.Add(1)
-				if r := invoke(nd.base, key); r.status != 200 {
+				switch r := invoke(nd.base, key); {
+				case r.status == 200:
+				case atStop && r.status == 0 && r.err != nil:
+					t.Logf("a call served during the outage lost its answer to the node's exit: %v", r.err)
+				default:
 					// Served and charged (kept, written once the
 					// database answers): the answer is delivered.
-					t.Errorf("a call served during the outage was answered %d %s", r.status, r.code)
+					t.Errorf("a call served during the outage was answered %d %s %v", r.status, r.code, r.err)
 				}
 				answered.Add(1)
 			})
@@ -98,7 +107,7 @@ func TestFleetCommitStopDuringOutage(t *testing.T) {
 
 	// A reload during the outage.
 	warm()
-	wg := outage()
+	wg := outage(false)
 	req, _ := http.NewRequest("POST", nd.admin+"/load", strings.NewReader(f.caddyfile(nd)))
 	req.Header.Set("Content-Type", "text/caddyfile")
 	req.Header.Set("Cache-Control", "must-revalidate") // load it even though it is the same config
@@ -120,7 +129,7 @@ func TestFleetCommitStopDuringOutage(t *testing.T) {
 
 	// A stop during the outage.
 	warm()
-	wg = outage()
+	wg = outage(true)
 	nd.stop(t)
 	wg.Wait()
 	pg.Start()
