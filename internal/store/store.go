@@ -357,15 +357,24 @@ func (pendingError) Error() string {
 
 func (pendingError) Is(target error) bool { return target == ErrUnavailable }
 
-// ChargeFloor is what a call (or a job) that held held units and whose
-// backend stated units is charged when the hard limits fit only fit of
-// them: never less than it held, as far as it stated (docs/wire-contract.md,
-// "Claims past a hard limit", rule 2). What the limits fit is less than the
-// hold only when something that is no call took the room the hold was
-// promised: a usage report charged past the limit, or credits taken back
-// (a refund, a lost dispute, an operator's correction). The call was
-// served on its hold, so its hold is charged, past the limit as the
-// report was, rather than recorded at 0 units: served free.
-func ChargeFloor(fit, units, held billing.Units) billing.Units {
-	return max(fit, min(units, held))
+// ChargeFloor charges entry for a call (or a job) whose backend stated
+// units that the hard limits (p's, in state st) do not take whole, and
+// that held held units: it is cut to what the limits fit, never below
+// what it held, as far as it stated (docs/wire-contract.md, "Claims past
+// a hard limit", rule 2), with UnitsClaimed the claim when less is
+// charged, and it returns the charge's decision. What the limits fit is
+// less than the hold only when something that is no call took the room
+// the hold was promised: a usage report charged past the limit, or
+// credits taken back (a refund, a lost dispute, an operator's
+// correction), or on PostgreSQL a lease row given back while the call
+// was in flight. The call was served on its hold, so its hold is
+// charged, past the limit as the report was, rather than recorded at 0
+// units: served free. Every store cuts a charge with it (Settle, a job's
+// completion).
+func ChargeFloor(p billing.Product, st billing.State, units, held billing.Units, entry *LedgerEntry) billing.Decision {
+	entry.Units = max(billing.FitCharge(p, st, units), min(units, held))
+	if entry.Units < units {
+		entry.UnitsClaimed = units
+	}
+	return billing.DecideCharge(p, st, entry.Units)
 }

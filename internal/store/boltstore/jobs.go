@@ -604,11 +604,7 @@ func (s *Store) endJob(rec *settlement, j *store.Job, h *jobHold, a store.Accoun
 	entry.Units = units
 	dec := billing.DecideCharge(p, st, units)
 	if !dec.Allowed {
-		entry.Units = store.ChargeFloor(billing.FitCharge(p, st, units), units, held)
-		if entry.Units < units {
-			entry.UnitsClaimed = units
-		}
-		dec = billing.DecideCharge(p, st, entry.Units)
+		dec = store.ChargeFloor(p, st, units, held, &entry)
 	}
 	st.Charge(p, dec)
 	acc.set(c, st)

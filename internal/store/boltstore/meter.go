@@ -184,11 +184,7 @@ func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.U
 		entry.Units = units
 		dec := billing.DecideCharge(p, st, units)
 		if !dec.Allowed {
-			entry.Units = store.ChargeFloor(billing.FitCharge(p, st, units), units, r.Decision.Units)
-			if entry.Units < units {
-				entry.UnitsClaimed = units
-			}
-			dec = billing.DecideCharge(p, st, entry.Units)
+			dec = store.ChargeFloor(p, st, units, r.Decision.Units, entry)
 		}
 		st.Charge(p, dec)
 		entry.Overage, entry.Cost = dec.Overage, dec.Cost

@@ -391,11 +391,7 @@ func endJob(ctx context.Context, tx pgx.Tx, j *store.Job, hold *AllowanceKey, a 
 		}
 	}
 	if !dec.Allowed {
-		entry.Units = store.ChargeFloor(billing.FitCharge(p, acc.state, units), units, held)
-		if entry.Units < units {
-			entry.UnitsClaimed = units
-		}
-		dec = billing.DecideCharge(p, acc.state, entry.Units)
+		dec = store.ChargeFloor(p, acc.state, units, held, &entry)
 	}
 	acc.charge(p, dec)
 	entry.Overage, entry.Cost = dec.Overage, dec.Cost

@@ -313,11 +313,7 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 				// report, credits taken back, other nodes' calls) was
 				// never promised it. Capped with no floor, such a call
 				// was charged 0 units: served free.
-				entry.Units = store.ChargeFloor(billing.FitCharge(p, state, st.units), st.units, st.held)
-				if entry.Units < st.units {
-					entry.UnitsClaimed = st.units
-				}
-				dec = billing.DecideCharge(p, state, entry.Units)
+				dec = store.ChargeFloor(p, state, st.units, st.held, &entry)
 			}
 			dec.Units = entry.Units
 			state.Charge(p, dec)
