@@ -78,8 +78,15 @@ func TestHandOverSweepPastTheGrace(t *testing.T) {
 // twoLiveService is twoLiveNodeAt's service, with its webhook's URL.
 func twoLiveService(t *testing.T, st store.Store, node string, now func() time.Time) (*payments.Service, string) {
 	t.Helper()
+	return twoLiveServiceAPI(t, st, node, "http://127.0.0.1:9", now)
+}
+
+// twoLiveServiceAPI is twoLiveService with Stripe's API at api (a
+// stripe-mock); now nil is the wall clock.
+func twoLiveServiceAPI(t *testing.T, st store.Store, node, api string, now func() time.Time) (*payments.Service, string) {
+	t.Helper()
 	cat := meterCatalog(t)
-	cfg := payments.Config{Provider: "stripe", SecretKey: "sk_test_race", WebhookSecret: "whsec_race", APIBase: "http://127.0.0.1:9",
+	cfg := payments.Config{Provider: "stripe", SecretKey: "sk_test_race", WebhookSecret: "whsec_race", APIBase: api,
 		Prices: []payments.Price{{Service: "geo", Product: "pro", Price: "price_pro"}, {Service: "geo", Product: "payg", Price: "price_payg"}}}
 	if err := cfg.Validate(cat); err != nil {
 		t.Fatal(err)

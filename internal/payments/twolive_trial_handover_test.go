@@ -4,11 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
-
-	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/payments"
 	"github.com/platformgw/gateway/internal/payments/stripetest"
@@ -94,17 +91,6 @@ func TestTwoLiveHandOverToAnOldTrialReadsItsEnd(t *testing.T) {
 // twoLiveNodeAPI is twoLiveNode with Stripe's API at api.
 func twoLiveNodeAPI(t *testing.T, st store.Store, node, api string) string {
 	t.Helper()
-	cat := meterCatalog(t)
-	cfg := payments.Config{Provider: "stripe", SecretKey: "sk_test_race", WebhookSecret: "whsec_race", APIBase: api,
-		Prices: []payments.Price{{Service: "geo", Product: "pro", Price: "price_pro"}, {Service: "geo", Product: "payg", Price: "price_payg"}}}
-	if err := cfg.Validate(cat); err != nil {
-		t.Fatal(err)
-	}
-	svc, err := payments.New(cfg, payments.Deps{Store: func() store.Store { return st }, Catalog: cat, NodeID: node, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(http.HandlerFunc(svc.ServeWebhook))
-	t.Cleanup(srv.Close)
-	return srv.URL
+	_, url := twoLiveServiceAPI(t, st, node, api, nil)
+	return url
 }
