@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/catalog"
@@ -125,6 +126,9 @@ type App struct {
 	keyUse    atomic.Pointer[ops.KeyUse] // with the pooled store
 	poolKey   string
 	cleanedUp bool
+	// stopHooked are the servers answerAtStop registered a shutdown
+	// hook on (each once, however many platform handlers it hosts).
+	stopHooked map[*caddyhttp.Server]bool
 	// store, when set, is served instead (unit tests build an App around
 	// a store of their own).
 	store store.Store

@@ -377,5 +377,6 @@ func FromContext(ctx caddy.Context, who string) (*App, error) {
 	}
 	app := a.(*App)
 	app.hardenServers(ctx)
+	app.answerAtStop(ctx)
 	return app, nil
 }

@@ -228,3 +228,91 @@ func TestSettleCommitCloseKeepsSettlements(t *testing.T) {
 		a2.Close()
 	}
 }
+
+// TestSettleCommitStoppingAnswersWaiting: a `settle commit` node whose
+// database is down is told the process is stopping (Stopping, as the
+// server's shutdown begins): the Settles waiting for their commits answer
+// at once that their settlements are pending (the call is charged: its
+// answer is delivered), and so does one made after, before the store
+// closes. Close keeps them in the settlement log and the next start
+// ships each once. Before, they waited for the database until the store
+// closed (or settleWait), past a short grace_period, and their answers
+// raced the process's exit (docs/fleet.md "At stop").
+func TestSettleCommitStoppingAnswersWaiting(t *testing.T) {
+	old := settleWait
+	settleWait = time.Hour // only the stop answers them
+	t.Cleanup(func() { settleWait = old })
+	c := pgtest.Cluster(t, clusterPort())
+	dsn := c.DB("pgstore")
+	dir := t.TempDir()
+	commit := func(o *Options) {
+		o.LogDir, o.SettleCommit, o.LeaseTTL, o.LeaseMax = dir, true, time.Minute, units(10)
+	}
+	a := openNode(t, dsn, "a", commit)
+	ctx := context.Background()
+	subscribe(t, a, "u", "svc", "q")
+	subscribe(t, a, "u", "pp", "pp")
+	if _, err := a.AddCredits(ctx, "u", "pp", units(100), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	quota := store.Account{UserID: "u", ServiceID: "svc", Product: quotaProduct(50)}
+	pre := store.Account{UserID: "u", ServiceID: "pp", Product: prepaidProduct(2)}
+	for range 10 { // the leases' blocks grow to LeaseMax
+		call(t, a, quota)
+		call(t, a, pre)
+	}
+
+	c.Stop()
+	// Calls the leases cover are served; their settlements wait.
+	var ress []store.Reservation
+	for _, acct := range []store.Account{quota, pre} {
+		for range 4 {
+			res, err := a.Reserve(ctx, acct, units(1), time.Now())
+			if err != nil || !res.Decision.Allowed {
+				break
+			}
+			ress = append(ress, res)
+		}
+	}
+	if len(ress) < 2 {
+		t.Fatalf("%d calls admitted from the leases with the database down", len(ress))
+	}
+	settle := func(res store.Reservation) error {
+		_, err := a.Settle(ctx, res, units(1), store.LedgerEntry{UserID: res.Account.UserID, ServiceID: res.Account.ServiceID,
+			ProductID: res.Account.Product.ID, Source: store.SourceGateway})
+		return err
+	}
+	waiting, after := ress[:len(ress)-1], ress[len(ress)-1]
+	errs := make(chan error, len(waiting))
+	for _, res := range waiting {
+		go func() { errs <- settle(res) }()
+	}
+	for deadline := time.Now().Add(5 * time.Second); queued(a) < len(waiting); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d settlements queued", queued(a), len(waiting))
+		}
+	}
+	a.Stopping()
+	for range waiting {
+		if err := <-errs; !errors.Is(err, store.ErrSettlementPending) {
+			t.Errorf("a settlement waiting at the stop answered %v, want ErrSettlementPending", err)
+		}
+	}
+	if err := settle(after); !errors.Is(err, store.ErrSettlementPending) {
+		t.Errorf("a settlement made after the stop began answered %v, want ErrSettlementPending", err)
+	}
+	a.Close()
+
+	c.Start()
+	want := map[string]int{"svc": 10, "pp": 10}
+	for _, res := range ress {
+		want[res.Account.ServiceID]++
+	}
+	a2 := openNode(t, dsn, "a", commit)
+	defer a2.Close()
+	for _, acct := range []store.Account{quota, pre} {
+		if n, sum, _, _ := ledgerOf(t, a2, acct); n != want[acct.ServiceID] || sum != units(int64(n)) {
+			t.Errorf("%s: %d entries of %s units; %d calls served", acct.ServiceID, n, sum, want[acct.ServiceID])
+		}
+	}
+}

@@ -270,6 +270,13 @@ func (s *Store) Node() string { return s.node }
 // RoundTrips counts this node's round trips to PostgreSQL (countingConn).
 func (s *Store) RoundTrips() int64 { return s.roundTrips.Load() }
 
+// Stopping tells the store the process has begun to exit (not a config
+// reload: the store outlives those): the calls waiting for their
+// settlements to be committed are answered at once, their settlements
+// written by the group commit or by Close, or kept in the settlement log
+// for the next start (settler.stop).
+func (s *Store) Stopping() { s.settle.stop() }
+
 // Close finishes the settlements queued (those PostgreSQL does not take
 // are kept in the settlement log, when the node has one, for its next
 // start), gives every lease back (units of calls still in flight

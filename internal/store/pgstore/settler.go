@@ -85,6 +85,12 @@ type settler struct {
 	dropped bool // abandon: a killed node writes nothing more
 	mu      sync.Mutex
 
+	// stopping closes when the process begins to exit (stop): a Settle
+	// waiting for its commit answers at once (submit), its settlement
+	// still queued, written by the group commit or kept at close.
+	stopping     chan struct{}
+	stoppingOnce sync.Once
+
 	// pending counts, per lease holder, the settlements queued or being
 	// written that consume from its row: the row is not given back before
 	// their batch ends (busy), or the units they consume would go back to
@@ -107,7 +113,22 @@ type settler struct {
 
 func newSettler(s *Store) *settler {
 	return &settler{s: s, in: make(chan *settlement, maxSettleBatch), closing: make(chan struct{}), done: make(chan struct{}),
-		pending: map[string]int{}}
+		stopping: make(chan struct{}), pending: map[string]int{}}
+}
+
+// stop says the process has begun to exit: the Settles waiting for their
+// commits, and those to come, answer at once that their settlements are
+// not written yet (store.ErrSettlementPending), so their callers have
+// their answers while the server still waits for them. Waiting on, they
+// answered only as the store closed (settleWait, 10 s, is longer than a
+// server's grace_period): just before the process exits, which an
+// answer could lose, the caller's connection closed without one, the
+// call charged all the same. The settlements stay queued: written by the
+// group commit, or by close's last attempt, or kept in the settlement
+// log (keep), each call once by its id. A config reload is no stop: the
+// store, shared by both configs, never hears of it.
+func (t *settler) stop() {
+	t.stoppingOnce.Do(func() { close(t.stopping) })
 }
 
 // busy says whether settlements queued or being written consume from the
@@ -179,6 +200,14 @@ func (t *settler) submit(ctx context.Context, st *settlement) (store.LedgerEntry
 	case <-timer.C:
 		return store.LedgerEntry{}, fmt.Errorf("pgstore: the settlement is not written yet (it will be once PostgreSQL answers): %w",
 			store.ErrSettlementPending)
+	case <-t.stopping:
+		select {
+		case <-st.done: // written meanwhile: say so
+			return st.result(), st.err
+		default:
+		}
+		return store.LedgerEntry{}, fmt.Errorf("pgstore: the node is stopping and the settlement is not written yet "+
+			"(its stop writes it, or keeps it in the settlement log for the next start): %w", store.ErrSettlementPending)
 	}
 }
 

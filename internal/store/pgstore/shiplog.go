@@ -573,6 +573,13 @@ func (s *Store) logSettle(ctx context.Context, st *settlement) (store.LedgerEntr
 		s.log.Warn("settlement log sync failed; waiting for PostgreSQL", zap.Error(err))
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleWait)
 		defer cancel()
+		go func() { // a stop answers at once (settler.stop)
+			select {
+			case <-s.settle.stopping:
+				cancel()
+			case <-wctx.Done():
+			}
+		}()
 		if err := s.ship.waitShipped(wctx, pos); err != nil {
 			// Still queued, shipped once PostgreSQL answers: the call will
 			// be charged, so its answer is delivered (as the group commit's
