@@ -211,7 +211,11 @@ func parseCompletion(body []byte, now time.Time, skew time.Duration) (completion
 	if strings.EqualFold(strings.TrimSpace(status), store.JobFailed) {
 		c.Status = store.JobFailed
 	}
-	if raw, ok := f["result"]; ok {
+	raw, ok, e := f.get("result")
+	if e != nil {
+		return c, e
+	}
+	if ok {
 		c.HasResult = true
 		if raw[0] == '"' {
 			if err := json.Unmarshal(raw, &c.Result); err != nil {
