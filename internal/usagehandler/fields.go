@@ -35,8 +35,14 @@ type fields map[string]json.RawMessage
 func (f fields) get(name string) (json.RawMessage, bool, *apierror.Error) {
 	for k := range f {
 		// Folding keeps a name within three times its length (the
-		// Kelvin sign is three bytes for "k"), and never shorter.
-		if k != name && len(k) >= len(name) && len(k) <= 3*len(name) && strings.EqualFold(k, name) {
+		// Kelvin sign is three bytes for "k"), and never shorter; an
+		// ASCII first letter must be the name's in either case. So a
+		// body of many names (usage_max_body_bytes of them) costs a
+		// byte compare each, not a fold.
+		if len(k) < len(name) || len(k) > 3*len(name) || k[0] < utf8.RuneSelf && k[0]|0x20 != name[0]|0x20 {
+			continue
+		}
+		if k != name && strings.EqualFold(k, name) {
 			return nil, true, apierror.Invalid(name, strconv.Quote(k)+" is not a field: field names are case-sensitive; send "+name)
 		}
 	}
