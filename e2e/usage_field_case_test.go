@@ -20,7 +20,9 @@ import (
 // and keeps the last, reads 1000. A name that differs from a field of
 // the route only in case (Unicode simple folding, as encoding/json
 // folds: "ſtatus" is status to it) is refused, naming the field, and
-// changes nothing.
+// changes nothing. So is a completion stating its units as
+// "unitsUsed", the usage report's name for them: read as an unknown
+// field, the job was COMPLETED with its 7 tokens never charged.
 func TestUsageFieldNamesInAnotherCase(t *testing.T) {
 	be := newUsageBackend(t, usageSecret)
 	g := startGateway(t, t.TempDir(), usageCatalog(be.URL, be.URL))
@@ -44,6 +46,8 @@ func TestUsageFieldNamesInAnotherCase(t *testing.T) {
 		{"completion units and UNITS", job(acc.CallbackURL, `{"status":"COMPLETED","units":1,"UNITS":1000,"timestamp":`+ts+`}`), 400, "invalid_request", "units"},
 		{"completion long s", job(acc.CallbackURL, `{"ſtatus":"FAILED","units":7,"timestamp":`+ts+`}`), 400, "invalid_request", "status"},
 		{"completion ErrorMessage", job(acc.CallbackURL, `{"status":"COMPLETED","units":7,"ErrorMessage":"x","timestamp":`+ts+`}`), 400, "invalid_request", "errorMessage"},
+		{"completion unitsUsed", job(acc.CallbackURL, `{"status":"COMPLETED","unitsUsed":7,"timestamp":`+ts+`}`), 400, "invalid_request", "units"},
+		{"completion UnitsUsed beside units", job(acc.CallbackURL, `{"status":"COMPLETED","units":7,"UnitsUsed":70,"timestamp":`+ts+`}`), 400, "invalid_request", "units"},
 		{"progress Stage", job(acc.ProgressURL, `{"Stage":"a","stage":"b","percentageComplete":5,"timestamp":`+ts+`}`), 400, "invalid_request", "stage"},
 		{"report UnitsUsed", rep(`{"userId":"` + user + `","serviceId":"svc","unitsUsed":1,"UnitsUsed":1000,"timestamp":` + now + `}`), 400, "invalid_request", "unitsUsed"},
 		{"report UserId", rep(`{"userId":"` + user + `","serviceId":"svc","UserId":"u-other","unitsUsed":1,"timestamp":` + now + `}`), 400, "invalid_request", "userId"},
