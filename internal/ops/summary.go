@@ -66,8 +66,11 @@ func (o *Ops) Summarize(ctx context.Context, sub store.Subscription, at time.Tim
 	svc, _ := o.rt.Catalog.Service(sub.ServiceID)
 	p, _ := svc.Product(sub.ProductID)
 	if hasHardLimit(*p) {
-		// From the hourly rollups: a handful of reads for a month.
-		f := store.LedgerFilter{UserID: sub.UserID, ServiceID: sub.ServiceID, From: ps.PeriodStart, To: at.Add(time.Nanosecond)}
+		// From the hourly rollups: a handful of reads for a month. The
+		// whole period, as its counter counts it: up to `at` alone, a
+		// summary of a time before a cut call showed its units used
+		// and not the call (TestSummaryCountsCutCallsOfTheWholePeriod).
+		f := store.LedgerFilter{UserID: sub.UserID, ServiceID: sub.ServiceID, From: ps.PeriodStart, To: ps.PeriodEnd}
 		err := store.ScanUsage(ctx, o.rt.Store(), f, func(r store.Rollup) error {
 			ps.CallsCutAtLimit += r.Capped
 			return nil

@@ -19,8 +19,36 @@ import (
 // is refused with the field's name while unknown fields are allowed (SDKs
 // add their own). null counts as absent. A field given twice is refused:
 // encoding/json keeps the last value, where a proxy, a log or the sender's
-// own records may read the first.
+// own records may read the first. So is a name that differs from a field
+// read only in case (get).
 type fields map[string]json.RawMessage
+
+// get returns the raw value of the field name; ok is false when it is
+// absent. A name of the body that differs from name only in case, as
+// encoding/json folds names (Unicode simple folding: "Units", "UNITS",
+// "ſtatus"), is refused, naming the field: a serialiser that writes
+// PascalCase sent {"Status":"FAILED","Units":7}, which read exactly was
+// a job COMPLETED with nothing charged, and {"unitsUsed":1,"UnitsUsed":
+// 1000} is 1 read exactly but 1000 to encoding/json, which matches names
+// in any case and keeps the last. Such a name is never an SDK's own
+// field, so unknown fields stay allowed.
+func (f fields) get(name string) (json.RawMessage, bool, *apierror.Error) {
+	for k := range f {
+		// Folding keeps a name within three times its length (the
+		// Kelvin sign is three bytes for "k"), and never shorter; an
+		// ASCII first letter must be the name's in either case. So a
+		// body of many names (usage_max_body_bytes of them) costs a
+		// byte compare each, not a fold.
+		if len(k) < len(name) || len(k) > 3*len(name) || k[0] < utf8.RuneSelf && k[0]|0x20 != name[0]|0x20 {
+			continue
+		}
+		if k != name && strings.EqualFold(k, name) {
+			return nil, true, apierror.Invalid(name, strconv.Quote(k)+" is not a field: field names are case-sensitive; send "+name)
+		}
+	}
+	raw, ok := f[name]
+	return raw, ok, nil
+}
 
 func parseObject(body []byte) (fields, *apierror.Error) {
 	var f fields
@@ -120,9 +148,9 @@ func repeatedNameDecoded(body []byte) (string, bool) {
 
 // str reads a string field; ok is false when it is absent.
 func (f fields) str(name string) (s string, ok bool, e *apierror.Error) {
-	raw, ok := f[name]
-	if !ok {
-		return "", false, nil
+	raw, ok, e := f.get(name)
+	if e != nil || !ok {
+		return "", ok, e
 	}
 	if raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
 		return "", true, apierror.Invalid(name, name+" must be a string")
@@ -211,9 +239,9 @@ func printableText(s string) bool {
 // units reads a non-negative exact decimal: a JSON number, or a string
 // holding one (some SDKs serialise decimals as strings).
 func (f fields) units(name string) (u billing.Units, ok bool, e *apierror.Error) {
-	raw, ok := f[name]
-	if !ok {
-		return 0, false, nil
+	raw, ok, e := f.get(name)
+	if e != nil || !ok {
+		return 0, ok, e
 	}
 	c := raw[0]
 	if c != '"' && c != '-' && (c < '0' || c > '9') {
@@ -227,9 +255,9 @@ func (f fields) units(name string) (u billing.Units, ok bool, e *apierror.Error)
 
 // number reads a JSON number field.
 func (f fields) number(name string) (v float64, ok bool, e *apierror.Error) {
-	raw, ok := f[name]
-	if !ok {
-		return 0, false, nil
+	raw, ok, e := f.get(name)
+	if e != nil || !ok {
+		return 0, ok, e
 	}
 	c := raw[0]
 	if c != '-' && (c < '0' || c > '9') || json.Unmarshal(raw, &v) != nil {
@@ -243,7 +271,10 @@ func (f fields) number(name string) (v float64, ok bool, e *apierror.Error) {
 // may not lie further in the future than the clock skew allowance, nor
 // before 1970.
 func (f fields) timestamp(now time.Time, skew time.Duration) (time.Time, *apierror.Error) {
-	raw, ok := f["timestamp"]
+	raw, ok, e := f.get("timestamp")
+	if e != nil {
+		return time.Time{}, e
+	}
 	if !ok {
 		return time.Time{}, apierror.Invalid("timestamp", "timestamp is required")
 	}

@@ -148,7 +148,7 @@ func TestFullDiskLogsOncePerBurst(t *testing.T) {
 			return fmt.Sprintf(`{"stage":"s%d","percentageComplete":10,"timestamp":%d}`, i, epoch)
 		}},
 		{"complete", "", func(i int) string {
-			return fmt.Sprintf(`{"status":"done","result":"r%d","unitsUsed":1,"timestamp":%d}`, i, epoch)
+			return fmt.Sprintf(`{"status":"done","result":"r%d","units":1,"timestamp":%d}`, i, epoch)
 		}},
 	}
 	start := time.Now()

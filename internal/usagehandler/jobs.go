@@ -211,7 +211,11 @@ func parseCompletion(body []byte, now time.Time, skew time.Duration) (completion
 	if strings.EqualFold(strings.TrimSpace(status), store.JobFailed) {
 		c.Status = store.JobFailed
 	}
-	if raw, ok := f["result"]; ok {
+	raw, ok, e := f.get("result")
+	if e != nil {
+		return c, e
+	}
+	if ok {
 		c.HasResult = true
 		if raw[0] == '"' {
 			if err := json.Unmarshal(raw, &c.Result); err != nil {
@@ -241,6 +245,12 @@ func parseCompletion(body []byte, now time.Time, skew time.Duration) (completion
 	}
 	if c.Units, c.HasUnits, e = f.units("units"); e != nil {
 		return c, e
+	}
+	// The usage report's name for the units, in any case: read as an
+	// unknown field, {"unitsUsed":7} completed a PER_TOKEN job with its
+	// units never charged (TestUsageFieldNamesInAnotherCase).
+	if _, named, _ := f.get("unitsUsed"); named {
+		return c, apierror.Invalid("units", "a completion states its units in units; unitsUsed is the usage report's field")
 	}
 	msg, _, e := f.str("errorMessage")
 	if e != nil {
