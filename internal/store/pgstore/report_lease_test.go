@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -142,4 +143,98 @@ func stale(s *Store, user, service string) bool {
 		}
 	}
 	return true
+}
+
+// TestFlooredChargeStopsLeasedCalls: the other charge that takes a limit
+// past its end. Calls in flight on a node whose lease lapsed (its row
+// swept, their holds back in the allowance) settle after the rest of the
+// quota was taken by other nodes; each is charged at least its hold
+// (TestLapsedLeaseCallKeepsItsHold), past the limit. From then on every
+// call must be refused, as after a report past the limit; a node holding
+// a lease with free units went on admitting calls from it.
+func TestFlooredChargeStopsLeasedCalls(t *testing.T) {
+	const ttl = 2 * time.Second
+	for _, mode := range []struct {
+		name   string
+		commit bool
+	}{{"settle commit", true}, {"settle log", false}} {
+		t.Run(mode.name, func(t *testing.T) {
+			ctx := context.Background()
+			dsn := pgtest.DB(t)
+			tune := func(o *Options) { o.LeaseTTL, o.LogDir, o.SettleCommit = ttl, t.TempDir(), mode.commit }
+			a, b, c := openNode(t, dsn, "a", tune), openNode(t, dsn, "b", tune), openNode(t, dsn, "c", tune)
+			p := quotaProduct(100)
+			subscribe(t, a, "u", "svc", p.ID)
+			acct := store.Account{UserID: "u", ServiceID: "svc", Product: p}
+			entry := store.LedgerEntry{UserID: "u", ServiceID: "svc", ProductID: p.ID, Source: store.SourceGateway}
+			call := func(s *Store) bool {
+				t.Helper()
+				res, err := s.Reserve(ctx, acct, units(1), time.Now())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !res.Decision.Allowed {
+					return false
+				}
+				if _, err := s.Settle(ctx, res, units(1), entry); err != nil {
+					t.Fatal(err)
+				}
+				return true
+			}
+			// Three calls of 3 units in flight on a; a's lease lapses.
+			var inflight []store.Reservation
+			for range 3 {
+				res, err := a.Reserve(ctx, acct, units(3), time.Now())
+				if err != nil || !res.Decision.Allowed {
+					t.Fatalf("hold: %v %+v", err, res.Decision)
+				}
+				inflight = append(inflight, res)
+			}
+			lapseLeases(t, a, b)
+			time.Sleep(ttl)
+			// b leases blocks ahead of its calls; c takes the rest.
+			for range 7 {
+				if !call(b) {
+					t.Fatal("b refused before the limit")
+				}
+			}
+			for call(c) {
+			}
+			k := AllowanceKey{"u", "svc", inflight[0].PeriodKey}
+			free, _ := limitsOf(p).unitsIn(b.leaser.Free(k))
+			if free <= 0 {
+				t.Fatalf("node b's lease has no free units (%s): nothing to test", free)
+			}
+			// a's calls settle for their holds: charged past the quota.
+			for i, res := range inflight {
+				e := entry
+				e.RequestID = fmt.Sprintf("late-%d", i)
+				if _, err := a.Settle(ctx, res, units(3), e); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := a.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(time.Second); time.Now().Before(deadline) && !stale(b, "u", "svc"); {
+				time.Sleep(10 * time.Millisecond)
+			}
+			served := 0
+			for range 20 {
+				if !call(b) {
+					break
+				}
+				served++
+			}
+			var used, leased int64
+			if err := b.pool.QueryRow(ctx, "SELECT used, leased_units FROM allowances WHERE user_id = 'u'").Scan(&used, &leased); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("b's lease had %s free units; after the late charges %d calls served; used %s, leased %s",
+				free, served, billing.Units(used), billing.Units(leased))
+			if served > 0 {
+				t.Errorf("%d calls served after late charges took the quota past its end (want every call refused)", served)
+			}
+		})
+	}
 }
