@@ -78,6 +78,7 @@ func (s *Store) CreateJobReserved(ctx context.Context, j store.Job, a store.Acco
 	var (
 		dec   billing.Decision
 		state billing.State
+		after row // the rows once the hold is taken, shown after the commit
 	)
 	err = s.tx(ctx, func(tx pgx.Tx) error {
 		job := j
@@ -87,7 +88,13 @@ func (s *Store) CreateJobReserved(ctx context.Context, j store.Job, a store.Acco
 		}
 		// The hold is a lease row of the job, in every dimension its
 		// decision holds (so that State shows it as held, as bbolt does),
-		// checked against the product's hard limits.
+		// checked against the product's hard limits. The node's lease is
+		// read (view) before the grant takes the allowance's rows, never
+		// after: a call of this node leasing a block holds the lease's
+		// mutex while its grant waits for those rows, and this
+		// transaction waiting for the mutex while holding them was a
+		// deadlock neither PostgreSQL nor Go could see
+		// (TestJobCreationBesideALeaseGrant).
 		before, err := scanRow(tx.QueryRow(ctx, stateSQL, k.UserID, k.ServiceID, k.Period))
 		if err != nil {
 			return err
@@ -113,11 +120,9 @@ func (s *Store) CreateJobReserved(ctx context.Context, j store.Job, a store.Acco
 			dec = refusal(a.Product, lim, g, units)
 			return errJobRefused
 		}
-		r, err := scanRow(tx.QueryRow(ctx, stateSQL, k.UserID, k.ServiceID, k.Period))
-		if err != nil {
+		if after, err = scanRow(tx.QueryRow(ctx, stateSQL, k.UserID, k.ServiceID, k.Period)); err != nil {
 			return err
 		}
-		state = s.view(k, a.Product, r)
 		dec.Allowed, dec.Code, dec.Reason = true, "", ""
 		return nil
 	})
@@ -127,6 +132,7 @@ func (s *Store) CreateJobReserved(ctx context.Context, j store.Job, a store.Acco
 	if err != nil {
 		return store.Reservation{}, err
 	}
+	state = s.view(k, a.Product, after) // the rows' locks released
 	return store.Reservation{ID: jobHolder(j.ID), Account: a, Decision: dec, PeriodKey: k.Period, JobID: j.ID, State: state}, nil
 }
 

@@ -253,11 +253,12 @@ func (s *Store) Record(ctx context.Context, a store.Account, e store.LedgerEntry
 		return nil, err
 	}
 	var (
-		stored []byte
-		dup    bool
+		stored    []byte
+		dup       bool
+		overdrawn bool
 	)
 	err := s.tx(ctx, func(tx pgx.Tx) error {
-		stored, dup = nil, false
+		stored, dup, overdrawn = nil, false, false
 		if e.IdempotencyKey != "" {
 			tag, err := tx.Exec(ctx, `INSERT INTO idempotency (service_id, key, created, response) VALUES ($1, $2, $3, '')
 				ON CONFLICT DO NOTHING`, a.ServiceID, e.IdempotencyKey, e.Time)
@@ -286,6 +287,18 @@ func (s *Store) Record(ctx context.Context, a store.Account, e store.LedgerEntry
 				return err
 			}
 			state = acc.state
+			// A report is charged past the hard limits (as the bbolt store
+			// charges it), into units the nodes' leases hold: those
+			// leases no longer stand for anything left, and a node
+			// admitting calls from them would serve past the limit every
+			// call the bbolt store refuses from here on. Every node's
+			// leases of the subscription ask the database again, as after
+			// credits taken back (notifyCredits).
+			if overdrawn = leasesOverdrawn(limitsOf(a.Product), acc.state); overdrawn {
+				if err := notify(ctx, tx, notifyCredits(a.UserID, a.ServiceID, -1)); err != nil {
+					return err
+				}
+			}
 		}
 		if err := insertLedger(ctx, tx, "", &entry); err != nil {
 			return err
@@ -306,6 +319,9 @@ func (s *Store) Record(ctx context.Context, a store.Account, e store.LedgerEntry
 	if err != nil {
 		return nil, err
 	}
+	if overdrawn && !dup {
+		s.leaser.Invalidate(a.UserID, a.ServiceID) // this node's own, at once
+	}
 	if !a.Free && !dup {
 		s.cache.dropSub(a.UserID, a.ServiceID)
 		s.forget(a.UserID, a.ServiceID)
@@ -316,6 +332,19 @@ func (s *Store) Record(ctx context.Context, a store.Account, e store.LedgerEntry
 		return stored, store.ErrReplayed
 	}
 	return stored, nil
+}
+
+// leasesOverdrawn says whether st, an allowance and its balance as a
+// charge left them, holds leased units, spend or credits that the hard
+// limits lim no longer cover: settled plus leased past a quota or a cap,
+// or credits held past the balance (grantSQL's condition, broken). A
+// report past a limit does that; the leases must not admit more calls.
+func leasesOverdrawn(lim Limits, st billing.State) bool {
+	left := row{used: st.Used, leased: st.Reserved, spend: st.Spend, leasedSpend: st.ReservedSpend,
+		credits: st.Credits, creditsHeld: st.CreditsHeld}.left(lim)
+	return lim.Units != nil && st.Reserved > 0 && left.Units < 0 ||
+		lim.Spend != nil && st.ReservedSpend > 0 && left.Spend < 0 ||
+		lim.Credits && st.CreditsHeld > 0 && left.Credits < 0
 }
 
 // insertLedger appends e in tx and sets its sequence number and id.

@@ -297,6 +297,12 @@ func (s *Store) ScanRollups(ctx context.Context, f store.RollupFilter, fn func(s
 	if noSuchText(f.UserID, f.ServiceID) {
 		return nil
 	}
+	// The settlements this node acknowledged from its settlement log are
+	// shipped first, as for a ledger read, so that the node reads its
+	// own writes in the rollups as in the ledger.
+	if err := s.flushForRead(ctx); err != nil {
+		return err
+	}
 	from, to := scanBounds(f.From, f.To)
 	// Keyset paging: the first chunk from the start, the next ones after
 	// the last key read.

@@ -247,6 +247,9 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 	// Apply each settlement to the locked rows, in order.
 	var ins ledgerRows
 	touchedLease := map[leaseKey]bool{}
+	// overdrawn: subscriptions a charge floored at its hold took past a
+	// limit into units leases hold (see below).
+	var overdrawn []subKey
 	for i, st := range batch {
 		st.err = nil
 		if e, ok := dups[st.callID]; ok {
@@ -302,6 +305,7 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 		}
 		leasedSpend := state.ReservedSpend
 		var dec billing.Decision
+		floored := false
 		if st.units > 0 {
 			dec = billing.DecideCharge(p, state, st.units)
 			if !dec.Allowed && !covered {
@@ -314,10 +318,18 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 				// never promised it. Capped with no floor, such a call
 				// was charged 0 units: served free.
 				dec = store.ChargeFloor(p, state, st.units, st.held, &entry)
+				floored = true
 			}
 			dec.Units = entry.Units
 			state.Charge(p, dec)
 			entry.Overage, entry.Cost = dec.Overage, dec.Cost
+		}
+		if sk := (subKey{st.key.UserID, st.key.ServiceID}); floored && leasesOverdrawn(limitsOf(p), state) && !slices.Contains(overdrawn, sk) {
+			// Charged its hold past the limit, into units other leases
+			// hold (other nodes' calls took the room the lapsed lease gave
+			// back): those leases stand for nothing left, and must not
+			// admit more calls, as after a report past the limit (Record).
+			overdrawn = append(overdrawn, sk)
 		}
 		a.used, a.spend, a.leased, a.leasedSpend = state.Used, state.Spend, state.Reserved, leasedSpend
 		sub.credits, sub.creditsHeld = state.Credits, state.CreditsHeld
@@ -382,6 +394,9 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 	b.Queue(`UPDATE leases l SET units = k.units, spend = k.spend, credits = k.credits
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[]) k(h, u, sv, p, units, spend, credits)
 		WHERE l.holder = k.h AND l.user_id = k.u AND l.service_id = k.sv AND l.period = k.p`, lh, lu, ls2, lp, lun, lsp, lcr)
+	for _, sk := range overdrawn {
+		b.Queue("SELECT pg_notify($1, $2)", notifyChannel, notifyCredits(sk.user, sk.service, -1))
+	}
 	if numbered && inserted == len(ins.index) {
 		// Every row is in: the COMMIT goes with the rest.
 		b.Queue("COMMIT")
@@ -450,6 +465,9 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 			seq = seqs[st.callID]
 		}
 		st.out.Seq = uint64(seq) // its ID when someone asks: result
+	}
+	for _, sk := range overdrawn {
+		s.leaser.Invalidate(sk.user, sk.service) // this node's own, at once
 	}
 	for k, r := range allow {
 		known := *r
