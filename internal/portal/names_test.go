@@ -1,0 +1,60 @@
+package portal
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/platformgw/gateway/internal/billing"
+)
+
+// TestDashboardNamesThePlan: a caller who took the plan "Pro" (29.00 EUR a
+// month) of "Shop API" on the plans page finds, on the dashboard, the
+// service and the plan under those names and what the plan costs with its
+// currency, not the ids "shop" and "product pro" with the quota alone.
+// The banner of refused calls names the service the same way.
+func TestDashboardNamesThePlan(t *testing.T) {
+	e := localWith(t, "", shopService())
+	key := e.keyOnly("pat")
+	e.subscribe("pat", "shop", "pro", "ACTIVE")
+	e.subscribe("pat", "shop", "pro", "SUSPENDED")
+	c := e.newClient()
+	page := c.signIn(key)
+	card := page[strings.Index(page, `<article class="card sub">`):]
+	card = card[:strings.Index(card, "</article>")]
+	for _, want := range []string{"<h3>Shop API", "plan Pro", "29.00 EUR a month"} {
+		if !strings.Contains(card, want) {
+			t.Errorf("the subscription's card lacks %q:\n%s", want, card)
+		}
+	}
+	if strings.Contains(card, "product pro") {
+		t.Errorf("the card names the plan by its id:\n%s", card)
+	}
+	if !strings.Contains(page, "<li><strong>Shop API</strong>: your subscription is suspended") {
+		t.Errorf("the banner does not name the service:\n%s", page)
+	}
+}
+
+// TestBannerPointsToALargerPlan: a caller whose free plan's quota is used
+// up, on a service with larger plans they may take themselves, is told to
+// take one on the plans page (with its link), not to ask their provider;
+// where no larger plan is theirs to take, the words stay as they were.
+func TestBannerPointsToALargerPlan(t *testing.T) {
+	e := localWith(t, "", shopService())
+	key := e.keyOnly("pat")
+	e.subscribe("pat", "shop", "free", "ACTIVE")
+	e.charge("pat", "shop", "hello", billing.Whole(100), time.Now(), 0)
+	page := e.newClient().signIn(key)
+	want := `To fix: wait for the next period, or take a larger plan on <a href="/portal/plans/shop">the plans page</a>.`
+	if !strings.Contains(page, want) {
+		t.Errorf("the banner lacks %q:\n%s", want, page)
+	}
+
+	// Pro is the largest plan a caller may take: nothing larger to offer.
+	e.subscribe("pat", "shop", "pro", "ACTIVE")
+	e.charge("pat", "shop", "hello", billing.Whole(1000), time.Now(), 0)
+	page = e.newClient().signIn(key)
+	if !strings.Contains(page, "To fix: wait for the next period, or ask your provider for a larger plan.") {
+		t.Errorf("the banner on the largest plan:\n%s", page)
+	}
+}
