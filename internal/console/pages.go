@@ -175,6 +175,38 @@ type serviceRow struct {
 	Subscribers []store.Subscription
 }
 
+// PlanName is the name callers see for product id on the storefront and
+// the plans page, when its listing gives it one other than the id.
+func (r serviceRow) PlanName(id string) string {
+	if l, ok := r.Listing(id); ok && l.DisplayName != id {
+		return l.DisplayName
+	}
+	return ""
+}
+
+// PriceText is what p costs, with its currency or in credits: its
+// listing's period price ("29.00 USD a month"), its price per unit, both
+// ("29.00 USD a month + 0.0008 USD per request"), or "—" for neither.
+func (r serviceRow) PriceText(p *billing.Product) string {
+	var parts []string
+	if l, ok := r.Listing(p.ID); ok {
+		if m, ok := l.PeriodPriceMoney(); ok && m.Amount > 0 {
+			parts = append(parts, m.String()+" a "+cmp.Or(p.Period, "month"))
+		}
+	}
+	if p.Price > 0 {
+		unit := formatCost(p.Price, kindFor(r.ID, p.ID, p))
+		if len(parts) > 0 && p.UnitLabel != "" {
+			unit += " per " + p.UnitLabel
+		}
+		parts = append(parts, unit)
+	}
+	if len(parts) == 0 {
+		return "—"
+	}
+	return strings.Join(parts, " + ")
+}
+
 // services: the catalog as configured, with who is subscribed.
 func (h *Handler) services(q *req) error {
 	subs, partial, err := h.allSubscriptions(q.r.Context(), "")
