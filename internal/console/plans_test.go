@@ -4,6 +4,7 @@ import (
 	"context"
 	"html"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/engine"
 	"github.com/platformgw/gateway/internal/ops"
+	"github.com/platformgw/gateway/internal/payments"
 	"github.com/platformgw/gateway/internal/store/boltstore"
 )
 
@@ -87,5 +89,52 @@ func TestLimitBarInWords(t *testing.T) {
 	}
 	if l := newLimit("quota", billing.Whole(1), billing.Whole(1), "request"); l.Num(l.Max)+" "+l.UnitText() != "1 request" {
 		t.Errorf("a quota of one: %q", l.Num(l.Max)+" "+l.UnitText())
+	}
+}
+
+// TestStripeBilledPlanChangeConfirmed: moving a user off a plan Stripe
+// bills (Pro, 29.00 USD a month through Checkout) to another in the
+// console asks first, saying that Stripe keeps charging for the old plan
+// until it is changed in Stripe; nothing changes until confirmed. A plan
+// Stripe does not bill changes at once, as before.
+func TestStripeBilledPlanChangeConfirmed(t *testing.T) {
+	e := planEnv(t)
+	ctx := context.Background()
+	if _, err := e.ops.PutSubscription(ctx, "test", "alice", "shop", "pro", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ops.PutSubscription(ctx, "test", "bob", "shop", "free", ""); err != nil {
+		t.Fatal(err)
+	}
+	h := direct(t, e, false)
+	h.payments = &payments.Config{Prices: []payments.Price{{Service: "shop", Product: "pro", Price: "price_pro_usd"}}}
+	product := func(user string) string {
+		sub, err := e.rt.Store().GetSubscription(ctx, user, "shop")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sub.ProductID
+	}
+	c, tok := session(t, h, "/console/users/alice", testOperator)
+	form := url.Values{"csrf": {tok}, "form": {"sub-shop"}, "serviceId": {"shop"}, "productId": {"free"}, "status": {"ACTIVE"}}
+	w := post(h, "/console/users/alice/subscription", form, c, testOperator)
+	page := html.UnescapeString(w.Body.String())
+	if product("alice") != "pro" {
+		t.Fatal("the plan Stripe bills was changed without asking")
+	}
+	for _, want := range []string{`id="confirm-form"`, "Stripe", "29.00 USD a month", "keeps charging"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the confirmation lacks %q:\n%s", want, page)
+		}
+	}
+	form.Set("confirm", "yes")
+	if w := post(h, "/console/users/alice/subscription", form, c, testOperator); w.Code >= 400 || product("alice") != "free" {
+		t.Errorf("confirmed: %d, product %s", w.Code, product("alice"))
+	}
+
+	c, tok = session(t, h, "/console/users/bob", testOperator)
+	form = url.Values{"csrf": {tok}, "form": {"sub-shop"}, "serviceId": {"shop"}, "productId": {"pro"}, "status": {"ACTIVE"}}
+	if w := post(h, "/console/users/bob/subscription", form, c, testOperator); strings.Contains(w.Body.String(), `id="confirm-form"`) || product("bob") != "pro" {
+		t.Errorf("a change from a plan Stripe does not bill asked or failed: product %s\n%s", product("bob"), w.Body)
 	}
 }

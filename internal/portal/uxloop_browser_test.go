@@ -232,7 +232,7 @@ func TestBrowserMarketplaceLoop(t *testing.T) {
 	}{{"390", phoneWidth, phoneHeight}, {"1280", 1280, 900}} {
 		t.Run(size.name, func(t *testing.T) {
 			idp := newTestIdP(t, nil, "", "")
-			_, mock := startLoop(t, idp)
+			e, mock := startLoop(t, idp)
 			ctx := newBrowser(t)
 			var errs consoleErrors
 			errs.listen(t, ctx)
@@ -317,6 +317,20 @@ func TestBrowserMarketplaceLoop(t *testing.T) {
 			step(t, ctx, "credits", chromedp.SendKeys(chromedp.CSS("#cr-amount"), "ten"))
 			submit(t, ctx, "add credits", `#credits button`)
 			looked(t, ctx, &errs, "console-credits-refused-"+size.name, size.w)
+			// Moving a caller who pays through Stripe to another plan asks
+			// first, and Cancel leaves them where they were.
+			page("console-user-again", "/console/users/"+user, "#sub-echo")
+			step(t, ctx, "change the plan", chromedp.SetValue(chromedp.CSS("#sub-echo-product"), "basic"))
+			submit(t, ctx, "save the plan", `#sub-echo button`)
+			step(t, ctx, "the confirmation", chromedp.WaitVisible(chromedp.CSS("#confirm-form")))
+			if q := eval[string](t, ctx, `document.querySelector('main').innerText`); !strings.Contains(q, "Stripe keeps charging them for pro") {
+				t.Errorf("the confirmation of a paid plan's change says:\n%s", q)
+			}
+			looked(t, ctx, &errs, "console-confirm-paid-"+size.name, size.w)
+			submit(t, ctx, "cancel", `#cancel`)
+			if sub, ok := e.subscriptionTo(user, "echo"); !ok || sub.ProductID != "pro" {
+				t.Errorf("after Cancel: %+v", sub)
+			}
 			page("console-usage", "/console/usage", "main")
 			page("console-revenue", "/console/revenue", "main")
 			page("console-audit", "/console/audit", "main")
