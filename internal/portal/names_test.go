@@ -58,3 +58,24 @@ func TestBannerPointsToALargerPlan(t *testing.T) {
 		t.Errorf("the banner on the largest plan:\n%s", page)
 	}
 }
+
+// TestExportRefusedKeepsTheDates: a CSV export refused for its days (the
+// last before the first) says why above the same form, the days typed
+// kept, to correct and send again; the page keeps the portal's menu.
+func TestExportRefusedKeepsTheDates(t *testing.T) {
+	e := localWith(t, "", shopService())
+	key := e.keyOnly("pat")
+	e.subscribe("pat", "shop", "free", "ACTIVE")
+	c := e.newClient()
+	c.signIn(key)
+	resp, page := c.get("/portal/usage.csv?from=2026-11-20&to=2026-11-01")
+	if resp.StatusCode != 400 {
+		t.Fatalf("refused export: %d", resp.StatusCode)
+	}
+	for _, want := range []string{"The last day is before the first.", `id="export-from" name="from" type="date" value="2026-11-20"`,
+		`id="export-to" name="to" type="date" value="2026-11-01"`, "Sign out"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the refused export's page lacks %q:\n%s", want, page)
+		}
+	}
+}

@@ -269,6 +269,10 @@ func TestBrowserMarketplaceLoop(t *testing.T) {
 			page("portal-dashboard", "/portal/", "#subscriptions")
 			page("portal-missing-job", "/portal/jobs/job-nope", "body")
 			page("portal-billing", "/portal/billing", "body")
+			page("portal-missing-page", "/portal/nope", "body")
+			page("store-missing-page", "/store/nope/deeper", "body")
+			page("portal-export-refused", "/portal/usage.csv?from=2026-11-20&to=2026-11-01", "body")
+			page("portal-plans-missing", "/portal/plans/nope", "body")
 
 			// The paid plan: Checkout is made, the browser leaves for
 			// Stripe (no network here), Stripe sends the caller back and
@@ -357,7 +361,7 @@ func looked(t *testing.T, ctx context.Context, errs *consoleErrors, name string,
 	t.Helper()
 	time.Sleep(200 * time.Millisecond) // let the console events arrive
 	for _, m := range errs.take() {
-		if strings.Contains(m, "favicon.ico") || (strings.Contains(name, "missing") && strings.Contains(m, "404") || strings.Contains(name, "refused") && strings.Contains(m, "400")) {
+		if strings.Contains(m, "favicon.ico") || (strings.Contains(name, "missing") && strings.Contains(m, "404") || strings.Contains(name, "refused") && strings.Contains(m, "400") || strings.Contains(name, "missing") && strings.Contains(m, "404")) {
 			continue // the site has no icon; missing pages and refused forms answer 404 and 400 as they must
 		}
 		t.Errorf("%s: the browser says %s", name, m)
@@ -365,6 +369,12 @@ func looked(t *testing.T, ctx context.Context, errs *consoleErrors, name string,
 	if w := eval[int64](t, ctx, `document.documentElement.scrollWidth`); w > width {
 		wide := eval[[]string](t, ctx, fmt.Sprintf(`[...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > %d.5).slice(0, 5).map(e => e.outerHTML.slice(0, 120))`, width))
 		t.Errorf("%s is %dpx wide at %dpx: %q", name, w, width, wide)
+	}
+	// A card's first line starts at its padding: no band of blank space
+	// above a card's heading.
+	if gaps := eval[[]string](t, ctx, `[...document.querySelectorAll('.card')].filter(c => c.firstElementChild &&
+		c.firstElementChild.getBoundingClientRect().top - c.getBoundingClientRect().top > 24).map(c => c.outerHTML.slice(0, 80))`); len(gaps) > 0 {
+		t.Errorf("%s: cards with blank space above their first line: %q", name, gaps)
 	}
 	loopShot(t, ctx, name)
 }

@@ -42,8 +42,14 @@ type page struct {
 	Billing *billingView
 	// Payments: the portal takes payments (the Billing link shows).
 	Payments bool
+	// Export is a refused CSV export's days as typed, shown again in
+	// its form (export.go).
+	Export *exportForm
 	*dashboard
 }
+
+// exportForm is the usage export's form as the caller filled it in.
+type exportForm struct{ From, To string }
 
 // dashboard is a caller's own figures.
 type dashboard struct {
