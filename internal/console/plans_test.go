@@ -138,3 +138,14 @@ func TestStripeBilledPlanChangeConfirmed(t *testing.T) {
 		t.Errorf("a change from a plan Stripe does not bill asked or failed: product %s\n%s", product("bob"), w.Body)
 	}
 }
+
+// TestServicesPageUnitsPerCall: an endpoint with no cost of its own costs
+// one unit a call, which the services page says ("1"), as the storefront
+// does ("1 unit per call"), not "—", which reads as nothing.
+func TestServicesPageUnitsPerCall(t *testing.T) {
+	h := direct(t, planEnv(t), false)
+	page := serve(h, httptest.NewRequest("GET", "/console/services", nil), testOperator).Body.String()
+	if !strings.Contains(page, `<td data-label="Units per call" class="num">1</td>`) {
+		t.Errorf("the endpoint's units per call:\n%s", page)
+	}
+}
