@@ -184,6 +184,19 @@ func (r serviceRow) PlanName(id string) string {
 	return ""
 }
 
+// CallUnits is what one call of e costs in units: its cost, or, where
+// no product of the service counts calls (PER_REQUEST), what a call holds
+// while it runs, the product charging what it uses ("1 held").
+func (r serviceRow) CallUnits(e *catalog.Endpoint) string {
+	n := e.UnitCost().String()
+	for _, p := range r.Products {
+		if p.MeasurementType == billing.PerRequest {
+			return n
+		}
+	}
+	return n + " held"
+}
+
 // PriceText is what p costs, with its currency or in credits: its
 // listing's period price ("29.00 USD a month"), its price per unit, both
 // ("29.00 USD a month + 0.0008 USD per request"), or "—" for neither.

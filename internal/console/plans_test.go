@@ -141,11 +141,17 @@ func TestStripeBilledPlanChangeConfirmed(t *testing.T) {
 
 // TestServicesPageUnitsPerCall: an endpoint with no cost of its own costs
 // one unit a call, which the services page says ("1"), as the storefront
-// does ("1 unit per call"), not "—", which reads as nothing.
+// does ("1 unit per call"), not "—", which reads as nothing; where no
+// product counts calls (a service sold by the token), the unit is what a
+// call holds while it runs ("1 held").
 func TestServicesPageUnitsPerCall(t *testing.T) {
 	h := direct(t, planEnv(t), false)
 	page := serve(h, httptest.NewRequest("GET", "/console/services", nil), testOperator).Body.String()
 	if !strings.Contains(page, `<td data-label="Units per call" class="num">1</td>`) {
 		t.Errorf("the endpoint's units per call:\n%s", page)
+	}
+	tokens := serviceRow{Service: &catalog.Service{Products: []*billing.Product{{ID: "t", MeasurementType: billing.PerToken}}}}
+	if got := tokens.CallUnits(&catalog.Endpoint{ID: "e"}); got != "1 held" {
+		t.Errorf("a call of a service sold by the token: %q", got)
 	}
 }
