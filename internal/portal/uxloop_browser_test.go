@@ -370,6 +370,16 @@ func looked(t *testing.T, ctx context.Context, errs *consoleErrors, name string,
 		wide := eval[[]string](t, ctx, fmt.Sprintf(`[...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > %d.5).slice(0, 5).map(e => e.outerHTML.slice(0, 120))`, width))
 		t.Errorf("%s is %dpx wide at %dpx: %q", name, w, width, wide)
 	}
+	// Every form that changes something carries its CSRF token.
+	if bare := eval[[]string](t, ctx, `[...document.querySelectorAll('form')].filter(f => f.method.toLowerCase() === 'post' &&
+		!f.querySelector('input[type=hidden][name=csrf]')?.value).map(f => f.outerHTML.slice(0, 100))`); len(bare) > 0 {
+		t.Errorf("%s: POST forms without a CSRF token: %q", name, bare)
+	}
+	// A keyboard reaches the page's content first: a skip link to main
+	// past the menus (the API reference has none to skip).
+	if !strings.HasPrefix(name, "docs") && eval[string](t, ctx, `(document.querySelector('a[href="#main"], a[href="#content"]') || {}).hash || ''`) == "" {
+		t.Errorf("%s: no link to skip to the content", name)
+	}
 	// A card's first line starts at its padding: no band of blank space
 	// above a card's heading.
 	if gaps := eval[[]string](t, ctx, `[...document.querySelectorAll('.card')].filter(c => c.firstElementChild &&
