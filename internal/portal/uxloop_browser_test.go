@@ -380,6 +380,16 @@ func looked(t *testing.T, ctx context.Context, errs *consoleErrors, name string,
 	if !strings.HasPrefix(name, "docs") && eval[string](t, ctx, `(document.querySelector('a[href="#main"], a[href="#content"]') || {}).hash || ''`) == "" {
 		t.Errorf("%s: no link to skip to the content", name)
 	}
+	// What the keyboard focuses shows it: the first stops of Tab each
+	// have an outline or a ring.
+	for i := 0; i < 6; i++ {
+		step(t, ctx, "tab", chromedp.KeyEvent("\t"))
+		if bare := eval[string](t, ctx, `(() => { const e = document.activeElement; if (!e || e === document.body) return '';
+			const s = getComputedStyle(e); return (s.outlineStyle === 'none' || s.outlineWidth === '0px') && s.boxShadow === 'none' ? e.outerHTML.slice(0, 100) : '' })()`); bare != "" {
+			t.Errorf("%s: the keyboard's focus does not show on %s", name, bare)
+			break
+		}
+	}
 	// A card's first line starts at its padding: no band of blank space
 	// above a card's heading.
 	if gaps := eval[[]string](t, ctx, `[...document.querySelectorAll('.card')].filter(c => c.firstElementChild &&
