@@ -79,3 +79,20 @@ func TestExportRefusedKeepsTheDates(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanNamedFreeSaysItOnce: a free plan named "Free" is headed "Free",
+// not "Free · Free"; a free plan named otherwise keeps its price beside
+// its name ("Bigger free · Free").
+func TestPlanNamedFreeSaysItOnce(t *testing.T) {
+	e := localWith(t, "", shopService())
+	key := e.keyOnly("pat")
+	c := e.newClient()
+	c.signIn(key)
+	_, page := c.get("/portal/plans/shop")
+	if strings.Contains(page, "<h3>Free <span") || !strings.Contains(page, "<h3>Free</h3>") {
+		t.Errorf("the plan Free's heading:\n%s", page)
+	}
+	if !strings.Contains(page, `<h3>Bigger free <span class="muted">· Free</span></h3>`) {
+		t.Errorf("the plan Bigger free's heading:\n%s", page)
+	}
+}
