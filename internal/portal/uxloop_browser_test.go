@@ -269,6 +269,7 @@ func TestBrowserMarketplaceLoop(t *testing.T) {
 			page("portal-dashboard", "/portal/", "#subscriptions")
 			page("portal-missing-job", "/portal/jobs/job-nope", "body")
 			page("portal-billing", "/portal/billing", "body")
+			page("portal-plans-index", "/portal/plans/", "main")
 			page("portal-missing-page", "/portal/nope", "body")
 			page("store-missing-page", "/store/nope/deeper", "body")
 			page("portal-export-refused", "/portal/usage.csv?from=2026-11-20&to=2026-11-01", "body")
