@@ -96,3 +96,23 @@ func TestPlanNamedFreeSaysItOnce(t *testing.T) {
 		t.Errorf("the plan Bigger free's heading:\n%s", page)
 	}
 }
+
+// TestBackFromCheckoutOffersNoSecondPayment: a caller sent back by Stripe
+// after paying (?m=subscribed), before Stripe's event made the plan theirs,
+// is told to wait and reload, not offered "Subscribe and pay with Stripe"
+// again beside their old plan, which a person who thinks the payment
+// failed clicks, starting a second subscription and a second charge. The
+// plans page opened otherwise offers it as before.
+func TestBackFromCheckoutOffersNoSecondPayment(t *testing.T) {
+	e, _ := startPaid(t)
+	key := e.keyOnly("payer")
+	c := e.newClient()
+	c.signIn(key)
+	_, page := c.get("/portal/plans/echo?m=subscribed")
+	if strings.Contains(page, "Subscribe and pay with Stripe") || !strings.Contains(page, "Paying again would start a second subscription") {
+		t.Errorf("the plans page back from Checkout:\n%s", page)
+	}
+	if _, page := c.get("/portal/plans/echo"); !strings.Contains(page, "Subscribe and pay with Stripe") {
+		t.Errorf("the plans page:\n%s", page)
+	}
+}
