@@ -500,9 +500,9 @@ func (h *Handler) putSubscription(q *req, userID string) error {
 			c.Button = "Move them to " + f("productId")
 		}
 		if c.Question != "" && paid != "" {
-			c.Consequence = strings.TrimSpace(c.Consequence + " " + userID + " pays for " + cur.ProductID + " through Stripe (" + paid +
-				"): this changes what the gateway serves, not what Stripe charges. Stripe keeps charging them for " + cur.ProductID +
-				" until their subscription is changed or cancelled in the Stripe Dashboard.")
+			c.Consequence = strings.TrimSpace(c.Consequence + " " + cur.ProductID + " is sold through Stripe (" + paid +
+				"): this changes what the gateway serves, not what Stripe charges. If " + userID + " pays for it there, Stripe keeps charging them for " +
+				cur.ProductID + " until their subscription is changed or cancelled in the Stripe Dashboard.")
 		}
 		if c.Question != "" && !h.confirmed(q, c, "form", "serviceId", "productId", "status") {
 			return nil
