@@ -116,3 +116,18 @@ func TestBackFromCheckoutOffersNoSecondPayment(t *testing.T) {
 		t.Errorf("the plans page:\n%s", page)
 	}
 }
+
+// TestBannerAddCreditsLinksToPacks: a caller out of credits on a plan
+// whose credits they buy themselves in packs is told where: "add credits
+// on the plans page", linked to it, not "add credits" with no word of
+// where.
+func TestBannerAddCreditsLinksToPacks(t *testing.T) {
+	e, _ := startTopUpSite(t)
+	key := e.keyOnly("pat")
+	e.subscribe("pat", "echo", "credits", "ACTIVE")
+	page := e.newClient().signIn(key)
+	want := `you have 0 credits left. <span class="fix">To fix: add credits on <a href="/portal/plans/echo">the plans page</a>.</span>`
+	if !strings.Contains(page, want) {
+		t.Errorf("the banner lacks %q:\n%s", want, page)
+	}
+}

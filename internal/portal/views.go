@@ -260,9 +260,15 @@ func (h *Handler) load(q *request, sess session, sessionKey store.KeyRecord) (*d
 		v.Standing = standingOf(ps, v.Product)
 		if r := v.Standing.Refused; r != nil {
 			r.ServiceName = v.ServiceName
-			if svc, ok := h.rt.Catalog.Service(sub.ServiceID); ok && r.Ask != "" && largerPlanOffered(svc, ps.ProductID) {
-				r.Fix = strings.TrimSuffix(r.Fix, r.Ask) + "take a larger plan on"
-				r.PlansURL = q.base + "/plans/" + url.PathEscape(svc.ID)
+			if svc, ok := h.rt.Catalog.Service(sub.ServiceID); ok {
+				switch {
+				case r.Ask != "" && largerPlanOffered(svc, ps.ProductID):
+					r.Fix = strings.TrimSuffix(r.Fix, r.Ask) + "take a larger plan on"
+					r.PlansURL = q.base + "/plans/" + url.PathEscape(svc.ID)
+				case r.AddCredits && h.prepaidWithPacks(svc, ps.ProductID):
+					r.Fix = "add credits on"
+					r.PlansURL = q.base + "/plans/" + url.PathEscape(svc.ID)
+				}
 			}
 			d.Banner = append(d.Banner, *r)
 		}
