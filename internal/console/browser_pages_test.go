@@ -142,7 +142,7 @@ func TestConsoleAttentionInBrowser(t *testing.T) {
 	}
 
 	w.open(t, ctx, "/users/alice", "#subscriptions")
-	if lim := text(t, ctx, "#subscriptions .limitbar"); !strings.Contains(lim, "133 of 100 request (133%), refused until "+end) {
+	if lim := text(t, ctx, "#subscriptions .limitbar"); !strings.Contains(lim, "133 of 100 requests (133%), refused until "+end) {
 		t.Errorf("alice's page: %q", lim)
 	}
 	w.open(t, ctx, "/users/carol", "#subscriptions")

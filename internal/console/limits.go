@@ -3,6 +3,7 @@ package console
 import (
 	"math"
 	"math/bits"
+	"strings"
 	"time"
 
 	"github.com/platformgw/gateway/internal/billing"
@@ -119,7 +120,38 @@ func (l limit) Num(v billing.Units) string {
 	if l.What == "spending cap" {
 		return costNumber(v, l.Unit)
 	}
-	return v.String()
+	return groupedUnits(v)
+}
+
+// UnitText is the measure after the limit's Max: a quota's unit label,
+// plural unless the quota is one ("10,000 requests"); a cap's cost kind
+// as is.
+func (l limit) UnitText() string {
+	if l.What == "spending cap" || l.Max == billing.Whole(1) || strings.HasSuffix(l.Unit, "s") {
+		return l.Unit
+	}
+	return l.Unit + "s"
+}
+
+// groupedUnits writes units with thousands separators ("10,000"), the
+// fraction, if any, as is.
+func groupedUnits(n billing.Units) string {
+	whole, frac, hasFrac := strings.Cut(n.String(), ".")
+	sign := ""
+	if strings.HasPrefix(whole, "-") {
+		sign, whole = "-", whole[1:]
+	}
+	var b strings.Builder
+	for i, d := range whole {
+		if i > 0 && (len(whole)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(d)
+	}
+	if hasFrac {
+		return sign + b.String() + "." + frac
+	}
+	return sign + b.String()
 }
 
 // periodEnd is when a limit reached stops refusing calls: the period's

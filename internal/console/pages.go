@@ -175,6 +175,51 @@ type serviceRow struct {
 	Subscribers []store.Subscription
 }
 
+// PlanName is the name callers see for product id on the storefront and
+// the plans page, when its listing gives it one other than the id.
+func (r serviceRow) PlanName(id string) string {
+	if l, ok := r.Listing(id); ok && l.DisplayName != id {
+		return l.DisplayName
+	}
+	return ""
+}
+
+// CallUnits is what one call of e costs in units: its cost, or, where
+// no product of the service counts calls (PER_REQUEST), what a call holds
+// while it runs, the product charging what it uses ("1 held").
+func (r serviceRow) CallUnits(e *catalog.Endpoint) string {
+	n := e.UnitCost().String()
+	for _, p := range r.Products {
+		if p.MeasurementType == billing.PerRequest {
+			return n
+		}
+	}
+	return n + " held"
+}
+
+// PriceText is what p costs, with its currency or in credits: its
+// listing's period price ("29.00 USD a month"), its price per unit, both
+// ("29.00 USD a month + 0.0008 USD per request"), or "—" for neither.
+func (r serviceRow) PriceText(p *billing.Product) string {
+	var parts []string
+	if l, ok := r.Listing(p.ID); ok {
+		if m, ok := l.PeriodPriceMoney(); ok && m.Amount > 0 {
+			parts = append(parts, m.String()+" a "+cmp.Or(p.Period, "month"))
+		}
+	}
+	if p.Price > 0 {
+		unit := formatCost(p.Price, kindFor(r.ID, p.ID, p))
+		if len(parts) > 0 && p.UnitLabel != "" {
+			unit += " per " + p.UnitLabel
+		}
+		parts = append(parts, unit)
+	}
+	if len(parts) == 0 {
+		return "—"
+	}
+	return strings.Join(parts, " + ")
+}
+
 // services: the catalog as configured, with who is subscribed.
 func (h *Handler) services(q *req) error {
 	subs, partial, err := h.allSubscriptions(q.r.Context(), "")

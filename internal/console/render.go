@@ -33,7 +33,7 @@ var pages = func() map[string]*template.Template {
 			if u == nil {
 				return "—"
 			}
-			return u.String()
+			return groupedUnits(*u)
 		},
 		"when": func(t time.Time) string {
 			if t.IsZero() {

@@ -482,19 +482,58 @@ func (h *Handler) putSubscription(q *req, userID string) error {
 		return h.refused(q, userID, apierror.Invalid("productId", "Choose a product."))
 	}
 	// Taking access away (a status that grants none, where the user had
-	// it) is confirmed first; the operations validate the rest.
-	if status := f("status"); status != "" && !subscription.GrantsAccess(status) && subscription.Status(strings.ToUpper(status)).Valid() {
-		cur, err := h.rt.Store().GetSubscription(q.r.Context(), userID, f("serviceId"))
-		if err == nil && subscription.EffectiveStatus(cur, h.rt.Now()).GrantsAccess() && !h.confirmed(q, confirmation{UserID: userID,
-			Question:    "Set " + userID + "'s subscription to " + f("serviceId") + " to " + strings.ToUpper(status) + "?",
-			Consequence: "Their calls to " + f("serviceId") + " are refused from now on, until the subscription is set to a status that grants access again.",
-			Action:      h.link(nil, "users", userID, "subscription"), Button: "Set it to " + strings.ToUpper(status),
-		}, "form", "serviceId", "productId", "status") {
+	// it) is confirmed first, and so is moving a user off a plan they pay
+	// for through Stripe, which goes on charging for it; the operations
+	// validate the rest.
+	status := f("status")
+	takesAccess := status != "" && !subscription.GrantsAccess(status) && subscription.Status(strings.ToUpper(status)).Valid()
+	if cur, err := h.rt.Store().GetSubscription(q.r.Context(), userID, f("serviceId")); err == nil && subscription.EffectiveStatus(cur, h.rt.Now()).GrantsAccess() {
+		paid := h.stripeBilled(cur.ServiceID, cur.ProductID)
+		c := confirmation{UserID: userID, Action: h.link(nil, "users", userID, "subscription")}
+		switch {
+		case takesAccess:
+			c.Question = "Set " + userID + "'s subscription to " + f("serviceId") + " to " + strings.ToUpper(status) + "?"
+			c.Consequence = "Their calls to " + f("serviceId") + " are refused from now on, until the subscription is set to a status that grants access again."
+			c.Button = "Set it to " + strings.ToUpper(status)
+		case paid != "" && f("productId") != cur.ProductID:
+			c.Question = "Move " + userID + " from " + cur.ProductID + " to " + f("productId") + " on " + f("serviceId") + "?"
+			c.Button = "Move them to " + f("productId")
+		}
+		if c.Question != "" && paid != "" {
+			c.Consequence = strings.TrimSpace(c.Consequence + " " + cur.ProductID + " is sold through Stripe (" + paid +
+				"): this changes what the gateway serves, not what Stripe charges. If " + userID + " pays for it there, Stripe keeps charging them for " +
+				cur.ProductID + " until their subscription is changed or cancelled in the Stripe Dashboard.")
+		}
+		if c.Question != "" && !h.confirmed(q, c, "form", "serviceId", "productId", "status") {
 			return nil
 		}
 	}
 	_, err := h.ops.PutSubscription(q.r.Context(), q.actor(), userID, f("serviceId"), f("productId"), f("status"))
 	return h.result(q, userID, "subscription", err)
+}
+
+// stripeBilled is what a plan costs when it is sold through Stripe (the
+// payments block names a Stripe Price for it, as the portal's Checkout
+// charges), "29.00 USD a month"; empty when Stripe does not bill it.
+func (h *Handler) stripeBilled(serviceID, productID string) string {
+	if h.payments == nil {
+		return ""
+	}
+	if p := h.payments.PriceFor(serviceID, productID); p == nil || p.Price == "" {
+		return ""
+	}
+	svc, ok := h.rt.Catalog.Service(serviceID)
+	if !ok {
+		return ""
+	}
+	prod, ok := svc.Product(productID)
+	if !ok {
+		return ""
+	}
+	if t := (serviceRow{Service: svc}).PriceText(prod); t != "—" {
+		return t
+	}
+	return "Stripe Price " + h.payments.PriceFor(serviceID, productID).Price
 }
 
 func (h *Handler) addCredits(q *req, userID string) error {

@@ -65,7 +65,10 @@ func (h *Handler) exportUsage(q *request) {
 	}
 	from, to, problem := exportRange(q)
 	if problem != "" {
-		h.message(q, http.StatusBadRequest, "Export refused", problem)
+		// The same form again, the days typed kept, under what is wrong.
+		v := q.r.URL.Query()
+		h.render(q, http.StatusBadRequest, "exportrefused", page{Title: "Export refused", Base: q.base, CSRF: sess.CSRF,
+			UserID: sess.UserID, Error: problem, Export: &exportForm{From: v.Get("from"), To: v.Get("to")}})
 		return
 	}
 	var buf bytes.Buffer

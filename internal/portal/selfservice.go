@@ -48,6 +48,11 @@ var planNotices = map[string]string{
 	"checkout-cancelled": "You left Stripe's checkout; nothing was charged and nothing was changed.",
 }
 
+// awaitingStripe stands for a paid plan's button on the page Stripe's
+// Checkout sends a caller back to, while Stripe has not yet confirmed the
+// payment they made.
+const awaitingStripe = "Stripe is confirming the payment you just made: reload this page in a few seconds to see your plan. Paying again would start a second subscription."
+
 // plansView is the plans page of one service.
 type plansView struct {
 	ServiceID, Name string
@@ -238,6 +243,16 @@ func (h *Handler) plans(q *request, serviceID string, confirm bool) {
 	notice := planNotices[q.r.URL.Query().Get("m")]
 	if n, ok := topUpNotices[q.r.URL.Query().Get("m")]; ok {
 		notice = n
+	}
+	if q.r.URL.Query().Get("m") == "subscribed" && !v.StripeBilled {
+		// Back from paying, before Stripe's event made the plan the
+		// caller's: no second Checkout beside the old plan, which a
+		// caller who thinks the payment failed would pay again.
+		for i := range v.Plans {
+			if v.Plans[i].Action == "checkout" {
+				v.Plans[i].Action, v.Plans[i].Note = "", awaitingStripe
+			}
+		}
 	}
 	h.renderPlans(q, http.StatusOK, sess, v, notice, "", nil)
 }

@@ -91,8 +91,18 @@ func percentOf(used, limit billing.Units) int {
 // fix in plain words.
 type callsRefused struct {
 	ServiceID string
-	Reason    string // "quota used up until 26 Dec 2026 17:46 UTC"
-	Fix       string // "wait for the next period, or ask for a larger plan"
+	// ServiceName is how the dashboard names the service (its display
+	// name, else its id).
+	ServiceName string
+	// Ask is the part of Fix that sends a caller whose quota is used up
+	// or cap reached to their provider; PlansURL, when set, is the plans
+	// page where they may take a larger plan themselves instead (views.go).
+	Ask, PlansURL string
+	// AddCredits: the fix is to add credits, which a caller buys in packs
+	// on the plans page where the plan sells them (views.go).
+	AddCredits bool
+	Reason     string // "quota used up until 26 Dec 2026 17:46 UTC"
+	Fix        string // "wait for the next period, or ask for a larger plan"
 }
 
 // standing is a subscription's bars and, when its calls are refused
@@ -166,14 +176,19 @@ func refusedNow(ps ops.PeriodSummary, p *billing.Product) *callsRefused {
 	switch {
 	case d.Code == billing.CodeInsufficientCredits && st.Credits < 0:
 		r.Reason, r.Fix = "your credit balance is below zero ("+creditsText(st.Credits)+")", "add credits"
+		r.AddCredits = true
 	case d.Code == billing.CodeInsufficientCredits && st.CreditsFree() <= 0:
 		r.Reason, r.Fix = "you have 0 credits left", "add credits"
+		r.AddCredits = true
 	case d.Code == billing.CodeInsufficientCredits:
 		r.Reason, r.Fix = "your credits ("+creditsText(st.CreditsFree())+") do not cover a call", "add credits"
+		r.AddCredits = true
 	case p.Quota != nil && !p.OverageAllowed() && st.QuotaLeft(*p.Quota) < billing.Whole(1):
-		r.Reason, r.Fix = limitFix(ps, "quota used up", "ask your provider for a larger plan")
+		r.Ask = "ask your provider for a larger plan"
+		r.Reason, r.Fix = limitFix(ps, "quota used up", r.Ask)
 	default:
-		r.Reason, r.Fix = limitFix(ps, "spending cap reached", "ask your provider to raise the cap")
+		r.Ask = "ask your provider to raise the cap"
+		r.Reason, r.Fix = limitFix(ps, "spending cap reached", r.Ask)
 	}
 	return r
 }

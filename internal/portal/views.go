@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -41,8 +42,14 @@ type page struct {
 	Billing *billingView
 	// Payments: the portal takes payments (the Billing link shows).
 	Payments bool
+	// Export is a refused CSV export's days as typed, shown again in
+	// its form (export.go).
+	Export *exportForm
 	*dashboard
 }
+
+// exportForm is the usage export's form as the caller filled it in.
+type exportForm struct{ From, To string }
 
 // dashboard is a caller's own figures.
 type dashboard struct {
@@ -113,7 +120,14 @@ type subscriptionView struct {
 	Product     *billing.Product
 	Pricing     string
 	StatusWords string
-	Standing    standing
+	// ServiceName is the service's display name (its id without one);
+	// PlanName the plan's display name, as the plans page and the
+	// storefront show it (empty without one: the card names the product
+	// by its id);
+	// PlanPrice what the plan costs a period, with its currency
+	// ("29.00 USD a month"), empty when it costs nothing a period.
+	ServiceName, PlanName, PlanPrice string
+	Standing                         standing
 	// Curl are calls to the service's endpoints to copy.
 	Curl  []curlLine
 	Chart *chart
@@ -130,6 +144,21 @@ type keyRow struct {
 	// node since it started; Used is false when it did not (keys.go).
 	LastUsed time.Time
 	Used     bool
+}
+
+// largerPlanOffered reports whether the caller may take, on the plans
+// page, a plan of svc that costs more or holds more than current's (the
+// banner then sends them there rather than to their provider).
+func largerPlanOffered(svc *catalog.Service, current string) bool {
+	if !svc.Public {
+		return false
+	}
+	for _, p := range svc.Products {
+		if p.ID != current && svc.SelfServiceOffer(p.ID) != catalog.NotOffered && svc.Pricier(p.ID, current) {
+			return true
+		}
+	}
+	return false
 }
 
 // Bounds of what one dashboard reads.
@@ -215,14 +244,32 @@ func (h *Handler) load(q *request, sess session, sessionKey store.KeyRecord) (*d
 		if err != nil {
 			return nil, fmt.Errorf("summarize %s: %w", sub.ServiceID, err)
 		}
-		v := subscriptionView{PeriodSummary: ps, StatusWords: endingWords(ps.Status, ps.EndsAt)}
+		v := subscriptionView{PeriodSummary: ps, StatusWords: endingWords(ps.Status, ps.EndsAt), ServiceName: sub.ServiceID}
 		if svc, ok := h.rt.Catalog.Service(sub.ServiceID); ok {
 			v.Product, _ = svc.Product(ps.ProductID)
 			v.Curl = curlLines(base, prefix, svc, "$PLATFORM_KEY")
+			v.ServiceName = svc.Name()
+			if l, ok := svc.Listing(ps.ProductID); ok {
+				v.PlanName = l.DisplayName
+				if m, ok := l.PeriodPriceMoney(); ok && m.Amount > 0 && v.Product != nil {
+					v.PlanPrice = m.String() + " a " + periodNoun(v.Product.Period)
+				}
+			}
 		}
 		v.Pricing = pricingWords(v.Product)
 		v.Standing = standingOf(ps, v.Product)
 		if r := v.Standing.Refused; r != nil {
+			r.ServiceName = v.ServiceName
+			if svc, ok := h.rt.Catalog.Service(sub.ServiceID); ok {
+				switch {
+				case r.Ask != "" && largerPlanOffered(svc, ps.ProductID):
+					r.Fix = strings.TrimSuffix(r.Fix, r.Ask) + "take a larger plan on"
+					r.PlansURL = q.base + "/plans/" + url.PathEscape(svc.ID)
+				case r.AddCredits && h.prepaidWithPacks(svc, ps.ProductID):
+					r.Fix = "add credits on"
+					r.PlansURL = q.base + "/plans/" + url.PathEscape(svc.ID)
+				}
+			}
 			d.Banner = append(d.Banner, *r)
 		}
 		if !ps.PeriodStart.IsZero() {
@@ -360,7 +407,7 @@ func (h *Handler) load(q *request, sess session, sessionKey store.KeyRecord) (*d
 	for i := range d.Subscriptions {
 		v := &d.Subscriptions[i]
 		if d.Outcomes.RateLimited[v.ServiceID] && v.Standing.RateLimit != "" && v.Standing.Refused == nil {
-			d.Banner = append(d.Banner, callsRefused{ServiceID: v.ServiceID,
+			d.Banner = append(d.Banner, callsRefused{ServiceID: v.ServiceID, ServiceName: v.ServiceName,
 				Reason: "some of your calls were refused for going too fast", Fix: "slow down: " + v.Standing.RateLimit})
 		}
 	}

@@ -183,10 +183,11 @@ func operationView(path, method string, op *openapi3.Operation, item *openapi3.P
 // curlExample is a curl command for o: the document's first server (or a
 // placeholder host), path parameters as upper-case placeholders (curl
 // would read braces as a glob), the key from $SERVICE_KEY in the header
-// the operation's security names, and a JSON body when it takes one. A
-// relative server (the gateway's own document is served with "/" when
-// public_url is not set) is joined onto the placeholder host: curl
-// refuses a URL without one.
+// the operation's security names, and a JSON body when it takes one (a
+// body of any type, */*, among them); never a media range as the body's
+// Content-Type. A relative server (the gateway's own document is served
+// with "/" when public_url is not set) is joined onto the placeholder
+// host: curl refuses a URL without one.
 func curlExample(servers []string, o docsOperation) string {
 	const placeholder = "https://gateway.example"
 	base := placeholder
@@ -215,10 +216,13 @@ func curlExample(servers []string, o docsOperation) string {
 	}
 	if len(o.Body) > 0 {
 		ct := o.Body[0]
-		if slices.Contains(o.Body, "application/json") {
+		if slices.Contains(o.Body, "application/json") || slices.Contains(o.Body, "*/*") || slices.Contains(o.Body, "application/*") {
 			ct = "application/json"
 		}
-		b.WriteString(" -H 'Content-Type: " + ct + "'")
+		// A media range ("text/*") is no type a request may send.
+		if !strings.Contains(ct, "*") {
+			b.WriteString(" -H 'Content-Type: " + ct + "'")
+		}
 		if ct == "application/json" {
 			b.WriteString(" -d '{}'")
 		}

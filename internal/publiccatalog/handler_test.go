@@ -300,7 +300,8 @@ func TestDocsPage(t *testing.T) {
 // TestCurlExample: the command a reference page offers for an operation:
 // its method, the server and path with parameters as placeholders (curl
 // would read braces as a glob), the key from the environment in the
-// header the operation's security names, a JSON body when it takes one.
+// header the operation's security names, a JSON body when it takes one
+// (any type of body among them), never a media range as a Content-Type.
 func TestCurlExample(t *testing.T) {
 	for _, tc := range []struct {
 		servers []string
@@ -319,6 +320,14 @@ func TestCurlExample(t *testing.T) {
 			`curl 'https://gateway.example/api/service/weather/endpoint/forecast/invoke' -H "Authorization: Bearer $SERVICE_KEY"`},
 		{[]string{"/v2"}, docsOperation{Method: "GET", Path: "/items"},
 			`curl 'https://gateway.example/v2/items'`},
+		// A body of any type (the document the gateway builds from its
+		// endpoints says */*): a media range is no Content-Type a request
+		// may send; JSON is one of the types it takes, as the portal's
+		// "Try it" sends. A range of text types: no header to guess.
+		{nil, docsOperation{Method: "POST", Path: "/hello", Body: []string{"*/*"}},
+			`curl -X POST 'https://gateway.example/hello' -H 'Content-Type: application/json' -d '{}'`},
+		{nil, docsOperation{Method: "POST", Path: "/hello", Body: []string{"text/*"}},
+			`curl -X POST 'https://gateway.example/hello'`},
 	} {
 		if got := curlExample(tc.servers, tc.o); got != tc.want {
 			t.Errorf("curlExample(%v, %s %s):\n got %s\nwant %s", tc.servers, tc.o.Method, tc.o.Path, got, tc.want)
