@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/pgtest"
 	"github.com/platformgw/gateway/internal/store"
@@ -366,7 +368,7 @@ func TestStoreMigratePrunedMidMonthChecks(t *testing.T) {
 			m := time.Now().UTC().AddDate(0, -3, 0)
 			base := time.Date(m.Year(), m.Month(), 10, 10, 20, 0, 0, time.UTC)
 			if _, err := src.PutSubscription(ctx, store.Subscription{UserID: "alice", ServiceID: "svc", ProductID: "payg", Status: "ACTIVE",
-				StartedAt: base.Add(-48 * time.Hour), UpdatedAt: base}); err != nil {
+				StartedAt: base.Add(-time.Minute), UpdatedAt: base}); err != nil {
 				t.Fatal(err)
 			}
 			settle := func(at time.Time) {
@@ -416,8 +418,24 @@ func TestStoreMigratePrunedMidMonthChecks(t *testing.T) {
 				t.Fatal(err)
 			}
 			dst.Close()
-			if out, err := cliRun(t, "store", "check", "--dsn", dsn); err != nil {
+			out, err := cliRun(t, "store", "check", "--dsn", dsn)
+			if err != nil {
 				t.Fatalf("store check --dsn after a row of that month: %v\n%s", err, out)
+			}
+			if tc.kept && !strings.Contains(out, "rows from "+base.Truncate(time.Hour).Add(time.Hour).Format(time.RFC3339)+" on (earlier rows were pruned") {
+				t.Errorf("the check does not say from when the rows are held:\n%s", out)
+			}
+			// The check still sees a counter that differs.
+			conn, err := pgx.Connect(ctx, dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(ctx)
+			if _, err := conn.Exec(ctx, "UPDATE allowances SET used = used + 1000000"); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := cliRun(t, "store", "check", "--dsn", dsn); err == nil || !strings.Contains(err.Error(), `used stored`) {
+				t.Fatalf("store check --dsn of a counter one unit off: %v\n%s", err, out)
 			}
 		})
 	}

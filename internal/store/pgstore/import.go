@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -106,10 +107,32 @@ func (s *Store) ImportLedger(ctx context.Context, es []store.LedgerEntry) error 
 
 // ImportLedgerHistory adds the rollups of pruned rows to those of the
 // imported rows, and moves the ledger's sequence past lastSeq.
+//
+// A bbolt ledger is pruned in segments, at any time of a month, where
+// PostgreSQL's retention drops whole monthly partitions: the ledger's
+// first partition then holds only the rows of its month that came after
+// the pruned ones. The hour after the last pruned rollup is noted on the
+// ledger (ledgerHeldFrom), so that `store check --dsn` takes the rows as
+// all held from there on, and the rollups before it, not from the
+// partition's start.
 func (s *Store) ImportLedgerHistory(ctx context.Context, pruned []store.Rollup, lastSeq uint64) error {
 	b := &pgx.Batch{}
+	var after time.Time
 	for _, r := range pruned {
 		queueRollupAdd(b, r)
+		if h := r.Hour.UTC().Truncate(time.Hour).Add(time.Hour); h.After(after) {
+			after = h
+		}
+	}
+	if !after.IsZero() {
+		held, err := ledgerHeldFrom(ctx, s.pool)
+		if err != nil {
+			return s.fail(err)
+		}
+		if after.After(held) {
+			// COMMENT takes no parameters; the text is a fixed format.
+			b.Queue("COMMENT ON TABLE ledger IS '" + ledgerHeldPrefix + after.Format(time.RFC3339) + ledgerHeldSuffix + "'")
+		}
 	}
 	if lastSeq > 0 {
 		b.Queue("SELECT setval(pg_get_serial_sequence('ledger', 'seq'), greatest((SELECT max(seq) FROM ledger), $1::bigint, 1))", int64(lastSeq))
@@ -303,4 +326,33 @@ func (s *Store) ImportLeases(ctx context.Context, ls []store.Lease) error {
 			l.Name, l.Holder, int64(l.Epoch), nullTime(l.Expires.UTC()), l.Cursor)
 	}
 	return s.importBatch(ctx, b)
+}
+
+// ledgerHeldPrefix and ledgerHeldSuffix frame the time, noted in the
+// ledger table's comment by an import of a pruned bbolt ledger, from which
+// every ledger row is held (ImportLedgerHistory).
+const (
+	ledgerHeldPrefix = "platform: ledger rows held from "
+	ledgerHeldSuffix = " on; the rows before were pruned in the bbolt store moved here (store migrate), their hourly rollups stand in for them"
+)
+
+// ledgerHeldFrom reads the time noted by ImportLedgerHistory; zero when
+// there is none (the ledger's rows are all held from its first partition).
+func ledgerHeldFrom(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) (time.Time, error) {
+	var c string
+	if err := q.QueryRow(ctx, "SELECT coalesce(obj_description('ledger'::regclass, 'pg_class'), '')").Scan(&c); err != nil {
+		return time.Time{}, err
+	}
+	rest, ok := strings.CutPrefix(c, ledgerHeldPrefix)
+	if !ok {
+		return time.Time{}, nil
+	}
+	at, _, _ := strings.Cut(rest, " ")
+	t, err := time.Parse(time.RFC3339, at)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("the ledger's comment %q names no time", c)
+	}
+	return t.UTC(), nil
 }
