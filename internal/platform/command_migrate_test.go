@@ -440,3 +440,74 @@ func TestStoreMigratePrunedMidMonthChecks(t *testing.T) {
 		})
 	}
 }
+
+// failingLedgerImport is the real PostgreSQL store, whose ledger import
+// fails: a migration cut off half-way (the operator's Ctrl-C, a dropped
+// SSH session, the database restarted), after the keys, subscriptions and
+// counters were copied.
+type failingLedgerImport struct{ store.Importer }
+
+func (failingLedgerImport) ImportLedger(context.Context, []store.LedgerEntry) error {
+	return errors.New("connection reset by peer")
+}
+
+// TestStoreMigrateInterruptedNotServed: a migration that did not finish
+// leaves part of the store in the database. Running it again was refused
+// ("not empty"), but a gateway started on the database (the next step of
+// docs/fleet.md) served it without a word: the keys and subscriptions
+// copied, the ledger rows, open jobs, idempotency claims and payment
+// records not, so the rows were missing from every export, the jobs'
+// completions were refused and a retried report was counted again. A
+// database holding an unfinished migration must be refused by a node, by
+// a second migration and by store check --dsn, each saying why.
+func TestStoreMigrateInterruptedNotServed(t *testing.T) {
+	ctx := context.Background()
+	whole := billing.Whole
+	p := billing.Product{ID: "payg", BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerRequest, Price: whole(1)}
+	a := store.Account{UserID: "alice", ServiceID: "svc", Product: p}
+	path := filepath.Join(t.TempDir(), "platform.db")
+	src, err := boltstore.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	if _, err := src.PutSubscription(ctx, store.Subscription{UserID: "alice", ServiceID: "svc", ProductID: "payg", Status: "ACTIVE",
+		StartedAt: now.Add(-time.Hour), UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := src.Reserve(ctx, a, whole(1), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.Settle(ctx, res, whole(1), store.LedgerEntry{Time: now, UserID: "alice", ServiceID: "svc", EndpointID: "ep",
+		ProductID: "payg", Source: store.SourceGateway}); err != nil {
+		t.Fatal(err)
+	}
+	dsn := pgtest.DB(t)
+	dst, err := pgstore.Open(ctx, pgstore.Options{DSN: dsn, NodeID: "migrate"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrateStore(ctx, src, failingLedgerImport{dst}, 100); err == nil {
+		t.Fatal("the migration whose ledger import failed succeeded")
+	}
+	dst.Close()
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	node, err := pgstore.Open(ctx, pgstore.Options{DSN: dsn, NodeID: "gw-1"})
+	if err == nil {
+		node.Close()
+		t.Fatal("a node started on the database of an unfinished migration")
+	}
+	if !strings.Contains(err.Error(), "did not finish") {
+		t.Errorf("a node's refusal does not say a migration did not finish: %v", err)
+	}
+	if out, err := cliRun(t, "store", "migrate", "--to", "postgres", "--dsn", dsn, path); err == nil || !strings.Contains(err.Error(), "did not finish") {
+		t.Errorf("a second migration into it: %v\n%s", err, out)
+	}
+	if out, err := cliRun(t, "store", "check", "--dsn", dsn); err == nil || !strings.Contains(err.Error(), "did not finish") {
+		t.Errorf("store check --dsn: %v\n%s", err, out)
+	}
+}
