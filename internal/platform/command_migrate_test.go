@@ -488,7 +488,7 @@ func TestStoreMigrateInterruptedNotServed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := migrateStore(ctx, src, failingLedgerImport{dst}, 100); err == nil {
+	if _, err := migrateStore(ctx, src, failingLedgerImport{dst}, path, 100); err == nil {
 		t.Fatal("the migration whose ledger import failed succeeded")
 	}
 	dst.Close()

@@ -140,6 +140,9 @@ func Check(ctx context.Context, dsn string) (CheckReport, error) {
 	if rep.Schema, err = schemaVersion(ctx, conn); err != nil {
 		return rep, err
 	}
+	if err := unfinishedImport(ctx, conn); err != nil {
+		return rep, err
+	}
 	// Shared: checks run side by side; a prune (pg_advisory_lock of the
 	// same key) waits for them, and they for it.
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock_shared($1)", int64(pruneLock)); err != nil {

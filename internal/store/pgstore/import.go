@@ -31,6 +31,52 @@ func (s *Store) Empty(ctx context.Context) (bool, error) {
 	return !found, s.fail(err)
 }
 
+// importMarker is the table whose presence says that a `store migrate`
+// into the database began and has not finished: the database holds part
+// of a store, and no node may serve it (unfinishedImport). BeginImport
+// makes it before the first record is copied, FinishImport drops it once
+// both sides' totals agree.
+const importMarker = "platform_import_unfinished"
+
+// BeginImport notes that an import begins (store.Importer).
+func (s *Store) BeginImport(ctx context.Context, from string) error {
+	return s.fail(s.tx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "CREATE TABLE "+importMarker+" (started_at timestamptz NOT NULL DEFAULT now(), source text NOT NULL)"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "INSERT INTO "+importMarker+" (source) VALUES ($1)", from)
+		return err
+	}))
+}
+
+// FinishImport notes that the import is whole (store.Importer).
+func (s *Store) FinishImport(ctx context.Context) error {
+	_, err := s.pool.Exec(ctx, "DROP TABLE IF EXISTS "+importMarker)
+	return s.fail(err)
+}
+
+// unfinishedImport is the refusal of a database holding an import that
+// did not finish; nil when there is none.
+func unfinishedImport(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) error {
+	var exists bool
+	if err := q.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", importMarker).Scan(&exists); err != nil {
+		return fmt.Errorf("pgstore: look for an unfinished store migration: %w", err)
+	}
+	if !exists {
+		return nil
+	}
+	var at time.Time
+	var from string
+	if err := q.QueryRow(ctx, "SELECT started_at, source FROM "+importMarker+" ORDER BY started_at LIMIT 1").Scan(&at, &from); err != nil {
+		at, from = time.Time{}, "a bbolt file"
+	}
+	return fmt.Errorf("pgstore: the store migration into this database (caddy platform store migrate of %s, begun %s) did not finish: "+
+		"the database holds part of that store, and serving it would lose what was not copied; drop and create the database "+
+		"and run the migration again (docs/fleet.md, Migrating a bbolt store)", from, at.UTC().Format(time.RFC3339))
+}
+
 // importBatch sends the queued statements in one transaction.
 func (s *Store) importBatch(ctx context.Context, b *pgx.Batch) error {
 	if b.Len() == 0 {
