@@ -36,6 +36,9 @@ copying, counts and totals of both sides are compared (keys, subscriptions
 and their balances, counters and their sums, ledger entries and their
 units and costs, jobs and their holds, idempotency claims, alerts, audit
 entries), and the command fails, naming what differs, if anything does.
+Until then the database is marked as holding an unfinished migration: a
+migration cut off or failed leaves it so, and no gateway starts on it
+(drop and create the database, and migrate again).
 
 	caddy platform store migrate --to postgres \
 		--dsn 'postgres://platform@db.internal:5432/platform' \
