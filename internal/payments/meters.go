@@ -160,8 +160,8 @@ type meterCursor struct {
 	// the shipper first found it metered: its usage before is not sent
 	// (it was paid some other way: credits of a product that was
 	// PREPAID, or invoiced by other means before the meter line came).
-	// Kept for the products metered now; a cursor written before this
-	// was kept takes them as metered since Since.
+	// A cursor written before this was kept takes the products metered
+	// at the upgrade as metered since Since.
 	Metered map[string]time.Time `json:"metered,omitempty"`
 	// Outbox is the plan being sent; Held the events Stripe refused
 	// (4xx), retried every HeldRetry.
@@ -309,9 +309,12 @@ func (s *Service) ShipMeters(ctx context.Context) (MeterRun, error) {
 func meteredName(service, product string) string { return service + " " + product }
 
 // noteMetered records in the cursor when each product metered now began
-// to be (now, for one the cursor does not know yet), and forgets the
-// products no longer metered: metered again later, they start again
-// then. It reports whether the cursor changed.
+// to be (now, for one the cursor does not know yet). It reports whether
+// the cursor changed. A product no longer metered keeps its time: in a
+// fleet whose nodes take a config change one after the other, a node
+// still on the old config may hold the lease between two that have the
+// new one, and forgetting the time there would start the product again
+// later, never sending the usage in between.
 func (r *shipRun) noteMetered(now time.Time) bool {
 	products := r.s.meteredProducts()
 	changed := false
@@ -324,18 +327,10 @@ func (r *shipRun) noteMetered(now time.Time) bool {
 		}
 		changed = true
 	}
-	names := make(map[string]bool, len(products))
 	for k := range products {
 		n := meteredName(k[0], k[1])
-		names[n] = true
 		if _, ok := r.cur.Metered[n]; !ok {
 			r.cur.Metered[n] = now.UTC()
-			changed = true
-		}
-	}
-	for n := range r.cur.Metered {
-		if !names[n] {
-			delete(r.cur.Metered, n)
 			changed = true
 		}
 	}
