@@ -156,6 +156,13 @@ type meterCursor struct {
 	Since time.Time `json:"since"`
 	// Through: every hour before it has been planned at least once.
 	Through time.Time `json:"through"`
+	// Metered holds, per metered product ("<service> <product>"), when
+	// the shipper first found it metered: its usage before is not sent
+	// (it was paid some other way: credits of a product that was
+	// PREPAID, or invoiced by other means before the meter line came).
+	// A cursor written before this was kept takes the products metered
+	// at the upgrade as metered since Since.
+	Metered map[string]time.Time `json:"metered,omitempty"`
 	// Outbox is the plan being sent; Held the events Stripe refused
 	// (4xx), retried every HeldRetry.
 	Outbox    []MeterEvent `json:"outbox,omitempty"`
@@ -256,6 +263,13 @@ func (s *Service) ShipMeters(ctx context.Context) (MeterRun, error) {
 			return run, err
 		}
 	}
+	// 0. A product metered since the last run (a reload added its meter
+	// line, or moved it off PREPAID) is metered from now on.
+	if sh.noteMetered(now) {
+		if err := sh.save(ctx); err != nil {
+			return run, err
+		}
+	}
 	// 1. What a run before (here or on another node) planned is sent
 	// first, as it was planned.
 	if err := sh.flush(ctx); err != nil {
@@ -289,6 +303,38 @@ func (s *Service) ShipMeters(ctx context.Context) (MeterRun, error) {
 	}
 	run.Held = len(sh.cur.Held)
 	return run, nil
+}
+
+// meteredName names a product in meterCursor.Metered.
+func meteredName(service, product string) string { return service + " " + product }
+
+// noteMetered records in the cursor when each product metered now began
+// to be (now, for one the cursor does not know yet). It reports whether
+// the cursor changed. A product no longer metered keeps its time: in a
+// fleet whose nodes take a config change one after the other, a node
+// still on the old config may hold the lease between two that have the
+// new one, and forgetting the time there would start the product again
+// later, never sending the usage in between.
+func (r *shipRun) noteMetered(now time.Time) bool {
+	products := r.s.meteredProducts()
+	changed := false
+	if r.cur.Metered == nil {
+		// A cursor from before products were noted: what is metered now
+		// was metered since the shipper began, as that version sent it.
+		r.cur.Metered = make(map[string]time.Time, len(products))
+		for k := range products {
+			r.cur.Metered[meteredName(k[0], k[1])] = r.cur.Since
+		}
+		changed = true
+	}
+	for k := range products {
+		n := meteredName(k[0], k[1])
+		if _, ok := r.cur.Metered[n]; !ok {
+			r.cur.Metered[n] = now.UTC()
+			changed = true
+		}
+	}
+	return changed
 }
 
 // shipRun is one run of the shipper under the lease.
@@ -473,12 +519,37 @@ func (r *shipRun) plan(ctx context.Context, now time.Time, sweep bool) (bool, er
 			if _, ok := products[[2]string{ru.ServiceID, ru.ProductID}]; !ok || ru.Cost <= 0 {
 				return nil
 			}
+			if since, ok := r.cur.Metered[meteredName(ru.ServiceID, ru.ProductID)]; ok && !ru.Hour.Add(time.Hour).After(since) {
+				return nil // an hour before the product was metered
+			}
 			usage[meterKey{ru.UserID, ru.ServiceID, ru.ProductID, ru.Hour.UTC(), time.Time{}}] += ru.Cost
 			return nil
 		})
 		if err != nil {
 			return false, fmt.Errorf("stripe meters: reading the usage: %w", err)
 		}
+	}
+	// The hour a product began to be metered in counts its rows from
+	// then on only (its raw rows; none, when ledger_retention took them).
+	began := map[meterKey]bool{}
+	for k := range usage {
+		since := r.cur.Metered[meteredName(k.service, k.product)]
+		if since.IsZero() || !since.After(k.hour) || !since.Before(k.hour.Add(time.Hour)) {
+			continue
+		}
+		var after billing.Units
+		f := store.LedgerFilter{UserID: k.user, ServiceID: k.service, From: since, To: k.hour.Add(time.Hour)}
+		err := store.SumLedger(ctx, s.Store(), f, func(ru store.Rollup) error {
+			if ru.UserID == k.user && ru.ProductID == k.product && ru.Cost > 0 {
+				after += ru.Cost
+			}
+			return nil
+		})
+		if err != nil {
+			return false, fmt.Errorf("stripe meters: reading the ledger of %s on %s from %s: %w", k.user, k.service, since.Format(time.RFC3339), err)
+		}
+		usage[k] = min(usage[k], after)
+		began[k] = true
 	}
 	if len(usage) == 0 {
 		return true, nil
@@ -528,7 +599,13 @@ func (r *shipRun) plan(ctx context.Context, now time.Time, sweep bool) (bool, er
 			}
 			subs[[2]string{k.user, k.service}] = sub
 		}
-		shares, err := r.split(ctx, k, usage[k], parts, sub, raw)
+		split := sub
+		if began[k] {
+			// Its usage is already the rows from a time inside the hour;
+			// a renewal in the same hour leaves it whole.
+			split = SubscriptionRecord{}
+		}
+		shares, err := r.split(ctx, k, usage[k], parts, split, raw)
 		if err != nil {
 			return false, err
 		}

@@ -36,6 +36,9 @@ copying, counts and totals of both sides are compared (keys, subscriptions
 and their balances, counters and their sums, ledger entries and their
 units and costs, jobs and their holds, idempotency claims, alerts, audit
 entries), and the command fails, naming what differs, if anything does.
+Until then the database is marked as holding an unfinished migration: a
+migration cut off or failed leaves it so, and no gateway starts on it
+(drop and create the database, and migrate again).
 
 	caddy platform store migrate --to postgres \
 		--dsn 'postgres://platform@db.internal:5432/platform' \
@@ -83,7 +86,7 @@ func cmdStoreMigrate(c cli, args []string) error {
 	if !ok {
 		return errors.New("this build's PostgreSQL store cannot import a store (no store.Importer)")
 	}
-	totals, err := migrateStore(ctx, src, imp, c.fl.Int("batch"))
+	totals, err := migrateStore(ctx, src, imp, path, c.fl.Int("batch"))
 	if err != nil {
 		return err
 	}
@@ -100,13 +103,18 @@ func cmdStoreMigrate(c cli, args []string) error {
 
 // migrateStore copies src into dst, which must be empty, and checks that
 // both sides sum the same.
-func migrateStore(ctx context.Context, src store.Exporter, dst store.Importer, batch int) (store.Totals, error) {
+func migrateStore(ctx context.Context, src store.Exporter, dst store.Importer, from string, batch int) (store.Totals, error) {
 	empty, err := dst.Empty(ctx)
 	if err != nil {
 		return store.Totals{}, fmt.Errorf("read the target: %v", err)
 	}
 	if !empty {
 		return store.Totals{}, errors.New("the target database is not empty: migrate into a new database (CREATE DATABASE …) that no gateway has used")
+	}
+	// Until the copy is whole and checked, the database says so: a node
+	// started on it, a second migration and store check refuse it.
+	if err := dst.BeginImport(ctx, from); err != nil {
+		return store.Totals{}, fmt.Errorf("note the migration in the target: %v", err)
 	}
 	sent, err := src.Export(ctx, dst, batch)
 	if err != nil {
@@ -125,6 +133,9 @@ func migrateStore(ctx context.Context, src store.Exporter, dst store.Importer, b
 			}
 		}
 		return got, fmt.Errorf("the copy does not match the file: %s", strings.Join(diff, "; "))
+	}
+	if err := dst.FinishImport(ctx); err != nil {
+		return got, fmt.Errorf("note the migration finished in the target: %v (run the migration again into a new database)", err)
 	}
 	return got, nil
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/pgtest"
 	"github.com/platformgw/gateway/internal/store"
@@ -332,5 +334,180 @@ func TestMigrateTotalsNoBareMoney(t *testing.T) {
 		if (strings.Contains(name, "spend") || strings.Contains(name, "cost")) && !strings.Contains(name, "checksum: credits and every currency summed") {
 			t.Errorf("summary row %q gives a sum of money and credits as if it were an amount", name)
 		}
+	}
+}
+
+// TestStoreMigratePrunedMidMonthChecks: a bbolt ledger is pruned in whole
+// segments, at any time of a month (ledger_retention, `usage prune`),
+// while PostgreSQL keeps its rows in monthly partitions and `store check
+// --dsn` took every row of the first partition's month as held. After
+// moving a store pruned mid-month, the check the move's docs tell the
+// operator to run (docs/fleet.md, "Migrating a bbolt store") failed with
+// "stored counters disagree with the ledger": the rollups and the counters
+// of the pruned rows, carried over rightly, were compared with the rows
+// of that month left, or, with every row pruned, with the rows the fleet
+// writes later in the same month. Nothing differs: the check must pass.
+func TestStoreMigratePrunedMidMonthChecks(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		kept bool // rows kept after the prune, in the pruned rows' month
+	}{{"rows kept", true}, {"every row pruned", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			whole := billing.Whole
+			p := billing.Product{ID: "payg", BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerRequest, Price: whole(1)}
+			a := store.Account{UserID: "alice", ServiceID: "svc", Product: p}
+			path := filepath.Join(t.TempDir(), "platform.db")
+			src, err := boltstore.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The 10th of a month long past, at 10:20: the pruned rows and
+			// the kept ones share the month, and the first kept row the
+			// pruned rows' hour.
+			m := time.Now().UTC().AddDate(0, -3, 0)
+			base := time.Date(m.Year(), m.Month(), 10, 10, 20, 0, 0, time.UTC)
+			if _, err := src.PutSubscription(ctx, store.Subscription{UserID: "alice", ServiceID: "svc", ProductID: "payg", Status: "ACTIVE",
+				StartedAt: base.Add(-time.Minute), UpdatedAt: base}); err != nil {
+				t.Fatal(err)
+			}
+			settle := func(at time.Time) {
+				t.Helper()
+				res, err := src.Reserve(ctx, a, whole(1), at)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := src.Settle(ctx, res, whole(1), store.LedgerEntry{Time: at, UserID: "alice", ServiceID: "svc", EndpointID: "ep",
+					ProductID: "payg", Source: store.SourceGateway}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range 3 {
+				settle(base.Add(time.Duration(i) * time.Minute))
+			}
+			if err := src.ScanLedger(ctx, store.LedgerFilter{}, func(store.LedgerEntry) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if res, err := src.PruneLedger(ctx, base.Add(5*time.Minute)); err != nil || res.Rows != 3 {
+				t.Fatalf("prune: %+v, %v", res, err)
+			}
+			if tc.kept {
+				settle(base.Add(10 * time.Minute)) // the pruned rows' hour
+				settle(base.Add(2 * time.Hour))    // a later hour
+			}
+			if err := src.Close(); err != nil {
+				t.Fatal(err)
+			}
+			dsn := pgtest.DB(t)
+			if out, err := cliRun(t, "store", "migrate", "--to", "postgres", "--dsn", dsn, path); err != nil {
+				t.Fatalf("migrate: %v\n%s", err, out)
+			}
+			if out, err := cliRun(t, "store", "check", "--dsn", dsn); err != nil {
+				t.Fatalf("store check --dsn right after the move: %v\n%s", err, out)
+			}
+			// The fleet goes on writing rows in that month (a report of
+			// usage back then, a settlement late at the month's end).
+			dst, err := pgstore.Open(ctx, pgstore.Options{DSN: dsn, NodeID: "check"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = dst.Record(ctx, a, store.LedgerEntry{Time: base.Add(3 * time.Hour), UserID: "alice", ServiceID: "svc", ProductID: "payg",
+				Units: whole(1), Source: store.SourceReport, IdempotencyKey: "k1"},
+				func(store.LedgerEntry, billing.State) ([]byte, error) { return []byte("{}"), nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			dst.Close()
+			out, err := cliRun(t, "store", "check", "--dsn", dsn)
+			if err != nil {
+				t.Fatalf("store check --dsn after a row of that month: %v\n%s", err, out)
+			}
+			if tc.kept && !strings.Contains(out, "rows from "+base.Truncate(time.Hour).Add(time.Hour).Format(time.RFC3339)+" on (earlier rows were pruned") {
+				t.Errorf("the check does not say from when the rows are held:\n%s", out)
+			}
+			// The check still sees a counter that differs.
+			conn, err := pgx.Connect(ctx, dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(ctx)
+			if _, err := conn.Exec(ctx, "UPDATE allowances SET used = used + 1000000"); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := cliRun(t, "store", "check", "--dsn", dsn); err == nil || !strings.Contains(err.Error(), `used stored`) {
+				t.Fatalf("store check --dsn of a counter one unit off: %v\n%s", err, out)
+			}
+		})
+	}
+}
+
+// failingLedgerImport is the real PostgreSQL store, whose ledger import
+// fails: a migration cut off half-way (the operator's Ctrl-C, a dropped
+// SSH session, the database restarted), after the keys, subscriptions and
+// counters were copied.
+type failingLedgerImport struct{ store.Importer }
+
+func (failingLedgerImport) ImportLedger(context.Context, []store.LedgerEntry) error {
+	return errors.New("connection reset by peer")
+}
+
+// TestStoreMigrateInterruptedNotServed: a migration that did not finish
+// leaves part of the store in the database. Running it again was refused
+// ("not empty"), but a gateway started on the database (the next step of
+// docs/fleet.md) served it without a word: the keys and subscriptions
+// copied, the ledger rows, open jobs, idempotency claims and payment
+// records not, so the rows were missing from every export, the jobs'
+// completions were refused and a retried report was counted again. A
+// database holding an unfinished migration must be refused by a node, by
+// a second migration and by store check --dsn, each saying why.
+func TestStoreMigrateInterruptedNotServed(t *testing.T) {
+	ctx := context.Background()
+	whole := billing.Whole
+	p := billing.Product{ID: "payg", BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerRequest, Price: whole(1)}
+	a := store.Account{UserID: "alice", ServiceID: "svc", Product: p}
+	path := filepath.Join(t.TempDir(), "platform.db")
+	src, err := boltstore.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	if _, err := src.PutSubscription(ctx, store.Subscription{UserID: "alice", ServiceID: "svc", ProductID: "payg", Status: "ACTIVE",
+		StartedAt: now.Add(-time.Hour), UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := src.Reserve(ctx, a, whole(1), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.Settle(ctx, res, whole(1), store.LedgerEntry{Time: now, UserID: "alice", ServiceID: "svc", EndpointID: "ep",
+		ProductID: "payg", Source: store.SourceGateway}); err != nil {
+		t.Fatal(err)
+	}
+	dsn := pgtest.DB(t)
+	dst, err := pgstore.Open(ctx, pgstore.Options{DSN: dsn, NodeID: "migrate"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrateStore(ctx, src, failingLedgerImport{dst}, path, 100); err == nil {
+		t.Fatal("the migration whose ledger import failed succeeded")
+	}
+	dst.Close()
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	node, err := pgstore.Open(ctx, pgstore.Options{DSN: dsn, NodeID: "gw-1"})
+	if err == nil {
+		node.Close()
+		t.Fatal("a node started on the database of an unfinished migration")
+	}
+	if !strings.Contains(err.Error(), "did not finish") {
+		t.Errorf("a node's refusal does not say a migration did not finish: %v", err)
+	}
+	if out, err := cliRun(t, "store", "migrate", "--to", "postgres", "--dsn", dsn, path); err == nil || !strings.Contains(err.Error(), "did not finish") {
+		t.Errorf("a second migration into it: %v\n%s", err, out)
+	}
+	if out, err := cliRun(t, "store", "check", "--dsn", dsn); err == nil || !strings.Contains(err.Error(), "did not finish") {
+		t.Errorf("store check --dsn: %v\n%s", err, out)
 	}
 }

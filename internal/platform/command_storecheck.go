@@ -35,6 +35,9 @@ func cmdStoreCheckPostgres(c cli, dsn string) error {
 	fmt.Fprintf(tw, "Database:\t%s (schema %d)\n", where, rep.Schema)
 	if rep.LedgerFrom.IsZero() {
 		fmt.Fprintf(tw, "Ledger:\tno partition\n")
+	} else if rep.LedgerPrunedBeforeMove {
+		fmt.Fprintf(tw, "Ledger:\trows from %s on (earlier rows were pruned in the bbolt store moved here by store migrate)\n",
+			rep.LedgerFrom.Format(time.RFC3339))
 	} else {
 		fmt.Fprintf(tw, "Ledger:\trows from %s on (its first partition; earlier ones were dropped by retention or never made)\n",
 			rep.LedgerFrom.Format(time.RFC3339))

@@ -78,6 +78,11 @@ type Totals struct {
 type Importer interface {
 	// Empty reports whether the store holds nothing at all yet.
 	Empty(ctx context.Context) (bool, error)
+	// BeginImport notes, before anything is copied, that an import of
+	// from begins, and FinishImport, once both sides agree, that it is
+	// whole: until then the store refuses to be opened by a gateway.
+	BeginImport(ctx context.Context, from string) error
+	FinishImport(ctx context.Context) error
 	ImportKeys(ctx context.Context, ks []KeyRecord) error
 	// ImportSubscriptions stores subscriptions with their StartedAt and
 	// Credits as given (CreditsHeld follows from the job holds).

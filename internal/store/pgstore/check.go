@@ -75,8 +75,11 @@ type CheckReport struct {
 	Schema int
 	// LedgerFrom is the start of the ledger's first partition (the rows
 	// before it were dropped by retention, or never written); zero when
-	// the ledger has no partition.
-	LedgerFrom time.Time
+	// the ledger has no partition. When the bbolt store moved here had
+	// pruned rows of that month (LedgerPrunedBeforeMove), it is the hour
+	// after the last of them: the rows are all held from there on.
+	LedgerFrom             time.Time
+	LedgerPrunedBeforeMove bool
 	// RollupsFrom is the first hour that has a rollup; zero when none.
 	RollupsFrom time.Time
 	// Rollups counts the rollup rows compared with the ledger rows they
@@ -135,6 +138,9 @@ func Check(ctx context.Context, dsn string) (CheckReport, error) {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if rep.Schema, err = schemaVersion(ctx, conn); err != nil {
+		return rep, err
+	}
+	if err := unfinishedImport(ctx, conn); err != nil {
 		return rep, err
 	}
 	// Shared: checks run side by side; a prune (pg_advisory_lock of the
@@ -206,6 +212,15 @@ func checkIn(ctx context.Context, tx pgx.Tx, rep *CheckReport) error {
 	ledgerFrom := farFuture
 	if len(parts) > 0 {
 		ledgerFrom = parts[0].month
+		// A bbolt ledger moved here after a prune in the middle of that
+		// month: its rows are held from the hour the import noted on.
+		held, err := ledgerHeldFrom(ctx, tx)
+		if err != nil {
+			return fmt.Errorf("read where the ledger's rows start: %w", err)
+		}
+		if held.After(ledgerFrom) {
+			ledgerFrom, rep.LedgerPrunedBeforeMove = held, true
+		}
 		rep.LedgerFrom = ledgerFrom
 	}
 	// And deletes the rollups of the hours before a cutoff: those from the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,6 +29,52 @@ func (s *Store) Empty(ctx context.Context) (bool, error) {
 		OR EXISTS (SELECT 1 FROM payment_records) OR EXISTS (SELECT 1 FROM credit_grants)
 		OR EXISTS (SELECT 1 FROM credit_reversals) OR EXISTS (SELECT 1 FROM payment_leases)`).Scan(&found)
 	return !found, s.fail(err)
+}
+
+// importMarker is the table whose presence says that a `store migrate`
+// into the database began and has not finished: the database holds part
+// of a store, and no node may serve it (unfinishedImport). BeginImport
+// makes it before the first record is copied, FinishImport drops it once
+// both sides' totals agree.
+const importMarker = "platform_import_unfinished"
+
+// BeginImport notes that an import begins (store.Importer).
+func (s *Store) BeginImport(ctx context.Context, from string) error {
+	return s.fail(s.tx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "CREATE TABLE "+importMarker+" (started_at timestamptz NOT NULL DEFAULT now(), source text NOT NULL)"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "INSERT INTO "+importMarker+" (source) VALUES ($1)", from)
+		return err
+	}))
+}
+
+// FinishImport notes that the import is whole (store.Importer).
+func (s *Store) FinishImport(ctx context.Context) error {
+	_, err := s.pool.Exec(ctx, "DROP TABLE IF EXISTS "+importMarker)
+	return s.fail(err)
+}
+
+// unfinishedImport is the refusal of a database holding an import that
+// did not finish; nil when there is none.
+func unfinishedImport(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) error {
+	var exists bool
+	if err := q.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", importMarker).Scan(&exists); err != nil {
+		return fmt.Errorf("pgstore: look for an unfinished store migration: %w", err)
+	}
+	if !exists {
+		return nil
+	}
+	var at time.Time
+	var from string
+	if err := q.QueryRow(ctx, "SELECT started_at, source FROM "+importMarker+" ORDER BY started_at LIMIT 1").Scan(&at, &from); err != nil {
+		at, from = time.Time{}, "a bbolt file"
+	}
+	return fmt.Errorf("pgstore: the store migration into this database (caddy platform store migrate of %s, begun %s) did not finish: "+
+		"the database holds part of that store, and serving it would lose what was not copied; drop and create the database "+
+		"and run the migration again (docs/fleet.md, Migrating a bbolt store)", from, at.UTC().Format(time.RFC3339))
 }
 
 // importBatch sends the queued statements in one transaction.
@@ -106,10 +153,32 @@ func (s *Store) ImportLedger(ctx context.Context, es []store.LedgerEntry) error 
 
 // ImportLedgerHistory adds the rollups of pruned rows to those of the
 // imported rows, and moves the ledger's sequence past lastSeq.
+//
+// A bbolt ledger is pruned in segments, at any time of a month, where
+// PostgreSQL's retention drops whole monthly partitions: the ledger's
+// first partition then holds only the rows of its month that came after
+// the pruned ones. The hour after the last pruned rollup is noted on the
+// ledger (ledgerHeldFrom), so that `store check --dsn` takes the rows as
+// all held from there on, and the rollups before it, not from the
+// partition's start.
 func (s *Store) ImportLedgerHistory(ctx context.Context, pruned []store.Rollup, lastSeq uint64) error {
 	b := &pgx.Batch{}
+	var after time.Time
 	for _, r := range pruned {
 		queueRollupAdd(b, r)
+		if h := r.Hour.UTC().Truncate(time.Hour).Add(time.Hour); h.After(after) {
+			after = h
+		}
+	}
+	if !after.IsZero() {
+		held, err := ledgerHeldFrom(ctx, s.pool)
+		if err != nil {
+			return s.fail(err)
+		}
+		if after.After(held) {
+			// COMMENT takes no parameters; the text is a fixed format.
+			b.Queue("COMMENT ON TABLE ledger IS '" + ledgerHeldPrefix + after.Format(time.RFC3339) + ledgerHeldSuffix + "'")
+		}
 	}
 	if lastSeq > 0 {
 		b.Queue("SELECT setval(pg_get_serial_sequence('ledger', 'seq'), greatest((SELECT max(seq) FROM ledger), $1::bigint, 1))", int64(lastSeq))
@@ -303,4 +372,33 @@ func (s *Store) ImportLeases(ctx context.Context, ls []store.Lease) error {
 			l.Name, l.Holder, int64(l.Epoch), nullTime(l.Expires.UTC()), l.Cursor)
 	}
 	return s.importBatch(ctx, b)
+}
+
+// ledgerHeldPrefix and ledgerHeldSuffix frame the time, noted in the
+// ledger table's comment by an import of a pruned bbolt ledger, from which
+// every ledger row is held (ImportLedgerHistory).
+const (
+	ledgerHeldPrefix = "platform: ledger rows held from "
+	ledgerHeldSuffix = " on; the rows before were pruned in the bbolt store moved here (store migrate), their hourly rollups stand in for them"
+)
+
+// ledgerHeldFrom reads the time noted by ImportLedgerHistory; zero when
+// there is none (the ledger's rows are all held from its first partition).
+func ledgerHeldFrom(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) (time.Time, error) {
+	var c string
+	if err := q.QueryRow(ctx, "SELECT coalesce(obj_description('ledger'::regclass, 'pg_class'), '')").Scan(&c); err != nil {
+		return time.Time{}, err
+	}
+	rest, ok := strings.CutPrefix(c, ledgerHeldPrefix)
+	if !ok {
+		return time.Time{}, nil
+	}
+	at, _, _ := strings.Cut(rest, " ")
+	t, err := time.Parse(time.RFC3339, at)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("the ledger's comment %q names no time", c)
+	}
+	return t.UTC(), nil
 }

@@ -228,6 +228,10 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		s.pool.Close()
 		return nil, err
 	}
+	if err := unfinishedImport(ctx, s.pool); err != nil {
+		s.pool.Close()
+		return nil, err
+	}
 	if err := s.ensurePartitionsAhead(ctx, time.Now()); err != nil {
 		s.pool.Close()
 		return nil, fmt.Errorf("pgstore: make ledger partitions: %w", err)
