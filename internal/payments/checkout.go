@@ -273,6 +273,19 @@ const (
 // later is sent to that Checkout.
 var ErrCheckoutBusy = errors.New("payments: a Checkout of this service is being opened for the user; try again in a few seconds")
 
+// ErrCheckoutPaid: the user's last Checkout of the service was paid (or
+// its payment is on its way) and its Stripe subscription is live: it
+// was applied, as its webhooks would apply it, and no second Checkout
+// was opened (a second paid one is a second subscription and a second
+// charge). The user is subscribed; the plans page shows the plan.
+var ErrCheckoutPaid = errors.New("payments: the user's Checkout of this service was paid; no second one is opened")
+
+// ErrCheckoutConfirming: the user's last Checkout of the service was
+// completed at Stripe but could not be applied yet (Stripe unreachable,
+// or a payment still on its way): nothing was created; a click in a
+// minute finds it applied.
+var ErrCheckoutConfirming = errors.New("payments: the user's payment for this service is being confirmed; try again in a minute")
+
 type openCheckoutRecord struct {
 	SessionID string    `json:"sessionId,omitempty"`
 	URL       string    `json:"url,omitempty"`
