@@ -273,6 +273,19 @@ const (
 // later is sent to that Checkout.
 var ErrCheckoutBusy = errors.New("payments: a Checkout of this service is being opened for the user; try again in a few seconds")
 
+// ErrCheckoutPaid: the user's last Checkout of the service was paid (or
+// its payment is on its way) and its Stripe subscription is live: it
+// was applied, as its webhooks would apply it, and no second Checkout
+// was opened (a second paid one is a second subscription and a second
+// charge). The user is subscribed; the plans page shows the plan.
+var ErrCheckoutPaid = errors.New("payments: the user's Checkout of this service was paid; no second one is opened")
+
+// ErrCheckoutConfirming: the user's last Checkout of the service was
+// completed at Stripe but could not be applied yet (Stripe unreachable,
+// or a payment still on its way): nothing was created; a click in a
+// minute finds it applied.
+var ErrCheckoutConfirming = errors.New("payments: the user's payment for this service is being confirmed; try again in a minute")
+
 type openCheckoutRecord struct {
 	SessionID string    `json:"sessionId,omitempty"`
 	URL       string    `json:"url,omitempty"`
@@ -333,23 +346,32 @@ func (s *Service) claimCheckout(ctx context.Context, pay store.Payments, r Check
 			}
 			try--
 			continue
-		case readable && rec.Claim == "" && rec.SessionID != "" && rec.ProductID == r.ProductID && rec.URL != "":
-			if waited {
-				return rec.URL, nil, nil // the session the click waited for, made just now
-			}
-			// Stripe decides: a session that expired, completed or was
-			// paid reads as not open. One about to expire is replaced.
-			status, exp, err := s.checkoutStatus(ctx, rec.SessionID)
+		case readable && rec.Claim == "" && rec.SessionID != "" && rec.ProductID == r.ProductID && rec.URL != "" && waited:
+			return rec.URL, nil, nil // the session the click waited for, made just now
+		case readable && rec.Claim == "" && rec.SessionID != "":
+			// Stripe decides: a session that expired reads as not open,
+			// one about to expire is replaced, one of another product
+			// too. One the user completed (paid, or a payment on its
+			// way) is applied and holds: replaced, it would be a second
+			// subscription and a second charge.
+			cs, err := s.readCheckout(ctx, rec.SessionID)
 			if err != nil {
 				return "", nil, err
 			}
-			open := status == stripe.CheckoutSessionStatusOpen
-			if open && (exp.IsZero() || exp.After(s.now().Add(time.Minute))) {
-				return rec.URL, nil, nil
+			switch {
+			case cs != nil && cs.Status == stripe.CheckoutSessionStatusComplete:
+				if err := s.settlePaidCheckout(ctx, pay, cs); err != nil {
+					return "", nil, err
+				}
+				// Its subscription ended since: a new Checkout may be
+				// paid. A complete session cannot be expired.
+			case cs != nil && cs.Status == stripe.CheckoutSessionStatusOpen:
+				exp := unix(cs.ExpiresAt)
+				if rec.ProductID == r.ProductID && rec.URL != "" && (exp.IsZero() || exp.After(s.now().Add(time.Minute))) {
+					return rec.URL, nil, nil
+				}
+				expire = true // another product's, or about to expire
 			}
-			expire = open // open, but about to expire
-		case readable && rec.Claim == "" && rec.SessionID != "":
-			expire = true // another product's
 		}
 		// Free, another product's, no longer open, or a claim past its
 		// time: replaced by this click's claim, only as it was read.
@@ -421,18 +443,93 @@ func (c *claimSightings) forget(key string) {
 	c.mu.Unlock()
 }
 
-// checkoutStatus is the status Stripe gives a session ("" for one
-// Stripe does not know) and when it expires.
-func (s *Service) checkoutStatus(ctx context.Context, id string) (stripe.CheckoutSessionStatus, time.Time, error) {
+// readCheckout is the Checkout Session as Stripe has it now, nil for
+// one Stripe does not know.
+func (s *Service) readCheckout(ctx context.Context, id string) (*stripe.CheckoutSession, error) {
 	cs, err := s.sc.V1CheckoutSessions.Retrieve(ctx, id, nil)
 	var se *stripe.Error
 	if errors.As(err, &se) && se.HTTPStatusCode == 404 {
-		return "", time.Time{}, nil
+		return nil, nil
 	}
 	if err != nil {
-		return "", time.Time{}, fmt.Errorf("read the open Checkout Session: %w", stripeErr(err))
+		return nil, fmt.Errorf("read the open Checkout Session: %w", stripeErr(err))
 	}
-	return cs.Status, unix(cs.ExpiresAt), nil
+	return cs, nil
+}
+
+// settlePaidCheckout decides a click that finds the user's last
+// Checkout of the service complete at Stripe: paid (payment_status
+// paid, or no_payment_required for a trial or a free first period), or
+// paid by a payment still on its way (unpaid: a bank debit). Its
+// webhooks may not have reached the gateway yet: the payment was made a
+// second ago, or the endpoint is down. A subscription the gateway has
+// not applied yet (no record, or one its checkout.session.completed
+// only linked, or one still incomplete) is applied now as its webhooks
+// would: linked by checkout.session.completed's own code (linkCheckout)
+// and set from the subscription as Stripe has it now, read after its
+// record, as invoice.paid does (applyState, fetch), stamped with the
+// session's creation, Stripe's time, before any event of the
+// subscription: every event that comes later applies as it would have,
+// and one that says what the click applied writes nothing. Two clicks
+// on two nodes at once link once (an insert) and write the gateway
+// subscription once (applyState's lease and swaps).
+//
+// Then the subscription's state decides: live (active, trialing, past
+// due, unpaid, paused) is ErrCheckoutPaid: the user is subscribed, and a
+// second Checkout would be a second subscription; incomplete (its
+// payment on its way) is ErrCheckoutConfirming; ended (canceled,
+// incomplete_expired) is nil: the session is replaced, a new Checkout
+// may be paid. Applying that fails (Stripe unreachable) is
+// ErrCheckoutConfirming, nothing created. A session the gateway could
+// never apply (its webhook is ignored too: badEvent) or that made no
+// subscription is replaced, as before, with a warning.
+func (s *Service) settlePaidCheckout(ctx context.Context, pay store.Payments, cs *stripe.CheckoutSession) error {
+	if cs.Mode != stripe.CheckoutSessionModeSubscription || cs.Subscription == nil || cs.Subscription.ID == "" {
+		s.log.Warn("a completed Checkout Session made no subscription; it is replaced", zap.String("session", cs.ID))
+		return nil
+	}
+	subID := cs.Subscription.ID
+	rec, found, err := s.getSubRecord(ctx, pay, subID)
+	if err != nil {
+		return err
+	}
+	if !found || rec.StripeStatus == "" || rec.StripeStatus == string(stripe.SubscriptionStatusIncomplete) {
+		if err := s.applyPaidCheckout(ctx, pay, cs); err != nil {
+			var be badEventError
+			if errors.As(err, &be) {
+				s.log.Warn("a completed Checkout Session cannot be applied (its webhook is ignored too); it is replaced",
+					zap.String("session", cs.ID), zap.String("reason", be.Error()))
+				return nil
+			}
+			s.log.Warn("a completed Checkout Session could not be applied; no second one is opened",
+				zap.String("session", cs.ID), zap.String("subscription", subID), zap.Error(err))
+			return fmt.Errorf("%w: %v", ErrCheckoutConfirming, err)
+		}
+		if rec, _, err = s.getSubRecord(ctx, pay, subID); err != nil {
+			return err
+		}
+	}
+	switch stripe.SubscriptionStatus(rec.StripeStatus) {
+	case stripe.SubscriptionStatusCanceled, stripe.SubscriptionStatusIncompleteExpired:
+		return nil
+	case stripe.SubscriptionStatusIncomplete, "":
+		return ErrCheckoutConfirming
+	}
+	return ErrCheckoutPaid
+}
+
+// applyPaidCheckout applies a completed subscription Checkout as its
+// webhooks would (settlePaidCheckout).
+func (s *Service) applyPaidCheckout(ctx context.Context, pay store.Payments, cs *stripe.CheckoutSession) error {
+	id, cust, err := s.linkCheckout(ctx, pay, cs)
+	if err != nil {
+		return err
+	}
+	at := unix(cs.Created)
+	if at.IsZero() {
+		at = s.now().UTC().Truncate(time.Second)
+	}
+	return s.applyState(ctx, state{ID: cs.Subscription.ID, Customer: cust, fetch: true}, at, &id)
 }
 
 // createCheckout creates the session of claim at Stripe and swaps the

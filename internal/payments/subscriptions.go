@@ -319,43 +319,59 @@ func onSubscriptionCheckout(s *Service, ctx context.Context, ev *stripe.Event) e
 	if err := decodeObject(ev, &cs); err != nil {
 		return badEvent("checkout.session.completed: the session does not parse: %v", err)
 	}
-	if cs.Subscription == nil || cs.Subscription.ID == "" {
-		return badEvent("checkout.session.completed %s: a subscription Checkout without a subscription", cs.ID)
-	}
 	pay, err := s.Payments()
 	if err != nil {
 		return err
 	}
-	cust, user, err := s.sessionUser(ctx, pay, &cs)
+	_, _, err = s.linkCheckout(ctx, pay, &cs)
+	return err
+}
+
+// linkCheckout is onSubscriptionCheckout's work on a completed
+// subscription Checkout, whether its event brought it or a click read
+// it from Stripe before the event came (applyPaidCheckout): it records
+// the session's subscription as the user's, of the service and product
+// the Checkout was started for, and returns whose it is and its
+// customer. Linked already (by its own events, another delivery, or a
+// click on any node), it changes nothing; of two first links at once
+// (two nodes) the store's insert keeps one, and only that one is
+// audited.
+func (s *Service) linkCheckout(ctx context.Context, pay store.Payments, cs *stripe.CheckoutSession) (ident, string, error) {
+	if cs.Subscription == nil || cs.Subscription.ID == "" {
+		return ident{}, "", badEvent("checkout.session.completed %s: a subscription Checkout without a subscription", cs.ID)
+	}
+	cust, user, err := s.sessionUser(ctx, pay, cs)
 	if err != nil {
-		return err
+		return ident{}, "", err
 	}
 	id := ident{User: user, Service: cs.Metadata[MetaService], Product: cs.Metadata[MetaProduct]}
 	if mu := cs.Metadata[MetaUser]; mu != "" && mu != user || cs.ClientReferenceID != "" && cs.ClientReferenceID != user {
-		return badEvent("checkout.session.completed %s: started for another user than its customer's", cs.ID)
+		return ident{}, "", badEvent("checkout.session.completed %s: started for another user than its customer's", cs.ID)
 	}
 	if !s.Sells(id.Service, id.Product) {
-		return badEvent("checkout.session.completed %s: service %q product %q has no Stripe price here", cs.ID, id.Service, id.Product)
+		return ident{}, "", badEvent("checkout.session.completed %s: service %q product %q has no Stripe price here", cs.ID, id.Service, id.Product)
 	}
 	rec, found, err := s.getSubRecord(ctx, pay, cs.Subscription.ID)
 	if err != nil {
-		return err
+		return ident{}, "", err
 	}
 	if found {
 		if rec.UserID != user || rec.ServiceID != id.Service {
-			return badEvent("checkout.session.completed %s: subscription %s belongs to another user or service", cs.ID, cs.Subscription.ID)
+			return ident{}, "", badEvent("checkout.session.completed %s: subscription %s belongs to another user or service", cs.ID, cs.Subscription.ID)
 		}
-		return nil // linked already: its own events came first
+		return id, cust, nil // linked already: its own events came first
 	}
 	// Linked; its state comes with its own events
 	// (customer.subscription.created and after), whatever their order.
 	body, _ := json.Marshal(SubscriptionRecord{ID: cs.Subscription.ID, UserID: user, ServiceID: id.Service,
 		ProductID: id.Product, CustomerID: cust, UpdatedAt: s.now().UTC()})
-	if _, err := pay.InsertPaymentRecord(ctx, KindSubscription, cs.Subscription.ID, body, s.now()); err != nil && !errors.Is(err, store.ErrExists) {
-		return err
+	if _, err := pay.InsertPaymentRecord(ctx, KindSubscription, cs.Subscription.ID, body, s.now()); errors.Is(err, store.ErrExists) {
+		return id, cust, nil // linked by another node meanwhile, which audited it
+	} else if err != nil {
+		return ident{}, "", err
 	}
 	s.audit(ctx, AuditSubscriptionStripe, user, id.Service, fmt.Sprintf("Checkout %s completed: Stripe subscription %s of product %s is %s's", cs.ID, cs.Subscription.ID, id.Product, user))
-	return nil
+	return id, cust, nil
 }
 
 // onInvoiceEvent records an invoice.paid or invoice.payment_failed and

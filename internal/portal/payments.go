@@ -78,6 +78,18 @@ func (h *Handler) checkout(q *request, sess session, svc *catalog.Service, produ
 		h.refusePlan(q, sess, svc, http.StatusConflict, "A Stripe checkout for "+svc.Name()+" is being opened for you in another tab or window; try again in a few seconds and you are taken to it. Nothing was charged.")
 		return
 	}
+	if errors.Is(err, payments.ErrCheckoutPaid) {
+		// The caller paid their last Checkout of the service and came
+		// back before Stripe's webhook did: the click applied it, and
+		// the plans page shows the plan. A second Checkout would be a
+		// second subscription and a second charge.
+		q.redirect(back + "?m=checkout-paid")
+		return
+	}
+	if errors.Is(err, payments.ErrCheckoutConfirming) {
+		h.refusePlan(q, sess, svc, http.StatusConflict, "Your payment for "+svc.Name()+" is being confirmed with Stripe; try again in a minute. No second checkout was opened and nothing more was charged.")
+		return
+	}
 	if err != nil {
 		h.logger.Error("portal: Stripe Checkout not started", zap.String("user_id", sess.UserID),
 			zap.String("service_id", svc.ID), zap.String("product_id", productID), zap.Error(err))

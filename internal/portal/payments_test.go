@@ -363,3 +363,86 @@ func TestCheckoutBeingOpenedElsewhere(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckoutPaidBeforeItsWebhook: a caller who paid a Checkout and,
+// before Stripe's webhook reached the gateway, clicked the paid plan
+// again on the plans page (opened from the menu, another tab, a phone)
+// was sent to a second Checkout they could pay: a second Stripe
+// subscription and a second charge. The click now applies the paid
+// session and shows the plan; while its payment is still on its way
+// (or Stripe does not answer) it says so, 409, and opens nothing. The
+// webhooks arriving afterwards change nothing.
+func TestCheckoutPaidBeforeItsWebhook(t *testing.T) {
+	e, mock := startPaid(t)
+	key := e.keyOnly("payer")
+	c := e.newClient()
+	c.signIn(key)
+	if resp, body := c.plansFormFor("echo", "checkout", "pro"); resp.StatusCode != http.StatusSeeOther ||
+		!strings.HasPrefix(resp.Header.Get("Location"), "https://checkout.stripe.com/") {
+		t.Fatalf("checkout: %d %s\n%s", resp.StatusCode, resp.Header.Get("Location"), body)
+	}
+	pay := e.store().(gwstore.Payments)
+	var open struct {
+		SessionID string `json:"sessionId"`
+	}
+	var cust payments.CustomerRecord
+	b, err := pay.GetPaymentRecord(context.Background(), payments.KindCheckoutOpen, "echo/payer")
+	cb, cerr := pay.GetPaymentRecord(context.Background(), payments.KindCustomer, "payer")
+	if err != nil || cerr != nil || json.Unmarshal(b, &open) != nil || json.Unmarshal(cb, &cust) != nil || open.SessionID == "" || cust.CustomerID == "" {
+		t.Fatalf("the open session %s %v, the customer %s %v", b, err, cb, cerr)
+	}
+	created := time.Now().Add(-time.Minute).Truncate(time.Second)
+	meta := map[string]string{payments.MetaUser: "payer", payments.MetaService: "echo", payments.MetaProduct: "pro"}
+	session := map[string]any{"id": open.SessionID, "object": "checkout.session", "mode": "subscription", "status": "complete",
+		"payment_status": "paid", "customer": cust.CustomerID, "subscription": "sub_paid_portal", "client_reference_id": "payer",
+		"created": created.Unix(), "metadata": meta}
+	sub := func(status string) map[string]any {
+		start := created.Add(30 * time.Second)
+		return map[string]any{"id": "sub_paid_portal", "object": "subscription", "customer": cust.CustomerID, "status": status,
+			"created": start.Unix(), "start_date": start.Unix(), "cancel_at_period_end": false, "cancel_at": nil, "trial_end": nil, "metadata": meta,
+			"items": map[string]any{"object": "list", "data": []any{map[string]any{"id": "si_paid_portal", "object": "subscription_item",
+				"price":                map[string]any{"id": "price_pro_usd", "object": "price", "recurring": map[string]any{"interval": "month", "interval_count": 1}},
+				"current_period_start": start.Unix(), "current_period_end": start.AddDate(0, 1, 0).Unix()}}}}
+	}
+	sessionsMade := func() int {
+		n := 0
+		for _, r := range mock.Requests("/v1/checkout/sessions") {
+			if r.Method == http.MethodPost && r.Path == "/v1/checkout/sessions" {
+				n++
+			}
+		}
+		return n
+	}
+	mock.Answer("/v1/checkout/sessions/"+open.SessionID, session)
+	// Paid by a bank debit still on its way: the subscription is made,
+	// not yet paid.
+	mock.Answer("/v1/subscriptions/sub_paid_portal", sub("incomplete"))
+	resp, page := c.plansFormFor("echo", "checkout", "pro")
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(page, "is being confirmed with Stripe; try again in a minute") || sessionsMade() != 1 {
+		t.Fatalf("a click while the paid Checkout's payment is on its way: %d %s, %d Checkout Sessions, want 409 and 1\n%s",
+			resp.StatusCode, resp.Header.Get("Location"), sessionsMade(), page)
+	}
+	// Paid: the click applies it and the plans page shows the plan.
+	mock.Answer("/v1/subscriptions/sub_paid_portal", sub("active"))
+	resp, page = c.plansFormFor("echo", "checkout", "pro")
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/portal/plans/echo?m=checkout-paid" || sessionsMade() != 1 {
+		t.Fatalf("a click after the Checkout was paid, before its webhook: %d %s, %d Checkout Sessions at Stripe; want the plans page and 1 (a second one is a second charge)\n%s",
+			resp.StatusCode, resp.Header.Get("Location"), sessionsMade(), page)
+	}
+	if s, ok := e.subscriptionTo("payer", "echo"); !ok || s.ProductID != "pro" || s.Status != "ACTIVE" {
+		t.Fatalf("the paid Checkout applied by the click: %+v %v, want pro ACTIVE", s, ok)
+	}
+	resp, page = c.get(resp.Header.Get("Location"))
+	if resp.StatusCode != http.StatusOK || !strings.Contains(page, "No second checkout was opened") || strings.Contains(page, "Subscribe and pay with Stripe") {
+		t.Fatalf("the plans page after the click applied the payment: %d\n%s", resp.StatusCode, page)
+	}
+	before, _ := e.store().GetSubscription(context.Background(), "payer", "echo")
+	payEvent(t, "evt_portal_paid_cs", "checkout.session.completed", created.Add(30*time.Second), session)
+	payEvent(t, "evt_portal_paid_sub", "customer.subscription.created", created.Add(30*time.Second), sub("active"))
+	if after, _ := e.store().GetSubscription(context.Background(), "payer", "echo"); after.Revision != before.Revision || after.ProductID != "pro" || after.Status != "ACTIVE" {
+		t.Fatalf("the webhooks after the click changed the subscription: %+v -> %+v", before, after)
+	}
+	if sessionsMade() != 1 {
+		t.Fatalf("%d Checkout Sessions made, want 1", sessionsMade())
+	}
+}

@@ -46,6 +46,10 @@ var planNotices = map[string]string{
 	// Back from Stripe Checkout (payments.go).
 	"subscribed":         "Thank you: your payment went through Stripe. Your plan applies as soon as Stripe confirms it, usually within seconds; reload this page to see it.",
 	"checkout-cancelled": "You left Stripe's checkout; nothing was charged and nothing was changed.",
+	// A click on a paid plan after the caller paid its Checkout, before
+	// Stripe's webhook came: the payment was applied instead of a second
+	// Checkout opened.
+	"checkout-paid": "Stripe has the payment you made for this service: your plan is shown below. No second checkout was opened and nothing more was charged.",
 }
 
 // awaitingStripe stands for a paid plan's button on the page Stripe's
