@@ -166,6 +166,29 @@ func (u Units) String() string {
 	return s
 }
 
+// Grouped renders the quantity as String does, its whole part with
+// thousands separators ("10,000", "1,234.5"): how the console's limit
+// bars and the storefront's plans write counts a reader compares at a
+// glance.
+func (u Units) Grouped() string {
+	whole, frac, hasFrac := strings.Cut(u.String(), ".")
+	sign := ""
+	if strings.HasPrefix(whole, "-") {
+		sign, whole = "-", whole[1:]
+	}
+	var b strings.Builder
+	for i, d := range whole {
+		if i > 0 && (len(whole)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(d)
+	}
+	if hasFrac {
+		return sign + b.String() + "." + frac
+	}
+	return sign + b.String()
+}
+
 // MarshalJSON writes the quantity as a JSON number with its exact decimal
 // text, never a float rendering.
 func (u Units) MarshalJSON() ([]byte, error) { return []byte(u.String()), nil }

@@ -292,3 +292,16 @@ func TestParseStoredUnits(t *testing.T) {
 		}
 	}
 }
+
+func TestGrouped(t *testing.T) {
+	for in, want := range map[string]string{"0": "0", "999": "999", "1000": "1,000", "100000": "100,000", "2000000": "2,000,000",
+		"1234.5": "1,234.5", "-1234567.25": "-1,234,567.25", "0.000001": "0.000001"} {
+		u, err := billing.ParseStoredUnits(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := u.Grouped(); got != want {
+			t.Errorf("%s: %q, want %q", in, got, want)
+		}
+	}
+}

@@ -120,7 +120,7 @@ func (l limit) Num(v billing.Units) string {
 	if l.What == "spending cap" {
 		return costNumber(v, l.Unit)
 	}
-	return groupedUnits(v)
+	return v.Grouped()
 }
 
 // UnitText is the measure after the limit's Max: a quota's unit label,
@@ -131,27 +131,6 @@ func (l limit) UnitText() string {
 		return l.Unit
 	}
 	return l.Unit + "s"
-}
-
-// groupedUnits writes units with thousands separators ("10,000"), the
-// fraction, if any, as is.
-func groupedUnits(n billing.Units) string {
-	whole, frac, hasFrac := strings.Cut(n.String(), ".")
-	sign := ""
-	if strings.HasPrefix(whole, "-") {
-		sign, whole = "-", whole[1:]
-	}
-	var b strings.Builder
-	for i, d := range whole {
-		if i > 0 && (len(whole)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(d)
-	}
-	if hasFrac {
-		return sign + b.String() + "." + frac
-	}
-	return sign + b.String()
 }
 
 // periodEnd is when a limit reached stops refusing calls: the period's

@@ -33,7 +33,7 @@ var pages = func() map[string]*template.Template {
 			if u == nil {
 				return "—"
 			}
-			return groupedUnits(*u)
+			return u.Grouped()
 		},
 		"when": func(t time.Time) string {
 			if t.IsZero() {

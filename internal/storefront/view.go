@@ -254,7 +254,7 @@ func planOf(p *billing.Product, l *catalog.ProductListing) plan {
 // quota too, so a priced quota includes nothing and past it (overage
 // allowed) calls cost the same.
 func quotaTerms(p *billing.Product, unit, period string, unitMoney catalog.Money, hasUnitPrice bool) []string {
-	q := grouped(*p.Quota) + " " + plural(unit, *p.Quota)
+	q := p.Quota.Grouped() + " " + plural(unit, *p.Quota)
 	var terms []string
 	if p.BillingModel == billing.Subscription || p.Price == 0 {
 		terms = append(terms, q+" included per "+period)
@@ -270,27 +270,6 @@ func quotaTerms(p *billing.Product, unit, period string, unitMoney catalog.Money
 		terms = append(terms, "Past the quota: "+unitMoney.String()+" per "+unit)
 	}
 	return terms
-}
-
-// grouped writes a count with thousands separators ("100,000"), which a
-// reader compares at a glance across plans; the fraction, if any, as is.
-func grouped(n billing.Units) string {
-	whole, frac, hasFrac := strings.Cut(n.String(), ".")
-	sign := ""
-	if strings.HasPrefix(whole, "-") {
-		sign, whole = "-", whole[1:]
-	}
-	var b strings.Builder
-	for i, d := range whole {
-		if i > 0 && (len(whole)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(d)
-	}
-	if hasFrac {
-		return sign + b.String() + "." + frac
-	}
-	return sign + b.String()
 }
 
 func plural(unit string, n billing.Units) string {

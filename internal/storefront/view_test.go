@@ -59,14 +59,6 @@ func TestPlanOf(t *testing.T) {
 	}
 }
 
-func TestGrouped(t *testing.T) {
-	for in, want := range map[string]string{"0": "0", "999": "999", "1000": "1,000", "100000": "100,000", "2000000": "2,000,000", "1234.5": "1,234.5"} {
-		if got := grouped(*units(in)); got != want {
-			t.Errorf("%s: %q, want %q", in, got, want)
-		}
-	}
-}
-
 // TestImageAllowed: only site paths and the configured origins, compared
 // as whole origins.
 func TestImageAllowed(t *testing.T) {
