@@ -43,12 +43,7 @@ var platformHandler = regexp.MustCompile(`"handler"\s*:\s*"platform_(gateway|usa
 // operator set a value. The http app is taken from the provisioning
 // lineage, never asked for by name: that would provision it early.
 func (a *App) hardenServers(ctx caddy.Context) {
-	var app *caddyhttp.App
-	for _, m := range ctx.Modules() {
-		if h, ok := m.(*caddyhttp.App); ok {
-			app = h
-		}
-	}
+	app := provisioningHTTPApp(ctx)
 	if app == nil {
 		return
 	}
@@ -82,6 +77,19 @@ func (a *App) logServerTimeouts() {
 		}
 		a.logger.Info("the server hosting the platform handlers sets no read_header or idle limit for slow clients: the platform's are used (set them in the global servers options to choose)", fields...)
 	}
+}
+
+// provisioningHTTPApp is the http app whose handlers are being provisioned
+// with ctx, taken from the provisioning lineage (never asked for by name,
+// which would provision it early); nil outside one.
+func provisioningHTTPApp(ctx caddy.Context) *caddyhttp.App {
+	var app *caddyhttp.App
+	for _, m := range ctx.Modules() {
+		if h, ok := m.(*caddyhttp.App); ok {
+			app = h
+		}
+	}
+	return app
 }
 
 // hostsPlatform says whether a platform handler is among srv's routes,

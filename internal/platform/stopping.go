@@ -25,12 +25,7 @@ type stopNotified interface{ Stopping() }
 // from each platform handler's Provision, before the http app's Start
 // builds the net/http servers from the hooks registered.
 func (a *App) answerAtStop(ctx caddy.Context) {
-	var app *caddyhttp.App
-	for _, m := range ctx.Modules() {
-		if h, ok := m.(*caddyhttp.App); ok {
-			app = h
-		}
-	}
+	app := provisioningHTTPApp(ctx)
 	if app == nil {
 		return
 	}
