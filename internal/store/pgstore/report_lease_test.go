@@ -238,3 +238,67 @@ func TestFlooredChargeStopsLeasedCalls(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseBeforeFirstListenAsksAgain: a node's notification connection
+// starts as the node opens, and the node serves (leases blocks) before
+// its first LISTEN is in place. A change sent meanwhile (here a report
+// past the limit on another node; a refund the same) never reaches it:
+// the node must treat its first LISTEN as it treats a reconnection, its
+// leases asking the database again, or it serves calls from the free
+// units of a lease the change emptied. Found as a flake of
+// TestReportPastLimitStopsLeasedCalls under load (7 calls served past a
+// quota of 100 when the report came before node b listened). Here node
+// b's listener is stopped before the report and a new one, listening for
+// the first time, started after it.
+func TestLeaseBeforeFirstListenAsksAgain(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.DB(t)
+	a, b := openNode(t, dsn, "a"), openNode(t, dsn, "b")
+	p := quotaProduct(100)
+	subscribe(t, a, "u", "svc", p.ID)
+	acct := store.Account{UserID: "u", ServiceID: "svc", Product: p}
+	entry := store.LedgerEntry{UserID: "u", ServiceID: "svc", ProductID: p.ID, Source: store.SourceGateway}
+	call := func() bool {
+		t.Helper()
+		res, err := b.Reserve(ctx, acct, units(1), time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Decision.Allowed {
+			return false
+		}
+		if _, err := b.Settle(ctx, res, units(1), entry); err != nil {
+			t.Fatal(err)
+		}
+		return true
+	}
+	for range 7 {
+		if !call() {
+			t.Fatal("a call refused before the report")
+		}
+	}
+	b.listen.close() // b hears nothing from here on
+	rep := store.LedgerEntry{UserID: "u", ServiceID: "svc", ProductID: p.ID, Units: units(100), Source: store.SourceReport}
+	if _, err := a.Record(ctx, acct, rep, func(store.LedgerEntry, billing.State) ([]byte, error) { return []byte("{}"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	// b's first LISTEN, after the report.
+	first := newListener(b)
+	first.start()
+	defer first.close()
+	for deadline := time.Now().Add(30 * time.Second); !first.up(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the new notification connection never listened")
+		}
+	}
+	served := 0
+	for range 20 {
+		if !call() {
+			break
+		}
+		served++
+	}
+	if served > 0 {
+		t.Errorf("%d calls served from a lease after a report took the limit before the node's first LISTEN (want every call refused)", served)
+	}
+}
