@@ -29,14 +29,11 @@ type listener struct {
 	// received, or the sending of a ping it answered. A connection gone
 	// silent without closing still looks up; keyTTL trusts a cached key
 	// past CacheTTL only while alive is that recent.
-	alive atomic.Int64
-	born  time.Time
-	// listened: a connection listened before this one (only the
-	// listener's goroutine uses it).
-	listened bool
-	cancel   context.CancelFunc
-	done     chan struct{}
-	once     sync.Once
+	alive  atomic.Int64
+	born   time.Time
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
 }
 
 func newListener(s *Store) *listener {
@@ -117,11 +114,12 @@ func (l *listener) listen(ctx context.Context) error {
 	}
 	l.heard(listenAt)
 	// Whatever changed while no one listened is unknown: the cache goes,
-	// and after a connection lost the leases ask the database again.
-	if l.listened {
-		l.s.leaser.InvalidateAll()
-	}
-	l.listened = true
+	// and the leases ask the database again, after a connection lost and
+	// at the first LISTEN too: the node leases blocks from its opening,
+	// before this connection is up, and a change sent meanwhile (credits
+	// taken, a report past a limit) never reached it; its leases served
+	// calls from units that change took (TestLeaseBeforeFirstListenAsksAgain).
+	l.s.leaser.InvalidateAll()
 	l.s.cache.dropAll()
 	l.isUp.Store(true)
 	for {
