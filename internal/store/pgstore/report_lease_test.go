@@ -240,20 +240,25 @@ func TestFlooredChargeStopsLeasedCalls(t *testing.T) {
 }
 
 // TestLeaseBeforeFirstListenAsksAgain: a node's notification connection
-// starts as the node opens, and the node serves (leases blocks) before
-// its first LISTEN is in place. A change sent meanwhile (here a report
-// past the limit on another node; a refund the same) never reaches it:
-// the node must treat its first LISTEN as it treats a reconnection, its
-// leases asking the database again, or it serves calls from the free
-// units of a lease the change emptied. Found as a flake of
-// TestReportPastLimitStopsLeasedCalls under load (7 calls served past a
-// quota of 100 when the report came before node b listened). Here node
-// b's listener is stopped before the report and a new one, listening for
-// the first time, started after it.
+// started as the node opened, and the node served (leased blocks) before
+// its first LISTEN was in place: a change sent meanwhile (here a report
+// past the limit on another node; credits taken the same) never reached
+// it, and it served calls from the free units of a lease the change
+// emptied. Found as a flake of TestReportPastLimitStopsLeasedCalls under
+// load (7 calls served past a quota of 100 when the report came before
+// node b listened). Open now returns once the node listens; past its
+// wait (awaitFirst), the first LISTEN makes the leases ask again, as
+// after a connection lost: here node b's listener is stopped before the
+// report and a new one, late as Open leaves it, listens after it.
 func TestLeaseBeforeFirstListenAsksAgain(t *testing.T) {
 	ctx := context.Background()
 	dsn := pgtest.DB(t)
 	a, b := openNode(t, dsn, "a"), openNode(t, dsn, "b")
+	for _, s := range []*Store{a, b} {
+		if !s.listen.up() && !s.listen.late.Load() {
+			t.Errorf("node %s: Open returned before the node listened, and its first LISTEN will not make its leases ask again", s.node)
+		}
+	}
 	p := quotaProduct(100)
 	subscribe(t, a, "u", "svc", p.ID)
 	acct := store.Account{UserID: "u", ServiceID: "svc", Product: p}
@@ -282,8 +287,9 @@ func TestLeaseBeforeFirstListenAsksAgain(t *testing.T) {
 	if _, err := a.Record(ctx, acct, rep, func(store.LedgerEntry, billing.State) ([]byte, error) { return []byte("{}"), nil }); err != nil {
 		t.Fatal(err)
 	}
-	// b's first LISTEN, after the report.
+	// b's first LISTEN, after the report, Open having stopped waiting.
 	first := newListener(b)
+	first.late.Store(true)
 	first.start()
 	defer first.close()
 	for deadline := time.Now().Add(30 * time.Second); !first.up(); time.Sleep(5 * time.Millisecond) {
