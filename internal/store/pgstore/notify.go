@@ -34,13 +34,40 @@ type listener struct {
 	// listened: a connection listened before this one (only the
 	// listener's goroutine uses it).
 	listened bool
-	cancel   context.CancelFunc
-	done     chan struct{}
-	once     sync.Once
+	// ready closes at the first LISTEN; late says Open stopped waiting
+	// for it (awaitFirst), so the node may lease before it listens.
+	ready  chan struct{}
+	late   atomic.Bool
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
 }
 
 func newListener(s *Store) *listener {
-	return &listener{s: s, done: make(chan struct{}), born: time.Now()}
+	return &listener{s: s, done: make(chan struct{}), ready: make(chan struct{}), born: time.Now()}
+}
+
+// firstListenWait bounds how long Open waits for the first LISTEN.
+const firstListenWait = 5 * time.Second
+
+// awaitFirst waits, for at most d, until the first LISTEN is in place, so
+// that a node serves (leases) only once it hears of changes. A node that
+// leased before it listened never heard of a change sent in between
+// (credits taken, a report past a limit) and its leases served calls
+// from units that change took (TestLeaseBeforeFirstListenAsksAgain).
+// Past d (PostgreSQL answered Open but not this connection) the node
+// serves all the same, and its first LISTEN makes the leases ask again,
+// as after a connection lost.
+func (l *listener) awaitFirst(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-l.ready:
+	case <-ctx.Done():
+		l.late.Store(true)
+	case <-t.C:
+		l.late.Store(true)
+	}
 }
 
 func (l *listener) up() bool { return l.isUp.Load() }
@@ -117,9 +144,16 @@ func (l *listener) listen(ctx context.Context) error {
 	}
 	l.heard(listenAt)
 	// Whatever changed while no one listened is unknown: the cache goes,
-	// and after a connection lost the leases ask the database again.
-	if l.listened {
+	// and after a connection lost the leases ask the database again, as
+	// they do at the first LISTEN of a node that served before it (late).
+	// The first LISTEN of a node that waited for it (awaitFirst) preceded
+	// every lease: nothing to ask again (leases asking again at start
+	// strand the units of their calls in flight until the rows expire).
+	if l.listened || l.late.Load() {
 		l.s.leaser.InvalidateAll()
+	}
+	if !l.listened {
+		close(l.ready)
 	}
 	l.listened = true
 	l.s.cache.dropAll()

@@ -253,6 +253,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	s.wg.Add(1)
 	go s.maintain()
 	s.listen.start()
+	s.listen.awaitFirst(ctx, firstListenWait)
 	return s, nil
 }
 

@@ -238,3 +238,73 @@ func TestFlooredChargeStopsLeasedCalls(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseBeforeFirstListenAsksAgain: a node's notification connection
+// started as the node opened, and the node served (leased blocks) before
+// its first LISTEN was in place: a change sent meanwhile (here a report
+// past the limit on another node; credits taken the same) never reached
+// it, and it served calls from the free units of a lease the change
+// emptied. Found as a flake of TestReportPastLimitStopsLeasedCalls under
+// load (7 calls served past a quota of 100 when the report came before
+// node b listened). Open now returns once the node listens; past its
+// wait (awaitFirst), the first LISTEN makes the leases ask again, as
+// after a connection lost: here node b's listener is stopped before the
+// report and a new one, late as Open leaves it, listens after it.
+func TestLeaseBeforeFirstListenAsksAgain(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.DB(t)
+	a, b := openNode(t, dsn, "a"), openNode(t, dsn, "b")
+	for _, s := range []*Store{a, b} {
+		if !s.listen.up() && !s.listen.late.Load() {
+			t.Errorf("node %s: Open returned before the node listened, and its first LISTEN will not make its leases ask again", s.node)
+		}
+	}
+	p := quotaProduct(100)
+	subscribe(t, a, "u", "svc", p.ID)
+	acct := store.Account{UserID: "u", ServiceID: "svc", Product: p}
+	entry := store.LedgerEntry{UserID: "u", ServiceID: "svc", ProductID: p.ID, Source: store.SourceGateway}
+	call := func() bool {
+		t.Helper()
+		res, err := b.Reserve(ctx, acct, units(1), time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Decision.Allowed {
+			return false
+		}
+		if _, err := b.Settle(ctx, res, units(1), entry); err != nil {
+			t.Fatal(err)
+		}
+		return true
+	}
+	for range 7 {
+		if !call() {
+			t.Fatal("a call refused before the report")
+		}
+	}
+	b.listen.close() // b hears nothing from here on
+	rep := store.LedgerEntry{UserID: "u", ServiceID: "svc", ProductID: p.ID, Units: units(100), Source: store.SourceReport}
+	if _, err := a.Record(ctx, acct, rep, func(store.LedgerEntry, billing.State) ([]byte, error) { return []byte("{}"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	// b's first LISTEN, after the report, Open having stopped waiting.
+	first := newListener(b)
+	first.late.Store(true)
+	first.start()
+	defer first.close()
+	for deadline := time.Now().Add(30 * time.Second); !first.up(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the new notification connection never listened")
+		}
+	}
+	served := 0
+	for range 20 {
+		if !call() {
+			break
+		}
+		served++
+	}
+	if served > 0 {
+		t.Errorf("%d calls served from a lease after a report took the limit before the node's first LISTEN (want every call refused)", served)
+	}
+}
