@@ -116,17 +116,25 @@ func newSettler(s *Store) *settler {
 		stopping: make(chan struct{}), pending: map[string]int{}}
 }
 
+// stopWait bounds how long a settlement waits for its commit once the
+// process is stopping and the database answered the last commit (submit):
+// well inside a server's grace period, so that its caller is answered
+// before the server stops waiting for it.
+const stopWait = time.Second
+
 // stop says the process has begun to exit: the Settles waiting for their
-// commits, and those to come, answer at once that their settlements are
-// not written yet (store.ErrSettlementPending), so their callers have
-// their answers while the server still waits for them. Waiting on, they
-// answered only as the store closed (settleWait, 10 s, is longer than a
-// server's grace_period): just before the process exits, which an
-// answer could lose, the caller's connection closed without one, the
-// call charged all the same. The settlements stay queued: written by the
-// group commit, or by close's last attempt, or kept in the settlement
-// log (keep), each call once by its id. A config reload is no stop: the
-// store, shared by both configs, never hears of it.
+// commits, and those to come, answer as soon as their commits do, or, when
+// the database did not answer the last commit (down) or does not answer
+// within stopWait, at once that their settlements are not written yet
+// (store.ErrSettlementPending), so their callers have their answers while
+// the server still waits for them. Waiting on, they answered only as the
+// store closed (settleWait, 10 s, is longer than a server's
+// grace_period): just before the process exits, which an answer could
+// lose, the caller's connection closed without one, the call charged all
+// the same. The settlements stay queued: written by the group commit, or
+// by close's last attempt, or kept in the settlement log (keep), each
+// call once by its id. A config reload is no stop: the store, shared by
+// both configs, never hears of it.
 func (t *settler) stop() {
 	t.stoppingOnce.Do(func() { close(t.stopping) })
 }
@@ -201,6 +209,20 @@ func (t *settler) submit(ctx context.Context, st *settlement) (store.LedgerEntry
 		return store.LedgerEntry{}, fmt.Errorf("pgstore: the settlement is not written yet (it will be once PostgreSQL answers): %w",
 			store.ErrSettlementPending)
 	case <-t.stopping:
+		if !t.down.Load() {
+			// The database answered the last commit: this one takes
+			// milliseconds, and its answer is the one to give (a
+			// settlement that fails is not charged; one answered pending
+			// lives only in memory until the stop's last commit). Waited
+			// for no longer than stopWait, well inside a grace period, in
+			// case the database has just stopped answering.
+			wait := time.NewTimer(stopWait)
+			defer wait.Stop()
+			select {
+			case <-st.done:
+			case <-wait.C:
+			}
+		}
 		select {
 		case <-st.done: // written meanwhile: say so
 			return st.result(), st.err
