@@ -84,3 +84,89 @@ func TestMeterAddedByReloadSendsOnlyWhatFollows(t *testing.T) {
 			"not the credits spent before it (0.08 and 0.01)", got)
 	}
 }
+
+// TestMeterRemovedAndAddedBackSkipsTheCreditsBetween: payg is postpaid
+// and metered; the operator moves it to prepaid credits (its meter line
+// goes) for a day, then back to postpaid with its meter. The shipper kept
+// the product's first metered-since for good (so that a fleet's rolling
+// change never restarts it), so the run after the meter came back looked
+// back over the prepaid day too and sent the credits spent then to Stripe
+// as money: paid twice, in credits and on the invoice. Only the usage of
+// the hours the product was metered may go.
+func TestMeterRemovedAndAddedBackSkipsTheCreditsBetween(t *testing.T) {
+	e := newMeterEnv(t, openBolt(t, filepath.Join(t.TempDir(), "gw.db")))
+	prepaid := postpaid
+	prepaid.BillingModel = billing.Prepaid
+	build := func(payg billing.Product) *catalog.Catalog {
+		p1, p2 := payg, plan
+		cat, err := catalog.Compile([]*catalog.Service{{ID: "geo", Backend: "http://127.0.0.1:9", Secrets: []string{"s3cret-s3cret-s3cret-s3cret-0001"},
+			Endpoints: []*catalog.Endpoint{{ID: "lookup", Path: "/lookup"}},
+			Products:  []*billing.Product{&p1, &p2},
+			ProductListings: []*catalog.ProductListing{{Product: "payg", Currency: "USD"},
+				{Product: "pro", Currency: "USD"}},
+		}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cat
+	}
+	service := func(cat *catalog.Catalog, meterPayg bool, node string) *payments.Service {
+		t.Helper()
+		cfg := e.config()
+		if !meterPayg {
+			cfg.Prices = cfg.Prices[1:] // the pro meter only
+		}
+		if err := cfg.Validate(cat); err != nil {
+			t.Fatal(err)
+		}
+		s, err := payments.New(cfg, payments.Deps{Store: func() store.Store { return e.st }, Catalog: cat, Now: e.clock.Now, NodeID: node})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	e.subscribe("ann", postpaid)
+	e.customer("ann", "cus_ann")
+
+	metered := service(build(postpaid), true, "node-a")
+	if run := ship(t, metered); !run.Leader {
+		t.Fatalf("the first run: %+v", run)
+	}
+	e.clock.Add(10 * time.Minute)
+	e.report("ann", postpaid, 3, e.clock.Now()) // 0.006 USD, metered
+	e.clock.Add(2 * time.Hour)
+	ship(t, metered)
+
+	// The reload: payg is prepaid, its meter gone, for a day.
+	e.clock.Add(4 * time.Minute) // the old config's lease has run out
+	credits := service(build(prepaid), false, "node-b")
+	if run := ship(t, credits); !run.Leader {
+		t.Fatalf("the run of the prepaid config did not take the lease: %+v", run)
+	}
+	e.subscribe("ann", prepaid)
+	e.clock.Add(time.Hour)
+	e.report("ann", prepaid, 40, e.clock.Now()) // credits
+	e.clock.Add(3 * time.Hour)
+	e.report("ann", prepaid, 5, e.clock.Now()) // credits
+	e.clock.Add(20 * time.Hour)
+	ship(t, credits)
+
+	// Back to postpaid, with its meter.
+	e.clock.Add(4 * time.Minute)
+	again := service(build(postpaid), true, "node-c")
+	if run := ship(t, again); !run.Leader {
+		t.Fatalf("the run after the meter came back did not take the lease: %+v", run)
+	}
+	e.subscribe("ann", postpaid)
+	e.clock.Add(10 * time.Minute)
+	e.report("ann", postpaid, 2, e.clock.Now()) // 0.004 USD, metered
+	e.clock.Add(3 * time.Hour)
+	ship(t, again)
+	if run := ship(t, again); run.Sent != 0 {
+		t.Errorf("a second run sent %d more events", run.Sent)
+	}
+	if got := sums(t, stripeSaw(t, e.mock))["cus_ann"]; got != 10000 {
+		t.Errorf("Stripe was sent %d millionths of USD for ann, want 10000: the 0.006 and 0.004 of metered usage, "+
+			"not the credits spent while payg was prepaid (0.08 and 0.01)", got)
+	}
+}
