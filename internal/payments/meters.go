@@ -163,6 +163,15 @@ type meterCursor struct {
 	// A cursor written before this was kept takes the products metered
 	// at the upgrade as metered since Since.
 	Metered map[string]time.Time `json:"metered,omitempty"`
+	// Spans holds, per product ("<service> <product>"), the spans of
+	// time the shipper found it metered, oldest first, the last one open
+	// (zero To) while it is: only the usage inside them is sent. A
+	// product whose meter is removed (moved to PREPAID: its callers pay
+	// in credits) has its span closed at the first run that finds it so,
+	// and one added back opens a new span then: the usage in between was
+	// paid some other way. Metered is still written, for a node of the
+	// version before Spans.
+	Spans map[string][]meteredSpan `json:"spans,omitempty"`
 	// Outbox is the plan being sent; Held the events Stripe refused
 	// (4xx), retried every HeldRetry.
 	Outbox    []MeterEvent `json:"outbox,omitempty"`
@@ -334,7 +343,77 @@ func (r *shipRun) noteMetered(now time.Time) bool {
 			changed = true
 		}
 	}
+	if r.cur.Spans == nil {
+		// A cursor from before spans were kept: each product noted was
+		// metered since its time, and is until now if it is not now.
+		r.cur.Spans = make(map[string][]meteredSpan, len(r.cur.Metered))
+		for n, since := range r.cur.Metered {
+			r.cur.Spans[n] = []meteredSpan{{From: since}}
+		}
+		changed = true
+	}
+	names := make(map[string]bool, len(products))
+	for k := range products {
+		n := meteredName(k[0], k[1])
+		names[n] = true
+		if sp := r.cur.Spans[n]; len(sp) == 0 || !sp[len(sp)-1].To.IsZero() {
+			r.cur.Spans[n] = append(sp, meteredSpan{From: now.UTC()}) // metered (again) from now
+			changed = true
+		}
+	}
+	// A product no longer metered ends its span now; a span ended before
+	// every hour a run may still plan is forgotten.
+	keep := now.UTC().Add(-StripeMeterWindow)
+	if r.cur.Through.Before(keep) {
+		keep = r.cur.Through
+	}
+	keep = keep.Add(-time.Hour)
+	for n, sp := range r.cur.Spans {
+		if !names[n] && len(sp) > 0 && sp[len(sp)-1].To.IsZero() {
+			sp[len(sp)-1].To = now.UTC()
+			changed = true
+		}
+		for len(sp) > 1 && sp[0].To.Before(keep) {
+			sp = sp[1:]
+			changed = true
+		}
+		r.cur.Spans[n] = sp
+	}
 	return changed
+}
+
+// meteredSpan is a span of time a product was metered in (To zero: it
+// still is).
+type meteredSpan struct {
+	From time.Time `json:"from"`
+	To   time.Time `json:"to,omitzero"`
+}
+
+// meteredIn is the parts of the hour h the product named n was metered
+// in, by the cursor: whole when it was for the whole hour (or the cursor
+// holds no span of it), else the parts (none: not metered in it).
+func (c *meterCursor) meteredIn(n string, h time.Time) (whole bool, parts [][2]time.Time) {
+	sp, ok := c.Spans[n]
+	if !ok {
+		return true, nil
+	}
+	end := h.Add(time.Hour)
+	for _, s := range sp {
+		from, to := h, end
+		if s.From.After(from) {
+			from = s.From
+		}
+		if !s.To.IsZero() && s.To.Before(to) {
+			to = s.To
+		}
+		if from.Before(to) {
+			parts = append(parts, [2]time.Time{from, to})
+		}
+	}
+	if len(parts) == 1 && parts[0][0].Equal(h) && parts[0][1].Equal(end) {
+		return true, nil
+	}
+	return false, parts
 }
 
 // shipRun is one run of the shipper under the lease.
@@ -519,8 +598,8 @@ func (r *shipRun) plan(ctx context.Context, now time.Time, sweep bool) (bool, er
 			if _, ok := products[[2]string{ru.ServiceID, ru.ProductID}]; !ok || ru.Cost <= 0 {
 				return nil
 			}
-			if since, ok := r.cur.Metered[meteredName(ru.ServiceID, ru.ProductID)]; ok && !ru.Hour.Add(time.Hour).After(since) {
-				return nil // an hour before the product was metered
+			if whole, parts := r.cur.meteredIn(meteredName(ru.ServiceID, ru.ProductID), ru.Hour.UTC()); !whole && len(parts) == 0 {
+				return nil // an hour the product was not metered in
 			}
 			usage[meterKey{ru.UserID, ru.ServiceID, ru.ProductID, ru.Hour.UTC(), time.Time{}}] += ru.Cost
 			return nil
@@ -529,26 +608,29 @@ func (r *shipRun) plan(ctx context.Context, now time.Time, sweep bool) (bool, er
 			return false, fmt.Errorf("stripe meters: reading the usage: %w", err)
 		}
 	}
-	// The hour a product began to be metered in counts its rows from
-	// then on only (its raw rows; none, when ledger_retention took them).
+	// An hour a product was metered in for part of it only (it began,
+	// ended or began again in it) counts its rows of those parts only
+	// (its raw rows; none, when ledger_retention took them).
 	began := map[meterKey]bool{}
 	for k := range usage {
-		since := r.cur.Metered[meteredName(k.service, k.product)]
-		if since.IsZero() || !since.After(k.hour) || !since.Before(k.hour.Add(time.Hour)) {
+		whole, parts := r.cur.meteredIn(meteredName(k.service, k.product), k.hour)
+		if whole {
 			continue
 		}
-		var after billing.Units
-		f := store.LedgerFilter{UserID: k.user, ServiceID: k.service, From: since, To: k.hour.Add(time.Hour)}
-		err := store.SumLedger(ctx, s.Store(), f, func(ru store.Rollup) error {
-			if ru.UserID == k.user && ru.ProductID == k.product && ru.Cost > 0 {
-				after += ru.Cost
+		var in billing.Units
+		for _, p := range parts {
+			f := store.LedgerFilter{UserID: k.user, ServiceID: k.service, From: p[0], To: p[1]}
+			err := store.SumLedger(ctx, s.Store(), f, func(ru store.Rollup) error {
+				if ru.UserID == k.user && ru.ProductID == k.product && ru.Cost > 0 {
+					in += ru.Cost
+				}
+				return nil
+			})
+			if err != nil {
+				return false, fmt.Errorf("stripe meters: reading the ledger of %s on %s from %s: %w", k.user, k.service, p[0].Format(time.RFC3339), err)
 			}
-			return nil
-		})
-		if err != nil {
-			return false, fmt.Errorf("stripe meters: reading the ledger of %s on %s from %s: %w", k.user, k.service, since.Format(time.RFC3339), err)
 		}
-		usage[k] = min(usage[k], after)
+		usage[k] = min(usage[k], in)
 		began[k] = true
 	}
 	if len(usage) == 0 {
