@@ -318,12 +318,15 @@ func (s *Service) ShipMeters(ctx context.Context) (MeterRun, error) {
 func meteredName(service, product string) string { return service + " " + product }
 
 // noteMetered records in the cursor when each product metered now began
-// to be (now, for one the cursor does not know yet). It reports whether
-// the cursor changed. A product no longer metered keeps its time: in a
-// fleet whose nodes take a config change one after the other, a node
-// still on the old config may hold the lease between two that have the
-// new one, and forgetting the time there would start the product again
-// later, never sending the usage in between.
+// to be (Metered: now, for one the cursor does not know yet; kept for
+// good, for a node of the version before Spans) and the spans it was
+// metered in (Spans: a product no longer metered ends its span now, one
+// metered again starts a new one). It reports whether the cursor
+// changed. The usage between two spans was paid some other way (the
+// credits of a product moved to PREPAID) and is never sent; in a fleet
+// whose nodes take a product's meter change one after the other, the
+// usage of those minutes follows the config of the node that held the
+// lease at each run (docs/payments.md, "Metered usage").
 func (r *shipRun) noteMetered(now time.Time) bool {
 	products := r.s.meteredProducts()
 	changed := false
