@@ -25,38 +25,13 @@ func TestMeterAddedByReloadSendsOnlyWhatFollows(t *testing.T) {
 	e := newMeterEnv(t, openBolt(t, filepath.Join(t.TempDir(), "gw.db")))
 	prepaid := postpaid
 	prepaid.BillingModel = billing.Prepaid
-	build := func(payg billing.Product) *catalog.Catalog {
-		p1, p2 := payg, plan
-		cat, err := catalog.Compile([]*catalog.Service{{ID: "geo", Backend: "http://127.0.0.1:9", Secrets: []string{"s3cret-s3cret-s3cret-s3cret-0001"},
-			Endpoints: []*catalog.Endpoint{{ID: "lookup", Path: "/lookup"}},
-			Products:  []*billing.Product{&p1, &p2},
-			ProductListings: []*catalog.ProductListing{{Product: "payg", Currency: "USD"},
-				{Product: "pro", Currency: "USD"}},
-		}}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cat
-	}
-	service := func(cat *catalog.Catalog, meterPayg bool, node string) *payments.Service {
-		t.Helper()
-		cfg := e.config()
-		if !meterPayg {
-			cfg.Prices = cfg.Prices[1:] // the pro meter only
-		}
-		if err := cfg.Validate(cat); err != nil {
-			t.Fatal(err)
-		}
-		s, err := payments.New(cfg, payments.Deps{Store: func() store.Store { return e.st }, Catalog: cat, Now: e.clock.Now, NodeID: node})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
+	service := func(payg billing.Product, meterPayg bool, node string) *payments.Service {
+		return meterReloadService(t, e, payg, meterPayg, node)
 	}
 	e.subscribe("ann", prepaid)
 	e.customer("ann", "cus_ann")
 
-	before := service(build(prepaid), false, "node-a")
+	before := service(prepaid, false, "node-a")
 	if run := ship(t, before); !run.Leader { // the shipper runs from now on, for pro
 		t.Fatalf("the first run: %+v", run)
 	}
@@ -70,7 +45,7 @@ func TestMeterAddedByReloadSendsOnlyWhatFollows(t *testing.T) {
 
 	// The reload, at 09:34: payg is postpaid and metered from now on.
 	e.clock.Add(4 * time.Minute) // the old config's lease (3 meter intervals) has run out
-	after := service(build(postpaid), true, "node-b")
+	after := service(postpaid, true, "node-b")
 	if run := ship(t, after); !run.Leader {
 		t.Fatalf("the run after the reload did not take the lease: %+v", run)
 	}
@@ -97,38 +72,13 @@ func TestMeterRemovedAndAddedBackSkipsTheCreditsBetween(t *testing.T) {
 	e := newMeterEnv(t, openBolt(t, filepath.Join(t.TempDir(), "gw.db")))
 	prepaid := postpaid
 	prepaid.BillingModel = billing.Prepaid
-	build := func(payg billing.Product) *catalog.Catalog {
-		p1, p2 := payg, plan
-		cat, err := catalog.Compile([]*catalog.Service{{ID: "geo", Backend: "http://127.0.0.1:9", Secrets: []string{"s3cret-s3cret-s3cret-s3cret-0001"},
-			Endpoints: []*catalog.Endpoint{{ID: "lookup", Path: "/lookup"}},
-			Products:  []*billing.Product{&p1, &p2},
-			ProductListings: []*catalog.ProductListing{{Product: "payg", Currency: "USD"},
-				{Product: "pro", Currency: "USD"}},
-		}}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cat
-	}
-	service := func(cat *catalog.Catalog, meterPayg bool, node string) *payments.Service {
-		t.Helper()
-		cfg := e.config()
-		if !meterPayg {
-			cfg.Prices = cfg.Prices[1:] // the pro meter only
-		}
-		if err := cfg.Validate(cat); err != nil {
-			t.Fatal(err)
-		}
-		s, err := payments.New(cfg, payments.Deps{Store: func() store.Store { return e.st }, Catalog: cat, Now: e.clock.Now, NodeID: node})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
+	service := func(payg billing.Product, meterPayg bool, node string) *payments.Service {
+		return meterReloadService(t, e, payg, meterPayg, node)
 	}
 	e.subscribe("ann", postpaid)
 	e.customer("ann", "cus_ann")
 
-	metered := service(build(postpaid), true, "node-a")
+	metered := service(postpaid, true, "node-a")
 	if run := ship(t, metered); !run.Leader {
 		t.Fatalf("the first run: %+v", run)
 	}
@@ -139,7 +89,7 @@ func TestMeterRemovedAndAddedBackSkipsTheCreditsBetween(t *testing.T) {
 
 	// The reload: payg is prepaid, its meter gone, for a day.
 	e.clock.Add(4 * time.Minute) // the old config's lease has run out
-	credits := service(build(prepaid), false, "node-b")
+	credits := service(prepaid, false, "node-b")
 	if run := ship(t, credits); !run.Leader {
 		t.Fatalf("the run of the prepaid config did not take the lease: %+v", run)
 	}
@@ -153,7 +103,7 @@ func TestMeterRemovedAndAddedBackSkipsTheCreditsBetween(t *testing.T) {
 
 	// Back to postpaid, with its meter.
 	e.clock.Add(4 * time.Minute)
-	again := service(build(postpaid), true, "node-c")
+	again := service(postpaid, true, "node-c")
 	if run := ship(t, again); !run.Leader {
 		t.Fatalf("the run after the meter came back did not take the lease: %+v", run)
 	}
@@ -169,4 +119,34 @@ func TestMeterRemovedAndAddedBackSkipsTheCreditsBetween(t *testing.T) {
 		t.Errorf("Stripe was sent %d millionths of USD for ann, want 10000: the 0.006 and 0.004 of metered usage, "+
 			"not the credits spent while payg was prepaid (0.08 and 0.01)", got)
 	}
+}
+
+// meterReloadService is node's payments service over e's store for the
+// catalog of service geo with payg (as given: prepaid or postpaid) and
+// pro, payg's meter line configured only when meterPayg: the config a
+// reload that adds or removes payg's meter leaves.
+func meterReloadService(t *testing.T, e *meterEnv, payg billing.Product, meterPayg bool, node string) *payments.Service {
+	t.Helper()
+	p1, p2 := payg, plan
+	cat, err := catalog.Compile([]*catalog.Service{{ID: "geo", Backend: "http://127.0.0.1:9", Secrets: []string{"s3cret-s3cret-s3cret-s3cret-0001"},
+		Endpoints: []*catalog.Endpoint{{ID: "lookup", Path: "/lookup"}},
+		Products:  []*billing.Product{&p1, &p2},
+		ProductListings: []*catalog.ProductListing{{Product: "payg", Currency: "USD"},
+			{Product: "pro", Currency: "USD"}},
+	}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.config()
+	if !meterPayg {
+		cfg.Prices = cfg.Prices[1:] // the pro meter only
+	}
+	if err := cfg.Validate(cat); err != nil {
+		t.Fatal(err)
+	}
+	s, err := payments.New(cfg, payments.Deps{Store: func() store.Store { return e.st }, Catalog: cat, Now: e.clock.Now, NodeID: node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
