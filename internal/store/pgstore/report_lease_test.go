@@ -47,21 +47,7 @@ func TestReportPastLimitStopsLeasedCalls(t *testing.T) {
 					}
 				}
 				acct := store.Account{UserID: "u", ServiceID: "svc", Product: tc.product}
-				entry := store.LedgerEntry{UserID: "u", ServiceID: "svc", ProductID: tc.product.ID, Source: store.SourceGateway}
-				call := func() bool {
-					t.Helper()
-					res, err := b.Reserve(ctx, acct, units(1), time.Now())
-					if err != nil {
-						t.Fatal(err)
-					}
-					if !res.Decision.Allowed {
-						return false
-					}
-					if _, err := b.Settle(ctx, res, units(1), entry); err != nil {
-						t.Fatal(err)
-					}
-					return true
-				}
+				call := func() bool { return tryCall(t, b, acct) }
 				// Node b serves a few calls: its lease grows blocks ahead of
 				// them, and keeps free units.
 				for range 7 {
@@ -262,21 +248,7 @@ func TestLeaseBeforeFirstListenAsksAgain(t *testing.T) {
 	p := quotaProduct(100)
 	subscribe(t, a, "u", "svc", p.ID)
 	acct := store.Account{UserID: "u", ServiceID: "svc", Product: p}
-	entry := store.LedgerEntry{UserID: "u", ServiceID: "svc", ProductID: p.ID, Source: store.SourceGateway}
-	call := func() bool {
-		t.Helper()
-		res, err := b.Reserve(ctx, acct, units(1), time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !res.Decision.Allowed {
-			return false
-		}
-		if _, err := b.Settle(ctx, res, units(1), entry); err != nil {
-			t.Fatal(err)
-		}
-		return true
-	}
+	call := func() bool { return tryCall(t, b, acct) }
 	for range 7 {
 		if !call() {
 			t.Fatal("a call refused before the report")

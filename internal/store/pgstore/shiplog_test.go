@@ -27,6 +27,25 @@ func call(t *testing.T, s *Store, a store.Account) store.LedgerEntry {
 	return e
 }
 
+// tryCall reserves one unit on s and, when the call is admitted, settles
+// it; false when the reservation is refused. A failed settlement fails t.
+func tryCall(t *testing.T, s *Store, a store.Account) bool {
+	t.Helper()
+	ctx := context.Background()
+	res, err := s.Reserve(ctx, a, units(1), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Decision.Allowed {
+		return false
+	}
+	if _, err := s.Settle(ctx, res, units(1), store.LedgerEntry{UserID: a.UserID, ServiceID: a.ServiceID, ProductID: a.Product.ID,
+		Source: store.SourceGateway}); err != nil {
+		t.Fatal(err)
+	}
+	return true
+}
+
 // ledgerOf reads the ledger of a subscription: its entries by call, and
 // the sums of units and costs.
 func ledgerOf(t *testing.T, s *Store, a store.Account) (n int, sum, cost billing.Units, ids map[string]bool) {
