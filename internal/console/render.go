@@ -39,7 +39,7 @@ var pages = func() map[string]*template.Template {
 			if t.IsZero() {
 				return "—"
 			}
-			return t.UTC().Format("2006-01-02 15:04:05Z")
+			return t.UTC().Format("2006-01-02 15:04:05 UTC")
 		},
 		// measured writes amounts of different measures side by side
 		// ("12 request, 300 token"), never as one sum.

@@ -482,7 +482,7 @@ func (h *Handler) pastDue(ctx context.Context, pay store.Payments, now time.Time
 			row.Level, row.Words = levelAmber, "past due: Stripe retries the card"
 			if !s.PastDueSince.IsZero() {
 				end := s.PastDueSince.Add(grace)
-				row.Words += "; suspended from " + end.UTC().Format("2006-01-02 15:04Z") + " unless paid"
+				row.Words += "; suspended from " + end.UTC().Format("2006-01-02 15:04 UTC") + " unless paid"
 				if !now.Before(end) {
 					row.Level = levelRed
 					row.Words = "past due beyond the grace period (" + strings.TrimSuffix(strings.TrimSuffix(grace.String(), "0s"), "0m") + "): suspension due"

@@ -118,8 +118,8 @@ func TestConsoleRevenue(t *testing.T) {
 		"pre 15 credits 1",
 		"cal pre credits -8 credits",
 		"past_due → SUSPENDED: cal on pre (credits)",
-		"past_due → ACTIVE: ben on odd (b), since 2026-11-11 08:00:00Z: past due beyond the grace period (72h): suspension due.",
-		"past_due → ACTIVE: ann on eu (pay), since 2026-11-15 11:00:00Z: past due: Stripe retries the card; suspended from 2026-11-18 11:00Z unless paid.",
+		"past_due → ACTIVE: ben on odd (b), since 2026-11-11 08:00:00 UTC: past due beyond the grace period (72h): suspension due.",
+		"past_due → ACTIVE: ann on eu (pay), since 2026-11-15 11:00:00 UTC: past due: Stripe retries the card; suspended from 2026-11-18 11:00 UTC unless paid.",
 	} {
 		if !strings.Contains(got, w) {
 			t.Errorf("no %q in\n%s", w, got)

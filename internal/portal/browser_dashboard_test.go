@@ -417,7 +417,7 @@ func TestBrowserCopyAndRevoke(t *testing.T) {
 	// Last used: the key signed in with authenticated just now; a key
 	// never used says so.
 	lastUsed := eval[string](t, ctx, `[...document.querySelectorAll('table.keys tbody tr')].find(r => r.textContent.includes('`+rec.ID+`')).querySelector('td[data-label="Last used"]').textContent`)
-	if !strings.HasPrefix(lastUsed, time.Now().UTC().Format("2006-01-02")) {
+	if !strings.HasPrefix(lastUsed, time.Now().UTC().Format("2 Jan 2006")) {
 		t.Errorf("last used of the session's key %q", lastUsed)
 	}
 

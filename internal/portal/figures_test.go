@@ -26,7 +26,7 @@ func TestCancelTrialConfirmation(t *testing.T) {
 	}
 	confirm := body[strings.Index(body, `<div class="confirm">`):]
 	confirm = confirm[:strings.Index(confirm, "</p>")]
-	ends := trial.EndsAt.UTC().Format("2006-01-02 15:04 UTC")
+	ends := trial.EndsAt.UTC().Format("2 Jan 2006 15:04 UTC")
 	if !strings.Contains(confirm, ends) {
 		t.Errorf("the confirmation does not name the trial's end %s: %s", ends, confirm)
 	}

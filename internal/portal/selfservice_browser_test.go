@@ -49,7 +49,7 @@ func TestBrowserSelfServiceWalk(t *testing.T) {
 		t.Fatalf("the new key %q: %v", key, err)
 	}
 	// The first period ends a month on, not as it starts.
-	today := time.Now().UTC().Format("2006-01-02")
+	today := time.Now().UTC().Format("2 Jan 2006")
 	if doc := html(t, ctx); !strings.Contains(doc, "You are subscribed to Echo") || !strings.Contains(doc, "Your plan.") ||
 		!strings.Contains(doc, "this period ends ") || strings.Contains(doc, "this period ends "+today) {
 		t.Errorf("the plans page after subscribing:\n%s", doc)

@@ -218,7 +218,7 @@ func TestPortalTopUp(t *testing.T) {
 		}
 	}
 	_, page = c.get("/portal/plans/echo")
-	expiry := paidAt.Add(720 * time.Hour).Format(time.DateOnly)
+	expiry := paidAt.Add(720 * time.Hour).UTC().Format("2 Jan 2006")
 	for _, want := range []string{`<strong id="balance">490 credits</strong>`, "490 credits expire on " + expiry + "."} {
 		if !strings.Contains(page, want) {
 			t.Errorf("plans page after buying lacks %q", want)

@@ -546,18 +546,7 @@ func (c *chart) layout(unit string) {
 }
 
 var funcs = template.FuncMap{
-	"when": func(t time.Time) string {
-		if t.IsZero() {
-			return "—"
-		}
-		return t.UTC().Format("2006-01-02 15:04 UTC")
-	},
-	"day": func(t time.Time) string {
-		if t.IsZero() {
-			return "—"
-		}
-		return t.UTC().Format("2006-01-02")
-	},
+	"when": timeWords,
 	"px": func(f float64) string { return fmt.Sprintf("%.1f", f) },
 	"deref": func(u *billing.Units) billing.Units {
 		if u == nil {

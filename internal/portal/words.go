@@ -348,6 +348,16 @@ func untilWords(t time.Time) string {
 	return t.UTC().Format("2 Jan 2006 15:04 UTC")
 }
 
+// timeWords is a moment as the portal writes every time, in the words
+// of dateWords and untilWords: "26 Dec 2026 17:46 UTC" (to the minute,
+// not rounded up: a key used at 17:46:59 was last used at 17:46).
+func timeWords(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	return t.UTC().Format("2 Jan 2006 15:04 UTC")
+}
+
 // dateWords is a day as people write it: "26 Dec 2026".
 func dateWords(t time.Time) string {
 	if t.IsZero() {
