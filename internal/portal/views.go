@@ -547,7 +547,7 @@ func (c *chart) layout(unit string) {
 
 var funcs = template.FuncMap{
 	"when": timeWords,
-	"px": func(f float64) string { return fmt.Sprintf("%.1f", f) },
+	"px":   func(f float64) string { return fmt.Sprintf("%.1f", f) },
 	"deref": func(u *billing.Units) billing.Units {
 		if u == nil {
 			return 0
