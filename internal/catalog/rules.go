@@ -57,6 +57,25 @@ func ShownURL(s string) string {
 	}
 }
 
+// CheckLink checks a link the pages show: a path on this site ("/portal/")
+// or an http or https URL; mailto: too where mail is allowed.
+func CheckLink(s string, mail bool) error {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+	case u.Scheme == "" && u.Host == "" && strings.HasPrefix(s, "/") && !strings.HasPrefix(s, "//"):
+		return nil
+	case (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" && u.User == nil:
+		return nil
+	case mail && u.Scheme == "mailto" && u.Opaque != "":
+		return nil
+	}
+	if mail {
+		return fmt.Errorf("'%s' is not a path starting with /, an http(s) URL or a mailto: address", ShownURL(s))
+	}
+	return fmt.Errorf("'%s' is not a path starting with / or an http(s) URL", ShownURL(s))
+}
+
 // CheckSecrets checks a service's secrets as configured (before
 // placeholders are replaced): one, or two during a rotation, and not the
 // same twice. Each must also be at least 16 bytes once replaced (Compile).

@@ -116,7 +116,9 @@ func startLoop(t *testing.T, idp *testIdP) (*env, *stripetest.Mock) {
 		}
 	}
 	handle_path /catalog/* {
-		platform_catalog
+		platform_catalog {
+			storefront_url /store
+		}
 	}
 	handle_path /console/* {
 		basic_auth {
@@ -246,6 +248,12 @@ func TestBrowserMarketplaceLoop(t *testing.T) {
 			page("store-service", "/store/services/echo", "main")
 			page("store-missing", "/store/services/nope", "body")
 			page("docs", "/catalog/services/echo/docs", "main")
+			// From the reference back to the plans, as a person who came
+			// to the docs first goes on to buy.
+			step(t, ctx, "docs to plans", chromedp.Click(chromedp.CSS(`nav a[href="/store/services/echo"]`)), chromedp.WaitVisible(chromedp.CSS("main")))
+			if at := eval[string](t, ctx, `location.pathname`); at != "/store/services/echo" {
+				t.Errorf("the reference's plans link led to %s", at)
+			}
 			page("docs-missing", "/catalog/services/nope/docs", "body")
 			page("portal-signin", "/portal/", "#key-help")
 			// The help under the key field names the header with an example

@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/browsertest"
+	"github.com/platformgw/gateway/internal/wire"
 )
 
 // TestDocsOnAPhoneInBrowser: a service's API reference read on a 390 x 844
@@ -19,7 +21,10 @@ import (
 // SCREENSHOTS_DIR set it saves catalog-docs-phone.png.
 func TestDocsOnAPhoneInBrowser(t *testing.T) {
 	ctx := browsertest.New(t, time.Minute)
-	h := newHandler(t)
+	h := &Handler{StorefrontURL: "/store"}
+	if err := h.setup(testCatalog(t), DocOptions{Options: Options{GatewayPrefix: "/api"}, Headers: wire.NewHeaders("Platform")}, zap.NewNop()); err != nil {
+		t.Fatal(err)
+	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := h.ServeHTTP(w, r, nil); err != nil {
 			t.Error(err)
@@ -39,7 +44,7 @@ func TestDocsOnAPhoneInBrowser(t *testing.T) {
 	if wide > 390 {
 		t.Errorf("the reference is %d px wide on a 390 px phone", wide)
 	}
-	out, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("table, pre, .op")].filter(e =>
+	out, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("nav, table, pre, .op")].filter(e =>
 		e.getBoundingClientRect().right > document.documentElement.clientWidth + 1).map(e => e.tagName + " " + e.textContent.slice(0, 60))`))
 	if err != nil {
 		t.Fatal(err)

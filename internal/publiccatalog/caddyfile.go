@@ -7,6 +7,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/platformgw/gateway/internal/catalog"
 )
 
 func init() {
@@ -20,6 +22,7 @@ func init() {
 //
 //	platform_catalog [{
 //		max_age <duration>    # Cache-Control max-age, 1s to 365d; 1m
+//		storefront_url <path or URL> # platform_storefront's mount, e.g. /store
 //	}]
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
@@ -45,6 +48,16 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			h.MaxAge = caddy.Duration(dur)
 			if d.NextArg() {
 				return d.ArgErr()
+			}
+		case "storefront_url":
+			if !d.Args(&h.StorefrontURL) {
+				return d.ArgErr()
+			}
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			if err := catalog.CheckLink(h.StorefrontURL, false); err != nil {
+				return d.Errf("platform_catalog: storefront_url: %v", err)
 			}
 		default:
 			return d.Errf("platform_catalog: unrecognized subdirective '%s'", name)

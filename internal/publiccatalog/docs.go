@@ -35,6 +35,7 @@ const docsContentSecurityPolicy = "default-src 'none'; style-src 'self'; frame-a
 var docsPage = template.Must(template.New("docs").Parse(docsTemplate))
 
 type docsView struct {
+	Links                                StorefrontLinks
 	Title, Description, Version, OpenAPI string
 	Servers                              []string
 	Operations                           []docsOperation
@@ -62,16 +63,22 @@ type docsResponse struct{ Status, Description string }
 // methodOrder sorts operations of one path the way people read them.
 var methodOrder = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "QUERY"}
 
+// StorefrontLinks are where an API reference page links back to: the
+// storefront's list of services and the service's own page (its plans
+// and how to sign in). Empty: no links.
+type StorefrontLinks struct{ Services, Service string }
+
 // RenderDocs renders the API reference page of an OpenAPI document (as
-// JSON, already validated).
-func RenderDocs(doc []byte) ([]byte, error) {
+// JSON, already validated), with links back to the storefront when links
+// are given.
+func RenderDocs(doc []byte, links StorefrontLinks) ([]byte, error) {
 	loader := openapi3.NewLoader()
 	loader.IsExternalRefsAllowed = false
 	d, err := loader.LoadFromData(doc)
 	if err != nil {
 		return nil, fmt.Errorf("read the OpenAPI document: %w", err)
 	}
-	v := docsView{OpenAPI: d.OpenAPI}
+	v := docsView{OpenAPI: d.OpenAPI, Links: links}
 	if d.Info != nil {
 		v.Title, v.Description, v.Version = d.Info.Title, d.Info.Description, d.Info.Version
 	}

@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"path"
 	"strconv"
 	"strings"
@@ -46,6 +47,13 @@ type Handler struct {
 	// that changes the catalog changes the ETags, so revalidation sees
 	// it at once.
 	MaxAge caddy.Duration `json:"max_age,omitempty"`
+
+	// StorefrontURL is where platform_storefront is mounted ("/store"):
+	// each API reference page then links back to the service's page there
+	// (its plans) and to the list of services, so a person who came to
+	// the docs from a search finds how to buy. Without it the pages link
+	// nowhere: the catalog may be published on a site with no storefront.
+	StorefrontURL string `json:"storefront_url,omitempty"`
 
 	resources map[string]*resource
 	public    map[string]bool // the public services' ids
@@ -95,6 +103,11 @@ func (h *Handler) setup(c *catalog.Catalog, o DocOptions, logger *zap.Logger) er
 	if h.MaxAge == 0 {
 		h.MaxAge = caddy.Duration(DefaultMaxAge)
 	}
+	if h.StorefrontURL != "" {
+		if err := catalog.CheckLink(h.StorefrontURL, false); err != nil {
+			return fmt.Errorf("platform_catalog: storefront_url: %w", err)
+		}
+	}
 	if o.Headers.RequestID == "" {
 		o.Headers = wire.NewHeaders("Platform")
 	}
@@ -116,7 +129,7 @@ func (h *Handler) setup(c *catalog.Catalog, o DocOptions, logger *zap.Logger) er
 			return fmt.Errorf("platform_catalog: service %s: OpenAPI document: %w", s.ID, err)
 		}
 		h.resources["/services/"+s.ID+"/openapi.json"] = newResource(doc, jsonType)
-		page, err := RenderDocs(doc)
+		page, err := RenderDocs(doc, h.storefrontLinks(s.ID))
 		if err != nil {
 			return fmt.Errorf("platform_catalog: service %s: %w", s.ID, err)
 		}
@@ -128,6 +141,16 @@ func (h *Handler) setup(c *catalog.Catalog, o DocOptions, logger *zap.Logger) er
 	}
 	h.resources["/assets/docs.css"] = newResource(css, "text/css; charset=utf-8")
 	return nil
+}
+
+// storefrontLinks are the API reference page's links to the storefront,
+// none without storefront_url.
+func (h *Handler) storefrontLinks(id string) StorefrontLinks {
+	if h.StorefrontURL == "" {
+		return StorefrontLinks{}
+	}
+	base := strings.TrimRight(h.StorefrontURL, "/")
+	return StorefrontLinks{Services: base + "/", Service: base + "/services/" + url.PathEscape(id)}
 }
 
 const (

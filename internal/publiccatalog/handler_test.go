@@ -297,6 +297,38 @@ func TestDocsPage(t *testing.T) {
 	}
 }
 
+// TestDocsLinkToTheStorefront: with storefront_url, a person who landed on
+// an API reference (from a search, a link in a README) finds the way to
+// the service's plans and to the other services; without it the page
+// links nowhere, as the catalog may be published where no storefront is.
+// A storefront_url a config gives as JSON is checked as the Caddyfile's.
+func TestDocsLinkToTheStorefront(t *testing.T) {
+	c := testCatalog(t)
+	h := &Handler{StorefrontURL: "/store/"}
+	if err := h.setup(c, DocOptions{Options: Options{GatewayPrefix: "/api"}}, zap.NewNop()); err != nil {
+		t.Fatal(err)
+	}
+	page := get(t, h, "GET", "/services/weather/docs").Body.String()
+	want := `<nav aria-label="Marketplace"><a href="/store/">All services</a> · <a href="/store/services/weather">Plans and pricing</a></nav>`
+	if !strings.Contains(page, want) {
+		t.Errorf("the page lacks the links to the storefront %q:\n%s", want, page)
+	}
+	plain := newHandler(t)
+	if page := get(t, plain, "GET", "/services/weather/docs").Body.String(); strings.Contains(page, "<nav") || strings.Contains(page, "/store") {
+		t.Errorf("links to a storefront no config named:\n%s", page)
+	}
+	for _, bad := range []string{"store", "javascript:alert(1)", "//evil.example", "https://user:pw@shop.example"} {
+		h := &Handler{StorefrontURL: bad}
+		err := h.setup(c, DocOptions{Options: Options{GatewayPrefix: "/api"}}, zap.NewNop())
+		if err == nil || !strings.Contains(err.Error(), "platform_catalog: storefront_url") {
+			t.Errorf("storefront_url %q: %v", bad, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "pw") {
+			t.Errorf("the error repeats a password: %v", err)
+		}
+	}
+}
+
 // TestCurlExample: the command a reference page offers for an operation:
 // its method, the server and path with parameters as placeholders (curl
 // would read braces as a glob), the key from the environment in the

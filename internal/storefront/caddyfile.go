@@ -5,6 +5,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/platformgw/gateway/internal/catalog"
 )
 
 func init() {
@@ -86,11 +88,11 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 		switch name {
 		case "sign_in_url", "catalog_url":
-			if err := CheckLink(d.Val(), false); err != nil {
+			if err := catalog.CheckLink(d.Val(), false); err != nil {
 				return d.Errf("%s: %v", name, err)
 			}
 		case "contact_url":
-			if err := CheckLink(d.Val(), true); err != nil {
+			if err := catalog.CheckLink(d.Val(), true); err != nil {
 				return d.Errf("%s: %v", name, err)
 			}
 		}

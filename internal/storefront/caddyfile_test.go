@@ -9,6 +9,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/platformgw/gateway/internal/catalog"
 )
 
 func TestUnmarshalCaddyfile(t *testing.T) {
@@ -86,8 +88,8 @@ func TestCaddyfileAdapt(t *testing.T) {
 // credentials or a token (a review of security by default).
 func TestLinkErrorsKeepSecrets(t *testing.T) {
 	for _, check := range []func(string) error{
-		func(s string) error { return CheckLink(s, false) },
-		func(s string) error { return CheckLink(s, true) },
+		func(s string) error { return catalog.CheckLink(s, false) },
+		func(s string) error { return catalog.CheckLink(s, true) },
 		CheckOrigin,
 	} {
 		for _, s := range []string{"ftp://u:link-SECRET@cdn.example.com/x", "javascript:link-SECRET", "https://cdn.example.com/x?token=link-SECRET#"} {
@@ -97,7 +99,7 @@ func TestLinkErrorsKeepSecrets(t *testing.T) {
 			}
 		}
 	}
-	if err := CheckLink("ftp://u:link-SECRET@cdn.example.com/x", false); err == nil || !strings.Contains(err.Error(), "'ftp://cdn.example.com/…'") {
+	if err := catalog.CheckLink("ftp://u:link-SECRET@cdn.example.com/x", false); err == nil || !strings.Contains(err.Error(), "'ftp://cdn.example.com/…'") {
 		t.Errorf("CheckLink error %v does not name the scheme and host", err)
 	}
 }

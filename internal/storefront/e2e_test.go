@@ -89,7 +89,9 @@ func TestServedByCaddy(t *testing.T) {
 		}
 	}
 	handle_path /catalog/* {
-		platform_catalog
+		platform_catalog {
+			storefront_url /store
+		}
 	}
 }
 `, adminPort, httpPort, t.TempDir(), httpPort)
@@ -132,8 +134,10 @@ func TestServedByCaddy(t *testing.T) {
 			}
 		}
 	}
-	// The documentation link is answered by the catalog beside it.
-	if resp, b := fetch(t, site+"/catalog/services/weather/docs", ""); resp.StatusCode != 200 || !strings.Contains(page, `href="/catalog/services/weather/docs"`) || !strings.Contains(b, "API reference") {
+	// The documentation link is answered by the catalog beside it, and
+	// the reference links back to this page.
+	if resp, b := fetch(t, site+"/catalog/services/weather/docs", ""); resp.StatusCode != 200 || !strings.Contains(page, `href="/catalog/services/weather/docs"`) || !strings.Contains(b, "API reference") ||
+		!strings.Contains(b, `<a href="/store/services/weather">Plans and pricing</a>`) {
 		t.Errorf("the API reference the page links to: %d", resp.StatusCode)
 	}
 	if resp, b := fetch(t, site+"/store/services/internal", ""); resp.StatusCode != 404 || !strings.Contains(b, "<h1>Not found</h1>") {

@@ -153,13 +153,13 @@ func (h *Handler) check() error {
 	}
 	for what, u := range map[string]string{"sign_in_url": h.SignInURL, "catalog_url": h.CatalogURL} {
 		if u != "" {
-			if err := CheckLink(u, false); err != nil {
+			if err := catalog.CheckLink(u, false); err != nil {
 				return fmt.Errorf("platform_storefront: %s: %w", what, err)
 			}
 		}
 	}
 	if h.ContactURL != "" {
-		if err := CheckLink(h.ContactURL, true); err != nil {
+		if err := catalog.CheckLink(h.ContactURL, true); err != nil {
 			return fmt.Errorf("platform_storefront: contact_url: %w", err)
 		}
 	}
@@ -179,25 +179,6 @@ func checkMaxAge(d time.Duration) error {
 		return errors.New("whole seconds, 1s to 365d")
 	}
 	return nil
-}
-
-// CheckLink checks a link the pages show: a path on this site ("/portal/")
-// or an http or https URL; mailto: too where mail is allowed.
-func CheckLink(s string, mail bool) error {
-	u, err := url.Parse(s)
-	switch {
-	case err != nil:
-	case u.Scheme == "" && u.Host == "" && strings.HasPrefix(s, "/") && !strings.HasPrefix(s, "//"):
-		return nil
-	case (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" && u.User == nil:
-		return nil
-	case mail && u.Scheme == "mailto" && u.Opaque != "":
-		return nil
-	}
-	if mail {
-		return fmt.Errorf("'%s' is not a path starting with /, an http(s) URL or a mailto: address", catalog.ShownURL(s))
-	}
-	return fmt.Errorf("'%s' is not a path starting with / or an http(s) URL", catalog.ShownURL(s))
 }
 
 // CheckOrigin checks an image origin: scheme and host (and port), as a
