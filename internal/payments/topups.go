@@ -175,14 +175,28 @@ func (s *Service) packPrice(ctx context.Context, t TopUp) (packPriceOf, error) {
 // changes what was charged, not which pack was bought); with Stripe's
 // Adaptive Pricing (the customer's local currency) currency_conversion
 // holds it in the Price's own currency.
+//
+// The Price remembered may be older than the session: an operator can
+// add or change a Price's currency_options in Stripe at any time, and
+// Checkout then charges in the new currency. So a session that does not
+// match the Price remembered is checked again against the Price read
+// afresh before it is refused (a refusal is for good: the event is
+// answered 200). Only such a mismatch, rare, costs a Stripe read.
 func (s *Service) paidForPack(ctx context.Context, cs *stripe.CheckoutSession, t TopUp) error {
+	paid := MinorMoney(cs.AmountSubtotal, string(cs.Currency))
+	if cc := cs.CurrencyConversion; cc != nil && cc.SourceCurrency != "" {
+		paid = MinorMoney(cc.AmountSubtotal, string(cc.SourceCurrency))
+	}
 	price, err := s.packPrice(ctx, t)
 	if err != nil {
 		return err
 	}
-	paid := MinorMoney(cs.AmountSubtotal, string(cs.Currency))
-	if cc := cs.CurrencyConversion; cc != nil && cc.SourceCurrency != "" {
-		paid = MinorMoney(cc.AmountSubtotal, string(cc.SourceCurrency))
+	if want, ok := price.byCurrency[paid.Currency]; ok && want == paid {
+		return nil
+	}
+	priceCache.Delete(t.Price) // read it again: it may have changed since
+	if price, err = s.packPrice(ctx, t); err != nil {
+		return err
 	}
 	if want, ok := price.byCurrency[paid.Currency]; ok && want == paid {
 		return nil
@@ -191,8 +205,9 @@ func (s *Service) paidForPack(ctx context.Context, cs *stripe.CheckoutSession, t
 }
 
 // priceCache holds the Prices of packs asked of Stripe (packPriceOf),
-// by id. A Price's amounts never change in Stripe (a new amount is a new
-// Price).
+// by id. A Price's unit_amount never changes in Stripe (a new amount is a
+// new Price), but its currency_options may: paidForPack reads a Price
+// again when a session does not match the one remembered.
 var priceCache sync.Map
 
 // MinorMoney is an amount in a currency's minor units, as Stripe gives it
