@@ -468,8 +468,14 @@ func complete(meta map[string]string) bool {
 // invoice) changes nothing, but a top-up's whose grant has not come yet
 // (events come in any order) is an error, so that Stripe sends the event
 // again after the grant. Which it is, the PaymentIntent's metadata says
-// (Stripe is asked only when the charge's does not).
-func (s *Service) notGrantedYet(ctx context.Context, pi string, meta map[string]string, what string) error {
+// (Stripe is asked only when the charge's does not). customer is the
+// payment's Stripe customer when the event names it ("": the
+// PaymentIntent's is asked of Stripe when it matters): a top-up this
+// config could grant but paid by a customer the gateway did not make for
+// the user it names (another gateway's on the same Stripe account, whose
+// paid session this one never saw) was never this gateway's to grant,
+// and its refund takes nothing back.
+func (s *Service) notGrantedYet(ctx context.Context, pi, customer string, meta map[string]string, what string) error {
 	if pi == "" {
 		return nil
 	}
@@ -484,6 +490,7 @@ func (s *Service) notGrantedYet(ctx context.Context, pi string, meta map[string]
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
+	var intent *stripe.PaymentIntent
 	if !complete(meta) {
 		// The gateway puts all four keys on the PaymentIntent; a charge
 		// or dispute carries them only when Stripe copied them.
@@ -491,8 +498,11 @@ func (s *Service) notGrantedYet(ctx context.Context, pi string, meta map[string]
 		switch {
 		case err != nil && meta[MetaPack] == "":
 			return fmt.Errorf("%s: asking Stripe whether PaymentIntent %s bought a top-up: %w", what, pi, err)
-		case err == nil && p.Metadata[MetaPack] != "":
-			meta = p.Metadata
+		case err == nil:
+			intent = p
+			if p.Metadata[MetaPack] != "" {
+				meta = p.Metadata
+			}
 		}
 	}
 	if meta[MetaPack] == "" {
@@ -504,7 +514,15 @@ func (s *Service) notGrantedYet(ctx context.Context, pi string, meta map[string]
 	// is ignored too. Answered with an error, it came back for Stripe's
 	// three days of retries and could then get the endpoint disabled,
 	// stopping every later payment event.
-	if _, err := s.topUpOf(ctx, meta); err != nil && complete(meta) {
+	if _, err := s.topUpOf(ctx, meta); err != nil {
+		var bad badEventError
+		if complete(meta) && errors.As(err, &bad) {
+			return badEvent("%s: top-up %s was never granted and cannot be (%s): nothing to take back", what, pi, bad.msg)
+		}
+		if complete(meta) {
+			return err
+		}
+	} else if err := s.ownTopUp(ctx, pay, pi, customer, intent, meta[MetaUser]); err != nil {
 		var bad badEventError
 		if errors.As(err, &bad) {
 			return badEvent("%s: top-up %s was never granted and cannot be (%s): nothing to take back", what, pi, bad.msg)
@@ -512,6 +530,34 @@ func (s *Service) notGrantedYet(ctx context.Context, pi string, meta map[string]
 		return err
 	}
 	return fmt.Errorf("%s before top-up %s was granted; Stripe sends it again", what, pi)
+}
+
+// ownTopUp checks, as topUpCustomer does for its paid session, that the
+// payment pi was made by the customer the gateway made for user: the
+// customer the event named, else the PaymentIntent's (intent, or asked of
+// Stripe). Another customer is a badEvent; Stripe out of reach an error
+// worth retrying.
+func (s *Service) ownTopUp(ctx context.Context, pay store.Payments, pi, customer string, intent *stripe.PaymentIntent, user string) error {
+	if customer == "" {
+		if intent == nil {
+			p, err := s.sc.V1PaymentIntents.Retrieve(ctx, pi, nil)
+			if err != nil {
+				return fmt.Errorf("asking Stripe for the customer of PaymentIntent %s: %w", pi, stripeErr(err))
+			}
+			intent = p
+		}
+		if intent.Customer != nil {
+			customer = intent.Customer.ID
+		}
+	}
+	got, err := s.userOfCustomer(ctx, pay, customer)
+	if err != nil {
+		return err
+	}
+	if got != user {
+		return badEvent("it was paid by customer %s, who is %s's, not %s's", customer, got, user)
+	}
+	return nil
 }
 
 // share is credits*part/whole rounded down, for 0 <= part <= whole: the
@@ -553,7 +599,11 @@ func chargeRefunded(s *Service, ctx context.Context, ev *stripe.Event) error {
 		if ok, err := s.invoiceRefunded(ctx, pay, ev.Data.Raw, &ch, pi, nil); ok || err != nil {
 			return err
 		}
-		return s.notGrantedYet(ctx, pi, ch.Metadata, "charge "+ch.ID+" refunded")
+		cust := ""
+		if ch.Customer != nil {
+			cust = ch.Customer.ID
+		}
+		return s.notGrantedYet(ctx, pi, cust, ch.Metadata, "charge "+ch.ID+" refunded")
 	} else if err != nil {
 		return err
 	}
@@ -612,7 +662,7 @@ func refundUpdated(s *Service, ctx context.Context, ev *stripe.Event) error {
 		if ok, err := s.invoiceRefunded(ctx, pay, ev.Data.Raw, &stripe.Charge{ID: chargeID}, pi, &r); ok || err != nil {
 			return err
 		}
-		return s.notGrantedYet(ctx, pi, r.Metadata, "refund "+r.ID+" succeeded")
+		return s.notGrantedYet(ctx, pi, "", r.Metadata, "refund "+r.ID+" succeeded")
 	} else if err != nil {
 		return err
 	}
@@ -756,7 +806,7 @@ func disputeClosed(s *Service, ctx context.Context, ev *stripe.Event) error {
 				return err
 			}
 		}
-		return s.notGrantedYet(ctx, pi, d.Metadata, "dispute "+d.ID+" lost")
+		return s.notGrantedYet(ctx, pi, "", d.Metadata, "dispute "+d.ID+" lost")
 	} else if err != nil {
 		return err
 	}
