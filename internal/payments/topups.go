@@ -351,7 +351,7 @@ func topUpPaid(s *Service, ctx context.Context, ev *stripe.Event) error {
 	g := store.CreditGrant{ID: pi, UserID: userID, ServiceID: t.Service, Credits: t.Credits, GrantedAt: paidAt,
 		Source: "stripe", Reference: fmt.Sprintf("pack %s of %s, %s paid, Checkout %s", t.Name, t.Product, paid, cs.ID)}
 	if t.ExpiresAfter > 0 {
-		g.ExpiresAt = paidAt.Add(time.Duration(t.ExpiresAfter))
+		g.ExpiresAt = grantExpiry(paidAt, s.now(), time.Duration(t.ExpiresAfter))
 	}
 	pay, err := s.Payments()
 	if err != nil {
@@ -374,6 +374,25 @@ func topUpPaid(s *Service, ctx context.Context, ev *stripe.Event) error {
 		return fmt.Errorf("recording top-up %s: %w", pi, err)
 	}
 	return nil
+}
+
+// lateGrant is how long after its payment a top-up's grant may come and
+// still count its expiry from the payment (grantExpiry).
+const lateGrant = time.Hour
+
+// grantExpiry is when a grant of credits that expire after d ends: d
+// after the payment paidAt, the same time whichever delivery makes the
+// grant; but when the grant comes more than lateGrant after the payment
+// (the webhook endpoint was down, or its secret wrong, and the event is
+// delivered days later or resent from Stripe's Dashboard), d after the
+// grant, now: the caller could not spend the credits before, and a pack
+// delivered later than d after its payment was granted already expired,
+// paid for and never spendable.
+func grantExpiry(paidAt, now time.Time, d time.Duration) time.Time {
+	if now.Sub(paidAt) > lateGrant {
+		return now.UTC().Truncate(time.Second).Add(d)
+	}
+	return paidAt.Add(d)
 }
 
 // ignoredTopUp remembers a paid top-up that err (a badEvent) keeps from
