@@ -201,7 +201,9 @@ func TestFleetTopUpsWhileSpending(t *testing.T) {
 			}
 			cost += c
 		}
-		return billing.Whole(200) - billing.Whole(200) + billing.Whole(50) - billing.Units(20_500_000) - cost, charged
+		// Granted 200, taken back 200 (both packs whole), +50 and
+		// -20.5 by the operator.
+		return billing.Whole(50) - billing.Units(20_500_000) - cost, charged
 	}
 	var last string
 	agree := func() bool {
