@@ -346,12 +346,12 @@ func topUpPaid(s *Service, ctx context.Context, ev *stripe.Event) error {
 		return s.ignoredTopUp(ctx, &cs, err)
 	}
 	// The event's time, the same on every delivery, so the grant is the
-	// same whichever delivery makes it.
+	// same whichever delivery makes it (unless it comes late: grantTime).
 	paidAt := time.Unix(ev.Created, 0).UTC()
-	g := store.CreditGrant{ID: pi, UserID: userID, ServiceID: t.Service, Credits: t.Credits, GrantedAt: paidAt,
+	g := store.CreditGrant{ID: pi, UserID: userID, ServiceID: t.Service, Credits: t.Credits, GrantedAt: grantTime(paidAt, s.now()),
 		Source: "stripe", Reference: fmt.Sprintf("pack %s of %s, %s paid, Checkout %s", t.Name, t.Product, paid, cs.ID)}
 	if t.ExpiresAfter > 0 {
-		g.ExpiresAt = grantExpiry(paidAt, s.now(), time.Duration(t.ExpiresAfter))
+		g.ExpiresAt = g.GrantedAt.Add(time.Duration(t.ExpiresAfter))
 	}
 	pay, err := s.Payments()
 	if err != nil {
@@ -377,22 +377,23 @@ func topUpPaid(s *Service, ctx context.Context, ev *stripe.Event) error {
 }
 
 // lateGrant is how long after its payment a top-up's grant may come and
-// still count its expiry from the payment (grantExpiry).
+// still be dated at the payment (grantTime).
 const lateGrant = time.Hour
 
-// grantExpiry is when a grant of credits that expire after d ends: d
-// after the payment paidAt, the same time whichever delivery makes the
-// grant; but when the grant comes more than lateGrant after the payment
-// (the webhook endpoint was down, or its secret wrong, and the event is
-// delivered days later or resent from Stripe's Dashboard), d after the
-// grant, now: the caller could not spend the credits before, and a pack
-// delivered later than d after its payment was granted already expired,
-// paid for and never spendable.
-func grantExpiry(paidAt, now time.Time, d time.Duration) time.Time {
+// grantTime is the time of a top-up's grant, from which its expiry
+// counts and by which it is spent oldest first: the payment's, paidAt,
+// the same whichever delivery makes the grant; but when the grant comes
+// more than lateGrant after the payment (the webhook endpoint was down,
+// or its secret wrong, and the event is delivered days later or resent
+// from Stripe's Dashboard), the grant's own, now: the caller could not
+// spend the credits before, and a pack delivered later than its
+// expires_after after its payment was granted already expired, paid for
+// and never spendable. The top-up record keeps the payment's time.
+func grantTime(paidAt, now time.Time) time.Time {
 	if now.Sub(paidAt) > lateGrant {
-		return now.UTC().Truncate(time.Second).Add(d)
+		return now.UTC().Truncate(time.Second)
 	}
-	return paidAt.Add(d)
+	return paidAt
 }
 
 // ignoredTopUp remembers a paid top-up that err (a badEvent) keeps from
