@@ -68,6 +68,10 @@ type fleet struct {
 	// block gets, with the webhook endpoint at /stripe/webhook and a
 	// product "paid" (USD) its price lines may name.
 	payments string
+	// products, with payments, are more product blocks of the service
+	// (a prepaid one with a currency, whose credits the payments block
+	// sells in packs).
+	products string
 
 	// echoed are the request ids of the sync calls the backend answered
 	// (served calls, whatever their callers were told).
@@ -242,7 +246,7 @@ func (f *fleet) catalogAndPayments() string {
 		return c
 	}
 	paid := "\t\t\tproduct paid {\n\t\t\t\tbilling SUBSCRIPTION\n\t\t\t\tmeasurement PER_REQUEST\n\t\t\t\tunit request\n\t\t\t\tcurrency USD\n\t\t\t}\n\t\t}"
-	return strings.TrimSuffix(c, "}") + strings.TrimPrefix(paid, "") + "\n" + f.payments
+	return strings.TrimSuffix(c, "}") + f.products + strings.TrimPrefix(paid, "") + "\n" + f.payments
 }
 
 func (f *fleet) webhookRoute() string {

@@ -39,6 +39,31 @@ func ViewSubscription(s store.Subscription) SubscriptionRecord {
 	}
 }
 
+// GrantRecord is a credit grant as operators read it: what it gave,
+// what refunds and disputes took back, what expired, and what it has
+// left (given less taken back less expired, spent or not).
+type GrantRecord struct {
+	ID        string        `json:"id"`
+	UserID    string        `json:"userId"`
+	ServiceID string        `json:"serviceId"`
+	Credits   billing.Units `json:"credits"`
+	GrantedAt time.Time     `json:"grantedAt"`
+	ExpiresAt time.Time     `json:"expiresAt,omitzero"`
+	Source    string        `json:"source,omitempty"`
+	Reference string        `json:"reference,omitempty"`
+	Reversed  billing.Units `json:"reversed"`
+	Expired   billing.Units `json:"expired"`
+	ExpiredAt time.Time     `json:"expiredAt,omitzero"`
+	Left      billing.Units `json:"left"`
+}
+
+// ViewGrant is how operators see a stored credit grant.
+func ViewGrant(g store.CreditGrant) GrantRecord {
+	return GrantRecord{ID: g.ID, UserID: g.UserID, ServiceID: g.ServiceID, Credits: g.Credits, GrantedAt: g.GrantedAt,
+		ExpiresAt: g.ExpiresAt, Source: g.Source, Reference: g.Reference, Reversed: g.Reversed, Expired: g.Expired,
+		ExpiredAt: g.ExpiredAt, Left: g.Left()}
+}
+
 // JobRecord is an async job as operators list it: everything but the
 // store's bookkeeping (the completion digest, the hold).
 type JobRecord struct {

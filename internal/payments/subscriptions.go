@@ -63,6 +63,10 @@ func init() {
 	}
 	handle(stripe.EventTypeInvoicePaid, onInvoiceEvent)
 	handle(stripe.EventTypeInvoicePaymentFailed, onInvoiceEvent)
+	// An invoice the operator voided or wrote off in Stripe: recorded
+	// so, not left open with its payment failed.
+	handle(stripe.EventTypeInvoiceVoided, onInvoiceEvent)
+	handle(stripe.EventTypeInvoiceMarkedUncollectible, onInvoiceEvent)
 }
 
 // listedSkew is how far the clocks of the nodes, and Stripe's, may be
@@ -469,8 +473,9 @@ func (s *Service) invoiceIdent(ctx context.Context, pay store.Payments, inv *str
 }
 
 // putInvoice keeps the invoice for the console and the portal. A paid
-// invoice stays paid: an older payment_failed delivered late does not
-// make it open again.
+// or voided invoice stays so, and a written-off one is not open again:
+// an older payment_failed delivered late does not make it open again
+// (invoiceMayBecome).
 func (s *Service) putInvoice(ctx context.Context, pay store.Payments, inv *stripe.Invoice, id ident, subID, cust string) error {
 	invoiceMu.Lock()
 	defer invoiceMu.Unlock()
@@ -505,7 +510,7 @@ func (s *Service) putInvoice(ctx context.Context, pay store.Payments, inv *strip
 		w := r
 		var old InvoiceRecord
 		if json.Unmarshal(b, &old) == nil {
-			if old.Status == "paid" && w.Status != "paid" {
+			if !invoiceMayBecome(old.Status, w.Status) {
 				return nil
 			}
 			if old.Status == w.Status && old.AmountPaid == w.AmountPaid && old.AmountDue == w.AmountDue {
@@ -524,6 +529,22 @@ func (s *Service) putInvoice(ctx context.Context, pay store.Payments, inv *strip
 			return fmt.Errorf("recording invoice %s: %w", inv.ID, err)
 		}
 	}
+}
+
+// invoiceMayBecome reports whether an invoice recorded as old may be
+// recorded as now: Stripe's invoices go from draft to open, and from
+// open to paid, void or uncollectible; paid and void are final, and an
+// uncollectible one can still be paid or voided. So an event older than
+// the record (a late invoice.payment_failed, open) never takes a paid,
+// voided or written-off invoice back.
+func invoiceMayBecome(old, now string) bool {
+	switch old {
+	case "paid", "void":
+		return now == old
+	case "uncollectible":
+		return now == old || now == "paid" || now == "void"
+	}
+	return true
 }
 
 // recordSwaps is how many times a change of a payment record (an

@@ -175,14 +175,28 @@ func (s *Service) packPrice(ctx context.Context, t TopUp) (packPriceOf, error) {
 // changes what was charged, not which pack was bought); with Stripe's
 // Adaptive Pricing (the customer's local currency) currency_conversion
 // holds it in the Price's own currency.
+//
+// The Price remembered may be older than the session: an operator can
+// add or change a Price's currency_options in Stripe at any time, and
+// Checkout then charges in the new currency. So a session that does not
+// match the Price remembered is checked again against the Price read
+// afresh before it is refused (a refusal is for good: the event is
+// answered 200). Only such a mismatch, rare, costs a Stripe read.
 func (s *Service) paidForPack(ctx context.Context, cs *stripe.CheckoutSession, t TopUp) error {
+	paid := MinorMoney(cs.AmountSubtotal, string(cs.Currency))
+	if cc := cs.CurrencyConversion; cc != nil && cc.SourceCurrency != "" {
+		paid = MinorMoney(cc.AmountSubtotal, string(cc.SourceCurrency))
+	}
 	price, err := s.packPrice(ctx, t)
 	if err != nil {
 		return err
 	}
-	paid := MinorMoney(cs.AmountSubtotal, string(cs.Currency))
-	if cc := cs.CurrencyConversion; cc != nil && cc.SourceCurrency != "" {
-		paid = MinorMoney(cc.AmountSubtotal, string(cc.SourceCurrency))
+	if want, ok := price.byCurrency[paid.Currency]; ok && want == paid {
+		return nil
+	}
+	priceCache.Delete(t.Price) // read it again: it may have changed since
+	if price, err = s.packPrice(ctx, t); err != nil {
+		return err
 	}
 	if want, ok := price.byCurrency[paid.Currency]; ok && want == paid {
 		return nil
@@ -191,8 +205,9 @@ func (s *Service) paidForPack(ctx context.Context, cs *stripe.CheckoutSession, t
 }
 
 // priceCache holds the Prices of packs asked of Stripe (packPriceOf),
-// by id. A Price's amounts never change in Stripe (a new amount is a new
-// Price).
+// by id. A Price's unit_amount never changes in Stripe (a new amount is a
+// new Price), but its currency_options may: paidForPack reads a Price
+// again when a session does not match the one remembered.
 var priceCache sync.Map
 
 // MinorMoney is an amount in a currency's minor units, as Stripe gives it
@@ -331,12 +346,12 @@ func topUpPaid(s *Service, ctx context.Context, ev *stripe.Event) error {
 		return s.ignoredTopUp(ctx, &cs, err)
 	}
 	// The event's time, the same on every delivery, so the grant is the
-	// same whichever delivery makes it.
+	// same whichever delivery makes it (unless it comes late: grantTime).
 	paidAt := time.Unix(ev.Created, 0).UTC()
-	g := store.CreditGrant{ID: pi, UserID: userID, ServiceID: t.Service, Credits: t.Credits, GrantedAt: paidAt,
+	g := store.CreditGrant{ID: pi, UserID: userID, ServiceID: t.Service, Credits: t.Credits, GrantedAt: grantTime(paidAt, s.now()),
 		Source: "stripe", Reference: fmt.Sprintf("pack %s of %s, %s paid, Checkout %s", t.Name, t.Product, paid, cs.ID)}
 	if t.ExpiresAfter > 0 {
-		g.ExpiresAt = paidAt.Add(time.Duration(t.ExpiresAfter))
+		g.ExpiresAt = g.GrantedAt.Add(time.Duration(t.ExpiresAfter))
 	}
 	pay, err := s.Payments()
 	if err != nil {
@@ -359,6 +374,26 @@ func topUpPaid(s *Service, ctx context.Context, ev *stripe.Event) error {
 		return fmt.Errorf("recording top-up %s: %w", pi, err)
 	}
 	return nil
+}
+
+// lateGrant is how long after its payment a top-up's grant may come and
+// still be dated at the payment (grantTime).
+const lateGrant = time.Hour
+
+// grantTime is the time of a top-up's grant, from which its expiry
+// counts and by which it is spent oldest first: the payment's, paidAt,
+// the same whichever delivery makes the grant; but when the grant comes
+// more than lateGrant after the payment (the webhook endpoint was down,
+// or its secret wrong, and the event is delivered days later or resent
+// from Stripe's Dashboard), the grant's own, now: the caller could not
+// spend the credits before, and a pack delivered later than its
+// expires_after after its payment was granted already expired, paid for
+// and never spendable. The top-up record keeps the payment's time.
+func grantTime(paidAt, now time.Time) time.Time {
+	if now.Sub(paidAt) > lateGrant {
+		return now.UTC().Truncate(time.Second)
+	}
+	return paidAt
 }
 
 // ignoredTopUp remembers a paid top-up that err (a badEvent) keeps from
@@ -453,8 +488,14 @@ func complete(meta map[string]string) bool {
 // invoice) changes nothing, but a top-up's whose grant has not come yet
 // (events come in any order) is an error, so that Stripe sends the event
 // again after the grant. Which it is, the PaymentIntent's metadata says
-// (Stripe is asked only when the charge's does not).
-func (s *Service) notGrantedYet(ctx context.Context, pi string, meta map[string]string, what string) error {
+// (Stripe is asked only when the charge's does not). customer is the
+// payment's Stripe customer when the event names it ("": the
+// PaymentIntent's is asked of Stripe when it matters): a top-up this
+// config could grant but paid by a customer the gateway did not make for
+// the user it names (another gateway's on the same Stripe account, whose
+// paid session this one never saw) was never this gateway's to grant,
+// and its refund takes nothing back.
+func (s *Service) notGrantedYet(ctx context.Context, pi, customer string, meta map[string]string, what string) error {
 	if pi == "" {
 		return nil
 	}
@@ -469,6 +510,7 @@ func (s *Service) notGrantedYet(ctx context.Context, pi string, meta map[string]
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
+	var intent *stripe.PaymentIntent
 	if !complete(meta) {
 		// The gateway puts all four keys on the PaymentIntent; a charge
 		// or dispute carries them only when Stripe copied them.
@@ -476,8 +518,11 @@ func (s *Service) notGrantedYet(ctx context.Context, pi string, meta map[string]
 		switch {
 		case err != nil && meta[MetaPack] == "":
 			return fmt.Errorf("%s: asking Stripe whether PaymentIntent %s bought a top-up: %w", what, pi, err)
-		case err == nil && p.Metadata[MetaPack] != "":
-			meta = p.Metadata
+		case err == nil:
+			intent = p
+			if p.Metadata[MetaPack] != "" {
+				meta = p.Metadata
+			}
 		}
 	}
 	if meta[MetaPack] == "" {
@@ -489,7 +534,15 @@ func (s *Service) notGrantedYet(ctx context.Context, pi string, meta map[string]
 	// is ignored too. Answered with an error, it came back for Stripe's
 	// three days of retries and could then get the endpoint disabled,
 	// stopping every later payment event.
-	if _, err := s.topUpOf(ctx, meta); err != nil && complete(meta) {
+	if _, err := s.topUpOf(ctx, meta); err != nil {
+		var bad badEventError
+		if complete(meta) && errors.As(err, &bad) {
+			return badEvent("%s: top-up %s was never granted and cannot be (%s): nothing to take back", what, pi, bad.msg)
+		}
+		if complete(meta) {
+			return err
+		}
+	} else if err := s.ownTopUp(ctx, pay, pi, customer, intent, meta[MetaUser]); err != nil {
 		var bad badEventError
 		if errors.As(err, &bad) {
 			return badEvent("%s: top-up %s was never granted and cannot be (%s): nothing to take back", what, pi, bad.msg)
@@ -497,6 +550,34 @@ func (s *Service) notGrantedYet(ctx context.Context, pi string, meta map[string]
 		return err
 	}
 	return fmt.Errorf("%s before top-up %s was granted; Stripe sends it again", what, pi)
+}
+
+// ownTopUp checks, as topUpCustomer does for its paid session, that the
+// payment pi was made by the customer the gateway made for user: the
+// customer the event named, else the PaymentIntent's (intent, or asked of
+// Stripe). Another customer is a badEvent; Stripe out of reach an error
+// worth retrying.
+func (s *Service) ownTopUp(ctx context.Context, pay store.Payments, pi, customer string, intent *stripe.PaymentIntent, user string) error {
+	if customer == "" {
+		if intent == nil {
+			p, err := s.sc.V1PaymentIntents.Retrieve(ctx, pi, nil)
+			if err != nil {
+				return fmt.Errorf("asking Stripe for the customer of PaymentIntent %s: %w", pi, stripeErr(err))
+			}
+			intent = p
+		}
+		if intent.Customer != nil {
+			customer = intent.Customer.ID
+		}
+	}
+	got, err := s.userOfCustomer(ctx, pay, customer)
+	if err != nil {
+		return err
+	}
+	if got != user {
+		return badEvent("it was paid by customer %s, who is %s's, not %s's", customer, got, user)
+	}
+	return nil
 }
 
 // share is credits*part/whole rounded down, for 0 <= part <= whole: the
@@ -538,7 +619,11 @@ func chargeRefunded(s *Service, ctx context.Context, ev *stripe.Event) error {
 		if ok, err := s.invoiceRefunded(ctx, pay, ev.Data.Raw, &ch, pi, nil); ok || err != nil {
 			return err
 		}
-		return s.notGrantedYet(ctx, pi, ch.Metadata, "charge "+ch.ID+" refunded")
+		cust := ""
+		if ch.Customer != nil {
+			cust = ch.Customer.ID
+		}
+		return s.notGrantedYet(ctx, pi, cust, ch.Metadata, "charge "+ch.ID+" refunded")
 	} else if err != nil {
 		return err
 	}
@@ -597,7 +682,7 @@ func refundUpdated(s *Service, ctx context.Context, ev *stripe.Event) error {
 		if ok, err := s.invoiceRefunded(ctx, pay, ev.Data.Raw, &stripe.Charge{ID: chargeID}, pi, &r); ok || err != nil {
 			return err
 		}
-		return s.notGrantedYet(ctx, pi, r.Metadata, "refund "+r.ID+" succeeded")
+		return s.notGrantedYet(ctx, pi, "", r.Metadata, "refund "+r.ID+" succeeded")
 	} else if err != nil {
 		return err
 	}
@@ -741,7 +826,7 @@ func disputeClosed(s *Service, ctx context.Context, ev *stripe.Event) error {
 				return err
 			}
 		}
-		return s.notGrantedYet(ctx, pi, d.Metadata, "dispute "+d.ID+" lost")
+		return s.notGrantedYet(ctx, pi, "", d.Metadata, "dispute "+d.ID+" lost")
 	} else if err != nil {
 		return err
 	}

@@ -111,6 +111,8 @@ func (a *adminAPI) route(p []string) (map[string]adminHandler, []string) {
 		return map[string]adminHandler{http.MethodGet: a.getSubscription, http.MethodPut: a.putSubscription}, p[1:]
 	case len(p) == 4 && p[0] == "subscriptions" && p[3] == "credits":
 		return map[string]adminHandler{http.MethodPost: a.addCredits}, p[1:3]
+	case len(p) == 4 && p[0] == "subscriptions" && p[3] == "grants":
+		return map[string]adminHandler{http.MethodGet: a.listGrants}, p[1:3]
 	case len(p) == 1 && p[0] == "usage":
 		return map[string]adminHandler{http.MethodGet: a.exportUsage}, nil
 	case len(p) == 2 && p[0] == "usage" && p[1] == "prune":
@@ -472,6 +474,35 @@ func (a *adminAPI) addCredits(app *App, w http.ResponseWriter, r *http.Request, 
 		return err
 	}
 	return writeJSON(w, http.StatusOK, ops.ViewSubscription(sub))
+}
+
+// listGrants: GET /platform/subscriptions/{userId}/{serviceId}/grants,
+// the subscription's credit grants oldest first (bought credits, what
+// refunds and disputes took back of each, what expired), so an operator
+// can check a balance against what Stripe was paid.
+func (a *adminAPI) listGrants(app *App, w http.ResponseWriter, r *http.Request, args []string) error {
+	userID, serviceID, err := ops.SubscriptionIDs(args)
+	if err != nil {
+		return err
+	}
+	if _, err := app.DataStore().GetSubscription(r.Context(), userID, serviceID); errors.Is(err, store.ErrNoAccount) || errors.Is(err, store.ErrNotFound) {
+		return ops.SubscriptionNotFound(userID, serviceID)
+	} else if err != nil {
+		return fmt.Errorf("read subscription of %s to %s: %w", userID, serviceID, err)
+	}
+	out := struct {
+		Grants []ops.GrantRecord `json:"grants"`
+	}{Grants: []ops.GrantRecord{}}
+	if pay, ok := app.DataStore().(store.Payments); ok {
+		gs, err := pay.ListCreditGrants(r.Context(), userID, serviceID)
+		if err != nil {
+			return fmt.Errorf("read the credit grants of %s on %s: %w", userID, serviceID, err)
+		}
+		for _, g := range gs {
+			out.Grants = append(out.Grants, ops.ViewGrant(g))
+		}
+	}
+	return writeJSON(w, http.StatusOK, out)
 }
 
 // getJob: GET /platform/jobs/{requestId}, the job as operators see it.
