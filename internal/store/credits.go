@@ -51,7 +51,7 @@ func CheckGrant(g CreditGrant) error {
 		return badInput("credit grant %s: no grant time", g.ID)
 	case !g.ExpiresAt.IsZero() && !g.ExpiresAt.After(g.GrantedAt):
 		return badInput("credit grant %s: expires at %s, not after it was granted", g.ID, g.ExpiresAt.Format(time.RFC3339))
-	case g.Reversed != 0 || g.Expired != 0 || !g.ExpiredAt.IsZero():
+	case g.Reversed != 0 || g.Expired != 0 || !g.ExpiredAt.IsZero() || g.ExpiredLater != 0 || g.Deferred != 0:
 		return badInput("credit grant %s: a new grant has nothing reversed or expired", g.ID)
 	}
 	return nil
@@ -83,9 +83,10 @@ func CheckLease(name, holder string, ttl time.Duration) error {
 }
 
 // Left is what the grant still gives: what it granted less what reversals
-// took back and what expired, never below 0.
+// took back, what expired and what is still to expire as the holds of its
+// expiry give it back (Deferred), never below 0.
 func (g CreditGrant) Left() billing.Units {
-	return max(0, g.Credits-g.Reversed-g.Expired)
+	return max(0, g.Credits-g.Reversed-g.Expired-g.Deferred)
 }
 
 // Reverse takes up to credits back from g, never more than it has left,
@@ -151,4 +152,76 @@ func ExpireGrants(balance billing.Units, grants []CreditGrant, now time.Time) ([
 		out = append(out, g)
 	}
 	return out, balance
+}
+
+// ExpireGrantsHeld is the expiry rule with credits held (calls in flight,
+// open jobs, blocks leased to nodes): held credits count as spent, so the
+// grants due expire (Expired) what they have left of the free balance
+// (balance - held), as ExpireGrants says. What they would have left of
+// the whole balance beyond that was not removed only because it was held:
+// it is Deferred, to expire later as far as the holds open now give it
+// back unspent (GiveBackDeferred). It returns the grants due, oldest
+// first, the balance after (the free balance after, plus held) and the
+// slack: what the holds hold beyond what is deferred, the credits of the
+// grants that do not expire, given back first (credits are spent oldest
+// grant first, so what the holds charge is the expiring grants' first).
+//
+// For example: grant A of 100 expiring, then grant B of 50 with no
+// expiry, 70 spent and 80 held by open jobs: the free balance is 0, so
+// nothing expires at once; of the whole balance A has 80-50 = 30 left, so
+// 30 are deferred and the slack is 80-30 = 50. Jobs failing give back 80:
+// the first 50 are B's, the next 30 expire.
+func ExpireGrantsHeld(balance, held billing.Units, grants []CreditGrant, now time.Time) ([]CreditGrant, billing.Units, billing.Units) {
+	held = max(held, 0)
+	out, after := ExpireGrants(balance-held, grants, now)
+	if held == 0 || len(out) == 0 {
+		return out, after + held, held
+	}
+	// The same grants due, in the same order, from the whole balance.
+	whole, _ := ExpireGrants(balance, grants, now)
+	room := held
+	for i := range out {
+		d := min(max(whole[i].Expired-out[i].Expired, 0), room)
+		out[i].Deferred += d
+		room -= d
+	}
+	return out, after + held, room
+}
+
+// GiveBackDeferred is what happens when holds that predate an expiry give
+// back r credits unspent (a job failed or completed with fewer units, a
+// call was cut off, a leased block came back partly unused): the slack
+// takes them first, and what is past it expires from what is deferred,
+// oldest grant first (deferred, in that order), never more than r nor
+// than is deferred. It returns what each grant expires, their sum and
+// the slack after. What the holds charge is not given back: it stays
+// spent, so the deferred part it covered never expires.
+func GiveBackDeferred(deferred []billing.Units, slack, r billing.Units) ([]billing.Units, billing.Units, billing.Units) {
+	r = max(r, 0)
+	use := min(r, max(slack, 0))
+	slack -= use
+	r -= use
+	out := make([]billing.Units, len(deferred))
+	var sum billing.Units
+	for i, d := range deferred {
+		x := min(r, max(d, 0))
+		out[i] = x
+		r -= x
+		sum += x
+	}
+	return out, sum, slack
+}
+
+// SpendDeferred is what happens when holds that predate an expiry charge
+// c of what they held: credits are spent oldest grant first, so the
+// charge spends what the expiry deferred first, oldest grant first
+// (deferred, in that order). It returns what it spends of each.
+func SpendDeferred(deferred []billing.Units, c billing.Units) []billing.Units {
+	out := make([]billing.Units, len(deferred))
+	c = max(c, 0)
+	for i, d := range deferred {
+		out[i] = min(c, max(d, 0))
+		c -= out[i]
+	}
+	return out
 }

@@ -65,3 +65,65 @@ func TestExpireGrants(t *testing.T) {
 		})
 	}
 }
+
+// TestExpireGrantsHeld holds the expiry with credits held, and what the
+// holds then charge and give back, to the examples of docs/operations.md:
+// whatever order the holds end in, what expires in all is the expiring
+// grant's part of what they held less what they charged, never more than
+// they gave back.
+func TestExpireGrantsHeld(t *testing.T) {
+	t0 := time.Date(2024, 3, 20, 12, 0, 0, 0, time.UTC)
+	due := t0.Add(time.Hour)
+	w := billing.Whole
+	a := CreditGrant{ID: "A", Credits: w(100), GrantedAt: t0, ExpiresAt: due}
+	b := CreditGrant{ID: "B", Credits: w(50), GrantedAt: t0.Add(time.Minute)}
+	for _, tc := range []struct {
+		name                     string
+		balance, held            int64
+		grants                   []CreditGrant
+		expired, deferred, slack int64
+		holds                    [][2]int64 // each hold's credits and what it charged, in the order they end
+		later                    int64      // what expires as they end
+	}{
+		{"one grant, all held, a job fails", 100, 100, []CreditGrant{a}, 0, 100, 0, [][2]int64{{100, 0}}, 100},
+		{"one grant, a job completes with fewer units", 100, 30, []CreditGrant{a}, 70, 30, 0, [][2]int64{{30, 10}}, 20},
+		{"one grant, held calls charge all", 100, 30, []CreditGrant{a}, 70, 30, 0, [][2]int64{{10, 10}, {20, 20}}, 0},
+		{"B newer: 70 spent, 80 held", 80, 80, []CreditGrant{a, b}, 0, 30, 50, [][2]int64{{50, 0}, {30, 0}}, 30},
+		{"B newer: the charge takes A's first", 80, 80, []CreditGrant{a, b}, 0, 30, 50, [][2]int64{{50, 50}, {30, 0}}, 0},
+		{"B newer: the charge ends last", 80, 80, []CreditGrant{a, b}, 0, 30, 50, [][2]int64{{30, 0}, {50, 10}}, 20},
+		{"B newer: part charged, part back", 80, 80, []CreditGrant{a, b}, 0, 30, 50, [][2]int64{{40, 25}, {40, 0}}, 5},
+		{"nothing held", 100, 0, []CreditGrant{a}, 100, 0, 0, nil, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, after, slack := ExpireGrantsHeld(w(tc.balance), w(tc.held), tc.grants, due)
+			var ga CreditGrant
+			for _, g := range got {
+				if g.ID == "A" {
+					ga = g
+				}
+			}
+			if ga.Expired != w(tc.expired) || ga.Deferred != w(tc.deferred) || slack != w(tc.slack) ||
+				after != w(tc.balance-tc.expired) {
+				t.Fatalf("ExpireGrantsHeld = A %+v, balance %s, slack %s; want %d expired, %d deferred, slack %d, balance %d",
+					ga, after, slack, tc.expired, tc.deferred, tc.slack, tc.balance-tc.expired)
+			}
+			deferred, sl := []billing.Units{ga.Deferred}, slack
+			var later billing.Units
+			for _, h := range tc.holds {
+				spent := SpendDeferred(deferred, w(h[1]))
+				deferred[0] -= spent[0]
+				r := w(h[0] - h[1])
+				exp, x, s2 := GiveBackDeferred(deferred, sl, r)
+				if x > r || x != exp[0] || exp[0] > deferred[0] {
+					t.Fatalf("GiveBackDeferred(%s, slack %s, %s) = %s, %s: more than given back or deferred", deferred[0], sl, r, exp, x)
+				}
+				deferred[0] -= exp[0]
+				sl = s2
+				later += x
+			}
+			if later != w(tc.later) {
+				t.Errorf("expired as the holds ended: %s, want %d", later, tc.later)
+			}
+		})
+	}
+}

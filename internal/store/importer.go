@@ -115,8 +115,10 @@ type Importer interface {
 // holds any is refused by a target without it.
 type PaymentsImporter interface {
 	ImportPaymentRecords(ctx context.Context, rs []PaymentRecord) error
-	// ImportCreditGrants stores grants as given (Reversed, Expired and
-	// ExpiredAt included); the balances came with the subscriptions.
+	// ImportCreditGrants stores grants as given (Reversed, Expired,
+	// ExpiredLater and ExpiredAt included); the balances came with the
+	// subscriptions. A deferred expiry's link to the holds it waits for
+	// does not come along: what is still Deferred counts as spent.
 	ImportCreditGrants(ctx context.Context, gs []CreditGrant) error
 	// ImportCreditReversals keeps the reversals' ids, so a refund
 	// delivered again after the move is still a replay; Credits is what

@@ -139,6 +139,14 @@ type CreditGrant struct {
 	Reversed  billing.Units `json:"reversed,omitempty"`
 	Expired   billing.Units `json:"expired,omitempty"`
 	ExpiredAt time.Time     `json:"expiredAt,omitzero"`
+	// ExpiredLater is the part of Expired removed after ExpiredAt: credits
+	// held at the expiry (calls in flight, open jobs, leased blocks) that
+	// those holds gave back unspent. Deferred is what the expiry left to
+	// them and they have not settled yet: it expires as far as they give
+	// it back, and counts as spent as far as they charge it
+	// (ExpireGrantsHeld, docs/operations.md).
+	ExpiredLater billing.Units `json:"expiredLater,omitempty"`
+	Deferred     billing.Units `json:"deferred,omitempty"`
 }
 
 // CreditReversal takes back credits of a grant.

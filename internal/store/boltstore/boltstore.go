@@ -307,6 +307,10 @@ func OpenWith(path string, o Options) (*Store, error) {
 	s.staleNote, s.staleWarn = removeStaleTemps(path)
 	go s.loop()
 	go s.applier()
+	if err := s.settleDroppedHolds(); err != nil { // heldexpiry.go
+		s.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
 	return s, nil
 }
 

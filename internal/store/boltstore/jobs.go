@@ -301,9 +301,12 @@ func (s *Store) CreateJobReserved(ctx context.Context, j store.Job, a store.Acco
 		}
 		st.Hold(a.Product, dec)
 		acc.set(c, st)
+		// Numbered under the account's lock, as Reserve numbers a call's
+		// hold: an expiry (heldexpiry.go) that counts this hold as held
+		// numbers its cutoff after it, one that does not, before.
+		id := s.holdSeq.Add(1)
 		acc.mu.Unlock()
 		state = st
-		id := s.holdSeq.Add(1)
 		hold = &jobHold{id: id, rec: reservation{UserID: a.UserID, ServiceID: a.ServiceID, Product: a.Product,
 			Decision: toDecisionRecord(dec), PeriodKey: period, JobID: j.ID}}
 		raw, err := marshalHold(hold.rec)
@@ -593,12 +596,12 @@ func (s *Store) endJob(rec *settlement, j *store.Job, h *jobHold, a store.Accoun
 	p := a.Product
 	st := acc.state(c, p)
 	var ops []acctOp
-	var held billing.Units
+	var held, heldCredits billing.Units
 	if h != nil {
 		d := h.rec.Decision.decision()
 		st.Unhold(h.rec.Product, d)
 		ops = append(ops, opOf(opUnhold, h.rec.Product, d))
-		held = d.Units
+		held, heldCredits = d.Units, prepaidCost(h.rec.Product, d)
 	}
 	entry := e
 	entry.Units = units
@@ -607,10 +610,24 @@ func (s *Store) endJob(rec *settlement, j *store.Job, h *jobHold, a store.Accoun
 		dec = store.ChargeFloor(p, st, units, held, &entry)
 	}
 	st.Charge(p, dec)
-	acc.set(c, st)
 	ops = append(ops, opOf(opCharge, p, dec))
+	var undoLater func()
+	if h != nil {
+		// A hold from before a grant's expiry (heldexpiry.go).
+		var x billing.Units
+		var later *grantChange
+		x, later, undoLater = acc.holdEnded(h.id, heldCredits, prepaidCost(p, dec))
+		if later != nil {
+			st.Credits -= x
+			if x > 0 {
+				ops = append(ops, acctOp{kind: opCredit, units: -x})
+			}
+			rec.grant = later
+		}
+	}
+	acc.set(c, st)
 	entry.Overage, entry.Cost = dec.Overage, dec.Cost
-	rec.acct = &acctChange{userID: userID, serviceID: serviceID, period: period, ops: ops}
+	rec.acct = &acctChange{userID: userID, serviceID: serviceID, period: period, ops: ops, later: undoLater}
 	j.Units, j.Cost = 0, 0
 	if entry.Units > 0 || entry.UnitsClaimed > 0 {
 		rec.ledger = &entry
@@ -639,9 +656,19 @@ func (s *Store) releaseJobHold(rec *settlement, h *jobHold) error {
 	st := acc.state(c, p)
 	d := h.rec.Decision.decision()
 	st.Unhold(p, d)
+	ops := []acctOp{opOf(opUnhold, p, d)}
+	// A hold from before a grant's expiry gives it all back (heldexpiry.go).
+	x, later, undoLater := acc.holdEnded(h.id, prepaidCost(p, d), 0)
+	if later != nil {
+		st.Credits -= x
+		if x > 0 {
+			ops = append(ops, acctOp{kind: opCredit, units: -x})
+		}
+		rec.grant = later
+	}
 	acc.set(c, st)
 	rec.acct = &acctChange{userID: h.rec.UserID, serviceID: h.rec.ServiceID, period: h.rec.PeriodKey,
-		ops: []acctOp{opOf(opUnhold, p, d)}}
+		ops: ops, later: undoLater}
 	return nil
 }
 

@@ -58,6 +58,9 @@ type memAccount struct {
 	periods   map[int64]*memCounter
 	// holds are the sync calls' holds, by reservation number.
 	holds map[uint64]struct{}
+	// later is the deferred expiry of credits held at a grant's expiry,
+	// nil when none (heldexpiry.go): a hold's end looks at it only then.
+	later *memLater
 }
 
 // memCounter is one period's figures.
@@ -96,6 +99,10 @@ func (s *Store) account(userID, serviceID string) (*memAccount, error) {
 	if err != nil {
 		return nil, err
 	}
+	later, err := s.loadLater(userID, serviceID)
+	if err != nil {
+		return nil, err
+	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if acc = sh.m[string(key)]; acc != nil {
@@ -106,7 +113,7 @@ func (s *Store) account(userID, serviceID string) (*memAccount, error) {
 	// an account never loaded: whichever loader comes first, it read the
 	// right figures.
 	acc = &memAccount{userID: userID, serviceID: serviceID, startedAt: sub.StartedAt, credits: sub.Credits,
-		held: sub.CreditsHeld, periods: make(map[int64]*memCounter), holds: make(map[uint64]struct{})}
+		held: sub.CreditsHeld, periods: make(map[int64]*memCounter), holds: make(map[uint64]struct{}), later: later}
 	sh.m[string(key)] = acc
 	return acc, nil
 }

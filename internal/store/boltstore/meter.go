@@ -178,6 +178,7 @@ func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.U
 	st.Unhold(p, r.Decision)
 	var rec *settlement
 	var out store.LedgerEntry
+	var charged billing.Units
 	if units > 0 {
 		cr := &chargeRecord{entry: e}
 		entry := &cr.entry
@@ -187,6 +188,7 @@ func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.U
 			dec = store.ChargeFloor(p, st, units, r.Decision.Units, entry)
 		}
 		st.Charge(p, dec)
+		charged = prepaidCost(p, dec)
 		entry.Overage, entry.Cost = dec.Overage, dec.Cost
 		cr.ops[0] = opOf(opCharge, p, dec)
 		cr.acct = acctChange{userID: a.UserID, serviceID: a.ServiceID, period: r.PeriodKey, ops: cr.ops[:]}
@@ -195,6 +197,22 @@ func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.U
 		if entry.Units > 0 || entry.UnitsClaimed > 0 {
 			rec.ledger = entry
 		}
+	}
+	// A hold from before a grant's expiry: what it gives back of the
+	// credits the expiry deferred to it expires (heldexpiry.go).
+	x, later, undoLater := acc.holdEnded(id, prepaidCost(p, r.Decision), charged)
+	if later != nil {
+		st.Credits -= x
+		if rec == nil {
+			rec = &settlement{}
+		}
+		if x > 0 {
+			if rec.acct == nil {
+				rec.acct = &acctChange{userID: a.UserID, serviceID: a.ServiceID, period: r.PeriodKey}
+			}
+			rec.acct.ops = append(rec.acct.ops, acctOp{kind: opCredit, units: -x})
+		}
+		rec.grant = later
 	}
 	acc.set(c, st)
 	var b *settlelog.Batch
@@ -214,10 +232,15 @@ func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.U
 		acc.mu.Lock()
 		if rec != nil && err != ErrClosed {
 			st := acc.state(c, p)
-			undoOps(&st, rec.acct.ops, p)
+			if rec.acct != nil {
+				undoOps(&st, rec.acct.ops, p)
+			}
 			st.Hold(p, r.Decision)
 			acc.set(c, st)
 			acc.holds[id] = struct{}{}
+			if undoLater != nil {
+				undoLater()
+			}
 		}
 		acc.mu.Unlock()
 		if errors.Is(err, store.ErrUnavailable) {

@@ -61,18 +61,23 @@ type grantRecord struct {
 	Reversed  amount    `json:"reversed,omitempty"`
 	Expired   amount    `json:"expired,omitempty"`
 	ExpiredAt time.Time `json:"expiredAt,omitzero"`
+	// ExpiredLater and Deferred: store.CreditGrant's (heldexpiry.go).
+	ExpiredLater amount `json:"expiredLater,omitempty"`
+	Deferred     amount `json:"deferred,omitempty"`
 }
 
 func toGrantRecord(g store.CreditGrant) grantRecord {
 	return grantRecord{ID: g.ID, UserID: g.UserID, ServiceID: g.ServiceID, Credits: amount(g.Credits),
 		GrantedAt: g.GrantedAt.UTC(), ExpiresAt: g.ExpiresAt.UTC(), Source: g.Source, Reference: g.Reference,
-		Reversed: amount(g.Reversed), Expired: amount(g.Expired), ExpiredAt: g.ExpiredAt.UTC()}
+		Reversed: amount(g.Reversed), Expired: amount(g.Expired), ExpiredAt: g.ExpiredAt.UTC(),
+		ExpiredLater: amount(g.ExpiredLater), Deferred: amount(g.Deferred)}
 }
 
 func (r grantRecord) grant() store.CreditGrant {
 	return store.CreditGrant{ID: r.ID, UserID: r.UserID, ServiceID: r.ServiceID, Credits: billing.Units(r.Credits),
 		GrantedAt: r.GrantedAt, ExpiresAt: r.ExpiresAt, Source: r.Source, Reference: r.Reference,
-		Reversed: billing.Units(r.Reversed), Expired: billing.Units(r.Expired), ExpiredAt: r.ExpiredAt}
+		Reversed: billing.Units(r.Reversed), Expired: billing.Units(r.Expired), ExpiredAt: r.ExpiredAt,
+		ExpiredLater: billing.Units(r.ExpiredLater), Deferred: billing.Units(r.Deferred)}
 }
 
 // reversalRecord is an applied reversal: what it asked and what it took.
@@ -99,6 +104,8 @@ type grantChange struct {
 	Grants   []grantRecord      `json:"grants,omitempty"`
 	Reversal *reversalRecord    `json:"reversal,omitempty"`
 	Audit    []store.AuditEntry `json:"audit,omitempty"`
+	// Later changes a deferred expiry (heldexpiry.go).
+	Later *laterChange `json:"later,omitempty"`
 }
 
 func (c *grantChange) encode() []byte {
@@ -147,6 +154,11 @@ func (s *Store) applyGrant(tx *bolt.Tx, c *grantChange) error {
 	}
 	if r := c.Reversal; r != nil {
 		if err := putJSON(tx, bucketReversals, []byte(r.ID), r); err != nil {
+			return err
+		}
+	}
+	if l := c.Later; l != nil {
+		if err := applyLater(tx, l); err != nil {
 			return err
 		}
 	}
@@ -415,22 +427,25 @@ func (s *Store) current() error {
 // when acc is nil) with the grant part c, and waits until it is durable;
 // on failure the balance in memory is restored.
 func (s *Store) commitCredit(acc *memAccount, userID, serviceID string, delta billing.Units, c *grantChange) error {
-	_, err := s.commitCreditWith(acc, userID, serviceID, func(billing.Units) (billing.Units, *grantChange) { return delta, c })
+	_, err := s.commitCreditWith(acc, userID, serviceID, func(_, _ billing.Units) (billing.Units, *grantChange, func()) {
+		return delta, c, nil
+	})
 	return err
 }
 
 // commitCreditWith is commitCredit with the change decided by decide from
-// the account's free balance (credits less what calls and jobs hold),
-// under the account's lock, so that no call is admitted between the
-// reading and the change (ExpireCredits). decide returning a nil change
-// commits nothing (false).
-func (s *Store) commitCreditWith(acc *memAccount, userID, serviceID string, decide func(free billing.Units) (billing.Units, *grantChange)) (bool, error) {
-	var free billing.Units
+// the account's balance and what calls and jobs hold of it, under the
+// account's lock, so that no call is admitted between the reading and the
+// change (ExpireCredits). decide returning a nil change commits nothing
+// (false); undo, when not nil, takes back what decide changed in memory
+// besides the balance, under the lock, if the record is refused.
+func (s *Store) commitCreditWith(acc *memAccount, userID, serviceID string, decide func(credits, held billing.Units) (billing.Units, *grantChange, func())) (bool, error) {
+	var credits, held billing.Units
 	if acc != nil {
 		acc.mu.Lock()
-		free = acc.credits - max(acc.held, 0)
+		credits, held = acc.credits, max(acc.held, 0)
 	}
-	delta, c := decide(free)
+	delta, c, undo := decide(credits, held)
 	if c == nil {
 		if acc != nil {
 			acc.mu.Unlock()
@@ -440,6 +455,9 @@ func (s *Store) commitCreditWith(acc *memAccount, userID, serviceID string, deci
 	if acc != nil && (delta > 0) != (acc.credits+delta > acc.credits) {
 		// Past what a balance holds, as AddCredits refuses it: added, it
 		// wrapped round to a balance of the other sign.
+		if undo != nil {
+			undo()
+		}
 		acc.mu.Unlock()
 		return false, store.ErrBalanceRange
 	}
@@ -461,6 +479,9 @@ func (s *Store) commitCreditWith(acc *memAccount, userID, serviceID string, deci
 		if acc != nil {
 			acc.mu.Lock()
 			acc.credits -= delta
+			if undo != nil {
+				undo()
+			}
 			acc.mu.Unlock()
 		}
 		return true, err
@@ -666,22 +687,12 @@ func (s *Store) ExpireCredits(ctx context.Context, now time.Time) ([]store.Credi
 		// decided and made, under the account's lock: read before it and
 		// changed after, a call admitted in between held credits the
 		// expiry then took as well, and was charged almost nothing (found
-		// by a review; TestExpireCreditsRacesReserve). Calls settling
-		// afterwards spend from what is left.
+		// by a review; TestExpireCreditsRacesReserve). What the expiry
+		// leaves only because it is held is deferred: it expires as the
+		// holds open now give it back (heldexpiry.go).
 		var expired []store.CreditGrant
-		_, err = s.commitCreditWith(acc, sg.userID, sg.serviceID, func(balance billing.Units) (billing.Units, *grantChange) {
-			var after billing.Units
-			expired, after = store.ExpireGrants(balance, sg.grants, now)
-			if len(expired) == 0 {
-				return 0, nil
-			}
-			c := &grantChange{}
-			for _, g := range expired {
-				c.Grants = append(c.Grants, toGrantRecord(g))
-				c.Audit = append(c.Audit, grantAudit(g, now, "credits.expire",
-					fmt.Sprintf("expired %s credits left of %s (grant %s)", g.Expired, g.Credits, g.ID)))
-			}
-			return after - balance, c
+		_, err = s.commitCreditWith(acc, sg.userID, sg.serviceID, func(credits, held billing.Units) (billing.Units, *grantChange, func()) {
+			return s.expireHeld(acc, sg.grants, credits, held, now, &expired)
 		})
 		if err != nil {
 			return out, err

@@ -560,7 +560,7 @@ func opOf(kind byte, p billing.Product, d billing.Decision) acctOp {
 
 // undo takes a refused record's operations back off the account in memory.
 func (s *Store) undo(a *acctChange, p billing.Product) {
-	if a == nil || len(a.ops) == 0 {
+	if a == nil || len(a.ops) == 0 && a.later == nil {
 		return
 	}
 	acc, err := s.account(a.userID, a.serviceID)
@@ -569,6 +569,9 @@ func (s *Store) undo(a *acctChange, p billing.Product) {
 	}
 	acc.mu.Lock()
 	defer acc.mu.Unlock()
+	if a.later != nil {
+		a.later()
+	}
 	if a.period == 0 {
 		st := billing.State{Credits: acc.credits}
 		undoOps(&st, a.ops, billing.Product{})

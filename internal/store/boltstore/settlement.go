@@ -39,6 +39,10 @@ type acctChange struct {
 	// updated, when set, is the subscription's new UpdatedAt (a credit
 	// change by an operator).
 	updated time.Time
+	// later, when set, takes back in memory what the record did to a
+	// deferred expiry (heldexpiry.go) if it is refused (undo); never
+	// written.
+	later func()
 }
 
 // Operation kinds of acctOp.

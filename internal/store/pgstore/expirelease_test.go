@@ -13,8 +13,12 @@ import (
 // TestExpireCreditsLeased: credits a node has leased for calls it has
 // not settled yet count as spent when a grant expires, so those calls,
 // settled after the expiry, do not spend credits the expiry took too:
-// what expires is the grant's part not leased out, and the final balance
-// is the grant less what the calls spent less what expired, never less.
+// what expires at once is the grant's part not leased out. What the block
+// leased before the expiry gives back unspent when the node returns it
+// expires then (it was the grant's: before, it stayed in the balance, a
+// caller kept it), and a block leased after the expiry, from credits that
+// do not expire, gives back what it did not use untouched: the final
+// balance is what did not expire less what the calls spent.
 func TestExpireCreditsLeased(t *testing.T) {
 	ctx := context.Background()
 	dsn := pgtest.DB(t)
@@ -59,9 +63,23 @@ func TestExpireCreditsLeased(t *testing.T) {
 	// held at the expiry is at least what was read before it: the expiry
 	// took at most the rest, and never a credit the calls spend.
 	gone := expired[0].Expired
-	if gone > units(grant)-leased || gone > units(grant-calls) || gone <= 0 {
-		t.Errorf("expired %s of a grant of %d with at least %s leased out for %d calls; want 0 < expired <= %s",
-			gone, grant, leased, calls, units(grant)-leased)
+	if gone > units(grant)-leased || gone > units(grant-calls) || gone <= 0 || gone+expired[0].Deferred != units(grant) {
+		t.Errorf("expired %s (deferred %s) of a grant of %d with at least %s leased out for %d calls; want 0 < expired <= %s, the rest deferred",
+			gone, expired[0].Deferred, grant, leased, calls, units(grant)-leased)
+	}
+
+	// Credits that do not expire, leased by b after the expiry for a
+	// call that uses 1 of them; b gives its block back at its Close.
+	if _, err := b.GrantCredits(ctx, store.CreditGrant{ID: "pi_after", UserID: "u", ServiceID: "svc", Credits: units(20),
+		GrantedAt: now.Add(2 * time.Minute), Source: "stripe"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.Reserve(ctx, acct, units(1), time.Now())
+	if err != nil || !res.Decision.Allowed {
+		t.Fatalf("reserve on b after the expiry: %+v %v", res.Decision, err)
+	}
+	if _, err := b.Settle(ctx, res, units(1), store.LedgerEntry{UserID: "u", ServiceID: "svc", ProductID: "pp", Source: store.SourceGateway}); err != nil {
+		t.Fatal(err)
 	}
 
 	for _, res := range held {
@@ -69,10 +87,22 @@ func TestExpireCreditsLeased(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a.Close() // gives its leases back
-	credits, creditsHeld := balance()
-	if want := units(grant-calls) - gone; credits != want || creditsHeld != 0 || credits < 0 {
-		t.Errorf("after settling: credits %s, held %s; want %s (%d granted - %d spent - %s expired)",
-			credits, creditsHeld, want, grant, calls, gone)
+	a.Close() // gives its leases back: what they did not use of the grant expires
+	b.Close()
+	c := openNode(t, dsn, "c")
+	var credits, creditsHeld int64
+	if err := c.pool.QueryRow(ctx, "SELECT credits, credits_held FROM subscriptions WHERE user_id = 'u' AND service_id = 'svc'").
+		Scan(&credits, &creditsHeld); err != nil {
+		t.Fatal(err)
+	}
+	if want := units(20 - 1); billing.Units(credits) != want || creditsHeld != 0 {
+		t.Errorf("after settling: credits %s, held %s; want %s (%d granted and %d spent of the expiring grant, 20 - 1 of the other)",
+			billing.Units(credits), billing.Units(creditsHeld), want, grant, calls)
+	}
+	gs, err := c.ListCreditGrants(ctx, "u", "svc")
+	if err != nil || len(gs) != 2 || gs[0].Expired != units(grant-calls) || gs[0].Deferred != 0 ||
+		gs[0].ExpiredLater != units(grant-calls)-gone {
+		t.Errorf("grants after the leases came back = %+v, %v; want %d expired (%s of it later), nothing deferred",
+			gs, err, grant-calls, units(grant-calls)-gone)
 	}
 }

@@ -347,9 +347,12 @@ func (s *Store) ImportPaymentRecords(ctx context.Context, rs []store.PaymentReco
 func (s *Store) ImportCreditGrants(ctx context.Context, gs []store.CreditGrant) error {
 	b := &pgx.Batch{}
 	for _, g := range gs {
-		b.Queue("INSERT INTO credit_grants ("+grantColumns+") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+		// A deferred expiry's link to the holds it waits for is not
+		// exported: what is still deferred comes in as spent, as it
+		// counted before deferred expiries (docs/operations.md).
+		b.Queue("INSERT INTO credit_grants ("+grantColumns+") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 0)",
 			g.ID, g.UserID, g.ServiceID, int64(g.Credits), g.GrantedAt.UTC(), nullTime(g.ExpiresAt.UTC()), g.Source, g.Reference,
-			int64(g.Reversed), int64(g.Expired), nullTime(g.ExpiredAt.UTC()))
+			int64(g.Reversed), int64(g.Expired), nullTime(g.ExpiredAt.UTC()), int64(g.ExpiredLater))
 	}
 	return s.importBatch(ctx, b)
 }

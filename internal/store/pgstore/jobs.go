@@ -333,6 +333,7 @@ func endJob(ctx context.Context, tx pgx.Tx, j *store.Job, hold *AllowanceKey, a 
 	}
 	var acc *account
 	var held billing.Units // what the job's hold had, the least its charge is
+	var pre int64          // the hold's credits held at a deferred expiry (heldexpiry.go)
 	if hold != nil && j.ReservationID != "" {
 		var err error
 		acc, err = lockAccount(ctx, tx, hold.UserID, hold.ServiceID, billing.Product{}, hold.Period, time.Now())
@@ -345,7 +346,8 @@ func endJob(ctx context.Context, tx pgx.Tx, j *store.Job, hold *AllowanceKey, a 
 		if acc != nil {
 			var u, sp, c int64
 			err := tx.QueryRow(ctx, `DELETE FROM leases WHERE holder = $1 AND user_id = $2 AND service_id = $3 AND period = $4
-				RETURNING units, spend, credits`, jobHolder(j.ID), hold.UserID, hold.ServiceID, hold.Period).Scan(&u, &sp, &c)
+				RETURNING units, spend, credits, least(pre_credits, credits)`, jobHolder(j.ID), hold.UserID, hold.ServiceID,
+				hold.Period).Scan(&u, &sp, &c, &pre)
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return nil, err
 			}
@@ -356,6 +358,13 @@ func endJob(ctx context.Context, tx pgx.Tx, j *store.Job, hold *AllowanceKey, a 
 		}
 	}
 	if units == 0 || a.Free {
+		if acc != nil && pre > 0 {
+			x, err := giveBackDeferred(ctx, tx, acc.key.UserID, acc.key.ServiceID, 0, billing.Units(pre))
+			if err != nil {
+				return nil, err
+			}
+			acc.state.Credits -= x
+		}
 		if acc != nil {
 			if err := acc.save(ctx, tx); err != nil {
 				return nil, err
@@ -401,6 +410,19 @@ func endJob(ctx context.Context, tx pgx.Tx, j *store.Job, hold *AllowanceKey, a 
 	}
 	acc.charge(p, dec)
 	entry.Overage, entry.Cost = dec.Overage, dec.Cost
+	if pre > 0 && hold != nil && acc.key.UserID == hold.UserID && acc.key.ServiceID == hold.ServiceID {
+		// Held at a deferred expiry: what the charge takes of the hold is
+		// spent, the rest given back (heldexpiry.go).
+		var c billing.Units
+		if p.BillingModel == billing.Prepaid {
+			c = min(max(dec.Cost, 0), billing.Units(pre))
+		}
+		x, err := giveBackDeferred(ctx, tx, acc.key.UserID, acc.key.ServiceID, c, billing.Units(pre)-c)
+		if err != nil {
+			return nil, err
+		}
+		acc.state.Credits -= x
+	}
 	if err := acc.save(ctx, tx); err != nil {
 		return nil, err
 	}
@@ -524,7 +546,8 @@ func (s *Store) askLeasesBack(ctx context.Context, k AllowanceKey, holders []str
 // shrinkLeaseSQL takes a charge's units out of a node's lease row, if it
 // still holds them (a lease given back meanwhile has no row: its units
 // went back to the allowance, and the charge does without them).
-const shrinkLeaseSQL = `UPDATE leases SET units = units - $5, spend = spend - $6, credits = credits - $7
+const shrinkLeaseSQL = `UPDATE leases SET units = units - $5, spend = spend - $6, credits = credits - $7,
+		pre_credits = greatest(pre_credits - $7, 0)
 	WHERE holder = $1 AND user_id = $2 AND service_id = $3 AND period = $4
 	  AND units >= $5 AND spend >= $6 AND credits >= $7`
 

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/store"
 )
 
 // pgLeases is LeaseDB on PostgreSQL. Rows are locked in one order
@@ -236,7 +237,7 @@ WITH k AS (
 	WHERE l.holder = k.h AND l.user_id = k.u AND l.service_id = k.sv AND l.period = k.p
 	  AND (NOT $5::bool OR l.expires_at < now())
 	  AND (SELECT count(*) FROM sb) >= 0 AND (SELECT count(*) FROM al) >= 0
-	RETURNING l.user_id, l.service_id, l.period, l.units, l.spend, l.credits
+	RETURNING l.user_id, l.service_id, l.period, l.units, l.spend, l.credits, least(l.pre_credits, l.credits) AS pre
 ), a AS (
 	UPDATE allowances x SET leased_units = x.leased_units - d.units, leased_spend = x.leased_spend - d.spend
 	FROM (SELECT user_id, service_id, period, sum(units) AS units, sum(spend) AS spend FROM d GROUP BY 1, 2, 3) d
@@ -245,24 +246,50 @@ WITH k AS (
 	UPDATE subscriptions x SET credits_held = x.credits_held - d.credits
 	FROM (SELECT user_id, service_id, sum(credits) AS credits FROM d GROUP BY 1, 2) d
 	WHERE x.user_id = d.user_id AND x.service_id = d.service_id AND d.credits <> 0
+), pr AS (
+	SELECT user_id, service_id, sum(pre)::bigint AS pre FROM d WHERE pre > 0 GROUP BY 1, 2
 )
-SELECT count(*) FROM d`
+SELECT (SELECT count(*) FROM d), coalesce((SELECT json_agg(json_build_array(user_id, service_id, pre)) FROM pr)::text, '[]')`
 
-func returnLeases(ctx context.Context, q querier, refs []LeaseRef, onlyExpired bool) (int, error) {
+// returnLeases runs returnSQL, and in the same transaction expires what
+// the rows gave back of the credits they held at a deferred expiry of
+// their subscription (pre_credits, heldexpiry.go). It returns how many
+// rows it ended.
+func (s *Store) returnLeases(ctx context.Context, refs []LeaseRef, onlyExpired bool) (int, error) {
 	hs, us, ss, ps := make([]string, len(refs)), make([]string, len(refs)), make([]string, len(refs)), make([]int64, len(refs))
 	for i, r := range refs {
 		hs[i], us[i], ss[i], ps[i] = r.Holder, r.Key.UserID, r.Key.ServiceID, r.Key.Period
 	}
 	var n int
-	err := q.QueryRow(ctx, returnSQL, hs, us, ss, ps, onlyExpired).Scan(&n)
-	return n, err
+	var changed []store.AccountRef
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var pre string
+		if err := tx.QueryRow(ctx, returnSQL, hs, us, ss, ps, onlyExpired).Scan(&n, &pre); err != nil {
+			return err
+		}
+		if pre == "[]" {
+			return nil
+		}
+		var err error
+		changed, err = settleReturned(ctx, tx, []byte(pre))
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, r := range changed {
+		// What expired had just come back: the free balance did not go
+		// down, so the node's leases stand.
+		s.changedCredits(r.UserID, r.ServiceID, false)
+	}
+	return n, nil
 }
 
 // Return ends leases, giving back what they hold, in one statement.
 func (p pgLeases) Return(ctx context.Context, refs []LeaseRef) error {
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
-		if _, err = returnLeases(ctx, p.s.pool, refs, false); !retryable(err) {
+		if _, err = p.s.returnLeases(ctx, refs, false); !retryable(err) {
 			break
 		}
 	}
@@ -308,7 +335,7 @@ func (s *Store) sweepExpired(ctx context.Context) (int, error) {
 		var n int
 		// Still expired when locked: a holder cannot revive it (Renew
 		// skips expired rows).
-		if n, err = returnLeases(ctx, s.pool, refs, true); !retryable(err) {
+		if n, err = s.returnLeases(ctx, refs, true); !retryable(err) {
 			return n, s.fail(err)
 		}
 	}

@@ -223,17 +223,19 @@ func (s *Store) PutLeaseCursor(ctx context.Context, name, holder string, epoch u
 
 // Credit grants.
 
-const grantColumns = "id, user_id, service_id, credits, granted_at, expires_at, source, reference, reversed, expired, expired_at"
+const grantColumns = "id, user_id, service_id, credits, granted_at, expires_at, source, reference, reversed, expired, expired_at, expired_later, deferred"
 
 func scanGrant(row pgx.Row) (store.CreditGrant, error) {
 	var (
 		g                          store.CreditGrant
 		credits, reversed, expired int64
+		later, deferred            int64
 		expiresAt, expiredAt       *time.Time
 	)
 	err := row.Scan(&g.ID, &g.UserID, &g.ServiceID, &credits, &g.GrantedAt, &expiresAt, &g.Source, &g.Reference,
-		&reversed, &expired, &expiredAt)
+		&reversed, &expired, &expiredAt, &later, &deferred)
 	g.Credits, g.Reversed, g.Expired = billing.Units(credits), billing.Units(reversed), billing.Units(expired)
+	g.ExpiredLater, g.Deferred = billing.Units(later), billing.Units(deferred)
 	g.GrantedAt = g.GrantedAt.UTC()
 	if expiresAt != nil {
 		g.ExpiresAt = expiresAt.UTC()
@@ -325,7 +327,7 @@ func (s *Store) GrantCredits(ctx context.Context, g store.CreditGrant) (store.Su
 	replayed := false
 	err := s.tx(ctx, func(tx pgx.Tx) error {
 		replayed = false
-		tag, err := tx.Exec(ctx, `INSERT INTO credit_grants (`+grantColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, 0, NULL)
+		tag, err := tx.Exec(ctx, `INSERT INTO credit_grants (`+grantColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 0, 0, NULL, 0, 0)
 			ON CONFLICT (id) DO NOTHING`, g.ID, g.UserID, g.ServiceID, int64(g.Credits), g.GrantedAt.UTC(),
 			nullTime(g.ExpiresAt.UTC()), g.Source, g.Reference)
 		if err != nil {
@@ -428,13 +430,14 @@ func (s *Store) ReverseCredits(ctx context.Context, r store.CreditReversal) (sto
 	return sub, g, err
 }
 
-// ExpireCredits expires every grant due at now (store.ExpireGrants), one
-// transaction per subscription with its row locked, so nodes running it
-// together expire each grant once. Credits held (credits_held: leased to
-// nodes for calls not settled or shipped yet, or held by open jobs) count
-// as spent: the rule is given the balance less them, so a call served on
-// them and settled after the expiry does not spend credits the expiry
-// took as well.
+// ExpireCredits expires every grant due at now (store.ExpireGrantsHeld),
+// one transaction per subscription with its row locked, so nodes running
+// it together expire each grant once. Credits held (credits_held: leased
+// to nodes for calls not settled or shipped yet, or held by open jobs)
+// count as spent: the rule is given the balance less them, so a call
+// served on them and settled after the expiry does not spend credits the
+// expiry took as well; what they give back unspent expires then
+// (heldexpiry.go).
 func (s *Store) ExpireCredits(ctx context.Context, now time.Time) ([]store.CreditGrant, error) {
 	if err := store.CtxErr(ctx); err != nil {
 		return nil, err
@@ -474,20 +477,13 @@ func (s *Store) ExpireCredits(ctx context.Context, now time.Time) ([]store.Credi
 			if err != nil {
 				return err
 			}
-			var after billing.Units
-			free := billing.Units(balance - max(held, 0))
-			expired, after = store.ExpireGrants(free, grants, now)
-			for _, g := range expired {
-				if _, err := tx.Exec(ctx, "UPDATE credit_grants SET expired = $2, expired_at = $3 WHERE id = $1",
-					g.ID, int64(g.Expired), g.ExpiredAt); err != nil {
-					return err
-				}
-				if err := insertAudit(ctx, tx, grantAudit(g, now, "credits.expire",
-					fmt.Sprintf("expired %s credits left of %s (grant %s)", g.Expired, g.Credits, g.ID))); err != nil {
-					return err
-				}
+			var delta billing.Units
+			expired, delta, err = expireHeld(ctx, tx, ref.UserID, ref.ServiceID, billing.Units(balance), billing.Units(held),
+				grants, now, hasSub)
+			if err != nil {
+				return err
 			}
-			if delta := after - free; hasSub && delta != 0 {
+			if hasSub && delta != 0 {
 				return addCredits(ctx, tx, ref.UserID, ref.ServiceID, delta)
 			}
 			return nil

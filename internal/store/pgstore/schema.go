@@ -230,6 +230,19 @@ CREATE TABLE payment_leases (
 	lease_cursor bytea
 );
 `,
+	// 6: credits held at a grant's expiry expire as the holds give them
+	// back (internal/store/pgstore/heldexpiry.go, store.ExpireGrantsHeld):
+	// a grant's deferred part and what expired later, a subscription's
+	// slack, and the credits of each lease row held at the expiry
+	// (pre_credits), indexed while any is left.
+	`
+ALTER TABLE credit_grants ADD COLUMN expired_later bigint NOT NULL DEFAULT 0,
+	ADD COLUMN deferred bigint NOT NULL DEFAULT 0;
+ALTER TABLE subscriptions ADD COLUMN expiry_slack bigint NOT NULL DEFAULT 0;
+ALTER TABLE leases ADD COLUMN pre_credits bigint NOT NULL DEFAULT 0;
+CREATE INDEX leases_pre ON leases (user_id, service_id) WHERE pre_credits > 0;
+CREATE INDEX credit_grants_deferred ON credit_grants (user_id, service_id) WHERE deferred > 0;
+`,
 }
 
 // SchemaVersion is the schema this build migrates a database to.

@@ -148,8 +148,12 @@ func TestAuditPages(t *testing.T) {
 
 // ledgerIndexesOfVersion2 puts back the ledger's indexes as schema
 // versions 1 and 2 made them (migration 3 replaced them), having undone
-// migrations 4 (the call outcomes' tables) and 5 (the payments' tables).
-const ledgerIndexesOfVersion2 = `DROP TABLE call_outcomes, call_outcome_writers;
+// migrations 6 (the deferred expiry's columns), 4 (the call outcomes'
+// tables) and 5 (the payments' tables).
+const ledgerIndexesOfVersion2 = `ALTER TABLE subscriptions DROP COLUMN expiry_slack;
+DROP INDEX leases_pre;
+ALTER TABLE leases DROP COLUMN pre_credits;
+DROP TABLE call_outcomes, call_outcome_writers;
 DROP TABLE payment_records, credit_grants, credit_reversals, payment_leases;
 ALTER TABLE ledger DROP CONSTRAINT ledger_time_call_key;
 ALTER TABLE ledger ADD CONSTRAINT ledger_call_id_time_key UNIQUE (call_id, time);

@@ -145,7 +145,7 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 	b.Queue(`SELECT a.user_id, a.service_id, a.period, a.used, a.leased_units, a.spend, a.leased_spend FROM allowances a
 		JOIN unnest($1::text[], $2::text[], $3::bigint[]) k(u, sv, p) ON a.user_id = k.u AND a.service_id = k.sv AND a.period = k.p
 		ORDER BY a.user_id, a.service_id, a.period FOR UPDATE OF a`, ku, ks, kp)
-	b.Queue(`SELECT l.holder, l.user_id, l.service_id, l.period, l.units, l.spend, l.credits FROM leases l
+	b.Queue(`SELECT l.holder, l.user_id, l.service_id, l.period, l.units, l.spend, l.credits, l.pre_credits FROM leases l
 		JOIN unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) k(h, u, sv, p)
 		  ON l.holder = k.h AND l.user_id = k.u AND l.service_id = k.sv AND l.period = k.p
 		ORDER BY 1, 2, 3, 4 FOR UPDATE OF l`, holders, hu, hs, hp)
@@ -199,16 +199,20 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 		k      AllowanceKey
 	}
 	leaseRows := map[leaseKey]*Vec{}
+	// leasePre: what each row holds of what it held at a deferred expiry
+	// of its subscription (heldexpiry.go); a charge takes it first.
+	leasePre := map[leaseKey]int64{}
 	rows, _ = br.Query()
 	for rows.Next() {
 		var lk leaseKey
-		var u, sp, c int64
-		if err := rows.Scan(&lk.holder, &lk.k.UserID, &lk.k.ServiceID, &lk.k.Period, &u, &sp, &c); err != nil {
+		var u, sp, c, pre int64
+		if err := rows.Scan(&lk.holder, &lk.k.UserID, &lk.k.ServiceID, &lk.k.Period, &u, &sp, &c, &pre); err != nil {
 			rows.Close()
 			br.Close()
 			return err
 		}
 		leaseRows[lk] = &Vec{billing.Units(u), billing.Units(sp), billing.Units(c)}
+		leasePre[lk] = pre
 	}
 	if err := rows.Err(); err != nil {
 		br.Close()
@@ -295,6 +299,9 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 			if lv != nil && st.consume.within(*lv) {
 				// The charge's units leave the lease: no longer leased.
 				*lv = lv.sub(st.consume)
+				if pre := leasePre[lk]; pre > 0 {
+					leasePre[lk] = max(0, pre-int64(st.consume.Credits))
+				}
 				touchedLease[lk] = true
 				state.Reserved -= st.consume.Units
 				state.ReservedSpend -= st.consume.Spend
@@ -385,15 +392,16 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) k(u, sv, c, h)
 		WHERE s.user_id = k.u AND s.service_id = k.sv AND (s.credits <> k.c OR s.credits_held <> k.h)`, cu, cs, cc, ch)
 	var lh, lu, ls2 []string
-	var lp, lun, lsp, lcr []int64
+	var lp, lun, lsp, lcr, lpre []int64
 	for lk := range touchedLease {
 		v := leaseRows[lk]
 		lh, lu, ls2, lp = append(lh, lk.holder), append(lu, lk.k.UserID), append(ls2, lk.k.ServiceID), append(lp, lk.k.Period)
 		lun, lsp, lcr = append(lun, int64(v.Units)), append(lsp, int64(v.Spend)), append(lcr, int64(v.Credits))
+		lpre = append(lpre, leasePre[lk])
 	}
-	b.Queue(`UPDATE leases l SET units = k.units, spend = k.spend, credits = k.credits
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[]) k(h, u, sv, p, units, spend, credits)
-		WHERE l.holder = k.h AND l.user_id = k.u AND l.service_id = k.sv AND l.period = k.p`, lh, lu, ls2, lp, lun, lsp, lcr)
+	b.Queue(`UPDATE leases l SET units = k.units, spend = k.spend, credits = k.credits, pre_credits = k.pre
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[]) k(h, u, sv, p, units, spend, credits, pre)
+		WHERE l.holder = k.h AND l.user_id = k.u AND l.service_id = k.sv AND l.period = k.p`, lh, lu, ls2, lp, lun, lsp, lcr, lpre)
 	for _, sk := range overdrawn {
 		b.Queue("SELECT pg_notify($1, $2)", notifyChannel, notifyCredits(sk.user, sk.service, -1))
 	}

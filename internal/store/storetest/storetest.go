@@ -151,6 +151,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"CreditGrantsConcurrent", testCreditGrantsConcurrent},
 		{"CreditGrantsBalanceRange", testCreditGrantsBalanceRange},
 		{"ExpireCredits", testExpireCredits},
+		{"ExpireCreditsHeld", testExpireCreditsHeld},
+		{"ExpireCreditsHeldCalls", testExpireCreditsHeldCalls},
 		{"Close", testClose},
 		{"DurableAcrossReopen", testDurableAcrossReopen},
 		{"RestartReleasesSyncHolds", testRestartReleasesSyncHolds},

@@ -1,0 +1,173 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/platformgw/gateway/internal/store"
+)
+
+// testExpireCreditsHeld: credits held at a grant's expiry (open jobs,
+// calls in flight) are not removed by it, so a call served before the
+// expiry and settled after it is not charged twice; what those holds give
+// back unspent expires as they end (store.ExpireGrantsHeld), so a caller
+// cannot save expiring credits by holding them in jobs that then fail or
+// complete small. Holds taken after the expiry are not affected, and an
+// open job's deferred part survives a restart.
+func testExpireCreditsHeld(t *testing.T, c *suite) {
+	c.needRestart(t)
+	s := c.store(t)
+	p := payments(t, s)
+	a := subscribe(t, s, "u1", "svc", prepaidWhole, 0)
+	at := T0.Add(time.Hour)
+	g := grant("A", "u1", "svc", 100, T0)
+	g.ExpiresAt = at
+	if _, err := p.GrantCredits(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range []struct {
+		id    string
+		units int64
+	}{{"j-fails", 30}, {"j-small", 20}, {"j-all", 10}, {"j-restart", 10}} {
+		reserveJob(t, s, j.id, a, whole(j.units))
+	}
+	balance := func(want int64, when string) {
+		t.Helper()
+		if c.sync != nil {
+			c.sync(t, s)
+		}
+		if b := c.balance(t, s, "u1", "svc"); b != whole(want) {
+			t.Errorf("%s: balance %s, want %d", when, b, want)
+		}
+	}
+	grantA := func(expired, later, deferred int64, when string) {
+		t.Helper()
+		gs, err := p.ListCreditGrants(ctx, "u1", "svc")
+		if err != nil || len(gs) == 0 || gs[0].ID != "A" {
+			t.Fatalf("%s: grants %+v, %v", when, gs, err)
+		}
+		if g := gs[0]; g.Expired != whole(expired) || g.ExpiredLater != whole(later) || g.Deferred != whole(deferred) {
+			t.Errorf("%s: grant A expired %s (later %s), deferred %s; want %d (%d), %d", when, g.Expired, g.ExpiredLater,
+				g.Deferred, expired, later, deferred)
+		}
+	}
+	// 70 held by the jobs, 30 free: 30 expire now, 70 are deferred.
+	got, err := p.ExpireCredits(ctx, at)
+	if err != nil || len(got) != 1 || got[0].Expired != whole(30) || got[0].Deferred != whole(70) {
+		t.Fatalf("ExpireCredits with 70 held = %+v, %v; want 30 expired, 70 deferred", got, err)
+	}
+	balance(70, "after the expiry")
+	grantA(30, 0, 70, "after the expiry")
+
+	// Credits that do not expire, and a job holding them after the
+	// expiry: its failure gives them back, and nothing expires.
+	b := grant("B", "u1", "svc", 50, at)
+	if _, err := p.GrantCredits(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	reserveJob(t, s, "j-after", a, whole(20))
+	if _, err := s.UpdateJob(ctx, "j-after", complete(store.JobFailed, "d")); err != nil {
+		t.Fatal(err)
+	}
+	balance(120, "a job held after the expiry failed")
+	grantA(30, 0, 70, "a job held after the expiry failed")
+
+	// A job held at the expiry fails: its 30 expire.
+	if _, err := s.UpdateJob(ctx, "j-fails", complete(store.JobFailed, "d")); err != nil {
+		t.Fatal(err)
+	}
+	balance(90, "a job held at the expiry failed")
+	grantA(60, 30, 40, "a job held at the expiry failed")
+	// One completes with 5 of its 20 units: 5 spent, 15 expire.
+	if _, err := s.CompleteJob(ctx, "j-small", a, completion(a, "j-small", whole(5)), complete(store.JobCompleted, "d")); err != nil {
+		t.Fatal(err)
+	}
+	balance(70, "a job held at the expiry completed with fewer units")
+	grantA(75, 45, 20, "a job held at the expiry completed with fewer units")
+	// One charges all it held: nothing expires.
+	if _, err := s.CompleteJob(ctx, "j-all", a, completion(a, "j-all", whole(10)), complete(store.JobCompleted, "d")); err != nil {
+		t.Fatal(err)
+	}
+	balance(60, "a job held at the expiry charged all it held")
+	grantA(75, 45, 10, "a job held at the expiry charged all it held")
+
+	// The last one outlives a restart, then fails.
+	s = c.restart(t, s)
+	p = payments(t, s)
+	balance(60, "after the restart")
+	if _, err := s.UpdateJob(ctx, "j-restart", complete(store.JobFailed, "d")); err != nil {
+		t.Fatal(err)
+	}
+	// A's 100: 15 charged, 85 expired; B's 50 untouched.
+	balance(50, "the job held at the expiry failed after a restart")
+	grantA(85, 55, 0, "the job held at the expiry failed after a restart")
+	if got, err := p.ExpireCredits(ctx, at.Add(time.Hour)); err != nil || len(got) != 0 {
+		t.Errorf("ExpireCredits again = %+v, %v; want nothing", got, err)
+	}
+	entries, _, err := s.ListAudit(ctx, "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range entries {
+		if e.Action == "credits.expire" && e.UserID == "u1" {
+			n++
+		}
+	}
+	if n != 4 { // the expiry, two jobs giving back, one after the restart
+		t.Errorf("%d credits.expire audit entries, want 4", n)
+	}
+}
+
+// testExpireCreditsHeldCalls: sync calls in flight at a grant's expiry.
+// What each store counts as held differs (the embedded store the calls'
+// holds, a fleet node the block it leased), so only what holds once every
+// hold has ended: what the calls charged is spent, the rest of the grant
+// expired, whether a call settled with fewer units, with all it held, or
+// was dropped by a restart.
+func testExpireCreditsHeldCalls(t *testing.T, c *suite) {
+	c.needRestart(t)
+	s := c.store(t)
+	p := payments(t, s)
+	a := subscribe(t, s, "u2", "svc", prepaidWhole, 0)
+	at := T0.Add(time.Hour)
+	g := grant("C", "u2", "svc", 40, T0)
+	g.ExpiresAt = at
+	if _, err := p.GrantCredits(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	var held []store.Reservation
+	for _, units := range []int64{10, 10, 5} {
+		res, err := s.Reserve(ctx, a, whole(units), T0.Add(time.Minute))
+		if err != nil || !res.Decision.Allowed {
+			t.Fatalf("Reserve %d: %+v, %v", units, res.Decision, err)
+		}
+		held = append(held, res)
+	}
+	if c.sync != nil {
+		c.sync(t, s)
+	}
+	got, err := p.ExpireCredits(ctx, at)
+	if err != nil || len(got) != 1 || got[0].Expired+got[0].Deferred != whole(40) || got[0].Deferred < whole(25) {
+		t.Fatalf("ExpireCredits with 25 held = %+v, %v; want all 40 expired or deferred, at least 25 deferred", got, err)
+	}
+	// Settled with 4 of 10 units, with all 10; the third is in flight at
+	// the restart, which drops it (its call never answered).
+	for i, units := range []int64{4, 10} {
+		if _, err := s.Settle(ctx, held[i], whole(units), EntryFor(a, whole(units), at.Add(time.Minute))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s = c.restart(t, s)
+	p = payments(t, s)
+	if c.sync != nil {
+		c.sync(t, s)
+	}
+	if b := c.balance(t, s, "u2", "svc"); b != 0 {
+		t.Errorf("balance %s once every call held at the expiry ended, want 0 (40 granted, 14 spent, 26 expired)", b)
+	}
+	gs, err := p.ListCreditGrants(ctx, "u2", "svc")
+	if err != nil || len(gs) != 1 || gs[0].Expired != whole(26) || gs[0].Deferred != 0 || gs[0].ExpiredLater != whole(26)-got[0].Expired {
+		t.Errorf("grant C once every call ended = %+v, %v; want 26 expired, nothing deferred", gs, err)
+	}
+}
