@@ -146,6 +146,12 @@ func (s *Service) packPrice(ctx context.Context, t TopUp) (packPriceOf, error) {
 	if m, ok := priceCache.Load(t.Price); ok {
 		return m.(packPriceOf), nil
 	}
+	return s.readPackPrice(ctx, t)
+}
+
+// readPackPrice asks Stripe what pack t costs and remembers it
+// (priceCache). A failure leaves what was remembered as it was.
+func (s *Service) readPackPrice(ctx context.Context, t TopUp) (packPriceOf, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	params := &stripe.PriceRetrieveParams{}
@@ -194,8 +200,10 @@ func (s *Service) paidForPack(ctx context.Context, cs *stripe.CheckoutSession, t
 	if want, ok := price.byCurrency[paid.Currency]; ok && want == paid {
 		return nil
 	}
-	priceCache.Delete(t.Price) // read it again: it may have changed since
-	if price, err = s.packPrice(ctx, t); err != nil {
+	// Read it again: it may have changed since. Not forgotten first: a
+	// failed read (Stripe out of reach, 500, sent again) keeps the Price
+	// remembered for the sessions that match it.
+	if price, err = s.readPackPrice(ctx, t); err != nil {
 		return err
 	}
 	if want, ok := price.byCurrency[paid.Currency]; ok && want == paid {
