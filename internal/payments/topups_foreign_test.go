@@ -75,3 +75,59 @@ func TestTopUpRefundOfAnotherGatewaysTopUpUnseen(t *testing.T) {
 	e.mustDeliver("evt_bob_dispute", "charge.dispute.closed", at, early)
 	e.wantBalance("bob", "0")
 }
+
+// TestTopUpRefundOfOwnTopUpCustomerForms: the customer check of a refund
+// or lost dispute that comes before its top-up's grant (ownTopUp) must
+// never take this gateway's own top-up for another's, or the refund is
+// answered 200 "nothing to take back" and the grant that comes after
+// keeps the credits paid back. Each form the payment's customer can take
+// in Stripe's events is tried: the charge's customer expanded to an
+// object, a charge naming no customer (the PaymentIntent's is asked), a
+// dispute and a refund naming none (the PaymentIntent's is asked), and
+// the PaymentIntent's customer expanded. Each is 500 before the grant
+// and takes its part back after it.
+func TestTopUpRefundOfOwnTopUpCustomerForms(t *testing.T) {
+	e := startTopUps(t)
+	e.payer("ivy")
+	at := time.Now().Add(-time.Minute).Truncate(time.Second)
+	meta := map[string]string{payments.MetaUser: "ivy", payments.MetaService: "echo", payments.MetaProduct: "credits", payments.MetaPack: "small"}
+	e.mock.Answer("/v1/payment_intents/pi_ivy", map[string]any{"id": "pi_ivy", "object": "payment_intent", "amount": 1000,
+		"currency": "usd", "customer": map[string]any{"id": "cus_ivy", "object": "customer"}, "metadata": meta})
+	refunds := func(amount int64) map[string]any {
+		return map[string]any{"object": "list", "data": []any{map[string]any{"id": "re_ivy", "object": "refund",
+			"amount": amount, "status": "succeeded", "created": at.Unix()}}}
+	}
+	expanded := map[string]any{"id": "ch_ivy", "object": "charge", "amount": 1000, "amount_refunded": 300, "currency": "usd",
+		"payment_intent": "pi_ivy", "customer": map[string]any{"id": "cus_ivy", "object": "customer"}, "metadata": meta,
+		"refunds": refunds(300)}
+	noCustomer := map[string]any{"id": "ch_ivy", "object": "charge", "amount": 1000, "amount_refunded": 500, "currency": "usd",
+		"payment_intent": "pi_ivy", "metadata": map[string]string{}, "refunds": map[string]any{"object": "list", "data": []any{
+			map[string]any{"id": "re_ivy", "object": "refund", "amount": 300, "status": "succeeded", "created": at.Unix()},
+			map[string]any{"id": "re_ivy2", "object": "refund", "amount": 200, "status": "succeeded", "created": at.Unix() + 1}}}}
+	refundUpd := map[string]any{"id": "re_ivy2", "object": "refund", "amount": 200, "status": "succeeded", "created": at.Unix(),
+		"charge": "ch_ivy", "payment_intent": "pi_ivy"}
+	dispute := map[string]any{"id": "dp_ivy", "object": "dispute", "amount": 1000, "currency": "usd", "status": "lost",
+		"charge": "ch_ivy", "payment_intent": "pi_ivy"}
+	early := []struct {
+		evt, typ string
+		obj      map[string]any
+	}{
+		{"evt_ivy_r1", "charge.refunded", expanded},
+		{"evt_ivy_r2", "charge.refunded", noCustomer},
+		{"evt_ivy_ru", "charge.refund.updated", refundUpd},
+		{"evt_ivy_dp", "charge.dispute.closed", dispute},
+	}
+	for _, d := range early {
+		if status, body := e.deliver(d.evt, d.typ, at, d.obj); status != http.StatusInternalServerError {
+			t.Errorf("%s (%s) of ivy's own top-up before its grant: %d %s, want 500 (sent again after the grant)", d.typ, d.evt, status, body)
+		}
+	}
+	e.mustDeliver("evt_ivy_paid", "checkout.session.completed", at, paidSession("cs_ivy", "pi_ivy", "ivy", "small", 1000))
+	e.wantBalance("ivy", "100")
+	e.mustDeliver("evt_ivy_r1", "charge.refunded", at, expanded)
+	e.wantBalance("ivy", "70")
+	e.mustDeliver("evt_ivy_r2", "charge.refunded", at, noCustomer)
+	e.wantBalance("ivy", "50")
+	e.mustDeliver("evt_ivy_dp", "charge.dispute.closed", at, dispute)
+	e.wantBalance("ivy", "0")
+}
