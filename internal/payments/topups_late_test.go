@@ -31,6 +31,15 @@ func TestTopUpDeliveredLateExpiresFromItsGrant(t *testing.T) {
 	if rec := e.topUp("pi_otto"); !rec.PaidAt.Equal(paid) {
 		t.Errorf("top-up record paid at %s, want %s", rec.PaidAt, paid)
 	}
+	// The same payment's other event (or the same event on another node)
+	// coming a moment later is dated otherwise, but the grant is made
+	// once, by the PaymentIntent: the first one's date and expiry stay.
+	time.Sleep(1100 * time.Millisecond)
+	e.mustDeliver("evt_otto_late_async", "checkout.session.async_payment_succeeded", paid, paidSession("cs_otto", "pi_otto", "otto", "big", 5000))
+	e.wantBalance("otto", "1000")
+	if again := e.grants("otto"); len(again) != 1 || !again[0].GrantedAt.Equal(gs[0].GrantedAt) || !again[0].ExpiresAt.Equal(gs[0].ExpiresAt) {
+		t.Fatalf("grant after a second late delivery: %+v, want the first one's %+v", again, gs)
+	}
 	e.app.RunMaintenance(context.Background())
 	e.wantBalance("otto", "1000")
 	// Delivered on time, it expires 720h after the payment, as before.
