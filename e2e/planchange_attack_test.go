@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -230,21 +229,11 @@ func planOnBothStores(t *testing.T, f func(t *testing.T, be *planBackend, g *gat
 			reload := func(block string) { g.reload(block) }
 			if pg {
 				dsn := pgtest.DB(t)
-				// A settlement log of its own: the default one (by node
-				// id, under Caddy's data directory) is shared with every
-				// other test's node, and a node replays what its log
-				// holds into whatever database it starts on.
-				config := func(block string) string {
-					return strings.Replace(onPostgres(t, gatewayConfig(dir, block, "", "", ""), dir, dsn),
-						"node_id e2e", "node_id e2e\n\t\t\tlog_dir "+filepath.Join(dir, "settle"), 1)
-				}
-				tester := testerFor(t, "")
-				tester.InitServer(config(planCatalog(be.URL)), "caddyfile")
-				g = &gateway{t: t, tester: tester, dir: dir}
+				g = startGatewayPostgres(t, dir, dsn, planCatalog(be.URL))
 				reload = func(block string) {
 					t.Helper()
 					resp, err := loadClient.Post(fmt.Sprintf("http://localhost:%d/load", adminPort), "text/caddyfile",
-						strings.NewReader(config(block)))
+						strings.NewReader(onPostgres(t, gatewayConfig(dir, block, "", "", ""), dir, dsn)))
 					if err != nil {
 						t.Fatal(err)
 					}
