@@ -274,9 +274,12 @@ func planEchoWant(t *testing.T, key string, want int) {
 // after the change is priced by the new plan; a reload that reprices a
 // product charges a call in flight its admission's price. The ledger
 // export, the period summary and the balance agree each time. (A run of
-// the fifth outside attack: all of this held; what did not is the known
-// limit of one spend sum across cost units, spending_cap in
-// docs/configuration.md.)
+// the fifth outside attack: all of this held on the embedded store. On
+// PostgreSQL the last two subtests failed: the lease a node took under
+// the old terms stayed whole until it expired, and its unused part
+// refused the new plan's last unit (429) and a balance's last credits
+// (403). Not covered here: the known limit of one spend sum across cost
+// units, spending_cap in docs/configuration.md.)
 func TestPlanChangeMidPeriod(t *testing.T) {
 	planOnBothStores(t, func(t *testing.T, be *planBackend, g *gateway, reload func(string)) {
 		t.Run("prepaid call in flight, moved to free", func(t *testing.T) {
