@@ -275,10 +275,10 @@ func planEchoWant(t *testing.T, key string, want int) {
 // product charges a call in flight its admission's price. The ledger
 // export, the period summary and the balance agree each time. (A run of
 // the fifth outside attack: all of this held on the embedded store. On
-// PostgreSQL the last two subtests failed: the lease a node took under
-// the old terms stayed whole until it expired, and its unused part
-// refused the new plan's last unit (429) and a balance's last credits
-// (403). Not covered here: the known limit of one spend sum across cost
+// PostgreSQL the last three subtests failed: the lease a node took under
+// the old terms stayed whole until it expired, and its unused part showed
+// as credits held with nothing in flight and refused the new plan's last
+// unit (429) and a balance's last credits (403). Not covered here: the known limit of one spend sum across cost
 // units, spending_cap in docs/configuration.md.)
 func TestPlanChangeMidPeriod(t *testing.T) {
 	planOnBothStores(t, func(t *testing.T, be *planBackend, g *gateway, reload func(string)) {
