@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -69,14 +70,20 @@ func startGatewayPostgres(t *testing.T, dir, dsn, platformBlock string) *gateway
 }
 
 // onPostgres is cfg, a gatewayConfig, with its store file replaced by
-// PostgreSQL at dsn.
+// PostgreSQL at dsn. The node keeps its settlement log in dir: the
+// default one (by node id, under Caddy's data directory) is shared by
+// every test's node, and a node replays what its log still holds (the
+// last calls of a test process that exited without stopping its server)
+// into whatever database it starts on: rows of another test's users,
+// charged 0, in this test's ledger.
 func onPostgres(t *testing.T, cfg, dir, dsn string) string {
 	t.Helper()
 	file := "store " + dir + "/platform.db"
 	if !strings.Contains(cfg, file) {
 		t.Fatal("the gateway config names no store file")
 	}
-	return strings.Replace(cfg, file, fmt.Sprintf("store postgres {\n\t\t\tdsn %q\n\t\t\tnode_id e2e\n\t\t}", dsn), 1)
+	return strings.Replace(cfg, file, fmt.Sprintf("store postgres {\n\t\t\tdsn %q\n\t\t\tnode_id e2e\n\t\t\tlog_dir %q\n\t\t}",
+		dsn, filepath.Join(dir, "settle")), 1)
 }
 
 // TestJobIDNotUTF8: a job id in the path that is not UTF-8 (%ff) names no

@@ -136,6 +136,11 @@ type LeaseDB interface {
 	Renew(ctx context.Context, holders []string, ttl time.Duration) ([]string, error)
 	// Return gives back everything the leases still hold and ends them.
 	Return(ctx context.Context, leases []LeaseRef) error
+	// ReturnPart gives back part of what a lease row that has not expired
+	// holds (what no call of it holds or has consumed), keeping the rest
+	// and the row's expiry; a row that has expired, or holds less than
+	// part, is left to the sweep.
+	ReturnPart(ctx context.Context, lease LeaseRef, part Vec) error
 }
 
 // LeaseRef names a lease row: its holder and allowance.
@@ -349,6 +354,17 @@ func (l *Leaser) take(ctx context.Context, le *lease, k AllowanceKey, lim Limits
 				l.Grants.Add(1)
 				return Hold{}, Grant{}, err
 			}
+			l.Grants.Add(1)
+		} else if changed && !le.free.IsZero() && now.Before(le.deadline) {
+			// The row stays for the calls that hold or consumed units
+			// of it, but what none of them has is given back now: kept
+			// until the row expired (lease_ttl), the leftover of a block
+			// leased under the old limits held the last units of a
+			// quota, or the last credits of a balance, from the new
+			// lease, whose calls were refused meanwhile where the
+			// embedded store served them. Not given back (an error), it
+			// comes back when the row expires, as before.
+			l.db.ReturnPart(ctx, LeaseRef{le.holder, k}, le.free)
 			l.Grants.Add(1)
 		}
 		le.gen = l.gens.Add(1)

@@ -115,3 +115,46 @@ func TestLeaseCapWorthMoreUnitsThanUnitsHold(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLeaseChangeReturnsUnusedPart: a call is in flight on node a's lease
+// (a block of 2 under a quota of 10) when the subscription moves to a
+// quota of 3. Node a's next call starts a lease under the new quota; the
+// old row keeps the unit its call holds and gives the other back at once,
+// so node b gets the last unit (1 held, 1 used by a's new call). Before,
+// the old row kept both until it expired (lease_ttl) and b was refused
+// with a unit left.
+func TestLeaseChangeReturnsUnusedPart(t *testing.T) {
+	dsn := pgtest.DB(t)
+	a, b := openNode(t, dsn, "a"), openNode(t, dsn, "b")
+	ctx := context.Background()
+	subscribe(t, a, "u", "svc", "q")
+	big := store.Account{UserID: "u", ServiceID: "svc", Product: quotaProduct(10)}
+	inFlight, err := a.Reserve(ctx, big, units(1), time.Now())
+	if err != nil || !inFlight.Decision.Allowed {
+		t.Fatalf("reserve under the quota of 10: %v %+v", err, inFlight.Decision)
+	}
+	if _, err := a.PutSubscription(ctx, store.Subscription{UserID: "u", ServiceID: "svc", ProductID: "small", Status: "ACTIVE", UpdatedAt: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	small := big
+	small.Product = quotaProduct(3)
+	small.Product.ID = "small"
+	if res, err := a.Reserve(ctx, small, units(1), time.Now()); err != nil || !res.Decision.Allowed {
+		t.Fatalf("node a under the quota of 3: %v %+v", err, res.Decision)
+	}
+	res, err := b.Reserve(ctx, small, units(1), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leased int64
+	if err := a.pool.QueryRow(ctx, "SELECT leased_units FROM allowances WHERE user_id = 'u'").Scan(&leased); err != nil {
+		t.Fatal(err)
+	}
+	if !res.Decision.Allowed {
+		t.Errorf("node b refused the last unit of 3 (2 held by calls in flight): %+v; leased in the database %s",
+			res.Decision, billing.Units(leased))
+	}
+	if _, err := a.Settle(ctx, inFlight, units(1), store.LedgerEntry{UserID: "u", ServiceID: "svc", ProductID: "q", Source: store.SourceGateway, Time: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+}

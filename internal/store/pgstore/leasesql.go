@@ -285,6 +285,45 @@ func (s *Store) returnLeases(ctx context.Context, refs []LeaseRef, onlyExpired b
 	return n, nil
 }
 
+// returnPartSQL takes part of what a lease row holds off it, and off its
+// allowance and subscription, locking the rows in the order every
+// statement does (subscriptions, allowances, leases). Only a row that has
+// not expired and holds at least the part: an expired one is the sweep's.
+// $1 holder, $2 user, $3 service, $4 period, $5-$7 units, spend, credits.
+const returnPartSQL = `
+WITH sb AS (
+	SELECT 1 FROM subscriptions WHERE user_id = $2 AND service_id = $3 FOR UPDATE
+), al AS (
+	SELECT 1 FROM allowances WHERE user_id = $2 AND service_id = $3 AND period = $4 FOR UPDATE
+), l AS (
+	UPDATE leases SET units = units - $5, spend = spend - $6, credits = credits - $7
+	WHERE holder = $1 AND user_id = $2 AND service_id = $3 AND period = $4 AND expires_at > now()
+	  AND units >= $5 AND spend >= $6 AND credits >= $7
+	  AND (SELECT count(*) FROM sb) >= 0 AND (SELECT count(*) FROM al) >= 0
+	RETURNING 1
+), a AS (
+	UPDATE allowances SET leased_units = leased_units - $5, leased_spend = leased_spend - $6
+	WHERE user_id = $2 AND service_id = $3 AND period = $4 AND EXISTS (SELECT 1 FROM l)
+), c AS (
+	UPDATE subscriptions SET credits_held = credits_held - $7
+	WHERE user_id = $2 AND service_id = $3 AND $7 <> 0 AND EXISTS (SELECT 1 FROM l)
+)
+SELECT count(*) FROM l`
+
+// ReturnPart takes part off a live lease row in one statement.
+func (p pgLeases) ReturnPart(ctx context.Context, ref LeaseRef, part Vec) error {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		var n int
+		err = p.s.pool.QueryRow(ctx, returnPartSQL, ref.Holder, ref.Key.UserID, ref.Key.ServiceID, ref.Key.Period,
+			int64(part.Units), int64(part.Spend), int64(part.Credits)).Scan(&n)
+		if !retryable(err) {
+			break
+		}
+	}
+	return p.s.fail(err)
+}
+
 // Return ends leases, giving back what they hold, in one statement.
 func (p pgLeases) Return(ctx context.Context, refs []LeaseRef) error {
 	var err error

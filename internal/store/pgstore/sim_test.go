@@ -134,6 +134,20 @@ func (d *simDB) Return(_ context.Context, refs []LeaseRef) error {
 	return nil
 }
 
+// ReturnPart is returnPartSQL.
+func (d *simDB) ReturnPart(_ context.Context, r LeaseRef, part Vec) error {
+	d.trips++
+	l := d.leases[r.Holder][r.Key]
+	if l == nil || !l.expires.After(d.now()) || !part.within(l.v) {
+		return nil
+	}
+	a := d.row(r.Key)
+	l.v = l.v.sub(part)
+	a.leased -= part.Units
+	a.creditsHeld -= part.Credits
+	return nil
+}
+
 func (d *simDB) give(r LeaseRef) {
 	l := d.leases[r.Holder][r.Key]
 	if l == nil {
