@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -247,7 +248,12 @@ WITH k AS (
 	FROM (SELECT user_id, service_id, sum(credits) AS credits FROM d GROUP BY 1, 2) d
 	WHERE x.user_id = d.user_id AND x.service_id = d.service_id AND d.credits <> 0
 ), pr AS (
-	SELECT user_id, service_id, sum(pre)::bigint AS pre FROM d WHERE pre > 0 GROUP BY 1, 2
+	-- Also a row whose marked credits its calls spent (pre 0): its end
+	-- may be the last of the expiry's holds, which then closes.
+	SELECT d.user_id, d.service_id, sum(d.pre)::bigint AS pre FROM d
+	WHERE d.pre > 0 OR EXISTS (SELECT 1 FROM credit_grants g
+		WHERE g.user_id = d.user_id AND g.service_id = d.service_id AND g.deferred > 0)
+	GROUP BY 1, 2
 )
 SELECT (SELECT count(*) FROM d), coalesce((SELECT json_agg(json_build_array(user_id, service_id, pre)) FROM pr)::text, '[]')`
 
@@ -296,7 +302,8 @@ WITH sb AS (
 ), al AS (
 	SELECT 1 FROM allowances WHERE user_id = $2 AND service_id = $3 AND period = $4 FOR UPDATE
 ), l AS (
-	UPDATE leases SET units = units - $5, spend = spend - $6, credits = credits - $7
+	UPDATE leases SET units = units - $5, spend = spend - $6, credits = credits - $7,
+		pre_credits = greatest(least(pre_credits, credits) - $7, 0)
 	WHERE holder = $1 AND user_id = $2 AND service_id = $3 AND period = $4 AND expires_at > now()
 	  AND units >= $5 AND spend >= $6 AND credits >= $7
 	  AND (SELECT count(*) FROM sb) >= 0 AND (SELECT count(*) FROM al) >= 0
@@ -310,18 +317,69 @@ WITH sb AS (
 )
 SELECT count(*) FROM l`
 
-// ReturnPart takes part off a live lease row in one statement.
+// ReturnPart takes part off a live lease row. What it gives back of the
+// credits the row held at a deferred expiry of its subscription
+// (pre_credits, heldexpiry.go; taken first, as a whole row's return
+// does) expires in the same transaction, as far as the expiry deferred
+// it: given back into the balance, it was credits of an expired grant the
+// caller kept (TestExpiredBlockPartlyReturnedAtAPriceChange).
 func (p pgLeases) ReturnPart(ctx context.Context, ref LeaseRef, part Vec) error {
 	var err error
+	var expired billing.Units
 	for attempt := 0; attempt < 5; attempt++ {
-		var n int
-		err = p.s.pool.QueryRow(ctx, returnPartSQL, ref.Holder, ref.Key.UserID, ref.Key.ServiceID, ref.Key.Period,
-			int64(part.Units), int64(part.Spend), int64(part.Credits)).Scan(&n)
+		expired, err = p.s.returnPart(ctx, ref, part)
 		if !retryable(err) {
 			break
 		}
 	}
+	if err == nil && expired > 0 {
+		// What expired had just come back: the free balance did not go
+		// down, so the node's leases stand.
+		p.s.changedCredits(ref.Key.UserID, ref.Key.ServiceID, false)
+	}
 	return p.s.fail(err)
+}
+
+func (s *Store) returnPart(ctx context.Context, ref LeaseRef, part Vec) (billing.Units, error) {
+	var expired billing.Units
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		expired = 0
+		// The rows locked in returnPartSQL's order before the lease row
+		// is read for what it held at the expiry.
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM subscriptions WHERE user_id = $1 AND service_id = $2 FOR UPDATE`,
+			ref.Key.UserID, ref.Key.ServiceID); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM allowances WHERE user_id = $1 AND service_id = $2 AND period = $3 FOR UPDATE`,
+			ref.Key.UserID, ref.Key.ServiceID, ref.Key.Period); err != nil {
+			return err
+		}
+		var pre int64
+		err := tx.QueryRow(ctx, `SELECT least(pre_credits, credits) FROM leases
+			WHERE holder = $1 AND user_id = $2 AND service_id = $3 AND period = $4 FOR UPDATE`,
+			ref.Holder, ref.Key.UserID, ref.Key.ServiceID, ref.Key.Period).Scan(&pre)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // gone meanwhile: nothing to give back
+		} else if err != nil {
+			return err
+		}
+		var n int
+		if err := tx.QueryRow(ctx, returnPartSQL, ref.Holder, ref.Key.UserID, ref.Key.ServiceID, ref.Key.Period,
+			int64(part.Units), int64(part.Spend), int64(part.Credits)).Scan(&n); err != nil {
+			return err
+		}
+		given := min(max(pre, 0), int64(part.Credits))
+		if n == 0 || given <= 0 {
+			return nil
+		}
+		x, err := giveBackDeferred(ctx, tx, ref.Key.UserID, ref.Key.ServiceID, 0, billing.Units(given))
+		if err != nil || x <= 0 {
+			return err
+		}
+		expired = x
+		return addCredits(ctx, tx, ref.Key.UserID, ref.Key.ServiceID, -x)
+	})
+	return expired, err
 }
 
 // Return ends leases, giving back what they hold, in one statement.
