@@ -237,7 +237,7 @@ WITH k AS (
 	WHERE l.holder = k.h AND l.user_id = k.u AND l.service_id = k.sv AND l.period = k.p
 	  AND (NOT $5::bool OR l.expires_at < now())
 	  AND (SELECT count(*) FROM sb) >= 0 AND (SELECT count(*) FROM al) >= 0
-	RETURNING l.user_id, l.service_id, l.period, l.units, l.spend, l.credits, least(l.pre_credits, l.credits) AS pre
+	RETURNING l.holder, l.user_id, l.service_id, l.period, l.units, l.spend, l.credits, least(l.pre_credits, l.credits) AS pre
 ), a AS (
 	UPDATE allowances x SET leased_units = x.leased_units - d.units, leased_spend = x.leased_spend - d.spend
 	FROM (SELECT user_id, service_id, period, sum(units) AS units, sum(spend) AS spend FROM d GROUP BY 1, 2, 3) d
@@ -247,9 +247,10 @@ WITH k AS (
 	FROM (SELECT user_id, service_id, sum(credits) AS credits FROM d GROUP BY 1, 2) d
 	WHERE x.user_id = d.user_id AND x.service_id = d.service_id AND d.credits <> 0
 ), pr AS (
-	SELECT user_id, service_id, sum(pre)::bigint AS pre FROM d WHERE pre > 0 GROUP BY 1, 2
+	SELECT holder, user_id, service_id, period, pre::bigint AS pre FROM d WHERE pre > 0
 )
-SELECT (SELECT count(*) FROM d), coalesce((SELECT json_agg(json_build_array(user_id, service_id, pre)) FROM pr)::text, '[]')`
+SELECT (SELECT count(*) FROM d), coalesce((SELECT json_agg(json_build_array(user_id, service_id, pre, holder, period)
+	ORDER BY user_id, service_id, holder, period) FROM pr)::text, '[]')`
 
 // returnLeases runs returnSQL, and in the same transaction expires what
 // the rows gave back of the credits they held at a deferred expiry of
