@@ -40,8 +40,10 @@ func ViewSubscription(s store.Subscription) SubscriptionRecord {
 }
 
 // GrantRecord is a credit grant as operators read it: what it gave,
-// what refunds and disputes took back, what expired, and what it has
-// left (given less taken back less expired, spent or not).
+// what refunds and disputes took back, what expired (of it, what expired
+// after the expiry, as holds from before it gave credits back unspent),
+// what is still deferred to those holds, and what it has left (given
+// less taken back less expired less deferred, spent or not).
 type GrantRecord struct {
 	ID        string        `json:"id"`
 	UserID    string        `json:"userId"`
@@ -54,14 +56,18 @@ type GrantRecord struct {
 	Reversed  billing.Units `json:"reversed"`
 	Expired   billing.Units `json:"expired"`
 	ExpiredAt time.Time     `json:"expiredAt,omitzero"`
-	Left      billing.Units `json:"left"`
+	// ExpiredLater and Deferred: store.CreditGrant's (docs/operations.md,
+	// "Credit grants"); absent when 0.
+	ExpiredLater billing.Units `json:"expiredLater,omitempty"`
+	Deferred     billing.Units `json:"deferred,omitempty"`
+	Left         billing.Units `json:"left"`
 }
 
 // ViewGrant is how operators see a stored credit grant.
 func ViewGrant(g store.CreditGrant) GrantRecord {
 	return GrantRecord{ID: g.ID, UserID: g.UserID, ServiceID: g.ServiceID, Credits: g.Credits, GrantedAt: g.GrantedAt,
 		ExpiresAt: g.ExpiresAt, Source: g.Source, Reference: g.Reference, Reversed: g.Reversed, Expired: g.Expired,
-		ExpiredAt: g.ExpiredAt, Left: g.Left()}
+		ExpiredAt: g.ExpiredAt, ExpiredLater: g.ExpiredLater, Deferred: g.Deferred, Left: g.Left()}
 }
 
 // JobRecord is an async job as operators list it: everything but the

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/pgtest"
 	"github.com/platformgw/gateway/internal/store"
@@ -104,5 +106,86 @@ func TestExpireCreditsLeased(t *testing.T) {
 		gs[0].ExpiredLater != units(grant-calls)-gone {
 		t.Errorf("grants after the leases came back = %+v, %v; want %d expired (%s of it later), nothing deferred",
 			gs, err, grant-calls, units(grant-calls)-gone)
+	}
+}
+
+// TestExpireCreditsLeaseLapsed: a node's lease row held at a grant's
+// expiry ends (swept: the node was cut off past lease_ttl, or restarted
+// later than that) while calls it served from the row are still to be
+// shipped. The sweep expires what the row gave back of the grant; the
+// calls shipped afterwards were served from those credits, so they are
+// charged them, not credits a second time. Before, the grant expired in
+// full and the calls were charged as well: a balance of -30 where the
+// grant of 100 had 30 spent and 70 expired.
+func TestExpireCreditsLeaseLapsed(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.DB(t)
+	a, b := openNode(t, dsn, "a"), openNode(t, dsn, "b")
+	subscribe(t, a, "u", "svc", "pp")
+	now := time.Now().UTC()
+	const grant, calls = 100, 30
+	if _, err := a.GrantCredits(ctx, store.CreditGrant{ID: "pi_lapse", UserID: "u", ServiceID: "svc", Credits: units(grant),
+		GrantedAt: now.Add(-time.Minute), ExpiresAt: now.Add(time.Minute), Source: "stripe"}); err != nil {
+		t.Fatal(err)
+	}
+	acct := store.Account{UserID: "u", ServiceID: "svc", Product: prepaidProduct(1)}
+	var held []store.Reservation
+	for range calls {
+		res, err := a.Reserve(ctx, acct, units(1), time.Now())
+		if err != nil || !res.Decision.Allowed {
+			t.Fatalf("reserve: %+v %v", res.Decision, err)
+		}
+		held = append(held, res)
+	}
+	expired, err := b.ExpireCredits(ctx, now.Add(time.Minute))
+	if err != nil || len(expired) != 1 || expired[0].Deferred <= 0 {
+		t.Fatalf("expire: %+v %v; want a part deferred to a's lease", expired, err)
+	}
+	// a's lease lapses (its renewals do not reach the database) and b
+	// sweeps it, with a's calls in flight.
+	if _, err := b.pool.Exec(ctx, "UPDATE leases SET expires_at = now() - interval '1 second' WHERE holder LIKE 'a/%'"); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := b.pool.Query(ctx, expiredSQL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs, err := pgx.CollectRows(rows, scanLeaseRef)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.returnLeases(ctx, refs, true); err != nil || n == 0 { // sweepExpired's statement
+		t.Fatalf("sweep: %d rows, %v", n, err)
+	}
+	for _, res := range held {
+		if _, err := a.Settle(ctx, res, units(1), store.LedgerEntry{UserID: "u", ServiceID: "svc", ProductID: "pp", Source: store.SourceGateway}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.Close()
+	b.Close()
+	c := openNode(t, dsn, "c")
+	var credits, creditsHeld int64
+	if err := c.pool.QueryRow(ctx, "SELECT credits, credits_held FROM subscriptions WHERE user_id = 'u' AND service_id = 'svc'").
+		Scan(&credits, &creditsHeld); err != nil {
+		t.Fatal(err)
+	}
+	if billing.Units(credits) != 0 || creditsHeld != 0 {
+		t.Errorf("after the lapse: credits %s, held %s; want 0 (%d spent of the grant of %d, the rest expired)",
+			billing.Units(credits), billing.Units(creditsHeld), calls, grant)
+	}
+	gs, err := c.ListCreditGrants(ctx, "u", "svc")
+	if err != nil || len(gs) != 1 || gs[0].Expired != units(grant-calls) || gs[0].Deferred != 0 ||
+		gs[0].ExpiredLater != units(grant-calls)-expired[0].Expired {
+		t.Errorf("grant after the lapse = %+v, %v; want %d expired (%s later), nothing deferred",
+			gs, err, grant-calls, units(grant-calls)-expired[0].Expired)
+	}
+	es, _, err := c.ListAudit(ctx, "", 20)
+	found := false
+	for _, e := range es {
+		found = found || e.Action == "credits.unexpire"
+	}
+	if err != nil || !found {
+		t.Errorf("audit %+v, %v; want a credits.unexpire entry", es, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/store"
@@ -110,42 +111,90 @@ func giveBackDeferred(ctx context.Context, tx pgx.Tx, userID, serviceID string, 
 }
 
 // returnedPre is what returnSQL answers of the marked credits it gave
-// back: per subscription, as [user, service, credits].
-type returnedPre [][3]json.RawMessage
+// back: per lease row, as [user, service, credits, holder, period],
+// ordered by subscription.
+type returnedPre [][5]json.RawMessage
 
 // settleReturned gives back, per subscription, the marked credits the
-// lease rows returnSQL ended held, and takes what expires off the balance.
+// lease rows returnSQL ended held, and takes what expires off the
+// balance. What each row's give-back expired is kept under the row's name
+// (lease_pre_ended): the row may have ended with calls it served still to
+// be shipped (a lapse, a node restarted past lease_ttl, a lapsed lease
+// given back with calls in flight), and a charge of such a call spends
+// those credits rather than others (unexpireLapsed).
 func settleReturned(ctx context.Context, tx pgx.Tx, raw []byte) ([]store.AccountRef, error) {
 	var rows returnedPre
 	if err := json.Unmarshal(raw, &rows); err != nil {
 		return nil, fmt.Errorf("returned lease credits: %w", err)
 	}
+	type ended struct {
+		ref LeaseRef
+		pre billing.Units
+	}
 	var changed []store.AccountRef
-	for _, r := range rows {
-		var user, service string
-		var pre int64
-		if err := json.Unmarshal(r[0], &user); err != nil {
-			return nil, err
+	for i := 0; i < len(rows); {
+		var group []ended
+		var sum billing.Units
+		for ; i < len(rows); i++ {
+			var e ended
+			var pre int64
+			for j, dst := range []any{&e.ref.Key.UserID, &e.ref.Key.ServiceID, &pre, &e.ref.Holder, &e.ref.Key.Period} {
+				if err := json.Unmarshal(rows[i][j], dst); err != nil {
+					return nil, fmt.Errorf("returned lease credits: %w", err)
+				}
+			}
+			if len(group) > 0 && (e.ref.Key.UserID != group[0].ref.Key.UserID || e.ref.Key.ServiceID != group[0].ref.Key.ServiceID) {
+				break
+			}
+			e.pre = billing.Units(pre)
+			group = append(group, e)
+			sum += e.pre
 		}
-		if err := json.Unmarshal(r[1], &service); err != nil {
-			return nil, err
-		}
-		if err := json.Unmarshal(r[2], &pre); err != nil {
-			return nil, err
-		}
-		x, err := giveBackDeferred(ctx, tx, user, service, 0, billing.Units(pre))
+		user, service := group[0].ref.Key.UserID, group[0].ref.Key.ServiceID
+		x, err := giveBackDeferred(ctx, tx, user, service, 0, sum)
 		if err != nil {
 			return nil, err
 		}
-		if x > 0 {
-			if err := addCredits(ctx, tx, user, service, -x); err != nil {
+		if x <= 0 {
+			continue
+		}
+		if err := addCredits(ctx, tx, user, service, -x); err != nil {
+			return nil, err
+		}
+		changed = append(changed, store.AccountRef{UserID: user, ServiceID: service})
+		left := x
+		for _, e := range group {
+			if left <= 0 {
+				break
+			}
+			n := min(e.pre, left)
+			if n <= 0 {
+				continue // a row whose marked credits were spent
+			}
+			left -= n
+			if _, err := tx.Exec(ctx, `INSERT INTO lease_pre_ended (holder, user_id, service_id, period, credits)
+				VALUES ($1, $2, $3, $4, $5) ON CONFLICT (holder, user_id, service_id, period)
+				DO UPDATE SET credits = lease_pre_ended.credits + EXCLUDED.credits, ended_at = now()`,
+				e.ref.Holder, user, service, e.ref.Key.Period, int64(n)); err != nil {
 				return nil, err
 			}
-			changed = append(changed, store.AccountRef{UserID: user, ServiceID: service})
 		}
 	}
 	return changed, nil
 }
+
+// unexpireSQL takes $3 credits back off what the subscription's grants
+// expired after their expiry (expired_later), the latest expiry first:
+// a call charged from credits that expired as its lease row ended
+// (lease_pre_ended) spent them.
+const unexpireSQL = `WITH g AS (
+	SELECT id, expired_later, sum(expired_later) OVER (ORDER BY expired_at DESC, granted_at DESC, id DESC) AS run
+	FROM credit_grants WHERE user_id = $1 AND service_id = $2 AND expired_later > 0
+), x AS (
+	SELECT id, least(expired_later, greatest(0, $3::bigint - (run - expired_later))) AS n FROM g
+)
+UPDATE credit_grants c SET expired = c.expired - x.n, expired_later = c.expired_later - x.n
+FROM x WHERE c.id = x.id AND x.n > 0`
 
 // expireHeld is ExpireCredits' rule for one subscription in tx, its row
 // locked: balance and held as read, grants all of its grants. A deferred
@@ -220,4 +269,71 @@ func expireHeld(ctx context.Context, tx pgx.Tx, userID, serviceID string, balanc
 		}
 	}
 	return expired, after + owed - balance, nil
+}
+
+// readPreEnded reads, locked, what the ended lease rows the batch's
+// charges come from expired of their marked credits (lease_pre_ended);
+// alive says which rows are still there. Nothing is read when every row
+// is (the hot path: no lease ended under a call in flight).
+func readPreEnded(ctx context.Context, conn *pgxpool.Conn, batch []*settlement, alive func(string, AllowanceKey) bool) (map[LeaseRef]billing.Units, error) {
+	var hs, us, ss []string
+	var ps []int64
+	seen := map[LeaseRef]bool{}
+	for _, st := range batch {
+		r := LeaseRef{st.holder, st.key}
+		if st.free || st.holder == "" || st.consume.Credits <= 0 || seen[r] || alive(st.holder, st.key) {
+			continue
+		}
+		seen[r] = true
+		hs, us, ss, ps = append(hs, r.Holder), append(us, r.Key.UserID), append(ss, r.Key.ServiceID), append(ps, r.Key.Period)
+	}
+	if len(hs) == 0 {
+		return nil, nil
+	}
+	rows, err := conn.Query(ctx, `SELECT e.holder, e.user_id, e.service_id, e.period, e.credits FROM lease_pre_ended e
+		JOIN unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) k(h, u, sv, p)
+		  ON e.holder = k.h AND e.user_id = k.u AND e.service_id = k.sv AND e.period = k.p
+		ORDER BY 1, 2, 3, 4 FOR UPDATE OF e`, hs, us, ss, ps)
+	if err != nil {
+		return nil, err
+	}
+	out := map[LeaseRef]billing.Units{}
+	for rows.Next() {
+		var r LeaseRef
+		var n int64
+		if err := rows.Scan(&r.Holder, &r.Key.UserID, &r.Key.ServiceID, &r.Key.Period, &n); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out[r] = billing.Units(n)
+	}
+	return out, rows.Err()
+}
+
+// queueUnexpired queues, in the settlement batch's transaction, what the
+// batch's charges spent of credits their ended lease rows had expired:
+// lease_pre_ended as left, the grants' expiry taken back by as much
+// (unexpireSQL; the charges took them off the balance again) and an audit
+// entry per subscription.
+func queueUnexpired(b *pgx.Batch, lapsed map[LeaseRef]billing.Units, unexpired map[subKey]billing.Units) {
+	if len(unexpired) == 0 {
+		return
+	}
+	for r, n := range lapsed {
+		if n > 0 {
+			b.Queue(`UPDATE lease_pre_ended SET credits = $5 WHERE holder = $1 AND user_id = $2 AND service_id = $3 AND period = $4`,
+				r.Holder, r.Key.UserID, r.Key.ServiceID, r.Key.Period, int64(n))
+		} else {
+			b.Queue(`DELETE FROM lease_pre_ended WHERE holder = $1 AND user_id = $2 AND service_id = $3 AND period = $4`,
+				r.Holder, r.Key.UserID, r.Key.ServiceID, r.Key.Period)
+		}
+	}
+	now := time.Now().UTC()
+	for k, n := range unexpired {
+		b.Queue(unexpireSQL, k.user, k.service, int64(n))
+		b.Queue(`INSERT INTO audit (seq, rec)
+		SELECT n, jsonb_set($1::jsonb, '{seq}', to_jsonb(n)) FROM (SELECT nextval(pg_get_serial_sequence('audit', 'seq')) AS n) q`,
+			store.AuditEntry{Time: now, Actor: "payments", Action: "credits.unexpire", UserID: k.user, ServiceID: k.service,
+				Detail: fmt.Sprintf("took back the expiry of %s credits: calls served from a lease held at the expiry were charged them after the lease ended", n)})
+	}
 }

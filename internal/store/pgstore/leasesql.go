@@ -238,7 +238,7 @@ WITH k AS (
 	WHERE l.holder = k.h AND l.user_id = k.u AND l.service_id = k.sv AND l.period = k.p
 	  AND (NOT $5::bool OR l.expires_at < now())
 	  AND (SELECT count(*) FROM sb) >= 0 AND (SELECT count(*) FROM al) >= 0
-	RETURNING l.user_id, l.service_id, l.period, l.units, l.spend, l.credits, least(l.pre_credits, l.credits) AS pre
+	RETURNING l.holder, l.user_id, l.service_id, l.period, l.units, l.spend, l.credits, least(l.pre_credits, l.credits) AS pre
 ), a AS (
 	UPDATE allowances x SET leased_units = x.leased_units - d.units, leased_spend = x.leased_spend - d.spend
 	FROM (SELECT user_id, service_id, period, sum(units) AS units, sum(spend) AS spend FROM d GROUP BY 1, 2, 3) d
@@ -250,12 +250,12 @@ WITH k AS (
 ), pr AS (
 	-- Also a row whose marked credits its calls spent (pre 0): its end
 	-- may be the last of the expiry's holds, which then closes.
-	SELECT d.user_id, d.service_id, sum(d.pre)::bigint AS pre FROM d
+	SELECT d.holder, d.user_id, d.service_id, d.period, d.pre::bigint AS pre FROM d
 	WHERE d.pre > 0 OR EXISTS (SELECT 1 FROM credit_grants g
 		WHERE g.user_id = d.user_id AND g.service_id = d.service_id AND g.deferred > 0)
-	GROUP BY 1, 2
 )
-SELECT (SELECT count(*) FROM d), coalesce((SELECT json_agg(json_build_array(user_id, service_id, pre)) FROM pr)::text, '[]')`
+SELECT (SELECT count(*) FROM d), coalesce((SELECT json_agg(json_build_array(user_id, service_id, pre, holder, period)
+	ORDER BY user_id, service_id, holder, period) FROM pr)::text, '[]')`
 
 // returnLeases runs returnSQL, and in the same transaction expires what
 // the rows gave back of the credits they held at a deferred expiry of

@@ -243,6 +243,22 @@ ALTER TABLE leases ADD COLUMN pre_credits bigint NOT NULL DEFAULT 0;
 CREATE INDEX leases_pre ON leases (user_id, service_id) WHERE pre_credits > 0;
 CREATE INDEX credit_grants_deferred ON credit_grants (user_id, service_id) WHERE deferred > 0;
 `,
+	// 7: what a lease row ended (returned or swept) expired of the
+	// credits it held at a deferred expiry, kept under its name: a call
+	// it served and shipped later (a lapse, a node restarted past
+	// lease_ttl) is charged from these credits, which it spent, rather
+	// than a second time (internal/store/pgstore/heldexpiry.go).
+	`
+CREATE TABLE lease_pre_ended (
+	holder     text COLLATE "C" NOT NULL,
+	user_id    text COLLATE "C" NOT NULL,
+	service_id text COLLATE "C" NOT NULL,
+	period     bigint NOT NULL,
+	credits    bigint NOT NULL,
+	ended_at   timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (holder, user_id, service_id, period)
+);
+`,
 }
 
 // SchemaVersion is the schema this build migrates a database to.

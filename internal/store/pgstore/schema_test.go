@@ -148,9 +148,11 @@ func TestAuditPages(t *testing.T) {
 
 // ledgerIndexesOfVersion2 puts back the ledger's indexes as schema
 // versions 1 and 2 made them (migration 3 replaced them), having undone
-// migrations 6 (the deferred expiry's columns), 4 (the call outcomes'
-// tables) and 5 (the payments' tables).
-const ledgerIndexesOfVersion2 = `ALTER TABLE subscriptions DROP COLUMN expiry_slack;
+// migrations 7 (the ended lease rows' expired credits), 6 (the deferred
+// expiry's columns), 4 (the call outcomes' tables) and 5 (the payments'
+// tables).
+const ledgerIndexesOfVersion2 = `DROP TABLE lease_pre_ended;
+ALTER TABLE subscriptions DROP COLUMN expiry_slack;
 DROP INDEX leases_pre;
 ALTER TABLE leases DROP COLUMN pre_credits;
 DROP TABLE call_outcomes, call_outcome_writers;

@@ -247,6 +247,14 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 	if err := br.Close(); err != nil {
 		return err
 	}
+	// A charge whose lease row has ended: what the row's end expired of
+	// the credits it held at a deferred expiry (lease_pre_ended,
+	// heldexpiry.go). Read only when such a charge is in the batch.
+	lapsed, err := readPreEnded(ctx, conn, batch, func(h string, k AllowanceKey) bool { return leaseRows[leaseKey{h, k}] != nil })
+	if err != nil {
+		return err
+	}
+	unexpired := map[subKey]billing.Units{}
 
 	// Apply each settlement to the locked rows, in order.
 	var ins ledgerRows
@@ -310,6 +318,15 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 				covered = false // the lease was returned meanwhile: capped below
 			}
 		}
+		// Credits the call held of its row when the row ended and the end
+		// expired: the call spent them (heldexpiry.go), up to its charge.
+		var back billing.Units
+		if st.holder != "" && st.consume.Credits > 0 {
+			if n := lapsed[LeaseRef{st.holder, st.key}]; n > 0 {
+				back = min(n, st.consume.Credits)
+				state.Credits += back
+			}
+		}
 		leasedSpend := state.ReservedSpend
 		var dec billing.Decision
 		floored := false
@@ -330,6 +347,19 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 			dec.Units = entry.Units
 			state.Charge(p, dec)
 			entry.Overage, entry.Cost = dec.Overage, dec.Cost
+		}
+		if back > 0 {
+			spent := back
+			if p.BillingModel != billing.Prepaid {
+				spent = 0
+			} else {
+				spent = min(back, max(dec.Cost, 0))
+			}
+			state.Credits -= back - spent // not spent: it stays expired
+			if spent > 0 {
+				lapsed[LeaseRef{st.holder, st.key}] -= spent
+				unexpired[subKey{st.key.UserID, st.key.ServiceID}] += spent
+			}
 		}
 		if sk := (subKey{st.key.UserID, st.key.ServiceID}); floored && leasesOverdrawn(limitsOf(p), state) && !slices.Contains(overdrawn, sk) {
 			// Charged its hold past the limit, into units other leases
@@ -402,6 +432,7 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 	b.Queue(`UPDATE leases l SET units = k.units, spend = k.spend, credits = k.credits, pre_credits = k.pre
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[]) k(h, u, sv, p, units, spend, credits, pre)
 		WHERE l.holder = k.h AND l.user_id = k.u AND l.service_id = k.sv AND l.period = k.p`, lh, lu, ls2, lp, lun, lsp, lcr, lpre)
+	queueUnexpired(b, lapsed, unexpired)
 	for _, sk := range overdrawn {
 		b.Queue("SELECT pg_notify($1, $2)", notifyChannel, notifyCredits(sk.user, sk.service, -1))
 	}
