@@ -197,6 +197,21 @@ func (acc *memAccount) holdEnded(id uint64, h, c billing.Units) (billing.Units, 
 	return acc.giveBack(h, c, h-c)
 }
 
+// endHeld is holdEnded applied to a settlement being built: what
+// expires comes off st's balance, with an opCredit added to ops. It
+// returns ops, the record's grant part (nil: nothing to record) and the
+// undo of the deferred expiry's change if the record is refused.
+func (acc *memAccount) endHeld(st *billing.State, ops []acctOp, id uint64, h, c billing.Units) ([]acctOp, *grantChange, func()) {
+	x, later, undo := acc.holdEnded(id, h, c)
+	if later != nil {
+		st.Credits -= x
+		if x > 0 {
+			ops = append(ops, acctOp{kind: opCredit, units: -x})
+		}
+	}
+	return ops, later, undo
+}
+
 // giveBack is holdEnded for holds of h credits that charged c of them and
 // gave back r: what they charged is spent of what is deferred, oldest
 // grant first (store.SpendDeferred), what they gave back expires as

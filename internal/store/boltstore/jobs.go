@@ -614,14 +614,8 @@ func (s *Store) endJob(rec *settlement, j *store.Job, h *jobHold, a store.Accoun
 	var undoLater func()
 	if h != nil {
 		// A hold from before a grant's expiry (heldexpiry.go).
-		var x billing.Units
 		var later *grantChange
-		x, later, undoLater = acc.holdEnded(h.id, heldCredits, prepaidCost(p, dec))
-		if later != nil {
-			st.Credits -= x
-			if x > 0 {
-				ops = append(ops, acctOp{kind: opCredit, units: -x})
-			}
+		if ops, later, undoLater = acc.endHeld(&st, ops, h.id, heldCredits, prepaidCost(p, dec)); later != nil {
 			rec.grant = later
 		}
 	}
@@ -658,12 +652,8 @@ func (s *Store) releaseJobHold(rec *settlement, h *jobHold) error {
 	st.Unhold(p, d)
 	ops := []acctOp{opOf(opUnhold, p, d)}
 	// A hold from before a grant's expiry gives it all back (heldexpiry.go).
-	x, later, undoLater := acc.holdEnded(h.id, prepaidCost(p, d), 0)
+	ops, later, undoLater := acc.endHeld(&st, ops, h.id, prepaidCost(p, d), 0)
 	if later != nil {
-		st.Credits -= x
-		if x > 0 {
-			ops = append(ops, acctOp{kind: opCredit, units: -x})
-		}
 		rec.grant = later
 	}
 	acc.set(c, st)

@@ -200,17 +200,16 @@ func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.U
 	}
 	// A hold from before a grant's expiry: what it gives back of the
 	// credits the expiry deferred to it expires (heldexpiry.go).
-	x, later, undoLater := acc.holdEnded(id, prepaidCost(p, r.Decision), charged)
+	expire, later, undoLater := acc.endHeld(&st, nil, id, prepaidCost(p, r.Decision), charged)
 	if later != nil {
-		st.Credits -= x
 		if rec == nil {
 			rec = &settlement{}
 		}
-		if x > 0 {
+		if len(expire) > 0 {
 			if rec.acct == nil {
 				rec.acct = &acctChange{userID: a.UserID, serviceID: a.ServiceID, period: r.PeriodKey}
 			}
-			rec.acct.ops = append(rec.acct.ops, acctOp{kind: opCredit, units: -x})
+			rec.acct.ops = append(rec.acct.ops, expire...)
 		}
 		rec.grant = later
 	}

@@ -25,18 +25,9 @@ func TestExpiredBlockPartlyReturnedAtAPriceChange(t *testing.T) {
 	dsn := pgtest.DB(t)
 	const leaseTTL = time.Second
 	a := openNode(t, dsn, "a", func(o *Options) { o.LeaseMax, o.LeaseTTL = units(10), leaseTTL })
-	subscribe(t, a, "u", "svc", "pp")
-	now := time.Now().UTC()
 	const grant = 100
-	if _, err := a.GrantCredits(ctx, store.CreditGrant{ID: "pi_old", UserID: "u", ServiceID: "svc", Credits: units(grant),
-		GrantedAt: now.Add(-time.Minute), ExpiresAt: now.Add(time.Minute), Source: "stripe"}); err != nil {
-		t.Fatal(err)
-	}
-	acct := store.Account{UserID: "u", ServiceID: "svc", Product: prepaidProduct(1)}
-	inFlight, err := a.Reserve(ctx, acct, units(1), time.Now())
-	if err != nil || !inFlight.Decision.Allowed {
-		t.Fatalf("reserve: %+v %v", inFlight.Decision, err)
-	}
+	now, acct, calls := heldAtExpiry(t, a, "pi_old", grant, 1)
+	inFlight := calls[0]
 	var held int64
 	if err := a.pool.QueryRow(ctx, "SELECT credits_held FROM subscriptions WHERE user_id = 'u'").Scan(&held); err != nil {
 		t.Fatal(err)

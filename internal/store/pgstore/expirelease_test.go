@@ -25,22 +25,8 @@ func TestExpireCreditsLeased(t *testing.T) {
 	ctx := context.Background()
 	dsn := pgtest.DB(t)
 	a, b := openNode(t, dsn, "a"), openNode(t, dsn, "b")
-	subscribe(t, a, "u", "svc", "pp")
-	now := time.Now().UTC()
 	const grant, calls = 100, 30
-	if _, err := a.GrantCredits(ctx, store.CreditGrant{ID: "pi_lease", UserID: "u", ServiceID: "svc", Credits: units(grant),
-		GrantedAt: now.Add(-time.Minute), ExpiresAt: now.Add(time.Minute), Source: "stripe"}); err != nil {
-		t.Fatal(err)
-	}
-	acct := store.Account{UserID: "u", ServiceID: "svc", Product: prepaidProduct(1)}
-	var held []store.Reservation
-	for range calls {
-		res, err := a.Reserve(ctx, acct, units(1), time.Now())
-		if err != nil || !res.Decision.Allowed {
-			t.Fatalf("reserve: %+v %v", res.Decision, err)
-		}
-		held = append(held, res)
-	}
+	now, acct, held := heldAtExpiry(t, a, "pi_lease", grant, calls)
 	// What the database says, whatever either node caches.
 	balance := func() (credits, creditsHeld billing.Units) {
 		t.Helper()
@@ -121,22 +107,8 @@ func TestExpireCreditsLeaseLapsed(t *testing.T) {
 	ctx := context.Background()
 	dsn := pgtest.DB(t)
 	a, b := openNode(t, dsn, "a"), openNode(t, dsn, "b")
-	subscribe(t, a, "u", "svc", "pp")
-	now := time.Now().UTC()
 	const grant, calls = 100, 30
-	if _, err := a.GrantCredits(ctx, store.CreditGrant{ID: "pi_lapse", UserID: "u", ServiceID: "svc", Credits: units(grant),
-		GrantedAt: now.Add(-time.Minute), ExpiresAt: now.Add(time.Minute), Source: "stripe"}); err != nil {
-		t.Fatal(err)
-	}
-	acct := store.Account{UserID: "u", ServiceID: "svc", Product: prepaidProduct(1)}
-	var held []store.Reservation
-	for range calls {
-		res, err := a.Reserve(ctx, acct, units(1), time.Now())
-		if err != nil || !res.Decision.Allowed {
-			t.Fatalf("reserve: %+v %v", res.Decision, err)
-		}
-		held = append(held, res)
-	}
+	now, _, held := heldAtExpiry(t, a, "pi_lapse", grant, calls)
 	expired, err := b.ExpireCredits(ctx, now.Add(time.Minute))
 	if err != nil || len(expired) != 1 || expired[0].Deferred <= 0 {
 		t.Fatalf("expire: %+v %v; want a part deferred to a's lease", expired, err)
@@ -188,4 +160,29 @@ func TestExpireCreditsLeaseLapsed(t *testing.T) {
 	if err != nil || !found {
 		t.Errorf("audit %+v, %v; want a credits.unexpire entry", es, err)
 	}
+}
+
+// heldAtExpiry subscribes u to svc on a prepaid product at 1 credit a
+// call, grants it credits expiring in a minute, and has node a reserve
+// calls of them (its lease's blocks, held): the start of the expiry's
+// lease tests. It returns the time the grant was made from.
+func heldAtExpiry(t *testing.T, a *Store, grantID string, grant, calls int64) (time.Time, store.Account, []store.Reservation) {
+	t.Helper()
+	ctx := context.Background()
+	subscribe(t, a, "u", "svc", "pp")
+	now := time.Now().UTC()
+	if _, err := a.GrantCredits(ctx, store.CreditGrant{ID: grantID, UserID: "u", ServiceID: "svc", Credits: units(grant),
+		GrantedAt: now.Add(-time.Minute), ExpiresAt: now.Add(time.Minute), Source: "stripe"}); err != nil {
+		t.Fatal(err)
+	}
+	acct := store.Account{UserID: "u", ServiceID: "svc", Product: prepaidProduct(1)}
+	var held []store.Reservation
+	for range calls {
+		res, err := a.Reserve(ctx, acct, units(1), time.Now())
+		if err != nil || !res.Decision.Allowed {
+			t.Fatalf("reserve: %+v %v", res.Decision, err)
+		}
+		held = append(held, res)
+	}
+	return now, acct, held
 }
