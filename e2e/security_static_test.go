@@ -32,6 +32,10 @@ var timingAllowed = map[string]string{
 	"internal/usagehandler/status.go:callerJob": "user ids",
 	// An allowance's key is its user, service and period: not a secret.
 	"internal/store/pgstore/jobs.go:cover": "allowance keys (user, service, period)",
+	// The same for a job's hold and its account, and the lease rows of
+	// one subscription grouped by a deferred expiry's return.
+	"internal/store/pgstore/jobs.go:endJob":               "allowance keys (user, service)",
+	"internal/store/pgstore/heldexpiry.go:settleReturned": "allowance keys (user, service)",
 }
 
 // TestSecurityConstantTimeCompare reads the source of every package (not
