@@ -164,13 +164,18 @@ func (s *Store) applyGrant(tx *bolt.Tx, c *grantChange) error {
 		}
 	}
 	if m := c.Reverse; m != nil {
+		// The reversal read the grant from the file, and grants are never
+		// deleted; one missing is left missing, as applyLater does.
 		var g grantRecord
-		if err := getJSON(tx, bucketGrants, []byte(m.ID), &g); err != nil {
+		switch err := getJSON(tx, bucketGrants, []byte(m.ID), &g); {
+		case err == store.ErrNotFound:
+		case err != nil:
 			return err
-		}
-		g.Reversed += m.Credits
-		if err := putJSON(tx, bucketGrants, []byte(m.ID), g); err != nil {
-			return err
+		default:
+			g.Reversed += m.Credits
+			if err := putJSON(tx, bucketGrants, []byte(m.ID), g); err != nil {
+				return err
+			}
 		}
 	}
 	if l := c.Later; l != nil {
@@ -641,10 +646,11 @@ func (s *Store) ReverseCredits(ctx context.Context, r store.CreditReversal) (sto
 	if err := s.commitCredit(acc, g.UserID, g.ServiceID, -took, c); err != nil {
 		return store.Subscription{}, store.CreditGrant{}, err
 	}
-	// The grant as the file has it now, holds ended meanwhile included.
-	if s.current() == nil {
+	// The grant as the file has it now that the record is applied
+	// (commitCredit applied it), holds ended meanwhile included.
+	if applyGrantsAtOnce {
 		s.view(func(tx *bolt.Tx) error {
-			if now, err := readGrant(tx, g.ID); err == nil {
+			if now, err := readGrant(tx, g.ID); err == nil && now.Reversed == g.Reversed {
 				g = now
 			}
 			return nil
