@@ -63,7 +63,7 @@ func TestBrowserBillingOnAPhone(t *testing.T) {
 // words, before the next expiry, and still fits the screen.
 func TestBrowserCreditsHeldOnAPhone(t *testing.T) {
 	ctx := newBrowser(t)
-	e, _ := startTopUpSite(t)
+	e, _ := startTopUpSitePriced(t, "", "price_small_held", "price_big_held")
 	key, _ := e.user("held", "credits")
 	pay := e.store().(store.Payments)
 	bg := context.Background()
