@@ -39,6 +39,10 @@ type creditsView struct {
 	// Expiring are the grants with an expiry and what of them ends then
 	// if nothing more is spent, soonest first.
 	Expiring []expiringCredits
+	// HeldExpiring is what grants that expired left to calls and jobs
+	// running at their expiry (their Deferred): what those calls do not
+	// use expires when they finish.
+	HeldExpiring billing.Units
 	// Packs are what the caller can buy; none when payments are off.
 	Packs []packView
 }
@@ -106,6 +110,7 @@ func (h *Handler) creditsOf(q *request, svc *catalog.Service, sub store.Subscrip
 			h.logger.Error("portal: reading credit grants", zap.String("user_id", sub.UserID), zap.Error(err))
 		}
 		v.Expiring = expiringOf(sub.Credits, grants)
+		v.HeldExpiring = heldExpiringOf(grants)
 	}
 	if h.pay == nil {
 		return v
@@ -159,6 +164,17 @@ func expiringOf(balance billing.Units, grants []store.CreditGrant) []expiringCre
 		}
 		balance = after
 	}
+}
+
+// heldExpiringOf is what the grants that expired still leave to the
+// calls and jobs that held it at their expiry (store.CreditGrant's
+// Deferred): it expires as far as those calls do not use it.
+func heldExpiringOf(grants []store.CreditGrant) billing.Units {
+	var n billing.Units
+	for _, g := range grants {
+		n += max(g.Deferred, 0)
+	}
+	return n
 }
 
 // durationWords is an expires_after in days ("30 days"), or hours below a

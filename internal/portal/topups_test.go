@@ -35,11 +35,19 @@ func startTopUpSite(t *testing.T) (*env, *stripetest.Mock) {
 // prepaid product's block.
 func startTopUpSiteWith(t *testing.T, listing string) (*env, *stripetest.Mock) {
 	t.Helper()
+	return startTopUpSitePriced(t, listing, "price_small", "price_big")
+}
+
+// startTopUpSitePriced is startTopUpSiteWith with the packs' Price ids:
+// the Prices a process has read are remembered, so a test that must not
+// warm those of TestPortalTopUp, which counts the lookups, names others.
+func startTopUpSitePriced(t *testing.T, listing, small, big string) (*env, *stripetest.Mock) {
+	t.Helper()
 	mock := stripetest.Start(t)
 	// What the packs' Prices cost: the webhook grants a pack only for a
 	// session paid that (stripe-mock's own fixture Price is 20.00 USD).
-	mock.Answer("/v1/prices/price_small", map[string]any{"unit_amount": 1000, "unit_amount_decimal": "1000", "currency": "usd"})
-	mock.Answer("/v1/prices/price_big", map[string]any{"unit_amount": 5000, "unit_amount_decimal": "5000", "currency": "usd"})
+	mock.Answer("/v1/prices/"+small, map[string]any{"unit_amount": 1000, "unit_amount_decimal": "1000", "currency": "usd"})
+	mock.Answer("/v1/prices/"+big, map[string]any{"unit_amount": 5000, "unit_amount_decimal": "5000", "currency": "usd"})
 	dir := t.TempDir()
 	backend := signingBackend(t)
 	cfg := fmt.Sprintf(`{
@@ -74,8 +82,8 @@ func startTopUpSiteWith(t *testing.T, listing string) (*env, *stripetest.Mock) {
 			secret_key sk_test_portal
 			webhook_secret %s
 			api_base %s
-			topup echo credits small price_small 100
-			topup echo credits big price_big 500 720h
+			topup echo credits small %s 100
+			topup echo credits big %s 500 720h
 		}
 	}
 }
@@ -96,7 +104,7 @@ func startTopUpSiteWith(t *testing.T, listing string) (*env, *stripetest.Mock) {
 		}
 	}
 }
-`, adminPort, httpPort, dir, siteBase, backend.URL, echoSecret, listing, portalWebhookSecret, mock.URL, httpPort)
+`, adminPort, httpPort, dir, siteBase, backend.URL, echoSecret, listing, portalWebhookSecret, mock.URL, small, big, httpPort)
 	unloadOtherStore(filepath.Join(dir, "platform.db"))
 	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: adminPort})
 	tester.InitServer(cfg, "caddyfile")

@@ -134,3 +134,63 @@ func TestExpireCreditsHeldCrash(t *testing.T) {
 	s = openAt(t, path)
 	check(s, 10, 85, 60, 0, "after a clean restart")
 }
+
+// TestReverseCreditsRacesDeferredExpiry: a refund reads its grant, then
+// a job held at the grant's expiry fails before the refund's record is
+// appended: the job's give-back expires what the expiry deferred, and
+// the refund must not write back the grant as it read it (deferred, not
+// expired yet): the balance is right either way, the grant's figures
+// must be too.
+func TestReverseCreditsRacesDeferredExpiry(t *testing.T) {
+	s := openTemp(t)
+	perCall := billing.Product{ID: "percall", BillingModel: billing.Prepaid, MeasurementType: billing.PerToken, Price: whole(1)}
+	a := subscribe(t, s, "u", "svc", perCall, 0)
+	if _, err := s.GrantCredits(ctx, store.CreditGrant{ID: "A", UserID: "u", ServiceID: "svc", Credits: whole(100),
+		GrantedAt: t0, ExpiresAt: t0.Add(time.Hour), Source: "stripe"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Reserve(ctx, a, whole(20), t0.Add(time.Minute))
+	if err != nil || !res.Decision.Allowed {
+		t.Fatalf("reserve: %+v %v", res.Decision, err)
+	}
+	if _, err := s.Settle(ctx, res, whole(20), entryFor(a, whole(20), t0.Add(time.Minute))); err != nil { // 20 spent
+		t.Fatal(err)
+	}
+	reserveJob(t, s, "j-fails", a, whole(30))
+	// Balance 80, 30 held: 50 expire, 30 deferred, 20 left (spent).
+	got, err := s.ExpireCredits(ctx, t0.Add(time.Hour))
+	if err != nil || len(got) != 1 || got[0].Expired != whole(50) || got[0].Deferred != whole(30) {
+		t.Fatalf("ExpireCredits = %+v, %v; want 50 expired, 30 deferred", got, err)
+	}
+	defer func() { reverseRead = nil }()
+	reverseRead = func() {
+		reverseRead = nil
+		if _, err := s.UpdateJob(ctx, "j-fails", complete(store.JobFailed, "d")); err != nil { // its 30 expire
+			t.Error(err)
+		}
+	}
+	if _, _, err := s.ReverseCredits(ctx, store.CreditReversal{ID: "re_1", GrantID: "A", Credits: whole(20), At: t0.Add(2 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		sub, err := s.GetSubscription(ctx, "u", "svc")
+		// 100 - 20 spent - 50 expired - 20 refunded - 30 expired later.
+		if err != nil || sub.Credits != whole(-20) || sub.CreditsHeld != 0 {
+			t.Errorf("%s: %+v, %v; want a balance of -20, nothing held", when, sub, err)
+		}
+		gs, err := s.ListCreditGrants(ctx, "u", "svc")
+		if err != nil || len(gs) != 1 {
+			t.Fatalf("%s: grants %+v, %v", when, gs, err)
+		}
+		if g := gs[0]; g.Reversed != whole(20) || g.Expired != whole(80) || g.ExpiredLater != whole(30) || g.Deferred != 0 || g.Left() != 0 {
+			t.Errorf("%s: grant A reversed %s, expired %s (later %s), deferred %s, left %s; want 20, 80 (30), 0, 0",
+				when, g.Reversed, g.Expired, g.ExpiredLater, g.Deferred, g.Left())
+		}
+	}
+	check("after the refund")
+	path := s.path
+	s.Close()
+	s = openAt(t, path)
+	check("after a restart")
+}

@@ -106,6 +106,12 @@ type grantChange struct {
 	Audit    []store.AuditEntry `json:"audit,omitempty"`
 	// Later changes a deferred expiry (heldexpiry.go).
 	Later *laterChange `json:"later,omitempty"`
+	// Reverse adds Credits to the grant's Reversed, the one figure a
+	// reversal changes: written whole from the grant as the reversal read
+	// it, the record put back what holds ending between that read and
+	// the record's append had expired of its deferred credits (records
+	// from before carry the grant whole in Grants).
+	Reverse *laterMove `json:"reverse,omitempty"`
 }
 
 func (c *grantChange) encode() []byte {
@@ -155,6 +161,21 @@ func (s *Store) applyGrant(tx *bolt.Tx, c *grantChange) error {
 	if r := c.Reversal; r != nil {
 		if err := putJSON(tx, bucketReversals, []byte(r.ID), r); err != nil {
 			return err
+		}
+	}
+	if m := c.Reverse; m != nil {
+		// The reversal read the grant from the file, and grants are never
+		// deleted; one missing is left missing, as applyLater does.
+		var g grantRecord
+		switch err := getJSON(tx, bucketGrants, []byte(m.ID), &g); {
+		case err == store.ErrNotFound:
+		case err != nil:
+			return err
+		default:
+			g.Reversed += m.Credits
+			if err := putJSON(tx, bucketGrants, []byte(m.ID), g); err != nil {
+				return err
+			}
 		}
 	}
 	if l := c.Later; l != nil {
@@ -604,6 +625,9 @@ func (s *Store) ReverseCredits(ctx context.Context, r store.CreditReversal) (sto
 		}
 		return sub, g, fmt.Errorf("credit reversal %s: %w", r.ID, store.ErrReplayed)
 	}
+	if reverseRead != nil {
+		reverseRead()
+	}
 	acc, err := s.account(g.UserID, g.ServiceID)
 	if err != nil {
 		return store.Subscription{}, g, err
@@ -613,16 +637,33 @@ func (s *Store) ReverseCredits(ctx context.Context, r store.CreditReversal) (sto
 	if r.Reason != "" {
 		detail += ", " + r.Reason
 	}
-	c := &grantChange{Grants: []grantRecord{toGrantRecord(g)},
+	// Only Reversed changes, by took: holds ending before the record is
+	// appended may change the grant's deferred and expired figures.
+	c := &grantChange{Reverse: &laterMove{ID: g.ID, Credits: amount(took)},
 		Reversal: &reversalRecord{ID: r.ID, GrantID: g.ID, Credits: amount(r.Credits), Took: amount(took), At: r.At.UTC(),
 			Reason: r.Reason},
 		Audit: []store.AuditEntry{grantAudit(g, r.At, "credits.reverse", detail+")")}}
 	if err := s.commitCredit(acc, g.UserID, g.ServiceID, -took, c); err != nil {
 		return store.Subscription{}, store.CreditGrant{}, err
 	}
+	// The grant as the file has it now that the record is applied
+	// (commitCredit applied it), holds ended meanwhile included.
+	if applyGrantsAtOnce {
+		s.view(func(tx *bolt.Tx) error {
+			if now, err := readGrant(tx, g.ID); err == nil && now.Reversed == g.Reversed {
+				g = now
+			}
+			return nil
+		})
+	}
 	sub, err := s.GetSubscription(ctx, g.UserID, g.ServiceID)
 	return sub, g, err
 }
+
+// reverseRead, when set (tests), runs in ReverseCredits after it read the
+// grant and before it appends its record: holds ending then change the
+// grant's deferred expiry under it.
+var reverseRead func()
 
 // ExpireCredits expires every grant due at now (store.ExpireGrants), one
 // settlement record per subscription.

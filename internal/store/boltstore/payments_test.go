@@ -78,6 +78,42 @@ func TestCreditGrantsReplayedAfterCrash(t *testing.T) {
 	}
 }
 
+// TestReversalOnlyInLog: a reversal acknowledged and only in the log when
+// the process dies (its record adds what it took to the grant's reversed,
+// grantChange.Reverse) is applied once at the next start, and once only
+// after a second.
+func TestReversalOnlyInLog(t *testing.T) {
+	defer func(d time.Duration) { applyInterval = d }(applyInterval)
+	applyInterval = time.Hour // nothing is applied before the crash
+	defer func() { applyGrantsAtOnce = true }()
+	applyGrantsAtOnce = false
+	path := storePath(t)
+	s := openAt(t, path)
+	subscribe(t, s, "u1", "svc", prepaid, 0)
+	if _, err := s.GrantCredits(ctx, store.CreditGrant{ID: "pi_1", UserID: "u1", ServiceID: "svc", Credits: whole(100),
+		GrantedAt: t0, Source: "stripe"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, g, err := s.ReverseCredits(ctx, store.CreditReversal{ID: "re_1", GrantID: "pi_1", Credits: whole(30), At: t0}); err != nil || g.Reversed != whole(30) {
+		t.Fatalf("ReverseCredits = %+v, %v", g, err)
+	}
+	var onFile store.CreditGrant
+	s.view(func(tx *bolt.Tx) (err error) { onFile, err = readGrant(tx, "pi_1"); return err })
+	if onFile.Reversed != 0 {
+		t.Fatalf("the test meant the reversal to be only in the log, but the file had it: %+v", onFile)
+	}
+	crash(t, s)
+	for _, when := range []string{"after the crash", "after a second restart"} {
+		s = openAt(t, path)
+		sub, err := s.GetSubscription(ctx, "u1", "svc")
+		gs, gerr := s.ListCreditGrants(ctx, "u1", "svc")
+		if err != nil || gerr != nil || sub.Credits != whole(70) || len(gs) != 1 || gs[0].Reversed != whole(30) {
+			t.Errorf("%s: %+v (%v), grants %+v (%v); want a balance of 70, 30 reversed once", when, sub, err, gs, gerr)
+		}
+		s.Close()
+	}
+}
+
 // TestCreditGrantOnlyInLog: a grant acknowledged and not applied when the
 // process dies is granted at the next start, balance and grant.
 func TestCreditGrantOnlyInLog(t *testing.T) {

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -185,4 +186,38 @@ func heldAtExpiry(t *testing.T, a *Store, grantID string, grant, calls int64) (t
 		held = append(held, res)
 	}
 	return now, acct, held
+}
+
+// TestPruneLedgerPrunesLeasePreEnded: what lease rows ended holding
+// credits marked at a deferred expiry expired (lease_pre_ended) is kept
+// for calls they served that are shipped later, as long as the ledger
+// keeps rows of that time: a ledger prune (ledger_retention, usage prune)
+// deletes the rows that ended before its cutoff, and only those.
+func TestPruneLedgerPrunesLeasePreEnded(t *testing.T) {
+	ctx := context.Background()
+	s := openNode(t, pgtest.DB(t), "a")
+	cut := time.Date(2024, 3, 10, 0, 0, 0, 0, time.UTC)
+	for _, r := range []struct {
+		holder string
+		ended  time.Time
+	}{{"old", cut.Add(-time.Hour)}, {"at-cut", cut}, {"new", time.Now()}} {
+		if _, err := s.pool.Exec(ctx, `INSERT INTO lease_pre_ended (holder, user_id, service_id, period, credits, ended_at)
+			VALUES ($1, 'u1', 'svc', 0, 5, $2)`, r.holder, r.ended); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.PruneLedger(ctx, cut); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := s.pool.Query(ctx, "SELECT holder FROM lease_pre_ended ORDER BY holder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(left, []string{"at-cut", "new"}) {
+		t.Errorf("lease_pre_ended after a prune before %s: %q, want the rows that ended at or after it (at-cut, new)", cut, left)
+	}
 }

@@ -376,11 +376,24 @@ func (s *Store) ReverseCredits(ctx context.Context, r store.CreditReversal) (sto
 			replayed = true
 			return nil
 		}
-		var err error
-		g, err = scanGrant(tx.QueryRow(ctx, "SELECT "+grantColumns+" FROM credit_grants WHERE id = $1 FOR UPDATE", r.GrantID))
+		// The subscription's row is locked before the grant's, as
+		// ExpireCredits and the holds giving back deferred credits
+		// (giveBackDeferred) lock them: taken grant first, a refund and a
+		// job held at the expiry ending together deadlocked, and one of
+		// them failed (TestContract/ExpireCreditsHeldRefundConcurrent).
+		// A grant's subscription never changes, so it is read unlocked.
+		var user, service string
+		err := tx.QueryRow(ctx, "SELECT user_id, service_id FROM credit_grants WHERE id = $1", r.GrantID).Scan(&user, &service)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("credit grant %s: %w", r.GrantID, store.ErrNotFound)
 		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "SELECT 1 FROM subscriptions WHERE user_id = $1 AND service_id = $2 FOR UPDATE", user, service); err != nil {
+			return err
+		}
+		g, err = scanGrant(tx.QueryRow(ctx, "SELECT "+grantColumns+" FROM credit_grants WHERE id = $1 FOR UPDATE", r.GrantID))
 		if err != nil {
 			return err
 		}

@@ -396,7 +396,8 @@ func ledgerPartitions(ctx context.Context, q interface {
 // without a DELETE's dead tuples or vacuum. Rows of the partition that
 // straddles before (the month before falls in) stay until a later prune
 // passes its end; the rollups stay. Segments in the result counts the
-// partitions dropped, Rows their rows and Bytes their size on disk.
+// partitions dropped, Rows their rows and Bytes their size on disk. The
+// lease_pre_ended rows of lease rows that ended before before go too.
 //
 // One node of a fleet prunes at a time (a session advisory lock; the
 // others wait, then find nothing left). The rows are counted first, under
@@ -424,6 +425,14 @@ func (s *Store) PruneLedger(ctx context.Context, before time.Time, audit ...stor
 		return res, s.fail(err)
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", int64(pruneLock))
+	// What lease rows that ended before the cutoff expired of credits
+	// marked at a deferred expiry (lease_pre_ended, heldexpiry.go): kept
+	// for calls they served shipped after the row ended, as long as the
+	// ledger keeps rows of that time, and no longer (before, nothing
+	// pruned them).
+	if _, err := conn.Exec(ctx, "DELETE FROM lease_pre_ended WHERE ended_at < $1", before); err != nil {
+		return res, s.fail(err)
+	}
 	parts, err := ledgerPartitions(ctx, conn)
 	if err != nil {
 		return res, s.fail(err)

@@ -1,6 +1,8 @@
 package storetest
 
 import (
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -170,4 +172,122 @@ func testExpireCreditsHeldCalls(t *testing.T, c *suite) {
 	if err != nil || len(gs) != 1 || gs[0].Expired != whole(26) || gs[0].Deferred != 0 || gs[0].ExpiredLater != whole(26)-got[0].Expired {
 		t.Errorf("grant C once every call ended = %+v, %v; want 26 expired, nothing deferred", gs, err)
 	}
+}
+
+// heldRefundStart is the start of the refund cases: grant A of 100
+// expiring, grant B of 50 without expiry, 20 spent, jobs holding 5 each
+// (jobs of them), then A's expiry: of the balance of 130, 50 held and B's
+// 50, A has 30 free (expired) and 50 held (deferred), 20 left (spent).
+func heldRefundStart(t *testing.T, s store.Store, user string, jobs int) (store.Payments, store.Account) {
+	t.Helper()
+	p := payments(t, s)
+	a := subscribe(t, s, user, "svc", prepaidWhole, 0)
+	at := T0.Add(time.Hour)
+	g := grant(user+"-A", user, "svc", 100, T0)
+	g.ExpiresAt = at
+	if _, err := p.GrantCredits(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.GrantCredits(ctx, grant(user+"-B", user, "svc", 50, T0.Add(time.Minute))); err != nil {
+		t.Fatal(err)
+	}
+	spend(t, s, a, 20)
+	for i := range jobs {
+		reserveJob(t, s, fmt.Sprintf("%s-j%d", user, i), a, whole(int64(50/jobs)))
+	}
+	got, err := p.ExpireCredits(ctx, at)
+	if err != nil || len(got) != 1 || got[0].Expired != whole(30) || got[0].Deferred != whole(50) {
+		t.Fatalf("ExpireCredits with 50 held = %+v, %v; want 30 expired, 50 deferred", got, err)
+	}
+	return p, a
+}
+
+// checkGrantFigures checks the expiring grant of heldRefundStart and the
+// balance.
+func checkGrantFigures(t *testing.T, c *suite, s store.Store, p store.Payments, user string, balance, reversed, expired, later, deferred int64, when string) {
+	t.Helper()
+	if c.sync != nil {
+		c.sync(t, s)
+	}
+	if b := c.balance(t, s, user, "svc"); b != whole(balance) {
+		t.Errorf("%s: balance %s, want %d", when, b, balance)
+	}
+	gs, err := p.ListCreditGrants(ctx, user, "svc")
+	if err != nil || len(gs) != 2 || gs[0].ID != user+"-A" {
+		t.Fatalf("%s: grants %+v, %v", when, gs, err)
+	}
+	g := gs[0]
+	if g.Reversed != whole(reversed) || g.Expired != whole(expired) || g.ExpiredLater != whole(later) || g.Deferred != whole(deferred) {
+		t.Errorf("%s: grant A reversed %s, expired %s (later %s), deferred %s; want %d, %d (%d), %d", when,
+			g.Reversed, g.Expired, g.ExpiredLater, g.Deferred, reversed, expired, later, deferred)
+	}
+	if sum := g.Reversed + g.Expired + g.Deferred + g.Left(); sum != g.Credits {
+		t.Errorf("%s: grant A reversed + expired + deferred + left = %s, want its %s credits", when, sum, g.Credits)
+	}
+	if gs[1].Reversed != 0 || gs[1].Expired != 0 || gs[1].Left() != whole(50) {
+		t.Errorf("%s: grant B %+v, want its 50 untouched", when, gs[1])
+	}
+}
+
+// testExpireCreditsHeldRefund: refunds of a grant whose expiry deferred
+// credits to open jobs, before and after the jobs give them back: a
+// refund changes only what the grant had reversed (it takes at most what
+// is left: not expired, not deferred), the jobs' give-back only what it
+// deferred and expired.
+func testExpireCreditsHeldRefund(t *testing.T, c *suite) {
+	s := c.store(t)
+	p, a := heldRefundStart(t, s, "u3", 2) // two jobs of 25
+	checkGrantFigures(t, c, s, p, "u3", 100, 0, 30, 0, 50, "after the expiry")
+	reverse := func(id string, credits, reversed int64) {
+		t.Helper()
+		_, g, err := p.ReverseCredits(ctx, store.CreditReversal{ID: id, GrantID: "u3-A", Credits: whole(credits), At: T0.Add(2 * time.Hour)})
+		if err != nil || g.Reversed != whole(reversed) {
+			t.Fatalf("ReverseCredits %s = %+v, %v; want %d reversed", id, g, err, reversed)
+		}
+	}
+	reverse("re_1", 10, 10) // 10 of the 20 left
+	checkGrantFigures(t, c, s, p, "u3", 90, 10, 30, 0, 50, "refunded 10")
+	if _, err := s.UpdateJob(ctx, "u3-j0", complete(store.JobFailed, "d")); err != nil { // its 25 expire
+		t.Fatal(err)
+	}
+	checkGrantFigures(t, c, s, p, "u3", 65, 10, 55, 25, 25, "a job held at the expiry failed")
+	reverse("re_2", 30, 20) // the 10 left
+	checkGrantFigures(t, c, s, p, "u3", 55, 20, 55, 25, 25, "refunded the rest")
+	// The last job charges 5 of its 25: 20 expire.
+	if _, err := s.CompleteJob(ctx, "u3-j1", a, completion(a, "u3-j1", whole(5)), complete(store.JobCompleted, "d")); err != nil {
+		t.Fatal(err)
+	}
+	checkGrantFigures(t, c, s, p, "u3", 30, 20, 75, 45, 0, "the last job held at the expiry completed")
+}
+
+// testExpireCreditsHeldRefundConcurrent: refunds of a grant racing the
+// jobs held at its expiry giving back what it deferred: however they
+// interleave, every refund takes what it asked (the jobs' give-back
+// leaves what is left alone) and the grant ends with everything the jobs
+// gave back expired, nothing deferred. (The embedded store wrote a
+// refund's grant whole, as the refund had read it: a job's give-back
+// between that read and the write was put back to deferred.)
+func testExpireCreditsHeldRefundConcurrent(t *testing.T, c *suite) {
+	s := c.store(t)
+	const n = 10
+	p, _ := heldRefundStart(t, s, "u4", n) // ten jobs of 5
+	var wg sync.WaitGroup
+	errs := make([]error, 2*n)
+	for i := range n {
+		wg.Go(func() {
+			_, errs[i] = s.UpdateJob(ctx, fmt.Sprintf("u4-j%d", i), complete(store.JobFailed, "d"))
+		})
+		wg.Go(func() {
+			_, _, errs[n+i] = p.ReverseCredits(ctx, store.CreditReversal{ID: fmt.Sprintf("re_u4_%d", i), GrantID: "u4-A",
+				Credits: whole(1), At: T0.Add(2 * time.Hour)})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("call %d: %v", i, err)
+		}
+	}
+	// 130 - 30 expired - 10 refunded - 50 given back and expired.
+	checkGrantFigures(t, c, s, p, "u4", 40, 10, 80, 50, 0, "every job failed and every refund took 1")
 }

@@ -153,6 +153,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"ExpireCredits", testExpireCredits},
 		{"ExpireCreditsHeld", testExpireCreditsHeld},
 		{"ExpireCreditsHeldCalls", testExpireCreditsHeldCalls},
+		{"ExpireCreditsHeldRefund", testExpireCreditsHeldRefund},
+		{"ExpireCreditsHeldRefundConcurrent", testExpireCreditsHeldRefundConcurrent},
 		{"Close", testClose},
 		{"DurableAcrossReopen", testDurableAcrossReopen},
 		{"RestartReleasesSyncHolds", testRestartReleasesSyncHolds},
