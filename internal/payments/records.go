@@ -55,13 +55,25 @@ type InvoiceRecord struct {
 	PeriodEnd      time.Time `json:"periodEnd,omitzero"`
 	PaidAt         time.Time `json:"paidAt,omitzero"`
 	// Refunded and Disputed are what went back of AmountPaid: the
-	// succeeded refunds of its charge, summed, and a lost dispute's
-	// amount (invoicerefunds.go).
-	Refunded  int64     `json:"refunded,omitempty"`
-	Disputed  int64     `json:"disputed,omitempty"`
-	HostedURL string    `json:"hostedUrl,omitempty"`
-	PDFURL    string    `json:"pdfUrl,omitempty"`
-	UpdatedAt time.Time `json:"updatedAt"`
+	// succeeded refunds of its charges, summed, and its lost disputes'
+	// amounts, summed (invoicerefunds.go), each at most AmountPaid.
+	Refunded int64 `json:"refunded,omitempty"`
+	Disputed int64 `json:"disputed,omitempty"`
+	// RefundedBy is, per charge of the invoice (an invoice may be paid
+	// by more than one), the succeeded refunds of that charge, summed;
+	// DisputedBy, per lost dispute, its amount. Refunded and Disputed
+	// are their sums, so a charge's refunds told again count once and
+	// two charges' refunds both count.
+	RefundedBy map[string]int64 `json:"refundedBy,omitempty"`
+	DisputedBy map[string]int64 `json:"disputedBy,omitempty"`
+	// RefundedBefore and DisputedBefore are what a record written before
+	// the per-charge amounts were kept said went back, of charges (or
+	// disputes) not named: Refunded and Disputed are never less.
+	RefundedBefore int64     `json:"refundedBefore,omitempty"`
+	DisputedBefore int64     `json:"disputedBefore,omitempty"`
+	HostedURL      string    `json:"hostedUrl,omitempty"`
+	PDFURL         string    `json:"pdfUrl,omitempty"`
+	UpdatedAt      time.Time `json:"updatedAt"`
 }
 
 // TopUpRecord is KindTopUp.

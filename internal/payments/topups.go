@@ -830,7 +830,7 @@ func disputeClosed(s *Service, ctx context.Context, ev *stripe.Event) error {
 			if ok, err := s.invoiceKept(ctx, pay, invID); err != nil {
 				return err
 			} else if ok {
-				_, err := s.invoiceMoneyBack(ctx, pay, invID, 0, d.Amount, "dispute "+d.ID+" lost")
+				_, err := s.invoiceMoneyBack(ctx, pay, invID, d.ID, 0, d.Amount, "dispute "+d.ID+" lost")
 				return err
 			}
 		}
