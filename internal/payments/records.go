@@ -23,12 +23,42 @@ const (
 	KindTopUpIgnored = "stripe_topup_ignored"
 )
 
-// IgnoredTopUp is KindTopUpIgnored.
+// IgnoredTopUp is KindTopUpIgnored: a top-up paid that the gateway did
+// not grant, as its paid event or, when a refund or lost dispute of it
+// came before that event and the config could not grant it either, as
+// that event says it. The Revenue page lists it (paid, not granted) for
+// the operator to refund or grant by hand, unless it was granted since
+// (a KindTopUp record of the same PaymentIntent). Fields after At are
+// empty in a record written before they were kept.
 type IgnoredTopUp struct {
 	ID        string    `json:"id"` // the PaymentIntent
 	SessionID string    `json:"sessionId"`
 	Reason    string    `json:"reason"`
 	At        time.Time `json:"at"`
+	UserID    string    `json:"userId,omitempty"`
+	ServiceID string    `json:"serviceId,omitempty"`
+	ProductID string    `json:"productId,omitempty"`
+	Pack      string    `json:"pack,omitempty"`
+	// Amount is what was paid, in Currency's minor units (0: not known,
+	// as when only a charge.refund.updated of it came); PaidAt when.
+	Amount   int64     `json:"amount,omitempty"`
+	Currency string    `json:"currency,omitempty"`
+	PaidAt   time.Time `json:"paidAt,omitzero"`
+	// Refunds are the succeeded refunds of its charge seen while it was
+	// not granted, Refunded their sum; DisputeID and Disputed a lost
+	// dispute seen so. A grant made later (its paid event applied once
+	// the config can) takes them back at once (catchUpMoneyBack).
+	Refunds   []SeenRefund `json:"refunds,omitempty"`
+	Refunded  int64        `json:"refunded,omitempty"`
+	DisputeID string       `json:"disputeId,omitempty"`
+	Disputed  int64        `json:"disputed,omitempty"`
+}
+
+// SeenRefund is a succeeded refund of a top-up not granted when it came.
+type SeenRefund struct {
+	ID      string `json:"id"`
+	Amount  int64  `json:"amount"`
+	Created int64  `json:"created,omitempty"`
 }
 
 // CustomerRecord is KindCustomer: the Stripe customer of a user, made
