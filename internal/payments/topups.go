@@ -714,7 +714,15 @@ func (s *Service) notGrantedYet(ctx context.Context, pi, customer string, meta m
 		if complete(meta) && errors.As(err, &bad) {
 			// Kept: should its paid event yet be applied (Stripe's retry,
 			// a resend from the Dashboard, once the config has its pack),
-			// the grant takes this back at once.
+			// the grant takes this back at once. Only a payment its
+			// customer made for the user it names: another gateway's on
+			// the same Stripe account is none of this one's.
+			var notOurs badEventError
+			if err := s.ownTopUp(ctx, pay, pi, customer, intent, meta[MetaUser]); errors.As(err, &notOurs) {
+				return badEvent("%s: top-up %s was never granted and cannot be (%s): nothing to take back", what, pi, notOurs.msg)
+			} else if err != nil {
+				return err
+			}
 			if err := s.seenNotGranted(ctx, pay, pi, meta, "its refund or dispute came before it was granted, and it could not be: "+bad.msg, back); err != nil {
 				return err
 			}

@@ -52,6 +52,9 @@ func TestTopUpMoneyBackBeforeItsGrantIsTaken(t *testing.T) {
 
 	// A lost dispute before the grant takes the whole pack back then.
 	e.customer("wren")
+	// The dispute names no customer: the PaymentIntent's is asked.
+	e.mock.Answer("/v1/payment_intents/pi_wr", map[string]any{"id": "pi_wr", "object": "payment_intent", "amount": 1000, "currency": "usd",
+		"customer": "cus_wren", "metadata": meta("wren")})
 	if status, body := e.deliver("evt_wr_dispute", "charge.dispute.closed", at.Add(time.Second), map[string]any{"id": "dp_wr", "object": "dispute",
 		"amount": 1000, "currency": "usd", "status": "lost", "payment_intent": "pi_wr", "charge": "ch_wr", "metadata": meta("wren")}); status != http.StatusOK || !strings.Contains(body, "never granted and cannot be") {
 		t.Fatalf("lost dispute of a top-up its config cannot grant: %d %s, want 200 ignored", status, body)
@@ -61,6 +64,20 @@ func TestTopUpMoneyBackBeforeItsGrantIsTaken(t *testing.T) {
 	e.wantBalance("wren", "0")
 	if rec := e.topUp("pi_wr"); rec.Disputed != 1000 {
 		t.Errorf("top-up record: disputed %d, want 1000", rec.Disputed)
+	}
+
+	// Another gateway's top-up on the same Stripe account (its customer
+	// none of this one's): ignored, and not kept as this one's.
+	other := map[string]any{"id": "ch_o", "object": "charge", "amount": 1000, "amount_refunded": 1000, "currency": "usd",
+		"payment_intent": "pi_o", "customer": "cus_stranger", "metadata": meta("walt"),
+		"refunds": map[string]any{"object": "list", "data": []any{
+			map[string]any{"id": "re_o", "object": "refund", "amount": 1000, "status": "succeeded", "created": at.Unix()}}}}
+	other["metadata"].(map[string]string)[payments.MetaPack] = "retired"
+	if status, body := e.deliver("evt_o_refund", "charge.refunded", at, other); status != http.StatusOK || !strings.Contains(body, "never granted and cannot be") {
+		t.Fatalf("refund of another gateway's top-up: %d %s, want 200 ignored", status, body)
+	}
+	if _, err := e.pay.GetPaymentRecord(context.Background(), payments.KindTopUpIgnored, "pi_o"); err == nil {
+		t.Errorf("another gateway's top-up is kept as this one's, paid and not granted")
 	}
 }
 
