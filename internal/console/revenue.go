@@ -131,6 +131,16 @@ type pastDueRow struct {
 	Words string
 }
 
+// notGrantedRow is a top-up paid that the gateway ignored (a pack not in
+// the config at that moment, a currency the Price does not have, a user
+// without a subscription) and has not granted since: the operator was
+// paid, and refunds it or grants its credits by hand.
+type notGrantedRow struct {
+	payments.IgnoredTopUp
+	Paid string // what was paid, with its currency; "" when not recorded
+	Back string // what refunds and a lost dispute gave back of it, with its currency; "" for nothing
+}
+
 // revenueData is what the Revenue page and the overview's summary show.
 type revenueData struct {
 	Range        revenueRange
@@ -143,6 +153,7 @@ type revenueData struct {
 	Liabilities  []serviceLiability
 	Owed         []balanceRow // negative balances
 	PastDue      []pastDueRow
+	NotGranted   []notGrantedRow // top-ups paid that the gateway did not grant
 	Partial      bool
 	InvoicedNote bool
 }
@@ -297,11 +308,13 @@ func (h *Handler) revenueStart(ctx context.Context, rg revenueRange, now time.Ti
 			return nil, err
 		}
 		d.Partial = d.Partial || partial
+		granted := map[string]bool{} // the top-ups granted, by PaymentIntent
 		partial, err = eachRecord(ctx, pay, payments.KindTopUp, func(b []byte) error {
 			var tu payments.TopUpRecord
 			if err := json.Unmarshal(b, &tu); err != nil {
 				return err
 			}
+			granted[tu.ID] = true
 			if m, ok := monthOf(tu.PaidAt); ok {
 				c := cell(m, strings.ToUpper(tu.Currency))
 				back := min(tu.Amount, tu.Refunded+tu.Disputed)
@@ -315,6 +328,44 @@ func (h *Handler) revenueStart(ctx context.Context, rg revenueRange, now time.Ti
 			return nil, err
 		}
 		d.Partial = d.Partial || partial
+		// Top-ups paid and not granted: money received all the same,
+		// counted with the top-ups and listed apart so the operator sees
+		// which to refund or grant by hand. One granted since (its paid
+		// event applied later) is a top-up like any other.
+		partial, err = eachRecord(ctx, pay, payments.KindTopUpIgnored, func(b []byte) error {
+			var ig payments.IgnoredTopUp
+			if err := json.Unmarshal(b, &ig); err != nil {
+				return err
+			}
+			if granted[ig.ID] {
+				return nil
+			}
+			m, ok := monthOf(cmp.Or(ig.PaidAt, ig.At))
+			if !ok {
+				return nil
+			}
+			row := notGrantedRow{IgnoredTopUp: ig}
+			if ig.Amount > 0 && ig.Currency != "" {
+				c := cell(m, strings.ToUpper(ig.Currency))
+				back := min(ig.Amount, ig.Refunded+ig.Disputed)
+				c.TopUps += ig.Amount - back
+				c.Refunds += back
+				c.Count++
+				row.Paid = payments.MinorMoney(ig.Amount, ig.Currency).String()
+				if back > 0 {
+					row.Back = payments.MinorMoney(back, ig.Currency).String()
+				}
+			}
+			d.NotGranted = append(d.NotGranted, row)
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		d.Partial = d.Partial || partial
+		slices.SortFunc(d.NotGranted, func(a, b notGrantedRow) int {
+			return cmp.Or(cmp.Or(a.PaidAt, a.At).Compare(cmp.Or(b.PaidAt, b.At)), strings.Compare(a.ID, b.ID))
+		})
 		if d.PastDue, partial, err = h.pastDue(ctx, pay, now); err != nil {
 			return nil, err
 		}

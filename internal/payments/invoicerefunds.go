@@ -105,22 +105,27 @@ func (s *Service) invoiceKept(ctx context.Context, pay store.Payments, invID str
 	return true, nil
 }
 
-// invoiceMoneyBack records on invoice invID that refunded (the succeeded
-// refunds of its charge, summed) or disputed (a lost dispute's amount)
-// went back, each only ever raised: the same event twice, or an older one
-// late, changes nothing. false when the gateway keeps no such invoice.
-func (s *Service) invoiceMoneyBack(ctx context.Context, pay store.Payments, invID string, refunded, disputed int64, what string) (bool, error) {
+// invoiceMoneyBack records on invoice invID what went back of it: the
+// succeeded refunds of its charge charge, summed, as refunded, or a lost
+// dispute's amount as disputed (charge is then the dispute's id). An
+// invoice may be paid by more than one charge, so each charge's refunds
+// (and each dispute) are kept apart and the record's Refunded and
+// Disputed are their sums; each is only ever raised, so the same event
+// twice, or an older one late, changes nothing. false when the gateway
+// keeps no such invoice.
+func (s *Service) invoiceMoneyBack(ctx context.Context, pay store.Payments, invID, charge string, refunded, disputed int64, what string) (bool, error) {
 	invoiceMu.Lock()
 	defer invoiceMu.Unlock()
 	now := s.now()
 	// Only over the record read: another node's change of it made since
 	// (an invoice event, another refund, a dispute) is read again and kept.
+	var more bool // what went back in all grew
 	r, wrote, err := changeRecord(ctx, pay, KindInvoice, invID, now, func(r *InvoiceRecord) bool {
-		ref, dis := min(refunded, r.AmountPaid), min(disputed, r.AmountPaid)
-		if ref <= r.Refunded && dis <= r.Disputed {
+		was := r.Refunded + r.Disputed
+		if !moneyBack(r, charge, refunded, disputed) {
 			return false
 		}
-		r.Refunded, r.Disputed = max(r.Refunded, ref), max(r.Disputed, dis)
+		more = r.Refunded+r.Disputed > was
 		r.UpdatedAt = now.UTC()
 		return true
 	})
@@ -130,12 +135,54 @@ func (s *Service) invoiceMoneyBack(ctx context.Context, pay store.Payments, invI
 	if err != nil {
 		return false, fmt.Errorf("recording %s of invoice %s: %w", what, invID, err)
 	}
-	if !wrote {
+	if !wrote || !more {
 		return true, nil
 	}
 	s.audit(ctx, AuditInvoiceStripe, r.UserID, r.ServiceID, fmt.Sprintf("invoice %s of product %s: %s; %s of %s paid went back",
 		invID, r.ProductID, what, MinorMoney(min(r.Refunded+r.Disputed, r.AmountPaid), r.Currency), MinorMoney(r.AmountPaid, r.Currency)))
 	return true, nil
+}
+
+// moneyBack raises what went back of invoice r by charge (a charge's
+// refunds summed, refunded) or by a dispute (its id as charge, disputed),
+// and sums them again into r.Refunded and r.Disputed; false when nothing
+// changed (true also when only the per-charge amounts did: a charge an
+// old record counted, see below). A record written before the amounts were kept per charge
+// keeps what it said went back as RefundedBefore and DisputedBefore: of
+// charges it does not name, so the sums are never less than those (a
+// charge it counted, named again, is then counted once).
+func moneyBack(r *InvoiceRecord, charge string, refunded, disputed int64) bool {
+	if r.RefundedBy == nil && r.DisputedBy == nil {
+		r.RefundedBefore, r.DisputedBefore = max(r.RefundedBefore, r.Refunded), max(r.DisputedBefore, r.Disputed)
+	}
+	changed := false
+	raise := func(by *map[string]int64, amount int64) {
+		if amount <= 0 || amount <= (*by)[charge] {
+			return
+		}
+		if *by == nil {
+			*by = map[string]int64{}
+		}
+		(*by)[charge] = amount
+		changed = true
+	}
+	raise(&r.RefundedBy, refunded)
+	raise(&r.DisputedBy, disputed)
+	sum := func(by map[string]int64, before int64) int64 {
+		var n int64
+		for _, v := range by {
+			n += v
+		}
+		return min(max(n, before), r.AmountPaid)
+	}
+	ref, dis := sum(r.RefundedBy, r.RefundedBefore), sum(r.DisputedBy, r.DisputedBefore)
+	if ref > r.Refunded || dis > r.Disputed {
+		changed = true
+	}
+	// Only ever raised: AmountPaid read lower by an older event never
+	// lowers what was recorded.
+	r.Refunded, r.Disputed = max(r.Refunded, ref), max(r.Disputed, dis)
+	return changed
 }
 
 // invoiceRefunded records the succeeded refunds of charge ch on the
@@ -161,5 +208,5 @@ func (s *Service) invoiceRefunded(ctx context.Context, pay store.Payments, raw [
 	if also != nil && !seen && also.Amount > 0 {
 		sum += also.Amount // the list lags behind the event
 	}
-	return s.invoiceMoneyBack(ctx, pay, invID, sum, 0, "refund of charge "+ch.ID)
+	return s.invoiceMoneyBack(ctx, pay, invID, ch.ID, sum, 0, "refund of charge "+ch.ID)
 }

@@ -23,12 +23,42 @@ const (
 	KindTopUpIgnored = "stripe_topup_ignored"
 )
 
-// IgnoredTopUp is KindTopUpIgnored.
+// IgnoredTopUp is KindTopUpIgnored: a top-up paid that the gateway did
+// not grant, as its paid event or, when a refund or lost dispute of it
+// came before that event and the config could not grant it either, as
+// that event says it. The Revenue page lists it (paid, not granted) for
+// the operator to refund or grant by hand, unless it was granted since
+// (a KindTopUp record of the same PaymentIntent). Fields after At are
+// empty in a record written before they were kept.
 type IgnoredTopUp struct {
 	ID        string    `json:"id"` // the PaymentIntent
 	SessionID string    `json:"sessionId"`
 	Reason    string    `json:"reason"`
 	At        time.Time `json:"at"`
+	UserID    string    `json:"userId,omitempty"`
+	ServiceID string    `json:"serviceId,omitempty"`
+	ProductID string    `json:"productId,omitempty"`
+	Pack      string    `json:"pack,omitempty"`
+	// Amount is what was paid, in Currency's minor units (0: not known,
+	// as when only a charge.refund.updated of it came); PaidAt when.
+	Amount   int64     `json:"amount,omitempty"`
+	Currency string    `json:"currency,omitempty"`
+	PaidAt   time.Time `json:"paidAt,omitzero"`
+	// Refunds are the succeeded refunds of its charge seen while it was
+	// not granted, Refunded their sum; DisputeID and Disputed a lost
+	// dispute seen so. A grant made later (its paid event applied once
+	// the config can) takes them back at once (catchUpMoneyBack).
+	Refunds   []SeenRefund `json:"refunds,omitempty"`
+	Refunded  int64        `json:"refunded,omitempty"`
+	DisputeID string       `json:"disputeId,omitempty"`
+	Disputed  int64        `json:"disputed,omitempty"`
+}
+
+// SeenRefund is a succeeded refund of a top-up not granted when it came.
+type SeenRefund struct {
+	ID      string `json:"id"`
+	Amount  int64  `json:"amount"`
+	Created int64  `json:"created,omitempty"`
 }
 
 // CustomerRecord is KindCustomer: the Stripe customer of a user, made
@@ -55,13 +85,25 @@ type InvoiceRecord struct {
 	PeriodEnd      time.Time `json:"periodEnd,omitzero"`
 	PaidAt         time.Time `json:"paidAt,omitzero"`
 	// Refunded and Disputed are what went back of AmountPaid: the
-	// succeeded refunds of its charge, summed, and a lost dispute's
-	// amount (invoicerefunds.go).
-	Refunded  int64     `json:"refunded,omitempty"`
-	Disputed  int64     `json:"disputed,omitempty"`
-	HostedURL string    `json:"hostedUrl,omitempty"`
-	PDFURL    string    `json:"pdfUrl,omitempty"`
-	UpdatedAt time.Time `json:"updatedAt"`
+	// succeeded refunds of its charges, summed, and its lost disputes'
+	// amounts, summed (invoicerefunds.go), each at most AmountPaid.
+	Refunded int64 `json:"refunded,omitempty"`
+	Disputed int64 `json:"disputed,omitempty"`
+	// RefundedBy is, per charge of the invoice (an invoice may be paid
+	// by more than one), the succeeded refunds of that charge, summed;
+	// DisputedBy, per lost dispute, its amount. Refunded and Disputed
+	// are their sums, so a charge's refunds told again count once and
+	// two charges' refunds both count.
+	RefundedBy map[string]int64 `json:"refundedBy,omitempty"`
+	DisputedBy map[string]int64 `json:"disputedBy,omitempty"`
+	// RefundedBefore and DisputedBefore are what a record written before
+	// the per-charge amounts were kept said went back, of charges (or
+	// disputes) not named: Refunded and Disputed are never less.
+	RefundedBefore int64     `json:"refundedBefore,omitempty"`
+	DisputedBefore int64     `json:"disputedBefore,omitempty"`
+	HostedURL      string    `json:"hostedUrl,omitempty"`
+	PDFURL         string    `json:"pdfUrl,omitempty"`
+	UpdatedAt      time.Time `json:"updatedAt"`
 }
 
 // TopUpRecord is KindTopUp.

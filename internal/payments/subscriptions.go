@@ -518,6 +518,8 @@ func (s *Service) putInvoice(ctx context.Context, pay store.Payments, inv *strip
 			}
 			// What went back since stays recorded (invoiceMoneyBack).
 			w.Refunded, w.Disputed = old.Refunded, old.Disputed
+			w.RefundedBy, w.DisputedBy = old.RefundedBy, old.DisputedBy
+			w.RefundedBefore, w.DisputedBefore = old.RefundedBefore, old.DisputedBefore
 		}
 		body, _ := json.Marshal(w)
 		err = pay.SwapPaymentRecord(ctx, KindInvoice, inv.ID, b, body, s.now())

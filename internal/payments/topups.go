@@ -336,7 +336,7 @@ func topUpPaid(s *Service, ctx context.Context, ev *stripe.Event) error {
 		err = s.topUpCustomer(ctx, &cs)
 	}
 	if err != nil {
-		return s.ignoredTopUp(ctx, &cs, err)
+		return s.ignoredTopUp(ctx, &cs, ev, err)
 	}
 	if cs.AmountTotal <= 0 || cs.Currency == "" {
 		return badEvent("session %s: a top-up is paid with money; amount_total %d %q", cs.ID, cs.AmountTotal, cs.Currency)
@@ -351,7 +351,7 @@ func topUpPaid(s *Service, ctx context.Context, ev *stripe.Event) error {
 	// a session paid otherwise (a custom amount, another Price) is not
 	// credited.
 	if err := s.paidForPack(ctx, &cs, t); err != nil {
-		return s.ignoredTopUp(ctx, &cs, err)
+		return s.ignoredTopUp(ctx, &cs, ev, err)
 	}
 	// The event's time, the same on every delivery, so the grant is the
 	// same whichever delivery makes it (unless it comes late: grantTime).
@@ -372,7 +372,9 @@ func topUpPaid(s *Service, ctx context.Context, ev *stripe.Event) error {
 		return fmt.Errorf("granting top-up %s: %w", pi, err)
 	}
 	if _, err := pay.GetPaymentRecord(ctx, KindTopUp, pi); err == nil {
-		return nil // recorded by an earlier delivery
+		// Recorded by an earlier delivery, which may have failed taking
+		// back what went back before the grant.
+		return s.catchUpMoneyBack(ctx, pay, pi, ev.Created)
 	}
 	rec := TopUpRecord{ID: pi, SessionID: cs.ID, UserID: userID, ServiceID: t.Service, ProductID: t.Product, Pack: t.Name,
 		Credits: t.Credits.String(), Amount: cs.AmountTotal, Currency: strings.ToUpper(string(cs.Currency)),
@@ -380,6 +382,53 @@ func topUpPaid(s *Service, ctx context.Context, ev *stripe.Event) error {
 	body, _ := json.Marshal(rec)
 	if _, err := pay.InsertPaymentRecord(ctx, KindTopUp, pi, body, s.now()); err != nil && !errors.Is(err, store.ErrExists) {
 		return fmt.Errorf("recording top-up %s: %w", pi, err)
+	}
+	// After the record, so that a refund seen as not granted meanwhile
+	// (seenNotGranted, which reads this record after writing its own)
+	// is found by one of the two.
+	return s.catchUpMoneyBack(ctx, pay, pi, ev.Created)
+}
+
+// catchUpMoneyBack takes back, from the top-up of PaymentIntent pi just
+// granted, what went back of it before it was granted: the refunds and
+// the lost dispute seen while it could not be (its paid event not
+// applied yet and the config unable to grant it, or ignored), kept on
+// its KindTopUpIgnored record. Each by its id, so once, as its own event
+// would have (and as a later event of its charge does).
+func (s *Service) catchUpMoneyBack(ctx context.Context, pay store.Payments, pi string, evCreated int64) error {
+	b, err := pay.GetPaymentRecord(ctx, KindTopUpIgnored, pi)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	var ig IgnoredTopUp
+	if err := json.Unmarshal(b, &ig); err != nil {
+		return fmt.Errorf("ignored top-up record %s does not parse: %w", pi, err)
+	}
+	if len(ig.Refunds) == 0 && ig.DisputeID == "" {
+		return nil
+	}
+	rec, err := s.topUpRecord(ctx, pay, pi)
+	if err != nil {
+		return err
+	}
+	if rec.Amount <= 0 {
+		return nil
+	}
+	if len(ig.Refunds) > 0 {
+		var refunds []*stripe.Refund
+		for _, r := range ig.Refunds {
+			refunds = append(refunds, &stripe.Refund{ID: r.ID, Amount: r.Amount, Created: r.Created, Status: stripe.RefundStatusSucceeded})
+		}
+		sortRefunds(refunds)
+		ch := &stripe.Charge{Amount: rec.Amount, Currency: stripe.Currency(strings.ToLower(rec.Currency))}
+		if err := s.takeRefunds(ctx, pay, rec, ch, refunds, evCreated); err != nil {
+			return err
+		}
+	}
+	if ig.DisputeID != "" {
+		return s.takeDispute(ctx, pay, rec, ig.DisputeID, ig.Disputed, rec.Currency, time.Unix(evCreated, 0).UTC())
 	}
 	return nil
 }
@@ -408,9 +457,11 @@ func grantTime(paidAt, now time.Time) time.Time {
 // being granted, by its PaymentIntent, so that its refund or dispute is
 // known for one that takes nothing back (notGrantedYet) even once the
 // reason is gone (its user subscribed since): answered with an error, it
-// came back for Stripe's three days of retries. A failure to remember it
-// is an error, so that Stripe sends the event again.
-func (s *Service) ignoredTopUp(ctx context.Context, cs *stripe.CheckoutSession, err error) error {
+// came back for Stripe's three days of retries. It keeps who paid what
+// (the session's metadata and amount, at the event's time) for the
+// Revenue page, which lists it as paid and not granted. A failure to
+// remember it is an error, so that Stripe sends the event again.
+func (s *Service) ignoredTopUp(ctx context.Context, cs *stripe.CheckoutSession, ev *stripe.Event, err error) error {
 	var bad badEventError
 	if !errors.As(err, &bad) || cs.PaymentIntent == nil || cs.PaymentIntent.ID == "" {
 		return err
@@ -419,11 +470,124 @@ func (s *Service) ignoredTopUp(ctx context.Context, cs *stripe.CheckoutSession, 
 	if perr != nil {
 		return perr
 	}
-	body, _ := json.Marshal(IgnoredTopUp{ID: cs.PaymentIntent.ID, SessionID: cs.ID, Reason: bad.msg, At: s.now().UTC()})
-	if _, perr := pay.InsertPaymentRecord(ctx, KindTopUpIgnored, cs.PaymentIntent.ID, body, s.now()); perr != nil && !errors.Is(perr, store.ErrExists) {
+	now := s.now().UTC()
+	ig := IgnoredTopUp{ID: cs.PaymentIntent.ID, SessionID: cs.ID, Reason: bad.msg, At: now,
+		UserID: cs.Metadata[MetaUser], ServiceID: cs.Metadata[MetaService], ProductID: cs.Metadata[MetaProduct], Pack: cs.Metadata[MetaPack],
+		Amount: cs.AmountTotal, Currency: strings.ToUpper(string(cs.Currency)), PaidAt: time.Unix(ev.Created, 0).UTC()}
+	if perr := s.keepIgnored(ctx, pay, ig, func(old *IgnoredTopUp) bool {
+		// A record a refund or dispute wrote first: the session's own
+		// facts fill in what it did not know.
+		changed := old.SessionID == "" || old.Amount == 0 && ig.Amount > 0
+		old.SessionID = cmp.Or(old.SessionID, ig.SessionID)
+		old.Reason = ig.Reason
+		old.UserID, old.ServiceID = cmp.Or(old.UserID, ig.UserID), cmp.Or(old.ServiceID, ig.ServiceID)
+		old.ProductID, old.Pack = cmp.Or(old.ProductID, ig.ProductID), cmp.Or(old.Pack, ig.Pack)
+		if old.Amount == 0 && ig.Amount > 0 {
+			old.Amount, old.Currency = ig.Amount, ig.Currency
+		}
+		if old.PaidAt.IsZero() {
+			old.PaidAt = ig.PaidAt
+		}
+		return changed
+	}); perr != nil {
 		return fmt.Errorf("recording the ignored top-up %s: %w", cs.PaymentIntent.ID, perr)
 	}
 	return err
+}
+
+// keepIgnored inserts the ignored top-up record ig, or, when there is
+// one, makes change on it (changeRecord: another node's change made
+// meanwhile is kept).
+func (s *Service) keepIgnored(ctx context.Context, pay store.Payments, ig IgnoredTopUp, change func(*IgnoredTopUp) bool) error {
+	body, _ := json.Marshal(ig)
+	_, err := pay.InsertPaymentRecord(ctx, KindTopUpIgnored, ig.ID, body, s.now())
+	if !errors.Is(err, store.ErrExists) {
+		return err
+	}
+	_, _, err = changeRecord(ctx, pay, KindTopUpIgnored, ig.ID, s.now(), change)
+	return err
+}
+
+// seen is what a refund's or dispute's event tells of money gone back
+// of a payment (notGrantedYet): the charge's succeeded refunds (asked
+// only when needed), or a lost dispute; and what the charge was paid,
+// when the event says.
+type seen struct {
+	refunds   func() ([]*stripe.Refund, error)
+	disputeID string
+	disputed  int64
+	amount    int64
+	currency  string
+	paidAt    time.Time
+}
+
+// seenNotGranted keeps on the ignored top-up record of pi (made if there
+// is none, with meta's user, service, product and pack) the money back
+// that an event of a top-up not granted tells (back), so that a grant
+// made later takes it back (catchUpMoneyBack) and the Revenue page
+// counts the payment net of it. Then it reads the top-up's record: a
+// grant made meanwhile, which may have read the ignored record before
+// this write, is an error, so that Stripe sends the event again and it
+// takes back from the grant.
+func (s *Service) seenNotGranted(ctx context.Context, pay store.Payments, pi string, meta map[string]string, reason string, back seen) error {
+	var refunds []SeenRefund
+	if back.refunds != nil {
+		rs, err := back.refunds()
+		if err != nil {
+			return err
+		}
+		for _, r := range rs {
+			refunds = append(refunds, SeenRefund{ID: r.ID, Amount: r.Amount, Created: r.Created})
+		}
+	}
+	if len(refunds) == 0 && back.disputeID == "" {
+		return nil
+	}
+	ig := IgnoredTopUp{ID: pi, Reason: reason, At: s.now().UTC(), UserID: meta[MetaUser], ServiceID: meta[MetaService],
+		ProductID: meta[MetaProduct], Pack: meta[MetaPack], Amount: back.amount, Currency: strings.ToUpper(back.currency), PaidAt: back.paidAt}
+	change := func(r *IgnoredTopUp) bool {
+		changed := false
+		for _, x := range refunds {
+			i := slices.IndexFunc(r.Refunds, func(y SeenRefund) bool { return y.ID == x.ID })
+			switch {
+			case i < 0:
+				r.Refunds = append(r.Refunds, x)
+				changed = true
+			case x.Amount > r.Refunds[i].Amount:
+				r.Refunds[i].Amount = x.Amount
+				changed = true
+			}
+		}
+		var sum int64
+		for _, x := range r.Refunds {
+			sum += x.Amount
+		}
+		if r.Amount > 0 {
+			sum = min(sum, r.Amount)
+		}
+		r.Refunded = max(r.Refunded, sum)
+		if back.disputeID != "" && (r.DisputeID != back.disputeID || back.disputed > r.Disputed) {
+			r.DisputeID, r.Disputed = back.disputeID, max(r.Disputed, back.disputed)
+			changed = true
+		}
+		if r.Amount == 0 && back.amount > 0 {
+			r.Amount, r.Currency, changed = back.amount, strings.ToUpper(back.currency), true
+		}
+		if r.PaidAt.IsZero() && !back.paidAt.IsZero() {
+			r.PaidAt, changed = back.paidAt, true
+		}
+		return changed
+	}
+	change(&ig)
+	if err := s.keepIgnored(ctx, pay, ig, change); err != nil {
+		return fmt.Errorf("recording what went back of top-up %s, not granted: %w", pi, err)
+	}
+	if _, err := pay.GetPaymentRecord(ctx, KindTopUp, pi); err == nil {
+		return fmt.Errorf("top-up %s was granted while its refund or dispute was being recorded; Stripe sends it again", pi)
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	return nil
 }
 
 // receiptURL is the receipt of the payment's charge, or "" when Stripe
@@ -503,7 +667,7 @@ func complete(meta map[string]string) bool {
 // the user it names (another gateway's on the same Stripe account, whose
 // paid session this one never saw) was never this gateway's to grant,
 // and its refund takes nothing back.
-func (s *Service) notGrantedYet(ctx context.Context, pi, customer string, meta map[string]string, what string) error {
+func (s *Service) notGrantedYet(ctx context.Context, pi, customer string, meta map[string]string, what string, back seen) error {
 	if pi == "" {
 		return nil
 	}
@@ -514,6 +678,9 @@ func (s *Service) notGrantedYet(ctx context.Context, pi, customer string, meta m
 	if b, err := pay.GetPaymentRecord(ctx, KindTopUpIgnored, pi); err == nil {
 		var ig IgnoredTopUp
 		_ = json.Unmarshal(b, &ig) // the reason is for the log line only
+		if err := s.seenNotGranted(ctx, pay, pi, meta, ig.Reason, back); err != nil {
+			return err
+		}
 		return badEvent("%s: top-up %s was ignored when it was paid (%s): nothing to take back", what, pi, ig.Reason)
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return err
@@ -545,6 +712,20 @@ func (s *Service) notGrantedYet(ctx context.Context, pi, customer string, meta m
 	if _, err := s.topUpOf(ctx, meta); err != nil {
 		var bad badEventError
 		if complete(meta) && errors.As(err, &bad) {
+			// Kept: should its paid event yet be applied (Stripe's retry,
+			// a resend from the Dashboard, once the config has its pack),
+			// the grant takes this back at once. Only a payment its
+			// customer made for the user it names: another gateway's on
+			// the same Stripe account is none of this one's.
+			var notOurs badEventError
+			if err := s.ownTopUp(ctx, pay, pi, customer, intent, meta[MetaUser]); errors.As(err, &notOurs) {
+				return badEvent("%s: top-up %s was never granted and cannot be (%s): nothing to take back", what, pi, notOurs.msg)
+			} else if err != nil {
+				return err
+			}
+			if err := s.seenNotGranted(ctx, pay, pi, meta, "its refund or dispute came before it was granted, and it could not be: "+bad.msg, back); err != nil {
+				return err
+			}
 			return badEvent("%s: top-up %s was never granted and cannot be (%s): nothing to take back", what, pi, bad.msg)
 		}
 		if complete(meta) {
@@ -631,7 +812,9 @@ func chargeRefunded(s *Service, ctx context.Context, ev *stripe.Event) error {
 		if ch.Customer != nil {
 			cust = ch.Customer.ID
 		}
-		return s.notGrantedYet(ctx, pi, cust, ch.Metadata, "charge "+ch.ID+" refunded")
+		return s.notGrantedYet(ctx, pi, cust, ch.Metadata, "charge "+ch.ID+" refunded", seen{
+			refunds: func() ([]*stripe.Refund, error) { return s.refundsOf(ctx, &ch) },
+			amount:  ch.Amount, currency: string(ch.Currency), paidAt: unix(ch.Created)})
 	} else if err != nil {
 		return err
 	}
@@ -690,7 +873,13 @@ func refundUpdated(s *Service, ctx context.Context, ev *stripe.Event) error {
 		if ok, err := s.invoiceRefunded(ctx, pay, ev.Data.Raw, &stripe.Charge{ID: chargeID}, pi, &r); ok || err != nil {
 			return err
 		}
-		return s.notGrantedYet(ctx, pi, "", r.Metadata, "refund "+r.ID+" succeeded")
+		return s.notGrantedYet(ctx, pi, "", r.Metadata, "refund "+r.ID+" succeeded", seen{refunds: func() ([]*stripe.Refund, error) {
+			refunds, err := s.refundsOf(ctx, &stripe.Charge{ID: chargeID})
+			if err == nil && !slices.ContainsFunc(refunds, func(x *stripe.Refund) bool { return x.ID == r.ID }) && r.Amount > 0 {
+				refunds = append(refunds, &r) // the list lags behind the event
+			}
+			return refunds, err
+		}})
 	} else if err != nil {
 		return err
 	}
@@ -830,29 +1019,37 @@ func disputeClosed(s *Service, ctx context.Context, ev *stripe.Event) error {
 			if ok, err := s.invoiceKept(ctx, pay, invID); err != nil {
 				return err
 			} else if ok {
-				_, err := s.invoiceMoneyBack(ctx, pay, invID, 0, d.Amount, "dispute "+d.ID+" lost")
+				_, err := s.invoiceMoneyBack(ctx, pay, invID, d.ID, 0, d.Amount, "dispute "+d.ID+" lost")
 				return err
 			}
 		}
-		return s.notGrantedYet(ctx, pi, "", d.Metadata, "dispute "+d.ID+" lost")
+		return s.notGrantedYet(ctx, pi, "", d.Metadata, "dispute "+d.ID+" lost", seen{disputeID: d.ID, disputed: d.Amount})
 	} else if err != nil {
 		return err
 	}
+	return s.takeDispute(ctx, pay, rec, d.ID, d.Amount, string(d.Currency), time.Unix(ev.Created, 0).UTC())
+}
+
+// takeDispute takes back what is left of top-up rec's grant for lost
+// dispute id of amount (in currency's minor units), once by its id, and
+// records the amount disputed.
+func (s *Service) takeDispute(ctx context.Context, pay store.Payments, rec TopUpRecord, id string, amount int64, currency string, at time.Time) error {
+	pi := rec.ID
 	credits, err := billing.ParseUnits(rec.Credits)
 	if err != nil {
 		return fmt.Errorf("top-up record %s: credits %q: %w", pi, rec.Credits, err)
 	}
 	// All of it: the store takes back only what the grant has left.
-	_, _, err = pay.ReverseCredits(ctx, store.CreditReversal{ID: d.ID, GrantID: pi, Credits: credits,
-		At: time.Unix(ev.Created, 0).UTC(), Reason: fmt.Sprintf("dispute lost, %s", MinorMoney(d.Amount, string(d.Currency)))})
+	_, _, err = pay.ReverseCredits(ctx, store.CreditReversal{ID: id, GrantID: pi, Credits: credits,
+		At: at, Reason: fmt.Sprintf("dispute lost, %s", MinorMoney(amount, currency))})
 	if err != nil && !errors.Is(err, store.ErrReplayed) {
-		return fmt.Errorf("taking back the credits of dispute %s: %w", d.ID, err)
+		return fmt.Errorf("taking back the credits of dispute %s: %w", id, err)
 	}
 	err = s.changeTopUp(ctx, pay, pi, func(rec *TopUpRecord) bool {
-		if d.Amount <= rec.Disputed {
+		if amount <= rec.Disputed {
 			return false
 		}
-		rec.Disputed = d.Amount
+		rec.Disputed = amount
 		return true
 	})
 	if err != nil {

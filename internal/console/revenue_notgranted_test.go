@@ -1,0 +1,66 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/platformgw/gateway/internal/payments"
+	"github.com/platformgw/gateway/internal/store"
+)
+
+// TestRevenueTopUpsNotGranted: a top-up paid that the gateway ignored
+// (its pack not in the config at that moment, a currency its Price does
+// not have) is money the operator received: the Revenue page counts it
+// with the top-ups, net of what went back, and lists it apart as paid and
+// not granted, with its amount and currency, who paid, the pack and why,
+// so the operator refunds it or grants it by hand. One granted since (its
+// paid event applied later) is a top-up like any other and not listed;
+// one ignored before the gateway kept its amount is listed without it.
+// The old page left a paid top-up the gateway ignored out altogether:
+// 10.00 USD paid, 4.00 USD refunded, showed nothing of it.
+func TestRevenueTopUpsNotGranted(t *testing.T) {
+	e, st := moneyEnv(t)
+	pay := st.(store.Payments)
+	bg := context.Background()
+	paid := time.Date(2026, 11, 4, 9, 0, 0, 0, time.UTC)
+	put := func(kind, id string, v any) {
+		t.Helper()
+		b, _ := json.Marshal(v)
+		if err := pay.PutPaymentRecord(bg, kind, id, b, moneyNow); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(payments.KindTopUpIgnored, "pi_ig", payments.IgnoredTopUp{ID: "pi_ig", SessionID: "cs_ig", Reason: `the session names pack "retired", which pre/credits does not have`,
+		At: paid, UserID: "ann", ServiceID: "pre", ProductID: "credits", Pack: "retired", Amount: 1000, Currency: "USD", PaidAt: paid, Refunded: 400})
+	// Ignored, then granted when its paid event came again: a top-up.
+	put(payments.KindTopUpIgnored, "pi_later", payments.IgnoredTopUp{ID: "pi_later", Reason: "no subscription", At: paid,
+		UserID: "ben", ServiceID: "pre", Pack: "ten", Amount: 700, Currency: "USD", PaidAt: paid})
+	put(payments.KindTopUp, "pi_later", payments.TopUpRecord{ID: "pi_later", UserID: "ben", ServiceID: "pre", ProductID: "credits", Pack: "ten",
+		Credits: "10", Amount: 700, Currency: "USD", PaidAt: paid})
+	// Ignored by a gateway from before the amount was kept.
+	put(payments.KindTopUpIgnored, "pi_old", payments.IgnoredTopUp{ID: "pi_old", SessionID: "cs_old", Reason: "old reason", At: paid})
+	h := direct(t, e, false)
+	h.payments = &payments.Config{PastDueGrace: caddy.Duration(72 * time.Hour)}
+	got := getPage(t, h, "/console/revenue")
+	// 6.00 (10.00 less 4.00) + 7.00 top-ups, 4.00 back.
+	if !strings.Contains(got, "USD 0.00 USD 13.00 USD 13.00 USD 4.00 USD") {
+		t.Errorf("no USD 13.00 of top-ups received and 4.00 refunded:\n%s", got)
+	}
+	for _, want := range []string{
+		"Top-ups paid, not granted",
+		"ann pre (credits) retired 10.00 USD 4.00 USD the session names pack \"retired\", which pre/credits does not have pi_ig",
+		"not recorded not recorded: see Stripe nothing old reason pi_old",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the page does not say %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "pi_later") {
+		t.Errorf("a top-up granted since is listed as not granted:\n%s", got)
+	}
+}
