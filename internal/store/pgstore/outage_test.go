@@ -38,10 +38,36 @@ func serveFor(s *Store, a store.Account, d time.Duration) (acked int) {
 // row, were cut at the limit. No node sweeps until it has reached the
 // database for lease_ttl again (sweepReady): the node ships first, every
 // call charged in full, nothing served past the quota.
-func TestDatabaseDownPastLeaseTTL(t *testing.T) {
+func TestDatabaseDownPastLeaseTTL(t *testing.T) { downPastLeaseTTL(t, 4*time.Second) }
+
+// The same with the shortest lease_ttl the configuration takes (1s): the
+// node's shipper, retrying every 2 s once the outage had lasted a few
+// seconds, shipped its log up to 2 s after the database was back, while
+// the other node's sweep came lease_ttl after it last found the database
+// down, at most 1 s after it was back: the sweep gave the expired row back
+// first, the other node served its 66 units again (1,066 calls on a quota
+// of 1,000) and the shipped charges were floored past the limit. A test
+// with lease_ttl 4 s had 1.2 s of that margin at worst, less a loaded
+// machine's commit (it failed so, 66 calls past the quota). A waiting
+// settlement is now tried again at least every tenth of lease_ttl
+// (retryMax).
+func TestDatabaseDownPastShortLeaseTTL(t *testing.T) { downPastLeaseTTL(t, time.Second) }
+
+// downPastLeaseTTL keeps the database down past ttl while node a serves
+// from its lease, and starts it again just after a's shipper found it
+// down (the longest wait for its next attempt); node b sweeps as soon as
+// it answers and serves what it can.
+func downPastLeaseTTL(t *testing.T, ttl time.Duration) {
+	failed := make(chan struct{}, 1)
+	shipFailed = func() {
+		select {
+		case failed <- struct{}{}:
+		default:
+		}
+	}
+	t.Cleanup(func() { shipFailed = nil }) // after the nodes' Close (cleanups run last first)
 	c := pgtest.Cluster(t, clusterPort())
 	dsn := c.DB("pgstore")
-	const ttl = 4 * time.Second
 	a := openNode(t, dsn, "a", func(o *Options) {
 		o.LogDir, o.ShipInterval, o.LeaseTTL, o.LeaseMax = t.TempDir(), 20*time.Millisecond, ttl, units(100)
 	})
@@ -57,7 +83,9 @@ func TestDatabaseDownPastLeaseTTL(t *testing.T) {
 	if err := a.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	// A usage report takes all the quota a's lease does not hold.
+	// A usage report takes all the quota a's lease does not hold (a
+	// refill of its lease in flight, on a loaded machine, lands first).
+	a.refills.Wait()
 	var taken int64
 	if err := a.pool.QueryRow(context.Background(), "SELECT used + leased_units FROM allowances WHERE user_id = 'u'").Scan(&taken); err != nil {
 		t.Fatal(err)
@@ -79,10 +107,21 @@ func TestDatabaseDownPastLeaseTTL(t *testing.T) {
 	if outage == 0 {
 		t.Fatal("nothing served from the lease with the database down")
 	}
-	time.Sleep(ttl) // the lease rows expire on the database's clock
+	// The lease rows expire on the database's clock, and a's shipper
+	// retries at its longest interval (2 s once 3 s of failures had
+	// doubled it, before retryMax).
+	time.Sleep(max(ttl, 4*time.Second))
+	select {
+	case <-failed: // an old attempt
+	default:
+	}
+	select {
+	case <-failed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a's shipper made no attempt")
+	}
 	c.Start()
-	// A sweep as soon as the database answers: before a's next shipment
-	// (its shipper retries with a backoff of up to 2 s).
+	// A sweep as soon as the database answers: before a's next shipment.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		_, err := b.sweepExpired(context.Background())
 		if err == nil {
@@ -92,8 +131,10 @@ func TestDatabaseDownPastLeaseTTL(t *testing.T) {
 			t.Fatalf("the database is not back: %v", err)
 		}
 	}
-	// b serves what it can meanwhile, a ships its log.
-	ackedB := serveFor(b, acct, 2*ttl)
+	// b serves what it can meanwhile (its own sweeps, every second at
+	// most, give the expired row back lease_ttl after b last found the
+	// database down), a ships its log.
+	ackedB := serveFor(b, acct, max(2*ttl, 4*time.Second))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := a.Flush(ctx); err != nil {
