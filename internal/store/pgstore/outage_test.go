@@ -12,7 +12,8 @@ import (
 )
 
 // serveFor calls on s for d, one unit a call, counting the calls
-// acknowledged; a refusal or an unavailable store is tried again.
+// answered (acknowledged, or pending for the database); a refusal or an
+// unavailable store is tried again.
 func serveFor(s *Store, a store.Account, d time.Duration) (acked int) {
 	ctx := context.Background()
 	for end := time.Now().Add(d); time.Now().Before(end); {
@@ -21,8 +22,10 @@ func serveFor(s *Store, a store.Account, d time.Duration) (acked int) {
 			time.Sleep(20 * time.Millisecond)
 			continue
 		}
+		// Pending: not written yet, charged once the database answers;
+		// the call's answer is delivered.
 		if _, err := s.Settle(ctx, res, units(1), store.LedgerEntry{UserID: a.UserID, ServiceID: a.ServiceID,
-			ProductID: a.Product.ID, Source: store.SourceGateway}); err == nil {
+			ProductID: a.Product.ID, Source: store.SourceGateway}); err == nil || errors.Is(err, store.ErrSettlementPending) {
 			acked++
 		}
 	}
@@ -38,7 +41,7 @@ func serveFor(s *Store, a store.Account, d time.Duration) (acked int) {
 // row, were cut at the limit. No node sweeps until it has reached the
 // database for lease_ttl again (sweepReady): the node ships first, every
 // call charged in full, nothing served past the quota.
-func TestDatabaseDownPastLeaseTTL(t *testing.T) { downPastLeaseTTL(t, 4*time.Second) }
+func TestDatabaseDownPastLeaseTTL(t *testing.T) { downPastLeaseTTL(t, 4*time.Second, false) }
 
 // The same with the shortest lease_ttl the configuration takes (1s): the
 // node's shipper, retrying every 2 s once the outage had lasted a few
@@ -51,26 +54,45 @@ func TestDatabaseDownPastLeaseTTL(t *testing.T) { downPastLeaseTTL(t, 4*time.Sec
 // machine's commit (it failed so, 66 calls past the quota). A waiting
 // settlement is now tried again at least every tenth of lease_ttl
 // (retryMax).
-func TestDatabaseDownPastShortLeaseTTL(t *testing.T) { downPastLeaseTTL(t, time.Second) }
+func TestDatabaseDownPastShortLeaseTTL(t *testing.T) { downPastLeaseTTL(t, time.Second, false) }
+
+// The same on a `settle commit` node, whose settlements wait in its group
+// commit (settler.loop), which retried every 2 s as the shipper did.
+func TestSettleCommitDownPastShortLeaseTTL(t *testing.T) { downPastLeaseTTL(t, time.Second, true) }
 
 // downPastLeaseTTL keeps the database down past ttl while node a serves
-// from its lease, and starts it again just after a's shipper found it
-// down (the longest wait for its next attempt); node b sweeps as soon as
-// it answers and serves what it can.
-func downPastLeaseTTL(t *testing.T, ttl time.Duration) {
+// from its lease (settle log, or commit), and starts it again just after
+// a found it down writing the settlements (the longest wait for its next
+// attempt); node b sweeps as soon as it answers and serves what it can.
+func downPastLeaseTTL(t *testing.T, ttl time.Duration, commit bool) {
 	failed := make(chan struct{}, 1)
-	shipFailed = func() {
+	hook := func() {
 		select {
 		case failed <- struct{}{}:
 		default:
 		}
 	}
-	t.Cleanup(func() { shipFailed = nil }) // after the nodes' Close (cleanups run last first)
+	oldWait := settleWait
+	if commit {
+		settleFailed = hook
+		settleWait = 100 * time.Millisecond // a call answers pending soon
+	} else {
+		shipFailed = hook
+	}
+	t.Cleanup(func() { shipFailed, settleFailed, settleWait = nil, nil, oldWait }) // after the nodes' Close (cleanups run last first)
 	c := pgtest.Cluster(t, clusterPort())
 	dsn := c.DB("pgstore")
 	a := openNode(t, dsn, "a", func(o *Options) {
 		o.LogDir, o.ShipInterval, o.LeaseTTL, o.LeaseMax = t.TempDir(), 20*time.Millisecond, ttl, units(100)
+		o.SettleCommit = commit
 	})
+	// waiting is what a acknowledged and has not written yet.
+	waiting := func() int {
+		if commit {
+			return queued(a)
+		}
+		return a.Unshipped()
+	}
 	b := openNode(t, dsn, "b", func(o *Options) { o.LeaseTTL, o.LeaseMax = ttl, units(100) })
 	subscribe(t, a, "u", "svc", "q")
 	const quota = 1000
@@ -98,18 +120,24 @@ func downPastLeaseTTL(t *testing.T, ttl time.Duration) {
 	reported := int(rest / units(1))
 	call(t, a, acct) // a reads the allowance again, as its calls do
 	ackedA++
+	// and the subscription: the outage's calls go on with it as last read
+	// for lease_ttl at most (a read of a moment ago, not the cache's).
+	a.cache.dropSub("u", "svc")
+	if _, err := a.getSubscription(context.Background(), "u", "svc"); err != nil {
+		t.Fatal(err)
+	}
 
 	c.Stop()
-	// a serves from its lease, acknowledged from its log, until the
-	// lease's own deadline.
+	// a serves from its lease, acknowledged from its log (or answered
+	// pending), until the lease's own deadline.
 	ackedA += serveFor(a, acct, ttl)
-	outage := a.Unshipped()
+	outage := waiting()
 	if outage == 0 {
 		t.Fatal("nothing served from the lease with the database down")
 	}
-	// The lease rows expire on the database's clock, and a's shipper
-	// retries at its longest interval (2 s once 3 s of failures had
-	// doubled it, before retryMax).
+	// The lease rows expire on the database's clock, and a's shipper (or
+	// group commit) retries at its longest interval (2 s once 3 s of
+	// failures had doubled it, before retryMax).
 	time.Sleep(max(ttl, 4*time.Second))
 	select {
 	case <-failed: // an old attempt
@@ -118,7 +146,7 @@ func downPastLeaseTTL(t *testing.T, ttl time.Duration) {
 	select {
 	case <-failed:
 	case <-time.After(10 * time.Second):
-		t.Fatal("a's shipper made no attempt")
+		t.Fatal("a made no attempt to write its settlements")
 	}
 	c.Start()
 	// A sweep as soon as the database answers: before a's next shipment.
@@ -139,6 +167,12 @@ func downPastLeaseTTL(t *testing.T, ttl time.Duration) {
 	defer cancel()
 	if err := a.Flush(ctx); err != nil {
 		t.Fatalf("not shipped: %v", err)
+	}
+	for waiting() > 0 {
+		if ctx.Err() != nil {
+			t.Fatalf("%d settlements not written", waiting())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	var sum, claimed billing.Units
 	cut := 0

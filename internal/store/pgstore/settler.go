@@ -326,6 +326,10 @@ func (t *settler) start(workers int) {
 	}()
 }
 
+// settleFailed, when set (tests), is called after each commit that found
+// PostgreSQL unavailable, before the wait for the next attempt.
+var settleFailed func()
+
 func (t *settler) loop() {
 	// retained are the settlements waiting for the database, oldest
 	// first, written maxSettleBatch at a time once it answers. While it
@@ -418,6 +422,9 @@ func (t *settler) loop() {
 		t.down.Store(true)
 		t.s.log.Warn("settlements not written; retrying", zap.Int("settlements", len(batch)+len(retained)), zap.Error(err))
 		retained = append(batch, retained...)
+		if settleFailed != nil {
+			settleFailed()
+		}
 		timer := time.NewTimer(backoff)
 	wait:
 		for {
