@@ -441,7 +441,7 @@ func (t *settler) loop() {
 				return
 			}
 		}
-		backoff = min(2*backoff, 2*time.Second)
+		backoff = min(2*backoff, t.s.retryMax())
 	}
 }
 

@@ -353,7 +353,7 @@ func (sh *shipper) loop() {
 					shipFailed()
 				}
 				time.Sleep(backoff)
-				backoff = min(2*backoff, 2*time.Second)
+				backoff = min(2*backoff, sh.s.retryMax())
 				continue
 			}
 			backoff = 50 * time.Millisecond
