@@ -395,7 +395,9 @@ func (t *settler) loop() {
 		t.calls.Add(int64(len(batch)))
 		t.nanos.Add(int64(time.Since(t0)))
 		if err == nil {
-			t.down.Store(false)
+			if t.down.Swap(false) {
+				t.s.log.Info("settlements written again", zap.Int("settlements", len(batch)+len(retained)))
+			}
 			backoff = 50 * time.Millisecond
 			for _, st := range batch {
 				t.finish(st)
@@ -419,8 +421,11 @@ func (t *settler) loop() {
 			retained = append(again, retained...)
 			continue
 		}
-		t.down.Store(true)
-		t.s.log.Warn("settlements not written; retrying", zap.Int("settlements", len(batch)+len(retained)), zap.Error(err))
+		if !t.down.Swap(true) {
+			// Once per outage: the retries come a tenth of lease_ttl
+			// apart at most (retryMax), ten a second with lease_ttl 1s.
+			t.s.log.Warn("settlements not written; retrying", zap.Int("settlements", len(batch)+len(retained)), zap.Error(err))
+		}
 		retained = append(batch, retained...)
 		if settleFailed != nil {
 			settleFailed()
