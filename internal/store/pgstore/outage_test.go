@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,8 +16,14 @@ import (
 // answered (acknowledged, or pending for the database); a refusal or an
 // unavailable store is tried again.
 func serveFor(s *Store, a store.Account, d time.Duration) (acked int) {
+	end := time.Now().Add(d)
+	return serveWhile(s, a, func() bool { return time.Now().Before(end) })
+}
+
+// serveWhile is serveFor while more says so.
+func serveWhile(s *Store, a store.Account, more func() bool) (acked int) {
 	ctx := context.Background()
-	for end := time.Now().Add(d); time.Now().Before(end); {
+	for more() {
 		res, err := s.Reserve(ctx, a, units(1), time.Now())
 		if err != nil || !res.Decision.Allowed {
 			time.Sleep(20 * time.Millisecond)
@@ -75,7 +82,6 @@ func downPastLeaseTTL(t *testing.T, ttl time.Duration, commit bool) {
 	oldWait := settleWait
 	if commit {
 		settleFailed = hook
-		settleWait = 100 * time.Millisecond // a call answers pending soon
 	} else {
 		shipFailed = hook
 	}
@@ -127,10 +133,26 @@ func downPastLeaseTTL(t *testing.T, ttl time.Duration, commit bool) {
 		t.Fatal(err)
 	}
 
-	c.Stop()
 	// a serves from its lease, acknowledged from its log (or answered
-	// pending), until the lease's own deadline.
-	ackedA += serveFor(a, acct, ttl)
+	// pending), until the lease's own deadline: from before the stop,
+	// which on a loaded machine can take longer than a short lease_ttl's
+	// lease has left.
+	if commit {
+		// A call in the outage answers pending soon (set here: a loaded
+		// machine's commits before it may take longer).
+		settleWait = 100 * time.Millisecond
+	}
+	var stopped atomic.Int64
+	servedA := make(chan int, 1)
+	go func() {
+		servedA <- serveWhile(a, acct, func() bool {
+			at := stopped.Load()
+			return at == 0 || time.Since(time.Unix(0, at)) < ttl
+		})
+	}()
+	c.Stop()
+	stopped.Store(time.Now().UnixNano())
+	ackedA += <-servedA
 	outage := waiting()
 	if outage == 0 {
 		t.Fatal("nothing served from the lease with the database down")
