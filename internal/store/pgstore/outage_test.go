@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,17 +13,26 @@ import (
 )
 
 // serveFor calls on s for d, one unit a call, counting the calls
-// acknowledged; a refusal or an unavailable store is tried again.
+// answered (acknowledged, or pending for the database); a refusal or an
+// unavailable store is tried again.
 func serveFor(s *Store, a store.Account, d time.Duration) (acked int) {
+	end := time.Now().Add(d)
+	return serveWhile(s, a, func() bool { return time.Now().Before(end) })
+}
+
+// serveWhile is serveFor while more says so.
+func serveWhile(s *Store, a store.Account, more func() bool) (acked int) {
 	ctx := context.Background()
-	for end := time.Now().Add(d); time.Now().Before(end); {
+	for more() {
 		res, err := s.Reserve(ctx, a, units(1), time.Now())
 		if err != nil || !res.Decision.Allowed {
 			time.Sleep(20 * time.Millisecond)
 			continue
 		}
+		// Pending: not written yet, charged once the database answers;
+		// the call's answer is delivered.
 		if _, err := s.Settle(ctx, res, units(1), store.LedgerEntry{UserID: a.UserID, ServiceID: a.ServiceID,
-			ProductID: a.Product.ID, Source: store.SourceGateway}); err == nil {
+			ProductID: a.Product.ID, Source: store.SourceGateway}); err == nil || errors.Is(err, store.ErrSettlementPending) {
 			acked++
 		}
 	}
@@ -38,13 +48,57 @@ func serveFor(s *Store, a store.Account, d time.Duration) (acked int) {
 // row, were cut at the limit. No node sweeps until it has reached the
 // database for lease_ttl again (sweepReady): the node ships first, every
 // call charged in full, nothing served past the quota.
-func TestDatabaseDownPastLeaseTTL(t *testing.T) {
+func TestDatabaseDownPastLeaseTTL(t *testing.T) { downPastLeaseTTL(t, 4*time.Second, false) }
+
+// The same with the shortest lease_ttl the configuration takes (1s): the
+// node's shipper, retrying every 2 s once the outage had lasted a few
+// seconds, shipped its log up to 2 s after the database was back, while
+// the other node's sweep came lease_ttl after it last found the database
+// down, at most 1 s after it was back: the sweep gave the expired row back
+// first, the other node served its 66 units again (1,066 calls on a quota
+// of 1,000) and the shipped charges were floored past the limit. A test
+// with lease_ttl 4 s had 1.2 s of that margin at worst, less a loaded
+// machine's commit (it failed so, 66 calls past the quota). A waiting
+// settlement is now tried again at least every tenth of lease_ttl
+// (retryMax).
+func TestDatabaseDownPastShortLeaseTTL(t *testing.T) { downPastLeaseTTL(t, time.Second, false) }
+
+// The same on a `settle commit` node, whose settlements wait in its group
+// commit (settler.loop), which retried every 2 s as the shipper did.
+func TestSettleCommitDownPastShortLeaseTTL(t *testing.T) { downPastLeaseTTL(t, time.Second, true) }
+
+// downPastLeaseTTL keeps the database down past ttl while node a serves
+// from its lease (settle log, or commit), and starts it again just after
+// a found it down writing the settlements (the longest wait for its next
+// attempt); node b sweeps as soon as it answers and serves what it can.
+func downPastLeaseTTL(t *testing.T, ttl time.Duration, commit bool) {
+	failed := make(chan struct{}, 1)
+	hook := func() {
+		select {
+		case failed <- struct{}{}:
+		default:
+		}
+	}
+	oldWait := settleWait
+	if commit {
+		settleFailed = hook
+	} else {
+		shipFailed = hook
+	}
+	t.Cleanup(func() { shipFailed, settleFailed, settleWait = nil, nil, oldWait }) // after the nodes' Close (cleanups run last first)
 	c := pgtest.Cluster(t, clusterPort())
 	dsn := c.DB("pgstore")
-	const ttl = 4 * time.Second
 	a := openNode(t, dsn, "a", func(o *Options) {
 		o.LogDir, o.ShipInterval, o.LeaseTTL, o.LeaseMax = t.TempDir(), 20*time.Millisecond, ttl, units(100)
+		o.SettleCommit = commit
 	})
+	// waiting is what a acknowledged and has not written yet.
+	waiting := func() int {
+		if commit {
+			return queued(a)
+		}
+		return a.Unshipped()
+	}
 	b := openNode(t, dsn, "b", func(o *Options) { o.LeaseTTL, o.LeaseMax = ttl, units(100) })
 	subscribe(t, a, "u", "svc", "q")
 	const quota = 1000
@@ -57,7 +111,9 @@ func TestDatabaseDownPastLeaseTTL(t *testing.T) {
 	if err := a.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	// A usage report takes all the quota a's lease does not hold.
+	// A usage report takes all the quota a's lease does not hold (a
+	// refill of its lease in flight, on a loaded machine, lands first).
+	a.refills.Wait()
 	var taken int64
 	if err := a.pool.QueryRow(context.Background(), "SELECT used + leased_units FROM allowances WHERE user_id = 'u'").Scan(&taken); err != nil {
 		t.Fatal(err)
@@ -70,19 +126,52 @@ func TestDatabaseDownPastLeaseTTL(t *testing.T) {
 	reported := int(rest / units(1))
 	call(t, a, acct) // a reads the allowance again, as its calls do
 	ackedA++
+	// and the subscription: the outage's calls go on with it as last read
+	// for lease_ttl at most (a read of a moment ago, not the cache's).
+	a.cache.dropSub("u", "svc")
+	if _, err := a.getSubscription(context.Background(), "u", "svc"); err != nil {
+		t.Fatal(err)
+	}
 
+	// a serves from its lease, acknowledged from its log (or answered
+	// pending), until the lease's own deadline: from before the stop,
+	// which on a loaded machine can take longer than a short lease_ttl's
+	// lease has left.
+	if commit {
+		// A call in the outage answers pending soon (set here: a loaded
+		// machine's commits before it may take longer).
+		settleWait = 100 * time.Millisecond
+	}
+	var stopped atomic.Int64
+	servedA := make(chan int, 1)
+	go func() {
+		servedA <- serveWhile(a, acct, func() bool {
+			at := stopped.Load()
+			return at == 0 || time.Since(time.Unix(0, at)) < ttl
+		})
+	}()
 	c.Stop()
-	// a serves from its lease, acknowledged from its log, until the
-	// lease's own deadline.
-	ackedA += serveFor(a, acct, ttl)
-	outage := a.Unshipped()
+	stopped.Store(time.Now().UnixNano())
+	ackedA += <-servedA
+	outage := waiting()
 	if outage == 0 {
 		t.Fatal("nothing served from the lease with the database down")
 	}
-	time.Sleep(ttl) // the lease rows expire on the database's clock
+	// The lease rows expire on the database's clock, and a's shipper (or
+	// group commit) retries at its longest interval (2 s once 3 s of
+	// failures had doubled it, before retryMax).
+	time.Sleep(max(ttl, 4*time.Second))
+	select {
+	case <-failed: // an old attempt
+	default:
+	}
+	select {
+	case <-failed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a made no attempt to write its settlements")
+	}
 	c.Start()
-	// A sweep as soon as the database answers: before a's next shipment
-	// (its shipper retries with a backoff of up to 2 s).
+	// A sweep as soon as the database answers: before a's next shipment.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		_, err := b.sweepExpired(context.Background())
 		if err == nil {
@@ -92,12 +181,20 @@ func TestDatabaseDownPastLeaseTTL(t *testing.T) {
 			t.Fatalf("the database is not back: %v", err)
 		}
 	}
-	// b serves what it can meanwhile, a ships its log.
-	ackedB := serveFor(b, acct, 2*ttl)
+	// b serves what it can meanwhile (its own sweeps, every second at
+	// most, give the expired row back lease_ttl after b last found the
+	// database down), a ships its log.
+	ackedB := serveFor(b, acct, max(2*ttl, 4*time.Second))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := a.Flush(ctx); err != nil {
 		t.Fatalf("not shipped: %v", err)
+	}
+	for waiting() > 0 {
+		if ctx.Err() != nil {
+			t.Fatalf("%d settlements not written", waiting())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	var sum, claimed billing.Units
 	cut := 0

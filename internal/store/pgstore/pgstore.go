@@ -330,6 +330,20 @@ func (s *Store) noteDown(err error) {
 	}
 }
 
+// retryMax is the longest a settlement waiting for the database (in the
+// settlement log, or in the group commit) waits between two attempts to
+// write it: 2 s, and at most a tenth of lease_ttl. Its charge consumes
+// from a lease row that an outage longer than lease_ttl lets expire, and
+// other nodes sweep that row lease_ttl after they last found the database
+// down (sweepReady), at worst less one maintenance tick (a fifth of
+// lease_ttl) after it is back: the charge must be written before. A fixed
+// 2 s was longer than that whole margin with a short lease_ttl: shipped
+// after the sweep, a node's calls were served again by another
+// (TestDatabaseDownPastShortLeaseTTL).
+func (s *Store) retryMax() time.Duration {
+	return max(min(2*time.Second, s.opts.LeaseTTL/10), 50*time.Millisecond)
+}
+
 // holderCount counts something per lease holder.
 type holderCount struct {
 	mu sync.Mutex

@@ -326,6 +326,10 @@ func (t *settler) start(workers int) {
 	}()
 }
 
+// settleFailed, when set (tests), is called after each commit that found
+// PostgreSQL unavailable, before the wait for the next attempt.
+var settleFailed func()
+
 func (t *settler) loop() {
 	// retained are the settlements waiting for the database, oldest
 	// first, written maxSettleBatch at a time once it answers. While it
@@ -391,7 +395,9 @@ func (t *settler) loop() {
 		t.calls.Add(int64(len(batch)))
 		t.nanos.Add(int64(time.Since(t0)))
 		if err == nil {
-			t.down.Store(false)
+			if t.down.Swap(false) {
+				t.s.log.Info("settlements written again", zap.Int("settlements", len(batch)+len(retained)))
+			}
 			backoff = 50 * time.Millisecond
 			for _, st := range batch {
 				t.finish(st)
@@ -415,9 +421,15 @@ func (t *settler) loop() {
 			retained = append(again, retained...)
 			continue
 		}
-		t.down.Store(true)
-		t.s.log.Warn("settlements not written; retrying", zap.Int("settlements", len(batch)+len(retained)), zap.Error(err))
+		if !t.down.Swap(true) {
+			// Once per outage: the retries come a tenth of lease_ttl
+			// apart at most (retryMax), ten a second with lease_ttl 1s.
+			t.s.log.Warn("settlements not written; retrying", zap.Int("settlements", len(batch)+len(retained)), zap.Error(err))
+		}
 		retained = append(batch, retained...)
+		if settleFailed != nil {
+			settleFailed()
+		}
 		timer := time.NewTimer(backoff)
 	wait:
 		for {
@@ -434,7 +446,7 @@ func (t *settler) loop() {
 				return
 			}
 		}
-		backoff = min(2*backoff, 2*time.Second)
+		backoff = min(2*backoff, t.s.retryMax())
 	}
 }
 

@@ -321,6 +321,10 @@ func (sh *shipper) nextSeq(ctx context.Context) int64 {
 	return n
 }
 
+// shipFailed, when set (tests), is called after each shipment that failed,
+// before the wait for the next attempt.
+var shipFailed func()
+
 // loop ships what the log took: every interval, or at once when a whole
 // batch is waiting.
 func (sh *shipper) loop() {
@@ -345,8 +349,11 @@ func (sh *shipper) loop() {
 				if closing {
 					return // left in the log: shipped at the next start
 				}
+				if shipFailed != nil {
+					shipFailed()
+				}
 				time.Sleep(backoff)
-				backoff = min(2*backoff, 2*time.Second)
+				backoff = min(2*backoff, sh.s.retryMax())
 				continue
 			}
 			backoff = 50 * time.Millisecond
