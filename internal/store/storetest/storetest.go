@@ -93,6 +93,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"Record", testRecord},
 		{"NegativeUnits", testNegativeUnits},
 		{"OveragePricedOnce", testOveragePricedOnce},
+		{"CapAfterProductChange", testCapAfterProductChange},
 		{"StoredExtremes", testStoredExtremes},
 		{"HardLimitsUnderConcurrency", testHardLimitsUnderConcurrency},
 		{"OverClaimsUnderConcurrency", testOverClaimsUnderConcurrency},

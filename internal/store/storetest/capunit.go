@@ -1,0 +1,71 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/store"
+)
+
+// testCapAfterProductChange: a move to another product within a period
+// keeps what was spent in it, and the new product's spending cap counts
+// the spend in its own cost unit, whoever spent it. 2 USD spent in 4
+// units at 0.5 USD under one product, then a move to a SUBSCRIPTION
+// product of the same currency with quota 5, overage allowed at 1 USD a
+// unit and a cap of 3 USD: one unit inside the quota and one of overage
+// (3 USD in the period) are served, no more. A fleet node enforced that
+// cap as a cap on units (the quota and the 3 overage units the cap buys),
+// blind to the 2 USD, and served 5 USD against the cap of 3.
+func testCapAfterProductChange(t *testing.T, c *suite) {
+	before := billing.Product{ID: "payg-usd", BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerRequest,
+		Price: 500_000, Currency: "USD"}
+	after := billing.Product{ID: "sub-usd", BillingModel: billing.Subscription, MeasurementType: billing.PerRequest,
+		Quota: ptr(whole(5)), Overage: "allow", Price: whole(1), SpendingCap: ptr(whole(3)), Currency: "USD"}
+	s := c.store(t)
+	a := subscribe(t, s, "u1", "svc", before, 0)
+	if n := serveUntilRefused(t, s, a, 4); n != 4 {
+		t.Fatalf("%d of 4 calls served under %s", n, before.ID)
+	}
+	a = moveTo(t, s, a, after)
+	if st := c.state(t, s, a, T0); st.Spend != whole(2) || st.Used != whole(4) {
+		t.Fatalf("after the move: used %s, spend %s; want 4 and 2", st.Used, st.Spend)
+	}
+	if n := serveUntilRefused(t, s, a, 10); n != 2 {
+		t.Errorf("%d calls served after the move, want 2 (1 inside the quota, 1 of overage up to the cap of 3 USD)", n)
+	}
+	if st := c.state(t, s, a, T0); st.Spend != whole(3) || st.Used != whole(6) {
+		t.Errorf("at the end: used %s, spend %s; want 6 and 3 (the cap)", st.Used, st.Spend)
+	}
+}
+
+// moveTo changes a's subscription to product p within its period, as
+// the admin API's plan change does (the period keeps its start).
+func moveTo(t *testing.T, s store.Store, a store.Account, p billing.Product) store.Account {
+	t.Helper()
+	if _, err := s.PutSubscription(ctx, store.Subscription{UserID: a.UserID, ServiceID: a.ServiceID, ProductID: p.ID,
+		Status: "ACTIVE", UpdatedAt: T0.Add(-time.Minute)}); err != nil {
+		t.Fatalf("PutSubscription: %v", err)
+	}
+	a.Product = p
+	return a
+}
+
+// serveUntilRefused reserves and settles calls of one unit at T0 until
+// one is refused or most have been served, and returns how many were.
+func serveUntilRefused(t *testing.T, s store.Store, a store.Account, most int) int {
+	t.Helper()
+	for n := 0; n < most; n++ {
+		res, err := s.Reserve(ctx, a, whole(1), T0)
+		if err != nil {
+			t.Fatalf("Reserve: %v", err)
+		}
+		if !res.Decision.Allowed {
+			return n
+		}
+		if _, err := s.Settle(ctx, res, whole(1), EntryFor(a, 0, T0)); err != nil {
+			t.Fatalf("Settle: %v", err)
+		}
+	}
+	return most
+}
