@@ -69,3 +69,27 @@ func serveUntilRefused(t *testing.T, s store.Store, a store.Account, most int) i
 	}
 	return most
 }
+
+// testSpendPerCostUnit: a spending cap counts only spend in its product's
+// cost unit (billing.Product.CostUnit): credits spent under a PREPAID
+// product, or money of another currency, earlier in the period are no
+// part of it. 2 credits spent, then a move to a USD product with a cap of
+// 10 at 1 USD a unit: 10 units may be served, and the period's spend
+// reads 10 (USD) at the end. Both stores keep one spend sum per period
+// today and serve 8 (docs/configuration.md, spending_cap).
+func testSpendPerCostUnit(t *testing.T, c *suite) {
+	s := c.store(t)
+	a := subscribe(t, s, "u1", "svc", prepaidWhole, whole(10))
+	if n := serveUntilRefused(t, s, a, 2); n != 2 {
+		t.Fatalf("%d of 2 prepaid calls served", n)
+	}
+	usd := billing.Product{ID: "payg-usd-cap", BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerRequest,
+		Price: whole(1), SpendingCap: ptr(whole(10)), Currency: "USD"}
+	a = moveTo(t, s, a, usd)
+	if st := c.state(t, s, a, T0); st.Spend != 0 {
+		t.Errorf("after the move: spend %s in USD, want 0 (the 2 spent were credits)", st.Spend)
+	}
+	if n := serveUntilRefused(t, s, a, 20); n != 10 {
+		t.Errorf("%d calls served under a USD cap of 10 after 2 credits spent, want 10", n)
+	}
+}

@@ -94,6 +94,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"NegativeUnits", testNegativeUnits},
 		{"OveragePricedOnce", testOveragePricedOnce},
 		{"CapAfterProductChange", testCapAfterProductChange},
+		{"SpendPerCostUnit", testSpendPerCostUnit},
 		{"StoredExtremes", testStoredExtremes},
 		{"HardLimitsUnderConcurrency", testHardLimitsUnderConcurrency},
 		{"OverClaimsUnderConcurrency", testOverClaimsUnderConcurrency},
