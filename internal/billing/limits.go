@@ -40,12 +40,15 @@ type HardLimits struct {
 	Credits bool
 	// Price is what one unit costs in the Spend and Credits dimensions.
 	Price Units
+	// Unit is the cost unit the period's spend is counted in for Spend
+	// and OverageCap (CostUnit): spend in other units is no part of it.
+	Unit string
 }
 
 // HardLimits maps the product's hard limits onto the three bounds.
 func (p Product) HardLimits() HardLimits {
 	var l HardLimits
-	l.Price = p.Price
+	l.Price, l.Unit = p.Price, p.CostUnit()
 	blocked := p.Quota != nil && !p.OverageAllowed()
 	if blocked {
 		q := *p.Quota

@@ -52,8 +52,5 @@ func runContract(t *testing.T, withLog bool) {
 				t.Fatalf("Flush: %v", err)
 			}
 		}),
-		storetest.Known(map[string]string{
-			"SpendPerCostUnit": "a period keeps one spend sum whatever cost unit each part was counted in (docs/configuration.md, spending_cap): 2 credits spent leave 8 of a USD cap of 10",
-		}),
 	)
 }

@@ -75,8 +75,8 @@ func serveUntilRefused(t *testing.T, s store.Store, a store.Account, most int) i
 // product, or money of another currency, earlier in the period are no
 // part of it. 2 credits spent, then a move to a USD product with a cap of
 // 10 at 1 USD a unit: 10 units may be served, and the period's spend
-// reads 10 (USD) at the end. Both stores keep one spend sum per period
-// today and serve 8 (docs/configuration.md, spending_cap).
+// reads 10 (USD) at the end, 2 under the PREPAID product again, after a
+// restart too. With one spend sum a period both stores served 8.
 func testSpendPerCostUnit(t *testing.T, c *suite) {
 	s := c.store(t)
 	a := subscribe(t, s, "u1", "svc", prepaidWhole, whole(10))
@@ -91,5 +91,52 @@ func testSpendPerCostUnit(t *testing.T, c *suite) {
 	}
 	if n := serveUntilRefused(t, s, a, 20); n != 10 {
 		t.Errorf("%d calls served under a USD cap of 10 after 2 credits spent, want 10", n)
+	}
+	eur := usd
+	eur.ID, eur.Currency = "payg-eur-cap", "EUR"
+	check := func(s store.Store, when string) {
+		t.Helper()
+		for _, w := range []struct {
+			p     billing.Product
+			spend billing.Units
+		}{{usd, whole(10)}, {prepaidWhole, whole(2)}, {eur, 0}} {
+			a.Product = w.p
+			if st := c.state(t, s, a, T0); st.Spend != w.spend || st.Used != whole(12) {
+				t.Errorf("%s, in %q: used %s, spend %s; want 12 and %s", when, w.p.CostUnit(), st.Used, st.Spend, w.spend)
+			}
+		}
+	}
+	check(s, "at the end")
+	if c.reopen != nil {
+		check(c.restart(t, s), "after a restart")
+	}
+}
+
+// testJobSpendInItsUnit: a job admitted under a USD product and
+// completed after a restart counts its spend in USD, the unit its terms
+// were taken under: the product's currency is kept with the job's terms
+// and hold (a product's JSON leaves it out), or the completion's spend
+// went to a unit of its own and a USD cap never saw it.
+func testJobSpendInItsUnit(t *testing.T, c *suite) {
+	c.needRestart(t)
+	usd := billing.Product{ID: "payg-usd-cap", BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerToken,
+		Price: whole(1), SpendingCap: ptr(whole(10)), Currency: "USD"}
+	s := c.store(t)
+	a := subscribe(t, s, "u1", "svc", usd, 0)
+	j := newJob("job", T0.Add(time.Hour))
+	j.Terms = &store.JobTerms{}
+	j.ProductID = usd.ID
+	if res, err := s.CreateJobReserved(ctx, j, a, whole(4), T0); err != nil || !res.Decision.Allowed {
+		t.Fatalf("CreateJobReserved: %+v, %v", res.Decision, err)
+	}
+	s = c.restart(t, s)
+	if got, err := s.GetJob(ctx, "job"); err != nil || got.Terms == nil || got.Terms.Product == nil || got.Terms.Product.Currency != "USD" {
+		t.Fatalf("after restart: terms %+v, %v", got.Terms, err)
+	}
+	if done, err := s.CompleteJob(ctx, "job", a, completion(a, "job", whole(3)), complete(store.JobCompleted, "d")); err != nil || done.Cost != whole(3) {
+		t.Fatalf("CompleteJob after restart = %+v, %v; want 3 units costing 3", done, err)
+	}
+	if st := c.state(t, s, a, T0); st.Spend != whole(3) {
+		t.Errorf("spend in USD %s after the job, want 3", st.Spend)
 	}
 }

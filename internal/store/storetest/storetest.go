@@ -95,6 +95,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"OveragePricedOnce", testOveragePricedOnce},
 		{"CapAfterProductChange", testCapAfterProductChange},
 		{"SpendPerCostUnit", testSpendPerCostUnit},
+		{"JobSpendInItsUnit", testJobSpendInItsUnit},
 		{"StoredExtremes", testStoredExtremes},
 		{"HardLimitsUnderConcurrency", testHardLimitsUnderConcurrency},
 		{"OverClaimsUnderConcurrency", testOverClaimsUnderConcurrency},
