@@ -278,8 +278,8 @@ func planEchoWant(t *testing.T, key string, want int) {
 // PostgreSQL the last three subtests failed: the lease a node took under
 // the old terms stayed whole until it expired, and its unused part showed
 // as credits held with nothing in flight and refused the new plan's last
-// unit (429) and a balance's last credits (403). Not covered here: the known limit of one spend sum across cost
-// units, spending_cap in docs/configuration.md.)
+// unit (429) and a balance's last credits (403). Spend in different cost
+// units, kept apart per period, is the contract case SpendPerCostUnit's.)
 func TestPlanChangeMidPeriod(t *testing.T) {
 	planOnBothStores(t, func(t *testing.T, be *planBackend, g *gateway, reload func(string)) {
 		t.Run("prepaid call in flight, moved to free", func(t *testing.T) {

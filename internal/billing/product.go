@@ -131,6 +131,17 @@ func (p Product) UnitName() string { return UnitName(p.UnitLabel, p.MeasurementT
 // than refused.
 func (p Product) OverageAllowed() bool { return strings.EqualFold(p.Overage, "allow") }
 
+// CostUnit is what p's costs, spend and spending cap are counted in:
+// "credits" for PREPAID, else the listing's currency ("" when it names
+// none). The admin API labels costs and spend with it (ops.CostUnit);
+// a store keeping a period's spend per cost unit keys it by this.
+func (p Product) CostUnit() string {
+	if p.BillingModel == Prepaid {
+		return "credits"
+	}
+	return p.Currency
+}
+
 // Validate checks the product's enumerations and quantities.
 func (p Product) Validate() error {
 	if p.ID == "" {

@@ -32,7 +32,7 @@ func (o *Ops) PeriodState(ctx context.Context, sub store.Subscription, at time.T
 		return ps, nil
 	}
 	ps.BillingModel, ps.MeasurementType, ps.UnitLabel = p.BillingModel, p.MeasurementType, p.UnitLabel
-	ps.CostUnit = productCostUnit(p)
+	ps.CostUnit = p.CostUnit()
 	ps.PeriodStart, ps.PeriodEnd = billing.PeriodBounds(p.Period, p.CalendarPeriods, sub.StartedAt, at)
 	st, err := o.rt.Store().State(ctx, store.Account{UserID: sub.UserID, ServiceID: sub.ServiceID, Product: *p}, at)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/catalog"
 	"github.com/platformgw/gateway/internal/store"
 )
@@ -65,17 +64,7 @@ func CostUnit(cat *catalog.Catalog, serviceID, productID string) string {
 	if !ok {
 		return ""
 	}
-	return productCostUnit(p)
-}
-
-// productCostUnit is what p's costs, spend and spending cap are counted
-// in: "credits" for PREPAID, else the listing's currency ("" when it
-// names none).
-func productCostUnit(p *billing.Product) string {
-	if p.BillingModel == billing.Prepaid {
-		return "credits"
-	}
-	return p.Currency
+	return p.CostUnit()
 }
 
 // rollupColumns are the CSV columns of a rollup export.

@@ -511,3 +511,76 @@ func TestStoreMigrateInterruptedNotServed(t *testing.T) {
 		t.Errorf("store check --dsn: %v\n%s", err, out)
 	}
 }
+
+// TestStoreMigrateSpendPerUnit: a bbolt file whose period holds spend in
+// two cost units (3 credits under a PREPAID product, then 4 USD under a
+// USD product with a cap of 10) moves to PostgreSQL with the spend of
+// each unit apart: both sides agree on the totals, and the PostgreSQL
+// store leaves 6 of the USD cap, 3 credits spent.
+func TestStoreMigrateSpendPerUnit(t *testing.T) {
+	ctx := context.Background()
+	now := time.Now().UTC()
+	whole := billing.Whole
+	cap10 := whole(10)
+	usd := billing.Product{ID: "usd", BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerRequest,
+		Price: whole(1), SpendingCap: &cap10, Currency: "USD"}
+	pre := billing.Product{ID: "credits", BillingModel: billing.Prepaid, MeasurementType: billing.PerRequest, Price: whole(1)}
+	path := filepath.Join(t.TempDir(), "platform.db")
+	src, err := boltstore.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve := func(s store.Store, a store.Account, n int) {
+		t.Helper()
+		for range n {
+			res, err := s.Reserve(ctx, a, whole(1), now)
+			if err != nil || !res.Decision.Allowed {
+				t.Fatalf("Reserve: %+v %v", res.Decision, err)
+			}
+			if _, err := s.Settle(ctx, res, whole(1), store.LedgerEntry{Time: now, UserID: a.UserID, ServiceID: a.ServiceID,
+				ProductID: a.Product.ID, Source: store.SourceGateway}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, p := range []string{pre.ID, usd.ID} {
+		if _, err := src.PutSubscription(ctx, store.Subscription{UserID: "alice", ServiceID: "svc", ProductID: p,
+			Status: "ACTIVE", StartedAt: now.Add(-time.Hour), UpdatedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+		if p == pre.ID {
+			if _, err := src.AddCredits(ctx, "alice", "svc", whole(5), now); err != nil {
+				t.Fatal(err)
+			}
+			serve(src, store.Account{UserID: "alice", ServiceID: "svc", Product: pre}, 3)
+		}
+	}
+	a := store.Account{UserID: "alice", ServiceID: "svc", Product: usd}
+	serve(src, a, 4)
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dsn := pgtest.DB(t)
+	out, err := cliRun(t, "store", "migrate", "--to", "postgres", "--dsn", dsn, path)
+	if err != nil || !strings.Contains(out, "both sides agree") {
+		t.Fatalf("migrate: %v\n%s", err, out)
+	}
+	dst, err := pgstore.Open(ctx, pgstore.Options{DSN: dsn, NodeID: "check"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	for _, w := range []struct {
+		p     billing.Product
+		spend billing.Units
+	}{{usd, whole(4)}, {pre, whole(3)}} {
+		a.Product = w.p
+		if st, err := dst.State(ctx, a, now); err != nil || st.Spend != w.spend || st.Used != whole(7) {
+			t.Errorf("after the migration, in %q: %+v %v; want 7 used, %s spent", w.p.CostUnit(), st, err, w.spend)
+		}
+	}
+	rep, err := pgstore.Check(ctx, dsn)
+	if err != nil || len(rep.Mismatches) != 0 {
+		t.Errorf("store check after the migration: %v %+v", err, rep.Mismatches)
+	}
+}

@@ -18,7 +18,24 @@ type Counter struct {
 	// Reservation).
 	PeriodKey int64
 	Used      billing.Units
-	Spend     billing.Units
+	// Spend is the spend in SpendUnit, or, when UnitKnown is false (a
+	// counter from before spend was kept per cost unit), in the unit of
+	// the first product that reads it; SpendOther the spend in each
+	// other cost unit (billing.Product.CostUnit).
+	Spend      billing.Units
+	SpendUnit  string
+	UnitKnown  bool
+	SpendOther map[string]billing.Units
+}
+
+// SpendTotal is the counter's spend in every cost unit together: what
+// its ledger rows' costs sum to.
+func (c Counter) SpendTotal() billing.Units {
+	t := c.Spend
+	for _, v := range c.SpendOther {
+		t += v
+	}
+	return t
 }
 
 // JobHold is the hold of an open async job (CreateJobReserved), moved

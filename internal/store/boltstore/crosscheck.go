@@ -102,7 +102,7 @@ func crossCheck(db *bolt.DB, led *segledger.Ledger, ledgerSeq uint64) (CrossChec
 			a := acctKey{user, service}
 			f := stored[a]
 			f.used += billing.Units(c.Used)
-			f.spend += billing.Units(c.Spend)
+			f.spend += billing.Units(c.spendTotal())
 			stored[a] = f
 			reserved[periodKey{a, period}] += billing.Units(c.Reserved)
 			return nil

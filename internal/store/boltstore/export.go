@@ -135,12 +135,21 @@ func exportCounters(ctx context.Context, tx *bolt.Tx, to store.Importer, n int, 
 		}
 		c := store.Counter{UserID: user, ServiceID: service, PeriodKey: int64(binary.BigEndian.Uint64(k[len(k)-8:])),
 			Used: billing.Units(rec.Used), Spend: billing.Units(rec.Spend)}
-		if c.Used == 0 && c.Spend == 0 {
+		if rec.Unit != nil {
+			c.SpendUnit, c.UnitKnown = *rec.Unit, true
+		}
+		for u, v := range rec.Other {
+			if c.SpendOther == nil {
+				c.SpendOther = map[string]billing.Units{}
+			}
+			c.SpendOther[u] = billing.Units(v)
+		}
+		if c.Used == 0 && c.SpendTotal() == 0 {
 			return nil // only holds, which travel with their jobs
 		}
 		t.Counters++
 		t.Used += c.Used
-		t.Spend += c.Spend
+		t.Spend += c.SpendTotal()
 		return b.add(c)
 	})
 	if err != nil {
@@ -254,6 +263,7 @@ func exportJobs(ctx context.Context, tx *bolt.Tx, to store.Importer, n int, t *s
 			if err := getJSON(tx, bucketReservations, u64(n), &r); isDamage(err) {
 				return err
 			} else if err == nil && r.JobID == j.ID {
+				r.Product.Currency = r.Currency
 				holds = append(holds, store.JobHold{JobID: j.ID, UserID: r.UserID, ServiceID: r.ServiceID,
 					Product: r.Product, Decision: r.Decision.decision(), PeriodKey: r.PeriodKey})
 				t.JobHolds++

@@ -24,6 +24,15 @@ func encodeCounter(c counter) []byte {
 			b = append(b, billing.Units(f.v).String()...)
 		}
 	}
+	if c.Unit != nil {
+		b = append(b, `,"unit":`...)
+		b = store.AppendJSONString(b, *c.Unit)
+	}
+	if len(c.Other) > 0 {
+		o, _ := json.Marshal(c.Other) // rare: a change of cost unit within a period
+		b = append(b, `,"other":`...)
+		b = append(b, o...)
+	}
 	return append(b, '}')
 }
 
@@ -117,6 +126,10 @@ func appendJob(b []byte, j store.Job) ([]byte, bool) {
 		}
 		b = append(b, `"endpointCost":`...)
 		b = append(b, t.EndpointCost.String()...)
+		if t.Product != nil && t.Product.Currency != "" {
+			b = append(b, `,"currency":`...)
+			b = store.AppendJSONString(b, t.Product.Currency)
+		}
 		b = append(b, '}')
 	}
 	return append(b, '}'), ok

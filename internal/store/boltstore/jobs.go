@@ -82,6 +82,7 @@ func (s *Store) loadJob(id string) (*memJob, error) {
 				if err := decodeJSON(bucketReservations, u64(n), raw, &h.rec); err != nil {
 					return fmt.Errorf("reservation %s: %w", rid, err)
 				}
+				h.rec.Product.Currency = h.rec.Currency
 				m.hold = h
 			}
 		}
@@ -308,7 +309,7 @@ func (s *Store) CreateJobReserved(ctx context.Context, j store.Job, a store.Acco
 		acc.mu.Unlock()
 		state = st
 		hold = &jobHold{id: id, rec: reservation{UserID: a.UserID, ServiceID: a.ServiceID, Product: a.Product,
-			Decision: toDecisionRecord(dec), PeriodKey: period, JobID: j.ID}}
+			Decision: toDecisionRecord(dec), PeriodKey: period, JobID: j.ID, Currency: a.Product.Currency}}
 		raw, err := marshalHold(hold.rec)
 		if err != nil {
 			s.jobMu.Unlock()
@@ -621,7 +622,8 @@ func (s *Store) endJob(rec *settlement, j *store.Job, h *jobHold, a store.Accoun
 	}
 	acc.set(c, st)
 	entry.Overage, entry.Cost = dec.Overage, dec.Cost
-	rec.acct = &acctChange{userID: userID, serviceID: serviceID, period: period, ops: ops, later: undoLater}
+	rec.acct = &acctChange{userID: userID, serviceID: serviceID, period: period, ops: ops, later: undoLater,
+		unit: p.CostUnit(), unitSet: true}
 	j.Units, j.Cost = 0, 0
 	if entry.Units > 0 || entry.UnitsClaimed > 0 {
 		rec.ledger = &entry

@@ -66,6 +66,11 @@ type memAccount struct {
 // memCounter is one period's figures.
 type memCounter struct {
 	used, reserved, spend, reservedSpend billing.Units
+	// unit is the cost unit spend is counted in, when unitSet; other the
+	// spend in other units (spend.go).
+	unit    string
+	unitSet bool
+	other   map[string]billing.Units
 	// repriced is set once the held spend was computed for the product in
 	// use (the database keeps the sum of the holds' costs).
 	repriced bool
@@ -141,12 +146,24 @@ func (s *Store) period(acc *memAccount, p billing.Product, period int64, now tim
 	}
 	c := &memCounter{used: billing.Units(rec.Used), reserved: billing.Units(rec.Reserved),
 		spend: billing.Units(rec.Spend), reservedSpend: billing.Units(rec.ReservedSpend)}
+	if rec.Unit != nil {
+		c.unit, c.unitSet = *rec.Unit, true
+	}
+	for u, v := range rec.Other {
+		if c.other == nil {
+			c.other = map[string]billing.Units{}
+		}
+		c.other[u] = billing.Units(v)
+	}
 	acc.periods[period] = c
 	return period, c, nil
 }
 
 // state is the billing state of the account in counter c, priced for p.
 func (acc *memAccount) state(c *memCounter, p billing.Product) billing.State {
+	if p.BillingModel != "" { // a product: its spend is counted in its cost unit
+		c.inUnit(p.CostUnit())
+	}
 	st := billing.State{Used: c.used, Reserved: c.reserved, Spend: c.spend, ReservedSpend: c.reservedSpend,
 		Credits: acc.credits, CreditsHeld: acc.held}
 	if !c.repriced {

@@ -22,6 +22,11 @@ type counter struct {
 	Reserved      amount `json:"reserved,omitempty"`
 	Spend         amount `json:"spend,omitempty"`
 	ReservedSpend amount `json:"reservedSpend,omitempty"`
+	// Unit is the cost unit Spend is counted in, absent from a counter
+	// written before spend was kept per unit (spend.go); Other the spend
+	// in each other unit.
+	Unit  *string           `json:"unit,omitempty"`
+	Other map[string]amount `json:"other,omitempty"`
 }
 
 // reservation is a hold as stored, so that a crash between reserving and
@@ -34,6 +39,9 @@ type reservation struct {
 	Decision  decisionRecord  `json:"decision"`
 	PeriodKey int64           `json:"period"`
 	JobID     string          `json:"jobId,omitempty"`
+	// Currency is Product's, which its JSON leaves out: the cost unit
+	// a job's completion counts its spend in (counterUnit).
+	Currency string `json:"currency,omitempty"`
 }
 
 type idemRecord struct {
@@ -191,7 +199,8 @@ func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.U
 		charged = prepaidCost(p, dec)
 		entry.Overage, entry.Cost = dec.Overage, dec.Cost
 		cr.ops[0] = opOf(opCharge, p, dec)
-		cr.acct = acctChange{userID: a.UserID, serviceID: a.ServiceID, period: r.PeriodKey, ops: cr.ops[:]}
+		cr.acct = acctChange{userID: a.UserID, serviceID: a.ServiceID, period: r.PeriodKey, ops: cr.ops[:],
+			unit: p.CostUnit(), unitSet: true}
 		rec = &cr.rec
 		rec.acct = &cr.acct
 		if entry.Units > 0 || entry.UnitsClaimed > 0 {
@@ -317,7 +326,7 @@ func (s *Store) Record(ctx context.Context, a store.Account, e store.LedgerEntry
 		entry.Overage, entry.Cost = dec.Overage, dec.Cost
 		state = st
 		rec.acct = &acctChange{userID: a.UserID, serviceID: a.ServiceID, period: period,
-			ops: []acctOp{opOf(opCharge, a.Product, dec)}}
+			ops: []acctOp{opOf(opCharge, a.Product, dec)}, unit: a.Product.CostUnit(), unitSet: true}
 	}
 	var body []byte
 	pos, b, err := s.commitRecord(rec, func() error {

@@ -114,20 +114,33 @@ type jobRecord struct {
 type jobTermsRecord struct {
 	Product      *billing.Product `json:"product,omitempty"`
 	EndpointCost amount           `json:"endpointCost"`
+	// Currency is Product's, which its JSON leaves out: the cost unit
+	// the completion's spend is counted in.
+	Currency string `json:"currency,omitempty"`
 }
 
 func toTermsRecord(t *store.JobTerms) *jobTermsRecord {
 	if t == nil {
 		return nil
 	}
-	return &jobTermsRecord{Product: t.Product, EndpointCost: amount(t.EndpointCost)}
+	r := &jobTermsRecord{Product: t.Product, EndpointCost: amount(t.EndpointCost)}
+	if t.Product != nil {
+		r.Currency = t.Product.Currency
+	}
+	return r
 }
 
 func (r *jobTermsRecord) terms() *store.JobTerms {
 	if r == nil {
 		return nil
 	}
-	return &store.JobTerms{Product: r.Product, EndpointCost: billing.Units(r.EndpointCost)}
+	t := &store.JobTerms{Product: r.Product, EndpointCost: billing.Units(r.EndpointCost)}
+	if r.Product != nil && r.Currency != "" {
+		p := *r.Product
+		p.Currency = r.Currency
+		t.Product = &p
+	}
+	return t
 }
 
 func toJobRecord(j store.Job) jobRecord {

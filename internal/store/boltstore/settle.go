@@ -506,13 +506,16 @@ func (a *applyState) apply(tx *bolt.Tx, c *acctChange) error {
 			a.counters[ckey] = cnt
 			a.order = append(a.order, ckey)
 		}
+		if c.unitSet {
+			cnt.inUnit(c.unit)
+		}
 		st.Used, st.Reserved, st.Spend, st.ReservedSpend = billing.Units(cnt.Used), billing.Units(cnt.Reserved),
 			billing.Units(cnt.Spend), billing.Units(cnt.ReservedSpend)
 	}
 	applyOps(&st, c.ops)
 	if cnt != nil {
-		*cnt = counter{Used: amount(st.Used), Reserved: amount(st.Reserved), Spend: amount(st.Spend),
-			ReservedSpend: amount(st.ReservedSpend)}
+		cnt.Used, cnt.Reserved, cnt.Spend, cnt.ReservedSpend = amount(st.Used), amount(st.Reserved), amount(st.Spend),
+			amount(st.ReservedSpend)
 	}
 	if st.Credits != ss.sub.Credits || st.CreditsHeld != ss.sub.CreditsHeld || !c.updated.IsZero() {
 		ss.sub.Credits, ss.sub.CreditsHeld = st.Credits, st.CreditsHeld
@@ -677,6 +680,10 @@ func marshalHold(r reservation) ([]byte, error) {
 	if r.JobID != "" {
 		b = append(b, `,"jobId":`...)
 		b = store.AppendJSONString(b, r.JobID)
+	}
+	if r.Currency != "" {
+		b = append(b, `,"currency":`...)
+		b = store.AppendJSONString(b, r.Currency)
 	}
 	return append(b, '}'), nil
 }

@@ -43,6 +43,12 @@ type acctChange struct {
 	// deferred expiry (heldexpiry.go) if it is refused (undo); never
 	// written.
 	later func()
+	// unit, when unitSet, is the cost unit its charges are counted in
+	// (billing.Product.CostUnit; the counter's spend is kept per unit,
+	// spend.go). A record written before has none: its charges count in
+	// the counter's unit.
+	unit    string
+	unitSet bool
 }
 
 // Operation kinds of acctOp.
@@ -91,6 +97,8 @@ const (
 	partIdem
 	partJob
 	partGrant
+	// partUnit: the acct part's cost unit follows its operations.
+	partUnit
 )
 
 func appendStr(b []byte, s string) []byte {
@@ -128,6 +136,9 @@ func (r *settlement) encode(b []byte) []byte {
 	if r.grant != nil {
 		flags |= partGrant
 	}
+	if r.acct != nil && r.acct.unitSet {
+		flags |= partUnit
+	}
 	b = append(b, flags)
 	if a := r.acct; a != nil {
 		b = appendStr(b, a.userID)
@@ -143,6 +154,9 @@ func (r *settlement) encode(b []byte) []byte {
 			b = append(b, k)
 			b = binary.AppendVarint(b, int64(op.units))
 			b = binary.AppendVarint(b, int64(op.cost))
+		}
+		if a.unitSet {
+			b = appendStr(b, a.unit)
 		}
 	}
 	if e := r.ledger; e != nil {
@@ -270,6 +284,9 @@ func decodeSettlement(rec []byte) (settlement, error) {
 			a.ops = append(a.ops, acctOp{kind: k &^ 0x80, prepaid: k&0x80 != 0,
 				units: billing.Units(d.varint()), cost: billing.Units(d.varint())})
 		}
+		if flags&partUnit != 0 {
+			a.unit, a.unitSet = d.str(), true
+		}
 		r.acct = a
 	}
 	if flags&partLedger != 0 {
@@ -302,7 +319,7 @@ func decodeSettlement(rec []byte) (settlement, error) {
 	if d.err != nil {
 		return r, d.err
 	}
-	if len(d.b) != 0 || flags&^(partAcct|partLedger|partIdem|partJob|partGrant) != 0 {
+	if len(d.b) != 0 || flags&^(partAcct|partLedger|partIdem|partJob|partGrant|partUnit) != 0 || flags&partUnit != 0 && flags&partAcct == 0 {
 		return r, fmt.Errorf("%w: %d bytes left, flags %#x", errRecord, len(d.b), flags)
 	}
 	return r, nil

@@ -309,8 +309,8 @@ func checkRollups(ctx context.Context, tx pgx.Tx, rep *CheckReport) error {
 // periods, with its ledger rows from ledgerFrom on and its rollups before.
 func checkUsage(ctx context.Context, tx pgx.Tx, rep *CheckReport, ledgerFrom time.Time) error {
 	rows, err := tx.Query(ctx, `WITH st AS (
-		SELECT user_id, service_id, sum(used) AS used, sum(spend) AS spend,
-			min(period) FILTER (WHERE used <> 0 OR spend <> 0) AS since
+		SELECT user_id, service_id, sum(used) AS used, sum(`+spendTotalSQL+`) AS spend,
+			min(period) FILTER (WHERE used <> 0 OR spend <> 0 OR spend_other IS NOT NULL) AS since
 		FROM allowances GROUP BY 1, 2
 	), d AS (
 		SELECT user_id, service_id, sum(u) AS used, sum(c) AS spend FROM (

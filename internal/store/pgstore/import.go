@@ -117,10 +117,24 @@ func (s *Store) ImportSubscriptions(ctx context.Context, subs []store.Subscripti
 func (s *Store) ImportCounters(ctx context.Context, cs []store.Counter) error {
 	b := &pgx.Batch{}
 	for _, c := range cs {
-		b.Queue(`INSERT INTO allowances (user_id, service_id, period, used, spend) VALUES ($1, $2, $3, $4, $5)
+		r := row{spend: c.Spend, unit: c.SpendUnit, unitSet: c.UnitKnown}
+		if len(c.SpendOther) > 0 {
+			raw := make(map[string]int64, len(c.SpendOther))
+			for k, v := range c.SpendOther {
+				raw[k] = int64(v)
+			}
+			other, err := json.Marshal(raw)
+			if err != nil {
+				return err
+			}
+			r.other = string(other)
+		}
+		// One counter a period in an export: a conflict adds to a row
+		// made meanwhile, whose unit it takes.
+		b.Queue(`INSERT INTO allowances (user_id, service_id, period, used, spend, spend_unit, spend_other) VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb)
 			ON CONFLICT (user_id, service_id, period) DO UPDATE SET used = allowances.used + EXCLUDED.used,
 				spend = allowances.spend + EXCLUDED.spend`,
-			c.UserID, c.ServiceID, c.PeriodKey, int64(c.Used), int64(c.Spend))
+			c.UserID, c.ServiceID, c.PeriodKey, int64(c.Used), int64(c.Spend), r.unitArg(), r.otherArg())
 	}
 	return s.importBatch(ctx, b)
 }
@@ -299,8 +313,8 @@ func (s *Store) Totals(ctx context.Context) (store.Totals, error) {
 	err := s.pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM keys),
 		(SELECT count(*) FROM subscriptions), (SELECT coalesce(sum(credits), 0) FROM subscriptions),
-		(SELECT count(*) FROM allowances WHERE used <> 0 OR spend <> 0),
-		(SELECT coalesce(sum(used), 0) FROM allowances), (SELECT coalesce(sum(spend), 0) FROM allowances),
+		(SELECT count(*) FROM allowances WHERE used <> 0 OR spend <> 0 OR spend_other IS NOT NULL),
+		(SELECT coalesce(sum(used), 0) FROM allowances), (SELECT coalesce(sum(`+spendTotalSQL+`), 0) FROM allowances),
 		(SELECT count(*) FROM jobs),
 		(SELECT count(*) FROM jobs WHERE open AND rec->'holdKey' IS NOT NULL),
 		(SELECT count(*) FROM idempotency),

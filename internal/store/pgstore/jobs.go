@@ -388,6 +388,7 @@ func endJob(ctx context.Context, tx pgx.Tx, j *store.Job, hold *AllowanceKey, a 
 		}
 	}
 	p := a.Product
+	acc.inUnit(p.CostUnit())
 	entry := e
 	entry.Units = units
 	dec := billing.DecideCharge(p, acc.state, units)

@@ -754,7 +754,8 @@ func (l *Leaser) Free(k AllowanceKey) Vec {
 // sameLimits reports whether a and b bound the same quantities alike.
 func sameLimits(a, b Limits) bool {
 	eq := func(x, y *billing.Units) bool { return x == nil && y == nil || x != nil && y != nil && *x == *y }
-	return eq(a.Units, b.Units) && eq(a.Spend, b.Spend) && a.Credits == b.Credits && a.Price == b.Price
+	return eq(a.Units, b.Units) && eq(a.Spend, b.Spend) && eq(a.OverageCap, b.OverageCap) && a.Credits == b.Credits && a.Price == b.Price &&
+		a.Unit == b.Unit
 }
 
 // Invalidate makes this node's leases of the subscription's allowances

@@ -158,3 +158,59 @@ func TestLeaseChangeReturnsUnusedPart(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLeaseOverageCapSeesEarlierSpend: two nodes, 2 USD spent in 4 units
+// at 0.5 under one product, then a move to a SUBSCRIPTION product (USD)
+// with quota 5, overage allowed at 1 a unit and a spending cap of 3. The
+// fleet may serve 2 more units (1 inside the quota, 1 of overage: 3 USD
+// in the period), whichever node serves them. The lease bounded the
+// units by the quota plus the 3 overage units the whole cap buys, blind
+// to the 2 USD: 4 more units served, 5 USD against the cap of 3.
+func TestLeaseOverageCapSeesEarlierSpend(t *testing.T) {
+	dsn := pgtest.DB(t)
+	a, b := openNode(t, dsn, "a"), openNode(t, dsn, "b")
+	ctx := context.Background()
+	subscribe(t, a, "u", "svc", "payg")
+	before := store.Account{UserID: "u", ServiceID: "svc", Product: billing.Product{ID: "payg", BillingModel: billing.UsagePostpaid,
+		MeasurementType: billing.PerRequest, Price: 500_000, Currency: "USD"}}
+	serve := func(s *Store, acc store.Account) bool {
+		t.Helper()
+		res, err := s.Reserve(ctx, acc, units(1), time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Decision.Allowed {
+			return false
+		}
+		if _, err := s.Settle(ctx, res, units(1), store.LedgerEntry{UserID: "u", ServiceID: "svc", ProductID: acc.Product.ID,
+			Source: store.SourceGateway, Time: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		return true
+	}
+	for range 4 {
+		if !serve(a, before) {
+			t.Fatal("refused under the product without a cap")
+		}
+	}
+	if _, err := a.PutSubscription(ctx, store.Subscription{UserID: "u", ServiceID: "svc", ProductID: "sub", Status: "ACTIVE",
+		UpdatedAt: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	after := before
+	after.Product = billing.Product{ID: "sub", BillingModel: billing.Subscription, MeasurementType: billing.PerRequest,
+		Quota: ptr(units(5)), Overage: "allow", Price: units(1), SpendingCap: ptr(units(3)), Currency: "USD"}
+	served := 0
+	for i := range 10 {
+		if serve([]*Store{a, b}[i%2], after) {
+			served++
+		}
+	}
+	st, err := b.State(ctx, after, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if served != 2 || st.Spend != units(3) {
+		t.Errorf("%d calls served after the move, spend %s (used %s); want 2 and 3 USD, the cap", served, st.Spend, st.Used)
+	}
+}

@@ -33,7 +33,9 @@ type querier interface {
 // a balance below zero refuses even a call that costs nothing.
 // $1 holder, $2 user, $3 service, $4 period, $5 ttl seconds, $6-$8 big
 // units/spend/credits, $9-$11 small, $12 unit limit, $13 spend limit
-// (NULL: none), $14 whether credits are bounded.
+// (NULL: none), $14 whether credits are bounded, $15 a spending cap on
+// overage past the quota $12 (NULL: none; unitBoundSQL), $16 the price,
+// $17 the cost unit the spend limits count (spendInSQL).
 //
 // A holder's row that has expired is never added to (nor its expiry moved:
 // the upsert would revive it, as a renewal never does): the statement
@@ -50,15 +52,15 @@ WITH sb AS (
 ), b AS (
 	UPDATE allowances SET leased_units = leased_units + $6, leased_spend = leased_spend + $7
 	WHERE user_id = $2 AND service_id = $3 AND period = $4 AND NOT EXISTS (SELECT 1 FROM ex)
-	  AND ($12::bigint IS NULL OR $6 = 0 OR used + leased_units + $6 <= $12)
-	  AND ($13::bigint IS NULL OR $7 = 0 OR spend + leased_spend + $7 <= $13)
+	  AND ($12::bigint IS NULL OR $6 = 0 OR used + leased_units + $6 <= ` + unitBoundSQL + `)
+	  AND ($13::bigint IS NULL OR $7 = 0 OR ` + spendInSQL + ` + leased_spend + $7 <= $13)
 	  AND (SELECT avail FROM av) >= $8
 	RETURNING 'b'::text AS k
 ), sm AS (
 	UPDATE allowances SET leased_units = leased_units + $9, leased_spend = leased_spend + $10
 	WHERE user_id = $2 AND service_id = $3 AND period = $4 AND NOT EXISTS (SELECT 1 FROM b) AND NOT EXISTS (SELECT 1 FROM ex)
-	  AND ($12::bigint IS NULL OR $9 = 0 OR used + leased_units + $9 <= $12)
-	  AND ($13::bigint IS NULL OR $10 = 0 OR spend + leased_spend + $10 <= $13)
+	  AND ($12::bigint IS NULL OR $9 = 0 OR used + leased_units + $9 <= ` + unitBoundSQL + `)
+	  AND ($13::bigint IS NULL OR $10 = 0 OR ` + spendInSQL + ` + leased_spend + $10 <= $13)
 	  AND (SELECT avail FROM av) >= $11
 	RETURNING 's'::text AS k
 ), g AS (
@@ -77,6 +79,24 @@ WITH sb AS (
 )
 SELECT k FROM g UNION ALL SELECT k FROM ex`
 
+// unitBoundSQL is billing.HardLimits.UnitsBound of the allowance row in
+// grantSQL: the unit limit $12, or with a cap $15 on overage past the
+// quota $12 at price $16, the quota or the units used past it plus the
+// most overage units u whose cost billing.Mul(u, $16) (rounded half up
+// to a millionth) fits in what spend leaves of the cap. In numeric, so
+// that nothing overflows. Computed in the statement, from the row it
+// locks: the units the whole cap buys, bounded beside the quota, did
+// not see spend recorded earlier in the period under another product.
+const unitBoundSQL = `(CASE WHEN $15::bigint IS NULL THEN $12::numeric
+	ELSE greatest($12::bigint, used)::numeric + CASE WHEN ` + spendInSQL + ` > $15 THEN 0
+		ELSE floor((($15::bigint - greatest(` + spendInSQL + `, 0) + 1)::numeric * 1000000 - 500001) / $16::bigint) END END)`
+
+// spendInSQL is the allowance row's spend in the cost unit $17 (row.spendIn):
+// spend when the row counts it in $17 or does not say (a row from before
+// schema version 8), else what spend_other holds in $17.
+const spendInSQL = `(CASE WHEN spend_unit IS NULL OR spend_unit = $17::text THEN spend
+	ELSE coalesce((spend_other->>$17::text)::bigint, 0) END)`
+
 const ensureAllowanceSQL = `INSERT INTO allowances (user_id, service_id, period) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`
 
 func nullable(u *billing.Units) any {
@@ -90,15 +110,20 @@ func nullable(u *billing.Units) any {
 type row struct {
 	used, leased, spend, leasedSpend, credits, creditsHeld billing.Units
 	hasSub                                                 bool
+	// unit is the cost unit spend is counted in, when unitSet; other
+	// the spend in other units, as spend_other's text (spend.go).
+	unit    string
+	unitSet bool
+	other   string
 }
 
 func (r row) left(lim Limits) Vec {
 	var v Vec
 	if lim.Units != nil {
-		v.Units = *lim.Units - r.used - r.leased
+		v.Units = billing.HardLimits(lim).UnitsBound(r.used, r.spendIn(lim.Unit)) - r.used - r.leased
 	}
 	if lim.Spend != nil {
-		v.Spend = *lim.Spend - r.spend - r.leasedSpend
+		v.Spend = *lim.Spend - r.spendIn(lim.Unit) - r.leasedSpend
 	}
 	if lim.Credits {
 		v.Credits = r.credits - r.creditsHeld
@@ -140,7 +165,7 @@ func grant(ctx context.Context, q querier, holder string, k AllowanceKey, lim Li
 	b.Queue(ensureAllowanceSQL, k.UserID, k.ServiceID, k.Period)
 	b.Queue(grantSQL, holder, k.UserID, k.ServiceID, k.Period, ttl.Seconds(),
 		int64(big.Units), int64(big.Spend), int64(big.Credits), int64(small.Units), int64(small.Spend), int64(small.Credits),
-		nullable(lim.Units), nullable(lim.Spend), lim.Credits)
+		nullable(lim.Units), nullable(lim.Spend), lim.Credits, nullable(lim.OverageCap), int64(lim.Price), lim.Unit)
 	b.Queue(stateSQL, k.UserID, k.ServiceID, k.Period)
 	br := q.SendBatch(ctx, b)
 	defer br.Close()
@@ -174,10 +199,17 @@ func grant(ctx context.Context, q querier, holder string, k AllowanceKey, lim Li
 
 func scanRow(r pgx.Row) (row, error) {
 	var used, leased, spend, ls, credits, held int64
+	var unit, other *string
 	var out row
-	err := r.Scan(&used, &leased, &spend, &ls, &credits, &held, &out.hasSub)
+	err := r.Scan(&used, &leased, &spend, &ls, &credits, &held, &out.hasSub, &unit, &other)
 	if err == pgx.ErrNoRows {
 		return out, nil
+	}
+	if unit != nil {
+		out.unit, out.unitSet = *unit, true
+	}
+	if other != nil {
+		out.other = *other
 	}
 	out.used, out.leased, out.spend, out.leasedSpend = billing.Units(used), billing.Units(leased), billing.Units(spend), billing.Units(ls)
 	out.credits, out.creditsHeld = billing.Units(credits), billing.Units(held)

@@ -192,7 +192,8 @@ func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.U
 
 // stateSQL reads a subscription's balance and its allowance in a period.
 const stateSQL = `
-SELECT coalesce(a.used, 0), coalesce(a.leased_units, 0), coalesce(a.spend, 0), coalesce(a.leased_spend, 0), s.credits, s.credits_held, true
+SELECT coalesce(a.used, 0), coalesce(a.leased_units, 0), coalesce(a.spend, 0), coalesce(a.leased_spend, 0), s.credits, s.credits_held, true,
+	a.spend_unit, a.spend_other::text
 FROM subscriptions s LEFT JOIN allowances a ON a.user_id = s.user_id AND a.service_id = s.service_id AND a.period = $3
 WHERE s.user_id = $1 AND s.service_id = $2`
 
@@ -372,6 +373,9 @@ func insertLedger(ctx context.Context, tx pgx.Tx, callID string, e *store.Ledger
 type account struct {
 	key   AllowanceKey
 	state billing.State
+	// spend is the allowance's spend by cost unit, made the unit of the
+	// product the rows were locked for (state.Spend is its spend).
+	spend row
 }
 
 // lockAccount locks and reads the rows of a's allowance in period (the
@@ -390,13 +394,32 @@ func lockAccount(ctx context.Context, tx pgx.Tx, userID, serviceID string, p bil
 		return nil, err
 	}
 	var used, leased, spend, ls int64
-	if err := tx.QueryRow(ctx, `SELECT used, leased_units, spend, leased_spend FROM allowances
-		WHERE user_id = $1 AND service_id = $2 AND period = $3 FOR UPDATE`, userID, serviceID, period).Scan(&used, &leased, &spend, &ls); err != nil {
+	var unit, other *string
+	if err := tx.QueryRow(ctx, `SELECT used, leased_units, spend, leased_spend, spend_unit, spend_other::text FROM allowances
+		WHERE user_id = $1 AND service_id = $2 AND period = $3 FOR UPDATE`, userID, serviceID, period).Scan(&used, &leased, &spend, &ls, &unit, &other); err != nil {
 		return nil, err
 	}
-	acc.state = billing.State{Used: billing.Units(used), Reserved: billing.Units(leased), Spend: billing.Units(spend),
+	acc.spend = row{spend: billing.Units(spend)}
+	if unit != nil {
+		acc.spend.unit, acc.spend.unitSet = *unit, true
+	}
+	if other != nil {
+		acc.spend.other = *other
+	}
+	if p.BillingModel != "" { // no product: the rows are not charged (endJob gives a hold back)
+		acc.spend.inUnit(p.CostUnit())
+	}
+	acc.state = billing.State{Used: billing.Units(used), Reserved: billing.Units(leased), Spend: acc.spend.spend,
 		ReservedSpend: billing.Units(ls), Credits: sub.Credits, CreditsHeld: sub.CreditsHeld}
 	return acc, nil
+}
+
+// inUnit makes u the cost unit of the account's state.Spend (spend.go),
+// for a charge under a product of that unit.
+func (acc *account) inUnit(u string) {
+	acc.spend.spend = acc.state.Spend
+	acc.spend.inUnit(u)
+	acc.state.Spend = acc.spend.spend
 }
 
 // charge applies a charge, keeping the leased spend as leased (billing's
@@ -409,9 +432,10 @@ func (acc *account) charge(p billing.Product, d billing.Decision) {
 
 func (acc *account) save(ctx context.Context, tx pgx.Tx) error {
 	st := acc.state
-	if _, err := tx.Exec(ctx, `UPDATE allowances SET used = $4, leased_units = $5, spend = $6, leased_spend = $7
+	if _, err := tx.Exec(ctx, `UPDATE allowances SET used = $4, leased_units = $5, spend = $6, leased_spend = $7,
+		spend_unit = $8, spend_other = $9::jsonb
 		WHERE user_id = $1 AND service_id = $2 AND period = $3`, acc.key.UserID, acc.key.ServiceID, acc.key.Period,
-		int64(st.Used), int64(st.Reserved), int64(st.Spend), int64(st.ReservedSpend)); err != nil {
+		int64(st.Used), int64(st.Reserved), int64(st.Spend), int64(st.ReservedSpend), acc.spend.unitArg(), acc.spend.otherArg()); err != nil {
 		return err
 	}
 	_, err := tx.Exec(ctx, `UPDATE subscriptions SET credits = $3, credits_held = $4 WHERE user_id = $1 AND service_id = $2`,

@@ -259,6 +259,15 @@ CREATE TABLE lease_pre_ended (
 	PRIMARY KEY (holder, user_id, service_id, period)
 );
 `,
+	// 8: a period's spend kept per cost unit (billing.Product.CostUnit:
+	// credits, a currency, or "" for a listing without one): spend is
+	// the spend in spend_unit, spend_other the spend in each other unit
+	// ({"EUR": 2000000}, NULL when none). A row from before has no
+	// spend_unit: all its spend is counted in the unit of the first
+	// product that reads it, as before (spend.go).
+	`
+ALTER TABLE allowances ADD COLUMN spend_unit text, ADD COLUMN spend_other jsonb;
+`,
 }
 
 // SchemaVersion is the schema this build migrates a database to.

@@ -148,10 +148,12 @@ func TestAuditPages(t *testing.T) {
 
 // ledgerIndexesOfVersion2 puts back the ledger's indexes as schema
 // versions 1 and 2 made them (migration 3 replaced them), having undone
-// migrations 7 (the ended lease rows' expired credits), 6 (the deferred
+// migrations 8 (spend per cost unit), 7 (the ended lease rows' expired
+// credits), 6 (the deferred
 // expiry's columns), 4 (the call outcomes' tables) and 5 (the payments'
 // tables).
-const ledgerIndexesOfVersion2 = `DROP TABLE lease_pre_ended;
+const ledgerIndexesOfVersion2 = `ALTER TABLE allowances DROP COLUMN spend_unit, DROP COLUMN spend_other;
+DROP TABLE lease_pre_ended;
 ALTER TABLE subscriptions DROP COLUMN expiry_slack;
 DROP INDEX leases_pre;
 ALTER TABLE leases DROP COLUMN pre_credits;

@@ -142,7 +142,7 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 	b.Queue(`SELECT s.user_id, s.service_id, s.credits, s.credits_held FROM subscriptions s
 		JOIN unnest($1::text[], $2::text[]) k(u, sv) ON s.user_id = k.u AND s.service_id = k.sv
 		ORDER BY s.user_id, s.service_id FOR UPDATE OF s`, su, ss)
-	b.Queue(`SELECT a.user_id, a.service_id, a.period, a.used, a.leased_units, a.spend, a.leased_spend FROM allowances a
+	b.Queue(`SELECT a.user_id, a.service_id, a.period, a.used, a.leased_units, a.spend, a.leased_spend, a.spend_unit, a.spend_other::text FROM allowances a
 		JOIN unnest($1::text[], $2::text[], $3::bigint[]) k(u, sv, p) ON a.user_id = k.u AND a.service_id = k.sv AND a.period = k.p
 		ORDER BY a.user_id, a.service_id, a.period FOR UPDATE OF a`, ku, ks, kp)
 	b.Queue(`SELECT l.holder, l.user_id, l.service_id, l.period, l.units, l.spend, l.credits, l.pre_credits FROM leases l
@@ -183,12 +183,20 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 	for rows.Next() {
 		var k AllowanceKey
 		var u, l, sp, ls int64
-		if err := rows.Scan(&k.UserID, &k.ServiceID, &k.Period, &u, &l, &sp, &ls); err != nil {
+		var unit, other *string
+		if err := rows.Scan(&k.UserID, &k.ServiceID, &k.Period, &u, &l, &sp, &ls, &unit, &other); err != nil {
 			rows.Close()
 			br.Close()
 			return err
 		}
-		allow[k] = &row{used: billing.Units(u), leased: billing.Units(l), spend: billing.Units(sp), leasedSpend: billing.Units(ls)}
+		r := &row{used: billing.Units(u), leased: billing.Units(l), spend: billing.Units(sp), leasedSpend: billing.Units(ls)}
+		if unit != nil {
+			r.unit, r.unitSet = *unit, true
+		}
+		if other != nil {
+			r.other = *other
+		}
+		allow[k] = r
 	}
 	if err := rows.Err(); err != nil {
 		br.Close()
@@ -298,6 +306,9 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 			continue
 		}
 		p := st.product
+		if !st.anyUnit {
+			a.inUnit(p.CostUnit()) // its spend counts in the product's cost unit (spend.go)
+		}
 		state := billing.State{Used: a.used, Reserved: a.leased, Spend: a.spend, ReservedSpend: a.leasedSpend,
 			Credits: sub.credits, CreditsHeld: sub.creditsHeld}
 		covered := st.covered
@@ -406,13 +417,24 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 	}
 	var au, as []string
 	var ap, aused, aleased, aspend, als []int64
+	var aunit, aother []*string
 	for k, r := range allow {
 		au, as, ap = append(au, k.UserID), append(as, k.ServiceID), append(ap, k.Period)
 		aused, aleased, aspend, als = append(aused, int64(r.used)), append(aleased, int64(r.leased)), append(aspend, int64(r.spend)), append(als, int64(r.leasedSpend))
+		var unit, other *string
+		if r.unitSet {
+			unit = &r.unit
+		}
+		if r.other != "" {
+			other = &r.other
+		}
+		aunit, aother = append(aunit, unit), append(aother, other)
 	}
-	b.Queue(`UPDATE allowances a SET used = k.used, leased_units = k.leased, spend = k.spend, leased_spend = k.ls
-		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[]) k(u, sv, p, used, leased, spend, ls)
-		WHERE a.user_id = k.u AND a.service_id = k.sv AND a.period = k.p`, au, as, ap, aused, aleased, aspend, als)
+	b.Queue(`UPDATE allowances a SET used = k.used, leased_units = k.leased, spend = k.spend, leased_spend = k.ls,
+		spend_unit = k.unit, spend_other = k.other::jsonb
+		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::text[], $9::text[])
+			k(u, sv, p, used, leased, spend, ls, unit, other)
+		WHERE a.user_id = k.u AND a.service_id = k.sv AND a.period = k.p`, au, as, ap, aused, aleased, aspend, als, aunit, aother)
 	var cu, cs []string
 	var cc, ch []int64
 	for k, r := range subRows {

@@ -59,6 +59,10 @@ type settlement struct {
 	held    billing.Units // what the call held: the least a cut charge is (store.ChargeFloor)
 	seq     int64         // the ledger number given at acknowledgement (settle log), 0: none yet
 	logged  bool          // acknowledged from the settlement log: never dropped (commitOnce)
+	// anyUnit: read from a log record written before records named their
+	// product's currency, so its cost unit is not known: its charge counts
+	// in the allowance row's unit (spend.go).
+	anyUnit bool
 
 	out  store.LedgerEntry
 	err  error

@@ -68,5 +68,9 @@ func appendRecord(b []byte, r *shipRecord) ([]byte, error) {
 		b = append(b, `,"hd":`...)
 		b = store.AppendUnitsJSON(b, r.Held)
 	}
+	if r.Currency != nil {
+		b = append(b, `,"cu":`...)
+		b = store.AppendJSONString(b, *r.Currency)
+	}
 	return append(b, '}'), nil
 }

@@ -25,6 +25,10 @@ func TestRecordEncodingMatchesEncodingJSON(t *testing.T) {
 		if r.IntN(3) == 0 {
 			rec.Period = 0
 		}
+		if r.IntN(2) == 0 {
+			cu := storetest.RandString(r)
+			rec.Currency = &cu
+		}
 		want, err := json.Marshal(rec)
 		if err != nil {
 			t.Fatal(err)

@@ -70,6 +70,10 @@ type shipRecord struct {
 	Covered  bool              `json:"cov,omitempty"`
 	Sequence int64             `json:"q,omitempty"`
 	Held     billing.Units     `json:"hd,omitempty"`
+	// Currency is Product's (which its JSON leaves out): the cost unit
+	// its spend is counted in (spend.go). Nil in a record written before
+	// it was kept.
+	Currency *string `json:"cu,omitempty"`
 }
 
 func recordOf(st *settlement) shipRecord {
@@ -77,7 +81,7 @@ func recordOf(st *settlement) shipRecord {
 		Consume: st.consume, Covered: st.covered, Sequence: st.seq, Held: st.held}
 	if !st.free {
 		p := st.product
-		r.User, r.Service, r.Period, r.Product = st.key.UserID, st.key.ServiceID, st.key.Period, &p
+		r.User, r.Service, r.Period, r.Product, r.Currency = st.key.UserID, st.key.ServiceID, st.key.Period, &p, &p.Currency
 	}
 	return r
 }
@@ -88,6 +92,11 @@ func (r shipRecord) settlement() *settlement {
 	st.key = AllowanceKey{r.User, r.Service, r.Period}
 	if r.Product != nil {
 		st.product = *r.Product
+		if r.Currency != nil {
+			st.product.Currency = *r.Currency
+		} else {
+			st.anyUnit = true
+		}
 	}
 	return st
 }

@@ -58,7 +58,7 @@ func (s *Store) view(k AllowanceKey, p billing.Product, r row) billing.State {
 	s.knownMu.Lock()
 	held := s.holdSums.by[k] // zero when nothing is held
 	s.knownMu.Unlock()
-	st := billing.State{Used: r.used, Spend: r.spend, Credits: r.credits}
+	st := billing.State{Used: r.used, Spend: r.spendIn(p.CostUnit()), Credits: r.credits}
 	st.Reserved = max(0, r.leased-mine.Units) + held.Reserved
 	st.ReservedSpend = max(0, r.leasedSpend-mine.Spend) + held.ReservedSpend
 	st.CreditsHeld = max(0, r.creditsHeld-mine.Credits) + held.CreditsHeld

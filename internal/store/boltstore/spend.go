@@ -1,0 +1,62 @@
+package boltstore
+
+import "github.com/platformgw/gateway/internal/billing"
+
+// A period's spend is kept per cost unit (billing.Product.CostUnit): a
+// counter's spend is the spend in its unit, other the spend in each other
+// unit. A spending cap, its alerts and the summaries count only the spend
+// in their product's unit; one sum counted credits spent under a PREPAID
+// product against a USD cap after a change of product. A counter written
+// before has no unit: all its spend is counted in the unit of the first
+// product that charges or reads it, which is what it was counted against
+// then. The records of the settlement log name the unit of their charges
+// (partUnit); one written before names none and charges the counter's
+// unit. The spend held by calls in flight stays one sum.
+
+// inUnit makes u the counter's unit: the spend in its former unit moves
+// to other, and what other held in u becomes its spend.
+func (c *memCounter) inUnit(u string) {
+	if !c.unitSet || c.unit == u {
+		c.unit, c.unitSet = u, true
+		return
+	}
+	if c.spend != 0 {
+		if c.other == nil {
+			c.other = map[string]billing.Units{}
+		}
+		c.other[c.unit] += c.spend
+	}
+	c.spend = c.other[u]
+	delete(c.other, u)
+	c.unit = u
+}
+
+// inUnit is memCounter.inUnit for a counter as stored.
+func (c *counter) inUnit(u string) {
+	if c.Unit == nil || *c.Unit == u {
+		c.Unit = &u
+		return
+	}
+	if c.Spend != 0 {
+		if c.Other == nil {
+			c.Other = map[string]amount{}
+		}
+		c.Other[*c.Unit] += c.Spend
+	}
+	c.Spend = c.Other[u]
+	delete(c.Other, u)
+	if len(c.Other) == 0 {
+		c.Other = nil
+	}
+	c.Unit = &u
+}
+
+// spendTotal is the counter's spend in every unit together: what its
+// ledger rows' costs sum to.
+func (c counter) spendTotal() amount {
+	t := c.Spend
+	for _, v := range c.Other {
+		t += v
+	}
+	return t
+}

@@ -1,0 +1,107 @@
+package boltstore
+
+import (
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/store"
+)
+
+// serveN reserves and settles calls of one unit until one is refused or
+// most were served, and returns how many were.
+func serveN(t *testing.T, s *Store, a store.Account, most int) int {
+	t.Helper()
+	for n := 0; n < most; n++ {
+		res, err := s.Reserve(ctx, a, whole(1), t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Decision.Allowed {
+			return n
+		}
+		if _, err := s.Settle(ctx, res, whole(1), entryFor(a, 0, t0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return most
+}
+
+// TestSpendPerUnitOldCounter: a counter written before spend was kept per
+// cost unit (no "unit") counts all its spend in the unit of the product
+// that uses it next, as every spend was counted before: 2 spent, then a
+// USD cap of 10 leaves 8. The store check agrees with the ledger after a
+// period whose spend is in two units (credits and USD), and after the old
+// counter took a unit.
+func TestSpendPerUnitOldCounter(t *testing.T) {
+	path := storePath(t)
+	usd := billing.Product{ID: "usd", BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerRequest,
+		Price: whole(1), SpendingCap: ptr(whole(10)), Currency: "USD"}
+	credits := billing.Product{ID: "pre", BillingModel: billing.Prepaid, MeasurementType: billing.PerRequest, Price: whole(1)}
+	s := openAt(t, path)
+	a := subscribe(t, s, "u1", "svc", usd, 0)
+	if n := serveN(t, s, a, 2); n != 2 {
+		t.Fatalf("%d of 2 served", n)
+	}
+	// The same for a second subscription in credits and then USD: a
+	// period with spend in two units, for the check.
+	b := subscribe(t, s, "u2", "svc", credits, whole(5))
+	b.Product = credits
+	if n := serveN(t, s, b, 3); n != 3 {
+		t.Fatalf("%d of 3 prepaid served", n)
+	}
+	if _, err := s.PutSubscription(ctx, store.Subscription{UserID: "u2", ServiceID: "svc", ProductID: usd.ID, Status: "ACTIVE",
+		UpdatedAt: t0.Add(-time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	b.Product = usd
+	if n := serveN(t, s, b, 20); n != 10 {
+		t.Errorf("%d served under a USD cap of 10 after 3 credits, want 10", n)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// u1's counter as an earlier version wrote it: no unit.
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketCounters).ForEach(func(k, v []byte) error {
+			user, _, _, _ := splitCounterKey(k)
+			if user != "u1" {
+				return nil
+			}
+			var c counter
+			if err := getJSON(tx, bucketCounters, k, &c); err != nil {
+				return err
+			}
+			if c.Unit == nil || *c.Unit != "USD" || c.Spend != amount(whole(2)) {
+				t.Errorf("u1's counter %+v, want 2 spent in USD", c)
+			}
+			c.Unit = nil
+			return putRaw(tx, bucketCounters, append([]byte(nil), k...), encodeCounter(c))
+		})
+	})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = openAt(t, path)
+	if n := serveN(t, s, a, 20); n != 8 {
+		t.Errorf("%d served under a USD cap of 10 after 2 spent in a counter without a unit, want 8", n)
+	}
+	a.Product = credits
+	if st := stateOf(t, s, a, t0); st.Spend != 0 {
+		t.Errorf("u1's spend in credits %s, want 0: the old counter's spend went to USD", st.Spend)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := CheckFile(path)
+	if err != nil || len(rep.Cross.Mismatches) != 0 || rep.Cross.Accounts != 2 {
+		t.Errorf("store check: %v, %+v", err, rep.Cross)
+	}
+}

@@ -1,0 +1,104 @@
+package pgstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/platformgw/gateway/internal/billing"
+	"github.com/platformgw/gateway/internal/pgtest"
+	"github.com/platformgw/gateway/internal/store"
+)
+
+// TestSpendPerUnitOldRow: an allowance row from before schema version 8
+// (no spend_unit) counts all its spend in the unit of the product that
+// uses it next, as every spend was counted before: 2 spent, then a USD cap
+// of 10 leaves 8 on a node that never saw the row. A period with spend in
+// two units (3 credits, then 10 USD under a USD cap of 10) keeps them
+// apart, and store check and the totals a migration compares count both.
+func TestSpendPerUnitOldRow(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.DB(t)
+	a := openNode(t, dsn, "a")
+	usd := billing.Product{ID: "usd", BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerRequest,
+		Price: units(1), SpendingCap: ptr(units(10)), Currency: "USD"}
+	credits := billing.Product{ID: "pre", BillingModel: billing.Prepaid, MeasurementType: billing.PerRequest, Price: units(1)}
+	serve := func(s *Store, acc store.Account, most int) int {
+		t.Helper()
+		for n := 0; n < most; n++ {
+			res, err := s.Reserve(ctx, acc, units(1), time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.Decision.Allowed {
+				return n
+			}
+			if _, err := s.Settle(ctx, res, units(1), store.LedgerEntry{UserID: acc.UserID, ServiceID: acc.ServiceID,
+				ProductID: acc.Product.ID, Source: store.SourceGateway, Time: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return most
+	}
+	subscribe(t, a, "u1", "svc", usd.ID)
+	u1 := store.Account{UserID: "u1", ServiceID: "svc", Product: usd}
+	if n := serve(a, u1, 2); n != 2 {
+		t.Fatalf("%d of 2 served", n)
+	}
+	subscribe(t, a, "u2", "svc", credits.ID)
+	if _, err := a.AddCredits(ctx, "u2", "svc", units(5), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	u2 := store.Account{UserID: "u2", ServiceID: "svc", Product: credits}
+	if n := serve(a, u2, 3); n != 3 {
+		t.Fatalf("%d of 3 prepaid served", n)
+	}
+	if _, err := a.PutSubscription(ctx, store.Subscription{UserID: "u2", ServiceID: "svc", ProductID: usd.ID, Status: "ACTIVE",
+		UpdatedAt: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	u2.Product = usd
+	if n := serve(a, u2, 20); n != 10 {
+		t.Errorf("%d served under a USD cap of 10 after 3 credits, want 10", n)
+	}
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var unit, other *string
+	if err := a.pool.QueryRow(ctx, `SELECT spend_unit, spend_other::text FROM allowances WHERE user_id = 'u2'`).Scan(&unit, &other); err != nil {
+		t.Fatal(err)
+	}
+	if unit == nil || *unit != "USD" || other == nil || *other != `{"credits": 3000000}` {
+		t.Errorf("u2's row: unit %v, other %v; want USD and 3 credits", deref(unit), deref(other))
+	}
+	a.Close()
+	// u1's row as schema version 7 left it.
+	b := openNode(t, dsn, "b")
+	if _, err := b.pool.Exec(ctx, `UPDATE allowances SET spend_unit = NULL WHERE user_id = 'u1'`); err != nil {
+		t.Fatal(err)
+	}
+	if n := serve(b, u1, 20); n != 8 {
+		t.Errorf("%d served under a USD cap of 10 after 2 spent in a row without a unit, want 8", n)
+	}
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Check(ctx, dsn)
+	if err != nil || len(rep.Mismatches) != 0 || rep.Accounts != 2 {
+		t.Errorf("store check: %v, %+v", err, rep)
+	}
+	tot, err := b.Totals(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tot.Spend != units(23) {
+		t.Errorf("total spend %s, want 23 (10 USD and 3 credits, 10 USD)", tot.Spend)
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return *s
+}
