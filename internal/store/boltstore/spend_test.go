@@ -105,3 +105,80 @@ func TestSpendPerUnitOldCounter(t *testing.T) {
 		t.Errorf("store check: %v, %+v", err, rep.Cross)
 	}
 }
+
+// stripUnit makes user's counters as a version before spend was kept per
+// cost unit wrote them: no "unit".
+func stripUnit(t *testing.T, path, user string) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	err = db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketCounters).ForEach(func(k, v []byte) error {
+			if u, _, _, _ := splitCounterKey(k); u != user {
+				return nil
+			}
+			var c counter
+			if err := getJSON(tx, bucketCounters, k, &c); err != nil {
+				return err
+			}
+			c.Unit = nil
+			return putRaw(tx, bucketCounters, append([]byte(nil), k...), encodeCounter(c))
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSpendOldCounterReadBeforeCharge: a counter without a unit (2
+// credits spent before the upgrade) that is only read under its PREPAID
+// product (a summary, a refused call) before a move to a USD product with
+// a cap of 10 counts its 2 in USD, as the database does (a counter takes
+// the unit of the first product that charges it) and as PostgreSQL does:
+// 8 USD served, and the spend reads 10 before and after a restart. The
+// memory took the unit of the first product that read it: 10 USD were
+// served against the cap of 10, and after a restart the database's
+// counter said 12 (the 2 credits counted as USD).
+func TestSpendOldCounterReadBeforeCharge(t *testing.T) {
+	path := storePath(t)
+	usd := billing.Product{ID: "usd", BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerRequest,
+		Price: whole(1), SpendingCap: ptr(whole(10)), Currency: "USD"}
+	credits := billing.Product{ID: "pre", BillingModel: billing.Prepaid, MeasurementType: billing.PerRequest, Price: whole(1)}
+	s := openAt(t, path)
+	a := subscribe(t, s, "u1", "svc", credits, whole(5))
+	a.Product = credits
+	if n := serveN(t, s, a, 2); n != 2 {
+		t.Fatalf("%d of 2 prepaid served", n)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	stripUnit(t, path, "u1")
+	s = openAt(t, path)
+	if st := stateOf(t, s, a, t0); st.Spend != whole(2) {
+		t.Fatalf("spend read under the PREPAID product %s, want 2", st.Spend)
+	}
+	if _, err := s.PutSubscription(ctx, store.Subscription{UserID: "u1", ServiceID: "svc", ProductID: usd.ID, Status: "ACTIVE",
+		UpdatedAt: t0.Add(-time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	a.Product = usd
+	if n := serveN(t, s, a, 20); n != 8 {
+		t.Errorf("%d served under a USD cap of 10 after 2 spent in a counter without a unit, want 8", n)
+	}
+	before := stateOf(t, s, a, t0).Spend
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openAt(t, path)
+	if after := stateOf(t, s, a, t0).Spend; after != before || after != whole(10) {
+		t.Errorf("spend in USD %s before a restart, %s after; want 10 both", before, after)
+	}
+	a.Product = credits
+	if st := stateOf(t, s, a, t0); st.Spend != 0 {
+		t.Errorf("spend in credits %s after a restart, want 0: the old counter's spend went to USD", st.Spend)
+	}
+}

@@ -102,3 +102,75 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// TestSpendOldRowReadBeforeCharge: a row from before schema version 8
+// (2 credits spent, no spend_unit), read under its PREPAID product before
+// a move to a USD product with a cap of 10, counts its 2 in USD, the unit
+// of the first product that charges it: 8 USD served, and every node reads
+// 10 USD spent and no credits after. The embedded store agrees
+// (boltstore's TestSpendOldCounterReadBeforeCharge).
+func TestSpendOldRowReadBeforeCharge(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.DB(t)
+	usd := billing.Product{ID: "usd", BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerRequest,
+		Price: units(1), SpendingCap: ptr(units(10)), Currency: "USD"}
+	credits := billing.Product{ID: "pre", BillingModel: billing.Prepaid, MeasurementType: billing.PerRequest, Price: units(1)}
+	serve := func(s *Store, acc store.Account, most int) int {
+		t.Helper()
+		for n := 0; n < most; n++ {
+			res, err := s.Reserve(ctx, acc, units(1), time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.Decision.Allowed {
+				return n
+			}
+			if _, err := s.Settle(ctx, res, units(1), store.LedgerEntry{UserID: acc.UserID, ServiceID: acc.ServiceID,
+				ProductID: acc.Product.ID, Source: store.SourceGateway, Time: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return most
+	}
+	a := openNode(t, dsn, "a")
+	subscribe(t, a, "u1", "svc", credits.ID)
+	if _, err := a.AddCredits(ctx, "u1", "svc", units(5), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	u1 := store.Account{UserID: "u1", ServiceID: "svc", Product: credits}
+	if n := serve(a, u1, 2); n != 2 {
+		t.Fatalf("%d of 2 prepaid served", n)
+	}
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	b := openNode(t, dsn, "b")
+	if _, err := b.pool.Exec(ctx, `UPDATE allowances SET spend_unit = NULL WHERE user_id = 'u1'`); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := b.State(ctx, u1, time.Now()); err != nil || st.Spend != units(2) {
+		t.Fatalf("spend read under the PREPAID product: %+v, %v; want 2", st, err)
+	}
+	if _, err := b.PutSubscription(ctx, store.Subscription{UserID: "u1", ServiceID: "svc", ProductID: usd.ID, Status: "ACTIVE",
+		UpdatedAt: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	u1.Product = usd
+	if n := serve(b, u1, 20); n != 8 {
+		t.Errorf("%d served under a USD cap of 10 after 2 spent in a row without a unit, want 8", n)
+	}
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := openNode(t, dsn, "c")
+	for _, w := range []struct {
+		p     billing.Product
+		spend billing.Units
+	}{{usd, units(10)}, {credits, 0}} {
+		u1.Product = w.p
+		if st, err := c.State(ctx, u1, time.Now()); err != nil || st.Spend != w.spend {
+			t.Errorf("another node, in %q: spend %s, %v; want %s", w.p.CostUnit(), st.Spend, err, w.spend)
+		}
+	}
+}
