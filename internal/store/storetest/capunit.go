@@ -213,3 +213,49 @@ func testSpendUnitRoundTrip(t *testing.T, c *suite) {
 		check(c.restart(t, s), "after a restart")
 	}
 }
+
+// testCurrencyReload: a reload that changes a product's currency within a
+// period (same product id, no change of subscription) starts its spend in
+// the new unit from nothing, and one that changes it back finds the spend
+// of the first: 10 USD spent under a USD cap of 10, the currency made EUR,
+// 10 more served (in EUR), made USD again: refused at once, the 10 USD
+// still there; a call admitted under USD and settled after the change to
+// EUR is charged in USD, the unit it was admitted under.
+func testCurrencyReload(t *testing.T, c *suite) {
+	usd := billing.Product{ID: "payg-cap", BillingModel: billing.UsagePostpaid, MeasurementType: billing.PerRequest,
+		Price: whole(1), SpendingCap: ptr(whole(10)), Currency: "USD"}
+	eur := usd
+	eur.Currency = "EUR"
+	s := c.store(t)
+	a := subscribe(t, s, "u1", "svc", usd, 0)
+	if n := serveUntilRefused(t, s, a, 9); n != 9 {
+		t.Fatalf("%d of 9 USD calls served", n)
+	}
+	inFlight, err := s.Reserve(ctx, a, whole(1), T0)
+	if err != nil || !inFlight.Decision.Allowed {
+		t.Fatalf("Reserve under USD: %+v, %v", inFlight.Decision, err)
+	}
+	a.Product = eur // the reload
+	if _, err := s.Settle(ctx, inFlight, whole(1), EntryFor(inFlight.Account, 0, T0)); err != nil {
+		t.Fatalf("Settle: %v", err)
+	}
+	if st := c.state(t, s, a, T0); st.Spend != 0 {
+		t.Errorf("in EUR after the reload: spend %s, want 0 (the call admitted under USD is charged in USD)", st.Spend)
+	}
+	if n := serveUntilRefused(t, s, a, 20); n != 10 {
+		t.Errorf("%d calls served in EUR after the reload, want 10", n)
+	}
+	a.Product = usd // and back
+	if n := serveUntilRefused(t, s, a, 5); n != 0 {
+		t.Errorf("%d calls served back in USD with 10 of 10 spent, want 0", n)
+	}
+	for _, w := range []struct {
+		p     billing.Product
+		spend billing.Units
+	}{{usd, whole(10)}, {eur, whole(10)}} {
+		a.Product = w.p
+		if st := c.state(t, s, a, T0); st.Spend != w.spend || st.Used != whole(20) || st.ReservedSpend != 0 {
+			t.Errorf("in %s: %+v; want 20 used, %s spent, nothing held", w.p.Currency, st, w.spend)
+		}
+	}
+}

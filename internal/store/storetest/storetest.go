@@ -97,6 +97,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"SpendPerCostUnit", testSpendPerCostUnit},
 		{"JobSpendInItsUnit", testJobSpendInItsUnit},
 		{"SpendUnitRoundTrip", testSpendUnitRoundTrip},
+		{"CurrencyReload", testCurrencyReload},
 		{"StoredExtremes", testStoredExtremes},
 		{"HardLimitsUnderConcurrency", testHardLimitsUnderConcurrency},
 		{"OverClaimsUnderConcurrency", testOverClaimsUnderConcurrency},
