@@ -20,7 +20,7 @@ type Counter struct {
 	Used      billing.Units
 	// Spend is the spend in SpendUnit, or, when UnitKnown is false (a
 	// counter from before spend was kept per cost unit), in the unit of
-	// the first product that reads it; SpendOther the spend in each
+	// the first product that charges it; SpendOther the spend in each
 	// other cost unit (billing.Product.CostUnit).
 	Spend      billing.Units
 	SpendUnit  string

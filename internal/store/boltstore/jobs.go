@@ -611,6 +611,7 @@ func (s *Store) endJob(rec *settlement, j *store.Job, h *jobHold, a store.Accoun
 		dec = store.ChargeFloor(p, st, units, held, &entry)
 	}
 	st.Charge(p, dec)
+	c.charged(p.CostUnit())
 	ops = append(ops, opOf(opCharge, p, dec))
 	var undoLater func()
 	if h != nil {

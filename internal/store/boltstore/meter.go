@@ -196,6 +196,7 @@ func (s *Store) Settle(ctx context.Context, r store.Reservation, units billing.U
 			dec = store.ChargeFloor(p, st, units, r.Decision.Units, entry)
 		}
 		st.Charge(p, dec)
+		c.charged(p.CostUnit())
 		charged = prepaidCost(p, dec)
 		entry.Overage, entry.Cost = dec.Overage, dec.Cost
 		cr.ops[0] = opOf(opCharge, p, dec)
@@ -323,6 +324,7 @@ func (s *Store) Record(ctx context.Context, a store.Account, e store.LedgerEntry
 		dec := billing.Decide(a.Product, store.PricingState(st), entry.Units)
 		st.Charge(a.Product, dec)
 		acc.set(c, st)
+		c.charged(a.Product.CostUnit())
 		entry.Overage, entry.Cost = dec.Overage, dec.Cost
 		state = st
 		rec.acct = &acctChange{userID: a.UserID, serviceID: a.ServiceID, period: period,

@@ -8,16 +8,27 @@ import "github.com/platformgw/gateway/internal/billing"
 // in their product's unit; one sum counted credits spent under a PREPAID
 // product against a USD cap after a change of product. A counter written
 // before has no unit: all its spend is counted in the unit of the first
-// product that charges or reads it, which is what it was counted against
-// then. The records of the settlement log name the unit of their charges
-// (partUnit); one written before names none and charges the counter's
-// unit. The spend held by calls in flight stays one sum.
+// product that charges it, which is what it was counted against then
+// (until then it counts in whatever unit it is read in, as a PostgreSQL
+// row from before schema version 8 does). The records of the settlement
+// log name the unit of their charges (partUnit); one written before names
+// none and charges the counter's unit. The spend held by calls in flight stays one sum.
 
 // inUnit makes u the counter's unit: the spend in its former unit moves
-// to other, and what other held in u becomes its spend.
+// to other, and what other held in u becomes its spend. A counter without
+// a unit that holds spend (written before) keeps none, its spend counted
+// in u, until a charge gives it one (charged), as the database's counter
+// takes one only with a charge: taking the unit of the first product that
+// read it here counted the spend in that unit until the next start and in
+// the charging product's after it.
 func (c *memCounter) inUnit(u string) {
-	if !c.unitSet || c.unit == u {
-		c.unit, c.unitSet = u, true
+	if !c.unitSet {
+		if c.spend == 0 && len(c.other) == 0 {
+			c.unit, c.unitSet = u, true
+		}
+		return
+	}
+	if c.unit == u {
 		return
 	}
 	if c.spend != 0 {
@@ -31,7 +42,16 @@ func (c *memCounter) inUnit(u string) {
 	c.unit = u
 }
 
-// inUnit is memCounter.inUnit for a counter as stored.
+// charged gives a counter without a unit u, the unit of its first charge
+// (the record's acctChange.unit): its spend so far counts in u.
+func (c *memCounter) charged(u string) {
+	if !c.unitSet {
+		c.unit, c.unitSet = u, true
+	}
+}
+
+// inUnit is memCounter.inUnit for a counter as stored, which only
+// charges call (applyState.apply): a counter without a unit takes u.
 func (c *counter) inUnit(u string) {
 	if c.Unit == nil || *c.Unit == u {
 		c.Unit = &u

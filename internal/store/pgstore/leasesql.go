@@ -84,12 +84,15 @@ SELECT k FROM g UNION ALL SELECT k FROM ex`
 // quota $12 at price $16, the quota or the units used past it plus the
 // most overage units u whose cost billing.Mul(u, $16) (rounded half up
 // to a millionth) fits in what spend leaves of the cap. In numeric, so
-// that nothing overflows. Computed in the statement, from the row it
+// that nothing overflows, with div (the dividend is positive: its
+// quotient truncated), not floor of "/": numeric "/" rounds a quotient
+// of more than 16 significant digits to a whole number, a millionth of
+// a unit past the bound (a cap of 100000 at 0.000003 a unit). Computed in the statement, from the row it
 // locks: the units the whole cap buys, bounded beside the quota, did
 // not see spend recorded earlier in the period under another product.
 const unitBoundSQL = `(CASE WHEN $15::bigint IS NULL THEN $12::numeric
 	ELSE greatest($12::bigint, used)::numeric + CASE WHEN ` + spendInSQL + ` > $15 THEN 0
-		ELSE floor((($15::bigint - greatest(` + spendInSQL + `, 0) + 1)::numeric * 1000000 - 500001) / $16::bigint) END END)`
+		ELSE div(($15::bigint - greatest(` + spendInSQL + `, 0) + 1)::numeric * 1000000 - 500001, $16::bigint) END END)`
 
 // spendInSQL is the allowance row's spend in the cost unit $17 (row.spendIn):
 // spend when the row counts it in $17 or does not say (a row from before

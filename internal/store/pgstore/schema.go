@@ -264,7 +264,8 @@ CREATE TABLE lease_pre_ended (
 	// the spend in spend_unit, spend_other the spend in each other unit
 	// ({"EUR": 2000000}, NULL when none). A row from before has no
 	// spend_unit: all its spend is counted in the unit of the first
-	// product that reads it, as before (spend.go).
+	// product that charges it (in any unit it is read in until then), as
+	// before (spend.go).
 	`
 ALTER TABLE allowances ADD COLUMN spend_unit text, ADD COLUMN spend_other jsonb;
 `,

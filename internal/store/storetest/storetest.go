@@ -96,6 +96,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"CapAfterProductChange", testCapAfterProductChange},
 		{"SpendPerCostUnit", testSpendPerCostUnit},
 		{"JobSpendInItsUnit", testJobSpendInItsUnit},
+		{"SpendUnitRoundTrip", testSpendUnitRoundTrip},
+		{"CurrencyReload", testCurrencyReload},
 		{"StoredExtremes", testStoredExtremes},
 		{"HardLimitsUnderConcurrency", testHardLimitsUnderConcurrency},
 		{"OverClaimsUnderConcurrency", testOverClaimsUnderConcurrency},
