@@ -337,8 +337,8 @@ func (h *Handler) revenueStart(ctx context.Context, rg revenueRange, now time.Ti
 			if err := json.Unmarshal(b, &ig); err != nil {
 				return err
 			}
-			if granted[ig.ID] {
-				return nil
+			if granted[ig.ID] || ig.Foreign {
+				return nil // a top-up now, or another gateway's money
 			}
 			m, ok := monthOf(cmp.Or(ig.PaidAt, ig.At))
 			if !ok {

@@ -42,6 +42,10 @@ func TestRevenueTopUpsNotGranted(t *testing.T) {
 		UserID: "ben", ServiceID: "pre", Pack: "ten", Amount: 700, Currency: "USD", PaidAt: paid})
 	put(payments.KindTopUp, "pi_later", payments.TopUpRecord{ID: "pi_later", UserID: "ben", ServiceID: "pre", ProductID: "credits", Pack: "ten",
 		Credits: "10", Amount: 700, Currency: "USD", PaidAt: paid})
+	// Another gateway's on the same Stripe account: none of this one's money.
+	put(payments.KindTopUpIgnored, "pi_foreign", payments.IgnoredTopUp{ID: "pi_foreign", SessionID: "cs_foreign",
+		Reason: "customer cus_x is not one the gateway made", At: paid, UserID: "ann", ServiceID: "pre", Pack: "ten",
+		Amount: 5000, Currency: "USD", PaidAt: paid, Foreign: true})
 	// Ignored by a gateway from before the amount was kept.
 	put(payments.KindTopUpIgnored, "pi_old", payments.IgnoredTopUp{ID: "pi_old", SessionID: "cs_old", Reason: "old reason", At: paid})
 	h := direct(t, e, false)
@@ -62,5 +66,8 @@ func TestRevenueTopUpsNotGranted(t *testing.T) {
 	}
 	if strings.Contains(got, "pi_later") {
 		t.Errorf("a top-up granted since is listed as not granted:\n%s", got)
+	}
+	if strings.Contains(got, "pi_foreign") {
+		t.Errorf("another gateway's top-up is listed as this one's:\n%s", got)
 	}
 }

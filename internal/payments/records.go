@@ -52,6 +52,10 @@ type IgnoredTopUp struct {
 	Refunded  int64        `json:"refunded,omitempty"`
 	DisputeID string       `json:"disputeId,omitempty"`
 	Disputed  int64        `json:"disputed,omitempty"`
+	// Foreign: its session's customer is not one this gateway made
+	// (another gateway's on the same Stripe account): its money is not
+	// this gateway's, so Revenue neither counts nor lists it.
+	Foreign bool `json:"foreign,omitempty"`
 }
 
 // SeenRefund is a succeeded refund of a top-up not granted when it came.

@@ -470,14 +470,25 @@ func (s *Service) ignoredTopUp(ctx context.Context, cs *stripe.CheckoutSession, 
 	if perr != nil {
 		return perr
 	}
+	// A session whose customer this gateway did not make (another
+	// gateway's on the same Stripe account, or none) is remembered so
+	// that its refund is known, but its money is not this gateway's: the
+	// Revenue page neither counts nor lists it (Foreign).
+	var notOurs badEventError
+	_, _, uerr := s.sessionUser(ctx, pay, cs)
+	if uerr != nil && !errors.As(uerr, &notOurs) {
+		return uerr
+	}
 	now := s.now().UTC()
 	ig := IgnoredTopUp{ID: cs.PaymentIntent.ID, SessionID: cs.ID, Reason: bad.msg, At: now,
 		UserID: cs.Metadata[MetaUser], ServiceID: cs.Metadata[MetaService], ProductID: cs.Metadata[MetaProduct], Pack: cs.Metadata[MetaPack],
-		Amount: cs.AmountTotal, Currency: strings.ToUpper(string(cs.Currency)), PaidAt: time.Unix(ev.Created, 0).UTC()}
+		Amount: cs.AmountTotal, Currency: strings.ToUpper(string(cs.Currency)), PaidAt: time.Unix(ev.Created, 0).UTC(),
+		Foreign: uerr != nil}
 	if perr := s.keepIgnored(ctx, pay, ig, func(old *IgnoredTopUp) bool {
 		// A record a refund or dispute wrote first: the session's own
 		// facts fill in what it did not know.
-		changed := old.SessionID == "" || old.Amount == 0 && ig.Amount > 0
+		changed := old.SessionID == "" || old.Amount == 0 && ig.Amount > 0 || ig.Foreign && !old.Foreign
+		old.Foreign = old.Foreign || ig.Foreign
 		old.SessionID = cmp.Or(old.SessionID, ig.SessionID)
 		old.Reason = ig.Reason
 		old.UserID, old.ServiceID = cmp.Or(old.UserID, ig.UserID), cmp.Or(old.ServiceID, ig.ServiceID)

@@ -73,6 +73,20 @@ func TestTopUpOnlyForItsUsersCustomer(t *testing.T) {
 	if _, err := e.pay.GetPaymentRecord(t.Context(), payments.KindTopUp, "pi_f"); err == nil {
 		t.Error("a top-up record for another gateway's session")
 	}
+	// Remembered as another gateway's (or no customer's) money, which the
+	// Revenue page neither counts nor lists; a session this gateway's
+	// customer paid, though for another user, is its money.
+	for pi, want := range map[string]bool{"pi_f": true, "pi_n": true, "pi_o": false, "pi_r": false} {
+		b, err := e.pay.GetPaymentRecord(t.Context(), payments.KindTopUpIgnored, pi)
+		var ig payments.IgnoredTopUp
+		if err != nil || json.Unmarshal(b, &ig) != nil {
+			t.Errorf("ignored record of %s: %v %s", pi, err, b)
+			continue
+		}
+		if ig.Foreign != want {
+			t.Errorf("ignored record of %s: foreign %v, want %v (%s)", pi, ig.Foreign, want, b)
+		}
+	}
 
 	// Bob's own customer, his own metadata and reference: granted.
 	own := paidSession("cs_b", "pi_b", "bob", "small", 1000)
