@@ -138,12 +138,7 @@ func exportCounters(ctx context.Context, tx *bolt.Tx, to store.Importer, n int, 
 		if rec.Unit != nil {
 			c.SpendUnit, c.UnitKnown = *rec.Unit, true
 		}
-		for u, v := range rec.Other {
-			if c.SpendOther == nil {
-				c.SpendOther = map[string]billing.Units{}
-			}
-			c.SpendOther[u] = billing.Units(v)
-		}
+		c.SpendOther = rec.otherUnits()
 		if c.Used == 0 && c.SpendTotal() == 0 {
 			return nil // only holds, which travel with their jobs
 		}

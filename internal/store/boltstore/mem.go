@@ -149,12 +149,7 @@ func (s *Store) period(acc *memAccount, p billing.Product, period int64, now tim
 	if rec.Unit != nil {
 		c.unit, c.unitSet = *rec.Unit, true
 	}
-	for u, v := range rec.Other {
-		if c.other == nil {
-			c.other = map[string]billing.Units{}
-		}
-		c.other[u] = billing.Units(v)
-	}
+	c.other = rec.otherUnits()
 	acc.periods[period] = c
 	return period, c, nil
 }

@@ -80,3 +80,15 @@ func (c counter) spendTotal() amount {
 	}
 	return t
 }
+
+// otherUnits is the counter's spend in its other units, nil when none.
+func (c counter) otherUnits() map[string]billing.Units {
+	if len(c.Other) == 0 {
+		return nil
+	}
+	m := make(map[string]billing.Units, len(c.Other))
+	for u, v := range c.Other {
+		m[u] = billing.Units(v)
+	}
+	return m
+}

@@ -117,20 +117,10 @@ func (s *Store) ImportSubscriptions(ctx context.Context, subs []store.Subscripti
 func (s *Store) ImportCounters(ctx context.Context, cs []store.Counter) error {
 	b := &pgx.Batch{}
 	for _, c := range cs {
-		r := row{spend: c.Spend, unit: c.SpendUnit, unitSet: c.UnitKnown}
-		if len(c.SpendOther) > 0 {
-			raw := make(map[string]int64, len(c.SpendOther))
-			for k, v := range c.SpendOther {
-				raw[k] = int64(v)
-			}
-			other, err := json.Marshal(raw)
-			if err != nil {
-				return err
-			}
-			r.other = string(other)
-		}
-		// One counter a period in an export: a conflict adds to a row
-		// made meanwhile, whose unit it takes.
+		r := row{spend: c.Spend, unit: c.SpendUnit, unitSet: c.UnitKnown, other: otherText(c.SpendOther)}
+		// An export has one counter a period, and store migrate needs an
+		// empty database, so a conflict is not expected; should one come,
+		// used and spend are added and the row keeps its own unit.
 		b.Queue(`INSERT INTO allowances (user_id, service_id, period, used, spend, spend_unit, spend_other) VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb)
 			ON CONFLICT (user_id, service_id, period) DO UPDATE SET used = allowances.used + EXCLUDED.used,
 				spend = allowances.spend + EXCLUDED.spend`,

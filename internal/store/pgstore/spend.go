@@ -44,15 +44,21 @@ func (r *row) inUnit(u string) {
 	r.spend = m[u]
 	delete(m, u)
 	r.unit = u
-	r.other = ""
-	if len(m) > 0 {
-		raw := make(map[string]int64, len(m))
-		for k, v := range m {
-			raw[k] = int64(v)
-		}
-		b, _ := json.Marshal(raw)
-		r.other = string(b)
+	r.other = otherText(m)
+}
+
+// otherText is spend in other units as spend_other holds it: JSON of
+// millionths ({"EUR": 2000000}), "" (NULL) when there is none.
+func otherText(m map[string]billing.Units) string {
+	if len(m) == 0 {
+		return ""
 	}
+	raw := make(map[string]int64, len(m))
+	for k, v := range m {
+		raw[k] = int64(v)
+	}
+	b, _ := json.Marshal(raw) // a map of strings to integers always encodes
+	return string(b)
 }
 
 func otherSpend(raw string) map[string]billing.Units {
