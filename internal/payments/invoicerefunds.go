@@ -138,8 +138,7 @@ func (s *Service) invoiceMoneyBack(ctx context.Context, pay store.Payments, invI
 	if !wrote || !more {
 		return true, nil
 	}
-	s.audit(ctx, AuditInvoiceStripe, r.UserID, r.ServiceID, fmt.Sprintf("invoice %s of product %s: %s; %s of %s paid went back",
-		invID, r.ProductID, what, MinorMoney(min(r.Refunded+r.Disputed, r.AmountPaid), r.Currency), MinorMoney(r.AmountPaid, r.Currency)))
+	s.auditMoneyBack(ctx, invID, what, r)
 	return true, nil
 }
 
@@ -168,6 +167,16 @@ func moneyBack(r *InvoiceRecord, charge string, refunded, disputed int64) bool {
 	}
 	raise(&r.RefundedBy, refunded)
 	raise(&r.DisputedBy, disputed)
+	return sumMoneyBack(r) || changed
+}
+
+// sumMoneyBack sums what went back of invoice r, per charge and per
+// dispute, into r.Refunded and r.Disputed, each at most r.AmountPaid;
+// true when either grew. It is summed again whenever AmountPaid may have
+// grown (putInvoice): a refund of a retry's charge may come while the
+// record still says the invoice's first charge failed, nothing paid, so
+// its sum then was held to 0.
+func sumMoneyBack(r *InvoiceRecord) bool {
 	sum := func(by map[string]int64, before int64) int64 {
 		var n int64
 		for _, v := range by {
@@ -176,13 +185,17 @@ func moneyBack(r *InvoiceRecord, charge string, refunded, disputed int64) bool {
 		return min(max(n, before), r.AmountPaid)
 	}
 	ref, dis := sum(r.RefundedBy, r.RefundedBefore), sum(r.DisputedBy, r.DisputedBefore)
-	if ref > r.Refunded || dis > r.Disputed {
-		changed = true
-	}
+	grew := ref > r.Refunded || dis > r.Disputed
 	// Only ever raised: AmountPaid read lower by an older event never
 	// lowers what was recorded.
 	r.Refunded, r.Disputed = max(r.Refunded, ref), max(r.Disputed, dis)
-	return changed
+	return grew
+}
+
+// auditMoneyBack audits what went back of invoice r, grown by what.
+func (s *Service) auditMoneyBack(ctx context.Context, invID, what string, r InvoiceRecord) {
+	s.audit(ctx, AuditInvoiceStripe, r.UserID, r.ServiceID, fmt.Sprintf("invoice %s of product %s: %s; %s of %s paid went back",
+		invID, r.ProductID, what, MinorMoney(min(r.Refunded+r.Disputed, r.AmountPaid), r.Currency), MinorMoney(r.AmountPaid, r.Currency)))
 }
 
 // invoiceRefunded records the succeeded refunds of charge ch on the

@@ -34,4 +34,17 @@ func TestMoneyBackSumsChargesOnce(t *testing.T) {
 	if !moneyBack(&old, "ch_a", 1000, 0) || old.Refunded != 1400 {
 		t.Fatalf("the old record's charge named again: %+v, want 1400", old)
 	}
+	// Refunded while nothing was paid yet (the first charge failed), then
+	// paid: summed again against what was paid, once.
+	open := InvoiceRecord{}
+	if !moneyBack(&open, "ch_retry", 1000, 0) || open.Refunded != 0 || open.RefundedBy["ch_retry"] != 1000 {
+		t.Fatalf("a refund of an invoice not paid yet: %+v, want 1000 kept for ch_retry, 0 refunded", open)
+	}
+	open.AmountPaid = 2900
+	if !sumMoneyBack(&open) || open.Refunded != 1000 {
+		t.Fatalf("the invoice paid: %+v, want 1000 refunded", open)
+	}
+	if sumMoneyBack(&open) || open.Refunded != 1000 {
+		t.Fatalf("summed again: %+v, want nothing grown", open)
+	}
 }

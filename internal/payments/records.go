@@ -56,6 +56,12 @@ type IgnoredTopUp struct {
 	// (another gateway's on the same Stripe account): its money is not
 	// this gateway's, so Revenue neither counts nor lists it.
 	Foreign bool `json:"foreign,omitempty"`
+	// Unlisted are the events (by id) of money back of it seen while it
+	// was not granted whose refunds Stripe could not list then: what went
+	// back is known to be more than Refunds say, by how much not. Its
+	// grant lists them first, and is not made while it cannot
+	// (listUnlisted).
+	Unlisted []string `json:"unlisted,omitempty"`
 }
 
 // SeenRefund is a succeeded refund of a top-up not granted when it came.

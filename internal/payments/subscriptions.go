@@ -509,22 +509,33 @@ func (s *Service) putInvoice(ctx context.Context, pay store.Payments, inv *strip
 		}
 		w := r
 		var old InvoiceRecord
+		back := false // what went back grew, summed against what was paid now
 		if json.Unmarshal(b, &old) == nil {
 			if !invoiceMayBecome(old.Status, w.Status) {
 				return nil
 			}
-			if old.Status == w.Status && old.AmountPaid == w.AmountPaid && old.AmountDue == w.AmountDue {
-				return nil
-			}
-			// What went back since stays recorded (invoiceMoneyBack).
+			// What went back since stays recorded (invoiceMoneyBack),
+			// and is summed again: a refund or lost dispute recorded
+			// while the record said less was paid (an open invoice whose
+			// first charge failed, its retry's charge refunded before
+			// invoice.paid came) was held to that.
 			w.Refunded, w.Disputed = old.Refunded, old.Disputed
 			w.RefundedBy, w.DisputedBy = old.RefundedBy, old.DisputedBy
 			w.RefundedBefore, w.DisputedBefore = old.RefundedBefore, old.DisputedBefore
+			back = sumMoneyBack(&w)
+			if !back && old.Status == w.Status && old.AmountPaid == w.AmountPaid && old.AmountDue == w.AmountDue {
+				return nil
+			}
 		}
 		body, _ := json.Marshal(w)
 		err = pay.SwapPaymentRecord(ctx, KindInvoice, inv.ID, b, body, s.now())
 		if err == nil {
-			s.auditInvoice(ctx, id, inv.ID, w)
+			if old.Status != w.Status || old.AmountPaid != w.AmountPaid || old.AmountDue != w.AmountDue {
+				s.auditInvoice(ctx, id, inv.ID, w)
+			}
+			if back {
+				s.auditMoneyBack(ctx, inv.ID, "refunds and disputes recorded before its payment was", w)
+			}
 			return nil
 		}
 		if !swapAgain(err, try) {

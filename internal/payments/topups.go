@@ -365,6 +365,9 @@ func topUpPaid(s *Service, ctx context.Context, ev *stripe.Event) error {
 	if err != nil {
 		return err
 	}
+	if err := s.listUnlisted(ctx, pay, pi); err != nil {
+		return err
+	}
 	if _, err := pay.GrantCredits(ctx, g); err != nil && !errors.Is(err, store.ErrReplayed) {
 		if errors.Is(err, store.ErrNoAccount) || errors.Is(err, store.ErrBadInput) {
 			return badEvent("session %s: %v", cs.ID, err)
@@ -396,6 +399,10 @@ func topUpPaid(s *Service, ctx context.Context, ev *stripe.Event) error {
 // its KindTopUpIgnored record. Each by its id, so once, as its own event
 // would have (and as a later event of its charge does).
 func (s *Service) catchUpMoneyBack(ctx context.Context, pay store.Payments, pi string, evCreated int64) error {
+	// Again after the grant: a refund seen while the grant was being made.
+	if err := s.listUnlisted(ctx, pay, pi); err != nil {
+		return err
+	}
 	b, err := pay.GetPaymentRecord(ctx, KindTopUpIgnored, pi)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
@@ -524,7 +531,10 @@ func (s *Service) keepIgnored(ctx context.Context, pay store.Payments, ig Ignore
 // only when needed), or a lost dispute; and what the charge was paid,
 // when the event says.
 type seen struct {
-	refunds   func() ([]*stripe.Refund, error)
+	refunds func() ([]*stripe.Refund, error)
+	// event is the id of the event that tells it: kept as Unlisted when
+	// refunds cannot be listed.
+	event     string
 	disputeID string
 	disputed  int64
 	amount    int64
@@ -541,46 +551,11 @@ type seen struct {
 // this write, is an error, so that Stripe sends the event again and it
 // takes back from the grant.
 func (s *Service) seenNotGranted(ctx context.Context, pay store.Payments, pi string, meta map[string]string, reason string, back seen) error {
-	var refunds []SeenRefund
-	if back.refunds != nil {
-		rs, err := back.refunds()
-		if err != nil {
-			return err
-		}
-		for _, r := range rs {
-			refunds = append(refunds, SeenRefund{ID: r.ID, Amount: r.Amount, Created: r.Created})
-		}
-	}
-	if len(refunds) == 0 && back.disputeID == "" {
-		return nil
-	}
 	ig := IgnoredTopUp{ID: pi, Reason: reason, At: s.now().UTC(), UserID: meta[MetaUser], ServiceID: meta[MetaService],
 		ProductID: meta[MetaProduct], Pack: meta[MetaPack], Amount: back.amount, Currency: strings.ToUpper(back.currency), PaidAt: back.paidAt}
-	change := func(r *IgnoredTopUp) bool {
+	// facts fills in what the event says of the payment.
+	facts := func(r *IgnoredTopUp) bool {
 		changed := false
-		for _, x := range refunds {
-			i := slices.IndexFunc(r.Refunds, func(y SeenRefund) bool { return y.ID == x.ID })
-			switch {
-			case i < 0:
-				r.Refunds = append(r.Refunds, x)
-				changed = true
-			case x.Amount > r.Refunds[i].Amount:
-				r.Refunds[i].Amount = x.Amount
-				changed = true
-			}
-		}
-		var sum int64
-		for _, x := range r.Refunds {
-			sum += x.Amount
-		}
-		if r.Amount > 0 {
-			sum = min(sum, r.Amount)
-		}
-		r.Refunded = max(r.Refunded, sum)
-		if back.disputeID != "" && (r.DisputeID != back.disputeID || back.disputed > r.Disputed) {
-			r.DisputeID, r.Disputed = back.disputeID, max(r.Disputed, back.disputed)
-			changed = true
-		}
 		if r.Amount == 0 && back.amount > 0 {
 			r.Amount, r.Currency, changed = back.amount, strings.ToUpper(back.currency), true
 		}
@@ -588,6 +563,55 @@ func (s *Service) seenNotGranted(ctx context.Context, pay store.Payments, pi str
 			r.PaidAt, changed = back.paidAt, true
 		}
 		return changed
+	}
+	var refunds []SeenRefund
+	if back.refunds != nil {
+		rs, err := back.refunds()
+		if err != nil && back.event != "" {
+			// Money went back, by how much Stripe cannot say now: kept
+			// as such before the 500, so that a grant made before this
+			// event is sent again lists the refunds itself, and is not
+			// made while it cannot, rather than grant the whole pack.
+			ig.Unlisted = []string{back.event}
+			if kerr := s.keepIgnored(ctx, pay, ig, func(r *IgnoredTopUp) bool {
+				changed := facts(r)
+				if !slices.Contains(r.Unlisted, back.event) {
+					r.Unlisted, changed = append(r.Unlisted, back.event), true
+				}
+				return changed
+			}); kerr != nil {
+				return fmt.Errorf("recording that money went back of top-up %s, not granted: %w (and %w)", pi, kerr, err)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		refunds = seenRefunds(rs)
+	}
+	if len(refunds) == 0 && back.disputeID == "" {
+		// Nothing went back (a refund still pending); this event's
+		// earlier delivery may have been kept as unlisted.
+		_, _, err := changeRecord(ctx, pay, KindTopUpIgnored, pi, s.now(), func(r *IgnoredTopUp) bool {
+			n := len(r.Unlisted)
+			r.Unlisted = slices.DeleteFunc(r.Unlisted, func(e string) bool { return e == back.event })
+			return len(r.Unlisted) != n
+		})
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		return err
+	}
+	change := func(r *IgnoredTopUp) bool {
+		changed := keepSeenRefunds(r, refunds)
+		if n := len(r.Unlisted); back.event != "" && n > 0 {
+			r.Unlisted = slices.DeleteFunc(r.Unlisted, func(e string) bool { return e == back.event })
+			changed = changed || len(r.Unlisted) != n
+		}
+		if back.disputeID != "" && (r.DisputeID != back.disputeID || back.disputed > r.Disputed) {
+			r.DisputeID, r.Disputed = back.disputeID, max(r.Disputed, back.disputed)
+			changed = true
+		}
+		return facts(r) || changed
 	}
 	change(&ig)
 	if err := s.keepIgnored(ctx, pay, ig, change); err != nil {
@@ -597,6 +621,88 @@ func (s *Service) seenNotGranted(ctx context.Context, pay store.Payments, pi str
 		return fmt.Errorf("top-up %s was granted while its refund or dispute was being recorded; Stripe sends it again", pi)
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return err
+	}
+	return nil
+}
+
+// seenRefunds is what the ignored top-up record keeps of refunds.
+func seenRefunds(rs []*stripe.Refund) []SeenRefund {
+	var out []SeenRefund
+	for _, r := range rs {
+		out = append(out, SeenRefund{ID: r.ID, Amount: r.Amount, Created: r.Created})
+	}
+	return out
+}
+
+// keepSeenRefunds adds refunds to the ignored top-up record r, each once
+// by its id (an amount only ever raised), and sums them again into
+// r.Refunded, at most what was paid; true when the refunds changed.
+func keepSeenRefunds(r *IgnoredTopUp, refunds []SeenRefund) bool {
+	changed := false
+	for _, x := range refunds {
+		i := slices.IndexFunc(r.Refunds, func(y SeenRefund) bool { return y.ID == x.ID })
+		switch {
+		case i < 0:
+			r.Refunds = append(r.Refunds, x)
+			changed = true
+		case x.Amount > r.Refunds[i].Amount:
+			r.Refunds[i].Amount = x.Amount
+			changed = true
+		}
+	}
+	var sum int64
+	for _, x := range r.Refunds {
+		sum += x.Amount
+	}
+	if r.Amount > 0 {
+		sum = min(sum, r.Amount)
+	}
+	r.Refunded = max(r.Refunded, sum)
+	return changed
+}
+
+// listUnlisted lists, when the ignored top-up record of pi says money
+// went back of it before its grant by events whose refunds Stripe could
+// not list then (Unlisted), the refunds of the payment now, by its
+// PaymentIntent, and keeps them on the record for the grant to take back
+// (catchUpMoneyBack). Called before the grant: a record that does not
+// read, or Stripe out of reach, is an error, the paid event's 500, and
+// nothing is granted; Stripe sends it again. The whole pack is never
+// granted while money is known to have gone back of it.
+func (s *Service) listUnlisted(ctx context.Context, pay store.Payments, pi string) error {
+	b, err := pay.GetPaymentRecord(ctx, KindTopUpIgnored, pi)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	var ig IgnoredTopUp
+	if err := json.Unmarshal(b, &ig); err != nil {
+		return fmt.Errorf("ignored top-up record %s does not parse: %w", pi, err)
+	}
+	if len(ig.Unlisted) == 0 {
+		return nil
+	}
+	// Read before the listing: the refunds of these events are in it.
+	listed := ig.Unlisted
+	var refunds []*stripe.Refund
+	for r, err := range s.sc.V1Refunds.List(ctx, &stripe.RefundListParams{PaymentIntent: stripe.String(pi)}) {
+		if err != nil {
+			return fmt.Errorf("top-up %s: money went back of it before its grant, and its refunds cannot be listed now (%w): not granted yet; Stripe sends it again", pi, stripeErr(err))
+		}
+		if r != nil && r.ID != "" && r.Amount > 0 && r.Status == stripe.RefundStatusSucceeded {
+			refunds = append(refunds, r)
+		}
+	}
+	seen := seenRefunds(refunds)
+	_, _, err = changeRecord(ctx, pay, KindTopUpIgnored, pi, s.now(), func(r *IgnoredTopUp) bool {
+		changed := keepSeenRefunds(r, seen)
+		n := len(r.Unlisted)
+		r.Unlisted = slices.DeleteFunc(r.Unlisted, func(e string) bool { return slices.Contains(listed, e) })
+		return changed || len(r.Unlisted) != n
+	})
+	if err != nil {
+		return fmt.Errorf("recording the refunds of top-up %s, listed before its grant: %w", pi, err)
 	}
 	return nil
 }
@@ -823,7 +929,7 @@ func chargeRefunded(s *Service, ctx context.Context, ev *stripe.Event) error {
 		if ch.Customer != nil {
 			cust = ch.Customer.ID
 		}
-		return s.notGrantedYet(ctx, pi, cust, ch.Metadata, "charge "+ch.ID+" refunded", seen{
+		return s.notGrantedYet(ctx, pi, cust, ch.Metadata, "charge "+ch.ID+" refunded", seen{event: ev.ID,
 			refunds: func() ([]*stripe.Refund, error) { return s.refundsOf(ctx, &ch) },
 			amount:  ch.Amount, currency: string(ch.Currency), paidAt: unix(ch.Created)})
 	} else if err != nil {
@@ -884,7 +990,7 @@ func refundUpdated(s *Service, ctx context.Context, ev *stripe.Event) error {
 		if ok, err := s.invoiceRefunded(ctx, pay, ev.Data.Raw, &stripe.Charge{ID: chargeID}, pi, &r); ok || err != nil {
 			return err
 		}
-		return s.notGrantedYet(ctx, pi, "", r.Metadata, "refund "+r.ID+" succeeded", seen{refunds: func() ([]*stripe.Refund, error) {
+		return s.notGrantedYet(ctx, pi, "", r.Metadata, "refund "+r.ID+" succeeded", seen{event: ev.ID, refunds: func() ([]*stripe.Refund, error) {
 			refunds, err := s.refundsOf(ctx, &stripe.Charge{ID: chargeID})
 			if err == nil && !slices.ContainsFunc(refunds, func(x *stripe.Refund) bool { return x.ID == r.ID }) && r.Amount > 0 {
 				refunds = append(refunds, &r) // the list lags behind the event
