@@ -154,7 +154,9 @@ type revenueData struct {
 	Liabilities  []serviceLiability
 	Owed         []balanceRow // negative balances
 	PastDue      []pastDueRow
-	NotGranted   []notGrantedRow // top-ups paid that the gateway did not grant
+	NotGranted   []notGrantedRow // top-ups paid that the gateway did not grant, open
+	Resolved     []notGrantedRow // those an operator marked resolved (notgranted.go)
+	Done         string          // what a mark did (resolveNotices), from a fixed code
 	Partial      bool
 	InvoicedNote bool
 }
@@ -371,16 +373,24 @@ func (h *Handler) revenueStart(ctx context.Context, rg revenueRange, now time.Ti
 					row.Back = payments.MinorMoney(back, ig.Currency).String()
 				}
 			}
-			d.NotGranted = append(d.NotGranted, row)
+			// One marked resolved (refunded in Stripe, granted by hand)
+			// is listed apart; its money is counted all the same.
+			if ig.Resolved != nil {
+				d.Resolved = append(d.Resolved, row)
+			} else {
+				d.NotGranted = append(d.NotGranted, row)
+			}
 			return nil
 		})
 		if err != nil {
 			return nil, err
 		}
 		d.Partial = d.Partial || partial
-		slices.SortFunc(d.NotGranted, func(a, b notGrantedRow) int {
-			return cmp.Or(cmp.Or(a.PaidAt, a.At).Compare(cmp.Or(b.PaidAt, b.At)), strings.Compare(a.ID, b.ID))
-		})
+		for _, rows := range [][]notGrantedRow{d.NotGranted, d.Resolved} {
+			slices.SortFunc(rows, func(a, b notGrantedRow) int {
+				return cmp.Or(cmp.Or(a.PaidAt, a.At).Compare(cmp.Or(b.PaidAt, b.At)), strings.Compare(a.ID, b.ID))
+			})
+		}
 		if d.PastDue, partial, err = h.pastDue(ctx, pay, now); err != nil {
 			return nil, err
 		}
@@ -602,6 +612,7 @@ func (h *Handler) revenue(q *req) error {
 		return err
 	}
 	d.Quick = h.revenueQuick(rg, now)
+	d.Done = resolveNotices[q.r.URL.Query().Get("done")]
 	h.render(q, http.StatusOK, "revenue", "Revenue", d)
 	return nil
 }

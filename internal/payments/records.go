@@ -56,6 +56,19 @@ type IgnoredTopUp struct {
 	// (another gateway's on the same Stripe account): its money is not
 	// this gateway's, so Revenue neither counts nor lists it.
 	Foreign bool `json:"foreign,omitempty"`
+	// Resolved: an operator dealt with it (refunded it in Stripe, granted
+	// its credits by hand) and marked it so (ResolveNotGranted): the
+	// Revenue page lists it among the resolved, not the open ones; its
+	// money stays counted. nil while open.
+	Resolved *TopUpResolution `json:"resolved,omitempty"`
+}
+
+// TopUpResolution is who marked a top-up paid and not granted resolved,
+// when, and their note ("refunded in Stripe").
+type TopUpResolution struct {
+	By   string    `json:"by"`
+	At   time.Time `json:"at"`
+	Note string    `json:"note,omitempty"`
 }
 
 // SeenRefund is a succeeded refund of a top-up not granted when it came.
