@@ -162,7 +162,7 @@ func TestRevenueNotGrantedMarkResolved(t *testing.T) {
 		t.Errorf("the open list after the mark:\n%s", page)
 	}
 	for _, want := range []string{"1 top-up marked resolved", "ann pre (credits) retired 10.00 USD 4.00 USD pack retired", "console:operator",
-		"2026-11-15 12:00:00 UTC", "refunded in Stripe", "pi_ig"} {
+		"console:operator, 2026-11-15 12:00:00 UTC : refunded in Stripe", "pi_ig"} {
 		if !strings.Contains(resolved, want) {
 			t.Errorf("the resolved list does not say %q:\n%s", want, resolved)
 		}
