@@ -85,3 +85,54 @@ func ResolveNotGranted(ctx context.Context, pay store.Payments, id, by, note str
 		return true
 	})
 }
+
+// notGrantedCursor starts the cursors of ListNotGranted, so that another
+// listing's cursor is refused rather than read as a PaymentIntent.
+const notGrantedCursor = "ng:"
+
+// maxNotGrantedScan bounds the ignored top-up records one page of
+// ListNotGranted reads: a page of a filter few match may be short and
+// still have a next cursor.
+const maxNotGrantedScan = 10000
+
+// ListNotGranted is a page of the top-ups paid and not granted, as the
+// Revenue page lists them (not another gateway's, not granted since), in
+// PaymentIntent order: status "open" those not marked resolved,
+// "resolved" those marked, "" both. cursor is "" or a next cursor it
+// returned; limit at least 1. The next cursor is "" at the end.
+func ListNotGranted(ctx context.Context, pay store.Payments, status, cursor string, limit int) ([]IgnoredTopUp, string, error) {
+	if status != "" && status != "open" && status != "resolved" {
+		return nil, "", apierror.Invalid("status", "status is open or resolved; leave it out for both")
+	}
+	after, ok := strings.CutPrefix(cursor, notGrantedCursor)
+	if cursor != "" && (!ok || after == "") {
+		return nil, "", apierror.Invalid("cursor", "cursor is not one this listing returned; start again without it")
+	}
+	out := []IgnoredTopUp{}
+	scanned := 0
+	for r, err := range store.PaymentRecords(ctx, pay, KindTopUpIgnored, after) {
+		if err != nil {
+			return nil, "", fmt.Errorf("list the ignored top-ups: %w", err)
+		}
+		if len(out) == limit || scanned == maxNotGrantedScan {
+			return out, notGrantedCursor + after, nil
+		}
+		scanned++
+		after = r.ID
+		var ig IgnoredTopUp
+		if err := json.Unmarshal(r.Body, &ig); err != nil {
+			return nil, "", fmt.Errorf("ignored top-up record %s does not parse: %w", r.ID, err)
+		}
+		if ig.Foreign || status == "open" && ig.Resolved != nil || status == "resolved" && ig.Resolved == nil {
+			continue
+		}
+		switch _, err := pay.GetPaymentRecord(ctx, KindTopUp, r.ID); {
+		case err == nil:
+			continue // granted since: a top-up
+		case !errors.Is(err, store.ErrNotFound):
+			return nil, "", fmt.Errorf("read the top-up %s: %w", r.ID, err)
+		}
+		out = append(out, ig)
+	}
+	return out, "", nil
+}
