@@ -207,3 +207,37 @@ func TestRevenueNotGrantedMarkResolved(t *testing.T) {
 		t.Errorf("the audit log filtered on %s:\n%s", payments.AuditTopUpResolve, a)
 	}
 }
+
+// recordAuditFails is the operations with an audit log that cannot be
+// written (a full disk).
+type recordAuditFails struct{ Operations }
+
+func (recordAuditFails) RecordAudit(context.Context, store.AuditEntry) error { return errDiskFull }
+
+// TestRevenueResolveNotAudited: a mark whose audit entry cannot be
+// written is kept (it is on the payment record, a write of its own) and
+// the answer says it was made and not audited, so that no one marks it
+// again; the server log has the error.
+func TestRevenueResolveNotAudited(t *testing.T) {
+	e, st := moneyEnv(t)
+	pay := st.(store.Payments)
+	paid := time.Date(2026, 11, 4, 9, 0, 0, 0, time.UTC)
+	b, _ := json.Marshal(payments.IgnoredTopUp{ID: "pi_ig", Reason: "pack retired", At: paid, UserID: "ann", ServiceID: "pre",
+		Amount: 1000, Currency: "USD", PaidAt: paid})
+	if err := pay.PutPaymentRecord(context.Background(), payments.KindTopUpIgnored, "pi_ig", b, moneyNow); err != nil {
+		t.Fatal(err)
+	}
+	h := direct(t, e, false)
+	h.payments = &payments.Config{PastDueGrace: caddy.Duration(72 * time.Hour)}
+	h.ops = recordAuditFails{h.ops}
+	confirm, c := openPage(t, h, "/console/revenue/resolve?id=pi_ig", "operator", nil)
+	w := post(h, "/console/revenue/resolve", with(formOf(t, confirm, `id="confirm-form"`), "note", "granted by hand"), c, "operator")
+	if w.Code != http.StatusInternalServerError || !strings.Contains(pageText(w.Body.String()), "was marked resolved, but its entry in the audit log could not be written") {
+		t.Fatalf("an entry not written: %d\n%s", w.Code, pageText(w.Body.String()))
+	}
+	body, _ := pay.GetPaymentRecord(context.Background(), payments.KindTopUpIgnored, "pi_ig")
+	var ig payments.IgnoredTopUp
+	if err := json.Unmarshal(body, &ig); err != nil || ig.Resolved == nil || ig.Resolved.Note != "granted by hand" {
+		t.Errorf("the mark: %+v %v", ig.Resolved, err)
+	}
+}
