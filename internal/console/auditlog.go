@@ -10,6 +10,7 @@ import (
 	"github.com/platformgw/gateway/internal/apierror"
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/ops"
+	"github.com/platformgw/gateway/internal/payments"
 	"github.com/platformgw/gateway/internal/store"
 )
 
@@ -65,7 +66,7 @@ func (f auditFilter) match(e store.AuditEntry) bool {
 // auditActions are the actions an operator filters on.
 var auditActions = []string{ops.AuditKeyCreate, ops.AuditKeyRevoke, ops.AuditSubscriptionPut, ops.AuditCreditsAdd,
 	ops.AuditUsagePrune, ops.AuditRollupPrune, ops.AuditConfigChange,
-	ops.AuditPortalSignIn, ops.AuditChangeScheduled, ops.AuditAccessRequest, ops.AuditAccessDecline}
+	ops.AuditPortalSignIn, ops.AuditChangeScheduled, ops.AuditAccessRequest, ops.AuditAccessDecline, payments.AuditTopUpResolve}
 
 // auditRow is an entry with what its change replaced and what it made.
 type auditRow struct {

@@ -92,6 +92,9 @@ type Operations interface {
 	// Access requests from the portal (requests.go).
 	PendingAccessRequests(ctx context.Context, userID string) ([]ops.AccessRequest, error)
 	DeclineAccess(ctx context.Context, actor, userID, serviceID, productID string) error
+	// RecordAudit writes an entry of a change made apart from the store's
+	// own (a top-up marked resolved, notgranted.go).
+	RecordAudit(ctx context.Context, e store.AuditEntry) error
 }
 
 var _ Operations = (*ops.Ops)(nil)

@@ -6,6 +6,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/onceform"
+	"github.com/platformgw/gateway/internal/payments"
 )
 
 // One-time form values (internal/onceform): every form that changes
@@ -39,6 +40,11 @@ func (h *Handler) resultLinks(q *req) []noticeLink {
 		return []noticeLink{
 			{h.link(nil, "users", p[1]), "User " + p[1]},
 			{h.link(map[string][]string{"target": {p[1]}}, "audit"), "Changes to " + p[1] + " in the audit log"},
+		}
+	case len(p) >= 1 && p[0] == "revenue":
+		return []noticeLink{
+			{h.link(nil, "revenue"), "Revenue"},
+			{h.link(map[string][]string{"action": {payments.AuditTopUpResolve}}, "audit"), "Top-ups marked resolved in the audit log"},
 		}
 	case len(p) >= 1 && p[0] == "requests":
 		return []noticeLink{

@@ -147,6 +147,9 @@ func (h *Handler) renderRefresh(q *req, status int, name, title string, data any
 	if name == "job" {
 		nav = "jobs"
 	}
+	if c, ok := data.(confirmation); ok && c.Nav != "" {
+		nav = c.Nav
+	}
 	var buf bytes.Buffer
 	err := pages[name].Execute(&buf, page{Title: title, Nav: nav, Who: q.who, CSRF: q.csrf, Prefix: h.Prefix, Refresh: refresh, Data: data,
 		once: func() string { return h.once.Mint(q.who) }})

@@ -29,8 +29,9 @@ import (
 // callers owe; subscriptions past due or suspended for non-payment.
 // Money is summed per currency only, exactly, in minor units.
 
-// maxRevenueRecords bounds the payment records one page reads per kind.
-const maxRevenueRecords = 100000
+// maxRevenueRecords bounds the payment records one page reads per kind
+// (a variable for the tests of a listing cut short).
+var maxRevenueRecords = 100000
 
 // monthLayout is how the page's range is written: 2026-11.
 const monthLayout = "2006-01"
@@ -153,7 +154,9 @@ type revenueData struct {
 	Liabilities  []serviceLiability
 	Owed         []balanceRow // negative balances
 	PastDue      []pastDueRow
-	NotGranted   []notGrantedRow // top-ups paid that the gateway did not grant
+	NotGranted   []notGrantedRow // top-ups paid that the gateway did not grant, open
+	Resolved     []notGrantedRow // those an operator marked resolved (notgranted.go)
+	Done         string          // what a mark did (resolveNotices), from a fixed code
 	Partial      bool
 	InvoicedNote bool
 }
@@ -328,14 +331,28 @@ func (h *Handler) revenueStart(ctx context.Context, rg revenueRange, now time.Ti
 			return nil, err
 		}
 		d.Partial = d.Partial || partial
+		topUpsCut := partial
 		// Top-ups paid and not granted: money received all the same,
 		// counted with the top-ups and listed apart so the operator sees
 		// which to refund or grant by hand. One granted since (its paid
-		// event applied later) is a top-up like any other.
+		// event applied later) is a top-up like any other. When the
+		// top-ups listing stopped at its limit, one not among those read
+		// is looked up: not read is not "not granted", and listing a
+		// granted one told the operator to grant its credits a second
+		// time (it is then a top-up past the limit, not counted, as the
+		// others are not).
 		partial, err = eachRecord(ctx, pay, payments.KindTopUpIgnored, func(b []byte) error {
 			var ig payments.IgnoredTopUp
 			if err := json.Unmarshal(b, &ig); err != nil {
 				return err
+			}
+			if !granted[ig.ID] && topUpsCut && !ig.Foreign {
+				switch _, err := pay.GetPaymentRecord(ctx, payments.KindTopUp, ig.ID); {
+				case err == nil:
+					granted[ig.ID] = true
+				case !errors.Is(err, store.ErrNotFound):
+					return fmt.Errorf("read the top-up record of %s: %w", ig.ID, err)
+				}
 			}
 			if granted[ig.ID] || ig.Foreign {
 				return nil // a top-up now, or another gateway's money
@@ -356,16 +373,24 @@ func (h *Handler) revenueStart(ctx context.Context, rg revenueRange, now time.Ti
 					row.Back = payments.MinorMoney(back, ig.Currency).String()
 				}
 			}
-			d.NotGranted = append(d.NotGranted, row)
+			// One marked resolved (refunded in Stripe, granted by hand)
+			// is listed apart; its money is counted all the same.
+			if ig.Resolved != nil {
+				d.Resolved = append(d.Resolved, row)
+			} else {
+				d.NotGranted = append(d.NotGranted, row)
+			}
 			return nil
 		})
 		if err != nil {
 			return nil, err
 		}
 		d.Partial = d.Partial || partial
-		slices.SortFunc(d.NotGranted, func(a, b notGrantedRow) int {
-			return cmp.Or(cmp.Or(a.PaidAt, a.At).Compare(cmp.Or(b.PaidAt, b.At)), strings.Compare(a.ID, b.ID))
-		})
+		for _, rows := range [][]notGrantedRow{d.NotGranted, d.Resolved} {
+			slices.SortFunc(rows, func(a, b notGrantedRow) int {
+				return cmp.Or(cmp.Or(a.PaidAt, a.At).Compare(cmp.Or(b.PaidAt, b.At)), strings.Compare(a.ID, b.ID))
+			})
+		}
 		if d.PastDue, partial, err = h.pastDue(ctx, pay, now); err != nil {
 			return nil, err
 		}
@@ -587,6 +612,7 @@ func (h *Handler) revenue(q *req) error {
 		return err
 	}
 	d.Quick = h.revenueQuick(rg, now)
+	d.Done = resolveNotices[q.r.URL.Query().Get("done")]
 	h.render(q, http.StatusOK, "revenue", "Revenue", d)
 	return nil
 }

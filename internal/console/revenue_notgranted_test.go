@@ -71,3 +71,56 @@ func TestRevenueTopUpsNotGranted(t *testing.T) {
 		t.Errorf("another gateway's top-up is listed as this one's:\n%s", got)
 	}
 }
+
+// TestRevenueNotGrantedPartialTopUps: when the top-ups listing stops at
+// its record limit (the page says it is partial), a top-up ignored when
+// it was paid and granted since, whose top-up record lies past the limit,
+// is still a top-up: not listed as paid and not granted (which tells the
+// operator to grant its credits by hand, a second time, or refund a
+// top-up the caller has). The old page took "not among the top-ups read"
+// for "not granted": with a limit of 2 and top-ups pi_a, pi_b, pi_c, the
+// granted pi_c was listed as not granted and its 7.00 USD counted from
+// the ignored record, as no other top-up past the limit is.
+func TestRevenueNotGrantedPartialTopUps(t *testing.T) {
+	old := maxRevenueRecords
+	maxRevenueRecords = 2
+	t.Cleanup(func() { maxRevenueRecords = old })
+	e, st := moneyEnv(t)
+	pay := st.(store.Payments)
+	bg := context.Background()
+	paid := time.Date(2026, 11, 4, 9, 0, 0, 0, time.UTC)
+	put := func(kind, id string, v any) {
+		t.Helper()
+		b, _ := json.Marshal(v)
+		if err := pay.PutPaymentRecord(bg, kind, id, b, moneyNow); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"pi_a", "pi_b", "pi_c"} {
+		put(payments.KindTopUp, id, payments.TopUpRecord{ID: id, UserID: "ann", ServiceID: "pre", ProductID: "credits", Pack: "ten",
+			Credits: "10", Amount: 700, Currency: "USD", PaidAt: paid})
+	}
+	// pi_c was ignored when it was paid, and granted since.
+	put(payments.KindTopUpIgnored, "pi_c", payments.IgnoredTopUp{ID: "pi_c", Reason: "no subscription", At: paid,
+		UserID: "ann", ServiceID: "pre", Pack: "ten", Amount: 700, Currency: "USD", PaidAt: paid})
+	// pi_z is not granted, past the limit too.
+	put(payments.KindTopUpIgnored, "pi_z", payments.IgnoredTopUp{ID: "pi_z", Reason: "pack retired", At: paid,
+		UserID: "ann", ServiceID: "pre", Pack: "retired", Amount: 300, Currency: "USD", PaidAt: paid})
+	h := direct(t, e, false)
+	h.payments = &payments.Config{PastDueGrace: caddy.Duration(72 * time.Hour)}
+	got := getPage(t, h, "/console/revenue")
+	if !strings.Contains(got, "the figures are partial") {
+		t.Errorf("the page does not say it is partial:\n%s", got)
+	}
+	if strings.Contains(got, "pi_c") {
+		t.Errorf("a top-up granted since, past the listing's limit, is listed as not granted:\n%s", got)
+	}
+	if !strings.Contains(got, "pi_z") {
+		t.Errorf("a top-up not granted is not listed:\n%s", got)
+	}
+	// pi_a and pi_b read (14.00), pi_z not granted (3.00); pi_c past the
+	// limit, as a top-up, not counted.
+	if !strings.Contains(got, "USD 0.00 USD 17.00 USD 17.00 USD") {
+		t.Errorf("the top-ups are not 17.00 USD:\n%s", got)
+	}
+}

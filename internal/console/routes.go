@@ -97,6 +97,8 @@ func (h *Handler) route(w http.ResponseWriter, r *http.Request, who string) {
 		err = h.alerts(q)
 	case len(parts) == 1 && parts[0] == "revenue":
 		err = h.revenue(q)
+	case len(parts) == 2 && parts[0] == "revenue" && parts[1] == "resolve":
+		err = h.confirmResolve(q)
 	case len(parts) == 1 && parts[0] == "requests":
 		err = h.requests(q)
 	default:
@@ -171,6 +173,8 @@ func (h *Handler) post(q *req) {
 		err = h.addCredits(q, p[1])
 	case len(p) == 2 && p[0] == "requests" && p[1] == "decline":
 		err = h.declineRequest(q)
+	case len(p) == 2 && p[0] == "revenue" && p[1] == "resolve":
+		err = h.resolveNotGranted(q)
 	default:
 		err = errNoSuchPage
 	}

@@ -416,6 +416,17 @@ type confirmation struct {
 	Action      string // the form's URL
 	Fields      []formField
 	Button      string
+	// Nav is the page the confirmation belongs to in the navigation
+	// ("users" when empty); Back where its cancel link goes (the
+	// user's page when empty); Note, when set, a text field it asks for.
+	Nav, Back string
+	Note      *confirmNote
+}
+
+// confirmNote is a text field on a confirmation: a short note.
+type confirmNote struct {
+	Label, Placeholder, Value string
+	Max                       int
 }
 
 type formField struct{ Name, Value string }

@@ -62,6 +62,19 @@ type IgnoredTopUp struct {
 	// grant lists them first, and is not made while it cannot
 	// (listUnlisted).
 	Unlisted []string `json:"unlisted,omitempty"`
+	// Resolved: an operator dealt with it (refunded it in Stripe, granted
+	// its credits by hand) and marked it so (ResolveNotGranted): the
+	// Revenue page lists it among the resolved, not the open ones; its
+	// money stays counted. nil while open.
+	Resolved *TopUpResolution `json:"resolved,omitempty"`
+}
+
+// TopUpResolution is who marked a top-up paid and not granted resolved,
+// when, and their note ("refunded in Stripe").
+type TopUpResolution struct {
+	By   string    `json:"by"`
+	At   time.Time `json:"at"`
+	Note string    `json:"note,omitempty"`
 }
 
 // SeenRefund is a succeeded refund of a top-up not granted when it came.

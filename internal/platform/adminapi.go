@@ -131,6 +131,8 @@ func (a *adminAPI) route(p []string) (map[string]adminHandler, []string) {
 		return map[string]adminHandler{http.MethodPost: a.stripeSync}, nil
 	case len(p) == 2 && p[0] == "stripe" && p[1] == "resync":
 		return map[string]adminHandler{http.MethodPost: a.stripeResync}, nil
+	case len(p) == 2 && p[0] == "stripe" && p[1] == "notgranted":
+		return map[string]adminHandler{http.MethodGet: a.listNotGranted}, nil
 	}
 	return nil, nil
 }
