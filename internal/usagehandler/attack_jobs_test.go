@@ -74,8 +74,9 @@ func TestAttackJobCompletedOnce(t *testing.T) {
 }
 
 // TestAttackJobConcurrentCompletions: eight different completions of one
-// job posted at once (units 1 to 8): exactly one is taken (200), the
-// others are 409, and exactly its units are charged, once, its hold
+// job posted at once (one FAILED, the others COMPLETED with units 2 to
+// 8): exactly one is taken (200), the others are 409, and exactly its
+// units are charged, once (nothing when the FAILED one wins), its hold
 // settled.
 func TestAttackJobConcurrentCompletions(t *testing.T) {
 	onBothStores(t, func(t *testing.T, f *flightServer) {
@@ -87,7 +88,11 @@ func TestAttackJobConcurrentCompletions(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				answers[i] = f.send("/api/usage/complete/job-race", f.completionOf(fmt.Sprintf(`"units":%d`, i+1)), flightSecret, "")
+				fields := fmt.Sprintf(`"units":%d`, i+1)
+				if i == 0 {
+					fields = `"status":"FAILED","units":1`
+				}
+				answers[i] = f.send("/api/usage/complete/job-race", f.completionOf(fields), flightSecret, "")
 			}()
 		}
 		wg.Wait()
@@ -106,10 +111,13 @@ func TestAttackJobConcurrentCompletions(t *testing.T) {
 			t.Fatal("no completion taken")
 		}
 		want := billing.Whole(int64(won + 1))
+		if won == 0 { // the FAILED one: nothing charged
+			want = 0
+		}
 		j := f.job("job-race")
 		st := f.state(basicAccount("race"))
 		es := f.ledger("race")
-		if j.Units != want || st.Used != want || st.Reserved != 0 || len(es) != 1 || es[0].Units != want {
+		if j.Units != want || st.Used != want || st.Reserved != 0 || want > 0 && (len(es) != 1 || es[0].Units != want) || want == 0 && len(es) != 0 {
 			t.Errorf("taken %v: job %v, state %+v, ledger %+v", want, j.Units, st, es)
 		}
 	})
@@ -296,7 +304,9 @@ func TestAttackEstimatesNeverHold(t *testing.T) {
 // TestAttackJobCompletedAfterRestart: a job open when the store is closed
 // (a restart) still holds its units when it is opened again, and its
 // completion then settles them, charging the units stated once; its
-// repeat after a second restart is 200 and charges nothing more.
+// repeat after a second restart is 200 and charges nothing more. A report
+// recorded under an Idempotency-Key before the restarts is replayed after
+// each, counted once.
 func TestAttackJobCompletedAfterRestart(t *testing.T) {
 	at := time.Now().UTC().Truncate(time.Second)
 	ctx := context.Background()
@@ -337,6 +347,11 @@ func TestAttackJobCompletedAfterRestart(t *testing.T) {
 			f.keyFor("restart", "basic")
 			f.openJob("job-restart", "restart", billing.Whole(1))
 			completion := f.completionOf(`"units":"4.5","result":"done"`)
+			report := f.reportBodyOf("restart", "0.25")
+			first := f.send("/api/usage/report", report, flightSecret, "", "Idempotency-Key", "k-restart")
+			if first.status != 200 {
+				t.Fatalf("report: %d %s", first.status, first.body)
+			}
 			st.Close()
 			for round := range 2 {
 				func() {
@@ -344,18 +359,21 @@ func TestAttackJobCompletedAfterRestart(t *testing.T) {
 					defer st.Close()
 					f := newFlightServerOn(t, st, at)
 					if round == 0 {
-						if s := f.state(basicAccount("restart")); s.Reserved != billing.Whole(1) || s.Used != 0 {
-							t.Fatalf("after the restart: %+v, want the job's hold of 1", s)
+						if s := f.state(basicAccount("restart")); s.Reserved != billing.Whole(1) || s.Used != billing.Scale/4 {
+							t.Fatalf("after the restart: %+v, want the job's hold of 1 and the report's 0.25", s)
 						}
+					}
+					if a := f.send("/api/usage/report", report, flightSecret, "", "Idempotency-Key", "k-restart"); a.status != 200 || a.body != first.body || a.header.Get("Idempotent-Replayed") != "true" {
+						t.Errorf("report retried after restart %d: %d %s, want the first answer replayed", round, a.status, a.body)
 					}
 					if a := f.send("/api/usage/complete/job-restart", completion, flightSecret, ""); a.status != 200 {
 						t.Fatalf("completion, round %d: %d %s", round, a.status, a.body)
 					}
-					if s := f.state(basicAccount("restart")); s.Reserved != 0 || s.Used != billing.Whole(4)+billing.Scale/2 {
-						t.Errorf("round %d: %+v, want 4.5 used, nothing held", round, s)
+					if s := f.state(basicAccount("restart")); s.Reserved != 0 || s.Used != billing.Whole(4)+billing.Scale*3/4 {
+						t.Errorf("round %d: %+v, want 4.75 used, nothing held", round, s)
 					}
-					if es := f.ledger("restart"); len(es) != 1 {
-						t.Errorf("round %d: ledger %+v, want one row", round, es)
+					if es := f.ledger("restart"); len(es) != 2 {
+						t.Errorf("round %d: ledger %+v, want the report's row and the job's", round, es)
 					}
 				}()
 			}
