@@ -285,3 +285,36 @@ func TestAttackReportBodyEnvelope(t *testing.T) {
 		}
 	})
 }
+
+// TestAttackReportKeyReusedAfterOverdraw: the check that a retry under an
+// Idempotency-Key is the same report reads the first answer back; an
+// answer past the hard limits (a prepaid balance overdrawn by the report,
+// remainingCredits far below zero, or a report of a trillion units) is
+// read too, so another report under its key is still refused (400 on
+// Idempotency-Key), never answered with the first report's body and
+// left uncounted.
+func TestAttackReportKeyReusedAfterOverdraw(t *testing.T) {
+	onBothStores(t, func(t *testing.T, f *flightServer) {
+		ctx := context.Background()
+		f.keyFor("overdrawn", "pre")
+		if _, err := f.st.AddCredits(ctx, "overdrawn", "svc", billing.Whole(1), f.at); err != nil {
+			t.Fatal(err)
+		}
+		for i, units := range []string{"5", "1000000000000"} {
+			key := fmt.Sprintf("k-over-%d", i)
+			first := f.send("/api/usage/report", f.reportBodyOf("overdrawn", units), flightSecret, "", "Idempotency-Key", key)
+			if first.status != 200 || !strings.Contains(first.body, `"remainingCredits":-`) {
+				t.Fatalf("report of %s: %d %s, want 200 with the balance below zero", units, first.status, first.body)
+			}
+			if a := f.send("/api/usage/report", f.reportBodyOf("overdrawn", "7"), flightSecret, "", "Idempotency-Key", key); a.status != 400 || !strings.Contains(a.body, `"field":"Idempotency-Key"`) {
+				t.Errorf("another report under %s: %d %s, want 400 on Idempotency-Key", key, a.status, a.body)
+			}
+			if a := f.send("/api/usage/report", f.reportBodyOf("overdrawn", units), flightSecret, "", "Idempotency-Key", key); a.status != 200 || a.body != first.body {
+				t.Errorf("the retry under %s: %d %s, want the first answer", key, a.status, a.body)
+			}
+		}
+		if es := f.ledger("overdrawn"); len(es) != 2 {
+			t.Errorf("ledger %+v, want the two reports", es)
+		}
+	})
+}
