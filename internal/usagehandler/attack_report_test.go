@@ -318,3 +318,29 @@ func TestAttackReportKeyReusedAfterOverdraw(t *testing.T) {
 		}
 	})
 }
+
+// TestAttackReportsPastInt64: twelve reports of a trillion units each
+// (the most one may state) take a period's usage past what int64 holds
+// in millionths. The usage saturates rather than wrap below zero, so the
+// blocked quota stays used up: no call is admitted, no estimate allowed.
+func TestAttackReportsPastInt64(t *testing.T) {
+	onBothStores(t, func(t *testing.T, f *flightServer) {
+		k := f.keyFor("huge", "basic")
+		for i := range 12 {
+			if a := f.send("/api/usage/report", f.reportBodyOf("huge", "1000000000000"), flightSecret, ""); a.status != 200 {
+				t.Fatalf("report %d: %d %s", i, a.status, a.body)
+			}
+		}
+		st := f.state(basicAccount("huge"))
+		if st.Used < billing.Whole(10) {
+			t.Fatalf("usage wrapped: %+v", st)
+		}
+		res, err := f.st.Reserve(context.Background(), basicAccount("huge"), billing.Whole(1), f.at)
+		if err != nil || res.Decision.Allowed {
+			t.Errorf("a call after the usage saturated: %+v %v, want refused", res.Decision, err)
+		}
+		if a := f.send("/api/v1/service-keys/estimate-usage", `{"serviceKey":"`+k+`","serviceId":"svc","estimatedUnits":1}`, flightSecret, ""); a.status != 429 {
+			t.Errorf("estimate after the usage saturated: %d %s, want 429", a.status, a.body)
+		}
+	})
+}
