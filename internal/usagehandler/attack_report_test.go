@@ -344,3 +344,42 @@ func TestAttackReportsPastInt64(t *testing.T) {
 		}
 	})
 }
+
+// TestAttackReportAcrossPeriodEnd: a report arriving after the billing
+// period ended counts in the period it arrives in, whatever its body's
+// timestamp (docs/wire-contract.md, "Usage report"), and the period that
+// ended keeps what it had; the retry of a report recorded in the old
+// period, under its Idempotency-Key, is replayed in the new one and
+// counted in neither again.
+func TestAttackReportAcrossPeriodEnd(t *testing.T) {
+	onBothStores(t, func(t *testing.T, f *flightServer) {
+		f.keyFor("late", "basic")
+		old := f.at
+		oldReport := f.reportBodyOf("late", "4")
+		first := f.send("/api/usage/report", oldReport, flightSecret, "", "Idempotency-Key", "k-period")
+		if first.status != 200 {
+			t.Fatalf("report: %d %s", first.status, first.body)
+		}
+		f.at = old.AddDate(0, 1, 2) // the next monthly period
+		late := f.send("/api/usage/report", oldReport, flightSecret, "") // the old body timestamp, signed now
+		if late.status != 200 {
+			t.Fatalf("late report: %d %s", late.status, late.body)
+		}
+		again := f.send("/api/usage/report", oldReport, flightSecret, "", "Idempotency-Key", "k-period")
+		if again.status != 200 || again.body != first.body {
+			t.Errorf("retry in the next period: %d %s, want the first answer %s", again.status, again.body, first.body)
+		}
+		if used := f.state(basicAccount("late")).Used; used != billing.Whole(4) {
+			t.Errorf("the new period used %v, want the late report's 4", used)
+		}
+		now := f.at
+		f.at = old
+		if used := f.state(basicAccount("late")).Used; used != billing.Whole(4) {
+			t.Errorf("the old period used %v, want its 4", used)
+		}
+		f.at = now
+		if es := f.ledger("late"); len(es) != 2 || !es[1].OccurredAt.Equal(old) {
+			t.Errorf("ledger %+v, want two rows, the late one occurred at %v", es, old)
+		}
+	})
+}
