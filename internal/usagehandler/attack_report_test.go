@@ -360,8 +360,10 @@ func TestAttackReportAcrossPeriodEnd(t *testing.T) {
 		if first.status != 200 {
 			t.Fatalf("report: %d %s", first.status, first.body)
 		}
-		f.at = old.AddDate(0, 1, 2) // the next monthly period
-		late := f.send("/api/usage/report", oldReport, flightSecret, "") // the old body timestamp, signed now
+		// The next monthly period; the late report has the old body
+		// timestamp, signed now.
+		f.at = old.AddDate(0, 1, 2)
+		late := f.send("/api/usage/report", oldReport, flightSecret, "")
 		if late.status != 200 {
 			t.Fatalf("late report: %d %s", late.status, late.body)
 		}
