@@ -1,8 +1,10 @@
 package storetest
 
 import (
+	"fmt"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/store"
@@ -11,8 +13,8 @@ import (
 // testSaturatedCountersRefuse: reports are charged in full past the hard
 // limits, so a period's usage and spend can reach the most a quantity
 // holds (they saturate there) and a prepaid balance the least. A call
-// then asking for a hold is refused as past the limit (no error), as
-// Decide refuses it: a blocked quota whose usage saturated, a spending
+// or an async job then asking for a hold is refused as past the limit
+// (no error), as Decide refuses it: a blocked quota whose usage saturated, a spending
 // cap whose spend saturated, a balance at its floor while a call holds
 // credits. The PostgreSQL store added those counters in bigint in its
 // lease statement and failed the call with "bigint out of range" (the
@@ -59,6 +61,15 @@ func testSaturatedCountersRefuse(t *testing.T, c *suite) {
 					t.Error(err)
 				}
 			}
+		}
+	}
+	// An async job's hold is taken the same way.
+	for i, a := range []store.Account{quota, capped, pre} {
+		j := store.Job{ID: fmt.Sprintf("job-saturated-%d", i), UserID: a.UserID, ServiceID: a.ServiceID, EndpointID: "e",
+			ProductID: a.Product.ID, Status: store.JobPending, CreatedAt: T0, UpdatedAt: T0, ExpiresAt: T0.Add(time.Hour)}
+		res, err := s.CreateJobReserved(ctx, j, a, whole(1), T0)
+		if err != nil || res.Decision.Allowed {
+			t.Errorf("%s: a job past saturated counters: %+v, %v; want refused", a.UserID, res.Decision, err)
 		}
 	}
 	if _, err := s.Settle(ctx, held, whole(2), EntryFor(pre, 0, T0)); err != nil {
