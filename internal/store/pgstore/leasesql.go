@@ -37,12 +37,19 @@ type querier interface {
 // overage past the quota $12 (NULL: none; unitBoundSQL), $16 the price,
 // $17 the cost unit the spend limits count (spendInSQL).
 //
+// The sums are taken in numeric: a report is charged past the hard
+// limits, so a period's usage and spend may sit at the most a bigint
+// holds (they saturate there) and a balance at the least; in bigint,
+// settled plus leased plus asked failed with "bigint out of range", every
+// call of the subscription a 500 where the embedded store refuses it as
+// past the limit (storetest SaturatedCountersRefuse).
+//
 // A holder's row that has expired is never added to (nor its expiry moved:
 // the upsert would revive it, as a renewal never does): the statement
 // grants nothing and answers 'x' (errLeaseExpired).
 const grantSQL = `
 WITH sb AS (
-	SELECT credits - credits_held AS avail FROM subscriptions
+	SELECT credits::numeric - credits_held AS avail FROM subscriptions
 	WHERE user_id = $2 AND service_id = $3 AND $14::bool FOR UPDATE
 ), av AS (
 	SELECT CASE WHEN $14::bool THEN (SELECT avail FROM sb) ELSE 9223372036854775807 END AS avail
@@ -52,15 +59,15 @@ WITH sb AS (
 ), b AS (
 	UPDATE allowances SET leased_units = leased_units + $6, leased_spend = leased_spend + $7
 	WHERE user_id = $2 AND service_id = $3 AND period = $4 AND NOT EXISTS (SELECT 1 FROM ex)
-	  AND ($12::bigint IS NULL OR $6 = 0 OR used + leased_units + $6 <= ` + unitBoundSQL + `)
-	  AND ($13::bigint IS NULL OR $7 = 0 OR ` + spendInSQL + ` + leased_spend + $7 <= $13)
+	  AND ($12::bigint IS NULL OR $6 = 0 OR used::numeric + leased_units + $6 <= ` + unitBoundSQL + `)
+	  AND ($13::bigint IS NULL OR $7 = 0 OR ` + spendInSQL + `::numeric + leased_spend + $7 <= $13)
 	  AND (SELECT avail FROM av) >= $8
 	RETURNING 'b'::text AS k
 ), sm AS (
 	UPDATE allowances SET leased_units = leased_units + $9, leased_spend = leased_spend + $10
 	WHERE user_id = $2 AND service_id = $3 AND period = $4 AND NOT EXISTS (SELECT 1 FROM b) AND NOT EXISTS (SELECT 1 FROM ex)
-	  AND ($12::bigint IS NULL OR $9 = 0 OR used + leased_units + $9 <= ` + unitBoundSQL + `)
-	  AND ($13::bigint IS NULL OR $10 = 0 OR ` + spendInSQL + ` + leased_spend + $10 <= $13)
+	  AND ($12::bigint IS NULL OR $9 = 0 OR used::numeric + leased_units + $9 <= ` + unitBoundSQL + `)
+	  AND ($13::bigint IS NULL OR $10 = 0 OR ` + spendInSQL + `::numeric + leased_spend + $10 <= $13)
 	  AND (SELECT avail FROM av) >= $11
 	RETURNING 's'::text AS k
 ), g AS (

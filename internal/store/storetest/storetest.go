@@ -109,6 +109,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"ScanLedger", testScanLedger},
 		{"Rollups", testRollups},
 		{"RollupsSaturate", testRollupsSaturate},
+		{"SaturatedCountersRefuse", testSaturatedCountersRefuse},
 		{"PruneLedger", testPruneLedger},
 		{"PruneLedgerAudited", testPruneLedgerAudited},
 		{"PruneRollups", testPruneRollups},
