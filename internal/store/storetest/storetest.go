@@ -160,6 +160,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"ExpireCreditsHeldCalls", testExpireCreditsHeldCalls},
 		{"ExpireCreditsHeldRefund", testExpireCreditsHeldRefund},
 		{"ExpireCreditsHeldRefundConcurrent", testExpireCreditsHeldRefundConcurrent},
+		{"ExpireCreditsHeldOrder", testExpireCreditsHeldOrder},
 		{"Close", testClose},
 		{"DurableAcrossReopen", testDurableAcrossReopen},
 		{"RestartReleasesSyncHolds", testRestartReleasesSyncHolds},
