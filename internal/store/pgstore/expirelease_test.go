@@ -228,7 +228,8 @@ func TestPruneLedgerPrunesLeasePreEnded(t *testing.T) {
 // expires only as far as it is of the grants due. Grants A 100 and B 100
 // expire, C 50 does not and is older than B; a node's calls in flight at
 // the expiry spend 150, A's and C's, and B's 100 expire (at once, the
-// part not leased out; as the block comes back, the rest). Before, the
+// part not leased out; as the block, which holds 10 more released before
+// the expiry, comes back, the rest). Before, the
 // charges took the deferred credits first (A's and some of B's), the
 // block's give-back took C's first: a balance of 50.
 func TestExpireCreditsLeasedOrder(t *testing.T) {
@@ -249,16 +250,29 @@ func TestExpireCreditsLeasedOrder(t *testing.T) {
 	}
 	acct := store.Account{UserID: "u", ServiceID: "svc", Product: prepaidProduct(1)}
 	var held []store.Reservation
-	for range 150 {
+	for range 160 {
 		res, err := a.Reserve(ctx, acct, units(1), time.Now())
 		if err != nil || !res.Decision.Allowed {
 			t.Fatalf("reserve: %+v %v", res.Decision, err)
 		}
 		held = append(held, res)
 	}
+	// 10 released: their credits stay in the node's block, leased at the
+	// expiry and given back unused.
+	for _, res := range held[150:] {
+		if _, err := a.Settle(ctx, res, 0, store.LedgerEntry{UserID: "u", ServiceID: "svc", ProductID: "pp", Source: store.SourceGateway}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held = held[:150]
 	expired, err := b.ExpireCredits(ctx, now.Add(time.Minute))
 	if err != nil || len(expired) != 2 || expired[0].Expired != 0 || expired[0].Deferred != units(100) {
 		t.Fatalf("expire with 150 in flight: %+v %v; want A's 100 deferred", expired, err)
+	}
+	if expired[1].Deferred <= 0 {
+		// The node's block held no more than its calls: the charges close
+		// the expiry whichever order they are taken in.
+		t.Fatalf("B %+v: want some of it deferred, the node's block leased past the 150 calls it charges", expired[1])
 	}
 	for _, res := range held {
 		if _, err := a.Settle(ctx, res, units(1), store.LedgerEntry{UserID: "u", ServiceID: "svc", ProductID: "pp", Source: store.SourceGateway}); err != nil {
