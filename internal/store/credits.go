@@ -160,68 +160,179 @@ func ExpireGrants(balance billing.Units, grants []CreditGrant, now time.Time) ([
 // (balance - held), as ExpireGrants says. What they would have left of
 // the whole balance beyond that was not removed only because it was held:
 // it is Deferred, to expire later as far as the holds open now give it
-// back unspent (GiveBackDeferred). It returns the grants due, oldest
-// first, the balance after (the free balance after, plus held) and the
-// slack: what the holds hold beyond what is deferred, the credits of the
-// grants that do not expire, given back first (credits are spent oldest
-// grant first, so what the holds charge is the expiring grants' first).
+// back unspent (HeldStack). It returns the grants due, oldest first, the
+// balance after (the free balance after, plus held) and what the holds
+// hold by the age of the credits (HeldStack): the deferred credits of each
+// grant due, and under and above them the credits of the grants that do
+// not expire then and those not from a grant (the slack).
+//
+// grants may hold those of a deferred expiry still open (ExpiredAt set,
+// Deferred > 0), whose holds held counts: every hold open now predates
+// this expiry too, so their deferred credits stay deferred, held, and
+// take their place in the stack by their grant's age; the rest of held
+// is placed as above.
 //
 // For example: grant A of 100 expiring, then grant B of 50 with no
 // expiry, 70 spent and 80 held by open jobs: the free balance is 0, so
 // nothing expires at once; of the whole balance A has 80-50 = 30 left, so
-// 30 are deferred and the slack is 80-30 = 50. Jobs failing give back 80:
+// 30 are deferred, and over them are B's 50. Jobs failing give back 80:
 // the first 50 are B's, the next 30 expire.
-func ExpireGrantsHeld(balance, held billing.Units, grants []CreditGrant, now time.Time) ([]CreditGrant, billing.Units, billing.Units) {
+func ExpireGrantsHeld(balance, held billing.Units, grants []CreditGrant, now time.Time) ([]CreditGrant, billing.Units, HeldStack) {
 	held = max(held, 0)
+	var owed billing.Units
+	var pending []CreditGrant
+	for _, g := range grants {
+		if !g.ExpiredAt.IsZero() && g.Deferred > 0 {
+			pending = append(pending, g)
+			owed += g.Deferred
+		}
+	}
+	owed = min(owed, held)
+	balance, held = balance-owed, held-owed
 	out, after := ExpireGrants(balance-held, grants, now)
-	if held == 0 || len(out) == 0 {
-		return out, after + held, held
+	if held == 0 && len(pending) == 0 {
+		return out, after, HeldStack{}
 	}
 	// The same grants due, in the same order, from the whole balance.
 	whole, _ := ExpireGrants(balance, grants, now)
 	room := held
+	deferred := map[string]billing.Units{}
 	for i := range out {
 		d := min(max(whole[i].Expired-out[i].Expired, 0), room)
 		out[i].Deferred += d
 		room -= d
+		deferred[out[i].ID] = d
 	}
-	return out, after + held, room
+	// What each live grant has of the held credits: its part of the
+	// whole balance less its part of the free one (ExpireGrants' rule,
+	// the balance made of the newest grants); the rest of held is credits
+	// not from a grant, the oldest.
+	var live []CreditGrant
+	for _, g := range grants {
+		if g.ExpiredAt.IsZero() {
+			live = append(live, g)
+		}
+	}
+	slices.SortFunc(live, OlderGrant)
+	newer := make([]billing.Units, len(live)+1)
+	for i := len(live) - 1; i >= 0; i-- {
+		newer[i] = newer[i+1] + live[i].Left()
+	}
+	part := func(i int, b billing.Units) billing.Units { return min(max(b-newer[i+1], 0), live[i].Left()) }
+	type layer struct {
+		g        CreditGrant
+		held     billing.Units
+		deferred bool
+	}
+	layers := make([]layer, 0, len(live)+len(pending))
+	nongrant := held
+	for i, g := range live {
+		h := part(i, balance) - part(i, balance-held)
+		d, due := deferred[g.ID]
+		if due {
+			h = d
+		}
+		nongrant -= h
+		layers = append(layers, layer{g, h, due && d > 0})
+	}
+	for _, g := range pending {
+		layers = append(layers, layer{g, g.Deferred, true})
+	}
+	slices.SortStableFunc(layers, func(a, b layer) int { return OlderGrant(a.g, b.g) })
+	st := HeldStack{}
+	below := max(nongrant, 0)
+	for _, l := range layers {
+		if !l.deferred {
+			below += l.held
+			continue
+		}
+		st.Layers = append(st.Layers, HeldLayer{ID: l.g.ID, Below: below, Deferred: l.held})
+		below = 0
+	}
+	st.Top = below
+	return out, after + held + owed, st
 }
 
-// GiveBackDeferred is what happens when holds that predate an expiry give
-// back r credits unspent (a job failed or completed with fewer units, a
-// call was cut off, a leased block came back partly unused): the slack
-// takes them first, and what is past it expires from what is deferred,
-// oldest grant first (deferred, in that order), never more than r nor
-// than is deferred. It returns what each grant expires, their sum and
-// the slack after. What the holds charge is not given back: it stays
-// spent, so the deferred part it covered never expires.
-func GiveBackDeferred(deferred []billing.Units, slack, r billing.Units) ([]billing.Units, billing.Units, billing.Units) {
-	r = max(r, 0)
-	use := min(r, max(slack, 0))
-	slack -= use
-	r -= use
-	out := make([]billing.Units, len(deferred))
-	var sum billing.Units
-	for i, d := range deferred {
-		x := min(r, max(d, 0))
-		out[i] = x
-		r -= x
-		sum += x
-	}
-	return out, sum, slack
+// HeldLayer is one grant's part of a HeldStack: Deferred, what the holds
+// hold of the grant's expired credits, and Below, what they hold under
+// it (older) that does not expire.
+type HeldLayer struct {
+	ID       string
+	Below    billing.Units
+	Deferred billing.Units
 }
 
-// SpendDeferred is what happens when holds that predate an expiry charge
-// c of what they held: credits are spent oldest grant first, so the
-// charge spends what the expiry deferred first, oldest grant first
-// (deferred, in that order). It returns what it spends of each.
-func SpendDeferred(deferred []billing.Units, c billing.Units) []billing.Units {
-	out := make([]billing.Units, len(deferred))
+// HeldStack is what the holds open at a deferred expiry still hold, by the
+// age of the credits, oldest first: each expired grant's deferred credits
+// with what does not expire under them (credits not from a grant, older
+// grants not due), then Top, what does not expire above the newest.
+// Credits are spent oldest first, so what the holds charge is taken from
+// the bottom (Charge) and what they give back from the top (GiveBack):
+// of it, the deferred credits expire, the rest stays in the balance.
+type HeldStack struct {
+	Layers []HeldLayer
+	Top    billing.Units
+}
+
+// Total is what the stack holds.
+func (s HeldStack) Total() billing.Units {
+	t := s.Top
+	for _, l := range s.Layers {
+		t += l.Below + l.Deferred
+	}
+	return t
+}
+
+// Slack is what the stack holds that does not expire.
+func (s HeldStack) Slack() billing.Units {
+	t := s.Top
+	for _, l := range s.Layers {
+		t += l.Below
+	}
+	return t
+}
+
+// Charge takes c off the bottom of s (holds charged it: spent), never more
+// than s holds. It returns the stack after and what it took of each
+// layer's Deferred.
+func (s HeldStack) Charge(c billing.Units) (HeldStack, []billing.Units) {
 	c = max(c, 0)
-	for i, d := range deferred {
-		out[i] = min(c, max(d, 0))
-		c -= out[i]
+	out := HeldStack{Layers: slices.Clone(s.Layers), Top: s.Top}
+	took := make([]billing.Units, len(out.Layers))
+	for i := range out.Layers {
+		l := &out.Layers[i]
+		n := min(c, max(l.Below, 0))
+		l.Below -= n
+		c -= n
+		took[i] = min(c, max(l.Deferred, 0))
+		l.Deferred -= took[i]
+		c -= took[i]
 	}
-	return out
+	out.Top -= min(c, max(out.Top, 0))
+	return out, took
+}
+
+// GiveBack takes r off the top of s (holds gave it back unspent), never
+// more than s holds. It returns the stack after, what expires of each
+// layer's Deferred, and their sum: never more than r nor than is
+// deferred.
+func (s HeldStack) GiveBack(r billing.Units) (HeldStack, []billing.Units, billing.Units) {
+	r = max(r, 0)
+	out := HeldStack{Layers: slices.Clone(s.Layers), Top: s.Top}
+	exp := make([]billing.Units, len(out.Layers))
+	n := min(r, max(out.Top, 0))
+	out.Top -= n
+	r -= n
+	var sum billing.Units
+	for i := len(out.Layers) - 1; i >= 0; i-- {
+		l := &out.Layers[i]
+		exp[i] = min(r, max(l.Deferred, 0))
+		l.Deferred -= exp[i]
+		r -= exp[i]
+		sum += exp[i]
+		n := min(r, max(l.Below, 0))
+		l.Below -= n
+		r -= n
+	}
+	return out, exp, sum
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -95,34 +96,81 @@ func TestExpireGrantsHeld(t *testing.T) {
 		{"nothing held", 100, 0, []CreditGrant{a}, 100, 0, 0, nil, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, after, slack := ExpireGrantsHeld(w(tc.balance), w(tc.held), tc.grants, due)
+			got, after, st := ExpireGrantsHeld(w(tc.balance), w(tc.held), tc.grants, due)
 			var ga CreditGrant
 			for _, g := range got {
 				if g.ID == "A" {
 					ga = g
 				}
 			}
-			if ga.Expired != w(tc.expired) || ga.Deferred != w(tc.deferred) || slack != w(tc.slack) ||
-				after != w(tc.balance-tc.expired) {
-				t.Fatalf("ExpireGrantsHeld = A %+v, balance %s, slack %s; want %d expired, %d deferred, slack %d, balance %d",
-					ga, after, slack, tc.expired, tc.deferred, tc.slack, tc.balance-tc.expired)
+			if slack := st.Slack(); ga.Expired != w(tc.expired) || ga.Deferred != w(tc.deferred) || slack != w(tc.slack) ||
+				after != w(tc.balance-tc.expired) || st.Total() != w(tc.held) {
+				t.Fatalf("ExpireGrantsHeld = A %+v, balance %s, stack %+v; want %d expired, %d deferred, slack %d, balance %d",
+					ga, after, st, tc.expired, tc.deferred, tc.slack, tc.balance-tc.expired)
 			}
-			deferred, sl := []billing.Units{ga.Deferred}, slack
 			var later billing.Units
 			for _, h := range tc.holds {
-				spent := SpendDeferred(deferred, w(h[1]))
-				deferred[0] -= spent[0]
+				st, _ = st.Charge(w(h[1]))
 				r := w(h[0] - h[1])
-				exp, x, s2 := GiveBackDeferred(deferred, sl, r)
-				if x > r || x != exp[0] || exp[0] > deferred[0] {
-					t.Fatalf("GiveBackDeferred(%s, slack %s, %s) = %s, %s: more than given back or deferred", deferred[0], sl, r, exp, x)
+				before := st
+				var x billing.Units
+				st, _, x = st.GiveBack(r)
+				if x > r || x > before.Total()-before.Slack() {
+					t.Fatalf("GiveBack(%+v, %s) = %s: more than given back or deferred", before, r, x)
 				}
-				deferred[0] -= exp[0]
-				sl = s2
 				later += x
 			}
 			if later != w(tc.later) {
 				t.Errorf("expired as the holds ended: %s, want %d", later, tc.later)
+			}
+		})
+	}
+}
+
+// TestExpireGrantsHeldOrder: what holds from before an expiry charge is
+// taken oldest grant first, grants that do not expire included, and what
+// they give back expires as far as it is of the grants due (the example
+// of docs/operations.md): A 100 and B 100 due, C 50 without expiry older
+// than B, all 250 held. The stack is A 100, C 50, B 100; a charge of 150
+// spends A and C, B's 100 expire when the rest comes back.
+func TestExpireGrantsHeldOrder(t *testing.T) {
+	t0 := time.Date(2024, 3, 20, 12, 0, 0, 0, time.UTC)
+	due := t0.Add(time.Hour)
+	w := billing.Whole
+	grants := []CreditGrant{
+		{ID: "A", Credits: w(100), GrantedAt: t0, ExpiresAt: due},
+		{ID: "C", Credits: w(50), GrantedAt: t0.Add(time.Minute)},
+		{ID: "B", Credits: w(100), GrantedAt: t0.Add(2 * time.Minute), ExpiresAt: due},
+	}
+	got, after, st := ExpireGrantsHeld(w(250), w(250), grants, due)
+	want := HeldStack{Layers: []HeldLayer{{ID: "A", Deferred: w(100)}, {ID: "B", Below: w(50), Deferred: w(100)}}}
+	if len(got) != 2 || after != w(250) || !reflect.DeepEqual(st, want) {
+		t.Fatalf("ExpireGrantsHeld = %+v, %s, %+v; want A and B deferred, stack %+v", got, after, st, want)
+	}
+	for _, tc := range []struct {
+		name               string
+		holds              [][2]int64 // each hold's credits and what it charged, in the order they end
+		spentA, expA, expB int64
+	}{
+		{"charges 150", [][2]int64{{250, 150}}, 100, 0, 100},
+		{"gives back first, then charges", [][2]int64{{100, 0}, {150, 150}}, 100, 0, 100},
+		{"charges 50", [][2]int64{{250, 50}}, 50, 50, 100},
+		{"gives back all", [][2]int64{{250, 0}}, 0, 100, 100},
+		{"charges all", [][2]int64{{250, 250}}, 100, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := st
+			var spentA, exp [2]billing.Units
+			for _, h := range tc.holds {
+				var took, x []billing.Units
+				s, took = s.Charge(w(h[1]))
+				s, x, _ = s.GiveBack(w(h[0] - h[1]))
+				spentA[0] += took[0]
+				exp[0], exp[1] = exp[0]+x[0], exp[1]+x[1]
+			}
+			if spentA[0] != w(tc.spentA) || exp[0] != w(tc.expA) || exp[1] != w(tc.expB) || s.Total() != 0 {
+				t.Errorf("A spent %s, expired %s; B expired %s; left %+v; want %d, %d; %d; nothing",
+					spentA[0], exp[0], exp[1], s, tc.spentA, tc.expA, tc.expB)
 			}
 		})
 	}

@@ -135,6 +135,78 @@ func TestExpireCreditsHeldCrash(t *testing.T) {
 	check(s, 10, 85, 60, 0, "after a clean restart")
 }
 
+// TestExpireCreditsHeldOrderCrash: the stack of a deferred expiry (what
+// the holds hold by the age of the credits, store.HeldStack) is replayed
+// from the settlement log after kill -9 with nothing applied to the file:
+// grants A 100 and B 100 expire with C 50 older than B that does not, a
+// job holds 150 and a sync call 100 at the expiry. The call, in flight
+// at the crash, gives its 100 back at the start, and they are B's (the
+// newest): they expire; the job, open across the crash, then charges 150,
+// A's and C's. With C's place in the stack lost (the slack put above B),
+// C's 50 came back and 50 of B were charged: a balance of 50.
+func TestExpireCreditsHeldOrderCrash(t *testing.T) {
+	defer func(d time.Duration) { applyInterval = d }(applyInterval)
+	applyInterval = time.Hour // nothing is applied before the crash
+	defer func() { applyGrantsAtOnce = true }()
+	applyGrantsAtOnce = false
+	path := storePath(t)
+	s := openAt(t, path)
+	perToken := billing.Product{ID: "pertoken", BillingModel: billing.Prepaid, MeasurementType: billing.PerToken, Price: whole(1)}
+	a := subscribe(t, s, "u1", "svc", perToken, 0)
+	at := t0.Add(time.Hour)
+	for _, g := range []store.CreditGrant{
+		{ID: "A", Credits: whole(100), GrantedAt: t0, ExpiresAt: at},
+		{ID: "C", Credits: whole(50), GrantedAt: t0.Add(time.Minute)},
+		{ID: "B", Credits: whole(100), GrantedAt: t0.Add(2 * time.Minute), ExpiresAt: at},
+	} {
+		g.UserID, g.ServiceID, g.Source = "u1", "svc", "stripe"
+		if _, err := s.GrantCredits(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reserveJob(t, s, "j", a, whole(150))
+	if res, err := s.Reserve(ctx, a, whole(100), t0.Add(time.Minute)); err != nil || !res.Decision.Allowed {
+		t.Fatalf("reserve: %+v %v", res.Decision, err)
+	}
+	got, err := s.ExpireCredits(ctx, at)
+	if err != nil || len(got) != 2 || got[0].Deferred != whole(100) || got[1].Deferred != whole(100) {
+		t.Fatalf("ExpireCredits with all 250 held = %+v, %v; want A and B 100 deferred each", got, err)
+	}
+	crash(t, s) // the 100 of the call in flight, the job open
+	check := func(s *Store, when string) {
+		t.Helper()
+		sub, err := s.GetSubscription(ctx, "u1", "svc")
+		if err != nil || sub.Credits != 0 {
+			t.Errorf("%s: %+v, %v; want a balance of 0 (250 granted, 150 spent, B's 100 expired)", when, sub, err)
+		}
+		gs, err := s.ListCreditGrants(ctx, "u1", "svc")
+		if err != nil || len(gs) != 3 {
+			t.Fatalf("%s: grants %+v, %v", when, gs, err)
+		}
+		for _, g := range gs {
+			want := whole(0)
+			if g.ID == "B" {
+				want = whole(100)
+			}
+			if g.Expired != want || g.ExpiredLater != want || g.Deferred != 0 {
+				t.Errorf("%s: grant %s expired %s (later %s), deferred %s; want %s expired, nothing deferred",
+					when, g.ID, g.Expired, g.ExpiredLater, g.Deferred, want)
+			}
+		}
+	}
+	s = openAt(t, path)
+	if _, err := s.CompleteJob(ctx, "j", a, completion(a, "j", whole(150)), complete(store.JobCompleted, "d")); err != nil {
+		t.Fatal(err)
+	}
+	check(s, "the job open across the crash charged 150")
+	crash(t, s)
+	s = openAt(t, path)
+	check(s, "after a second crash")
+	s.Close()
+	s = openAt(t, path)
+	check(s, "after a clean restart")
+}
+
 // TestReverseCreditsRacesDeferredExpiry: a refund reads its grant, then
 // a job held at the grant's expiry fails before the refund's record is
 // appended: the job's give-back expires what the expiry deferred, and

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -15,7 +16,7 @@ import (
 // Credits held at a grant's expiry (store.ExpireGrantsHeld): the part of
 // an expiring grant the expiry did not remove only because calls in
 // flight and open jobs held it is deferred, and expires as those holds
-// end and give back what they did not charge (store.GiveBackDeferred).
+// end and give back what they did not charge (store.HeldStack).
 //
 // Which holds predate the expiry: holds are numbered by holdSeq under
 // their account's lock (Reserve, CreateJobReserved), and the expiry takes
@@ -24,9 +25,11 @@ import (
 // memory, a job's is stored under its number and survives a restart.
 //
 // A subscription's deferred expiry is a pool: its number (gen), cutoff,
-// what the holds before the cutoff still hold, the slack and the grants
-// waiting on them (their Deferred). In memory it is memAccount.later; in
-// the file, the pool record (bucketHeldExpiry) and the grants. Every
+// what the holds before the cutoff still hold, and that by the age of the
+// credits (store.HeldStack): the grants waiting on them (their Deferred),
+// under each what does not expire (its below), and the slack above. In
+// memory it is memAccount.later; in the file, the pool record
+// (bucketHeldExpiry) and the grants. Every
 // change to it rides in the settlement record of the hold that ended (or
 // of the expiry), as a laterChange of deltas, so the records apply in any
 // order they were appended in; a pool's start and close name its gen, so
@@ -46,13 +49,23 @@ type memLater struct {
 	gen    uint64
 	cutoff uint64        // holds numbered below it predate the expiry
 	held   billing.Units // what those holds still hold (credits)
-	slack  billing.Units
-	grants []laterGrant // oldest first
+	slack  billing.Units // what they hold above the grants that does not expire
+	grants []laterGrant  // oldest first
 }
 
 type laterGrant struct {
 	id, source string
 	deferred   billing.Units
+	below      billing.Units // what the holds hold under it that does not expire
+}
+
+// stack is l's held credits by age.
+func (l *memLater) stack() store.HeldStack {
+	st := store.HeldStack{Top: l.slack, Layers: make([]store.HeldLayer, len(l.grants))}
+	for i, g := range l.grants {
+		st.Layers[i] = store.HeldLayer{ID: g.id, Below: g.below, Deferred: g.deferred}
+	}
+	return st
 }
 
 func (l *memLater) clone() *memLater {
@@ -68,19 +81,25 @@ type laterRecord struct {
 	Held   amount   `json:"held"`
 	Slack  amount   `json:"slack"`
 	Grants []string `json:"grants"`
+	// Below is what the holds hold under each of Grants that does not
+	// expire (store.HeldStack); absent in a pool from before it: all of
+	// its slack is above the grants.
+	Below []amount `json:"below,omitempty"`
 }
 
 // laterMove moves Credits of a grant's Deferred: to Expired (and
-// ExpiredLater) in Expire, out as charged in Spend.
+// ExpiredLater) in Expire, out as charged in Spend. In Below it is what
+// the grant's below changes by (what it is, in a Start).
 type laterMove struct {
 	ID      string `json:"id"`
 	Credits amount `json:"credits"`
 }
 
 // laterChange is a change to a pool, in a settlement record's grant part.
-// Start: the pool starts with these figures. Else Held and Slack are
-// added, Cutoff raises the pool's, Grants join it; Close removes it.
-// Expire and Spend change the grants whatever the pool.
+// Start: the pool starts (or, joined by a later expiry, starts again)
+// with these figures, Below each grant's below. Else Held, Slack and
+// each grant's Below are added, Cutoff raises the pool's, Grants join it;
+// Close removes it. Expire and Spend change the grants whatever the pool.
 type laterChange struct {
 	UserID    string      `json:"userId"`
 	ServiceID string      `json:"serviceId"`
@@ -90,6 +109,7 @@ type laterChange struct {
 	Held      amount      `json:"held,omitempty"`
 	Slack     amount      `json:"slack,omitempty"`
 	Grants    []string    `json:"grants,omitempty"`
+	Below     []laterMove `json:"below,omitempty"`
 	Close     bool        `json:"close,omitempty"`
 	Expire    []laterMove `json:"expire,omitempty"`
 	Spend     []laterMove `json:"spend,omitempty"`
@@ -99,8 +119,9 @@ type laterChange struct {
 func applyLater(tx *bolt.Tx, c *laterChange) error {
 	key := subKey(c.UserID, c.ServiceID)
 	if c.Start {
-		if err := putJSON(tx, bucketHeldExpiry, key, laterRecord{Gen: c.Gen, Cutoff: c.Cutoff, Held: c.Held,
-			Slack: c.Slack, Grants: c.Grants}); err != nil {
+		rec := laterRecord{Gen: c.Gen, Cutoff: c.Cutoff, Held: c.Held, Slack: c.Slack, Grants: c.Grants}
+		rec.addBelow(c.Below)
+		if err := putJSON(tx, bucketHeldExpiry, key, rec); err != nil {
 			return err
 		}
 	} else {
@@ -122,6 +143,7 @@ func applyLater(tx *bolt.Tx, c *laterChange) error {
 			rec.Slack += c.Slack
 			rec.Cutoff = max(rec.Cutoff, c.Cutoff)
 			rec.Grants = append(rec.Grants, c.Grants...)
+			rec.addBelow(c.Below)
 			if err := putJSON(tx, bucketHeldExpiry, key, rec); err != nil {
 				return err
 			}
@@ -155,6 +177,21 @@ func applyLater(tx *bolt.Tx, c *laterChange) error {
 	return nil
 }
 
+// addBelow adds what each move says to the below of its grant.
+func (rec *laterRecord) addBelow(ms []laterMove) {
+	if len(ms) == 0 {
+		return
+	}
+	for len(rec.Below) < len(rec.Grants) {
+		rec.Below = append(rec.Below, 0)
+	}
+	for _, m := range ms {
+		if i := slices.Index(rec.Grants, m.ID); i >= 0 {
+			rec.Below[i] += m.Credits
+		}
+	}
+}
+
 // loadLater reads a subscription's pool from the file, nil when none.
 func (s *Store) loadLater(userID, serviceID string) (*memLater, error) {
 	var l *memLater
@@ -167,15 +204,23 @@ func (s *Store) loadLater(userID, serviceID string) (*memLater, error) {
 			return err
 		}
 		l = &memLater{gen: rec.Gen, cutoff: rec.Cutoff, held: billing.Units(rec.Held), slack: billing.Units(rec.Slack)}
-		for _, id := range rec.Grants {
+		var lost billing.Units // the below of a grant not found, kept in the stack
+		for i, id := range rec.Grants {
+			var below billing.Units
+			if i < len(rec.Below) {
+				below = billing.Units(rec.Below[i])
+			}
 			g, err := readGrant(tx, id)
 			if err == store.ErrNotFound {
+				lost += below
 				continue
 			} else if err != nil {
 				return err
 			}
-			l.grants = append(l.grants, laterGrant{id: g.ID, source: g.Source, deferred: g.Deferred})
+			l.grants = append(l.grants, laterGrant{id: g.ID, source: g.Source, deferred: g.Deferred, below: below + lost})
+			lost = 0
 		}
+		l.slack += lost
 		return nil
 	})
 	return l, err
@@ -183,8 +228,9 @@ func (s *Store) loadLater(userID, serviceID string) (*memLater, error) {
 
 // holdEnded is called, under acc.mu, when the hold numbered id ends: it
 // held h credits and its settlement charged c of them. When the hold
-// predates the account's deferred expiry, what it gives back (h - c)
-// expires as store.GiveBackDeferred says: it returns the credits to take
+// predates the account's deferred expiry, what it charged is spent and
+// what it gives back (h - c) expires as giveBack says: it returns the
+// credits to take
 // off the balance (the caller takes them, with an opCredit in its
 // record), the grant part of the record (nil: nothing to record), and
 // how to take it all back if the record is refused.
@@ -213,29 +259,27 @@ func (acc *memAccount) endHeld(st *billing.State, ops []acctOp, id uint64, h, c 
 }
 
 // giveBack is holdEnded for holds of h credits that charged c of them and
-// gave back r: what they charged is spent of what is deferred, oldest
-// grant first (store.SpendDeferred), what they gave back expires as
-// store.GiveBackDeferred says.
+// gave back r: credits are spent oldest first, so what they charged is
+// taken from the bottom of the pool's stack (store.HeldStack.Charge: of
+// the deferred credits it takes, spent) and what they gave back from its
+// top (GiveBack: of the deferred credits it takes, expired).
 func (acc *memAccount) giveBack(h, c, r billing.Units) (billing.Units, *grantChange, func()) {
 	l := acc.later
 	prev := l.clone()
-	deferred := make([]billing.Units, len(l.grants))
-	for i, g := range l.grants {
-		deferred[i] = g.deferred
-	}
-	spent := store.SpendDeferred(deferred, c)
-	for i := range deferred {
-		deferred[i] -= spent[i]
-	}
-	exp, x, slack := store.GiveBackDeferred(deferred, l.slack, r)
+	st, spent := l.stack().Charge(c)
+	st, exp, x := st.GiveBack(r)
 	ch := &laterChange{UserID: acc.userID, ServiceID: acc.serviceID, Gen: l.gen, Held: amount(-h),
-		Slack: amount(slack - l.slack)}
+		Slack: amount(st.Top - l.slack)}
 	l.held -= h
-	l.slack = slack
+	l.slack = st.Top
 	now := time.Now().UTC()
 	gc := &grantChange{Later: ch}
 	for i := range l.grants {
 		g := &l.grants[i]
+		if d := st.Layers[i].Below - g.below; d != 0 {
+			g.below += d
+			ch.Below = append(ch.Below, laterMove{ID: g.id, Credits: amount(d)})
+		}
 		if spent[i] > 0 {
 			g.deferred -= spent[i]
 			ch.Spend = append(ch.Spend, laterMove{ID: g.id, Credits: amount(spent[i])})
@@ -355,70 +399,73 @@ func (s *Store) settleDroppedHolds() error {
 // acc.mu (acc nil: no subscription, nothing held): what the grants due
 // have left of the free balance expires now, what is held of them is
 // deferred to the holds open now. A deferred expiry still open is kept
-// out of this one: of what it defers, what its holds can still give back
-// past its slack stays deferred (the newest of it), the rest was charged
-// (credits are spent oldest first); and a new one joins it, its cutoff
-// moved to now, since every hold open now predates the new expiry.
+// out of this one (its deferred credits are held, and stay deferred);
+// when this one defers credits too it joins it: every hold open now
+// predates the new expiry, so its cutoff moves to now and the pool starts
+// again with the stack of both (store.ExpireGrantsHeld places them by
+// age), under the same number.
 func (s *Store) expireHeld(acc *memAccount, grants []store.CreditGrant, credits, held billing.Units, now time.Time,
 	out *[]store.CreditGrant) (billing.Units, *grantChange, func()) {
-	var orig, nl *memLater
-	var owed billing.Units
-	var spend []laterMove
-	if acc != nil && acc.later != nil {
+	var orig *memLater
+	if acc != nil {
 		orig = acc.later
-		nl = orig.clone()
-		can := max(0, nl.held-nl.slack)
-		for i := len(nl.grants) - 1; i >= 0; i-- {
-			g := &nl.grants[i]
-			keep := min(max(g.deferred, 0), can)
-			if g.deferred > keep {
-				spend = append(spend, laterMove{ID: g.id, Credits: amount(g.deferred - keep)})
-				g.deferred = keep
-			}
-			can -= keep
-			owed += keep
+	}
+	// The open pool's deferred credits as memory has them (the file's
+	// grants may not have every hold's end applied yet); none otherwise.
+	pending := map[string]billing.Units{}
+	if orig != nil {
+		for _, g := range orig.grants {
+			pending[g.id] = g.deferred
 		}
 	}
-	expired, after, slack := store.ExpireGrantsHeld(credits-owed, held-owed, grants, now)
+	gs := make([]store.CreditGrant, len(grants))
+	for i, g := range grants {
+		if !g.ExpiredAt.IsZero() {
+			g.Deferred = pending[g.ID]
+		}
+		gs[i] = g
+	}
+	expired, after, st := store.ExpireGrantsHeld(credits, held, gs, now)
 	if len(expired) == 0 {
 		return 0, nil, nil
 	}
 	*out = expired
 	c := &grantChange{}
 	var deferred billing.Units
-	var ids []string
-	var joined []laterGrant
 	for _, g := range expired {
 		c.Grants = append(c.Grants, toGrantRecord(g))
 		detail := fmt.Sprintf("expired %s credits left of %s (grant %s)", g.Expired, g.Credits, g.ID)
 		if g.Deferred > 0 {
 			detail += fmt.Sprintf("; %s more held at the expiry expire as the holds give them back unspent", g.Deferred)
 			deferred += g.Deferred
-			ids = append(ids, g.ID)
-			joined = append(joined, laterGrant{id: g.ID, source: g.Source, deferred: g.Deferred})
 		}
 		c.Audit = append(c.Audit, grantAudit(g, now, "credits.expire", detail))
 	}
-	delta := after + owed - credits
-	if acc == nil || deferred == 0 && len(spend) == 0 {
+	delta := after - credits
+	if acc == nil || deferred == 0 {
+		// Nothing deferred: a pool open stays as it is.
 		return delta, c, nil
 	}
-	switch {
-	case nl == nil:
-		gen := s.holdSeq.Add(1)
-		acc.later = &memLater{gen: gen, cutoff: gen, held: held, slack: slack, grants: joined}
-		c.Later = &laterChange{UserID: acc.userID, ServiceID: acc.serviceID, Gen: gen, Start: true, Cutoff: gen,
-			Held: amount(held), Slack: amount(slack), Grants: ids}
-	case deferred == 0:
-		acc.later = nl
-		c.Later = &laterChange{UserID: acc.userID, ServiceID: acc.serviceID, Gen: nl.gen, Spend: spend}
-	default:
-		cutoff := s.holdSeq.Add(1)
-		c.Later = &laterChange{UserID: acc.userID, ServiceID: acc.serviceID, Gen: nl.gen, Cutoff: cutoff,
-			Held: amount(held - nl.held), Slack: amount(slack - nl.slack), Grants: ids, Spend: spend}
-		nl.cutoff, nl.held, nl.slack = cutoff, held, slack
-		nl.grants = append(nl.grants, joined...)
-		acc.later = nl
+	sources := map[string]string{}
+	for _, g := range grants {
+		sources[g.ID] = g.Source
 	}
+	gen := s.holdSeq.Add(1)
+	cutoff := gen
+	if orig != nil {
+		gen = orig.gen
+	}
+	nl := &memLater{gen: gen, cutoff: cutoff, held: held, slack: st.Top}
+	ch := &laterChange{UserID: acc.userID, ServiceID: acc.serviceID, Gen: gen, Start: true, Cutoff: cutoff,
+		Held: amount(held), Slack: amount(st.Top)}
+	for _, l := range st.Layers {
+		nl.grants = append(nl.grants, laterGrant{id: l.ID, source: sources[l.ID], deferred: l.Deferred, below: l.Below})
+		ch.Grants = append(ch.Grants, l.ID)
+		if l.Below != 0 {
+			ch.Below = append(ch.Below, laterMove{ID: l.ID, Credits: amount(l.Below)})
+		}
+	}
+	acc.later = nl
+	c.Later = ch
 	return delta, c, func() { acc.later = orig }
 }

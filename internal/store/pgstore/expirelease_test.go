@@ -221,3 +221,88 @@ func TestPruneLedgerPrunesLeasePreEnded(t *testing.T) {
 		t.Errorf("lease_pre_ended after a prune before %s: %q, want the rows that ended at or after it (at-cut, new)", cut, left)
 	}
 }
+
+// TestExpireCreditsLeasedOrder: what a node's block leased before an
+// expiry charges is taken oldest grant first, as ordinary spending takes
+// it, a grant that does not expire included; what it gives back unspent
+// expires only as far as it is of the grants due. Grants A 100 and B 100
+// expire, C 50 does not and is older than B; a node's calls in flight at
+// the expiry spend 150, A's and C's, and B's 100 expire (at once, the
+// part not leased out; as the block, which holds 10 more released before
+// the expiry, comes back, the rest). Before, the
+// charges took the deferred credits first (A's and some of B's), the
+// block's give-back took C's first: a balance of 50.
+func TestExpireCreditsLeasedOrder(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.DB(t)
+	a, b := openNode(t, dsn, "a"), openNode(t, dsn, "b")
+	subscribe(t, a, "u", "svc", "pp")
+	now := time.Now().UTC()
+	for _, g := range []store.CreditGrant{
+		{ID: "A", Credits: units(100), GrantedAt: now.Add(-3 * time.Minute), ExpiresAt: now.Add(time.Minute)},
+		{ID: "C", Credits: units(50), GrantedAt: now.Add(-2 * time.Minute)},
+		{ID: "B", Credits: units(100), GrantedAt: now.Add(-time.Minute), ExpiresAt: now.Add(time.Minute)},
+	} {
+		g.UserID, g.ServiceID, g.Source = "u", "svc", "stripe"
+		if _, err := a.GrantCredits(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acct := store.Account{UserID: "u", ServiceID: "svc", Product: prepaidProduct(1)}
+	var held []store.Reservation
+	for range 160 {
+		res, err := a.Reserve(ctx, acct, units(1), time.Now())
+		if err != nil || !res.Decision.Allowed {
+			t.Fatalf("reserve: %+v %v", res.Decision, err)
+		}
+		held = append(held, res)
+	}
+	// 10 released: their credits stay in the node's block, leased at the
+	// expiry and given back unused.
+	for _, res := range held[150:] {
+		if _, err := a.Settle(ctx, res, 0, store.LedgerEntry{UserID: "u", ServiceID: "svc", ProductID: "pp", Source: store.SourceGateway}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held = held[:150]
+	expired, err := b.ExpireCredits(ctx, now.Add(time.Minute))
+	if err != nil || len(expired) != 2 || expired[0].Expired != 0 || expired[0].Deferred != units(100) {
+		t.Fatalf("expire with 150 in flight: %+v %v; want A's 100 deferred", expired, err)
+	}
+	if expired[1].Deferred <= 0 {
+		// The node's block held no more than its calls: the charges close
+		// the expiry whichever order they are taken in.
+		t.Fatalf("B %+v: want some of it deferred, the node's block leased past the 150 calls it charges", expired[1])
+	}
+	for _, res := range held {
+		if _, err := a.Settle(ctx, res, units(1), store.LedgerEntry{UserID: "u", ServiceID: "svc", ProductID: "pp", Source: store.SourceGateway}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.Close() // gives its block back: what it did not use of B expires
+	b.Close()
+	c := openNode(t, dsn, "c")
+	var credits, creditsHeld int64
+	if err := c.pool.QueryRow(ctx, "SELECT credits, credits_held FROM subscriptions WHERE user_id = 'u' AND service_id = 'svc'").
+		Scan(&credits, &creditsHeld); err != nil {
+		t.Fatal(err)
+	}
+	if credits != 0 || creditsHeld != 0 {
+		t.Errorf("after the block came back: credits %s, held %s; want 0 (250 granted, 150 spent, B's 100 expired)",
+			billing.Units(credits), billing.Units(creditsHeld))
+	}
+	gs, err := c.ListCreditGrants(ctx, "u", "svc")
+	if err != nil || len(gs) != 3 {
+		t.Fatalf("grants: %+v, %v", gs, err)
+	}
+	for _, g := range gs {
+		want := units(0)
+		if g.ID == "B" {
+			want = units(100)
+		}
+		if g.Expired != want || g.Deferred != 0 {
+			t.Errorf("grant %s expired %s (later %s), deferred %s; want %s expired, nothing deferred", g.ID, g.Expired,
+				g.ExpiredLater, g.Deferred, want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -25,10 +26,21 @@ import (
 // not marked, whatever any node's clock says. What a row's charges take
 // from it takes the marked credits first (the settlement batch); what the
 // row gives back when it ends (a lease returned or swept, a job's end)
-// gives back its marked credits left, and of those, past the
-// subscription's slack (subscriptions.expiry_slack), the deferred credits
-// expire, in the same transaction (giveBackDeferred). When no row has
-// marked credits left, what is still deferred was charged.
+// gives back its marked credits left, in the same transaction
+// (giveBackDeferred).
+//
+// What the rows hold at the expiry is kept by the age of the credits
+// (store.HeldStack): each grant's deferred credits (credit_grants.deferred),
+// what does not expire under them (deferred_below: credits not from a
+// grant, older grants not due) and above the newest (the subscription's
+// expiry_slack). Credits are spent oldest first, so what the rows charge
+// is taken from the bottom (the deferred credits it takes are spent) and
+// what they give back from the top (the deferred credits it takes
+// expire). A charge is not seen when it is made (the settlement batch
+// only lowers the row's marked credits); the next give-back takes off the
+// bottom what the stack holds beyond what the rows still have marked.
+// When no row has marked credits left, what is still deferred was
+// charged.
 
 // preHeld is what the subscription's lease rows still hold of what they
 // held at its deferred expiry.
@@ -39,75 +51,109 @@ func preHeld(ctx context.Context, tx pgx.Tx, userID, serviceID string) (billing.
 	return billing.Units(n), err
 }
 
-// deferredGrants reads, locked, the subscription's grants with credits
-// deferred, oldest first.
-func deferredGrants(ctx context.Context, tx pgx.Tx, userID, serviceID string) ([]store.CreditGrant, error) {
-	rows, err := tx.Query(ctx, "SELECT "+grantColumns+` FROM credit_grants
-		WHERE user_id = $1 AND service_id = $2 AND deferred > 0 ORDER BY granted_at, id FOR UPDATE`, userID, serviceID)
+// stackGrants reads, locked, the subscription's grants in its deferred
+// expiry's stack (credits deferred, or held under them), oldest first,
+// and the stack.
+func stackGrants(ctx context.Context, tx pgx.Tx, userID, serviceID string) ([]store.CreditGrant, store.HeldStack, error) {
+	rows, err := tx.Query(ctx, "SELECT "+grantColumns+`, deferred_below FROM credit_grants
+		WHERE user_id = $1 AND service_id = $2 AND (deferred > 0 OR deferred_below > 0) ORDER BY granted_at, id FOR UPDATE`,
+		userID, serviceID)
 	if err != nil {
-		return nil, err
+		return nil, store.HeldStack{}, err
 	}
-	return scanGrants(rows)
-}
-
-// giveBackDeferred is called in the transaction that ended holds marked at
-// a deferred expiry of the subscription, its row locked: they charged
-// charged of their marked credits and gave back returned. It spends and
-// expires the deferred credits as store.SpendDeferred and
-// store.GiveBackDeferred say, closes the expiry when no marked credits are
-// left, and returns what expired: the caller takes it off the balance.
-func giveBackDeferred(ctx context.Context, tx pgx.Tx, userID, serviceID string, charged, returned billing.Units) (billing.Units, error) {
-	gs, err := deferredGrants(ctx, tx, userID, serviceID)
+	var st store.HeldStack
+	gs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.CreditGrant, error) {
+		var below int64
+		g, err := scanGrant(extraScan{r, []any{&below}})
+		st.Layers = append(st.Layers, store.HeldLayer{ID: g.ID, Below: billing.Units(below), Deferred: g.Deferred})
+		return g, err
+	})
 	if err != nil || len(gs) == 0 {
-		return 0, err
+		return nil, store.HeldStack{}, err
 	}
 	var slack int64
 	if err := tx.QueryRow(ctx, "SELECT expiry_slack FROM subscriptions WHERE user_id = $1 AND service_id = $2 FOR UPDATE",
-		userID, serviceID).Scan(&slack); err != nil {
+		userID, serviceID).Scan(&slack); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, store.HeldStack{}, err
+	}
+	st.Top = billing.Units(slack)
+	return gs, st, nil
+}
+
+// extraScan scans a row's columns past those its Scan is given into extra.
+type extraScan struct {
+	pgx.Row
+	extra []any
+}
+
+func (r extraScan) Scan(dest ...any) error { return r.Row.Scan(append(dest, r.extra...)...) }
+
+// putStack writes what changed of the stack gs were read with (st) in
+// after: the grants' deferred and deferred_below, exp[i] more expired of
+// gs[i] (with its audit entry), and the slack above them.
+func putStack(ctx context.Context, tx pgx.Tx, userID, serviceID string, gs []store.CreditGrant, st, after store.HeldStack, exp []billing.Units) error {
+	now := time.Now().UTC()
+	for i, g := range gs {
+		l, was := after.Layers[i], st.Layers[i]
+		var x billing.Units
+		if exp != nil {
+			x = exp[i]
+		}
+		if l == was && x == 0 {
+			continue
+		}
+		if _, err := tx.Exec(ctx, `UPDATE credit_grants SET deferred = $2, deferred_below = $3, expired = expired + $4,
+			expired_later = expired_later + $4 WHERE id = $1`, g.ID, int64(l.Deferred), int64(l.Below), int64(x)); err != nil {
+			return err
+		}
+		if x > 0 {
+			if err := insertAudit(ctx, tx, grantAudit(g, now, "credits.expire",
+				fmt.Sprintf("expired %s credits held at the expiry and given back unspent (grant %s)", x, g.ID))); err != nil {
+				return err
+			}
+		}
+	}
+	if after.Top == st.Top {
+		return nil
+	}
+	_, err := tx.Exec(ctx, "UPDATE subscriptions SET expiry_slack = $3 WHERE user_id = $1 AND service_id = $2",
+		userID, serviceID, int64(after.Top))
+	return err
+}
+
+// chargedHeld takes off the bottom of st what it holds beyond what the
+// subscription's lease rows still have marked (left): the rows' charges
+// since it was last written. With nothing marked left, every hold the
+// expiry waited for has ended: all of it was charged.
+func chargedHeld(st store.HeldStack, left billing.Units) store.HeldStack {
+	if left <= 0 {
+		st, _ = st.Charge(st.Total())
+		return st
+	}
+	st, _ = st.Charge(st.Total() - left)
+	return st
+}
+
+// giveBackDeferred is called in the transaction that ended holds marked at
+// a deferred expiry of the subscription, its row locked, once they are
+// off their lease rows: they gave back returned of their marked credits
+// (what they charged is what the rows' marks went down by). It takes
+// returned off the top of the stack (the deferred credits it takes
+// expire), then what was charged off the bottom (chargedHeld), closes the
+// expiry when no marked credits are left, and returns what expired: the
+// caller takes it off the balance.
+func giveBackDeferred(ctx context.Context, tx pgx.Tx, userID, serviceID string, returned billing.Units) (billing.Units, error) {
+	gs, st, err := stackGrants(ctx, tx, userID, serviceID)
+	if err != nil || len(gs) == 0 {
 		return 0, err
 	}
-	deferred := make([]billing.Units, len(gs))
-	for i, g := range gs {
-		deferred[i] = g.Deferred
-	}
-	spent := store.SpendDeferred(deferred, charged)
-	for i := range deferred {
-		deferred[i] -= spent[i]
-	}
-	exp, x, after := store.GiveBackDeferred(deferred, billing.Units(slack), returned)
+	after, exp, x := st.GiveBack(returned)
 	left, err := preHeld(ctx, tx, userID, serviceID)
 	if err != nil {
 		return 0, err
 	}
-	closed := left <= 0
-	if closed {
-		after = 0 // every hold the expiry waited for has ended: the rest was charged
-	}
-	now := time.Now().UTC()
-	for i, g := range gs {
-		d := deferred[i] - exp[i]
-		if closed {
-			d = 0
-		}
-		if d == g.Deferred && exp[i] == 0 {
-			continue
-		}
-		if _, err := tx.Exec(ctx, `UPDATE credit_grants SET deferred = $2, expired = expired + $3, expired_later = expired_later + $3
-			WHERE id = $1`, g.ID, int64(d), int64(exp[i])); err != nil {
-			return 0, err
-		}
-		if exp[i] > 0 {
-			if err := insertAudit(ctx, tx, grantAudit(g, now, "credits.expire",
-				fmt.Sprintf("expired %s credits held at the expiry and given back unspent (grant %s)", exp[i], g.ID))); err != nil {
-				return 0, err
-			}
-		}
-	}
-	if _, err := tx.Exec(ctx, "UPDATE subscriptions SET expiry_slack = $3 WHERE user_id = $1 AND service_id = $2",
-		userID, serviceID, int64(after)); err != nil {
-		return 0, err
-	}
-	return x, nil
+	after = chargedHeld(after, left)
+	return x, putStack(ctx, tx, userID, serviceID, gs, st, after, exp)
 }
 
 // returnedPre is what returnSQL answers of the marked credits it gave
@@ -151,7 +197,7 @@ func settleReturned(ctx context.Context, tx pgx.Tx, raw []byte) ([]store.Account
 			sum += e.pre
 		}
 		user, service := group[0].ref.Key.UserID, group[0].ref.Key.ServiceID
-		x, err := giveBackDeferred(ctx, tx, user, service, 0, sum)
+		x, err := giveBackDeferred(ctx, tx, user, service, sum)
 		if err != nil {
 			return nil, err
 		}
@@ -198,51 +244,47 @@ FROM x WHERE c.id = x.id AND x.n > 0`
 
 // expireHeld is ExpireCredits' rule for one subscription in tx, its row
 // locked: balance and held as read, grants all of its grants. A deferred
-// expiry still open is kept out of this one: of what it defers, what its
-// rows can still give back past its slack stays deferred (the newest of
-// it), the rest was charged. When this one defers credits, every lease
-// row of the subscription is marked (a deferred expiry still open joins
-// it). It returns the grants due and the balance change.
+// expiry still open is kept out of this one: what its rows charged since
+// is taken off its stack first (chargedHeld), and what it still defers
+// stays deferred, held. When this one defers credits, every lease row of
+// the subscription is marked and the stack written again with both
+// (store.ExpireGrantsHeld places them by age): a deferred expiry still
+// open joins it. It returns the grants due and the balance change.
 func expireHeld(ctx context.Context, tx pgx.Tx, userID, serviceID string, balance, held billing.Units, grants []store.CreditGrant,
 	now time.Time, hasSub bool) ([]store.CreditGrant, billing.Units, error) {
-	var owed billing.Units
-	var slack int64
 	open := false
 	for _, g := range grants {
 		if g.Deferred > 0 {
 			open = true
 		}
 	}
+	if !hasSub {
+		held = 0
+	}
 	if open && hasSub {
-		if err := tx.QueryRow(ctx, "SELECT expiry_slack FROM subscriptions WHERE user_id = $1 AND service_id = $2",
-			userID, serviceID).Scan(&slack); err != nil {
+		gs, st, err := stackGrants(ctx, tx, userID, serviceID)
+		if err != nil {
 			return nil, 0, err
 		}
 		left, err := preHeld(ctx, tx, userID, serviceID)
 		if err != nil {
 			return nil, 0, err
 		}
-		can := max(0, left-billing.Units(slack))
-		for i := len(grants) - 1; i >= 0; i-- {
-			g := &grants[i]
-			if g.Deferred <= 0 {
-				continue
+		after := chargedHeld(st, left)
+		if err := putStack(ctx, tx, userID, serviceID, gs, st, after, nil); err != nil {
+			return nil, 0, err
+		}
+		deferred := map[string]billing.Units{}
+		for i, g := range gs {
+			deferred[g.ID] = after.Layers[i].Deferred
+		}
+		for i := range grants {
+			if grants[i].Deferred > 0 {
+				grants[i].Deferred = deferred[grants[i].ID]
 			}
-			keep := min(g.Deferred, can)
-			if keep != g.Deferred {
-				if _, err := tx.Exec(ctx, "UPDATE credit_grants SET deferred = $2 WHERE id = $1", g.ID, int64(keep)); err != nil {
-					return nil, 0, err
-				}
-				g.Deferred = keep
-			}
-			can -= keep
-			owed += keep
 		}
 	}
-	if !hasSub {
-		held = 0
-	}
-	expired, after, newSlack := store.ExpireGrantsHeld(balance-owed, held-owed, grants, now)
+	expired, after, st := store.ExpireGrantsHeld(balance, held, grants, now)
 	var deferred billing.Units
 	for _, g := range expired {
 		deferred += g.Deferred
@@ -263,12 +305,24 @@ func expireHeld(ctx context.Context, tx pgx.Tx, userID, serviceID string, balanc
 			userID, serviceID); err != nil {
 			return nil, 0, err
 		}
+		// The stack of the expiry (joined with one still open).
+		if _, err := tx.Exec(ctx, `UPDATE credit_grants SET deferred_below = 0
+			WHERE user_id = $1 AND service_id = $2 AND deferred_below <> 0`, userID, serviceID); err != nil {
+			return nil, 0, err
+		}
+		for _, l := range st.Layers {
+			if l.Below != 0 {
+				if _, err := tx.Exec(ctx, "UPDATE credit_grants SET deferred_below = $2 WHERE id = $1", l.ID, int64(l.Below)); err != nil {
+					return nil, 0, err
+				}
+			}
+		}
 		if _, err := tx.Exec(ctx, "UPDATE subscriptions SET expiry_slack = $3 WHERE user_id = $1 AND service_id = $2",
-			userID, serviceID, int64(newSlack)); err != nil {
+			userID, serviceID, int64(st.Top)); err != nil {
 			return nil, 0, err
 		}
 	}
-	return expired, after + owed - balance, nil
+	return expired, after - balance, nil
 }
 
 // readPreEnded reads, locked, what the ended lease rows the batch's

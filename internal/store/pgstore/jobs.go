@@ -359,7 +359,7 @@ func endJob(ctx context.Context, tx pgx.Tx, j *store.Job, hold *AllowanceKey, a 
 	}
 	if units == 0 || a.Free {
 		if acc != nil && pre > 0 {
-			x, err := giveBackDeferred(ctx, tx, acc.key.UserID, acc.key.ServiceID, 0, billing.Units(pre))
+			x, err := giveBackDeferred(ctx, tx, acc.key.UserID, acc.key.ServiceID, billing.Units(pre))
 			if err != nil {
 				return nil, err
 			}
@@ -418,7 +418,7 @@ func endJob(ctx context.Context, tx pgx.Tx, j *store.Job, hold *AllowanceKey, a 
 		if p.BillingModel == billing.Prepaid {
 			c = min(max(dec.Cost, 0), billing.Units(pre))
 		}
-		x, err := giveBackDeferred(ctx, tx, acc.key.UserID, acc.key.ServiceID, c, billing.Units(pre)-c)
+		x, err := giveBackDeferred(ctx, tx, acc.key.UserID, acc.key.ServiceID, billing.Units(pre)-c)
 		if err != nil {
 			return nil, err
 		}

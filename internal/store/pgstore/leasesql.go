@@ -414,7 +414,7 @@ func (s *Store) returnPart(ctx context.Context, ref LeaseRef, part Vec) (billing
 		if n == 0 || given <= 0 {
 			return nil
 		}
-		x, err := giveBackDeferred(ctx, tx, ref.Key.UserID, ref.Key.ServiceID, 0, billing.Units(given))
+		x, err := giveBackDeferred(ctx, tx, ref.Key.UserID, ref.Key.ServiceID, billing.Units(given))
 		if err != nil || x <= 0 {
 			return err
 		}

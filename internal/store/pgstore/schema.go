@@ -269,6 +269,15 @@ CREATE TABLE lease_pre_ended (
 	`
 ALTER TABLE allowances ADD COLUMN spend_unit text, ADD COLUMN spend_other jsonb;
 `,
+	// 9: what lease rows held at a deferred expiry by the age of the
+	// credits (store.HeldStack, internal/store/pgstore/heldexpiry.go):
+	// under each grant's deferred credits, what they held that does not
+	// expire (credits not from a grant, older grants not due); what is
+	// above the newest is the subscription's expiry_slack. 0 in a stack
+	// from before: all of its slack above, as before.
+	`
+ALTER TABLE credit_grants ADD COLUMN deferred_below bigint NOT NULL DEFAULT 0;
+`,
 }
 
 // SchemaVersion is the schema this build migrates a database to.

@@ -291,3 +291,92 @@ func testExpireCreditsHeldRefundConcurrent(t *testing.T, c *suite) {
 	// 130 - 30 expired - 10 refunded - 50 given back and expired.
 	checkGrantFigures(t, c, s, p, "u4", 40, 10, 80, 50, 0, "every job failed and every refund took 1")
 }
+
+// testExpireCreditsHeldOrder: what holds from before an expiry charge is
+// taken oldest grant first, as ordinary spending takes it, grants that do
+// not expire included, and what they give back expires only as far as it
+// is of the expiring grants. Grants A 100 and B 100 expire, C 50 does
+// not and is older than B; a job holds all 250 at the expiry (nothing
+// expires then: A and B defer 100 each). A charge of 150 spends A and C,
+// and B's 100 expire: the balance ends at 0. (Both stores took the charge
+// from the deferred credits first, A and B's 50, so C's 50 stayed and
+// only 50 of B expired: the caller kept 50.) A job that gives back all
+// 250 leaves C's 50; one that charges all 250 expires nothing. One case
+// restarts the store between the expiry and the job's end.
+func testExpireCreditsHeldOrder(t *testing.T, c *suite) {
+	for _, tc := range []struct {
+		name     string
+		charge   int64 // what the job charges of the 250 it holds (-1: it fails)
+		restart  bool
+		balance  int64
+		expiredB int64
+		expiredA int64
+	}{
+		{"charges150", 150, false, 0, 100, 0},
+		{"charges150AfterRestart", 150, true, 0, 100, 0},
+		{"charges50", 50, false, 50, 100, 50},
+		{"givesBackAll", -1, false, 50, 100, 100},
+		{"chargesAll", 250, false, 0, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.restart {
+				c.needRestart(t)
+			}
+			s := c.store(t)
+			p := payments(t, s)
+			user := "uo-" + tc.name
+			a := subscribe(t, s, user, "svc", prepaidWhole, 0)
+			at := T0.Add(time.Hour)
+			for _, g := range []struct {
+				id      string
+				credits int64
+				grant   time.Time
+				expires bool
+			}{{"A", 100, T0, true}, {"C", 50, T0.Add(time.Minute), false}, {"B", 100, T0.Add(2 * time.Minute), true}} {
+				cg := grant(user+"-"+g.id, user, "svc", g.credits, g.grant)
+				if g.expires {
+					cg.ExpiresAt = at
+				}
+				if _, err := p.GrantCredits(ctx, cg); err != nil {
+					t.Fatal(err)
+				}
+			}
+			reserveJob(t, s, user+"-j", a, whole(250))
+			got, err := p.ExpireCredits(ctx, at)
+			if err != nil || len(got) != 2 || got[0].Expired != 0 || got[0].Deferred != whole(100) ||
+				got[1].Expired != 0 || got[1].Deferred != whole(100) {
+				t.Fatalf("ExpireCredits with all 250 held = %+v, %v; want A and B 100 deferred each", got, err)
+			}
+			if tc.restart {
+				s = c.restart(t, s)
+				p = payments(t, s)
+			}
+			if tc.charge < 0 {
+				if _, err := s.UpdateJob(ctx, user+"-j", complete(store.JobFailed, "d")); err != nil {
+					t.Fatal(err)
+				}
+			} else if _, err := s.CompleteJob(ctx, user+"-j", a, completion(a, user+"-j", whole(tc.charge)),
+				complete(store.JobCompleted, "d")); err != nil {
+				t.Fatal(err)
+			}
+			if c.sync != nil {
+				c.sync(t, s)
+			}
+			if b := c.balance(t, s, user, "svc"); b != whole(tc.balance) {
+				t.Errorf("balance %s once the job held at the expiry ended, want %d", b, tc.balance)
+			}
+			gs, err := p.ListCreditGrants(ctx, user, "svc")
+			if err != nil || len(gs) != 3 {
+				t.Fatalf("grants %+v, %v", gs, err)
+			}
+			want := map[string]int64{"A": tc.expiredA, "C": 0, "B": tc.expiredB}
+			for _, g := range gs {
+				id := g.ID[len(user)+1:]
+				if g.Expired != whole(want[id]) || g.ExpiredLater != whole(want[id]) || g.Deferred != 0 {
+					t.Errorf("grant %s expired %s (later %s), deferred %s; want %d expired after the expiry, nothing deferred",
+						id, g.Expired, g.ExpiredLater, g.Deferred, want[id])
+				}
+			}
+		})
+	}
+}

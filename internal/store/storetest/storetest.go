@@ -161,6 +161,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"ExpireCreditsHeldCalls", testExpireCreditsHeldCalls},
 		{"ExpireCreditsHeldRefund", testExpireCreditsHeldRefund},
 		{"ExpireCreditsHeldRefundConcurrent", testExpireCreditsHeldRefundConcurrent},
+		{"ExpireCreditsHeldOrder", testExpireCreditsHeldOrder},
 		{"Close", testClose},
 		{"DurableAcrossReopen", testDurableAcrossReopen},
 		{"RestartReleasesSyncHolds", testRestartReleasesSyncHolds},
