@@ -65,7 +65,8 @@ type IgnoredTopUp struct {
 	// Resolved: an operator dealt with it (refunded it in Stripe, granted
 	// its credits by hand) and marked it so (ResolveNotGranted): the
 	// Revenue page lists it among the resolved, not the open ones; its
-	// money stays counted. nil while open.
+	// money stays counted; its paid event coming later grants nothing
+	// (skipResolved). nil while open.
 	Resolved *TopUpResolution `json:"resolved,omitempty"`
 	// GrantSkipped: its paid event was applied after it was marked
 	// Resolved, when the config could grant it, and granted nothing (the

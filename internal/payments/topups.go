@@ -316,7 +316,8 @@ func (s *Service) topUpCustomer(ctx context.Context, cs *stripe.CheckoutSession)
 // in payment mode when it is paid, and
 // checkout.session.async_payment_succeeded. The grant's id is the
 // PaymentIntent's, so the same payment grants once whichever events and
-// however many times they come.
+// however many times they come. One paid and not granted that an
+// operator marked resolved is not granted (skipResolved).
 func topUpPaid(s *Service, ctx context.Context, ev *stripe.Event) error {
 	var cs stripe.CheckoutSession
 	if err := decodeObject(ev, &cs); err != nil {
