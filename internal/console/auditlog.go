@@ -66,7 +66,8 @@ func (f auditFilter) match(e store.AuditEntry) bool {
 // auditActions are the actions an operator filters on.
 var auditActions = []string{ops.AuditKeyCreate, ops.AuditKeyRevoke, ops.AuditSubscriptionPut, ops.AuditCreditsAdd,
 	ops.AuditUsagePrune, ops.AuditRollupPrune, ops.AuditConfigChange,
-	ops.AuditPortalSignIn, ops.AuditChangeScheduled, ops.AuditAccessRequest, ops.AuditAccessDecline, payments.AuditTopUpResolve}
+	ops.AuditPortalSignIn, ops.AuditChangeScheduled, ops.AuditAccessRequest, ops.AuditAccessDecline, payments.AuditTopUpResolve,
+	payments.AuditTopUpGrantSkipped}
 
 // auditRow is an entry with what its change replaced and what it made.
 type auditRow struct {

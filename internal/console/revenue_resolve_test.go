@@ -241,3 +241,32 @@ func TestRevenueResolveNotAudited(t *testing.T) {
 		t.Errorf("the mark: %+v %v", ig.Resolved, err)
 	}
 }
+
+// TestRevenueResolvedGrantSkipped: a top-up marked resolved whose paid
+// event came later, once the config could grant it, was not granted
+// (payments' skipResolved: the operator refunded it or granted it by
+// hand); its row stays in the resolved list and says so, and the audit
+// log's filter knows the action. The old page had no such line: the old
+// gateway granted it, and the row left the lists.
+func TestRevenueResolvedGrantSkipped(t *testing.T) {
+	e, st := moneyEnv(t)
+	pay := st.(store.Payments)
+	paid := time.Date(2026, 11, 4, 9, 0, 0, 0, time.UTC)
+	b, _ := json.Marshal(payments.IgnoredTopUp{ID: "pi_sk", SessionID: "cs_sk", Reason: "no subscription", At: paid,
+		UserID: "ann", ServiceID: "pre", ProductID: "credits", Pack: "ten", Amount: 1000, Currency: "USD", PaidAt: paid,
+		Resolved:     &payments.TopUpResolution{By: "console:operator", At: paid.Add(time.Hour), Note: "granted by hand"},
+		GrantSkipped: &payments.SkippedGrant{Event: "evt_sk", At: paid.Add(2 * time.Hour)}})
+	if err := pay.PutPaymentRecord(context.Background(), payments.KindTopUpIgnored, "pi_sk", b, moneyNow); err != nil {
+		t.Fatal(err)
+	}
+	h := direct(t, e, false)
+	h.payments = &payments.Config{PastDueGrace: caddy.Duration(72 * time.Hour)}
+	page := getPage(t, h, "/console/revenue?from=2026-11&to=2026-11")
+	_, resolved, _ := strings.Cut(page, "Resolved:")
+	if want := "Its paid event came later ( 2026-11-04 11:00:00 UTC ) and was not granted: it was marked resolved."; !strings.Contains(resolved, want) {
+		t.Errorf("the resolved row does not say %q:\n%s", want, resolved)
+	}
+	if a := getPage(t, h, "/console/audit"); !strings.Contains(a, " "+payments.AuditTopUpGrantSkipped) {
+		t.Errorf("the audit log's filter has no %s:\n%s", payments.AuditTopUpGrantSkipped, a)
+	}
+}

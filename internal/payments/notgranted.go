@@ -18,6 +18,11 @@ import (
 // that an operator marked resolved (ResolveNotGranted).
 const AuditTopUpResolve = "topup.resolve"
 
+// AuditTopUpGrantSkipped is the audit action of the paid event of a
+// top-up marked resolved that came later and granted nothing; the actor
+// is "stripe".
+const AuditTopUpGrantSkipped = "topup.grant_skipped_resolved"
+
 // MaxResolveNote is how long a resolution's note may be, in characters.
 const MaxResolveNote = 200
 

@@ -65,8 +65,21 @@ type IgnoredTopUp struct {
 	// Resolved: an operator dealt with it (refunded it in Stripe, granted
 	// its credits by hand) and marked it so (ResolveNotGranted): the
 	// Revenue page lists it among the resolved, not the open ones; its
-	// money stays counted. nil while open.
+	// money stays counted; its paid event coming later grants nothing
+	// (skipResolved). nil while open.
 	Resolved *TopUpResolution `json:"resolved,omitempty"`
+	// GrantSkipped: its paid event was applied after it was marked
+	// Resolved, when the config could grant it, and granted nothing (the
+	// operator refunded it or granted its credits by hand): the first
+	// such event, by id, and when it came. nil while none came.
+	GrantSkipped *SkippedGrant `json:"grantSkipped,omitempty"`
+}
+
+// SkippedGrant is the paid event of a top-up marked resolved that came
+// later and was not granted (IgnoredTopUp.GrantSkipped).
+type SkippedGrant struct {
+	Event string    `json:"event"`
+	At    time.Time `json:"at"`
 }
 
 // TopUpResolution is who marked a top-up paid and not granted resolved,

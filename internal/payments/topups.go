@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stripe/stripe-go/v82"
+	"go.uber.org/zap"
 
 	"github.com/platformgw/gateway/internal/billing"
 	"github.com/platformgw/gateway/internal/catalog"
@@ -315,7 +316,8 @@ func (s *Service) topUpCustomer(ctx context.Context, cs *stripe.CheckoutSession)
 // in payment mode when it is paid, and
 // checkout.session.async_payment_succeeded. The grant's id is the
 // PaymentIntent's, so the same payment grants once whichever events and
-// however many times they come.
+// however many times they come. One paid and not granted that an
+// operator marked resolved is not granted (skipResolved).
 func topUpPaid(s *Service, ctx context.Context, ev *stripe.Event) error {
 	var cs stripe.CheckoutSession
 	if err := decodeObject(ev, &cs); err != nil {
@@ -365,6 +367,9 @@ func topUpPaid(s *Service, ctx context.Context, ev *stripe.Event) error {
 	if err != nil {
 		return err
 	}
+	if skipped, err := s.skipResolved(ctx, pay, pi, ev); skipped || err != nil {
+		return err
+	}
 	if err := s.listUnlisted(ctx, pay, pi); err != nil {
 		return err
 	}
@@ -390,6 +395,61 @@ func topUpPaid(s *Service, ctx context.Context, ev *stripe.Event) error {
 	// (seenNotGranted, which reads this record after writing its own)
 	// is found by one of the two.
 	return s.catchUpMoneyBack(ctx, pay, pi, ev.Created)
+}
+
+// skipResolved is true when the top-up of PaymentIntent pi, whose paid
+// event ev the config can grant now, was paid and not granted and an
+// operator marked it resolved since (ResolveNotGranted: refunded in
+// Stripe, or its credits granted by hand): the paid event grants nothing
+// (answered 200, Stripe stops; granting it is the operator's decision
+// now), and the first such event is kept on its ignored top-up record
+// (GrantSkipped) and audited. A top-up granted before the mark (its
+// record there) is not skipped: its grant is replayed, nothing more.
+func (s *Service) skipResolved(ctx context.Context, pay store.Payments, pi string, ev *stripe.Event) (bool, error) {
+	b, err := pay.GetPaymentRecord(ctx, KindTopUpIgnored, pi)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	var ig IgnoredTopUp
+	if err := json.Unmarshal(b, &ig); err != nil {
+		return false, fmt.Errorf("ignored top-up record %s does not parse: %w", pi, err)
+	}
+	if ig.Resolved == nil {
+		return false, nil
+	}
+	switch _, err := pay.GetPaymentRecord(ctx, KindTopUp, pi); {
+	case err == nil:
+		return false, nil
+	case !errors.Is(err, store.ErrNotFound):
+		return false, err
+	}
+	now := s.now().UTC()
+	ig, changed, err := changeRecord(ctx, pay, KindTopUpIgnored, pi, now, func(r *IgnoredTopUp) bool {
+		if r.GrantSkipped != nil {
+			return false
+		}
+		r.GrantSkipped = &SkippedGrant{Event: ev.ID, At: now}
+		return true
+	})
+	if err != nil {
+		return false, fmt.Errorf("recording that top-up %s, marked resolved, was not granted: %w", pi, err)
+	}
+	fields := []zap.Field{zap.String("payment_intent", pi), zap.String("event_id", ev.ID), zap.String("user_id", ig.UserID),
+		zap.String("service_id", ig.ServiceID), zap.String("resolved_by", ig.Resolved.By)}
+	if !changed {
+		s.log.Info("paid event of a top-up marked resolved: not granted (again)", fields...)
+		return true, nil
+	}
+	s.log.Warn("paid event of a top-up marked resolved came later: not granted, the operator dealt with it", fields...)
+	amount := "amount not recorded"
+	if ig.Amount > 0 {
+		amount = MinorMoney(ig.Amount, ig.Currency).String()
+	}
+	s.audit(ctx, AuditTopUpGrantSkipped, ig.UserID, ig.ServiceID, fmt.Sprintf("top-up %s (%s, pack %s) marked resolved by %s at %s: its paid event %s came later and granted nothing",
+		pi, amount, cmp.Or(ig.Pack, "?"), ig.Resolved.By, ig.Resolved.At.Format(time.RFC3339), ev.ID))
+	return true, nil
 }
 
 // catchUpMoneyBack takes back, from the top-up of PaymentIntent pi just
