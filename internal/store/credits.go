@@ -138,20 +138,30 @@ func ExpireGrants(balance billing.Units, grants []CreditGrant, now time.Time) ([
 	// newer[i] is what the live grants after i have left.
 	newer := make([]billing.Units, len(live)+1)
 	for i := len(live) - 1; i >= 0; i-- {
-		newer[i] = newer[i+1] + live[i].Left()
+		newer[i] = billing.SatAdd(newer[i+1], live[i].Left())
 	}
 	var out []CreditGrant
 	for i, g := range live {
 		if g.ExpiresAt.IsZero() || g.ExpiresAt.After(now) {
 			continue
 		}
-		left := min(max(balance-newer[i+1], 0), g.Left())
+		left := min(above(balance, newer[i+1]), g.Left())
 		g.Expired += left
 		g.ExpiredAt = now.UTC()
 		balance -= left
 		out = append(out, g)
 	}
 	return out, balance
+}
+
+// above is what b has above n (n >= 0), never below 0: b - n without
+// wrapping when b is near the least a balance holds (reports past the
+// limits saturate it there), which would make a huge free balance of it.
+func above(b, n billing.Units) billing.Units {
+	if b <= n {
+		return 0
+	}
+	return b - n
 }
 
 // ExpireGrantsHeld is the expiry rule with credits held (calls in flight,
@@ -184,14 +194,23 @@ func ExpireGrantsHeld(balance, held billing.Units, grants []CreditGrant, now tim
 	for _, g := range grants {
 		if !g.ExpiredAt.IsZero() && g.Deferred > 0 {
 			pending = append(pending, g)
-			owed += g.Deferred
+			owed = billing.SatAdd(owed, g.Deferred)
 		}
 	}
+	// The balance may be at the least a balance holds (reports past the
+	// limits saturate it): what is taken off it saturates there too, so
+	// a balance at or below what is held has nothing free to expire,
+	// rather than wrapping to a huge free balance that expires every
+	// grant due in full (ExpireCreditsSaturated of the contract suite).
+	total := balance
 	owed = min(owed, held)
-	balance, held = balance-owed, held-owed
-	out, after := ExpireGrants(balance-held, grants, now)
+	balance, held = billing.SatAdd(balance, -owed), held-owed
+	free := billing.SatAdd(balance, -held)
+	out, after := ExpireGrants(free, grants, now)
+	// What the grants due remove: 0 unless free > 0, then at most free.
+	expired := free - after
 	if held == 0 && len(pending) == 0 {
-		return out, after, HeldStack{}
+		return out, total - expired, HeldStack{}
 	}
 	// The same grants due, in the same order, from the whole balance.
 	whole, _ := ExpireGrants(balance, grants, now)
@@ -216,9 +235,9 @@ func ExpireGrantsHeld(balance, held billing.Units, grants []CreditGrant, now tim
 	slices.SortFunc(live, OlderGrant)
 	newer := make([]billing.Units, len(live)+1)
 	for i := len(live) - 1; i >= 0; i-- {
-		newer[i] = newer[i+1] + live[i].Left()
+		newer[i] = billing.SatAdd(newer[i+1], live[i].Left())
 	}
-	part := func(i int, b billing.Units) billing.Units { return min(max(b-newer[i+1], 0), live[i].Left()) }
+	part := func(i int, b billing.Units) billing.Units { return min(above(b, newer[i+1]), live[i].Left()) }
 	type layer struct {
 		g        CreditGrant
 		held     billing.Units
@@ -227,12 +246,12 @@ func ExpireGrantsHeld(balance, held billing.Units, grants []CreditGrant, now tim
 	layers := make([]layer, 0, len(live)+len(pending))
 	nongrant := held
 	for i, g := range live {
-		h := part(i, balance) - part(i, balance-held)
+		h := part(i, balance) - part(i, free)
 		d, due := deferred[g.ID]
 		if due {
 			h = d
 		}
-		nongrant -= h
+		nongrant = billing.SatAdd(nongrant, -h)
 		layers = append(layers, layer{g, h, due && d > 0})
 	}
 	for _, g := range pending {
@@ -243,14 +262,14 @@ func ExpireGrantsHeld(balance, held billing.Units, grants []CreditGrant, now tim
 	below := max(nongrant, 0)
 	for _, l := range layers {
 		if !l.deferred {
-			below += l.held
+			below = billing.SatAdd(below, l.held)
 			continue
 		}
 		st.Layers = append(st.Layers, HeldLayer{ID: l.g.ID, Below: below, Deferred: l.held})
 		below = 0
 	}
 	st.Top = below
-	return out, after + held + owed, st
+	return out, total - expired, st
 }
 
 // HeldLayer is one grant's part of a HeldStack: Deferred, what the holds

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"math"
 	"reflect"
 	"testing"
 	"time"
@@ -171,6 +172,69 @@ func TestExpireGrantsHeldOrder(t *testing.T) {
 			if spentA[0] != w(tc.spentA) || exp[0] != w(tc.expA) || exp[1] != w(tc.expB) || s.Total() != 0 {
 				t.Errorf("A spent %s, expired %s; B expired %s; left %+v; want %d, %d; %d; nothing",
 					spentA[0], exp[0], exp[1], s, tc.spentA, tc.expA, tc.expB)
+			}
+		})
+	}
+}
+
+// TestExpireGrantsSaturated: the free balance is found without wrapping
+// at the int64 edges. A balance at the least a balance holds (reports
+// past the limits saturate it) less a hold, or less what newer grants
+// have left (their sum past what a quantity holds), wrapped to a huge
+// free balance: the grant due expired all it had left, which the store
+// then refused as out of range (ExpireCreditsSaturated of the contract
+// suite).
+func TestExpireGrantsSaturated(t *testing.T) {
+	t0 := time.Date(2024, 3, 20, 12, 0, 0, 0, time.UTC)
+	due := t0.Add(time.Hour)
+	const minU, maxU = billing.Units(math.MinInt64), billing.Units(math.MaxInt64)
+	a := CreditGrant{ID: "A", Credits: 100, GrantedAt: t0, ExpiresAt: due}
+	b := CreditGrant{ID: "B", Credits: 50, GrantedAt: t0.Add(time.Minute)}
+	huge := func(id string) CreditGrant {
+		return CreditGrant{ID: id, Credits: maxU/2 + 1, GrantedAt: t0.Add(2 * time.Minute)}
+	}
+	pending := func(id string) CreditGrant {
+		return CreditGrant{ID: id, Credits: 1, Deferred: 1, GrantedAt: t0.Add(-time.Hour), ExpiresAt: t0, ExpiredAt: t0}
+	}
+	for _, tc := range []struct {
+		name                    string
+		balance, held           billing.Units
+		grants                  []CreditGrant
+		expired, deferred, left billing.Units // A's expired and deferred, the balance after
+	}{
+		{"the floor", minU, 0, []CreditGrant{a}, 0, 0, minU},
+		{"the floor, a newer grant", minU, 0, []CreditGrant{a, b}, 0, 0, minU},
+		{"the floor, a hold of 2", minU, 2, []CreditGrant{a}, 0, 0, minU},
+		{"the floor, a hold and a newer grant", minU, 2, []CreditGrant{a, b}, 0, 0, minU},
+		{"the floor, the most held", minU, maxU, []CreditGrant{a, b}, 0, 0, minU},
+		{"just above the floor, a hold", minU + 1, 1, []CreditGrant{a}, 0, 0, minU + 1},
+		{"the floor, deferred expiries holding all that is held", minU, 2, []CreditGrant{a, pending("P"), pending("Q")}, 0, 0, minU},
+		{"-1, newer grants past what a quantity holds", -1, 0, []CreditGrant{a, huge("C"), huge("D")}, 0, 0, -1},
+		{"-1, held, newer grants past what a quantity holds", -1, 1, []CreditGrant{a, huge("C"), huge("D")}, 0, 0, -1},
+		{"the most, nothing held", maxU, 0, []CreditGrant{a}, 100, 0, maxU - 100},
+		{"the most, all held", maxU, maxU, []CreditGrant{a}, 0, 100, maxU},
+		{"the most, newer grants past what a quantity holds", maxU, 0, []CreditGrant{a, huge("C"), huge("D")}, 0, 0, maxU},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.held == 0 {
+				got, after := ExpireGrants(tc.balance, tc.grants, due)
+				if len(got) != 1 || got[0].ID != "A" || got[0].Expired != tc.expired || after != tc.left {
+					t.Errorf("ExpireGrants = %+v, balance %d; want A expiring %d, balance %d", got, after, tc.expired, tc.left)
+				}
+			}
+			got, after, st := ExpireGrantsHeld(tc.balance, tc.held, tc.grants, due)
+			var ga CreditGrant
+			for _, g := range got {
+				if g.ID == "A" {
+					ga = g
+				}
+			}
+			if ga.ID != "A" || ga.Expired != tc.expired || ga.Deferred != tc.deferred || after != tc.left {
+				t.Errorf("ExpireGrantsHeld = A %+v, balance %d; want %d expired, %d deferred, balance %d",
+					ga, after, tc.expired, tc.deferred, tc.left)
+			}
+			if tot := st.Total(); tc.held != 0 && tot != tc.held {
+				t.Errorf("the stack holds %d, want %d (%+v)", tot, tc.held, st)
 			}
 		})
 	}

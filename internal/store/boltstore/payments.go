@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -716,11 +717,22 @@ func (s *Store) ExpireCredits(ctx context.Context, now time.Time) ([]store.Credi
 	if err != nil {
 		return nil, err
 	}
+	// One subscription's error does not stop the others: each is its own
+	// commit, and a grant left due there must not keep every later
+	// subscription's from expiring on every sweep (found by a review;
+	// ExpireCreditsSaturated of the contract suite). The errors are
+	// returned together after the loop; the store failing as a whole
+	// (ErrUnavailable, the context ended) stops it.
 	var out []store.CreditGrant
+	var errs []error
 	for _, sg := range subs {
+		if stopExpiry(ctx, errs) {
+			break
+		}
 		acc, err := s.account(sg.userID, sg.serviceID)
 		if err != nil && err != store.ErrNoAccount {
-			return out, err
+			errs = append(errs, fmt.Errorf("subscription %s/%s: %w", sg.userID, sg.serviceID, err))
+			continue
 		}
 		// Credits held for calls in flight and open jobs count as spent:
 		// a call settled after the expiry must not spend credits the
@@ -736,11 +748,22 @@ func (s *Store) ExpireCredits(ctx context.Context, now time.Time) ([]store.Credi
 			return s.expireHeld(acc, sg.grants, credits, held, now, &expired)
 		})
 		if err != nil {
-			return out, err
+			errs = append(errs, fmt.Errorf("subscription %s/%s: %w", sg.userID, sg.serviceID, err))
+			continue
 		}
 		out = append(out, expired...)
 	}
-	return out, nil
+	return out, errors.Join(errs...)
+}
+
+// stopExpiry says whether ExpireCredits stops before its next
+// subscription: the context ended, or the last error says the store
+// cannot write at all (every later subscription would fail the same).
+func stopExpiry(ctx context.Context, errs []error) bool {
+	if store.CtxErr(ctx) != nil {
+		return true
+	}
+	return len(errs) > 0 && errors.Is(errs[len(errs)-1], store.ErrUnavailable)
 }
 
 // ListCreditGrants lists a subscription's grants, a user's (serviceID

@@ -467,8 +467,18 @@ func (s *Store) ExpireCredits(ctx context.Context, now time.Time) ([]store.Credi
 	if err != nil {
 		return nil, s.fail(err)
 	}
+	// One subscription's error does not stop the others: each is its own
+	// transaction, and a grant left due there must not keep every later
+	// subscription's from expiring on every sweep (found by a review;
+	// ExpireCreditsSaturated of the contract suite). The errors are
+	// returned together after the loop; the database failing as a whole
+	// (ErrUnavailable, the context ended) stops it.
 	var out []store.CreditGrant
+	var errs []error
 	for _, ref := range subs {
+		if store.CtxErr(ctx) != nil || len(errs) > 0 && errors.Is(errs[len(errs)-1], store.ErrUnavailable) {
+			break
+		}
 		var expired []store.CreditGrant
 		err := s.tx(ctx, func(tx pgx.Tx) error {
 			expired = nil
@@ -502,14 +512,15 @@ func (s *Store) ExpireCredits(ctx context.Context, now time.Time) ([]store.Credi
 			return nil
 		})
 		if err != nil {
-			return out, err
+			errs = append(errs, err)
+			continue
 		}
 		if len(expired) > 0 {
 			s.changedCredits(ref.UserID, ref.ServiceID, true)
 		}
 		out = append(out, expired...)
 	}
-	return out, nil
+	return out, errors.Join(errs...)
 }
 
 // ListCreditGrants lists a subscription's grants, a user's (serviceID

@@ -162,6 +162,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"ExpireCreditsHeldRefund", testExpireCreditsHeldRefund},
 		{"ExpireCreditsHeldRefundConcurrent", testExpireCreditsHeldRefundConcurrent},
 		{"ExpireCreditsHeldOrder", testExpireCreditsHeldOrder},
+		{"ExpireCreditsSaturated", testExpireCreditsSaturated},
 		{"Close", testClose},
 		{"DurableAcrossReopen", testDurableAcrossReopen},
 		{"RestartReleasesSyncHolds", testRestartReleasesSyncHolds},
