@@ -306,3 +306,97 @@ func TestExpireCreditsLeasedOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestExpireCreditsLeaseLapsedOrder: a lease row held at an expiry ends
+// with calls it served still to be shipped, and its give-back took
+// credits that do not expire as well as the grant's: the calls, shipped
+// later, spent those first (oldest first, as everywhere), and unexpire
+// only what they spent beyond them. C 50 does not expire and is older
+// than A 50, which does; a node's block holds all 100 at A's expiry, 60
+// of them for calls in flight, and lapses: its give-back expires A's 50
+// (what it holds of C goes back to the balance). The 60 calls shipped
+// afterwards spent C's 50 and 10 of A's: A stays 40 expired, a balance
+// of 0. Before, they unexpired all of A's 50: a balance of 40.
+func TestExpireCreditsLeaseLapsedOrder(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.DB(t)
+	a, b := openNode(t, dsn, "a"), openNode(t, dsn, "b")
+	subscribe(t, a, "u", "svc", "pp")
+	now := time.Now().UTC()
+	for _, g := range []store.CreditGrant{
+		{ID: "C", Credits: units(50), GrantedAt: now.Add(-2 * time.Minute)},
+		{ID: "A", Credits: units(50), GrantedAt: now.Add(-time.Minute), ExpiresAt: now.Add(time.Minute)},
+	} {
+		g.UserID, g.ServiceID, g.Source = "u", "svc", "stripe"
+		if _, err := a.GrantCredits(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acct := store.Account{UserID: "u", ServiceID: "svc", Product: prepaidProduct(1)}
+	var held []store.Reservation
+	for range 100 {
+		res, err := a.Reserve(ctx, acct, units(1), time.Now())
+		if err != nil || !res.Decision.Allowed {
+			t.Fatalf("reserve: %+v %v", res.Decision, err)
+		}
+		held = append(held, res)
+	}
+	// 40 released: their credits stay in the node's block, held at the
+	// expiry.
+	for _, res := range held[60:] {
+		if _, err := a.Settle(ctx, res, 0, store.LedgerEntry{UserID: "u", ServiceID: "svc", ProductID: "pp", Source: store.SourceGateway}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held = held[:60]
+	expired, err := b.ExpireCredits(ctx, now.Add(time.Minute))
+	if err != nil || len(expired) != 1 || expired[0].Expired != 0 || expired[0].Deferred != units(50) {
+		t.Fatalf("expire with the block holding all 100: %+v %v; want A's 50 deferred", expired, err)
+	}
+	// a's lease lapses and b sweeps it, with a's 60 calls in flight.
+	if _, err := b.pool.Exec(ctx, "UPDATE leases SET expires_at = now() - interval '1 second' WHERE holder LIKE 'a/%'"); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := b.pool.Query(ctx, expiredSQL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs, err := pgx.CollectRows(rows, scanLeaseRef)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.returnLeases(ctx, refs, true); err != nil || n == 0 {
+		t.Fatalf("sweep: %d rows, %v", n, err)
+	}
+	for _, res := range held {
+		if _, err := a.Settle(ctx, res, units(1), store.LedgerEntry{UserID: "u", ServiceID: "svc", ProductID: "pp", Source: store.SourceGateway}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.Close()
+	b.Close()
+	c := openNode(t, dsn, "c")
+	var credits, creditsHeld int64
+	if err := c.pool.QueryRow(ctx, "SELECT credits, credits_held FROM subscriptions WHERE user_id = 'u' AND service_id = 'svc'").
+		Scan(&credits, &creditsHeld); err != nil {
+		t.Fatal(err)
+	}
+	if credits != 0 || creditsHeld != 0 {
+		t.Errorf("after the lapse: credits %s, held %s; want 0 (100 granted, 60 spent, C's 50 and A's 10, A's 40 expired)",
+			billing.Units(credits), billing.Units(creditsHeld))
+	}
+	gs, err := c.ListCreditGrants(ctx, "u", "svc")
+	if err != nil || len(gs) != 2 {
+		t.Fatalf("grants: %+v, %v", gs, err)
+	}
+	for _, g := range gs {
+		want := units(0)
+		if g.ID == "A" {
+			want = units(40)
+		}
+		if g.Expired != want || g.Deferred != 0 {
+			t.Errorf("grant %s expired %s (later %s), deferred %s; want %s expired, nothing deferred", g.ID, g.Expired,
+				g.ExpiredLater, g.Deferred, want)
+		}
+	}
+}

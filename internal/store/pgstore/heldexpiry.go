@@ -143,17 +143,78 @@ func chargedHeld(st store.HeldStack, left billing.Units) store.HeldStack {
 // expiry when no marked credits are left, and returns what expired: the
 // caller takes it off the balance.
 func giveBackDeferred(ctx context.Context, tx pgx.Tx, userID, serviceID string, returned billing.Units) (billing.Units, error) {
+	_, x, err := giveBackEnded(ctx, tx, userID, serviceID, []billing.Units{returned})
+	return x, err
+}
+
+// giveBackEnded is giveBackDeferred for holds that gave back pres[i]
+// each, taken off the top of the stack in that order (the first the
+// top); it also returns what each one's part expired (preEnded).
+func giveBackEnded(ctx context.Context, tx pgx.Tx, userID, serviceID string, pres []billing.Units) ([]preEnded, billing.Units, error) {
 	gs, st, err := stackGrants(ctx, tx, userID, serviceID)
 	if err != nil || len(gs) == 0 {
-		return 0, err
+		return nil, 0, err
+	}
+	var returned billing.Units
+	for _, p := range pres {
+		returned += max(p, 0)
 	}
 	after, exp, x := st.GiveBack(returned)
+	parts := endedParts(st, after, exp, pres)
 	left, err := preHeld(ctx, tx, userID, serviceID)
 	if err != nil {
-		return 0, err
+		return nil, 0, err
 	}
 	after = chargedHeld(after, left)
-	return x, putStack(ctx, tx, userID, serviceID, gs, st, after, exp)
+	return parts, x, putStack(ctx, tx, userID, serviceID, gs, st, after, exp)
+}
+
+// preEnded is what a hold's give-back expired (credits) and, under the
+// lowest of it, what the give-back took that does not expire (below): a
+// call the hold served and charged later spent its credits oldest first,
+// below first, and only past below the credits that expired.
+type preEnded struct {
+	credits, below billing.Units
+}
+
+// endedParts splits what GiveBack took off st (after, exp) among holds
+// that gave back pres[i] each, the first the top of it: each one's
+// expired credits, and the credits that do not expire under the lowest
+// of them (credits of the stack's top, above every deferred credit, and
+// those between deferred credits are left out: a late charge takes below
+// first, then unexpires, never more than it did before below was kept).
+func endedParts(st, after store.HeldStack, exp []billing.Units, pres []billing.Units) []preEnded {
+	// What GiveBack took, top first: the top, then each layer's deferred
+	// credits (expiring) and what is below them, newest layer first.
+	type piece struct {
+		n      billing.Units
+		expire bool
+	}
+	pieces := []piece{{n: st.Top - after.Top}}
+	for i := len(st.Layers) - 1; i >= 0; i-- {
+		pieces = append(pieces, piece{exp[i], true}, piece{n: st.Layers[i].Below - after.Layers[i].Below})
+	}
+	out := make([]preEnded, len(pres))
+	k := 0
+	for j, p := range pres {
+		p = max(p, 0)
+		for p > 0 && k < len(pieces) {
+			n := min(p, pieces[k].n)
+			switch {
+			case pieces[k].expire && n > 0:
+				out[j].credits += n
+				out[j].below = 0 // what is below this
+			case out[j].credits > 0:
+				out[j].below += n
+			}
+			pieces[k].n -= n
+			p -= n
+			if pieces[k].n <= 0 {
+				k++
+			}
+		}
+	}
+	return out
 }
 
 // returnedPre is what returnSQL answers of the marked credits it gave
@@ -167,7 +228,8 @@ type returnedPre [][5]json.RawMessage
 // (lease_pre_ended): the row may have ended with calls it served still to
 // be shipped (a lapse, a node restarted past lease_ttl, a lapsed lease
 // given back with calls in flight), and a charge of such a call spends
-// those credits rather than others (unexpireLapsed).
+// those credits rather than others (queueUnexpired), oldest first: what
+// the give-back took that does not expire under them (below) first.
 func settleReturned(ctx context.Context, tx pgx.Tx, raw []byte) ([]store.AccountRef, error) {
 	var rows returnedPre
 	if err := json.Unmarshal(raw, &rows); err != nil {
@@ -180,7 +242,7 @@ func settleReturned(ctx context.Context, tx pgx.Tx, raw []byte) ([]store.Account
 	var changed []store.AccountRef
 	for i := 0; i < len(rows); {
 		var group []ended
-		var sum billing.Units
+		var pres []billing.Units
 		for ; i < len(rows); i++ {
 			var e ended
 			var pre int64
@@ -194,10 +256,10 @@ func settleReturned(ctx context.Context, tx pgx.Tx, raw []byte) ([]store.Account
 			}
 			e.pre = billing.Units(pre)
 			group = append(group, e)
-			sum += e.pre
+			pres = append(pres, e.pre)
 		}
 		user, service := group[0].ref.Key.UserID, group[0].ref.Key.ServiceID
-		x, err := giveBackDeferred(ctx, tx, user, service, sum)
+		parts, x, err := giveBackEnded(ctx, tx, user, service, pres)
 		if err != nil {
 			return nil, err
 		}
@@ -208,20 +270,18 @@ func settleReturned(ctx context.Context, tx pgx.Tx, raw []byte) ([]store.Account
 			return nil, err
 		}
 		changed = append(changed, store.AccountRef{UserID: user, ServiceID: service})
-		left := x
-		for _, e := range group {
-			if left <= 0 {
-				break
+		for j, e := range group {
+			if parts[j].credits <= 0 {
+				continue // its part expired nothing
 			}
-			n := min(e.pre, left)
-			if n <= 0 {
-				continue // a row whose marked credits were spent
-			}
-			left -= n
-			if _, err := tx.Exec(ctx, `INSERT INTO lease_pre_ended (holder, user_id, service_id, period, credits)
-				VALUES ($1, $2, $3, $4, $5) ON CONFLICT (holder, user_id, service_id, period)
-				DO UPDATE SET credits = lease_pre_ended.credits + EXCLUDED.credits, ended_at = now()`,
-				e.ref.Holder, user, service, e.ref.Key.Period, int64(n)); err != nil {
+			// A row ended again (granted anew after it ended): which of
+			// its ends a late call was served under is not known; the
+			// least below unexpires no less than either would.
+			if _, err := tx.Exec(ctx, `INSERT INTO lease_pre_ended (holder, user_id, service_id, period, credits, below)
+				VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (holder, user_id, service_id, period)
+				DO UPDATE SET credits = lease_pre_ended.credits + EXCLUDED.credits,
+				below = least(lease_pre_ended.below, EXCLUDED.below), ended_at = now()`,
+				e.ref.Holder, user, service, e.ref.Key.Period, int64(parts[j].credits), int64(parts[j].below)); err != nil {
 				return nil, err
 			}
 		}
@@ -329,7 +389,7 @@ func expireHeld(ctx context.Context, tx pgx.Tx, userID, serviceID string, balanc
 // charges come from expired of their marked credits (lease_pre_ended);
 // alive says which rows are still there. Nothing is read when every row
 // is (the hot path: no lease ended under a call in flight).
-func readPreEnded(ctx context.Context, conn *pgxpool.Conn, batch []*settlement, alive func(string, AllowanceKey) bool) (map[LeaseRef]billing.Units, error) {
+func readPreEnded(ctx context.Context, conn *pgxpool.Conn, batch []*settlement, alive func(string, AllowanceKey) bool) (map[LeaseRef]*preEnded, error) {
 	var hs, us, ss []string
 	var ps []int64
 	seen := map[LeaseRef]bool{}
@@ -344,39 +404,36 @@ func readPreEnded(ctx context.Context, conn *pgxpool.Conn, batch []*settlement, 
 	if len(hs) == 0 {
 		return nil, nil
 	}
-	rows, err := conn.Query(ctx, `SELECT e.holder, e.user_id, e.service_id, e.period, e.credits FROM lease_pre_ended e
+	rows, err := conn.Query(ctx, `SELECT e.holder, e.user_id, e.service_id, e.period, e.credits, e.below FROM lease_pre_ended e
 		JOIN unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) k(h, u, sv, p)
 		  ON e.holder = k.h AND e.user_id = k.u AND e.service_id = k.sv AND e.period = k.p
 		ORDER BY 1, 2, 3, 4 FOR UPDATE OF e`, hs, us, ss, ps)
 	if err != nil {
 		return nil, err
 	}
-	out := map[LeaseRef]billing.Units{}
+	out := map[LeaseRef]*preEnded{}
 	for rows.Next() {
 		var r LeaseRef
-		var n int64
-		if err := rows.Scan(&r.Holder, &r.Key.UserID, &r.Key.ServiceID, &r.Key.Period, &n); err != nil {
+		var n, below int64
+		if err := rows.Scan(&r.Holder, &r.Key.UserID, &r.Key.ServiceID, &r.Key.Period, &n, &below); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		out[r] = billing.Units(n)
+		out[r] = &preEnded{credits: billing.Units(n), below: billing.Units(below)}
 	}
 	return out, rows.Err()
 }
 
 // queueUnexpired queues, in the settlement batch's transaction, what the
 // batch's charges spent of credits their ended lease rows had expired:
-// lease_pre_ended as left, the grants' expiry taken back by as much
-// (unexpireSQL; the charges took them off the balance again) and an audit
-// entry per subscription.
-func queueUnexpired(b *pgx.Batch, lapsed map[LeaseRef]billing.Units, unexpired map[subKey]billing.Units) {
-	if len(unexpired) == 0 {
-		return
-	}
+// lease_pre_ended as left (what they spent of below too), the grants'
+// expiry taken back by as much (unexpireSQL; the charges took them off
+// the balance again) and an audit entry per subscription.
+func queueUnexpired(b *pgx.Batch, lapsed map[LeaseRef]*preEnded, unexpired map[subKey]billing.Units) {
 	for r, n := range lapsed {
-		if n > 0 {
-			b.Queue(`UPDATE lease_pre_ended SET credits = $5 WHERE holder = $1 AND user_id = $2 AND service_id = $3 AND period = $4`,
-				r.Holder, r.Key.UserID, r.Key.ServiceID, r.Key.Period, int64(n))
+		if n.credits > 0 {
+			b.Queue(`UPDATE lease_pre_ended SET credits = $5, below = $6 WHERE holder = $1 AND user_id = $2 AND service_id = $3 AND period = $4`,
+				r.Holder, r.Key.UserID, r.Key.ServiceID, r.Key.Period, int64(n.credits), int64(n.below))
 		} else {
 			b.Queue(`DELETE FROM lease_pre_ended WHERE holder = $1 AND user_id = $2 AND service_id = $3 AND period = $4`,
 				r.Holder, r.Key.UserID, r.Key.ServiceID, r.Key.Period)

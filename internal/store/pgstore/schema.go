@@ -278,6 +278,15 @@ ALTER TABLE allowances ADD COLUMN spend_unit text, ADD COLUMN spend_other jsonb;
 	`
 ALTER TABLE credit_grants ADD COLUMN deferred_below bigint NOT NULL DEFAULT 0;
 `,
+	// 10: what a lease row's end gave back that does not expire under
+	// the credits it expired (lease_pre_ended.below): a call the row
+	// served and shipped later spent those first, oldest first, and
+	// takes back the expiry only of what it spent beyond them
+	// (internal/store/pgstore/heldexpiry.go). 0 in a row from before:
+	// the expiry taken back first, as before.
+	`
+ALTER TABLE lease_pre_ended ADD COLUMN below bigint NOT NULL DEFAULT 0;
+`,
 }
 
 // SchemaVersion is the schema this build migrates a database to.

@@ -330,12 +330,17 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 			}
 		}
 		// Credits the call held of its row when the row ended and the end
-		// expired: the call spent them (heldexpiry.go), up to its charge.
+		// expired: the call spent them (heldexpiry.go), up to its charge,
+		// oldest first: what the end gave back under them that does not
+		// expire (below) first.
 		var back billing.Units
+		var pre *preEnded
 		if st.holder != "" && st.consume.Credits > 0 {
-			if n := lapsed[LeaseRef{st.holder, st.key}]; n > 0 {
-				back = min(n, st.consume.Credits)
+			if pre = lapsed[LeaseRef{st.holder, st.key}]; pre != nil && pre.credits > 0 {
+				back = min(pre.credits, max(0, st.consume.Credits-pre.below))
 				state.Credits += back
+			} else {
+				pre = nil
 			}
 		}
 		leasedSpend := state.ReservedSpend
@@ -359,16 +364,17 @@ func (s *Store) commitOnce(ctx context.Context, batch []*settlement, lookup bool
 			state.Charge(p, dec)
 			entry.Overage, entry.Cost = dec.Overage, dec.Cost
 		}
-		if back > 0 {
-			spent := back
-			if p.BillingModel != billing.Prepaid {
-				spent = 0
-			} else {
-				spent = min(back, max(dec.Cost, 0))
+		if pre != nil {
+			var paid billing.Units // what the call spent of its hold
+			if p.BillingModel == billing.Prepaid {
+				paid = min(max(dec.Cost, 0), st.consume.Credits)
 			}
+			under := min(pre.below, paid)
+			spent := min(back, paid-under)
 			state.Credits -= back - spent // not spent: it stays expired
+			pre.below -= under
 			if spent > 0 {
-				lapsed[LeaseRef{st.holder, st.key}] -= spent
+				pre.credits -= spent
 				unexpired[subKey{st.key.UserID, st.key.ServiceID}] += spent
 			}
 		}
