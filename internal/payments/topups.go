@@ -406,15 +406,9 @@ func topUpPaid(s *Service, ctx context.Context, ev *stripe.Event) error {
 // (GrantSkipped) and audited. A top-up granted before the mark (its
 // record there) is not skipped: its grant is replayed, nothing more.
 func (s *Service) skipResolved(ctx context.Context, pay store.Payments, pi string, ev *stripe.Event) (bool, error) {
-	b, err := pay.GetPaymentRecord(ctx, KindTopUpIgnored, pi)
-	if errors.Is(err, store.ErrNotFound) {
-		return false, nil
-	} else if err != nil {
+	ig, found, err := readIgnored(ctx, pay, pi)
+	if !found || err != nil {
 		return false, err
-	}
-	var ig IgnoredTopUp
-	if err := json.Unmarshal(b, &ig); err != nil {
-		return false, fmt.Errorf("ignored top-up record %s does not parse: %w", pi, err)
 	}
 	if ig.Resolved == nil {
 		return false, nil
@@ -463,15 +457,9 @@ func (s *Service) catchUpMoneyBack(ctx context.Context, pay store.Payments, pi s
 	if err := s.listUnlisted(ctx, pay, pi); err != nil {
 		return err
 	}
-	b, err := pay.GetPaymentRecord(ctx, KindTopUpIgnored, pi)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil
-	} else if err != nil {
+	ig, found, err := readIgnored(ctx, pay, pi)
+	if !found || err != nil {
 		return err
-	}
-	var ig IgnoredTopUp
-	if err := json.Unmarshal(b, &ig); err != nil {
-		return fmt.Errorf("ignored top-up record %s does not parse: %w", pi, err)
 	}
 	if len(ig.Refunds) == 0 && ig.DisputeID == "" {
 		return nil
@@ -685,6 +673,21 @@ func (s *Service) seenNotGranted(ctx context.Context, pay store.Payments, pi str
 	return nil
 }
 
+// readIgnored reads the ignored top-up record of PaymentIntent pi; found
+// is false when there is none.
+func readIgnored(ctx context.Context, pay store.Payments, pi string) (ig IgnoredTopUp, found bool, err error) {
+	b, err := pay.GetPaymentRecord(ctx, KindTopUpIgnored, pi)
+	if errors.Is(err, store.ErrNotFound) {
+		return ig, false, nil
+	} else if err != nil {
+		return ig, false, err
+	}
+	if err := json.Unmarshal(b, &ig); err != nil {
+		return ig, true, fmt.Errorf("ignored top-up record %s does not parse: %w", pi, err)
+	}
+	return ig, true, nil
+}
+
 // seenRefunds is what the ignored top-up record keeps of refunds.
 func seenRefunds(rs []*stripe.Refund) []SeenRefund {
 	var out []SeenRefund
@@ -730,15 +733,9 @@ func keepSeenRefunds(r *IgnoredTopUp, refunds []SeenRefund) bool {
 // nothing is granted; Stripe sends it again. The whole pack is never
 // granted while money is known to have gone back of it.
 func (s *Service) listUnlisted(ctx context.Context, pay store.Payments, pi string) error {
-	b, err := pay.GetPaymentRecord(ctx, KindTopUpIgnored, pi)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil
-	} else if err != nil {
+	ig, found, err := readIgnored(ctx, pay, pi)
+	if !found || err != nil {
 		return err
-	}
-	var ig IgnoredTopUp
-	if err := json.Unmarshal(b, &ig); err != nil {
-		return fmt.Errorf("ignored top-up record %s does not parse: %w", pi, err)
 	}
 	if len(ig.Unlisted) == 0 {
 		return nil

@@ -128,18 +128,7 @@ func OlderGrant(a, b CreditGrant) int {
 // expiry, then 70 spent: the balance is 80, B has 50 left, so A has
 // clamp(80-50, 0, 100) = 30 left; at T, 30 expire and the balance is 50.
 func ExpireGrants(balance billing.Units, grants []CreditGrant, now time.Time) ([]CreditGrant, billing.Units) {
-	live := make([]CreditGrant, 0, len(grants))
-	for _, g := range grants {
-		if g.ExpiredAt.IsZero() {
-			live = append(live, g)
-		}
-	}
-	slices.SortFunc(live, OlderGrant)
-	// newer[i] is what the live grants after i have left.
-	newer := make([]billing.Units, len(live)+1)
-	for i := len(live) - 1; i >= 0; i-- {
-		newer[i] = billing.SatAdd(newer[i+1], live[i].Left())
-	}
+	live, newer := liveByAge(grants)
 	var out []CreditGrant
 	for i, g := range live {
 		if g.ExpiresAt.IsZero() || g.ExpiresAt.After(now) {
@@ -226,17 +215,7 @@ func ExpireGrantsHeld(balance, held billing.Units, grants []CreditGrant, now tim
 	// whole balance less its part of the free one (ExpireGrants' rule,
 	// the balance made of the newest grants); the rest of held is credits
 	// not from a grant, the oldest.
-	var live []CreditGrant
-	for _, g := range grants {
-		if g.ExpiredAt.IsZero() {
-			live = append(live, g)
-		}
-	}
-	slices.SortFunc(live, OlderGrant)
-	newer := make([]billing.Units, len(live)+1)
-	for i := len(live) - 1; i >= 0; i-- {
-		newer[i] = billing.SatAdd(newer[i+1], live[i].Left())
-	}
+	live, newer := liveByAge(grants)
 	part := func(i int, b billing.Units) billing.Units { return min(above(b, newer[i+1]), live[i].Left()) }
 	type layer struct {
 		g        CreditGrant
@@ -270,6 +249,23 @@ func ExpireGrantsHeld(balance, held billing.Units, grants []CreditGrant, now tim
 	}
 	st.Top = below
 	return out, total - expired, st
+}
+
+// liveByAge is the grants of grants not expired yet, oldest first, and
+// newer[i], what the live grants after the i-th have left (saturating).
+func liveByAge(grants []CreditGrant) ([]CreditGrant, []billing.Units) {
+	live := make([]CreditGrant, 0, len(grants))
+	for _, g := range grants {
+		if g.ExpiredAt.IsZero() {
+			live = append(live, g)
+		}
+	}
+	slices.SortFunc(live, OlderGrant)
+	newer := make([]billing.Units, len(live)+1)
+	for i := len(live) - 1; i >= 0; i-- {
+		newer[i] = billing.SatAdd(newer[i+1], live[i].Left())
+	}
+	return live, newer
 }
 
 // HeldLayer is one grant's part of a HeldStack: Deferred, what the holds
