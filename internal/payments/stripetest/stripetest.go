@@ -78,6 +78,8 @@ type Mock struct {
 	fail     func(Request) int
 	// answers: fields set over stripe-mock's answer to a GET, by path.
 	answers map[string]map[string]any
+	// prefixAnswers: the same for every path under a prefix (AnswerUnder).
+	prefixAnswers map[string]map[string]any
 }
 
 // Request is one API request the proxy passed (or failed).
@@ -227,12 +229,33 @@ func (m *Mock) Answer(path string, fields map[string]any) {
 	m.answers[path] = fields
 }
 
+// AnswerUnder is Answer for every path under prefix, for objects whose
+// ids stripe-mock makes up as it creates them (Checkout Sessions). An
+// exact path's Answer comes first. nil fields stop it.
+func (m *Mock) AnswerUnder(prefix string, fields map[string]any) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.prefixAnswers == nil {
+		m.prefixAnswers = map[string]map[string]any{}
+	}
+	if fields == nil {
+		delete(m.prefixAnswers, prefix)
+		return
+	}
+	m.prefixAnswers[prefix] = fields
+}
+
 func (m *Mock) answer(resp *http.Response) error {
 	if resp.Request.Method != http.MethodGet || resp.StatusCode != http.StatusOK {
 		return nil
 	}
 	m.mu.Lock()
 	fields := m.answers[resp.Request.URL.Path]
+	for p, f := range m.prefixAnswers {
+		if fields == nil && strings.HasPrefix(resp.Request.URL.Path, p) {
+			fields = f
+		}
+	}
 	m.mu.Unlock()
 	if fields == nil {
 		return nil
